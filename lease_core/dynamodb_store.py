@@ -1,0 +1,233 @@
+"""The lease store on a DynamoDB table, through the low-level boto3 client."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import botocore.exceptions
+
+from lease_core import codec
+from lease_core.aws import AwsCaller, error_code
+from lease_core.codec import Item
+from lease_core.errors import DependencyError, IndexNotFoundError, LeaseCoreError
+from lease_core.lease_store import ConditionalLeaseStore
+from lease_core.lease_writes import AttributeAbsent, AttributeEquals, AttributeExists, LeaseUpdate
+from lease_core.retry import RetryPolicy
+from lease_core.scan_segments import SEGMENT_COUNT_CACHE_SECONDS, scan_segment_count
+
+OWNER_INDEX_NAME = "LeaseOwnerToLeaseKeyIndex"
+BATCH_GET_LIMIT = 100
+_CONDITION_FAILED = "ConditionalCheckFailedException"
+
+
+def render_update(update: LeaseUpdate) -> dict[str, Any]:
+    """UpdateItem arguments for `update`; every name and value goes through a placeholder."""
+    names: dict[str, str] = {}
+    values: dict[str, Any] = {}
+
+    def name(attribute: str) -> str:
+        placeholder = f"#n{len(names)}"
+        names[placeholder] = attribute
+        return placeholder
+
+    def value(attribute_value: Any) -> str:
+        placeholder = f":v{len(values)}"
+        values[placeholder] = attribute_value
+        return placeholder
+
+    conditions = []
+    for condition in update.conditions:
+        if isinstance(condition, AttributeEquals):
+            conditions.append(f"{name(condition.name)} = {value(condition.value)}")
+        elif isinstance(condition, AttributeExists):
+            conditions.append(f"attribute_exists({name(condition.name)})")
+        else:
+            conditions.append(f"attribute_not_exists({name(condition.name)})")
+    clauses = []
+    if update.set_attributes:
+        clauses.append("SET " + ", ".join(f"{name(a)} = {value(v)}" for a, v in update.set_attributes))
+    if update.remove_attributes:
+        clauses.append("REMOVE " + ", ".join(name(a) for a in update.remove_attributes))
+    if update.add_numbers:
+        clauses.append("ADD " + ", ".join(f"{name(a)} {value({'N': str(n)})}" for a, n in update.add_numbers))
+    arguments: dict[str, Any] = {
+        "Key": {codec.LEASE_KEY: codec.string_value(update.lease_key)},
+        "UpdateExpression": " ".join(clauses),
+        "ConditionExpression": " AND ".join(conditions),
+        "ExpressionAttributeNames": names,
+    }
+    if values:
+        arguments["ExpressionAttributeValues"] = values
+    return arguments
+
+
+class DynamoDBLeaseStore(ConditionalLeaseStore):
+    """KCL's lease refresher over DynamoDB: conditional writes, paginated and parallel scans, GSI queries."""
+
+    def __init__(
+        self,
+        client: Any,
+        table_name: str,
+        retry_policy: RetryPolicy | None = None,
+        consistent_reads: bool = False,
+        scan_total_segments: int = 0,
+        page_size: int | None = None,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.client = client
+        self.table_name = table_name
+        self.default_consistent_reads = consistent_reads
+        self._caller = AwsCaller("dynamodb", retry_policy or RetryPolicy())
+        self._configured_segments = scan_total_segments
+        self._page_limit = {"Limit": page_size} if page_size else {}
+        self._monotonic = monotonic
+        self._segments: tuple[int, float] | None = None  # (count, computed at)
+
+    def _call(self, operation: str, function: Callable[[], Any]) -> Any:
+        return self._caller.call(operation, function, table_name=self.table_name)
+
+    def _key(self, lease_key: str) -> Item:
+        return {codec.LEASE_KEY: codec.string_value(lease_key)}
+
+    def _put_item_if_absent(self, item: Item) -> bool:
+        def put() -> bool:
+            try:
+                self.client.put_item(
+                    TableName=self.table_name,
+                    Item=item,
+                    ConditionExpression="attribute_not_exists(#k)",
+                    ExpressionAttributeNames={"#k": codec.LEASE_KEY},
+                )
+            except botocore.exceptions.ClientError as error:
+                if error_code(error) == _CONDITION_FAILED:
+                    return False
+                raise
+            return True
+
+        return self._call("PutItem", put)
+
+    def _get_item(self, lease_key: str, consistent: bool) -> Item | None:
+        response = self._call(
+            "GetItem",
+            lambda: self.client.get_item(
+                TableName=self.table_name, Key=self._key(lease_key), ConsistentRead=consistent
+            ),
+        )
+        return response.get("Item")
+
+    def _update_item(self, update: LeaseUpdate) -> tuple[bool, Item | None]:
+        arguments = render_update(update)
+
+        def apply() -> tuple[bool, Item | None]:
+            try:
+                response = self.client.update_item(
+                    TableName=self.table_name,
+                    ReturnValues="ALL_NEW",
+                    ReturnValuesOnConditionCheckFailure="ALL_OLD",
+                    **arguments,
+                )
+            except botocore.exceptions.ClientError as error:
+                if error_code(error) == _CONDITION_FAILED:
+                    return False, error.response.get("Item")
+                raise
+            return True, response["Attributes"]
+
+        return self._call("UpdateItem", apply)
+
+    def _delete_item(self, lease_key: str) -> None:
+        self._call("DeleteItem", lambda: self.client.delete_item(TableName=self.table_name, Key=self._key(lease_key)))
+
+    # --- multi-item reads -------------------------------------------------------------------
+
+    def scan_segment_count(self) -> int:
+        """§1.8: sized from the table's size, recomputed at most every two hours."""
+        now = self._monotonic()
+        if self._segments is not None and now - self._segments[1] < SEGMENT_COUNT_CACHE_SECONDS:
+            return self._segments[0]
+        if self._configured_segments > 0:
+            count = self._configured_segments
+        else:
+            last = self._segments[0] if self._segments else None
+            count = scan_segment_count(self._table_size_bytes(), last_known=last)
+        self._segments = (count, now)
+        return count
+
+    def _table_size_bytes(self) -> int | None:
+        try:
+            description = self._call("DescribeTable", lambda: self.client.describe_table(TableName=self.table_name))
+        except LeaseCoreError:
+            return None  # sized from the last known count, or the default
+        return int(description["Table"].get("TableSizeBytes", 0))
+
+    def _scan_items(self) -> Iterator[Item]:
+        segments = self.scan_segment_count()
+        if segments == 1:
+            return iter(self._scan_segment(None))
+        with ThreadPoolExecutor(max_workers=min(segments, 16), thread_name_prefix="lease-scan") as pool:
+            pages = list(pool.map(self._scan_segment, [(i, segments) for i in range(segments)]))
+        return (item for page in pages for item in page)
+
+    def _scan_segment(self, segment: tuple[int, int] | None) -> list[Item]:
+        arguments: dict[str, Any] = {"TableName": self.table_name, **self._page_limit}
+        if segment is not None:
+            arguments.update(Segment=segment[0], TotalSegments=segment[1])
+        items: list[Item] = []
+        while True:
+            response = self._call("Scan", lambda: self.client.scan(**arguments))
+            items.extend(response.get("Items", []))
+            if "LastEvaluatedKey" not in response:
+                return items
+            arguments["ExclusiveStartKey"] = response["LastEvaluatedKey"]
+
+    def _query_owner_keys(self, owner: str) -> Iterator[str]:
+        arguments: dict[str, Any] = {
+            "TableName": self.table_name,
+            "IndexName": OWNER_INDEX_NAME,
+            "KeyConditionExpression": "#o = :o",
+            "ExpressionAttributeNames": {"#o": codec.LEASE_OWNER},
+            "ExpressionAttributeValues": {":o": codec.string_value(owner)},
+            **self._page_limit,
+        }
+        while True:
+            response = self._call("Query", lambda: self._query_index(arguments))
+            for item in response.get("Items", []):
+                yield item[codec.LEASE_KEY]["S"]
+            if "LastEvaluatedKey" not in response:
+                return
+            arguments["ExclusiveStartKey"] = response["LastEvaluatedKey"]
+
+    def _query_index(self, arguments: dict[str, Any]) -> Any:
+        try:
+            return self.client.query(**arguments)
+        except botocore.exceptions.ClientError as error:
+            message = error.response.get("Error", {}).get("Message", "")
+            if error_code(error) == "ValidationException" and "index" in message.lower():
+                raise IndexNotFoundError(self.table_name, OWNER_INDEX_NAME) from error
+            raise
+
+    def _get_items(self, lease_keys: list[str]) -> Iterator[Item]:
+        for start in range(0, len(lease_keys), BATCH_GET_LIMIT):
+            pending: dict[str, Any] = {
+                self.table_name: {
+                    "Keys": [self._key(key) for key in lease_keys[start : start + BATCH_GET_LIMIT]],
+                    "ConsistentRead": self.default_consistent_reads,
+                }
+            }
+            yield from self._batch_get(pending)
+
+    def _batch_get(self, pending: dict[str, Any]) -> Iterator[Item]:
+        retry = 0
+        while pending:
+            request = pending
+            response = self._call("BatchGetItem", lambda: self.client.batch_get_item(RequestItems=request))
+            yield from response.get("Responses", {}).get(self.table_name, [])
+            pending = response.get("UnprocessedKeys") or {}
+            if pending:
+                # Unprocessed keys are DynamoDB's way of throttling a batch: back off before asking again.
+                retry += 1
+                if retry >= self._caller.policy.attempts:
+                    raise DependencyError("dynamodb", "BatchGetItem", "keys stayed unprocessed", retry)
+                self._caller.policy.sleep(self._caller.policy.delay_seconds(retry))

@@ -1,0 +1,158 @@
+"""The error hierarchy of lease_core.
+
+Every error says whether retrying the same call later can succeed (`retryable`). Errors raised in
+Spark executors travel back to the driver by pickling, so every class here keeps its constructor
+arguments in `args` and pickles by value.
+"""
+
+from __future__ import annotations
+
+
+class LeaseCoreError(Exception):
+    """Base class of every error raised by lease_core."""
+
+    retryable: bool = False
+
+
+class ConfigurationError(LeaseCoreError, ValueError):
+    """A configuration value is missing, unknown or invalid; the message names the key."""
+
+    def __init__(self, key: str, problem: str) -> None:
+        super().__init__(key, problem)
+        self.key = key
+        self.problem = problem
+
+    def __str__(self) -> str:
+        return f"configuration key {self.key!r}: {self.problem}"
+
+
+class TableNotFoundError(LeaseCoreError):
+    """A DynamoDB table the operation needs does not exist."""
+
+    def __init__(self, table_name: str, hint: str = "run `leasectl init` to create the tables") -> None:
+        super().__init__(table_name, hint)
+        self.table_name = table_name
+        self.hint = hint
+
+    def __str__(self) -> str:
+        return f"DynamoDB table {self.table_name!r} does not exist; {self.hint}"
+
+
+class TableNotReadyError(LeaseCoreError):
+    """A table (or its index) did not become ACTIVE within the allowed time."""
+
+    retryable = True
+
+    def __init__(self, table_name: str, status: str, waited_seconds: float) -> None:
+        super().__init__(table_name, status, waited_seconds)
+        self.table_name = table_name
+        self.status = status
+        self.waited_seconds = waited_seconds
+
+    def __str__(self) -> str:
+        return (
+            f"DynamoDB table {self.table_name!r} is still {self.status} after "
+            f"{self.waited_seconds:.0f} s of waiting"
+        )
+
+
+class TableProtectedError(LeaseCoreError):
+    """A table cannot be deleted because deletion protection is on."""
+
+    def __init__(self, table_name: str) -> None:
+        super().__init__(table_name)
+        self.table_name = table_name
+
+    def __str__(self) -> str:
+        return (
+            f"DynamoDB table {self.table_name!r} has deletion protection enabled; disable it "
+            "(UpdateTable DeletionProtectionEnabled=false) before tearing the application down"
+        )
+
+
+class DependencyError(LeaseCoreError):
+    """An AWS call failed for a reason that may go away: transport errors, 5xx answers."""
+
+    retryable = True
+
+    def __init__(self, service: str, operation: str, detail: str, attempts: int) -> None:
+        super().__init__(service, operation, detail, attempts)
+        self.service = service
+        self.operation = operation
+        self.detail = detail
+        self.attempts = attempts
+
+    def __str__(self) -> str:
+        return f"{self.service} {self.operation} failed after {self.attempts} attempt(s): {self.detail}"
+
+
+class ThrottledError(DependencyError):
+    """AWS kept throttling a call after every retry allowed by the retry policy."""
+
+
+class AccessError(LeaseCoreError):
+    """AWS refused a call for a reason retrying will not fix (credentials, permissions, validation)."""
+
+    def __init__(self, service: str, operation: str, detail: str) -> None:
+        super().__init__(service, operation, detail)
+        self.service = service
+        self.operation = operation
+        self.detail = detail
+
+    def __str__(self) -> str:
+        return f"{self.service} {self.operation} was refused: {self.detail}"
+
+
+class CorruptLeaseError(LeaseCoreError):
+    """A lease-table item cannot be read as a lease; the message names the item and the attribute."""
+
+    def __init__(self, lease_key: str, problem: str) -> None:
+        super().__init__(lease_key, problem)
+        self.lease_key = lease_key
+        self.problem = problem
+
+    def __str__(self) -> str:
+        return f"lease item {self.lease_key!r} is not a valid KCL lease: {self.problem}"
+
+
+class InvalidSequenceNumberError(LeaseCoreError, ValueError):
+    """A checkpoint value is neither a sentinel name nor a decimal sequence number."""
+
+    def __init__(self, value: object, problem: str) -> None:
+        super().__init__(value, problem)
+        self.value = value
+        self.problem = problem
+
+    def __str__(self) -> str:
+        return f"invalid sequence number {self.value!r}: {self.problem}"
+
+
+class CheckpointOrderError(LeaseCoreError, ValueError):
+    """A checkpoint would move a lease's checkpoint backwards."""
+
+    def __init__(self, lease_key: str, current: str, requested: str) -> None:
+        super().__init__(lease_key, current, requested)
+        self.lease_key = lease_key
+        self.current = current
+        self.requested = requested
+
+    def __str__(self) -> str:
+        return (
+            f"lease {self.lease_key!r}: checkpoint {self.requested} is below the current "
+            f"checkpoint {self.current}; checkpoints never move backwards"
+        )
+
+
+class IndexNotFoundError(LeaseCoreError):
+    """The lease table lacks the owner index KCL 3.x workers query."""
+
+    def __init__(self, table_name: str, index_name: str) -> None:
+        super().__init__(table_name, index_name)
+        self.table_name = table_name
+        self.index_name = index_name
+
+    def __str__(self) -> str:
+        return (
+            f"DynamoDB table {self.table_name!r} has no index {self.index_name!r}; run `leasectl init` "
+            "to add it (KCL 2.x tables do not have it)"
+        )

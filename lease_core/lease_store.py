@@ -1,0 +1,197 @@
+"""The lease store: the KCL lease refresher's operations over a table of lease items.
+
+`LeaseStore` is the seam the rest of the project programs against. `ConditionalLeaseStore`
+implements every operation once, in terms of a few item-level primitives, from the write
+definitions of `lease_writes`; the in-memory and DynamoDB stores only provide the primitives.
+
+A lost condition is an ordinary outcome (`WriteResult.applied` is False), never an exception.
+"""
+
+from __future__ import annotations
+
+import abc
+import logging
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from typing import Protocol
+
+from lease_core import codec, lease_writes
+from lease_core.codec import Item
+from lease_core.errors import CorruptLeaseError
+from lease_core.lease import Lease
+from lease_core.lease_writes import LeaseUpdate, MetaField
+from lease_core.sequence import ExtendedSequenceNumber
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class WriteResult:
+    """The outcome of a conditional write.
+
+    applied: the stored lease after the write. Not applied: the stored lease that failed the
+    condition, or None when no such item exists (so a caller can tell "taken" from "deleted").
+    """
+
+    applied: bool
+    lease: Lease | None
+
+
+@dataclass(frozen=True)
+class LeaseScan:
+    """Every lease in the table, plus the items that could not be read as leases."""
+
+    leases: tuple[Lease, ...]
+    corrupt: tuple[CorruptLeaseError, ...] = ()
+
+
+class LeaseStore(Protocol):
+    """The lease table operations of kcl-spec.md §2.1, §1.8 and §10."""
+
+    table_name: str
+
+    def create_lease_if_not_exists(self, lease: Lease) -> bool: ...
+    def get_lease(self, lease_key: str, consistent: bool | None = None) -> Lease | None: ...
+    def scan_leases(self) -> LeaseScan: ...
+    def list_leases(self) -> list[Lease]: ...
+    def list_lease_keys_for_owner(self, owner: str) -> list[str]: ...
+    def list_leases_for_owner(self, owner: str) -> list[Lease]: ...
+    def is_lease_table_empty(self) -> bool: ...
+    def renew_lease(self, lease: Lease) -> WriteResult: ...
+    def take_lease(self, lease: Lease, new_owner: str) -> WriteResult: ...
+    def evict_lease(self, lease: Lease) -> WriteResult: ...
+    def update_lease(self, lease: Lease) -> WriteResult: ...
+    def checkpoint(self, lease: Lease, value: ExtendedSequenceNumber) -> WriteResult: ...
+    def prepare_checkpoint(
+        self, lease: Lease, value: ExtendedSequenceNumber, state: bytes | None = None
+    ) -> WriteResult: ...
+    def assign_lease(self, lease: Lease, new_owner: str) -> WriteResult: ...
+    def initiate_graceful_handoff(self, lease: Lease, new_owner: str) -> WriteResult: ...
+    def update_lease_meta(self, lease: Lease, field: MetaField) -> bool: ...
+    def delete_lease(self, lease_key: str) -> None: ...
+
+
+class ConditionalLeaseStore(abc.ABC):
+    """Every `LeaseStore` operation, built on conditional item primitives."""
+
+    table_name: str
+
+    # --- primitives -------------------------------------------------------------------------
+
+    @abc.abstractmethod
+    def _put_item_if_absent(self, item: Item) -> bool:
+        """Put `item` unless an item with its leaseKey exists; False when one does."""
+
+    @abc.abstractmethod
+    def _get_item(self, lease_key: str, consistent: bool) -> Item | None: ...
+
+    @abc.abstractmethod
+    def _scan_items(self) -> Iterator[Item]: ...
+
+    @abc.abstractmethod
+    def _query_owner_keys(self, owner: str) -> Iterator[str]: ...
+
+    @abc.abstractmethod
+    def _get_items(self, lease_keys: list[str]) -> Iterator[Item]:
+        """The items of the given keys that exist, in any order."""
+
+    @abc.abstractmethod
+    def _update_item(self, update: LeaseUpdate) -> tuple[bool, Item | None]:
+        """Apply `update`; (True, item after) or (False, item that failed the condition or None)."""
+
+    @abc.abstractmethod
+    def _delete_item(self, lease_key: str) -> None: ...
+
+    default_consistent_reads: bool = False
+
+    # --- reads ------------------------------------------------------------------------------
+
+    def create_lease_if_not_exists(self, lease: Lease) -> bool:
+        return self._put_item_if_absent(codec.lease_to_item(lease))
+
+    def get_lease(self, lease_key: str, consistent: bool | None = None) -> Lease | None:
+        consistent = self.default_consistent_reads if consistent is None else consistent
+        item = self._get_item(lease_key, consistent)
+        if item is None or not codec.is_lease_item(item):
+            return None
+        return codec.lease_from_item(item)
+
+    def scan_leases(self) -> LeaseScan:
+        leases, corrupt = _decode_all(self._scan_items())
+        return LeaseScan(tuple(leases), tuple(corrupt))
+
+    def list_leases(self) -> list[Lease]:
+        scan = self.scan_leases()
+        for error in scan.corrupt:
+            log.warning("skipping an unreadable lease-table item: %s", error)
+        return list(scan.leases)
+
+    def list_lease_keys_for_owner(self, owner: str) -> list[str]:
+        return sorted(self._query_owner_keys(owner))
+
+    def list_leases_for_owner(self, owner: str) -> list[Lease]:
+        """The leases the owner index lists for `owner`, re-read and re-checked (the index lags)."""
+        leases, corrupt = _decode_all(self._get_items(self.list_lease_keys_for_owner(owner)))
+        for error in corrupt:
+            log.warning("skipping an unreadable lease-table item: %s", error)
+        return sorted((lease for lease in leases if lease.lease_owner == owner), key=lambda l: l.lease_key)
+
+    def is_lease_table_empty(self) -> bool:
+        return not any(codec.is_lease_item(item) for item in self._scan_items())
+
+    # --- conditional writes -----------------------------------------------------------------
+
+    def _write(self, update: LeaseUpdate) -> WriteResult:
+        applied, item = self._update_item(update)
+        return WriteResult(applied, None if item is None else codec.lease_from_item(item))
+
+    def renew_lease(self, lease: Lease) -> WriteResult:
+        return self._write(lease_writes.renew(lease))
+
+    def take_lease(self, lease: Lease, new_owner: str) -> WriteResult:
+        return self._write(lease_writes.take(lease, new_owner))
+
+    def evict_lease(self, lease: Lease) -> WriteResult:
+        return self._write(lease_writes.evict(lease))
+
+    def update_lease(self, lease: Lease) -> WriteResult:
+        return self._write(lease_writes.update(lease))
+
+    def checkpoint(self, lease: Lease, value: ExtendedSequenceNumber) -> WriteResult:
+        """Commit `value`: clears any prepared checkpoint and zeroes owner switches (§10.2)."""
+        return self.update_lease(lease.with_checkpoint(value))
+
+    def prepare_checkpoint(
+        self, lease: Lease, value: ExtendedSequenceNumber, state: bytes | None = None
+    ) -> WriteResult:
+        """Record `value` (and opaque `state`) as pending; the real checkpoint is unchanged (§10.3)."""
+        return self.update_lease(lease.with_pending_checkpoint(value, state))
+
+    def assign_lease(self, lease: Lease, new_owner: str) -> WriteResult:
+        return self._write(lease_writes.assign(lease, new_owner))
+
+    def initiate_graceful_handoff(self, lease: Lease, new_owner: str) -> WriteResult:
+        return self._write(lease_writes.initiate_graceful_handoff(lease, new_owner))
+
+    def update_lease_meta(self, lease: Lease, field: MetaField) -> bool:
+        """Write child ids or the hash range; False (logged, not raised) when the item is gone."""
+        applied, _ = self._update_item(lease_writes.update_meta(lease, field))
+        if not applied:
+            log.info("lease %s no longer exists; %s not written", lease.lease_key, field.value)
+        return applied
+
+    def delete_lease(self, lease_key: str) -> None:
+        self._delete_item(lease_key)
+
+
+def _decode_all(items: Iterable[Item]) -> tuple[list[Lease], list[CorruptLeaseError]]:
+    leases: list[Lease] = []
+    corrupt: list[CorruptLeaseError] = []
+    for item in items:
+        if not codec.is_lease_item(item):
+            continue
+        try:
+            leases.append(codec.lease_from_item(item))
+        except CorruptLeaseError as error:
+            corrupt.append(error)
+    return leases, corrupt

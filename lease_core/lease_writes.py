@@ -1,0 +1,188 @@
+"""The conditional writes of the KCL lease protocol, as data (kcl-spec.md §2.1-2.3).
+
+Each function turns the caller's local copy of a lease into a `LeaseUpdate`: the conditions that
+must hold on the stored item and the SET / REMOVE / ADD actions to apply. These functions are the
+one place where the protocol's semantics live; the DynamoDB store renders an update as an
+UpdateItem call and the in-memory store applies it to a dict, so both behave identically.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+from lease_core import codec
+from lease_core.codec import AttributeValue
+from lease_core.lease import Lease
+
+
+@dataclass(frozen=True)
+class AttributeEquals:
+    name: str
+    value: AttributeValue
+
+
+@dataclass(frozen=True)
+class AttributeExists:
+    name: str
+
+
+@dataclass(frozen=True)
+class AttributeAbsent:
+    name: str
+
+
+Condition = AttributeEquals | AttributeExists | AttributeAbsent
+
+
+@dataclass(frozen=True)
+class LeaseUpdate:
+    """A conditional UpdateItem on one lease item."""
+
+    lease_key: str
+    conditions: tuple[Condition, ...]
+    set_attributes: tuple[tuple[str, AttributeValue], ...] = ()
+    remove_attributes: tuple[str, ...] = ()
+    add_numbers: tuple[tuple[str, int], ...] = ()
+
+
+class MetaField(enum.Enum):
+    """What `updateLeaseWithMetaInfo` may write without a counter check."""
+
+    CHILD_SHARDS = "childShardIds"
+    HASH_KEY_RANGE = "hashKeyRange"
+
+
+def _counter_is(lease: Lease) -> AttributeEquals:
+    return AttributeEquals(codec.LEASE_COUNTER, codec.number_value(lease.lease_counter))
+
+
+def _next_counter(lease: Lease) -> tuple[str, AttributeValue]:
+    return codec.LEASE_COUNTER, codec.number_value(lease.lease_counter + 1)
+
+
+def _field_is(name: str, value: str | None) -> Condition:
+    return AttributeAbsent(name) if value is None else AttributeEquals(name, codec.string_value(value))
+
+
+def _owner_switch_increment(lease: Lease, new_owner: str) -> tuple[tuple[str, int], ...]:
+    """§2.3: +1 when the owner really changes, or when a lease goes back to its checkpoint owner."""
+    switches = (lease.lease_owner is not None and lease.lease_owner != new_owner) or (
+        lease.checkpoint_owner is not None and lease.checkpoint_owner == new_owner
+    )
+    return ((codec.OWNER_SWITCHES, 1),) if switches else ()
+
+
+def renew(lease: Lease) -> LeaseUpdate:
+    """Heartbeat: counter-conditional +1, carrying throughput when the holder has a value.
+
+    Unless the holder already knows of a graceful handoff, the renew also requires that none is in
+    progress, which is how the old owner learns about one (§2.4).
+    """
+    conditions: tuple[Condition, ...] = (_counter_is(lease),)
+    if lease.checkpoint_owner is None:
+        conditions += (AttributeAbsent(codec.CHECKPOINT_OWNER),)
+    sets = [_next_counter(lease)]
+    if lease.throughput_kbps is not None:
+        sets.append((codec.THROUGHPUT_KBPS, codec.throughput_value(lease.throughput_kbps)))
+    return LeaseUpdate(lease.lease_key, conditions, tuple(sets))
+
+
+def take(lease: Lease, new_owner: str) -> LeaseUpdate:
+    """The 2.x taker: counter-conditional change of owner that also cancels any handoff."""
+    return LeaseUpdate(
+        lease.lease_key,
+        (_counter_is(lease),),
+        (_next_counter(lease), (codec.LEASE_OWNER, codec.string_value(new_owner))),
+        remove_attributes=(codec.CHECKPOINT_OWNER,),
+        add_numbers=_owner_switch_increment(lease, new_owner),
+    )
+
+
+def evict(lease: Lease) -> LeaseUpdate:
+    """Drop the owner (or, during a handoff, only the checkpoint owner); fences the holder by ADD 1."""
+    removes = (codec.CHECKPOINT_OWNER,)
+    if lease.checkpoint_owner is None:
+        removes = (codec.LEASE_OWNER, codec.CHECKPOINT_OWNER)
+    return LeaseUpdate(
+        lease.lease_key,
+        (
+            _field_is(codec.LEASE_OWNER, lease.lease_owner),
+            _field_is(codec.CHECKPOINT_OWNER, lease.checkpoint_owner),
+            AttributeExists(codec.LEASE_KEY),
+        ),
+        remove_attributes=removes,
+        add_numbers=((codec.LEASE_COUNTER, 1),),
+    )
+
+
+def update(lease: Lease) -> LeaseUpdate:
+    """Checkpoint or prepare: counter-conditional rewrite of the checkpoint fields of `lease` (§2.1)."""
+    sets = dict(codec.checkpoint_attributes(lease))
+    sets[codec.OWNER_SWITCHES] = codec.number_value(lease.owner_switches_since_checkpoint)
+    sets.update(codec.pending_checkpoint_attributes(lease))
+    removes = [
+        name
+        for name in (
+            codec.PENDING_CHECKPOINT,
+            codec.PENDING_CHECKPOINT_SUB_SEQUENCE,
+            codec.PENDING_CHECKPOINT_STATE,
+        )
+        if name not in sets
+    ]
+    if lease.child_shard_ids:
+        sets[codec.CHILD_SHARD_IDS] = codec.string_set_value(lease.child_shard_ids)
+    sets.update(codec.hash_key_range_attributes(lease))
+    sets.update(codec.multi_stream_attributes(lease))
+    name, value = _next_counter(lease)
+    sets[name] = value
+    return LeaseUpdate(lease.lease_key, (_counter_is(lease),), tuple(sets.items()), tuple(removes))
+
+
+def assign(lease: Lease, new_owner: str) -> LeaseUpdate:
+    """The 3.x leader's assignment: owner-conditional (no counter check), fences by ADD 1."""
+    return LeaseUpdate(
+        lease.lease_key,
+        (
+            _field_is(codec.LEASE_OWNER, lease.lease_owner),
+            _field_is(codec.CHECKPOINT_OWNER, lease.checkpoint_owner),
+            AttributeExists(codec.LEASE_KEY),
+        ),
+        ((codec.LEASE_OWNER, codec.string_value(new_owner)),),
+        remove_attributes=(codec.CHECKPOINT_OWNER,),
+        add_numbers=((codec.LEASE_COUNTER, 1),) + _owner_switch_increment(lease, new_owner),
+    )
+
+
+def initiate_graceful_handoff(lease: Lease, new_owner: str) -> LeaseUpdate:
+    """Record `new_owner` as owner while the current owner stays checkpoint owner; counter unchanged."""
+    if lease.lease_owner is None:
+        raise ValueError(f"lease {lease.lease_key!r} has no owner to hand off from")
+    if lease.checkpoint_owner is not None:
+        raise ValueError(f"lease {lease.lease_key!r} is already in a handoff to {lease.lease_owner!r}")
+    return LeaseUpdate(
+        lease.lease_key,
+        (
+            AttributeEquals(codec.LEASE_OWNER, codec.string_value(lease.lease_owner)),
+            AttributeAbsent(codec.CHECKPOINT_OWNER),
+            AttributeExists(codec.LEASE_KEY),
+        ),
+        (
+            (codec.LEASE_OWNER, codec.string_value(new_owner)),
+            (codec.CHECKPOINT_OWNER, codec.string_value(lease.lease_owner)),
+        ),
+    )
+
+
+def update_meta(lease: Lease, field: MetaField) -> LeaseUpdate:
+    """Child shard ids or the hash range, on any existing item, without touching the counter."""
+    if field is MetaField.CHILD_SHARDS:
+        if not lease.child_shard_ids:
+            raise ValueError(f"lease {lease.lease_key!r} has no child shard ids to write")
+        sets = ((codec.CHILD_SHARD_IDS, codec.string_set_value(lease.child_shard_ids)),)
+    else:
+        attributes = codec.hash_key_range_attributes(lease)
+        if not attributes:
+            raise ValueError(f"lease {lease.lease_key!r} has no hash key range to write")
+        sets = tuple(attributes.items())
+    return LeaseUpdate(lease.lease_key, (AttributeExists(codec.LEASE_KEY),), sets)

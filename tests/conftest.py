@@ -1,0 +1,37 @@
+from __future__ import annotations
+
+import itertools
+import os
+import re
+from collections.abc import Iterator
+
+import boto3
+import pytest
+
+from tests.support.moto_server import running_moto_server
+
+# Tests never reach real AWS: fixed dummy credentials and region for every client they build.
+os.environ.setdefault("AWS_ACCESS_KEY_ID", "testing")
+os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "testing")
+os.environ.setdefault("AWS_DEFAULT_REGION", "us-east-1")
+for variable in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_ENDPOINT_URL"):
+    os.environ.pop(variable, None)
+
+_names = itertools.count()
+
+
+@pytest.fixture(scope="session")
+def moto_endpoint() -> Iterator[str]:
+    with running_moto_server() as endpoint:
+        yield endpoint
+
+
+@pytest.fixture
+def dynamodb_client(moto_endpoint: str):
+    return boto3.client("dynamodb", endpoint_url=moto_endpoint, region_name="us-east-1")
+
+
+@pytest.fixture
+def unique_name(request: pytest.FixtureRequest) -> str:
+    """A table/application name no other test in this session uses."""
+    return re.sub(r"[^A-Za-z0-9_.-]", "-", f"t{next(_names)}-{request.node.name}")[:60]

@@ -1,0 +1,49 @@
+"""Lease stores under test: the in-memory one and the DynamoDB one on a moto server."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import boto3
+
+from lease_core.codec import Item
+from lease_core.config import ConsumerConfig
+from lease_core.dynamodb_store import DynamoDBLeaseStore
+from lease_core.lease_store import ConditionalLeaseStore
+from lease_core.memory_store import InMemoryLeaseStore
+from lease_core.retry import RetryPolicy
+from lease_core.tables import TableAdministrator
+
+FAST_RETRIES = RetryPolicy(attempts=4, base_millis=1, max_millis=5)
+
+
+def test_config(application_name: str, **overrides: Any) -> ConsumerConfig:
+    """A configuration that polls table status quickly, as an emulator needs no patience."""
+    return ConsumerConfig(application_name=application_name, table_status_poll_seconds=0.05, **overrides)
+
+
+def dynamodb_store(endpoint: str, application_name: str, **store_options: Any) -> DynamoDBLeaseStore:
+    client = boto3.client("dynamodb", endpoint_url=endpoint, region_name="us-east-1")
+    config = test_config(application_name)
+    TableAdministrator(client, config, retry_policy=FAST_RETRIES).ensure_tables()
+    return DynamoDBLeaseStore(client, config.lease_table, retry_policy=FAST_RETRIES, **store_options)
+
+
+def put_raw_item(store: ConditionalLeaseStore, item: Item) -> None:
+    """Write an item as other tooling might, bypassing every check of ours."""
+    if isinstance(store, InMemoryLeaseStore):
+        store.put_raw_item(item)
+    else:
+        assert isinstance(store, DynamoDBLeaseStore)
+        store.client.put_item(TableName=store.table_name, Item=item)
+
+
+def raw_item(store: ConditionalLeaseStore, lease_key: str) -> Item | None:
+    """The stored item exactly as the table holds it."""
+    if isinstance(store, InMemoryLeaseStore):
+        return store.raw_item(lease_key)
+    assert isinstance(store, DynamoDBLeaseStore)
+    response = store.client.get_item(
+        TableName=store.table_name, Key={"leaseKey": {"S": lease_key}}, ConsistentRead=True
+    )
+    return response.get("Item")
