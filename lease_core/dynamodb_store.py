@@ -12,7 +12,7 @@ import botocore.exceptions
 from lease_core import codec
 from lease_core.aws import AwsCaller, error_code
 from lease_core.codec import Item
-from lease_core.errors import DependencyError, IndexNotFoundError, LeaseCoreError
+from lease_core.errors import DependencyError, IndexNotFoundError, LeaseCoreError, TableNotFoundError
 from lease_core.lease_store import ConditionalLeaseStore
 from lease_core.lease_writes import AttributeAbsent, AttributeEquals, AttributeExists, LeaseUpdate
 from lease_core.retry import RetryPolicy
@@ -158,6 +158,8 @@ class DynamoDBLeaseStore(ConditionalLeaseStore):
     def _table_size_bytes(self) -> int | None:
         try:
             description = self._call("DescribeTable", lambda: self.client.describe_table(TableName=self.table_name))
+        except TableNotFoundError:
+            raise
         except LeaseCoreError:
             return None  # sized from the last known count, or the default
         return int(description["Table"].get("TableSizeBytes", 0))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import socket
 import time
 import urllib.request
@@ -20,6 +21,7 @@ def free_port() -> int:
 @contextmanager
 def running_moto_server() -> Iterator[str]:
     """Yield the endpoint URL of a moto server bound to 127.0.0.1; stop it afterwards."""
+    logging.getLogger("werkzeug").setLevel(logging.ERROR)  # one access-log line per request otherwise
     port = free_port()
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
     server.start()

@@ -17,14 +17,14 @@ from lease_core.tables import TableAdministrator
 FAST_RETRIES = RetryPolicy(attempts=4, base_millis=1, max_millis=5)
 
 
-def test_config(application_name: str, **overrides: Any) -> ConsumerConfig:
+def fast_config(application_name: str, **overrides: Any) -> ConsumerConfig:
     """A configuration that polls table status quickly, as an emulator needs no patience."""
     return ConsumerConfig(application_name=application_name, table_status_poll_seconds=0.05, **overrides)
 
 
 def dynamodb_store(endpoint: str, application_name: str, **store_options: Any) -> DynamoDBLeaseStore:
     client = boto3.client("dynamodb", endpoint_url=endpoint, region_name="us-east-1")
-    config = test_config(application_name)
+    config = fast_config(application_name)
     TableAdministrator(client, config, retry_policy=FAST_RETRIES).ensure_tables()
     return DynamoDBLeaseStore(client, config.lease_table, retry_policy=FAST_RETRIES, **store_options)
 

@@ -1,0 +1,111 @@
+"""`leasectl` run as a real process (the installed console script) against DynamoDB on moto."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from lease_core.lease import Lease
+from lease_core.sequence import ExtendedSequenceNumber
+from tests.support.stores import dynamodb_store
+
+LEASECTL = Path(sys.executable).with_name("leasectl")
+
+
+def leasectl(*arguments: str, endpoint: str | None = None, **environment: str) -> subprocess.CompletedProcess[str]:
+    env = {key: value for key, value in os.environ.items() if not key.startswith(("AWS_ENDPOINT_URL", "KINESIS_LEASE_"))}
+    if endpoint is not None:
+        env["AWS_ENDPOINT_URL_DYNAMODB"] = endpoint
+    env.update(environment)
+    return subprocess.run([str(LEASECTL), *arguments], capture_output=True, text=True, env=env, timeout=120)
+
+
+def test_init_creates_the_three_tables_and_a_second_init_finds_them(moto_endpoint, dynamodb_client, unique_name):
+    first = leasectl("--app", unique_name, "init", endpoint=moto_endpoint)
+    assert first.returncode == 0, first.stderr
+    assert first.stdout.split("\n")[0].split() == ["created", unique_name, "(lease,", "ACTIVE)"]
+    tables = set(dynamodb_client.list_tables()["TableNames"])
+    assert {unique_name, f"{unique_name}-WorkerMetricStats", f"{unique_name}-CoordinatorState"} <= tables
+    second = leasectl("--app", unique_name, "init", endpoint=moto_endpoint)
+    assert second.returncode == 0 and second.stdout.count("exists") == 3
+
+
+def test_status_reports_leases_per_owner_with_throughput_and_checkpoints(moto_endpoint, unique_name):
+    store = dynamodb_store(moto_endpoint, unique_name)
+    for n, owner, kbps in ((0, "worker-0", 30.0), (1, "worker-0", 10.0), (2, "worker-1", 40.0), (3, None, None)):
+        store.create_lease_if_not_exists(Lease(f"shardId-{n}", checkpoint=ExtendedSequenceNumber(f"{n}00")))
+        lease = store.get_lease(f"shardId-{n}")
+        if owner is not None:
+            lease = store.assign_lease(lease, owner).lease
+            store.renew_lease(lease.replace(throughput_kbps=kbps))
+    result = leasectl("--app", unique_name, "status", "--json", endpoint=moto_endpoint)
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert [(o["owner"], o["leases"], o["throughput_kbps"], o["throughput_share"]) for o in report["owners"]] == [
+        ("worker-0", 2, 40.0, 0.5),
+        ("worker-1", 1, 40.0, 0.5),
+        ("(unassigned)", 1, 0.0, 0.0),
+    ]
+    assert [lease["checkpoint"] for lease in report["leases"]] == ["000", "100", "200", "300"]
+    text = leasectl("--app", unique_name, "status", endpoint=moto_endpoint)
+    assert "4 lease(s), 2 owner(s)" in text.stdout
+    assert any(line.split()[:3] == ["worker-0", "2", "50.0%"] for line in text.stdout.splitlines())
+
+
+def test_status_flags_a_corrupt_item_without_hiding_the_other_leases(moto_endpoint, dynamodb_client, unique_name):
+    store = dynamodb_store(moto_endpoint, unique_name)
+    store.create_lease_if_not_exists(Lease("shardId-0"))
+    dynamodb_client.put_item(TableName=unique_name, Item={"leaseKey": {"S": "shardId-x"}, "leaseCounter": {"N": "1"}})
+    result = leasectl("--app", unique_name, "status", endpoint=moto_endpoint)
+    assert result.returncode == 0
+    assert "1 lease(s)" in result.stdout
+    assert "WARNING: lease item 'shardId-x' is not a valid KCL lease: attribute 'checkpoint' is missing" in result.stdout
+
+
+def test_endpoints_come_from_the_generic_variable_or_from_configuration(moto_endpoint, unique_name, tmp_path):
+    generic = leasectl("--app", unique_name, "init", AWS_ENDPOINT_URL=moto_endpoint)
+    assert generic.returncode == 0, generic.stderr
+    config = tmp_path / "consumer.toml"
+    config.write_text(f'application_name = "{unique_name}"\naws_endpoint_url_dynamodb = "{moto_endpoint}"\n')
+    configured = leasectl("--config", str(config), "status")
+    assert configured.returncode == 0, configured.stderr
+
+
+def test_teardown_needs_yes_and_then_deletes_every_table(moto_endpoint, dynamodb_client, unique_name):
+    leasectl("--app", unique_name, "init", endpoint=moto_endpoint)
+    refused = leasectl("--app", unique_name, "teardown", endpoint=moto_endpoint)
+    assert refused.returncode == 2 and "--yes" in refused.stderr
+    done = leasectl("--app", unique_name, "teardown", "--yes", endpoint=moto_endpoint)
+    assert done.returncode == 0 and done.stdout.count("deleted") == 3
+    assert not any(name.startswith(unique_name) for name in dynamodb_client.list_tables()["TableNames"])
+
+
+def test_status_of_a_missing_table_fails_naming_the_table(moto_endpoint, unique_name):
+    result = leasectl("--app", unique_name, "status", endpoint=moto_endpoint)
+    assert result.returncode == 1
+    assert f"DynamoDB table '{unique_name}' does not exist" in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("arguments", "message"),
+    [
+        pytest.param(("--app", "demo-app"), "required", id="no-command"),
+        pytest.param(("--app", "demo-app", "frobnicate"), "invalid choice", id="unknown-command"),
+        pytest.param(("status",), "'application_name': is required", id="no-application"),
+        pytest.param(("--app", "x", "status"), "'application_name'", id="application-name-too-short"),
+        pytest.param(("--app", "demo-app", "--set", "failover_time_millis=soon", "status"), "'failover_time_millis'", id="bad-value"),
+        pytest.param(("--app", "demo-app", "--set", "failover_time_milis=5", "status"), "did you mean 'failover_time_millis'", id="misspelt-key"),
+        pytest.param(("--app", "demo-app", "--set", "dampening_percentage", "status"), "key=value", id="override-without-value"),
+        pytest.param(("--app", "demo-app", "--config", "/nonexistent.toml", "status"), "'config_file'", id="missing-config-file"),
+    ],
+)
+def test_usage_and_configuration_errors_exit_2_naming_the_problem(arguments, message):
+    result = leasectl(*arguments)
+    assert result.returncode == 2
+    assert message in result.stderr
+    assert "Traceback" not in result.stderr

@@ -1,0 +1,43 @@
+"""Fault-injecting wrappers around real boto3 clients (fakes, not mocks: every other call is real)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import botocore.exceptions
+
+
+def client_error(code: str, operation: str, status: int = 400, message: str = "injected") -> botocore.exceptions.ClientError:
+    return botocore.exceptions.ClientError(
+        {"Error": {"Code": code, "Message": message}, "ResponseMetadata": {"HTTPStatusCode": status}}, operation
+    )
+
+
+class FaultInjectingClient:
+    """Delegates to `client`, but lets `fault(method_name, call_number)` replace a call's outcome.
+
+    `fault` returns an exception to raise, a value to return instead of calling, or None to pass
+    the call through. `calls` counts calls per method.
+    """
+
+    def __init__(self, client: Any, fault: Callable[[str, int], Any]) -> None:
+        self._client = client
+        self._fault = fault
+        self.calls: dict[str, int] = {}
+
+    def __getattr__(self, name: str) -> Any:
+        target = getattr(self._client, name)
+        if not callable(target):
+            return target
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            self.calls[name] = self.calls.get(name, 0) + 1
+            outcome = self._fault(name, self.calls[name])
+            if isinstance(outcome, BaseException):
+                raise outcome
+            if outcome is not None:
+                return outcome
+            return target(*args, **kwargs)
+
+        return call
