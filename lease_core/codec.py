@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from decimal import ROUND_HALF_UP, Decimal, InvalidOperation
+from decimal import ROUND_HALF_UP, Context, Decimal, InvalidOperation
 from typing import Any
 
 from lease_core.errors import CorruptLeaseError, InvalidSequenceNumberError
@@ -68,7 +68,9 @@ def throughput_value(kbps: float) -> AttributeValue:
     """KCL rounds throughput half-up to 6 decimal places before storing it (§2.4)."""
     if not math.isfinite(kbps) or kbps < 0:
         raise ValueError(f"throughputKBps must be a finite, non-negative number, got {kbps}")
-    return {"N": str(Decimal(repr(kbps)).quantize(_THROUGHPUT_QUANTUM, rounding=ROUND_HALF_UP))}
+    # Enough digits for any finite double plus six decimals (the default context keeps only 28).
+    context = Context(prec=400, rounding=ROUND_HALF_UP)
+    return {"N": str(Decimal(repr(kbps)).quantize(_THROUGHPUT_QUANTUM, context=context))}
 
 
 def lease_to_item(lease: Lease) -> Item:
@@ -141,6 +143,7 @@ def lease_from_item(item: Mapping[str, AttributeValue]) -> Lease:
     """Decode a lease item, raising CorruptLeaseError naming the key and the bad attribute."""
     key = _describe_key(item)
     reader = _ItemReader(key, item)
+    stream_name, shard_id = reader.multi_stream()
     try:
         return Lease(
             lease_key=reader.string(LEASE_KEY, required=True),
@@ -157,8 +160,8 @@ def lease_from_item(item: Mapping[str, AttributeValue]) -> Lease:
             hash_key_range=reader.hash_key_range(),
             throughput_kbps=reader.floating(THROUGHPUT_KBPS),
             checkpoint_owner=reader.string(CHECKPOINT_OWNER),
-            stream_name=reader.string(STREAM_NAME),
-            shard_id=reader.string(SHARD_ID),
+            stream_name=stream_name,
+            shard_id=shard_id,
         )
     except ValueError as error:  # a value the model itself rejects, e.g. an inverted hash range
         raise CorruptLeaseError(key, str(error)) from error
@@ -189,7 +192,9 @@ class _ItemReader:
 
     def string(self, name: str, required: bool = False) -> str | None:
         value = self._raw(name, "S", required)
-        # KCL never writes empty strings; treat one written by other tooling as absent.
+        if value == "" and required:
+            raise CorruptLeaseError(self._key, f"attribute {name!r} is an empty string")
+        # KCL never writes empty strings; treat an optional one written by other tooling as absent.
         return value or None
 
     def integer(self, name: str, required: bool = False) -> int | None:
@@ -200,8 +205,8 @@ class _ItemReader:
             number = Decimal(raw)
         except InvalidOperation:
             raise CorruptLeaseError(self._key, f"attribute {name!r} is not a number: {raw!r}") from None
-        if number != number.to_integral_value():
-            raise CorruptLeaseError(self._key, f"attribute {name!r} must be an integer, got {raw!r}")
+        if not number.is_finite() or number != number.to_integral_value() or number < 0:
+            raise CorruptLeaseError(self._key, f"attribute {name!r} must be a non-negative integer, got {raw!r}")
         return int(number)
 
     def floating(self, name: str) -> float | None:
@@ -209,9 +214,12 @@ class _ItemReader:
         if raw is None:
             return None
         try:
-            return float(Decimal(raw))
+            number = Decimal(raw)
         except InvalidOperation:
             raise CorruptLeaseError(self._key, f"attribute {name!r} is not a number: {raw!r}") from None
+        if not number.is_finite() or number < 0:
+            raise CorruptLeaseError(self._key, f"attribute {name!r} must be a finite number >= 0, got {raw!r}")
+        return float(number)
 
     def binary(self, name: str) -> bytes | None:
         raw = self._raw(name, "B", False)
@@ -236,6 +244,18 @@ class _ItemReader:
         end = self.string(ENDING_HASH_KEY)
         if start is None or end is None:
             return None
-        if not (start.isdigit() and end.isdigit()):
-            raise CorruptLeaseError(self._key, f"hash keys must be decimal strings, got {start!r}..{end!r}")
-        return HashKeyRange.from_strings(start, end)
+        for name, value in ((STARTING_HASH_KEY, start), (ENDING_HASH_KEY, end)):
+            if not (value.isdigit() and value.isascii()):
+                raise CorruptLeaseError(self._key, f"attribute {name!r} must be a decimal string, got {value!r}")
+        try:
+            return HashKeyRange.from_strings(start, end)
+        except ValueError as error:
+            raise CorruptLeaseError(self._key, f"attributes {STARTING_HASH_KEY!r}/{ENDING_HASH_KEY!r}: {error}") from None
+
+    def multi_stream(self) -> tuple[str | None, str | None]:
+        stream_name, shard_id = self.string(STREAM_NAME), self.string(SHARD_ID)
+        if (stream_name is None) != (shard_id is None):
+            raise CorruptLeaseError(
+                self._key, f"attributes {STREAM_NAME!r} and {SHARD_ID!r} must both be present or both absent"
+            )
+        return stream_name, shard_id

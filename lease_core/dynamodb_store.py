@@ -206,7 +206,8 @@ class DynamoDBLeaseStore(ConditionalLeaseStore):
             return self.client.query(**arguments)
         except botocore.exceptions.ClientError as error:
             message = error.response.get("Error", {}).get("Message", "")
-            if error_code(error) == "ValidationException" and "index" in message.lower():
+            # DynamoDB answers ValidationException; moto answers ResourceNotFoundException.
+            if error_code(error) in {"ValidationException", "ResourceNotFoundException"} and OWNER_INDEX_NAME in message:
                 raise IndexNotFoundError(self.table_name, OWNER_INDEX_NAME) from error
             raise
 

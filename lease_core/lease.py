@@ -57,7 +57,7 @@ class StreamIdentifier:
     @classmethod
     def parse(cls, serialized: str) -> StreamIdentifier:
         parts = serialized.split(":")
-        if len(parts) != 3 or not parts[2].isdigit():
+        if len(parts) != 3 or not (parts[2].isdigit() and parts[2].isascii()):
             raise ValueError(
                 f"multi-stream identifier must be <accountId>:<streamName>:<creationEpoch>, got {serialized!r}"
             )

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 import boto3
 import pytest
 
-from tests.support.moto_server import running_moto_server
+from lease_core.emulators import moto_server
 
 # Tests never reach real AWS: fixed dummy credentials and region for every client they build.
 os.environ.setdefault("AWS_ACCESS_KEY_ID", "testing")
@@ -22,8 +22,8 @@ _names = itertools.count()
 
 @pytest.fixture(scope="session")
 def moto_endpoint() -> Iterator[str]:
-    with running_moto_server() as endpoint:
-        yield endpoint
+    with moto_server() as server:
+        yield server.endpoint
 
 
 @pytest.fixture

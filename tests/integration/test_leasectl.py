@@ -29,8 +29,8 @@ def test_init_creates_the_three_tables_and_a_second_init_finds_them(moto_endpoin
     first = leasectl("--app", unique_name, "init", endpoint=moto_endpoint)
     assert first.returncode == 0, first.stderr
     assert first.stdout.split("\n")[0].split() == ["created", unique_name, "(lease,", "ACTIVE)"]
-    tables = set(dynamodb_client.list_tables()["TableNames"])
-    assert {unique_name, f"{unique_name}-WorkerMetricStats", f"{unique_name}-CoordinatorState"} <= tables
+    for name in (unique_name, f"{unique_name}-WorkerMetricStats", f"{unique_name}-CoordinatorState"):
+        assert dynamodb_client.describe_table(TableName=name)["Table"]["TableStatus"] == "ACTIVE"
     second = leasectl("--app", unique_name, "init", endpoint=moto_endpoint)
     assert second.returncode == 0 and second.stdout.count("exists") == 3
 
@@ -82,7 +82,9 @@ def test_teardown_needs_yes_and_then_deletes_every_table(moto_endpoint, dynamodb
     assert refused.returncode == 2 and "--yes" in refused.stderr
     done = leasectl("--app", unique_name, "teardown", "--yes", endpoint=moto_endpoint)
     assert done.returncode == 0 and done.stdout.count("deleted") == 3
-    assert not any(name.startswith(unique_name) for name in dynamodb_client.list_tables()["TableNames"])
+    for name in (unique_name, f"{unique_name}-WorkerMetricStats", f"{unique_name}-CoordinatorState"):
+        with pytest.raises(dynamodb_client.exceptions.ResourceNotFoundException):
+            dynamodb_client.describe_table(TableName=name)
 
 
 def test_status_of_a_missing_table_fails_naming_the_table(moto_endpoint, unique_name):

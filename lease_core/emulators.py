@@ -1,0 +1,138 @@
+"""Local AWS emulators for the embedded default and the tests, each in its own process on loopback.
+
+`MotoServer` runs moto (DynamoDB, S3) behind a lock that serialises requests: moto's backends
+check a write's condition and apply it without any locking, so two concurrent conditional writes
+can both succeed on it, which real DynamoDB never allows. Serialising requests restores the
+per-item atomicity the lease protocol relies on.
+
+Run directly: `python -m lease_core.emulators moto --port N`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from collections.abc import Callable, Iterable
+from typing import Any
+
+LOOPBACK = "127.0.0.1"
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind((LOOPBACK, 0))
+        return probe.getsockname()[1]
+
+
+def wait_for_http(url: str, timeout_seconds: float, process: subprocess.Popen[bytes] | None = None) -> None:
+    """Poll `url` until it answers (any HTTP status), the process dies, or time runs out."""
+    deadline = time.monotonic() + timeout_seconds
+    while True:
+        if process is not None and process.poll() is not None:
+            raise RuntimeError(f"emulator process exited with status {process.returncode} before serving {url}")
+        try:
+            with urllib.request.urlopen(url, timeout=2):
+                return
+        except urllib.error.HTTPError:
+            return
+        except OSError:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"nothing answered at {url} within {timeout_seconds:.0f} s") from None
+            time.sleep(0.05)
+
+
+class EmulatorProcess:
+    """A child process serving on a loopback port; stopped by PID, waited for, never left behind."""
+
+    def __init__(self, command: list[str], port: int, health_path: str, env: dict[str, str] | None = None,
+                 cwd: str | None = None, startup_seconds: float = 60.0) -> None:
+        self.port = port
+        self.endpoint = f"http://{LOOPBACK}:{port}"
+        self._command = command
+        self._health_url = self.endpoint + health_path
+        self._env = env
+        self._cwd = cwd
+        self._startup_seconds = startup_seconds
+        self._process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def pid(self) -> int | None:
+        return None if self._process is None else self._process.pid
+
+    def start(self) -> EmulatorProcess:
+        self._process = subprocess.Popen(
+            self._command,
+            env=self._env,
+            cwd=self._cwd,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        try:
+            wait_for_http(self._health_url, self._startup_seconds, self._process)
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def stop(self) -> None:
+        if self._process is None or self._process.poll() is not None:
+            return
+        self._process.terminate()
+        try:
+            self._process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self._process.kill()
+            self._process.wait(timeout=10)
+
+    def __enter__(self) -> EmulatorProcess:
+        return self.start()
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
+
+
+def moto_server(port: int | None = None) -> EmulatorProcess:
+    """A moto server (DynamoDB and S3) with serialised requests, on a free loopback port."""
+    port = port or free_port()
+    command = [sys.executable, "-m", "lease_core.emulators", "moto", "--port", str(port)]
+    return EmulatorProcess(command, port, "/moto-api/", env={**os.environ, "PYTHONUNBUFFERED": "1"})
+
+
+def _serialised(app: Callable[..., Iterable[bytes]]) -> Callable[..., list[bytes]]:
+    lock = threading.Lock()
+
+    def application(environ: dict[str, Any], start_response: Callable[..., Any]) -> list[bytes]:
+        with lock:
+            return list(app(environ, start_response))
+
+    return application
+
+
+def _serve_moto(port: int) -> None:
+    import logging
+
+    from moto.moto_server.werkzeug_app import DomainDispatcherApplication, MotoRequestHandler, create_backend_app
+    from werkzeug.serving import make_server
+
+    logging.getLogger("werkzeug").setLevel(logging.ERROR)
+    app = _serialised(DomainDispatcherApplication(create_backend_app))
+    make_server(LOOPBACK, port, app, threaded=True, request_handler=MotoRequestHandler).serve_forever()
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m lease_core.emulators")
+    parser.add_argument("emulator", choices=["moto"])
+    parser.add_argument("--port", type=int, required=True)
+    arguments = parser.parse_args(argv)
+    _serve_moto(arguments.port)
+
+
+if __name__ == "__main__":
+    main()

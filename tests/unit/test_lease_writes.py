@@ -1,0 +1,436 @@
+"""Behaviour of the conditional writes of the lease protocol (kcl-spec.md §2.1-2.3) and their rendering."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+
+from lease_core import lease_writes
+from lease_core.dynamodb_store import render_update
+from lease_core.lease import HashKeyRange, Lease, StreamIdentifier
+from lease_core.lease_writes import (
+    AttributeAbsent,
+    AttributeEquals,
+    AttributeExists,
+    LeaseUpdate,
+    MetaField,
+)
+from lease_core.sequence import ExtendedSequenceNumber
+
+EXISTS = "exists"
+ABSENT = "absent"
+PENDING = ("pendingCheckpoint", "pendingCheckpointSubSequenceNumber", "pendingCheckpointState")
+STREAM = StreamIdentifier("123456789012", "stream", 1)
+
+
+@dataclass(frozen=True)
+class Write:
+    """A LeaseUpdate without ordering: conditions by attribute (a value, EXISTS or ABSENT), actions by kind."""
+
+    conditions: dict[str, Any]
+    set: dict[str, Any] = field(default_factory=dict)
+    remove: frozenset[str] = frozenset()
+    add: dict[str, int] = field(default_factory=dict)
+
+
+def described(update: LeaseUpdate) -> Write:
+    conditions: dict[str, Any] = {}
+    for condition in update.conditions:
+        assert condition.name not in conditions, f"two conditions on {condition.name}"
+        if isinstance(condition, AttributeEquals):
+            conditions[condition.name] = condition.value
+        elif isinstance(condition, AttributeExists):
+            conditions[condition.name] = EXISTS
+        else:
+            assert isinstance(condition, AttributeAbsent)
+            conditions[condition.name] = ABSENT
+    return Write(
+        conditions,
+        dict(update.set_attributes),
+        frozenset(update.remove_attributes),
+        dict(update.add_numbers),
+    )
+
+
+def n(value: int) -> dict[str, str]:
+    return {"N": str(value)}
+
+
+def s(value: str) -> dict[str, str]:
+    return {"S": value}
+
+
+OWNED = Lease("shardId-1", lease_owner="worker-a", lease_counter=3)
+IN_HANDOFF = Lease("shardId-1", lease_owner="worker-b", checkpoint_owner="worker-a", lease_counter=3)
+UNOWNED = Lease("shardId-1", lease_counter=3)
+HANDOFF_TO_SELF = Lease("shardId-1", lease_owner="worker-a", checkpoint_owner="worker-a", lease_counter=3)
+
+Make = Callable[[], LeaseUpdate]
+
+WRITES = [
+    # --- renew: counter-conditional +1; no handoff may have started unless the holder knows of it ---
+    pytest.param(
+        lambda: lease_writes.renew(OWNED),
+        Write({"leaseCounter": n(3), "checkpointOwner": ABSENT}, {"leaseCounter": n(4)}),
+        id="renew-without-local-checkpoint-owner",
+    ),
+    pytest.param(
+        lambda: lease_writes.renew(IN_HANDOFF),
+        Write({"leaseCounter": n(3)}, {"leaseCounter": n(4)}),
+        id="renew-with-local-checkpoint-owner",
+    ),
+    pytest.param(
+        lambda: lease_writes.renew(OWNED.replace(throughput_kbps=12.3456785)),
+        Write(
+            {"leaseCounter": n(3), "checkpointOwner": ABSENT},
+            {"leaseCounter": n(4), "throughputKBps": {"N": "12.345679"}},
+        ),
+        id="renew-with-throughput",
+    ),
+    # --- take: counter-conditional owner change that cancels a handoff ---
+    pytest.param(
+        lambda: lease_writes.take(OWNED, "worker-b"),
+        Write(
+            {"leaseCounter": n(3)},
+            {"leaseCounter": n(4), "leaseOwner": s("worker-b")},
+            frozenset({"checkpointOwner"}),
+            {"ownerSwitchesSinceCheckpoint": 1},
+        ),
+        id="take-owner-change-counts-a-switch",
+    ),
+    pytest.param(
+        lambda: lease_writes.take(OWNED, "worker-a"),
+        Write(
+            {"leaseCounter": n(3)},
+            {"leaseCounter": n(4), "leaseOwner": s("worker-a")},
+            frozenset({"checkpointOwner"}),
+        ),
+        id="take-same-owner-counts-no-switch",
+    ),
+    pytest.param(
+        lambda: lease_writes.take(UNOWNED, "worker-b"),
+        Write(
+            {"leaseCounter": n(3)},
+            {"leaseCounter": n(4), "leaseOwner": s("worker-b")},
+            frozenset({"checkpointOwner"}),
+        ),
+        id="take-unowned-counts-no-switch",
+    ),
+    pytest.param(
+        lambda: lease_writes.take(IN_HANDOFF, "worker-a"),
+        Write(
+            {"leaseCounter": n(3)},
+            {"leaseCounter": n(4), "leaseOwner": s("worker-a")},
+            frozenset({"checkpointOwner"}),
+            {"ownerSwitchesSinceCheckpoint": 1},
+        ),
+        id="take-back-to-checkpoint-owner-counts-a-switch",
+    ),
+    pytest.param(
+        lambda: lease_writes.take(HANDOFF_TO_SELF, "worker-a"),
+        Write(
+            {"leaseCounter": n(3)},
+            {"leaseCounter": n(4), "leaseOwner": s("worker-a")},
+            frozenset({"checkpointOwner"}),
+            {"ownerSwitchesSinceCheckpoint": 1},
+        ),
+        id="take-to-checkpoint-owner-who-is-also-owner-counts-a-switch",
+    ),
+    # --- evict: owner-conditional, fences by ADD 1 ---
+    pytest.param(
+        lambda: lease_writes.evict(OWNED),
+        Write(
+            {"leaseOwner": s("worker-a"), "checkpointOwner": ABSENT, "leaseKey": EXISTS},
+            remove=frozenset({"leaseOwner", "checkpointOwner"}),
+            add={"leaseCounter": 1},
+        ),
+        id="evict-without-checkpoint-owner-drops-the-owner",
+    ),
+    pytest.param(
+        lambda: lease_writes.evict(IN_HANDOFF),
+        Write(
+            {"leaseOwner": s("worker-b"), "checkpointOwner": s("worker-a"), "leaseKey": EXISTS},
+            remove=frozenset({"checkpointOwner"}),
+            add={"leaseCounter": 1},
+        ),
+        id="evict-with-checkpoint-owner-drops-only-the-checkpoint-owner",
+    ),
+    pytest.param(
+        lambda: lease_writes.evict(UNOWNED),
+        Write(
+            {"leaseOwner": ABSENT, "checkpointOwner": ABSENT, "leaseKey": EXISTS},
+            remove=frozenset({"leaseOwner", "checkpointOwner"}),
+            add={"leaseCounter": 1},
+        ),
+        id="evict-unowned-expects-no-owner",
+    ),
+    # --- assign: owner-conditional (no counter check), fences by ADD 1 ---
+    pytest.param(
+        lambda: lease_writes.assign(UNOWNED, "worker-b"),
+        Write(
+            {"leaseOwner": ABSENT, "checkpointOwner": ABSENT, "leaseKey": EXISTS},
+            {"leaseOwner": s("worker-b")},
+            frozenset({"checkpointOwner"}),
+            {"leaseCounter": 1},
+        ),
+        id="assign-unowned",
+    ),
+    pytest.param(
+        lambda: lease_writes.assign(OWNED, "worker-b"),
+        Write(
+            {"leaseOwner": s("worker-a"), "checkpointOwner": ABSENT, "leaseKey": EXISTS},
+            {"leaseOwner": s("worker-b")},
+            frozenset({"checkpointOwner"}),
+            {"leaseCounter": 1, "ownerSwitchesSinceCheckpoint": 1},
+        ),
+        id="assign-owner-change-counts-a-switch",
+    ),
+    pytest.param(
+        lambda: lease_writes.assign(OWNED, "worker-a"),
+        Write(
+            {"leaseOwner": s("worker-a"), "checkpointOwner": ABSENT, "leaseKey": EXISTS},
+            {"leaseOwner": s("worker-a")},
+            frozenset({"checkpointOwner"}),
+            {"leaseCounter": 1},
+        ),
+        id="assign-same-owner-counts-no-switch",
+    ),
+    pytest.param(
+        lambda: lease_writes.assign(IN_HANDOFF, "worker-b"),
+        Write(
+            {"leaseOwner": s("worker-b"), "checkpointOwner": s("worker-a"), "leaseKey": EXISTS},
+            {"leaseOwner": s("worker-b")},
+            frozenset({"checkpointOwner"}),
+            {"leaseCounter": 1},
+        ),
+        id="assign-completing-a-handoff-counts-no-switch",
+    ),
+    pytest.param(
+        lambda: lease_writes.assign(IN_HANDOFF, "worker-a"),
+        Write(
+            {"leaseOwner": s("worker-b"), "checkpointOwner": s("worker-a"), "leaseKey": EXISTS},
+            {"leaseOwner": s("worker-a")},
+            frozenset({"checkpointOwner"}),
+            {"leaseCounter": 1, "ownerSwitchesSinceCheckpoint": 1},
+        ),
+        id="assign-back-to-checkpoint-owner-counts-a-switch",
+    ),
+    # --- graceful handoff: counter unchanged ---
+    pytest.param(
+        lambda: lease_writes.initiate_graceful_handoff(OWNED, "worker-b"),
+        Write(
+            {"leaseOwner": s("worker-a"), "checkpointOwner": ABSENT, "leaseKey": EXISTS},
+            {"leaseOwner": s("worker-b"), "checkpointOwner": s("worker-a")},
+        ),
+        id="initiate-graceful-handoff",
+    ),
+    # --- update: counter-conditional rewrite of the checkpoint fields ---
+    pytest.param(
+        lambda: lease_writes.update(OWNED.replace(checkpoint=ExtendedSequenceNumber("5", 2))),
+        Write(
+            {"leaseCounter": n(3)},
+            {
+                "leaseCounter": n(4),
+                "checkpoint": s("5"),
+                "checkpointSubSequenceNumber": n(2),
+                "ownerSwitchesSinceCheckpoint": n(0),
+            },
+            frozenset(PENDING),
+        ),
+        id="update-without-pending-removes-the-three-pending-attributes",
+    ),
+    pytest.param(
+        lambda: lease_writes.update(
+            OWNED.replace(
+                owner_switches_since_checkpoint=2,
+                pending_checkpoint=ExtendedSequenceNumber("9", 1),
+                pending_checkpoint_state=b"state",
+            )
+        ),
+        Write(
+            {"leaseCounter": n(3)},
+            {
+                "leaseCounter": n(4),
+                "checkpoint": s("TRIM_HORIZON"),
+                "checkpointSubSequenceNumber": n(0),
+                "ownerSwitchesSinceCheckpoint": n(2),
+                "pendingCheckpoint": s("9"),
+                "pendingCheckpointSubSequenceNumber": n(1),
+                "pendingCheckpointState": {"B": b"state"},
+            },
+        ),
+        id="update-with-pending-and-state",
+    ),
+    pytest.param(
+        lambda: lease_writes.update(OWNED.replace(pending_checkpoint=ExtendedSequenceNumber("9"))),
+        Write(
+            {"leaseCounter": n(3)},
+            {
+                "leaseCounter": n(4),
+                "checkpoint": s("TRIM_HORIZON"),
+                "checkpointSubSequenceNumber": n(0),
+                "ownerSwitchesSinceCheckpoint": n(0),
+                "pendingCheckpoint": s("9"),
+                "pendingCheckpointSubSequenceNumber": n(0),
+            },
+            frozenset({"pendingCheckpointState"}),
+        ),
+        id="update-with-pending-without-state-removes-the-state",
+    ),
+    pytest.param(
+        lambda: lease_writes.update(
+            OWNED.replace(
+                checkpoint=ExtendedSequenceNumber("SHARD_END"),
+                child_shard_ids={"shardId-3", "shardId-2"},
+                parent_shard_ids={"shardId-0"},
+                hash_key_range=HashKeyRange(0, 399),
+                throughput_kbps=1.0,
+            )
+        ),
+        Write(
+            {"leaseCounter": n(3)},
+            {
+                "leaseCounter": n(4),
+                "checkpoint": s("SHARD_END"),
+                "checkpointSubSequenceNumber": n(0),
+                "ownerSwitchesSinceCheckpoint": n(0),
+                "childShardIds": {"SS": ["shardId-2", "shardId-3"]},
+                "startingHashKey": s("0"),
+                "endingHashKey": s("399"),
+            },
+            frozenset(PENDING),
+        ),
+        id="update-with-children-and-hash-range-never-writes-parents-or-throughput",
+    ),
+    pytest.param(
+        lambda: lease_writes.update(Lease.for_stream(STREAM, "shardId-4", lease_owner="w", lease_counter=7)),
+        Write(
+            {"leaseCounter": n(7)},
+            {
+                "leaseCounter": n(8),
+                "checkpoint": s("TRIM_HORIZON"),
+                "checkpointSubSequenceNumber": n(0),
+                "ownerSwitchesSinceCheckpoint": n(0),
+                "streamName": s("123456789012:stream:1"),
+                "shardId": s("shardId-4"),
+            },
+            frozenset(PENDING),
+        ),
+        id="update-multi-stream-writes-stream-and-shard",
+    ),
+    # --- update_meta: any existing item, counter untouched ---
+    pytest.param(
+        lambda: lease_writes.update_meta(OWNED.replace(child_shard_ids={"shardId-9"}), MetaField.CHILD_SHARDS),
+        Write({"leaseKey": EXISTS}, {"childShardIds": {"SS": ["shardId-9"]}}),
+        id="update-meta-child-shards",
+    ),
+    pytest.param(
+        lambda: lease_writes.update_meta(
+            OWNED.replace(hash_key_range=HashKeyRange(400, 799), child_shard_ids={"shardId-9"}),
+            MetaField.HASH_KEY_RANGE,
+        ),
+        Write({"leaseKey": EXISTS}, {"startingHashKey": s("400"), "endingHashKey": s("799")}),
+        id="update-meta-hash-key-range",
+    ),
+]
+
+
+@pytest.mark.parametrize(("make", "expected"), WRITES)
+def test_each_write_has_exactly_the_protocol_conditions_and_actions(make: Make, expected: Write) -> None:
+    update = make()
+    assert update.lease_key in ("shardId-1", "123456789012:stream:1:shardId-4")
+    assert described(update) == expected
+
+
+@pytest.mark.parametrize(("make", "_expected"), WRITES)
+def test_a_write_touches_each_attribute_with_at_most_one_action(make: Make, _expected: Write) -> None:
+    update = make()
+    touched = [name for name, _ in update.set_attributes] + list(update.remove_attributes)
+    touched += [name for name, _ in update.add_numbers]
+    assert len(touched) == len(set(touched))
+
+
+REFUSED = [
+    pytest.param(lambda: lease_writes.initiate_graceful_handoff(UNOWNED, "worker-b"), id="handoff-without-owner"),
+    pytest.param(lambda: lease_writes.initiate_graceful_handoff(IN_HANDOFF, "worker-c"), id="handoff-already-in-one"),
+    pytest.param(lambda: lease_writes.update_meta(OWNED, MetaField.CHILD_SHARDS), id="meta-without-child-ids"),
+    pytest.param(lambda: lease_writes.update_meta(OWNED, MetaField.HASH_KEY_RANGE), id="meta-without-hash-range"),
+]
+
+
+@pytest.mark.parametrize("make", REFUSED)
+def test_writes_with_nothing_meaningful_to_do_are_refused(make: Make) -> None:
+    with pytest.raises(ValueError, match="shardId-1"):
+        make()
+
+
+# --- rendering as UpdateItem arguments ------------------------------------------------------------
+
+KEYWORDS = {"SET", "REMOVE", "ADD", "AND", "attribute_exists", "attribute_not_exists", "=", ",", "(", ")"}
+
+
+def placeholders(expression: str, prefix: str) -> set[str]:
+    return set(re.findall(rf"{prefix}\w+", expression))
+
+
+@pytest.mark.parametrize(("make", "_expected"), WRITES)
+def test_expressions_hold_only_placeholders_and_keywords(make: Make, _expected: Write) -> None:
+    arguments = render_update(make())
+    for expression in (arguments["UpdateExpression"], arguments["ConditionExpression"]):
+        tokens = re.findall(r"[#:]?\w+|[^\s\w]", expression)
+        assert [t for t in tokens if t not in KEYWORDS and not re.fullmatch(r"#n\d+|:v\d+", t)] == []
+
+
+@pytest.mark.parametrize(("make", "_expected"), WRITES)
+def test_every_placeholder_used_is_defined_and_every_defined_one_is_used(make: Make, _expected: Write) -> None:
+    arguments = render_update(make())
+    text = arguments["UpdateExpression"] + " " + arguments["ConditionExpression"]
+    assert placeholders(text, "#") == set(arguments["ExpressionAttributeNames"])
+    assert placeholders(text, ":") == set(arguments.get("ExpressionAttributeValues", {}))
+
+
+def test_a_complex_update_renders_its_names_and_values_through_placeholders() -> None:
+    lease = Lease.for_stream(
+        STREAM,
+        "shardId-4",
+        lease_owner="w",
+        lease_counter=7,
+        pending_checkpoint=ExtendedSequenceNumber("9", 1),
+        child_shard_ids={"shardId-5"},
+        hash_key_range=HashKeyRange(0, 399),
+    )
+    update = lease_writes.update(lease)
+    arguments = render_update(update)
+    text = arguments["UpdateExpression"] + " " + arguments["ConditionExpression"]
+    names, values = arguments["ExpressionAttributeNames"], arguments["ExpressionAttributeValues"]
+    assert placeholders(text, "#") == set(names) and placeholders(text, ":") == set(values)
+    assert set(names.values()) == {"leaseCounter", "pendingCheckpointState"} | {a for a, _ in update.set_attributes}
+    assert {"S": "123456789012:stream:1"} in values.values() and {"N": "7"} in values.values()
+    assert arguments["Key"] == {"leaseKey": {"S": "123456789012:stream:1:shardId-4"}}
+    for attribute in names.values():
+        assert attribute not in text
+    assert "123456789012" not in text
+
+
+def test_a_renew_renders_to_exactly_these_update_item_arguments() -> None:
+    assert render_update(lease_writes.renew(OWNED)) == {
+        "Key": {"leaseKey": {"S": "shardId-1"}},
+        "UpdateExpression": "SET #n2 = :v1",
+        "ConditionExpression": "#n0 = :v0 AND attribute_not_exists(#n1)",
+        "ExpressionAttributeNames": {"#n0": "leaseCounter", "#n1": "checkpointOwner", "#n2": "leaseCounter"},
+        "ExpressionAttributeValues": {":v0": {"N": "3"}, ":v1": {"N": "4"}},
+    }
+
+
+def test_an_update_without_values_omits_the_value_map() -> None:
+    update = LeaseUpdate("shardId-1", (AttributeExists("leaseKey"),), remove_attributes=("checkpointOwner",))
+    assert "ExpressionAttributeValues" not in render_update(update)
+
+
+def test_an_update_with_every_action_kind_renders_set_remove_and_add_clauses() -> None:
+    expression = render_update(lease_writes.take(OWNED, "worker-b"))["UpdateExpression"]
+    assert re.fullmatch(r"SET .+ REMOVE .+ ADD .+", expression)
