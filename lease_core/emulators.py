@@ -5,7 +5,11 @@ check a write's condition and apply it without any locking, so two concurrent co
 can both succeed on it, which real DynamoDB never allows. Serialising requests restores the
 per-item atomicity the lease protocol relies on.
 
-Run directly: `python -m lease_core.emulators moto --port N`.
+`KinesisMock` runs kinesis-mock (npm `kinesis-local`), the Kinesis emulator that models resharding
+correctly (ChildShards, closed shards ending, ShardFilter), installed by `scripts/bootstrap.sh` under
+`packaging/kinesis-mock/`.
+
+Run moto directly: `python -m lease_core.emulators moto --port N`.
 """
 
 from __future__ import annotations
@@ -19,9 +23,11 @@ import threading
 import time
 import urllib.request
 from collections.abc import Callable, Iterable
+from pathlib import Path
 from typing import Any
 
 LOOPBACK = "127.0.0.1"
+KINESIS_MOCK_HOME = Path(__file__).resolve().parents[1] / "packaging" / "kinesis-mock" / "node_modules" / "kinesis-local"
 
 
 def free_port() -> int:
@@ -103,6 +109,40 @@ def moto_server(port: int | None = None) -> EmulatorProcess:
     port = port or free_port()
     command = [sys.executable, "-m", "lease_core.emulators", "moto", "--port", str(port)]
     return EmulatorProcess(command, port, "/moto-api/", env={**os.environ, "PYTHONUNBUFFERED": "1"})
+
+
+def kinesis_mock(
+    port: int | None = None,
+    reshard_duration: str = "50ms",
+    shard_limit: int = 2000,
+    extra_env: dict[str, str] | None = None,
+) -> EmulatorProcess:
+    """kinesis-mock on a free loopback port, with fast stream operations for tests and the demo."""
+    if not (KINESIS_MOCK_HOME / "main.js").exists():
+        raise FileNotFoundError(
+            f"kinesis-mock is not installed at {KINESIS_MOCK_HOME}; run scripts/bootstrap.sh first"
+        )
+    port = port or free_port()
+    env = {
+        **os.environ,
+        "KINESIS_MOCK_PLAIN_PORT": str(port),
+        "KINESIS_MOCK_TLS_PORT": str(free_port()),  # its TLS listener would otherwise take 4567
+        "LOG_LEVEL": "WARN",
+        "SHARD_LIMIT": str(shard_limit),
+        "SHOULD_PERSIST_DATA": "false",
+        **{
+            name: reshard_duration
+            for name in (
+                "CREATE_STREAM_DURATION",
+                "DELETE_STREAM_DURATION",
+                "SPLIT_SHARD_DURATION",
+                "MERGE_SHARDS_DURATION",
+                "UPDATE_SHARD_COUNT_DURATION",
+            )
+        },
+        **(extra_env or {}),
+    }
+    return EmulatorProcess(["node", "main.js"], port, "/", env=env, cwd=str(KINESIS_MOCK_HOME))
 
 
 def _serialised(app: Callable[..., Iterable[bytes]]) -> Callable[..., list[bytes]]:

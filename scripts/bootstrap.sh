@@ -15,3 +15,15 @@ fi
 uv sync --frozen --quiet
 # Prove the installed set is consistent (the pyspark-client trap of STACK.md included).
 uv pip check --quiet --python .venv/bin/python
+
+# kinesis-mock, the Kinesis emulator, pinned by packaging/kinesis-mock/package-lock.json.
+if ! command -v node >/dev/null 2>&1; then
+  echo "bootstrap: Node.js is required for kinesis-mock; installing Debian's nodejs and npm" >&2
+  apt-get update -qq && apt-get install -y -qq nodejs npm >/dev/null
+fi
+lock=packaging/kinesis-mock/package-lock.json
+stamp=packaging/kinesis-mock/node_modules/.installed-from-lock
+if [ ! -f "$stamp" ] || ! cmp -s "$lock" "$stamp"; then
+  npm ci --prefix packaging/kinesis-mock --no-audit --no-fund --loglevel=error >/dev/null
+  cp "$lock" "$stamp"
+fi
