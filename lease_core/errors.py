@@ -156,3 +156,57 @@ class IndexNotFoundError(LeaseCoreError):
             f"DynamoDB table {self.table_name!r} has no index {self.index_name!r}; run `leasectl init` "
             "to add it (KCL 2.x tables do not have it)"
         )
+
+
+class StreamNotFoundError(LeaseCoreError):
+    """The Kinesis stream does not exist (or is being deleted)."""
+
+    def __init__(self, stream_name: str) -> None:
+        super().__init__(stream_name)
+        self.stream_name = stream_name
+
+    def __str__(self) -> str:
+        return f"Kinesis stream {self.stream_name!r} does not exist"
+
+
+class StreamNotActiveError(LeaseCoreError):
+    """The stream exists but cannot be listed yet (CREATING) or any more (DELETING)."""
+
+    retryable = True
+
+    def __init__(self, stream_name: str, status: str) -> None:
+        super().__init__(stream_name, status)
+        self.stream_name = stream_name
+        self.status = status
+
+    def __str__(self) -> str:
+        return f"Kinesis stream {self.stream_name!r} is {self.status}, not ACTIVE or UPDATING"
+
+
+class IncompleteShardListError(LeaseCoreError):
+    """A filtered shard listing did not cover the whole hash key space after every attempt (§3.2)."""
+
+    retryable = True
+
+    def __init__(self, stream_name: str, detail: str) -> None:
+        super().__init__(stream_name, detail)
+        self.stream_name = stream_name
+        self.detail = detail
+
+    def __str__(self) -> str:
+        return f"shard listing of stream {self.stream_name!r} does not cover the hash key space: {self.detail}"
+
+
+class InconsistentShardsError(LeaseCoreError):
+    """Child shards of still-open parents were found (§3.3); the sync refuses to run."""
+
+    def __init__(self, stream_name: str, shard_ids: tuple[str, ...]) -> None:
+        super().__init__(stream_name, shard_ids)
+        self.stream_name = stream_name
+        self.shard_ids = shard_ids
+
+    def __str__(self) -> str:
+        return (
+            f"stream {self.stream_name!r} lists child shards of parents that are still open: "
+            f"{', '.join(self.shard_ids)}; set ignore_unexpected_child_shards = true to sync without them"
+        )

@@ -1,0 +1,153 @@
+"""Shard sync planning: which leases a sync creates, decided purely from shards and leases.
+
+KCL's HierarchicalShardSyncer (kcl-spec.md §3.3-3.6): an empty lease table gets a lease for every
+listed shard at the initial position; a non-empty table gets leases only for open shards without a
+leased ancestor and for at most one level of missing ancestry, so that descendants wait for their
+parents' SHARD_END. Planned leases are ordered parents first (by starting sequence number).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from lease_core.lease import Lease, StreamIdentifier
+from lease_core.sequence import TRIM_HORIZON, ExtendedSequenceNumber
+from lease_core.shards import InitialPosition, Shard
+
+
+@dataclass(frozen=True)
+class LeaseKeyScheme:
+    """How a shard's lease is keyed: the bare shard id, or `<stream id>:<shard id>` in multi-stream mode."""
+
+    stream: StreamIdentifier | None = None
+
+    def lease_key(self, shard_id: str) -> str:
+        return shard_id if self.stream is None else self.stream.lease_key(shard_id)
+
+    def shard_id_of(self, lease: Lease) -> str:
+        return lease.lease_key if self.stream is None or lease.shard_id is None else lease.shard_id
+
+    def owns(self, lease: Lease) -> bool:
+        """Whether `lease` belongs to this scheme's stream (every lease does in single-stream mode)."""
+        return self.stream is None or lease.stream_name == self.stream.serialize()
+
+    def new_lease(
+        self,
+        shard_id: str,
+        checkpoint: ExtendedSequenceNumber,
+        parent_shard_ids: Iterable[str],
+        hash_key_range: object,
+    ) -> Lease:
+        fields = {
+            "checkpoint": checkpoint,
+            "parent_shard_ids": frozenset(parent_shard_ids),
+            "hash_key_range": hash_key_range,
+        }
+        if self.stream is None:
+            return Lease(shard_id, **fields)  # type: ignore[arg-type]
+        return Lease.for_stream(self.stream, shard_id, **fields)
+
+
+def inconsistent_shards(shards: Sequence[Shard]) -> frozenset[str]:
+    """§3.3: children of parents that are still open (only parents present in the listing count)."""
+    by_id = {shard.shard_id: shard for shard in shards}
+    return frozenset(
+        shard.shard_id
+        for shard in shards
+        if any(parent in by_id and by_id[parent].is_open for parent in shard.parent_shard_ids)
+    )
+
+
+def order_parents_first(leases: Iterable[Lease], shards: Sequence[Shard], scheme: LeaseKeyScheme) -> list[Lease]:
+    """§3.5: by the shard's starting sequence number, then by shard id; unlisted shards sort by id."""
+    starts = {shard.shard_id: int(shard.starting_sequence_number) for shard in shards}
+
+    def key(lease: Lease) -> tuple[int, int, str]:
+        shard_id = scheme.shard_id_of(lease)
+        return (0, starts[shard_id], shard_id) if shard_id in starts else (1, 0, shard_id)
+
+    return sorted(leases, key=key)
+
+
+def plan_for_empty_table(
+    shards: Sequence[Shard], initial_position: InitialPosition, scheme: LeaseKeyScheme = LeaseKeyScheme()
+) -> list[Lease]:
+    """§3.4: one lease per listed shard, open or closed, at the initial position."""
+    leases = [
+        scheme.new_lease(shard.shard_id, initial_position.checkpoint, shard.parent_shard_ids, shard.hash_key_range)
+        for shard in shards
+    ]
+    return order_parents_first(leases, shards, scheme)
+
+
+def plan_for_existing_leases(
+    shards: Sequence[Shard],
+    leased_shard_ids: Iterable[str],
+    initial_position: InitialPosition,
+    skipped_shard_ids: Iterable[str] = (),
+    scheme: LeaseKeyScheme = LeaseKeyScheme(),
+) -> list[Lease]:
+    """§3.5: leases for open shards with no leased ancestor, plus one level of missing ancestry.
+
+    `skipped_shard_ids` are the inconsistent shards a sync was told to ignore.
+    """
+    planner = _HierarchyPlanner(shards, frozenset(leased_shard_ids), initial_position)
+    skipped = frozenset(skipped_shard_ids)
+    for shard in shards:
+        if not shard.is_open or shard.shard_id in planner.leased or shard.shard_id in skipped:
+            continue
+        if not planner.is_descendant(shard.shard_id):
+            planner.planned[shard.shard_id] = initial_position.checkpoint
+    leases = [
+        scheme.new_lease(shard_id, checkpoint, planner.shards[shard_id].parent_shard_ids, planner.shards[shard_id].hash_key_range)
+        for shard_id, checkpoint in planner.planned.items()
+    ]
+    return order_parents_first(leases, shards, scheme)
+
+
+class _HierarchyPlanner:
+    """The memoised descendant walk of one sync run (`isDescendant` and `shouldCreateLease`)."""
+
+    def __init__(self, shards: Sequence[Shard], leased: frozenset[str], initial_position: InitialPosition) -> None:
+        self.shards = {shard.shard_id: shard for shard in shards}
+        self.leased = leased
+        self.initial_position = initial_position
+        self.planned: dict[str, ExtendedSequenceNumber] = {}
+        self._descendant: dict[str, bool] = {}
+        self._should_create: set[str] = set()
+
+    def _listed_parents(self, shard_id: str) -> list[str]:
+        # Trimmed parents (absent from the listing) are ignored; sorted for a deterministic walk.
+        return sorted(p for p in self.shards[shard_id].parent_shard_ids if p in self.shards)
+
+    def is_descendant(self, shard_id: str) -> bool:
+        if shard_id in self._descendant:
+            return self._descendant[shard_id]
+        if shard_id not in self.shards:
+            return False
+        if shard_id in self.leased:
+            self._descendant[shard_id] = True
+            return True
+        parents = self._listed_parents(shard_id)
+        descendant_parents = {p for p in parents if self.is_descendant(p) or p in self._should_create}
+        descendant = bool(descendant_parents)
+        if descendant:
+            for parent in parents:
+                self._plan_ancestor(parent, parent in descendant_parents)
+        elif self.initial_position is not InitialPosition.LATEST:
+            # Not under any leased shard: read it from its beginning (TRIM_HORIZON / AT_TIMESTAMP).
+            self._should_create.add(shard_id)
+        self._descendant[shard_id] = descendant
+        return descendant
+
+    def _plan_ancestor(self, parent: str, is_descendant_parent: bool) -> None:
+        """Step 5 of §3.5 for one parent of a descendant."""
+        if parent in self.leased:
+            return
+        if parent not in self.planned and not (parent in self._should_create or not is_descendant_parent):
+            return
+        if is_descendant_parent and self.initial_position is not InitialPosition.AT_TIMESTAMP:
+            self.planned[parent] = TRIM_HORIZON
+        else:
+            self.planned[parent] = self.initial_position.checkpoint
