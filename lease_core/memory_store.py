@@ -83,10 +83,10 @@ def _holds(condition: Condition, item: Item) -> bool:
         return condition.name in item
     if isinstance(condition, AttributeAbsent):
         return condition.name not in item
-    return _values_equal(item.get(condition.name), condition.value)
+    return values_equal(item.get(condition.name), condition.value)
 
 
-def _values_equal(stored: AttributeValue | None, expected: AttributeValue) -> bool:
+def values_equal(stored: AttributeValue | None, expected: AttributeValue) -> bool:
     """DynamoDB equality: same type, numbers compared numerically."""
     if stored is None or stored.keys() != expected.keys():
         return False

@@ -1,0 +1,132 @@
+"""The coordinator-state table (`<app>-CoordinatorState`, hash key `key`): small records the leader keeps.
+
+KCL keeps its leader lock and migration state here (kcl-spec.md §6.4); we also keep what a batch
+leader must remember between rounds (auditor hole counts, former streams, round snapshots).
+Records are low-level DynamoDB items; reads are strongly consistent, and writes can be made
+conditional on expected attribute values so that concurrent leaders cannot overwrite each other.
+"""
+
+from __future__ import annotations
+
+import copy
+import threading
+from collections.abc import Callable, Mapping
+from typing import Any, Protocol
+
+import botocore.exceptions
+
+from lease_core.aws import AwsCaller, error_code
+from lease_core.codec import AttributeValue, Item
+from lease_core.memory_store import values_equal
+from lease_core.retry import RetryPolicy
+
+KEY = "key"
+# An expectation maps an attribute to the value it must hold, or to None: "must not exist".
+Expectations = Mapping[str, AttributeValue | None]
+
+
+class CoordinatorStateStore(Protocol):
+    table_name: str
+
+    def get(self, key: str) -> Item | None: ...
+    def put(self, key: str, attributes: Item, expected: Expectations | None = None) -> bool:
+        """Write the whole record; with `expected`, only if the stored record matches (absent = must not exist)."""
+        ...
+    def delete(self, key: str, expected: Expectations | None = None) -> bool: ...
+
+
+class InMemoryCoordinatorStateStore:
+    def __init__(self, table_name: str = "in-memory-CoordinatorState") -> None:
+        self.table_name = table_name
+        self._records: dict[str, Item] = {}
+        self._lock = threading.Lock()
+
+    def get(self, key: str) -> Item | None:
+        with self._lock:
+            record = self._records.get(key)
+            return copy.deepcopy(record) if record is not None else None
+
+    def put(self, key: str, attributes: Item, expected: Expectations | None = None) -> bool:
+        with self._lock:
+            if not _matches(self._records.get(key), expected):
+                return False
+            self._records[key] = {**copy.deepcopy(attributes), KEY: {"S": key}}
+            return True
+
+    def delete(self, key: str, expected: Expectations | None = None) -> bool:
+        with self._lock:
+            if not _matches(self._records.get(key), expected):
+                return False
+            self._records.pop(key, None)
+            return True
+
+
+def _matches(record: Item | None, expected: Expectations | None) -> bool:
+    if not expected:
+        return True
+    return all(
+        (value is None and (record is None or name not in record))
+        or (value is not None and record is not None and values_equal(record.get(name), value))
+        for name, value in expected.items()
+    )
+
+
+class DynamoDBCoordinatorStateStore:
+    def __init__(self, client: Any, table_name: str, retry_policy: RetryPolicy | None = None) -> None:
+        self.client = client
+        self.table_name = table_name
+        self._caller = AwsCaller("dynamodb", retry_policy or RetryPolicy())
+
+    def _call(self, operation: str, function: Callable[[], Any]) -> Any:
+        return self._caller.call(operation, function, table_name=self.table_name)
+
+    def get(self, key: str) -> Item | None:
+        response = self._call(
+            "GetItem",
+            lambda: self.client.get_item(TableName=self.table_name, Key={KEY: {"S": key}}, ConsistentRead=True),
+        )
+        return response.get("Item")
+
+    def put(self, key: str, attributes: Item, expected: Expectations | None = None) -> bool:
+        item = {**attributes, KEY: {"S": key}}
+        return self._conditional("PutItem", lambda extra: self.client.put_item(TableName=self.table_name, Item=item, **extra), expected)
+
+    def delete(self, key: str, expected: Expectations | None = None) -> bool:
+        return self._conditional(
+            "DeleteItem",
+            lambda extra: self.client.delete_item(TableName=self.table_name, Key={KEY: {"S": key}}, **extra),
+            expected,
+        )
+
+    def _conditional(self, operation: str, call: Callable[[dict[str, Any]], Any], expected: Expectations | None) -> bool:
+        extra = _condition_arguments(expected)
+
+        def attempt() -> bool:
+            try:
+                call(extra)
+            except botocore.exceptions.ClientError as error:
+                if error_code(error) == "ConditionalCheckFailedException":
+                    return False
+                raise
+            return True
+
+        return self._call(operation, attempt)
+
+
+def _condition_arguments(expected: Expectations | None) -> dict[str, Any]:
+    if not expected:
+        return {}
+    names: dict[str, str] = {}
+    values: dict[str, AttributeValue] = {}
+    clauses = []
+    for index, (name, value) in enumerate(expected.items()):
+        names[f"#n{index}"] = name
+        if value is None:
+            clauses.append(f"attribute_not_exists(#n{index})")
+        else:
+            values[f":v{index}"] = value
+            clauses.append(f"#n{index} = :v{index}")
+    arguments: dict[str, Any] = {"ConditionExpression": " AND ".join(clauses), "ExpressionAttributeNames": names}
+    if values:
+        arguments["ExpressionAttributeValues"] = values
+    return arguments
