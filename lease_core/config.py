@@ -20,6 +20,7 @@ import re
 import tomllib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
+from datetime import datetime
 from typing import Any, Protocol, TypeAlias, get_type_hints
 from urllib.parse import urlsplit
 
@@ -139,6 +140,38 @@ class _AtLeastSetting:
     def problem(self, value: int, config: ConsumerConfig) -> str | None:
         limit = getattr(config, self.other)
         return None if value >= limit else _must_be(f"{self.allowed} ({limit})", value)
+
+
+def parse_iso_timestamp(text: str) -> datetime:
+    """An ISO 8601 time with a zone (`Z` accepted); ValueError otherwise."""
+    moment = datetime.fromisoformat(text.replace("Z", "+00:00") if text.endswith("Z") else text)
+    if moment.tzinfo is None:
+        raise ValueError(f"{text!r} has no time zone")
+    return moment
+
+
+@dataclass(frozen=True)
+class _IsoTimestamp:
+    allowed: str = "an ISO 8601 time with a time zone, such as 2026-11-22T10:00:00Z"
+
+    def problem(self, value: str, config: ConsumerConfig) -> str | None:
+        try:
+            parse_iso_timestamp(value)
+        except ValueError:
+            return _must_be(self.allowed, value)
+        return None
+
+
+@dataclass(frozen=True)
+class _TimestampGiven:
+    """AT_TIMESTAMP needs initial_position_timestamp (the lease only stores the sentinel)."""
+
+    allowed: str = "accompanied by initial_position_timestamp when AT_TIMESTAMP"
+
+    def problem(self, value: str, config: ConsumerConfig) -> str | None:
+        if value == "AT_TIMESTAMP" and config.initial_position_timestamp is None:
+            return "AT_TIMESTAMP needs initial_position_timestamp to be set"
+        return None
 
 
 _POSITIVE = _Bounds(0, low_exclusive=True)
@@ -283,6 +316,55 @@ class ConsumerConfig:
         "How often to poll a table's status while waiting for it (fixed at 10 s in KCL).",
         None,
         _POSITIVE,
+    )
+    initial_position_in_stream: str = _setting(
+        "LATEST",
+        "Where leases created by shard sync start: TRIM_HORIZON, LATEST or AT_TIMESTAMP.",
+        "initialPositionInStream",
+        _OneOf(("TRIM_HORIZON", "LATEST", "AT_TIMESTAMP")),
+        _TimestampGiven(),
+    )
+    initial_position_timestamp: str | None = _setting(
+        None,
+        "The time AT_TIMESTAMP starts at, ISO 8601 with a time zone; only stored in configuration, "
+        "as in KCL (the lease holds the sentinel AT_TIMESTAMP).",
+        "initialPositionInStreamExtended.timestamp",
+        _IsoTimestamp(),
+    )
+    ignore_unexpected_child_shards: bool = _setting(
+        False,
+        "Sync anyway when child shards of still-open parents are listed, giving those children no lease.",
+        "ignoreUnexpectedChildShards",
+    )
+    cleanup_leases_upon_shard_completion: bool = _setting(
+        True,
+        "Delete a SHARD_END lease once all its children have started and its own parents are gone.",
+        "cleanupLeasesUponShardCompletion",
+        batch_note="Cleanup runs in the leader's shard-sync step of every round instead of a 60 s timer.",
+    )
+    leases_recovery_auditor_inconsistency_confidence_threshold: int = _setting(
+        3,
+        "Consecutive audits that must see the same hash-range hole before a full shard sync runs.",
+        "leasesRecoveryAuditorInconsistencyConfidenceThreshold",
+        _AT_LEAST_ONE,
+        batch_note="Counted in rounds (one audit per round) and kept in the coordinator-state table.",
+    )
+    multi_stream: bool = _setting(
+        False,
+        "Consume several streams with one lease table, keyed <account>:<stream>:<creationEpoch>:<shardId>.",
+        "MultiStreamTracker",
+    )
+    former_streams_leases_deletion_strategy: str = _setting(
+        "NO_STREAMS_LEASES_DELETION",
+        "What happens to the leases of a stream that is no longer configured (multi-stream mode).",
+        "formerStreamsLeasesDeletionStrategy",
+        _OneOf(("NO_STREAMS_LEASES_DELETION", "FORMER_STREAMS_AUTO_DETECTION_DEFERRED_DELETION")),
+    )
+    wait_period_to_delete_former_streams_millis: int = _setting(
+        3_600_000,
+        "How long a former stream must stay unconfigured before its leases are deleted.",
+        "waitPeriodToDeleteFormerStreams",
+        _Bounds(0),
     )
     lease_assignment_strategy: str = _setting(
         "variance",

@@ -1,0 +1,57 @@
+"""Former streams in multi-stream mode: deferred deletion decided across rounds."""
+
+from __future__ import annotations
+
+import pytest
+
+from lease_core.coordinator_state import InMemoryCoordinatorStateStore
+from lease_core.lease import Lease, StreamIdentifier
+from lease_core.memory_store import InMemoryLeaseStore
+from lease_core.stream_tracking import (
+    DEFERRED_DELETION,
+    NO_DELETION,
+    FormerStreamsCleaner,
+    decide_former_streams,
+)
+
+A = "111122223333:orders:100"
+B = "111122223333:payments:200"
+HOUR = 3_600_000
+
+
+@pytest.mark.parametrize(
+    ("configured", "pending", "gone", "now", "strategy", "expected_pending", "expected_delete"),
+    [
+        pytest.param({A, B}, {}, set(), 0, DEFERRED_DELETION, {}, (), id="all-configured"),
+        pytest.param({A}, {}, set(), 5, DEFERRED_DELETION, {B: 5}, (), id="first-seen-unconfigured"),
+        pytest.param({A}, {B: 5}, set(), 5 + HOUR - 1, DEFERRED_DELETION, {B: 5}, (), id="still-waiting"),
+        pytest.param({A}, {B: 5}, set(), 5 + HOUR, DEFERRED_DELETION, {}, (B,), id="wait-elapsed"),
+        pytest.param({A}, {}, {B}, 5, DEFERRED_DELETION, {}, (B,), id="deleted-in-kinesis-goes-at-once"),
+        pytest.param({A, B}, {B: 5}, set(), 5 + HOUR, DEFERRED_DELETION, {}, (), id="reconfigured-forgets-pending"),
+        pytest.param({A}, {B: 5}, {B}, 5 + HOUR, NO_DELETION, {}, (), id="no-deletion-strategy"),
+    ],
+)
+def test_former_stream_decisions(configured, pending, gone, now, strategy, expected_pending, expected_delete):
+    decision = decide_former_streams(configured, {A, B}, pending, gone, now, strategy, HOUR)
+    assert dict(decision.pending) == expected_pending
+    assert decision.delete_leases_of == expected_delete
+
+
+def test_a_former_streams_leases_are_deleted_after_the_wait_counted_across_runs():
+    store = InMemoryLeaseStore()
+    orders, payments = StreamIdentifier.parse(A), StreamIdentifier.parse(B)
+    for stream in (orders, payments):
+        for shard in ("shardId-0", "shardId-1"):
+            store.create_lease_if_not_exists(Lease.for_stream(stream, shard))
+    now = [1_000]
+    state = InMemoryCoordinatorStateStore()
+
+    def cleaner() -> FormerStreamsCleaner:  # a new one per round: memory lives in the state store only
+        return FormerStreamsCleaner(store, state, lambda stream: True, lambda: now[0], DEFERRED_DELETION, HOUR)
+
+    first = cleaner().run([orders])
+    assert dict(first.pending) == {B: 1_000} and first.deleted_leases == {}
+    now[0] += HOUR
+    second = cleaner().run([orders])
+    assert second.deleted_leases == {B: (f"{B}:shardId-0", f"{B}:shardId-1")}
+    assert sorted(lease.stream_name for lease in store.list_leases()) == [A, A]
