@@ -15,8 +15,11 @@ from collections.abc import Callable, Sequence
 
 from lease_core import aws
 from lease_core.config import ConsumerConfig, load_config
+from lease_core.coordinator_state import DynamoDBCoordinatorStateStore
 from lease_core.dynamodb_store import DynamoDBLeaseStore
 from lease_core.errors import ConfigurationError, LeaseCoreError
+from lease_core.shard_source import KinesisShardSource
+from lease_core.shard_sync_step import ShardSyncReport, sync_streams
 from lease_core.status import render_status, status_report
 from lease_core.tables import TableAdministrator
 
@@ -45,6 +48,13 @@ def build_parser() -> argparse.ArgumentParser:
     commands.add_parser("init", help="create the lease, worker-metrics and coordinator-state tables")
     status = commands.add_parser("status", help="leases per owner with counts, throughput and checkpoints")
     status.add_argument("--json", action="store_true", help="print the report as JSON")
+    sync = commands.add_parser("sync", help="one full shard sync of the given streams now (no auditor)")
+    sync.add_argument("--stream", action="append", required=True, dest="streams", metavar="NAME",
+                      help="stream to sync; more than one selects multi-stream mode")
+    sync.add_argument("--initial-position", choices=["TRIM_HORIZON", "LATEST", "AT_TIMESTAMP"],
+                      help="where new leases start (default: initial_position_in_stream)")
+    sync.add_argument("--timestamp", metavar="ISO8601", help="the time AT_TIMESTAMP starts at")
+    sync.add_argument("--json", action="store_true", help="print the report as JSON")
     teardown = commands.add_parser("teardown", help="delete the application's three tables")
     teardown.add_argument("--yes", action="store_true", help="confirm the deletion")
     return parser
@@ -68,6 +78,11 @@ def _load(arguments: argparse.Namespace) -> ConsumerConfig:
     overrides = list(arguments.overrides)
     if arguments.app is not None:
         overrides.append(f"application_name={arguments.app}")
+    # Command options are overrides too, so they are validated (and named) like any setting.
+    if getattr(arguments, "initial_position", None):
+        overrides.append(f"initial_position_in_stream={arguments.initial_position}")
+    if getattr(arguments, "timestamp", None):
+        overrides.append(f"initial_position_timestamp={arguments.timestamp}")
     config = load_config(arguments.config, overrides=overrides)
     config.require_application_name()
     return config
@@ -84,17 +99,55 @@ def run_init(arguments: argparse.Namespace, config: ConsumerConfig) -> int:
     return EXIT_OK
 
 
-def run_status(arguments: argparse.Namespace, config: ConsumerConfig) -> int:
-    store = DynamoDBLeaseStore(
+def _lease_store(config: ConsumerConfig) -> DynamoDBLeaseStore:
+    return DynamoDBLeaseStore(
         aws.client("dynamodb", config),
         config.lease_table,
         retry_policy=aws.retry_policy(config),
         consistent_reads=config.consistent_reads,
         scan_total_segments=config.lease_table_scan_total_segments,
     )
-    report = status_report(config.lease_table, store.scan_leases())
+
+
+def run_status(arguments: argparse.Namespace, config: ConsumerConfig) -> int:
+    report = status_report(config.lease_table, _lease_store(config).scan_leases())
     print(json.dumps(report.to_dict(), indent=2) if arguments.json else render_status(report))
     return EXIT_OK
+
+
+def run_sync(arguments: argparse.Namespace, config: ConsumerConfig) -> int:
+    policy = aws.retry_policy(config)
+    report = sync_streams(
+        arguments.streams,
+        config,
+        _lease_store(config),
+        KinesisShardSource(aws.client("kinesis", config), retry_policy=policy),
+        DynamoDBCoordinatorStateStore(aws.client("dynamodb", config), config.coordinator_state_table, policy),
+    )
+    if arguments.json:
+        print(json.dumps(report.to_dict(), indent=2))
+    else:
+        print(render_sync_report(report))
+    return EXIT_OK
+
+
+def render_sync_report(report: ShardSyncReport) -> str:
+    mode = "multi-stream" if report.multi_stream else "single-stream"
+    lines = []
+    for result in report.streams:
+        path = "empty lease table" if result.table_was_empty else "existing leases"
+        lines.append(f"{result.stream_name}: {result.shards_listed} shard(s) listed ({path}, {mode})")
+        lines += [f"  created  {key}" for key in result.created]
+        if result.skipped_inconsistent:
+            lines.append(f"  skipped (parent still open): {', '.join(result.skipped_inconsistent)}")
+    lines += [f"deleted  {key}" for key in report.deleted]
+    lines += [f"WARNING: {key} was deleted before reaching SHARD_END; its records may have expired unread"
+              for key in report.possibly_unread]
+    if report.former_streams is not None:
+        lines += [f"former stream {stream} pending deletion since {since} ms"
+                  for stream, since in sorted(report.former_streams.pending.items())]
+    lines.append(f"{len(report.created)} lease(s) created, {len(report.deleted)} deleted")
+    return "\n".join(lines)
 
 
 def run_teardown(arguments: argparse.Namespace, config: ConsumerConfig) -> int:
@@ -113,6 +166,7 @@ def run_teardown(arguments: argparse.Namespace, config: ConsumerConfig) -> int:
 COMMANDS: dict[str, Callable[[argparse.Namespace, ConsumerConfig], int]] = {
     "init": run_init,
     "status": run_status,
+    "sync": run_sync,
     "teardown": run_teardown,
 }
 

@@ -210,3 +210,18 @@ class InconsistentShardsError(LeaseCoreError):
             f"stream {self.stream_name!r} lists child shards of parents that are still open: "
             f"{', '.join(self.shard_ids)}; set ignore_unexpected_child_shards = true to sync without them"
         )
+
+
+class InvalidShardLineageError(LeaseCoreError):
+    """The child shards reported at SHARD_END contradict Kinesis' resharding rules (§3.8).
+
+    Not retryable: the same child records come back on every attempt, so the lease needs an operator.
+    """
+
+    def __init__(self, lease_key: str, problem: str) -> None:
+        super().__init__(lease_key, problem)
+        self.lease_key = lease_key
+        self.problem = problem
+
+    def __str__(self) -> str:
+        return f"lease {self.lease_key!r} reached SHARD_END with invalid child shards: {self.problem}"

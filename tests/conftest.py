@@ -8,7 +8,7 @@ from collections.abc import Iterator
 import boto3
 import pytest
 
-from lease_core.emulators import moto_server
+from lease_core.emulators import kinesis_mock, moto_server
 
 # Tests never reach real AWS: fixed dummy credentials and region for every client they build.
 os.environ.setdefault("AWS_ACCESS_KEY_ID", "testing")
@@ -23,6 +23,13 @@ _names = itertools.count()
 @pytest.fixture(scope="session")
 def moto_endpoint() -> Iterator[str]:
     with moto_server() as server:
+        yield server.endpoint
+
+
+@pytest.fixture(scope="session")
+def kinesis_endpoint() -> Iterator[str]:
+    """One kinesis-mock for the session (~0.5 GB RSS, so never one per module); streams get unique names."""
+    with kinesis_mock() as server:
         yield server.endpoint
 
 

@@ -19,9 +19,14 @@ from lease_core.errors import (
     ConfigurationError,
     CorruptLeaseError,
     DependencyError,
+    InconsistentShardsError,
+    IncompleteShardListError,
     IndexNotFoundError,
     InvalidSequenceNumberError,
+    InvalidShardLineageError,
     LeaseCoreError,
+    StreamNotActiveError,
+    StreamNotFoundError,
     TableNotFoundError,
     TableNotReadyError,
     TableProtectedError,
@@ -237,6 +242,11 @@ INSTANCES = [
     pytest.param(InvalidSequenceNumberError(-1, "must be >= 0"), id="InvalidSequenceNumberError-int"),
     pytest.param(CheckpointOrderError("shardId-1", "10", "9"), id="CheckpointOrderError"),
     pytest.param(IndexNotFoundError("my-app", "LeaseOwnerToLeaseKeyIndex"), id="IndexNotFoundError"),
+    pytest.param(StreamNotFoundError("orders"), id="StreamNotFoundError"),
+    pytest.param(StreamNotActiveError("orders", "CREATING"), id="StreamNotActiveError"),
+    pytest.param(IncompleteShardListError("orders", "gap after 99"), id="IncompleteShardListError"),
+    pytest.param(InconsistentShardsError("orders", ("shardId-9",)), id="InconsistentShardsError"),
+    pytest.param(InvalidShardLineageError("shardId-1", "merged child names 1 parent"), id="InvalidShardLineageError"),
 ]
 
 ERROR_CLASSES = [
@@ -256,7 +266,13 @@ def test_every_error_survives_pickling_with_its_message_and_attributes(error: Le
     assert copy.retryable is error.retryable
 
 
-RETRYABLE_CLASSES = {DependencyError, ThrottledError, TableNotReadyError}
+RETRYABLE_CLASSES = {
+    DependencyError,
+    ThrottledError,
+    TableNotReadyError,
+    StreamNotActiveError,
+    IncompleteShardListError,
+}
 
 
 @pytest.mark.parametrize("cls", ERROR_CLASSES, ids=[cls.__name__ for cls in ERROR_CLASSES])

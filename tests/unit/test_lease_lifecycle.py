@@ -1,0 +1,395 @@
+"""A lease's life after shard sync: parents block children, SHARD_END creates children, cleanup deletes.
+
+kcl-spec.md §3.7, §3.8 and §8.3; the deciders over snapshots, the coordinators over the in-memory store.
+"""
+
+from __future__ import annotations
+
+import logging
+import pickle
+
+import pytest
+
+from lease_core.errors import InvalidShardLineageError
+from lease_core.lease import HashKeyRange, Lease, StreamIdentifier
+from lease_core.lease_lifecycle import (
+    ChildIdsRecord,
+    ChildLeaseOutcome,
+    CleanupOutcome,
+    CleanupPlan,
+    CleanupReason,
+    LeaseDeletion,
+    apply_cleanup,
+    blocking_parents,
+    create_child_leases,
+    parents_have_finished,
+    plan_lease_cleanup,
+)
+from lease_core.memory_store import InMemoryLeaseStore
+from lease_core.sequence import AT_TIMESTAMP, LATEST, SHARD_END, TRIM_HORIZON, ExtendedSequenceNumber
+from lease_core.shard_sync import LeaseKeyScheme
+from lease_core.shards import ChildShard, Shard
+from tests.support.lineage import LineageBuilder, shard_id
+
+S = shard_id
+SINGLE = LeaseKeyScheme()
+READING = ExtendedSequenceNumber("1500")
+HALF = HashKeyRange(0, 2**127 - 1)
+OTHER_HALF = HashKeyRange(2**127, 2**128 - 1)
+
+
+def lease(n: int, checkpoint: ExtendedSequenceNumber = READING, parents=(), children=()) -> Lease:
+    return Lease(
+        S(n),
+        checkpoint=checkpoint,
+        parent_shard_ids=frozenset(S(p) for p in parents),
+        child_shard_ids=frozenset(S(c) for c in children),
+    )
+
+
+def by_key(*leases: Lease) -> dict[str, Lease]:
+    return {item.lease_key: item for item in leases}
+
+
+def store_with(*leases: Lease) -> InMemoryLeaseStore:
+    store = InMemoryLeaseStore()
+    for item in leases:
+        assert store.create_lease_if_not_exists(item)
+    return store
+
+
+def stored(store: InMemoryLeaseStore, key: str) -> Lease:
+    found = store.get_lease(key)
+    assert found is not None, f"lease {key} should exist"
+    return found
+
+
+# --- §3.7: parents block their children ----------------------------------------------------------
+
+BLOCKING_CASES = [
+    pytest.param(lease(2), [], set(), id="no-parents-never-blocks"),
+    pytest.param(lease(2, parents=[0]), [lease(0, SHARD_END)], set(), id="parent-at-shard-end-lets-child-read"),
+    pytest.param(lease(2, parents=[0]), [lease(0, READING)], {S(0)}, id="parent-still-reading-blocks"),
+    pytest.param(lease(2, parents=[0]), [lease(0, TRIM_HORIZON)], {S(0)}, id="parent-not-started-blocks"),
+    pytest.param(lease(2, parents=[0]), [], set(), id="deleted-parent-does-not-block"),
+    pytest.param(
+        lease(2, parents=[0, 1]), [lease(0, SHARD_END), lease(1, LATEST)], {S(1)}, id="merge-one-parent-unfinished"
+    ),
+    pytest.param(lease(2, parents=[0, 1]), [lease(0, SHARD_END)], set(), id="merge-one-finished-one-deleted"),
+]
+
+
+@pytest.mark.parametrize(("child", "parents", "expected"), BLOCKING_CASES)
+def test_blocking_parents_in_a_snapshot(child, parents, expected):
+    assert blocking_parents(child, by_key(child, *parents), SINGLE) == expected
+
+
+@pytest.mark.parametrize(("child", "parents", "expected"), BLOCKING_CASES)
+def test_parents_have_finished_reads_the_store(child, parents, expected):
+    store = store_with(child, *parents)
+    assert parents_have_finished(store, child, SINGLE) is (not expected)
+
+
+def test_multi_stream_parents_are_looked_up_under_the_stream_key():
+    scheme = LeaseKeyScheme(StreamIdentifier("123456789012", "orders", 1700000000))
+    child = scheme.new_lease(S(2), TRIM_HORIZON, {S(0)}, HALF)
+    parent = scheme.new_lease(S(0), READING, (), HALF)
+    # A single-stream lease with the bare parent id belongs to no stream and must not be consulted.
+    store = store_with(child, parent, Lease(S(0), checkpoint=SHARD_END))
+    assert blocking_parents(child, by_key(child, parent), scheme) == {parent.lease_key}
+    assert not parents_have_finished(store, child, scheme)
+
+
+# --- §3.8: child leases at SHARD_END -------------------------------------------------------------
+
+
+def split_children() -> tuple[Shard, list[ChildShard]]:
+    lineage = LineageBuilder(1)
+    lineage.split(S(0))
+    shards = {shard.shard_id: shard for shard in lineage.shards()}
+    children = [ChildShard(s, frozenset({S(0)}), shards[s].hash_key_range) for s in (S(1), S(2))]
+    return shards[S(0)], children
+
+
+def merged_child(parents: frozenset[str] = frozenset({S(0), S(1)})) -> ChildShard:
+    return ChildShard(S(2), parents, HashKeyRange(0, 2**128 - 1))
+
+
+def test_a_split_creates_both_children_at_trim_horizon_and_records_them_on_the_parent():
+    parent_shard, children = split_children()
+    parent = Lease(S(0), checkpoint=SHARD_END, hash_key_range=parent_shard.hash_key_range)
+    store = store_with(parent)
+
+    outcome = create_child_leases(store, parent, children, SINGLE)
+
+    assert outcome == ChildLeaseOutcome(created=(S(1), S(2)), existing=(), child_ids_recorded=True)
+    assert stored(store, S(0)).child_shard_ids == {S(1), S(2)}
+    for child in children:
+        created = stored(store, child.shard_id)
+        assert (created.checkpoint, created.parent_shard_ids) == (TRIM_HORIZON, {S(0)})
+        assert created.hash_key_range == child.hash_key_range
+        assert (created.lease_owner, created.lease_counter) == (None, 0)
+
+
+def test_running_child_creation_again_creates_nothing_and_keeps_the_children():
+    parent_shard, children = split_children()
+    parent = Lease(S(0), checkpoint=SHARD_END)
+    store = store_with(parent)
+    create_child_leases(store, parent, children, SINGLE)
+    started = store.checkpoint(stored(store, S(1)), READING).lease
+
+    again = create_child_leases(store, stored(store, S(0)), children, SINGLE)
+
+    assert (again.created, again.existing, again.deferred) == ((), (S(1), S(2)), False)
+    assert stored(store, S(1)) == started, "an existing child lease is never overwritten"
+
+
+@pytest.mark.parametrize(
+    ("leased_parents", "deferred", "created"),
+    [
+        pytest.param({0, 1}, False, (S(2),), id="both-parent-leases-exist-creates-the-child"),
+        pytest.param(set(), False, (S(2),), id="neither-parent-lease-exists-creates-the-child"),
+        pytest.param({0}, True, (), id="only-this-parent-leased-defers"),
+        pytest.param({1}, True, (), id="only-the-other-parent-leased-defers"),
+    ],
+)
+def test_merge_creates_the_child_only_when_both_or_neither_parent_lease_exists(leased_parents, deferred, created):
+    parent = lease(0, SHARD_END)
+    store = store_with(*(lease(n, SHARD_END) for n in leased_parents))
+
+    outcome = create_child_leases(store, parent, [merged_child()], SINGLE)
+
+    assert (outcome.deferred, outcome.created) == (deferred, created)
+    assert (store.get_lease(S(2)) is None) is deferred
+
+
+def test_a_deferred_merge_says_which_parent_it_waits_for_and_writes_nothing():
+    parent = lease(0, SHARD_END)
+    store = store_with(parent)
+
+    outcome = create_child_leases(store, parent, [merged_child()], SINGLE)
+
+    assert outcome.deferred and not outcome.child_ids_recorded
+    assert S(1) in outcome.reason
+    assert stored(store, S(0)).child_shard_ids == frozenset()
+
+
+@pytest.mark.parametrize(
+    "parents",
+    [
+        pytest.param(frozenset({S(0)}), id="one-parent"),
+        pytest.param(frozenset(), id="no-parent"),
+        pytest.param(frozenset({S(0), S(1), S(5)}), id="three-parents"),
+    ],
+)
+def test_a_single_child_without_exactly_two_parents_is_invalid_lineage(parents):
+    parent = lease(0, SHARD_END)
+    store = store_with(parent)
+    with pytest.raises(InvalidShardLineageError) as caught:
+        create_child_leases(store, parent, [merged_child(parents)], SINGLE)
+    assert caught.value.lease_key == S(0)
+    assert S(0) in str(caught.value) and "exactly two" in str(caught.value)
+    assert store.get_lease(S(2)) is None
+
+
+def test_invalid_lineage_pickles_and_is_not_retryable():
+    error = InvalidShardLineageError("shardId-1", "the merged child names 1 parent")
+    copy = pickle.loads(pickle.dumps(error))
+    assert (type(copy), str(copy), copy.args, vars(copy)) == (type(error), str(error), error.args, vars(error))
+    assert not copy.retryable
+
+
+class ReadRecordingStore(InMemoryLeaseStore):
+    """Remembers the consistency of every single-lease read."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.reads: list[bool | None] = []
+
+    def get_lease(self, lease_key: str, consistent: bool | None = None) -> Lease | None:
+        self.reads.append(consistent)
+        return super().get_lease(lease_key, consistent)
+
+
+def test_parent_leases_are_read_strongly_consistently():
+    # An eventually consistent read could miss a parent lease created moments ago.
+    store = ReadRecordingStore()
+    parents_have_finished(store, lease(2, parents=[0, 1]), SINGLE)
+    create_child_leases(store, lease(0, SHARD_END), [merged_child()], SINGLE)
+    assert store.reads == [True] * 4
+
+
+def test_no_children_writes_nothing():
+    parent = lease(0, SHARD_END)
+    store = store_with(parent)
+    assert create_child_leases(store, parent, [], SINGLE) == ChildLeaseOutcome()
+    assert stored(store, S(0)) == parent
+
+
+def test_children_are_created_even_when_the_parent_lease_was_deleted_meanwhile():
+    _, children = split_children()
+    store = InMemoryLeaseStore()
+    outcome = create_child_leases(store, lease(0, SHARD_END), children, SINGLE)
+    assert (outcome.created, outcome.child_ids_recorded) == ((S(1), S(2)), False)
+
+
+def test_multi_stream_children_get_stream_keys_and_bare_ids_on_the_parent():
+    stream = StreamIdentifier("123456789012", "orders", 1700000000)
+    scheme = LeaseKeyScheme(stream)
+    _, children = split_children()
+    parent = scheme.new_lease(S(0), SHARD_END, (), HALF)
+    store = store_with(parent)
+
+    outcome = create_child_leases(store, parent, children, scheme)
+
+    assert outcome.created == (stream.lease_key(S(1)), stream.lease_key(S(2)))
+    child = stored(store, stream.lease_key(S(1)))
+    assert (child.stream_name, child.shard_id, child.parent_shard_ids) == (stream.serialize(), S(1), {S(0)})
+    assert stored(store, parent.lease_key).child_shard_ids == {S(1), S(2)}
+
+
+# --- §8.3: cleanup -------------------------------------------------------------------------------
+
+
+def split_lineage() -> list[Shard]:
+    """Shard 0 split into 1 and 2, and shard 1 split again into 3 and 4."""
+    lineage = LineageBuilder(1)
+    lineage.split(S(0))
+    lineage.split(S(1))
+    return lineage.shards()
+
+
+def listing_without(*removed: int) -> list[Shard]:
+    return [shard for shard in split_lineage() if shard.shard_id not in {S(n) for n in removed}]
+
+
+FINISHED_PARENT = lease(0, SHARD_END, children=[1, 2])
+UNRECORDED_PARENT = lease(0, SHARD_END)
+DONE = LeaseDeletion(S(0), CleanupReason.COMPLETED)
+
+CLEANUP_CASES = [
+    pytest.param(
+        [FINISHED_PARENT, lease(1, READING, [0]), lease(2, SHARD_END, [0])], split_lineage(), True,
+        {DONE}, {}, id="children-all-started-parent-deleted",
+    ),
+    pytest.param(
+        [FINISHED_PARENT, lease(1, READING, [0])], split_lineage(), True,
+        set(), {}, id="a-child-lease-not-created-yet-parent-stays",
+    ),
+    pytest.param(
+        [FINISHED_PARENT, lease(1, READING, [0]), lease(2, TRIM_HORIZON, [0])], split_lineage(), True,
+        set(), {}, id="a-child-still-at-trim-horizon-parent-stays",
+    ),
+    pytest.param(
+        [FINISHED_PARENT, lease(1, READING, [0]), lease(2, AT_TIMESTAMP, [0])], split_lineage(), True,
+        set(), {}, id="a-child-still-at-at-timestamp-parent-stays",
+    ),
+    pytest.param(
+        [FINISHED_PARENT, lease(1, SHARD_END, [0], [3, 4]), lease(2, READING, [0]),
+         lease(3, READING, [1]), lease(4, LATEST, [1])], split_lineage(), True,
+        {DONE}, {}, id="own-parent-lease-present-waits-for-a-later-round",
+    ),
+    pytest.param(
+        [UNRECORDED_PARENT, lease(1, READING, [0]), lease(2, TRIM_HORIZON, [0])], split_lineage(), True,
+        set(), {S(0): {S(1), S(2)}}, id="child-ids-learned-from-the-listing-are-recorded",
+    ),
+    pytest.param(
+        [UNRECORDED_PARENT, lease(1, READING, [0]), lease(2, READING, [0])], split_lineage(), True,
+        {DONE}, {}, id="child-ids-learned-from-the-listing-complete-the-parent",
+    ),
+    pytest.param(
+        [UNRECORDED_PARENT], listing_without(1, 2, 3, 4), True,
+        set(), {}, id="shard-end-without-known-children-stays",
+    ),
+    pytest.param(
+        [lease(0, READING), lease(1, TRIM_HORIZON, [0])], split_lineage(), True,
+        set(), {}, id="a-lease-still-reading-stays",
+    ),
+    pytest.param(
+        [FINISHED_PARENT, lease(1, READING, [0]), lease(2, READING, [0])], split_lineage(), False,
+        set(), {}, id="completed-cleanup-disabled",
+    ),
+    pytest.param(
+        [lease(0, SHARD_END, children=[1, 2]), lease(1, READING, [0]), lease(2, READING, [0])], listing_without(0),
+        True, {LeaseDeletion(S(0), CleanupReason.SHARD_GONE)}, {}, id="garbage-at-shard-end-deleted-as-gone",
+    ),
+    pytest.param(
+        [lease(0, READING), lease(1, TRIM_HORIZON, [0])], listing_without(0), True,
+        {LeaseDeletion(S(0), CleanupReason.SHARD_GONE, unread_records_possible=True)}, {},
+        id="garbage-not-at-shard-end-flagged-as-possibly-unread",
+    ),
+    pytest.param(
+        [lease(0, READING), lease(1, TRIM_HORIZON, [0])], listing_without(0), False,
+        {LeaseDeletion(S(0), CleanupReason.SHARD_GONE, unread_records_possible=True)}, {},
+        id="garbage-deleted-even-with-completed-cleanup-disabled",
+    ),
+    pytest.param(
+        [FINISHED_PARENT, lease(1, READING, [0]), lease(2, READING, [0]), lease(9, READING), lease(5, SHARD_END)],
+        None, True, {DONE}, {}, id="listing-unavailable-only-recorded-children-decide",
+    ),
+    pytest.param(
+        [lease(9, READING)], [], True, set(), {}, id="an-empty-listing-counts-as-unavailable",
+    ),
+]
+
+
+@pytest.mark.parametrize(("leases", "shards", "on_completion", "deletions", "records"), CLEANUP_CASES)
+def test_cleanup_plan(leases, shards, on_completion, deletions, records):
+    plan = plan_lease_cleanup(leases, shards, SINGLE, cleanup_on_completion=on_completion)
+    assert set(plan.deletions) == deletions
+    assert {record.lease.lease_key: record.child_ids for record in plan.record_child_ids} == records
+
+
+def test_cleanup_ignores_the_leases_of_other_streams():
+    orders = StreamIdentifier("123456789012", "orders", 1)
+    clicks = StreamIdentifier("123456789012", "clicks", 1)
+    scheme = LeaseKeyScheme(orders)
+    foreign = Lease.for_stream(clicks, S(7))
+    gone = Lease.for_stream(orders, S(8))
+    plan = plan_lease_cleanup([foreign, gone], split_lineage(), scheme)
+    assert plan.deletions == (LeaseDeletion(gone.lease_key, CleanupReason.SHARD_GONE, True),)
+
+
+def test_apply_cleanup_records_child_ids_deletes_leases_and_counts_them(caplog):
+    parent = UNRECORDED_PARENT
+    store = store_with(parent, lease(1), lease(2, TRIM_HORIZON), lease(5, SHARD_END), lease(6, READING))
+    plan = CleanupPlan(
+        deletions=(
+            LeaseDeletion(S(5), CleanupReason.COMPLETED),
+            LeaseDeletion(S(6), CleanupReason.SHARD_GONE, unread_records_possible=True),
+        ),
+        record_child_ids=(ChildIdsRecord(parent, frozenset({S(1), S(2)})),),
+    )
+
+    with caplog.at_level(logging.WARNING, logger="lease_core.lease_lifecycle"):
+        outcome = apply_cleanup(store, plan)
+
+    assert outcome == CleanupOutcome(
+        child_ids_recorded=1, completed_deleted=1, garbage_deleted=1, possibly_unread=(S(6),), deleted=(S(5), S(6))
+    )
+    assert stored(store, S(0)).child_shard_ids == {S(1), S(2)}
+    assert store.get_lease(S(5)) is None and store.get_lease(S(6)) is None
+    assert S(6) in caplog.text and "data loss" in caplog.text
+
+
+def test_apply_cleanup_tolerates_leases_already_gone():
+    plan = CleanupPlan((LeaseDeletion(S(5), CleanupReason.COMPLETED),), (ChildIdsRecord(lease(0), frozenset({S(1)})),))
+    assert apply_cleanup(InMemoryLeaseStore(), plan) == CleanupOutcome(completed_deleted=1, deleted=(S(5),))
+
+
+def test_a_split_parent_is_cleaned_up_only_after_both_children_started():
+    parent_shard, children = split_children()
+    store = store_with(Lease(S(0), checkpoint=READING, hash_key_range=parent_shard.hash_key_range))
+    shards = [parent_shard] + [Shard(c.shard_id, c.hash_key_range, "2000", S(0)) for c in children]
+
+    def clean() -> CleanupOutcome:
+        return apply_cleanup(store, plan_lease_cleanup(store.list_leases(), shards, SINGLE))
+
+    store.checkpoint(stored(store, S(0)), SHARD_END)
+    create_child_leases(store, stored(store, S(0)), children, SINGLE)
+    assert parents_have_finished(store, stored(store, S(1)), SINGLE)
+    assert clean().completed_deleted == 0, "children still at TRIM_HORIZON"
+    for child in children:
+        store.checkpoint(stored(store, child.shard_id), READING)
+    assert clean().completed_deleted == 1
+    assert sorted(item.lease_key for item in store.list_leases()) == [S(1), S(2)]
