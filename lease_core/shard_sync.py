@@ -29,8 +29,10 @@ class LeaseKeyScheme:
         return lease.lease_key if self.stream is None or lease.shard_id is None else lease.shard_id
 
     def owns(self, lease: Lease) -> bool:
-        """Whether `lease` belongs to this scheme's stream (every lease does in single-stream mode)."""
-        return self.stream is None or lease.stream_name == self.stream.serialize()
+        """Whether `lease` belongs to this scheme's stream; single-stream mode owns no multi-stream lease."""
+        if self.stream is None:
+            return lease.stream_name is None
+        return lease.stream_name == self.stream.serialize()
 
     def new_lease(
         self,

@@ -12,6 +12,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 
 from lease_core.config import ConsumerConfig
+from lease_core.errors import ConfigurationError
 from lease_core.coordinator_state import CoordinatorStateStore
 from lease_core.lease_lifecycle import CleanupOutcome, apply_cleanup, plan_lease_cleanup
 from lease_core.lease_store import LeaseStore
@@ -58,6 +59,20 @@ def is_multi_stream(config: ConsumerConfig, stream_names: Sequence[str]) -> bool
     return config.multi_stream or len(stream_names) > 1
 
 
+def _require_matching_lease_mode(store: LeaseStore, multi_stream: bool) -> None:
+    """Refuse to sync a table whose leases were keyed in the other mode: the keys would not match
+    the shards, and cleanup would take every lease for garbage."""
+    for lease in store.list_leases():
+        if lease.is_multi_stream != multi_stream:
+            found = "multi-stream" if lease.is_multi_stream else "single-stream"
+            raise ConfigurationError(
+                "multi_stream",
+                f"the lease table holds {found} leases (e.g. {lease.lease_key!r}) but this sync runs in "
+                f"{'multi' if multi_stream else 'single'}-stream mode; set multi_stream = "
+                f"{str(lease.is_multi_stream).lower()} (several --stream options also select multi-stream mode)",
+            )
+
+
 def sync_streams(
     stream_names: Sequence[str],
     config: ConsumerConfig,
@@ -69,6 +84,8 @@ def sync_streams(
     """One full shard sync of every configured stream (no auditor involved)."""
     if not stream_names:
         raise ValueError("at least one stream is needed")
+    multi_stream = is_multi_stream(config, stream_names)
+    _require_matching_lease_mode(store, multi_stream)
     syncer = ShardSyncer(store, source, initial_position_of(config), config.ignore_unexpected_child_shards)
 
     def sync_and_clean(stream_name: str, scheme: LeaseKeyScheme) -> tuple[StreamSyncResult, CleanupOutcome]:
@@ -78,7 +95,7 @@ def sync_streams(
         )
         return result, apply_cleanup(store, plan)
 
-    if not is_multi_stream(config, stream_names):
+    if not multi_stream:
         result, cleanup = sync_and_clean(stream_names[0], LeaseKeyScheme())
         return ShardSyncReport(False, (result,), (cleanup,))
     identifiers = [source.stream_identifier(name) for name in stream_names]

@@ -1,0 +1,91 @@
+"""The leader's shard-sync step in process, against kinesis-mock and DynamoDB on moto."""
+
+from __future__ import annotations
+
+import boto3
+import pytest
+
+from lease_core.coordinator_state import DynamoDBCoordinatorStateStore
+from lease_core.errors import ConfigurationError, InconsistentShardsError
+from lease_core.lease import Lease
+from lease_core.sequence import ExtendedSequenceNumber
+from lease_core.shard_source import KinesisShardSource
+from lease_core.shard_sync_step import sync_streams
+from tests.support.faults import FaultInjectingClient
+from tests.support.kinesis import build_seed_lineage, create_stream, kinesis_client
+from tests.support.stores import FAST_RETRIES, dynamodb_store, fast_config
+
+
+def state_store(moto_endpoint: str, app: str) -> DynamoDBCoordinatorStateStore:
+    client = boto3.client("dynamodb", endpoint_url=moto_endpoint, region_name="us-east-1")
+    return DynamoDBCoordinatorStateStore(client, f"{app}-CoordinatorState", FAST_RETRIES)
+
+
+class ReopeningClient(FaultInjectingClient):
+    def __init__(self, client, shard_id: str) -> None:
+        super().__init__(client, lambda method, number: None)
+        self._shard_id = shard_id
+
+    def list_shards(self, **arguments):
+        page = self._client.list_shards(**arguments)
+        for shard in page["Shards"]:
+            if shard["ShardId"] == self._shard_id:
+                shard["SequenceNumberRange"].pop("EndingSequenceNumber", None)
+        return page
+
+
+def test_children_of_an_open_parent_stop_the_sync_unless_told_to_ignore_them(moto_endpoint, kinesis_endpoint, unique_name):
+    client = kinesis_client(kinesis_endpoint)
+    seed = build_seed_lineage(client, unique_name)
+    store = dynamodb_store(moto_endpoint, unique_name)
+    store.create_lease_if_not_exists(Lease(seed[4], checkpoint=ExtendedSequenceNumber("1")))
+    source = KinesisShardSource(ReopeningClient(client, seed[5]), retry_policy=FAST_RETRIES)
+    config = fast_config(unique_name)
+    with pytest.raises(InconsistentShardsError, match=f"{seed[9]}, {seed[10]}"):
+        sync_streams([unique_name], config, store, source, state_store(moto_endpoint, unique_name))
+    assert [lease.lease_key for lease in store.list_leases()] == [seed[4]], "nothing was created"
+    report = sync_streams(
+        [unique_name], config.with_overrides(ignore_unexpected_child_shards=True), store, source,
+        state_store(moto_endpoint, unique_name),
+    )
+    assert seed[9] not in report.created and seed[10] not in report.created
+    assert report.streams[0].skipped_inconsistent == (seed[9], seed[10])
+
+
+def test_a_former_streams_leases_are_deleted_when_the_strategy_says_so(moto_endpoint, kinesis_endpoint, unique_name):
+    client = kinesis_client(kinesis_endpoint)
+    kept, dropped = f"{unique_name[:40]}-kept", f"{unique_name[:40]}-dropped"
+    create_stream(client, kept, 1)
+    create_stream(client, dropped, 2)
+    store = dynamodb_store(moto_endpoint, unique_name)
+    source = KinesisShardSource(client, retry_policy=FAST_RETRIES)
+    state = state_store(moto_endpoint, unique_name)
+    now = [10_000]
+    config = fast_config(
+        unique_name,
+        former_streams_leases_deletion_strategy="FORMER_STREAMS_AUTO_DETECTION_DEFERRED_DELETION",
+        wait_period_to_delete_former_streams_millis=60_000,
+        multi_stream=True,
+    )
+    first = sync_streams([kept, dropped], config, store, source, state, lambda: now[0])
+    assert len(first.created) == 3 and first.multi_stream
+    pending = sync_streams([kept], config, store, source, state, lambda: now[0])
+    assert pending.deleted == () and len(pending.former_streams.pending) == 1
+    now[0] += 60_000
+    done = sync_streams([kept], config, store, source, state, lambda: now[0])
+    assert len(done.deleted) == 2 and all(f":{dropped}:" in key for key in done.deleted)
+    assert {lease.stream_name.split(":")[1] for lease in store.list_leases()} == {kept}
+
+
+def test_a_single_stream_sync_refuses_a_table_of_multi_stream_leases(moto_endpoint, kinesis_endpoint, unique_name):
+    client = kinesis_client(kinesis_endpoint)
+    first, second = f"{unique_name[:40]}-1", f"{unique_name[:40]}-2"
+    create_stream(client, first, 1)
+    create_stream(client, second, 1)
+    store = dynamodb_store(moto_endpoint, unique_name)
+    source = KinesisShardSource(client, retry_policy=FAST_RETRIES)
+    state = state_store(moto_endpoint, unique_name)
+    sync_streams([first, second], fast_config(unique_name), store, source, state)
+    with pytest.raises(ConfigurationError, match="'multi_stream'.*holds multi-stream leases"):
+        sync_streams([first], fast_config(unique_name), store, source, state)
+    assert len(store.list_leases()) == 2, "nothing was deleted"
