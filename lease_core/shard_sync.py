@@ -124,24 +124,38 @@ class _HierarchyPlanner:
         return sorted(p for p in self.shards[shard_id].parent_shard_ids if p in self.shards)
 
     def is_descendant(self, shard_id: str) -> bool:
-        if shard_id in self._descendant:
-            return self._descendant[shard_id]
-        if shard_id not in self.shards:
-            return False
-        if shard_id in self.leased:
-            self._descendant[shard_id] = True
-            return True
+        """Whether the shard has a leased (or to-be-read) ancestor, planning ancestors on the way.
+
+        An explicit stack instead of recursion: a stream resharded back and forth for long enough
+        has lineages deeper than Python's recursion limit. Parents are decided before children, in
+        the order the recursive definition visits them.
+        """
+        stack = [shard_id]
+        while stack:
+            current = stack[-1]
+            if current in self._descendant or current not in self.shards:
+                stack.pop()
+            elif current in self.leased:
+                self._descendant[current] = True
+                stack.pop()
+            elif undecided := [p for p in self._listed_parents(current) if p not in self._descendant]:
+                stack.extend(reversed(undecided))
+            else:
+                self._descendant[current] = self._decide(current)
+                stack.pop()
+        return self._descendant.get(shard_id, False)
+
+    def _decide(self, shard_id: str) -> bool:
+        """Steps 4-6 of §3.5, once every listed parent of the shard is decided."""
         parents = self._listed_parents(shard_id)
-        descendant_parents = {p for p in parents if self.is_descendant(p) or p in self._should_create}
-        descendant = bool(descendant_parents)
-        if descendant:
+        descendant_parents = {p for p in parents if self._descendant[p] or p in self._should_create}
+        if descendant_parents:
             for parent in parents:
                 self._plan_ancestor(parent, parent in descendant_parents)
         elif self.initial_position is not InitialPosition.LATEST:
             # Not under any leased shard: read it from its beginning (TRIM_HORIZON / AT_TIMESTAMP).
             self._should_create.add(shard_id)
-        self._descendant[shard_id] = descendant
-        return descendant
+        return bool(descendant_parents)
 
     def _plan_ancestor(self, parent: str, is_descendant_parent: bool) -> None:
         """Step 5 of §3.5 for one parent of a descendant."""

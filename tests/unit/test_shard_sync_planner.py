@@ -121,3 +121,14 @@ def test_multi_stream_plans_carry_stream_keys_and_attributes():
 
 def test_initial_position_sentinels():
     assert [p.checkpoint for p in InitialPosition] == [TRIM_HORIZON, LATEST, AT_TIMESTAMP]
+
+
+def test_a_lineage_deeper_than_the_recursion_limit_is_planned():
+    lineage = LineageBuilder(1)
+    current = S(0)
+    for _ in range(1500):  # split and merge back, 3,000 generations
+        low, high = lineage.split(current)
+        current = lineage.merge(low, high)
+    plan = plan_for_existing_leases(lineage.shards(), set(), InitialPosition.TRIM_HORIZON)
+    assert planned(plan) == [(S(0), "TRIM_HORIZON")]
+    assert plan_for_existing_leases(lineage.shards(), set(), InitialPosition.LATEST)[0].lease_key == current
