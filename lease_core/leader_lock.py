@@ -1,0 +1,284 @@
+"""The leader lock: one round at a time per application (DESIGN.md §4, kcl-spec.md §6.6).
+
+The lock is the `Leader` record of the coordinator-state table, with the attributes of the DynamoDB
+lock client that KCL uses, so a KCL 3.x worker and this library read each other's lock:
+`ownerName`, `leaseDuration` (decimal string, ms), `recordVersionNumber` (a fresh UUID on every
+acquire and heartbeat) and, only when released without deleting, `isReleased` = "1".
+
+There is no server-side timestamp. Expiry is *observed*: a contender remembers the local monotonic
+time at which it first saw a given `recordVersionNumber`, and considers the lock expired once it has
+seen that same version unchanged for longer than the item's `leaseDuration`. A changed version (the
+holder heartbeated) restarts the observation. Consequently a fresh observer needs two reads more
+than `leaseDuration` apart before it can take over, however old the item already is. The takeover
+is a conditional put on the observed version, so of many contenders exactly one wins. This rule is
+explicit here because lock client 1.4.0 (pinned by KCL) never took over a dead leader's lock
+(issue #1803, kcl-spec.md §11 item 1).
+
+Safety relies on the holder's clock: the holder counts its lease from *before* it sent its last
+successful write, and every observer starts counting only after reading that write, so while
+`is_held` is true no observer can have seen the version for longer than the lease duration (given
+monotonic clocks that run at about the same rate).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from types import TracebackType
+
+from lease_core.codec import Item
+from lease_core.coordinator_state import KEY, CoordinatorStateStore, Expectations
+
+log = logging.getLogger(__name__)
+
+LEADER_KEY = "Leader"
+OWNER_NAME = "ownerName"
+LEASE_DURATION = "leaseDuration"
+RECORD_VERSION_NUMBER = "recordVersionNumber"
+IS_RELEASED = "isReleased"
+RELEASED = "1"
+
+DEFAULT_LEASE_DURATION_MILLIS = 120_000
+DEFAULT_HEARTBEAT_PERIOD_MILLIS = 30_000
+# KCL releases the leader lock after this many consecutive failed leader runs (kcl-spec.md §5.2 step 11).
+FAILURES_BEFORE_RELEASE = 3
+
+
+def monotonic_millis() -> int:
+    return time.monotonic_ns() // 1_000_000
+
+
+def new_record_version() -> str:
+    return str(uuid.uuid4())
+
+
+@dataclass(frozen=True)
+class LockHolder:
+    """The lock record as stored: who holds it, at which version, for how long."""
+
+    owner_name: str
+    record_version_number: str
+    lease_duration_millis: int
+    is_released: bool = False
+
+    @classmethod
+    def from_item(cls, item: Item, default_lease_duration_millis: int) -> LockHolder:
+        """Read a lock item; a foreign item without a usable duration is given ours."""
+        return cls(
+            owner_name=item.get(OWNER_NAME, {}).get("S", ""),
+            record_version_number=item.get(RECORD_VERSION_NUMBER, {}).get("S", ""),
+            lease_duration_millis=_duration(item, default_lease_duration_millis),
+            is_released=item.get(IS_RELEASED, {}).get("S") == RELEASED,
+        )
+
+
+def _duration(item: Item, default_millis: int) -> int:
+    try:
+        return int(item[LEASE_DURATION]["S"])
+    except (KeyError, ValueError):
+        return default_millis
+
+
+@dataclass(frozen=True)
+class _Observation:
+    record_version_number: str
+    first_seen_millis: int
+
+
+class LeaderLock:
+    """One contender's view of the `Leader` record; safe to share with a `LockHeartbeat` thread."""
+
+    def __init__(
+        self,
+        state: CoordinatorStateStore,
+        owner_name: str,
+        lease_duration_millis: int = DEFAULT_LEASE_DURATION_MILLIS,
+        heartbeat_period_millis: int = DEFAULT_HEARTBEAT_PERIOD_MILLIS,
+        monotonic_millis: Callable[[], int] = monotonic_millis,
+        new_version: Callable[[], str] = new_record_version,
+    ) -> None:
+        if not owner_name:
+            raise ValueError("a leader lock needs an owner name")
+        if not 0 < heartbeat_period_millis < lease_duration_millis:
+            raise ValueError("the heartbeat period must be positive and shorter than the lease duration")
+        self.state = state
+        self.owner_name = owner_name
+        self.lease_duration_millis = lease_duration_millis
+        self.heartbeat_period_millis = heartbeat_period_millis
+        self._clock = monotonic_millis
+        self._new_version = new_version
+        # One operation at a time: a heartbeat thread and the caller must not race on our version.
+        self._mutex = threading.RLock()
+        self._version: str | None = None
+        self._last_write_millis = 0
+        self._observation: _Observation | None = None
+
+    @property
+    def record_version_number(self) -> str | None:
+        """The version we last wrote while holding the lock (to hand over to the next step)."""
+        with self._mutex:
+            return self._version
+
+    @property
+    def is_held(self) -> bool:
+        """We hold the lock and our last successful write is younger than the lease duration."""
+        with self._mutex:
+            return self._version is not None and self._clock() - self._last_write_millis < self.lease_duration_millis
+
+    def holder(self) -> LockHolder | None:
+        """The lock record as stored now, for reports and the UI; None when nobody holds it."""
+        item = self.state.get(LEADER_KEY)
+        return LockHolder.from_item(item, self.lease_duration_millis) if item is not None else None
+
+    def try_acquire(self) -> bool:
+        """Take the lock if it is free, released, ours, or observed expired; never blocks or waits."""
+        with self._mutex:
+            item = self.state.get(LEADER_KEY)
+            now = self._clock()
+            if item is None:
+                return self._write(now, {KEY: None})
+            holder = LockHolder.from_item(item, self.lease_duration_millis)
+            if holder.is_released:
+                return self._write(now, {IS_RELEASED: {"S": RELEASED}, **_version_expectation(holder)})
+            if self._version is not None and holder.record_version_number == self._version:
+                return self.heartbeat()
+            if not self._observed_expired(holder, now):
+                return False
+            log.info("taking over the leader lock of %s (version %s unchanged for longer than %d ms)",
+                     holder.owner_name, holder.record_version_number, holder.lease_duration_millis)
+            return self._write(now, {KEY: {"S": LEADER_KEY}, **_version_expectation(holder)})
+
+    def heartbeat(self) -> bool:
+        """Replace our version; False means leadership is lost (and `is_held` turns False)."""
+        with self._mutex:
+            if self._version is None:
+                return False
+            expected = {OWNER_NAME: {"S": self.owner_name}, RECORD_VERSION_NUMBER: {"S": self._version}}
+            if self._write(self._clock(), expected):
+                return True
+            log.warning("leader lock of %s lost: its record changed under it", self.owner_name)
+            self._forget()
+            return False
+
+    def resume(self, record_version_number: str) -> bool:
+        """Continue holding a lock that an earlier step of the same owner acquired (in another process).
+
+        A heartbeat on the handed-over version: it succeeds only if nobody replaced that version.
+        """
+        with self._mutex:
+            self._version = record_version_number
+            return self.heartbeat()
+
+    def release(self) -> bool:
+        """Delete the lock record if it is still ours (KCL releases by deleting); we no longer hold it."""
+        with self._mutex:
+            if self._version is None:
+                return False
+            expected = {OWNER_NAME: {"S": self.owner_name}, RECORD_VERSION_NUMBER: {"S": self._version}}
+            self._forget()
+            return self.state.delete(LEADER_KEY, expected=expected)
+
+    def _observed_expired(self, holder: LockHolder, now: int) -> bool:
+        observation = self._observation
+        if observation is None or observation.record_version_number != holder.record_version_number:
+            self._observation = _Observation(holder.record_version_number, now)
+            return False
+        return now - observation.first_seen_millis > holder.lease_duration_millis
+
+    def _write(self, now: int, expected: Expectations) -> bool:
+        """Put the lock with a fresh version; `now` is taken before the write, so our lease errs short."""
+        version = self._new_version()
+        attributes: Item = {
+            OWNER_NAME: {"S": self.owner_name},
+            LEASE_DURATION: {"S": str(self.lease_duration_millis)},
+            RECORD_VERSION_NUMBER: {"S": version},
+        }
+        if not self.state.put(LEADER_KEY, attributes, expected=expected):
+            return False
+        self._version = version
+        self._last_write_millis = now
+        self._observation = None
+        return True
+
+    def _forget(self) -> None:
+        self._version = None
+        self._last_write_millis = 0
+
+
+def _version_expectation(holder: LockHolder) -> Expectations:
+    """The observed version must be unchanged (a record written without one must still lack it)."""
+    return {RECORD_VERSION_NUMBER: {"S": holder.record_version_number} if holder.record_version_number else None}
+
+
+class LeadershipFailures:
+    """Consecutive failed leader runs; at the limit the caller releases the lock (kcl-spec.md §5.2 step 11)."""
+
+    def __init__(self, limit: int = FAILURES_BEFORE_RELEASE) -> None:
+        if limit < 1:
+            raise ValueError("the failure limit must be at least 1")
+        self.limit = limit
+        self.consecutive = 0
+
+    def record_failure(self) -> bool:
+        """Count a failure; True once there have been `limit` in a row: release the lock."""
+        self.consecutive += 1
+        return self.consecutive >= self.limit
+
+    def record_success(self) -> None:
+        self.consecutive = 0
+
+
+class LockHeartbeat:
+    """Heartbeats a held lock from a daemon thread during a long step (e.g. the Spark consume step).
+
+    `lost` is set once a heartbeat fails or, if heartbeats keep raising, once the lock is no longer
+    held by our clock; the step should then stop and commit nothing. Leaving the context stops and
+    joins the thread; it does not release the lock (the round's last step does).
+    """
+
+    def __init__(self, lock: LeaderLock, period_millis: int | None = None) -> None:
+        self.lock = lock
+        self.period_millis = period_millis or lock.heartbeat_period_millis
+        self.lost = threading.Event()
+        self._stopping = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def __enter__(self) -> LockHeartbeat:
+        self.start()
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, traceback: TracebackType | None
+    ) -> None:
+        self.stop()
+
+    def start(self) -> None:
+        if self._thread is not None:
+            raise RuntimeError("a lock heartbeat starts once")
+        if not self.lock.is_held:
+            self.lost.set()
+            return
+        self._thread = threading.Thread(target=self._run, name=f"leader-lock-heartbeat-{self.lock.owner_name}", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stopping.set()
+        if self._thread is not None:
+            self._thread.join()
+
+    def _run(self) -> None:
+        while not self._stopping.wait(self.period_millis / 1000):
+            if not self._beat():
+                self.lost.set()
+                return
+
+    def _beat(self) -> bool:
+        try:
+            return self.lock.heartbeat()
+        except Exception:  # a transient store error: keep beating while the lease lasts
+            log.warning("leader lock heartbeat failed; retrying next period", exc_info=True)
+            return self.lock.is_held

@@ -1,0 +1,81 @@
+"""Contenders race for the leader lock on DynamoDB (moto): exactly one wins each race (kcl-spec.md §6.6)."""
+
+from __future__ import annotations
+
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
+import boto3
+import pytest
+
+from lease_core.coordinator_state import DynamoDBCoordinatorStateStore
+from lease_core.leader_lock import LEADER_KEY, LeaderLock
+from tests.support.stores import FAST_RETRIES, dynamodb_store
+
+CONTENDERS = 8
+ROUNDS = 10
+LEASE = 1000
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 0
+
+    def __call__(self) -> int:
+        return self.now
+
+
+@pytest.fixture
+def state(moto_endpoint, unique_name) -> DynamoDBCoordinatorStateStore:
+    dynamodb_store(moto_endpoint, unique_name)  # creates the application's tables
+    client = boto3.client("dynamodb", endpoint_url=moto_endpoint, region_name="us-east-1")
+    return DynamoDBCoordinatorStateStore(client, f"{unique_name}-CoordinatorState", retry_policy=FAST_RETRIES)
+
+
+def contenders(state: DynamoDBCoordinatorStateStore, race: int) -> list[tuple[LeaderLock, FakeClock]]:
+    clocks = [FakeClock() for _ in range(CONTENDERS)]
+    return [
+        (LeaderLock(state, f"race{race}-worker-{n}", lease_duration_millis=LEASE, heartbeat_period_millis=LEASE // 4,
+                    monotonic_millis=clock), clock)
+        for n, clock in enumerate(clocks)
+    ]
+
+
+def race(locks: list[LeaderLock]) -> list[LeaderLock]:
+    """All locks call try_acquire at once (released together by a barrier); the winners."""
+    barrier = threading.Barrier(len(locks))
+
+    def attempt(lock: LeaderLock) -> bool:
+        barrier.wait()
+        return lock.try_acquire()
+
+    with ThreadPoolExecutor(max_workers=len(locks)) as pool:
+        results = list(pool.map(attempt, locks))
+    return [lock for lock, won in zip(locks, results, strict=True) if won]
+
+
+@pytest.mark.parametrize("race_number", range(ROUNDS), ids=lambda n: f"race-{n}")
+def test_exactly_one_of_eight_contenders_acquires_an_empty_table(state, race_number):
+    locks = [lock for lock, _ in contenders(state, race_number)]
+    (winner,) = race(locks)
+    assert state.get(LEADER_KEY)["ownerName"] == {"S": winner.owner_name}
+    assert [lock for lock in locks if lock.is_held] == [winner]
+
+
+@pytest.mark.parametrize("race_number", range(ROUNDS), ids=lambda n: f"race-{n}")
+def test_exactly_one_of_eight_observers_takes_over_a_dead_holders_lock(state, race_number):
+    dead = LeaderLock(state, f"race{race_number}-dead-leader", lease_duration_millis=LEASE,
+                      heartbeat_period_millis=LEASE // 4)
+    assert dead.try_acquire()
+    dead_version = dead.record_version_number
+    observers = contenders(state, race_number)
+    for lock, clock in observers:
+        assert not lock.try_acquire()  # each observes the dead leader's version for the first time
+        clock.now += LEASE + 1
+    locks = [lock for lock, _ in observers]
+    (winner,) = race(locks)
+    stored = state.get(LEADER_KEY)
+    assert stored["ownerName"] == {"S": winner.owner_name}
+    assert stored["recordVersionNumber"] == {"S": winner.record_version_number} != {"S": dead_version}
+    assert [lock for lock in locks if lock.is_held] == [winner]
+    assert not dead.heartbeat()

@@ -1,0 +1,310 @@
+"""The leader lock: acquire, heartbeat, observed expiry and takeover, release (kcl-spec.md §6.6, DESIGN.md §4)."""
+
+from __future__ import annotations
+
+import itertools
+import time
+
+import pytest
+
+from lease_core.coordinator_state import InMemoryCoordinatorStateStore
+from lease_core.leader_lock import LEADER_KEY, LeaderLock, LeadershipFailures, LockHeartbeat, LockHolder
+
+LEASE = 1000
+HEARTBEAT = 250
+
+
+class FakeClock:
+    """Monotonic milliseconds that move only when a test says so."""
+
+    def __init__(self, now: int = 0) -> None:
+        self.now = now
+
+    def __call__(self) -> int:
+        return self.now
+
+    def advance(self, millis: int) -> None:
+        self.now += millis
+
+
+class Contender:
+    """A lock with its own clock, as each process has; its versions read `<prefix>-v<n>`."""
+
+    def __init__(
+        self, state: InMemoryCoordinatorStateStore, name: str, lease: int = LEASE, prefix: str | None = None
+    ) -> None:
+        prefix = prefix or name
+        self.clock = FakeClock()
+        versions = itertools.count()
+        self.lock = LeaderLock(
+            state, name, lease_duration_millis=lease, heartbeat_period_millis=lease // 4,
+            monotonic_millis=self.clock, new_version=lambda: f"{prefix}-v{next(versions)}",
+        )
+
+
+@pytest.fixture
+def state() -> InMemoryCoordinatorStateStore:
+    return InMemoryCoordinatorStateStore()
+
+
+def contenders(state: InMemoryCoordinatorStateStore, *names: str) -> list[Contender]:
+    return [Contender(state, name) for name in names]
+
+
+def advance_all(millis: int, *parties: Contender) -> None:
+    for party in parties:
+        party.clock.advance(millis)
+
+
+def stored_owner(state: InMemoryCoordinatorStateStore) -> str | None:
+    item = state.get(LEADER_KEY)
+    return item["ownerName"]["S"] if item else None
+
+
+# --- acquire -------------------------------------------------------------------------------------
+
+
+def test_acquire_on_an_empty_table_writes_the_lock_client_attributes(state):
+    (a,) = contenders(state, "a")
+    assert a.lock.try_acquire()
+    assert a.lock.is_held
+    assert state.get(LEADER_KEY) == {
+        "key": {"S": "Leader"}, "ownerName": {"S": "a"}, "leaseDuration": {"S": "1000"},
+        "recordVersionNumber": {"S": "a-v0"},
+    }
+    assert a.lock.holder() == LockHolder("a", "a-v0", 1000)
+
+
+def test_acquiring_a_lock_already_held_refreshes_it_with_a_new_version(state):
+    (a,) = contenders(state, "a")
+    a.lock.try_acquire()
+    assert a.lock.try_acquire()
+    assert a.lock.holder().record_version_number == "a-v1"
+
+
+def test_a_live_holder_is_never_displaced_even_after_many_lease_durations(state):
+    a, b = contenders(state, "a", "b")
+    assert a.lock.try_acquire()
+    for _ in range(40):
+        advance_all(HEARTBEAT, a, b)
+        assert a.lock.heartbeat()
+        assert not b.lock.try_acquire()
+    assert a.lock.is_held and stored_owner(state) == "a"
+
+
+TAKEOVER_CASES = [
+    pytest.param(0, False, id="first-read-only-observes"),
+    pytest.param(LEASE - 1, False, id="just-under-the-lease"),
+    pytest.param(LEASE, False, id="exactly-the-lease-is-not-expired"),
+    pytest.param(LEASE + 1, True, id="just-after-the-lease-takes-over"),
+    pytest.param(5 * LEASE, True, id="long-after-the-lease-takes-over"),
+]
+
+
+@pytest.mark.parametrize(("observed_for", "takes_over"), TAKEOVER_CASES)
+def test_a_dead_holder_is_replaced_only_once_its_version_was_seen_unchanged_longer_than_the_lease(
+    state, observed_for, takes_over
+):
+    a, b = contenders(state, "a", "b")
+    a.lock.try_acquire()
+    assert not b.lock.try_acquire()  # first observation of a-v0
+    b.clock.advance(observed_for)
+    assert b.lock.try_acquire() is takes_over
+    assert stored_owner(state) == ("b" if takes_over else "a")
+
+
+def test_a_first_time_observer_cannot_take_over_on_its_first_read_however_old_the_item(state):
+    a, b = contenders(state, "a", "b")
+    a.lock.try_acquire()
+    b.clock.advance(1_000 * LEASE)  # b starts long after a died: its clock says nothing about the item's age
+    assert not b.lock.try_acquire()
+    b.clock.advance(LEASE + 1)
+    assert b.lock.try_acquire()
+
+
+def test_a_heartbeat_seen_between_reads_restarts_the_observation(state):
+    a, b = contenders(state, "a", "b")
+    a.lock.try_acquire()
+    b.lock.try_acquire()
+    advance_all(LEASE - 1, a, b)
+    a.lock.heartbeat()
+    b.lock.try_acquire()  # sees a-v1 for the first time
+    b.clock.advance(LEASE)
+    assert not b.lock.try_acquire()
+    b.clock.advance(1)
+    assert b.lock.try_acquire()
+
+
+def test_the_takeover_uses_the_duration_stored_in_the_item_not_the_observers(state):
+    long_holder = Contender(state, "a", lease=3 * LEASE)
+    (b,) = contenders(state, "b")
+    long_holder.lock.try_acquire()
+    b.lock.try_acquire()
+    b.clock.advance(LEASE + 1)
+    assert not b.lock.try_acquire()
+    b.clock.advance(2 * LEASE)
+    assert b.lock.try_acquire()
+
+
+def test_only_one_of_two_observers_of_the_same_expired_version_wins(state):
+    a, b, c = contenders(state, "a", "b", "c")
+    a.lock.try_acquire()
+    b.lock.try_acquire()
+    c.lock.try_acquire()
+    advance_all(LEASE + 1, b, c)
+    assert b.lock.try_acquire()
+    assert not c.lock.try_acquire()  # c sees b's new version: a fresh observation
+    assert stored_owner(state) == "b"
+
+
+# --- heartbeat and loss --------------------------------------------------------------------------
+
+
+def test_a_displaced_leaders_heartbeat_fails_and_it_no_longer_holds_the_lock(state):
+    a, b = contenders(state, "a", "b")
+    a.lock.try_acquire()
+    b.lock.try_acquire()
+    advance_all(LEASE + 1, a, b)
+    assert b.lock.try_acquire()
+    assert not a.lock.heartbeat()
+    assert not a.lock.is_held and a.lock.record_version_number is None
+    assert stored_owner(state) == "b" and b.lock.is_held
+
+
+def test_the_holder_stops_holding_by_its_own_clock_once_its_last_write_is_a_lease_old(state):
+    (a,) = contenders(state, "a")
+    a.lock.try_acquire()
+    a.clock.advance(LEASE - 1)
+    assert a.lock.is_held
+    a.clock.advance(1)
+    assert not a.lock.is_held
+
+
+def test_a_lock_never_acquired_cannot_heartbeat_or_release(state):
+    (a,) = contenders(state, "a")
+    assert not a.lock.heartbeat()
+    assert not a.lock.release()
+
+
+def test_a_later_step_resumes_the_lock_from_its_handed_over_version(state):
+    first, later = Contender(state, "round-1", prefix="acquire-step"), Contender(state, "round-1", prefix="consume-step")
+    first.lock.try_acquire()
+    assert later.lock.resume(first.lock.record_version_number)
+    assert later.lock.is_held
+    assert not first.lock.heartbeat()  # the hand-over leaves one heartbeating copy
+
+
+def test_resuming_a_replaced_version_fails(state):
+    (a,) = contenders(state, "a")
+    a.lock.try_acquire()
+    stale = a.lock.record_version_number
+    a.lock.heartbeat()
+    assert not Contender(state, "a").lock.resume(stale)
+
+
+# --- release -------------------------------------------------------------------------------------
+
+
+def test_release_deletes_the_lock_and_another_acquires_immediately(state):
+    a, b = contenders(state, "a", "b")
+    a.lock.try_acquire()
+    b.lock.try_acquire()
+    assert a.lock.release()
+    assert not a.lock.is_held and state.get(LEADER_KEY) is None
+    assert b.lock.try_acquire()
+    assert stored_owner(state) == "b"
+
+
+def test_a_displaced_leader_cannot_release_the_new_leaders_lock(state):
+    a, b = contenders(state, "a", "b")
+    a.lock.try_acquire()
+    b.lock.try_acquire()
+    advance_all(LEASE + 1, a, b)
+    b.lock.try_acquire()
+    assert not a.lock.release()
+    assert stored_owner(state) == "b"
+
+
+RELEASED_ITEMS = [
+    pytest.param({"recordVersionNumber": {"S": "old"}}, id="released-with-version"),
+    pytest.param({}, id="released-without-version"),
+]
+
+
+@pytest.mark.parametrize("extra", RELEASED_ITEMS)
+def test_a_lock_marked_released_is_acquired_at_once(state, extra):
+    state.put(LEADER_KEY, {"ownerName": {"S": "kcl-worker"}, "leaseDuration": {"S": "120000"}, "isReleased": {"S": "1"}, **extra})
+    (b,) = contenders(state, "b")
+    assert b.lock.holder().is_released
+    assert b.lock.try_acquire()
+    assert state.get(LEADER_KEY)["ownerName"] == {"S": "b"} and "isReleased" not in state.get(LEADER_KEY)
+
+
+def test_a_foreign_item_without_a_duration_expires_after_the_observers_duration(state):
+    state.put(LEADER_KEY, {"ownerName": {"S": "someone"}, "recordVersionNumber": {"S": "v"}})
+    (b,) = contenders(state, "b")
+    assert not b.lock.try_acquire()
+    b.clock.advance(LEASE + 1)
+    assert b.lock.try_acquire()
+
+
+def test_an_invalid_heartbeat_period_is_refused(state):
+    with pytest.raises(ValueError, match="heartbeat period"):
+        LeaderLock(state, "a", lease_duration_millis=100, heartbeat_period_millis=100)
+
+
+# --- consecutive failures ------------------------------------------------------------------------
+
+FAILURE_SEQUENCES = [
+    pytest.param("FF", False, id="two-failures-keep-the-lock"),
+    pytest.param("FFF", True, id="three-in-a-row-release"),
+    pytest.param("FFSFF", False, id="a-success-resets-the-count"),
+    pytest.param("FFSFFF", True, id="three-after-a-reset-release"),
+    pytest.param("FFFF", True, id="past-the-limit-still-release"),
+]
+
+
+@pytest.mark.parametrize(("outcomes", "release"), FAILURE_SEQUENCES)
+def test_leadership_is_released_after_three_consecutive_failures(outcomes, release):
+    failures = LeadershipFailures()
+    answer = False
+    for outcome in outcomes:
+        if outcome == "F":
+            answer = failures.record_failure()
+        else:
+            failures.record_success()
+            answer = False
+    assert answer is release
+
+
+# --- background heartbeat (real time, small periods) ---------------------------------------------
+
+
+def real_time_lock(state: InMemoryCoordinatorStateStore, name: str) -> LeaderLock:
+    return LeaderLock(state, name, lease_duration_millis=200, heartbeat_period_millis=50)
+
+
+def test_the_background_heartbeat_keeps_the_lock_alive_past_several_lease_durations(state):
+    lock = real_time_lock(state, "driver")
+    assert lock.try_acquire()
+    first_version = lock.record_version_number
+    with LockHeartbeat(lock) as heartbeat:
+        time.sleep(0.6)
+        assert lock.is_held and not heartbeat.lost.is_set()
+    assert lock.record_version_number != first_version
+    assert not heartbeat._thread.is_alive()
+
+
+def test_the_background_heartbeat_sets_lost_when_another_process_steals_the_lock(state):
+    lock = real_time_lock(state, "driver")
+    lock.try_acquire()
+    with LockHeartbeat(lock) as heartbeat:
+        state.delete(LEADER_KEY)  # e.g. an operator deletes the item by hand, and another leader starts
+        assert real_time_lock(state, "intruder").try_acquire()
+        assert heartbeat.lost.wait(timeout=2)
+    assert not lock.is_held and stored_owner(state) == "intruder"
+
+
+def test_a_heartbeat_for_a_lock_not_held_is_lost_from_the_start(state):
+    with LockHeartbeat(real_time_lock(state, "driver")) as heartbeat:
+        assert heartbeat.lost.is_set()
