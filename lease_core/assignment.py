@@ -70,6 +70,8 @@ class AssignmentInput:
     settings: AssignmentSettings = AssignmentSettings()
     # A lease in a graceful handoff whose deadline has not passed must not be moved again.
     blocked_on_handoff: frozenset[str] = frozenset()
+    # Seeds the variance decider's donor-lease shuffle (random in KCL) so that a plan is reproducible.
+    seed: int = 0
 
 
 @dataclass(frozen=True)
