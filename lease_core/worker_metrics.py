@@ -1,0 +1,541 @@
+"""Worker metrics: CPU sampling in a slot, the KCL `WorkerMetricStats` item, and the leader's view of it.
+
+A Spark slot task is a KCL worker (`<app>-worker-<i>`, DESIGN.md §4). While it works, a
+`MetricRecorder` samples CPU utilization; at the end of its task the slot appends the interval's
+average to its item in `<app>-WorkerMetricStats` (kcl-spec.md §6.1-6.2). The leader reads all items
+and `active_workers` decides which slots take part in assignment, and with which metrics (§6.3,
+§5.6), counting freshness in rounds instead of KCL's 2 x 30 seconds.
+
+CPU is measured relative to the container's limit when a cgroup sets one (cgroup v2 `cpu.max` /
+`cpu.stat`, or v1 `cpu.cfs_quota_us` / `cpu.cfs_period_us` / `cpuacct.usage`), so a slot pinned to
+2 CPUs on a 64-core host that uses both reads 100%, not 3%. Without a limit it is host CPU, as
+`psutil.cpu_percent` computes it.
+"""
+
+from __future__ import annotations
+
+import copy
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from decimal import ROUND_HALF_UP, Decimal, InvalidOperation
+from pathlib import Path
+from typing import Any, Protocol
+
+import botocore.exceptions
+import psutil
+
+from lease_core import assignment_view
+from lease_core.assignment import WorkerLoad
+from lease_core.aws import AwsCaller, error_code
+from lease_core.codec import AttributeValue, Item
+from lease_core.memory_store import values_equal
+from lease_core.retry import RetryPolicy
+
+CPU_METRIC = "C"
+NO_SAMPLE = assignment_view.NO_SAMPLE
+DEFAULT_OPERATING_RANGE_MAX = 100.0
+DEFAULT_KEEP = 10  # noOfPersistedMetricsPerWorkerMetrics
+MAX_RAW_SAMPLES = 300  # KCL's bounded in-memory queue per metric
+
+# KCL's attribute names (§6.1), and ours: `round` is the round number of the last write. KCL and its
+# tooling ignore attributes they do not know, so the item stays readable by them.
+WORKER_ID = "wid"
+LAST_UPDATE = "lut"
+STATS = "sts"
+OPERATING_RANGE = "opr"
+ROUND = "round"
+
+DEFAULT_CGROUP_ROOT = Path("/sys/fs/cgroup")
+_V1_CPU_DIRS = ("cpu", "cpu,cpuacct", "cpuacct,cpu")
+_V1_CPUACCT_DIRS = ("cpuacct", "cpu,cpuacct", "cpuacct,cpu")
+_SIX_DECIMALS = Decimal("0.000001")
+
+
+# --- CPU sampling -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CpuCounters:
+    """Cumulative CPU seconds used (`busy`) out of those available (`capacity`), from one source."""
+
+    source: str
+    busy_seconds: float
+    capacity_seconds: float
+
+
+def utilization_percent(previous: CpuCounters, current: CpuCounters) -> float | None:
+    """Busy share between two readings, 0..100; None when the readings cannot be compared."""
+    capacity = current.capacity_seconds - previous.capacity_seconds
+    busy = current.busy_seconds - previous.busy_seconds
+    if previous.source != current.source or capacity <= 0 or busy < 0:
+        return None  # source switched, no time passed, or a counter was reset
+    return min(100.0, busy / capacity * 100.0)
+
+
+def host_counters(cpu_times: Mapping[str, float]) -> CpuCounters:
+    """psutil.cpu_percent's arithmetic: guest time is already in user time, idle includes iowait."""
+    total = sum(cpu_times.values()) - cpu_times.get("guest", 0.0) - cpu_times.get("guest_nice", 0.0)
+    idle = cpu_times.get("idle", 0.0) + cpu_times.get("iowait", 0.0)
+    return CpuCounters("host", total - idle, total)
+
+
+def _psutil_cpu_times() -> Mapping[str, float]:
+    return psutil.cpu_times()._asdict()
+
+
+class CpuUtilizationSampler:
+    """Samples CPU utilization relative to the container's limit (cgroup v2, then v1), else the host's.
+
+    Each `sample()` returns the utilization since the previous call; the first call only takes the
+    baseline and returns None, as does any call whose counters cannot be read.
+    """
+
+    def __init__(
+        self,
+        cgroup_root: Path = DEFAULT_CGROUP_ROOT,
+        clock: Callable[[], float] = time.monotonic,
+        host_cpu_times: Callable[[], Mapping[str, float]] = _psutil_cpu_times,
+    ) -> None:
+        self._root = cgroup_root
+        self._clock = clock
+        self._host_cpu_times = host_cpu_times
+        self._previous: CpuCounters | None = None
+
+    def sample(self) -> float | None:
+        current = self.read_counters()
+        previous, self._previous = self._previous, current
+        if previous is None or current is None:
+            return None
+        return utilization_percent(previous, current)
+
+    def read_counters(self) -> CpuCounters | None:
+        try:
+            limited = self._cgroup_v2() if (self._root / "cpu.max").exists() else self._cgroup_v1()
+            return limited if limited is not None else host_counters(self._host_cpu_times())
+        except (OSError, ValueError, KeyError, IndexError):  # unreadable or garbled cgroup files
+            return None
+
+    def _cgroup_v2(self) -> CpuCounters | None:
+        """`cpu.max` is "<quota|max> <period>"; `cpu.stat` has `usage_usec`. None: no limit."""
+        quota, period = (self._root / "cpu.max").read_text().split()[:2]
+        if quota == "max":
+            return None
+        stat = dict(line.split()[:2] for line in (self._root / "cpu.stat").read_text().splitlines() if line.strip())
+        usage_seconds = int(stat["usage_usec"]) / 1e6
+        return self._limited("cgroup-v2", usage_seconds, int(quota) / int(period))
+
+    def _cgroup_v1(self) -> CpuCounters | None:
+        """`cpu.cfs_quota_us` is -1 without a limit; `cpuacct.usage` counts nanoseconds."""
+        cpu_dir = self._first_dir(_V1_CPU_DIRS, "cpu.cfs_quota_us")
+        if cpu_dir is None:
+            return None
+        quota = int((cpu_dir / "cpu.cfs_quota_us").read_text())
+        if quota <= 0:
+            return None
+        period = int((cpu_dir / "cpu.cfs_period_us").read_text())
+        acct_dir = self._first_dir(_V1_CPUACCT_DIRS, "cpuacct.usage")
+        if acct_dir is None:
+            raise FileNotFoundError("cgroup v1 sets a CPU quota but has no cpuacct.usage")
+        usage_seconds = int((acct_dir / "cpuacct.usage").read_text()) / 1e9
+        return self._limited("cgroup-v1", usage_seconds, quota / period)
+
+    def _first_dir(self, names: Sequence[str], file_name: str) -> Path | None:
+        return next((self._root / name for name in names if (self._root / name / file_name).exists()), None)
+
+    def _limited(self, source: str, usage_seconds: float, cpus: float) -> CpuCounters:
+        if cpus <= 0:
+            raise ValueError(f"{source}: a CPU limit must be positive, got {cpus}")
+        # A limit changed between two samples skews that one interval; the result is clamped to 100.
+        return CpuCounters(source, usage_seconds, self._clock() * cpus)
+
+
+class Sampler(Protocol):
+    def sample(self) -> float | None: ...
+
+
+def interval_average(samples: Iterable[float]) -> float:
+    """KCL's reported value: mean rounded half-up to 6 decimals, or -1 when nothing was captured."""
+    values = list(samples)
+    if not values:
+        return NO_SAMPLE
+    return round_half_up(sum(values) / len(values))
+
+
+def round_half_up(value: float) -> float:
+    return float(Decimal(repr(value)).quantize(_SIX_DECIMALS, rounding=ROUND_HALF_UP))
+
+
+class MetricRecorder:
+    """Collects samples while a slot works: `with MetricRecorder(sampler) as recorder: ...; recorder.average()`.
+
+    Entering takes the baseline and starts a daemon thread sampling every `interval_seconds`;
+    leaving takes a last sample, so even work shorter than one interval yields a value.
+    """
+
+    def __init__(self, sampler: Sampler, interval_seconds: float = 1.0) -> None:
+        if interval_seconds <= 0:
+            raise ValueError(f"interval_seconds must be positive, got {interval_seconds}")
+        self._sampler = sampler
+        self._interval = interval_seconds
+        self._samples: deque[float] = deque(maxlen=MAX_RAW_SAMPLES)
+        self._lock = threading.Lock()
+        self._stopped = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def record(self) -> None:
+        """Take one sample now; a failed capture adds nothing (it becomes -1 only if all fail)."""
+        value = self._sampler.sample()
+        if value is not None:
+            with self._lock:
+                self._samples.append(value)
+
+    def average(self) -> float:
+        with self._lock:
+            return interval_average(self._samples)
+
+    def start(self) -> None:
+        self.record()
+        self._stopped.clear()
+        self._thread = threading.Thread(target=self._run, name="worker-metrics-sampler", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> float:
+        self._stopped.set()
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+        self.record()
+        return self.average()
+
+    def _run(self) -> None:
+        while not self._stopped.wait(self._interval):
+            self.record()
+
+    def __enter__(self) -> MetricRecorder:
+        self.start()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
+
+
+# --- The WorkerMetricStats item -------------------------------------------------------------------
+
+
+def ema(values: Iterable[float], alpha: float = 0.5) -> float:
+    """The value assignment uses (§6.3): EMA in stored order skipping -1; [50, 60] -> 55; none -> 0."""
+    return assignment_view.ema(values, alpha)
+
+
+@dataclass(frozen=True)
+class WorkerMetricStats:
+    """One worker's item: `wid`, `lut` (epoch seconds), `sts` (name -> last values, oldest first,
+    -1 = no sample), `opr` (name -> [max]) as KCL writes them, plus our `round` (the round of the
+    last write). A worker with neither stats nor ranges is a default-metric (throughput) worker.
+    """
+
+    worker_id: str
+    last_update_epoch_seconds: int | None = None
+    stats: Mapping[str, tuple[float, ...]] = field(default_factory=dict)
+    operating_range: Mapping[str, tuple[float, ...]] = field(default_factory=dict)
+    round: int | None = None
+
+    def __post_init__(self) -> None:
+        if not self.worker_id:
+            raise ValueError("a worker id must not be empty")
+        object.__setattr__(self, "stats", {k: tuple(map(float, v)) for k, v in self.stats.items()})
+        object.__setattr__(self, "operating_range", {k: tuple(map(float, v)) for k, v in self.operating_range.items()})
+
+    @property
+    def is_default_metric_worker(self) -> bool:
+        return (not self.stats and not self.operating_range) or assignment_view.THROUGHPUT_METRIC in self.stats
+
+    def appended(
+        self, value: float, now: int, round: int, keep: int = DEFAULT_KEEP, metric: str = CPU_METRIC
+    ) -> WorkerMetricStats:
+        """This item after one more reporting interval of `metric` (0..100, or -1 for no sample)."""
+        if value != NO_SAMPLE and not 0 <= value <= 100:
+            raise ValueError(f"worker {self.worker_id!r}: metric {metric!r} value must be in [0, 100] or -1, got {value}")
+        if keep < 1:
+            raise ValueError(f"keep must be at least 1, got {keep}")
+        values = (*self.stats.get(metric, ()), value)[-keep:]
+        ranges = {metric: (DEFAULT_OPERATING_RANGE_MAX,), **self.operating_range}
+        stats = {**self.stats, metric: values}
+        return replace(self, last_update_epoch_seconds=now, stats=stats, operating_range=ranges, round=round)
+
+    def invalid_reason(self) -> str | None:
+        """Why the leader must not trust this item (§6.3), or None when it is valid."""
+        if self.last_update_epoch_seconds is None:
+            return f"attribute {LAST_UPDATE!r} is missing"
+        if self.is_default_metric_worker:
+            return None
+        if not self.stats or not self.operating_range:
+            return f"attributes {STATS!r} and {OPERATING_RANGE!r} must both be present"
+        for name, values in self.stats.items():
+            if name not in self.operating_range:
+                return f"metric {name!r} has no operating range"
+            if not values:  # KCL never writes an empty list (§6.2); it would carry no load
+                return f"metric {name!r} has no values"
+        for name, bounds in self.operating_range.items():
+            if not bounds or bounds[0] == 0:
+                return f"operating range of {name!r} must start with a non-zero maximum"
+        return None
+
+    def is_valid(self) -> bool:
+        return self.invalid_reason() is None
+
+    def is_failing(self) -> bool:
+        """The latest interval of some metric had no sample (an older -1 is fine)."""
+        return not self.is_default_metric_worker and any(values and values[-1] == NO_SAMPLE for values in self.stats.values())
+
+    def is_fresh(self, current_round: int, max_rounds_old: int = 1) -> bool:
+        """Written this round or within `max_rounds_old` rounds before it; an item without `round` is not."""
+        return self.round is not None and current_round - self.round <= max_rounds_old
+
+    def to_worker_load(self) -> WorkerLoad:
+        if self.is_default_metric_worker:
+            return WorkerLoad(self.worker_id)
+        return WorkerLoad(
+            self.worker_id,
+            metrics=dict(self.stats),
+            operating_range={name: bounds[0] for name, bounds in self.operating_range.items()},
+        )
+
+    def to_item(self) -> Item:
+        item: Item = {
+            WORKER_ID: {"S": self.worker_id},
+            STATS: _number_lists(self.stats),
+            OPERATING_RANGE: _number_lists(self.operating_range),
+        }
+        if self.last_update_epoch_seconds is not None:
+            item[LAST_UPDATE] = {"N": str(self.last_update_epoch_seconds)}
+        if self.round is not None:
+            item[ROUND] = {"N": str(self.round)}
+        return item
+
+    @classmethod
+    def from_item(cls, item: Mapping[str, AttributeValue]) -> WorkerMetricStats:
+        """Decode an item, raising ValueError naming the worker and the attribute that is wrong."""
+        reader = _StatsReader(item)
+        return cls(
+            worker_id=reader.worker_id,
+            last_update_epoch_seconds=reader.integer(LAST_UPDATE),
+            stats=reader.number_lists(STATS),
+            operating_range=reader.number_lists(OPERATING_RANGE),
+            round=reader.integer(ROUND),
+        )
+
+
+def _number(value: float) -> AttributeValue:
+    rounded = Decimal(repr(float(value))).quantize(_SIX_DECIMALS, rounding=ROUND_HALF_UP).normalize()
+    return {"N": format(rounded, "f")}
+
+
+def _number_lists(lists: Mapping[str, tuple[float, ...]]) -> AttributeValue:
+    return {"M": {name: {"L": [_number(value) for value in values]} for name, values in lists.items()}}
+
+
+class _StatsReader:
+    def __init__(self, item: Mapping[str, AttributeValue]) -> None:
+        self._item = item
+        raw = item.get(WORKER_ID)
+        self.worker_id = raw.get("S") if isinstance(raw, dict) else None
+        if not isinstance(self.worker_id, str) or not self.worker_id:
+            raise ValueError(f"worker metrics item: attribute {WORKER_ID!r} must be a non-empty string (S)")
+
+    def _error(self, name: str, problem: str) -> ValueError:
+        return ValueError(f"worker metrics item {self.worker_id!r}: attribute {name!r} {problem}")
+
+    def _typed(self, name: str, value: Any, type_code: str) -> Any:
+        if not isinstance(value, dict) or type_code not in value:
+            raise self._error(name, f"must be of type {type_code}")
+        return value[type_code]
+
+    def _decimal(self, name: str, raw: Any) -> Decimal:
+        try:
+            number = Decimal(raw)
+        except (InvalidOperation, TypeError):
+            raise self._error(name, f"is not a number: {raw!r}") from None
+        if not number.is_finite():
+            raise self._error(name, f"must be finite, got {raw!r}")
+        return number
+
+    def integer(self, name: str) -> int | None:
+        if name not in self._item:
+            return None
+        number = self._decimal(name, self._typed(name, self._item[name], "N"))
+        if number != number.to_integral_value():
+            raise self._error(name, f"must be an integer, got {number}")
+        return int(number)
+
+    def number_lists(self, name: str) -> dict[str, tuple[float, ...]]:
+        if name not in self._item:
+            return {}
+        lists = self._typed(name, self._item[name], "M")
+        return {
+            metric: tuple(float(self._decimal(name, self._typed(name, entry, "N"))) for entry in self._typed(name, values, "L"))
+            for metric, values in lists.items()
+        }
+
+
+# --- Stores ------------------------------------------------------------------------------------
+
+
+class WorkerMetricsStore(Protocol):
+    table_name: str
+
+    def get(self, worker_id: str) -> WorkerMetricStats | None: ...
+    def list_all(self) -> list[WorkerMetricStats]: ...
+    def put(self, stats: WorkerMetricStats) -> None:
+        """Upsert `lut`, `sts`, `opr` and `round`; absent values and attributes of others are left alone (§6.2)."""
+        ...
+    def delete_if_unchanged(self, worker_id: str, lut: int) -> bool:
+        """Delete the item only if it exists and still has this `lut` (the leader's stale-entry cleanup, §6.3)."""
+        ...
+
+
+class InMemoryWorkerMetricsStore:
+    def __init__(self, table_name: str = "in-memory-WorkerMetricStats") -> None:
+        self.table_name = table_name
+        self._items: dict[str, Item] = {}
+        self._lock = threading.Lock()
+
+    def get(self, worker_id: str) -> WorkerMetricStats | None:
+        with self._lock:
+            item = self._items.get(worker_id)
+        return WorkerMetricStats.from_item(item) if item is not None else None
+
+    def list_all(self) -> list[WorkerMetricStats]:
+        with self._lock:
+            items = list(self._items.values())
+        return [WorkerMetricStats.from_item(item) for item in items]
+
+    def put(self, stats: WorkerMetricStats) -> None:
+        with self._lock:
+            stored = self._items.get(stats.worker_id, {})
+            self._items[stats.worker_id] = {**stored, **copy.deepcopy(stats.to_item())}
+
+    def delete_if_unchanged(self, worker_id: str, lut: int) -> bool:
+        with self._lock:
+            item = self._items.get(worker_id)
+            if item is None or not values_equal(item.get(LAST_UPDATE), {"N": str(lut)}):
+                return False
+            del self._items[worker_id]
+            return True
+
+    def put_raw_item(self, item: Item) -> None:
+        """Write an item as other tooling might (tests only)."""
+        with self._lock:
+            self._items[item[WORKER_ID]["S"]] = copy.deepcopy(item)
+
+
+class DynamoDBWorkerMetricsStore:
+    def __init__(
+        self, client: Any, table_name: str, retry_policy: RetryPolicy | None = None, page_size: int | None = None
+    ) -> None:
+        self.client = client
+        self.table_name = table_name
+        self._caller = AwsCaller("dynamodb", retry_policy or RetryPolicy())
+        self._page_limit = {"Limit": page_size} if page_size else {}
+
+    def _call(self, operation: str, function: Callable[[], Any]) -> Any:
+        return self._caller.call(operation, function, table_name=self.table_name)
+
+    def get(self, worker_id: str) -> WorkerMetricStats | None:
+        response = self._call(
+            "GetItem",
+            lambda: self.client.get_item(
+                TableName=self.table_name, Key={WORKER_ID: {"S": worker_id}}, ConsistentRead=True
+            ),
+        )
+        item = response.get("Item")
+        return WorkerMetricStats.from_item(item) if item is not None else None
+
+    def list_all(self) -> list[WorkerMetricStats]:
+        arguments: dict[str, Any] = {"TableName": self.table_name, "ConsistentRead": True, **self._page_limit}
+        items: list[Item] = []
+        while True:
+            response = self._call("Scan", lambda: self.client.scan(**arguments))
+            items.extend(response.get("Items", []))
+            if "LastEvaluatedKey" not in response:
+                return [WorkerMetricStats.from_item(item) for item in items]
+            arguments["ExclusiveStartKey"] = response["LastEvaluatedKey"]
+
+    def put(self, stats: WorkerMetricStats) -> None:
+        attributes = {name: value for name, value in stats.to_item().items() if name != WORKER_ID}
+        names = {f"#a{index}": name for index, name in enumerate(attributes)}
+        values = {f":v{index}": value for index, value in enumerate(attributes.values())}
+        assignments = ", ".join(f"#a{index} = :v{index}" for index in range(len(attributes)))
+        self._call(
+            "UpdateItem",
+            lambda: self.client.update_item(
+                TableName=self.table_name,
+                Key={WORKER_ID: {"S": stats.worker_id}},
+                UpdateExpression=f"SET {assignments}",
+                ExpressionAttributeNames=names,
+                ExpressionAttributeValues=values,
+            ),
+        )
+
+    def delete_if_unchanged(self, worker_id: str, lut: int) -> bool:
+        def delete() -> bool:
+            try:
+                self.client.delete_item(
+                    TableName=self.table_name,
+                    Key={WORKER_ID: {"S": worker_id}},
+                    ConditionExpression="attribute_exists(#wid) AND #lut = :lut",
+                    ExpressionAttributeNames={"#wid": WORKER_ID, "#lut": LAST_UPDATE},
+                    ExpressionAttributeValues={":lut": {"N": str(lut)}},
+                )
+            except botocore.exceptions.ClientError as error:
+                if error_code(error) == "ConditionalCheckFailedException":
+                    return False
+                raise
+            return True
+
+        return self._call("DeleteItem", delete)
+
+
+def publish_worker_metrics(
+    store: WorkerMetricsStore, worker_id: str, value: float, now: int, round: int, keep: int = DEFAULT_KEEP
+) -> WorkerMetricStats:
+    """A slot's end-of-task write: its CPU average for this round appended to its stored history."""
+    previous = store.get(worker_id) or WorkerMetricStats(worker_id)
+    stats = previous.appended(value, now=now, round=round, keep=keep)
+    store.put(stats)
+    return stats
+
+
+# --- The leader's decision -----------------------------------------------------------------------
+
+
+def active_workers(
+    requested_slots: Sequence[str], stored: Mapping[str, WorkerMetricStats], current_round: int
+) -> tuple[list[WorkerLoad], dict[str, str]]:
+    """The round's workers for assignment, and a note for every slot whose metrics were not used.
+
+    A slot is excluded iff it is missing from the returned loads (invalid or failing fresh metrics,
+    §5.6). Unlike KCL, stale metrics do not exclude: in a batch round a slot that did not run last
+    round carried no load, so its old CPU says nothing and its throughput share is the right signal;
+    it takes part as a default-metric worker, noted as "stale". Slots without metrics are
+    default-metric workers too (no note).
+    """
+    loads: list[WorkerLoad] = []
+    notes: dict[str, str] = {}
+    for slot in requested_slots:
+        stats = stored.get(slot)
+        if stats is None:
+            loads.append(WorkerLoad(slot))
+        elif not stats.is_fresh(current_round):
+            loads.append(WorkerLoad(slot))
+            notes[slot] = f"stale: last written in round {stats.round}, metrics ignored, balanced by throughput"
+        elif (reason := stats.invalid_reason()) is not None:
+            notes[slot] = f"invalid: {reason}"
+        elif stats.is_failing():
+            notes[slot] = "failing: the latest interval of a metric has no sample (-1)"
+        else:
+            loads.append(stats.to_worker_load())
+    return loads, notes

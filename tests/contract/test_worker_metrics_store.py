@@ -1,0 +1,110 @@
+"""One contract for the worker-metrics store: in memory and on DynamoDB (moto, `<app>-WorkerMetricStats`)."""
+
+from __future__ import annotations
+
+import pytest
+
+from lease_core.worker_metrics import DynamoDBWorkerMetricsStore, InMemoryWorkerMetricsStore, WorkerMetricStats
+from lease_core.errors import TableNotFoundError
+from tests.support.faults import FaultInjectingClient, client_error
+from tests.support.stores import FAST_RETRIES, dynamodb_store
+
+
+@pytest.fixture(params=["memory", "dynamodb"])
+def store(request, unique_name):
+    if request.param == "memory":
+        return InMemoryWorkerMetricsStore()
+    lease_store = dynamodb_store(request.getfixturevalue("moto_endpoint"), unique_name)
+    return DynamoDBWorkerMetricsStore(lease_store.client, f"{unique_name}-WorkerMetricStats", retry_policy=FAST_RETRIES)
+
+
+def raw_put(store, item) -> None:
+    if isinstance(store, InMemoryWorkerMetricsStore):
+        store.put_raw_item(item)
+    else:
+        store.client.put_item(TableName=store.table_name, Item=item)
+
+
+def cpu(worker_id: str, values=(10.0, 20.5), lut: int = 1_700_000_000, round_: int | None = 4) -> WorkerMetricStats:
+    return WorkerMetricStats(worker_id, lut, {"C": tuple(values)}, {"C": (100.0,)}, round=round_)
+
+
+def test_a_missing_worker_reads_as_none(store):
+    assert store.get("app-worker-0") is None
+
+
+def test_put_then_get_returns_the_same_stats(store):
+    stats = cpu("app-worker-0", values=(12.345678, -1.0, 99.999999))
+    store.put(stats)
+    assert store.get("app-worker-0") == stats
+
+
+def test_a_default_metric_worker_round_trips(store):
+    store.put(WorkerMetricStats("app-worker-1", 5, round=2))
+    assert store.get("app-worker-1") == WorkerMetricStats("app-worker-1", 5, round=2)
+
+
+def test_put_replaces_the_metric_history(store):
+    store.put(cpu("app-worker-0", values=(1.0, 2.0)))
+    store.put(cpu("app-worker-0", values=(3.0,), lut=1_700_000_100, round_=5))
+    assert store.get("app-worker-0") == cpu("app-worker-0", values=(3.0,), lut=1_700_000_100, round_=5)
+
+
+def test_put_keeps_attributes_written_by_others(store):
+    raw_put(store, cpu("app-worker-0").to_item() | {"sup": {"N": "1"}})
+    store.put(cpu("app-worker-0", values=(7.0,), round_=None))
+    assert store.get("app-worker-0") == cpu("app-worker-0", values=(7.0,), round_=4), "absent round is not erased"
+
+
+def test_list_all_returns_every_worker(store):
+    for n in range(5):
+        store.put(cpu(f"app-worker-{n}", values=(float(n),)))
+    listed = sorted(store.list_all(), key=lambda stats: stats.worker_id)
+    assert listed == [cpu(f"app-worker-{n}", values=(float(n),)) for n in range(5)]
+
+
+def test_a_corrupt_item_fails_loudly_naming_the_worker(store):
+    raw_put(store, {"wid": {"S": "app-worker-0"}, "lut": {"S": "yesterday"}})
+    with pytest.raises(ValueError, match="'app-worker-0'.*'lut'"):
+        store.get("app-worker-0")
+
+
+@pytest.mark.parametrize(
+    ("lut", "deleted"),
+    [pytest.param(1_700_000_000, True, id="unchanged"), pytest.param(1_699_999_999, False, id="rewritten-since-read")],
+)
+def test_delete_only_if_the_last_update_is_unchanged(store, lut, deleted):
+    store.put(cpu("app-worker-0"))
+    assert store.delete_if_unchanged("app-worker-0", lut) is deleted
+    assert (store.get("app-worker-0") is None) is deleted
+
+
+def test_deleting_a_missing_worker_reports_false(store):
+    assert store.delete_if_unchanged("app-worker-0", 1) is False
+
+
+def test_the_dynamodb_scan_follows_every_page(moto_endpoint, unique_name):
+    lease_store = dynamodb_store(moto_endpoint, unique_name)
+    client = FaultInjectingClient(lease_store.client, lambda method, number: None)
+    store = DynamoDBWorkerMetricsStore(client, f"{unique_name}-WorkerMetricStats", retry_policy=FAST_RETRIES, page_size=2)
+    for n in range(7):
+        store.put(cpu(f"app-worker-{n}"))
+    assert sorted(stats.worker_id for stats in store.list_all()) == [f"app-worker-{n}" for n in range(7)]
+    assert client.calls["scan"] >= 4, "seven workers at two per page need at least four pages"
+
+
+def test_a_throttled_write_is_retried_and_lands_once(moto_endpoint, unique_name):
+    lease_store = dynamodb_store(moto_endpoint, unique_name)
+    throttle_first = lambda method, number: client_error("ThrottlingException", "UpdateItem") if number == 1 else None  # noqa: E731
+    store = DynamoDBWorkerMetricsStore(
+        FaultInjectingClient(lease_store.client, throttle_first), f"{unique_name}-WorkerMetricStats", retry_policy=FAST_RETRIES
+    )
+    store.put(cpu("app-worker-0"))
+    assert store.get("app-worker-0") == cpu("app-worker-0")
+
+
+def test_a_missing_table_is_reported_by_name(moto_endpoint, unique_name):
+    lease_store = dynamodb_store(moto_endpoint, unique_name)
+    store = DynamoDBWorkerMetricsStore(lease_store.client, f"{unique_name}-Missing", retry_policy=FAST_RETRIES)
+    with pytest.raises(TableNotFoundError):
+        store.list_all()
