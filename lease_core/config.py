@@ -374,6 +374,12 @@ class ConsumerConfig:
         _OneOf(("variance", "count", "makespan")),
         batch_note="makespan minimizes the most loaded slot, since a round ends when its slowest slot does.",
     )
+    makespan_max_moves_per_round: int = _setting(
+        0,
+        "Most leases the makespan strategy may move while rebalancing in one round; 0 means no budget.",
+        None,
+        _Bounds(0),
+    )
     rebalance_threshold_percentage: int = _setting(
         10,
         "How far from the mean utilization a worker may be before variance balancing moves leases.",

@@ -18,7 +18,7 @@ import math
 import random
 from dataclasses import dataclass
 
-from lease_core.assignment import AssignmentInput, AssignmentPlan, LeaseMove
+from lease_core.assignment import THROUGHPUT_METRIC, AssignmentInput, AssignmentPlan, LeaseMove
 from lease_core.assignment_view import AssignmentView, build_view
 
 
@@ -88,7 +88,17 @@ class _VarianceRun:
     # --- moving a lease ------------------------------------------------------------------------------
 
     def _metric_increase(self, metric: str, throughput: float) -> float:
-        """How much a worker's metric is expected to grow when it takes a lease of this throughput."""
+        """How much a worker's metric is expected to grow when it takes a lease of this throughput.
+
+        Batch adaptation for the synthetic throughput metric `T` of default-metric workers: T is
+        defined as the worker's share of the target throughput x 100, so the increase is exact
+        (t / target x 100, or one lease's share of 100 when nothing has been measured yet). KCL's
+        general formula scales by the fleet average, which is 0 on a fleet that has no leases yet
+        (every slot in a batch application's first round), and would hand every lease to one slot.
+        """
+        if metric == THROUGHPUT_METRIC:
+            target = self.view.target_average_throughput
+            return throughput / target * 100 if target > 0 else 100 / self.target_lease_per_worker
         if self.view.target_average_throughput > 0:
             return throughput * self.fleet_average[metric] / self.view.target_average_throughput
         return self.fleet_average[metric] / self.target_lease_per_worker
@@ -216,9 +226,19 @@ class _VarianceRun:
 
 
 def _fleet_averages(view: AssignmentView) -> dict[str, float]:
-    """Mean value of each metric over the workers that report it (§5.4)."""
+    """Mean value of each metric over the workers that report it (§5.4).
+
+    Batch adaptation: the synthetic throughput metric `T` averages 100 by construction once every
+    lease is placed (a worker at exactly its share of the target throughput reads 100), so 100 is
+    its reference. KCL averages the current values, which is the same in a settled fleet but 0 when
+    leases are still unassigned, as in every batch application's first round; then every loaded
+    worker has the same headroom and balancing can never place a lease.
+    """
     sums: dict[str, list[float]] = {}
     for values in view.metric_values.values():
         for metric, value in values.items():
             sums.setdefault(metric, []).append(value)
-    return {metric: sum(values) / len(values) for metric, values in sums.items()}
+    averages = {metric: sum(values) / len(values) for metric, values in sums.items()}
+    if THROUGHPUT_METRIC in averages:
+        averages[THROUGHPUT_METRIC] = 100.0
+    return averages

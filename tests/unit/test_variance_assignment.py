@@ -57,7 +57,9 @@ CASES = [
             [default_worker("a"), default_worker("b")],
             up_for_grabs=("x", "y"),
         ),
-        [("x", "gone", "b"), ("y", "gone", "b")],
+        # b has the most headroom and takes x; then both are at 2/3 of their share and the tie
+        # goes to the lower id: 10 vs 5 KB/s either way.
+        [("x", "gone", "b"), ("y", "gone", "a")],
         (),
         id="dead-owner-leases-go-to-the-worker-with-headroom-left",
     ),
@@ -81,7 +83,7 @@ CASES = [
             up_for_grabs=tuple(f"u{i}" for i in range(5)),
             max_leases_for_worker=2,
         ),
-        # An idle fleet extrapolates by 0, so `a` keeps the best headroom until it is full.
+        # Nothing measured yet: each lease is half of a's share, a keeps headroom >= b's until full.
         [("u0", None, "a"), ("u1", None, "a"), ("u2", None, "b"), ("u3", None, "b")],
         ("u4",),
         id="max-leases-for-worker-spills-over-the-rest",
