@@ -10,18 +10,23 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
+import socket
 import sys
 from collections.abc import Callable, Sequence
 
 from lease_core import aws
+from lease_core.assignment_round import AssignmentCoordinator, AssignmentReport, slot_ids
 from lease_core.config import ConsumerConfig, load_config
 from lease_core.coordinator_state import DynamoDBCoordinatorStateStore
 from lease_core.dynamodb_store import DynamoDBLeaseStore
-from lease_core.errors import ConfigurationError, LeaseCoreError
+from lease_core.errors import ConfigurationError, LeadershipUnavailableError, LeaseCoreError
+from lease_core.leader_lock import LeaderLock
 from lease_core.shard_source import KinesisShardSource
 from lease_core.shard_sync_step import ShardSyncReport, sync_streams
 from lease_core.status import render_status, status_report
 from lease_core.tables import TableAdministrator
+from lease_core.worker_metrics import DynamoDBWorkerMetricsStore
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -55,6 +60,12 @@ def build_parser() -> argparse.ArgumentParser:
                       help="where new leases start (default: initial_position_in_stream)")
     sync.add_argument("--timestamp", metavar="ISO8601", help="the time AT_TIMESTAMP starts at")
     sync.add_argument("--json", action="store_true", help="print the report as JSON")
+    assign = commands.add_parser("assign", help="one lease-assignment round now, as the leader")
+    workers = assign.add_mutually_exclusive_group(required=True)
+    workers.add_argument("--worker", action="append", dest="workers", metavar="ID", help="an active worker id")
+    workers.add_argument("--workers", type=int, dest="slot_count", metavar="N",
+                         help="the round's slots <app>-worker-0..N-1")
+    assign.add_argument("--json", action="store_true", help="print the report as JSON")
     teardown = commands.add_parser("teardown", help="delete the application's three tables")
     teardown.add_argument("--yes", action="store_true", help="confirm the deletion")
     return parser
@@ -150,6 +161,59 @@ def render_sync_report(report: ShardSyncReport) -> str:
     return "\n".join(lines)
 
 
+def run_assign(arguments: argparse.Namespace, config: ConsumerConfig) -> int:
+    if arguments.slot_count is not None and arguments.slot_count < 1:
+        raise _UsageError("--workers must be at least 1")
+    worker_ids = arguments.workers or slot_ids(config.require_application_name(), arguments.slot_count)
+    policy = aws.retry_policy(config)
+    dynamodb = aws.client("dynamodb", config)
+    state = DynamoDBCoordinatorStateStore(dynamodb, config.coordinator_state_table, policy)
+    lock = LeaderLock(
+        state,
+        f"leasectl-{socket.gethostname()}-{os.getpid()}",
+        config.leader_lease_duration_millis,
+        config.leader_heartbeat_period_millis,
+    )
+    if not lock.try_acquire():
+        holder = lock.holder()
+        raise LeadershipUnavailableError(holder.owner_name if holder else "unknown")
+    try:
+        report = AssignmentCoordinator(
+            _lease_store(config),
+            DynamoDBWorkerMetricsStore(dynamodb, config.worker_metrics_table, policy),
+            state,
+            config,
+        ).run(worker_ids)
+    finally:
+        lock.release()
+    print(json.dumps(report.to_dict(), indent=2) if arguments.json else render_assignment_report(report))
+    return EXIT_OK
+
+
+def render_assignment_report(report: AssignmentReport) -> str:
+    lines = [
+        f"assignment round {report.round_number} ({report.strategy}, "
+        f"{'with' if report.balanced else 'without'} balancing): {len(report.moves)} move(s), "
+        f"{report.lost_conditions} lost condition(s)"
+    ]
+    for move in report.moves:
+        outcome = "" if move.applied else "  (lost: the lease changed meanwhile)"
+        lines.append(f"  {move.write:<7} {move.lease_key}  {move.from_owner or '-'} -> {move.to_owner}  [{move.reason}]{outcome}")
+    rows = [
+        (row.worker_id, f"{row.leases_before} -> {row.leases_after}",
+         f"{row.load_before_kbps:.3f} -> {row.load_after_kbps:.3f}",
+         "-" if row.cpu_percent is None else f"{row.cpu_percent:.1f}", row.note or "")
+        for row in report.workers
+    ]
+    header = ("WORKER", "LEASES", "PROJECTED KB/S", "CPU %", "NOTE")
+    widths = [max(len(cell) for cell in column) for column in zip(header, *rows)]
+    lines.append("")
+    lines += ["  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in (header, *rows)]
+    if report.spillover:
+        lines.append(f"not assigned this round (limits reached): {', '.join(report.spillover)}")
+    return "\n".join(lines)
+
+
 def run_teardown(arguments: argparse.Namespace, config: ConsumerConfig) -> int:
     if not arguments.yes:
         raise _UsageError(
@@ -167,6 +231,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace, ConsumerConfig], int]] = {
     "init": run_init,
     "status": run_status,
     "sync": run_sync,
+    "assign": run_assign,
     "teardown": run_teardown,
 }
 

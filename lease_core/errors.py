@@ -225,3 +225,16 @@ class InvalidShardLineageError(LeaseCoreError):
 
     def __str__(self) -> str:
         return f"lease {self.lease_key!r} reached SHARD_END with invalid child shards: {self.problem}"
+
+
+class LeadershipUnavailableError(LeaseCoreError):
+    """Another process holds the application's leader lock; only one round may run at a time."""
+
+    retryable = True
+
+    def __init__(self, holder: str) -> None:
+        super().__init__(holder)
+        self.holder = holder
+
+    def __str__(self) -> str:
+        return f"the leader lock is held by {self.holder!r}; only one round of an application runs at a time"

@@ -24,6 +24,7 @@ from lease_core.errors import (
     IndexNotFoundError,
     InvalidSequenceNumberError,
     InvalidShardLineageError,
+    LeadershipUnavailableError,
     LeaseCoreError,
     StreamNotActiveError,
     StreamNotFoundError,
@@ -247,6 +248,7 @@ INSTANCES = [
     pytest.param(IncompleteShardListError("orders", "gap after 99"), id="IncompleteShardListError"),
     pytest.param(InconsistentShardsError("orders", ("shardId-9",)), id="InconsistentShardsError"),
     pytest.param(InvalidShardLineageError("shardId-1", "merged child names 1 parent"), id="InvalidShardLineageError"),
+    pytest.param(LeadershipUnavailableError("leader-host-1"), id="LeadershipUnavailableError"),
 ]
 
 ERROR_CLASSES = [
@@ -272,6 +274,7 @@ RETRYABLE_CLASSES = {
     TableNotReadyError,
     StreamNotActiveError,
     IncompleteShardListError,
+    LeadershipUnavailableError,
 }
 
 
