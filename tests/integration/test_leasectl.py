@@ -3,26 +3,17 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
 from lease_core.lease import Lease
 from lease_core.sequence import ExtendedSequenceNumber
+from tests.support.leasectl import run_leasectl
 from tests.support.stores import dynamodb_store
 
-LEASECTL = Path(sys.executable).with_name("leasectl")
 
-
-def leasectl(*arguments: str, endpoint: str | None = None, **environment: str) -> subprocess.CompletedProcess[str]:
-    env = {key: value for key, value in os.environ.items() if not key.startswith(("AWS_ENDPOINT_URL", "KINESIS_LEASE_"))}
-    if endpoint is not None:
-        env["AWS_ENDPOINT_URL_DYNAMODB"] = endpoint
-    env.update(environment)
-    return subprocess.run([str(LEASECTL), *arguments], capture_output=True, text=True, env=env, timeout=120)
+def leasectl(*arguments: str, endpoint: str | None = None, **environment: str):
+    return run_leasectl(*arguments, dynamodb=endpoint, **environment)
 
 
 def test_init_creates_the_three_tables_and_a_second_init_finds_them(moto_endpoint, dynamodb_client, unique_name):

@@ -3,10 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
-from pathlib import Path
 
 import boto3
 
@@ -14,15 +10,12 @@ from lease_core.coordinator_state import DynamoDBCoordinatorStateStore
 from lease_core.leader_lock import LeaderLock
 from lease_core.lease import Lease
 from lease_core.worker_metrics import DynamoDBWorkerMetricsStore, WorkerMetricStats
+from tests.support.leasectl import run_leasectl
 from tests.support.stores import dynamodb_store
 
-LEASECTL = Path(sys.executable).with_name("leasectl")
 
-
-def leasectl(*arguments: str, moto: str) -> subprocess.CompletedProcess[str]:
-    env = {key: value for key, value in os.environ.items() if not key.startswith(("AWS_ENDPOINT_URL", "KINESIS_LEASE_"))}
-    env["AWS_ENDPOINT_URL_DYNAMODB"] = moto
-    return subprocess.run([str(LEASECTL), *arguments], capture_output=True, text=True, env=env, timeout=120)
+def leasectl(*arguments: str, moto: str):
+    return run_leasectl(*arguments, dynamodb=moto)
 
 
 def seeded(moto_endpoint: str, app: str, owners: list[str | None], kbps: list[float]):

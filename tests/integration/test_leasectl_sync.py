@@ -8,25 +8,18 @@ AT_TIMESTAMP -> 0 and 1.
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
 from lease_core.lease import Lease
 from lease_core.sequence import ExtendedSequenceNumber
 from tests.support.kinesis import build_seed_lineage, create_stream, kinesis_client, split_shard
+from tests.support.leasectl import run_leasectl
 from tests.support.stores import dynamodb_store
 
-LEASECTL = Path(sys.executable).with_name("leasectl")
 
-
-def leasectl(*arguments: str, moto: str, kinesis: str) -> subprocess.CompletedProcess[str]:
-    env = {key: value for key, value in os.environ.items() if not key.startswith(("AWS_ENDPOINT_URL", "KINESIS_LEASE_"))}
-    env.update(AWS_ENDPOINT_URL_DYNAMODB=moto, AWS_ENDPOINT_URL_KINESIS=kinesis)
-    return subprocess.run([str(LEASECTL), *arguments], capture_output=True, text=True, env=env, timeout=120)
+def leasectl(*arguments: str, moto: str, kinesis: str):
+    return run_leasectl(*arguments, dynamodb=moto, kinesis=kinesis)
 
 
 def sync_json(app: str, *arguments: str, moto: str, kinesis: str) -> dict:
