@@ -93,6 +93,17 @@ class AssignmentDecider(Protocol):
     def decide(self, snapshot: AssignmentInput) -> AssignmentPlan: ...
 
 
+def moves_to(snapshot: AssignmentInput, owners: Mapping[str, str | None]) -> tuple[LeaseMove, ...]:
+    """The moves that take every lease from its actual owner to `owners[key]` (an active worker)."""
+    active = {worker.worker_id for worker in snapshot.workers}
+    grabs = set(snapshot.up_for_grabs)
+    return tuple(
+        LeaseMove(lease.lease_key, lease.actual_owner, owner, "unassigned" if lease.lease_key in grabs else "balance")
+        for lease in snapshot.leases
+        if (owner := owners.get(lease.lease_key)) is not None and owner != lease.actual_owner and owner in active
+    )
+
+
 def projected_owners(snapshot: AssignmentInput, plan: AssignmentPlan) -> dict[str, str | None]:
     """lease key -> actual owner after applying the plan (used by reports, tests and benchmarks)."""
     owners = {lease.lease_key: lease.actual_owner for lease in snapshot.leases}

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 
-from lease_core.assignment import AssignmentInput, AssignmentPlan, LeaseMove
+from lease_core.assignment import AssignmentInput, AssignmentPlan, moves_to
 
 
 def count_target(lease_count: int, worker_count: int, max_leases_for_worker: int) -> int:
@@ -31,7 +31,7 @@ class CountAssignment:
         spillover = _assign_up_for_grabs(snapshot, leases_of, owners, target)
         if snapshot.balance:
             _balance(snapshot, leases_of, owners, target)
-        return AssignmentPlan(moves=_moves(snapshot, owners), spillover=spillover)
+        return AssignmentPlan(moves=moves_to(snapshot, owners), spillover=spillover)
 
 
 def _leases_by_active_worker(snapshot: AssignmentInput) -> dict[str, set[str]]:
@@ -88,17 +88,3 @@ def _balance(
                 _move(movable[0], receiver, leases_of, owners)
             else:
                 high -= 1
-
-
-def _moves(snapshot: AssignmentInput, owners: dict[str, str | None]) -> tuple[LeaseMove, ...]:
-    up_for_grabs = set(snapshot.up_for_grabs)
-    return tuple(
-        LeaseMove(
-            lease.lease_key,
-            lease.actual_owner,
-            owner,
-            "unassigned" if lease.lease_key in up_for_grabs else "balance",
-        )
-        for lease in snapshot.leases
-        if (owner := owners[lease.lease_key]) is not None and owner != lease.actual_owner
-    )

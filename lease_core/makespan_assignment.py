@@ -16,7 +16,7 @@ from __future__ import annotations
 import bisect
 import heapq
 
-from lease_core.assignment import AssignmentInput, AssignmentPlan, AssignmentSettings, LeaseMove
+from lease_core.assignment import AssignmentInput, AssignmentPlan, AssignmentSettings, moves_to
 from lease_core.assignment_view import build_view
 
 
@@ -35,7 +35,7 @@ class MakespanAssignment:
         spillover = state.place_up_for_grabs()
         if snapshot.balance:
             state.rebalance()
-        return AssignmentPlan(moves=state.moves(), spillover=spillover)
+        return AssignmentPlan(moves=moves_to(snapshot, state.owner_of), spillover=spillover)
 
 
 class _Loads:
@@ -150,21 +150,6 @@ class _Loads:
                 if best is None or _pair_max_drop(delta, gap) > _pair_max_drop(best[0], gap):
                     best = (delta, give_key, take_key)
         return best
-
-    def moves(self) -> tuple[LeaseMove, ...]:
-        waiting = set(self.waiting)
-        return tuple(
-            LeaseMove(
-                lease.lease_key,
-                lease.actual_owner,
-                owner,
-                "unassigned" if lease.lease_key in waiting else "balance",
-            )
-            for lease in self.snapshot.leases
-            if (owner := self.owner_of[lease.lease_key]) is not None
-            and owner != lease.actual_owner
-            and owner in self.load
-        )
 
 
 def _pair_max_drop(delta: float, gap: float) -> float:
