@@ -238,3 +238,32 @@ class LeadershipUnavailableError(LeaseCoreError):
 
     def __str__(self) -> str:
         return f"the leader lock is held by {self.holder!r}; only one round of an application runs at a time"
+
+
+class SinkError(LeaseCoreError):
+    """The output dataset cannot be written where the job was told to write it.
+
+    Retryable when the storage answered with a failure that may go away (a 5xx, a dropped
+    connection); not retryable for a missing bucket, a path that is not a directory, or a refusal.
+    """
+
+    def __init__(self, uri: str, problem: str, retryable: bool = False) -> None:
+        super().__init__(uri, problem, retryable)
+        self.uri = uri
+        self.problem = problem
+        self.retryable = retryable
+
+    def __str__(self) -> str:
+        return f"sink {self.uri!r}: {self.problem}"
+
+
+class TransformError(LeaseCoreError):
+    """The user transform could not be loaded, raised, or returned something other than a table."""
+
+    def __init__(self, spec: str, problem: str) -> None:
+        super().__init__(spec, problem)
+        self.spec = spec
+        self.problem = problem
+
+    def __str__(self) -> str:
+        return f"transform {self.spec!r}: {self.problem}"

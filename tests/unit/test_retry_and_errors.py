@@ -26,11 +26,13 @@ from lease_core.errors import (
     InvalidShardLineageError,
     LeadershipUnavailableError,
     LeaseCoreError,
+    SinkError,
     StreamNotActiveError,
     StreamNotFoundError,
     TableNotFoundError,
     TableNotReadyError,
     TableProtectedError,
+    TransformError,
     ThrottledError,
 )
 from lease_core.retry import RetryPolicy
@@ -249,6 +251,9 @@ INSTANCES = [
     pytest.param(InconsistentShardsError("orders", ("shardId-9",)), id="InconsistentShardsError"),
     pytest.param(InvalidShardLineageError("shardId-1", "merged child names 1 parent"), id="InvalidShardLineageError"),
     pytest.param(LeadershipUnavailableError("leader-host-1"), id="LeadershipUnavailableError"),
+    pytest.param(SinkError("s3://lake/orders", "bucket 'lake' does not exist"), id="SinkError"),
+    pytest.param(SinkError("s3://lake/orders", "503 SlowDown", retryable=True), id="SinkError-retryable"),
+    pytest.param(TransformError("my_module:clean", "raised KeyError: 'id'"), id="TransformError"),
 ]
 
 ERROR_CLASSES = [
@@ -278,9 +283,18 @@ RETRYABLE_CLASSES = {
 }
 
 
-@pytest.mark.parametrize("cls", ERROR_CLASSES, ids=[cls.__name__ for cls in ERROR_CLASSES])
+@pytest.mark.parametrize(
+    "cls", [cls for cls in ERROR_CLASSES if cls is not SinkError], ids=lambda cls: cls.__name__
+)
 def test_only_dependency_throttling_and_not_ready_errors_are_retryable(cls: type[LeaseCoreError]) -> None:
     assert cls.retryable is (cls in RETRYABLE_CLASSES)
+
+
+def test_a_sink_error_is_retryable_only_when_the_storage_failure_may_go_away() -> None:
+    assert (SinkError("/data", "disk full").retryable, SinkError("s3://b", "503", retryable=True).retryable) == (
+        False,
+        True,
+    )
 
 
 VALUE_ERRORS = [ConfigurationError, InvalidSequenceNumberError, CheckpointOrderError]
