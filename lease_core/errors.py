@@ -267,3 +267,19 @@ class TransformError(LeaseCoreError):
 
     def __str__(self) -> str:
         return f"transform {self.spec!r}: {self.problem}"
+
+
+class LeaseLostError(LeaseCoreError):
+    """This worker no longer holds the lease: a renew or checkpoint condition failed, or it expired.
+
+    Not retryable by the holder: someone else (the leader's assignment, another attempt of the same
+    slot) owns the lease's next write. The holder stops reading it and never commits it.
+    """
+
+    def __init__(self, lease_key: str, reason: str) -> None:
+        super().__init__(lease_key, reason)
+        self.lease_key = lease_key
+        self.reason = reason
+
+    def __str__(self) -> str:
+        return f"lease {self.lease_key!r} was lost: {self.reason}"

@@ -1,0 +1,201 @@
+"""A worker holding a lease: claim, heartbeat, checkpoint, loss (kcl-spec.md §2.4-2.7), on both stores."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from lease_core.errors import LeaseLostError
+from lease_core.lease import Lease
+from lease_core.lease_holder import HeldLease, LeaseHeartbeat
+from lease_core.lease_store import ConditionalLeaseStore, WriteResult
+from lease_core.memory_store import InMemoryLeaseStore
+from lease_core.sequence import TRIM_HORIZON, ExtendedSequenceNumber
+from tests.support.stores import dynamodb_store
+
+ESN = ExtendedSequenceNumber
+KEY = "shardId-000000000000"
+DURATION = 10_000
+
+
+@pytest.fixture(params=["memory", "dynamodb"])
+def store(request: pytest.FixtureRequest, unique_name: str) -> ConditionalLeaseStore:
+    if request.param == "memory":
+        return InMemoryLeaseStore()
+    return dynamodb_store(request.getfixturevalue("moto_endpoint"), unique_name)
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 1_000
+
+    def __call__(self) -> int:
+        return self.now
+
+
+def assigned(store: ConditionalLeaseStore, owner: str = "app-worker-0") -> Lease:
+    store.create_lease_if_not_exists(Lease(KEY, checkpoint=TRIM_HORIZON))
+    lease = store.get_lease(KEY, consistent=True)
+    assert lease is not None
+    result = store.assign_lease(lease, owner)
+    assert result.applied and result.lease is not None
+    return result.lease
+
+
+def stored(store: ConditionalLeaseStore) -> Lease:
+    lease = store.get_lease(KEY, consistent=True)
+    assert lease is not None
+    return lease
+
+
+def held(store: ConditionalLeaseStore, clock: FakeClock | None = None) -> HeldLease:
+    holder = HeldLease(store, assigned(store), DURATION, clock or FakeClock())
+    assert holder.claim()
+    return holder
+
+
+def test_a_claim_is_a_counter_conditional_renewal(store):
+    lease = assigned(store)
+    holder = HeldLease(store, lease, DURATION, FakeClock())
+    assert holder.claim() is True
+    assert stored(store).lease_counter == lease.lease_counter + 1
+    assert holder.lease == stored(store)
+
+
+def test_a_claim_fails_when_someone_wrote_the_lease_since_it_was_read(store):
+    lease = assigned(store)
+    # Another attempt of the same slot claimed and renewed it. (A single write by the same owner is
+    # indistinguishable from our own write whose response was lost: KCL's rule accepts that one.)
+    store.renew_lease(store.renew_lease(lease).lease)  # type: ignore[arg-type]
+    holder = HeldLease(store, lease, DURATION, FakeClock())
+    assert holder.claim() is False
+    assert "condition failed" in (holder.lost_reason or "")
+
+
+def test_prepare_then_commit_moves_the_checkpoint_and_clears_the_pending_one(store):
+    holder = held(store)
+    holder.prepare(ESN("100"), b"batch")
+    assert (stored(store).pending_checkpoint, stored(store).pending_checkpoint_state) == (ESN("100"), b"batch")
+    holder.commit(ESN("100"))
+    after = stored(store)
+    assert (after.checkpoint, after.pending_checkpoint, after.pending_checkpoint_state) == (ESN("100"), None, None)
+
+
+@pytest.mark.parametrize("write", ["renew", "prepare", "commit"])
+def test_after_the_leader_assigns_the_lease_elsewhere_every_write_of_the_old_holder_fails(store, write):
+    holder = held(store)
+    assert store.assign_lease(stored(store), "app-worker-1").applied
+    if write == "renew":
+        assert holder.renew() is False
+    else:
+        with pytest.raises(LeaseLostError, match="app-worker-1"):
+            holder.prepare(ESN("5"), None) if write == "prepare" else holder.commit(ESN("5"))
+    assert holder.is_lost
+    assert stored(store).lease_owner == "app-worker-1"
+    assert stored(store).checkpoint == TRIM_HORIZON
+
+
+def test_a_lease_without_a_renewal_for_a_whole_duration_is_lost_without_writing(store):
+    clock = FakeClock()
+    holder = held(store, clock)
+    counter = stored(store).lease_counter
+    clock.now += DURATION + 1
+    assert holder.is_lost
+    assert holder.renew() is False
+    with pytest.raises(LeaseLostError, match="no successful renewal"):
+        holder.commit(ESN("7"))
+    assert stored(store).lease_counter == counter
+
+
+def test_a_successful_write_counts_as_a_heartbeat(store):
+    clock = FakeClock()
+    holder = held(store, clock)
+    clock.now += DURATION - 1
+    holder.prepare(ESN("9"), None)
+    clock.now += DURATION - 1
+    assert not holder.is_lost
+
+
+def test_writing_before_claiming_is_refused(store):
+    holder = HeldLease(store, assigned(store), DURATION, FakeClock())
+    with pytest.raises(LeaseLostError, match="never claimed"):
+        holder.commit(ESN("1"))
+
+
+def test_a_lease_being_handed_off_is_reported_as_lost_with_both_owners(store):
+    holder = held(store)
+    assert store.initiate_graceful_handoff(stored(store), "app-worker-2").applied
+    assert holder.renew() is False
+    assert "handed from app-worker-0 to app-worker-2" in (holder.lost_reason or "")
+
+
+def test_the_final_renewal_stores_the_lease_throughput(store):
+    holder = held(store)
+    assert holder.renew(throughput_kbps=12.5)
+    assert stored(store).throughput_kbps == 12.5
+
+
+def test_an_unowned_lease_cannot_be_held(store):
+    store.create_lease_if_not_exists(Lease(KEY))
+    with pytest.raises(ValueError, match="no owner"):
+        HeldLease(store, stored(store), DURATION)
+
+
+class ResponseLostStore:
+    """Applies each write, then retries it as a client does after a lost response: the caller sees
+    only the retry's outcome (a lost condition against its own write)."""
+
+    def __init__(self, store: ConditionalLeaseStore) -> None:
+        self._store = store
+
+    def __getattr__(self, name: str):
+        return getattr(self._store, name)
+
+    def renew_lease(self, lease: Lease) -> WriteResult:
+        assert self._store.renew_lease(lease).applied
+        return self._store.renew_lease(lease)
+
+    def update_lease(self, lease: Lease) -> WriteResult:
+        assert self._store.update_lease(lease).applied
+        return self._store.update_lease(lease)
+
+
+def test_a_renewal_whose_response_was_lost_is_recognised_as_applied(store):
+    lease = assigned(store)
+    holder = HeldLease(ResponseLostStore(store), lease, DURATION, FakeClock())  # type: ignore[arg-type]
+    assert holder.claim() is True
+    assert holder.lease.lease_counter == stored(store).lease_counter == lease.lease_counter + 1
+
+
+@pytest.mark.parametrize("write", ["prepare", "commit"])
+def test_a_checkpoint_write_whose_response_was_lost_is_recognised_as_applied(store, write):
+    lease = assigned(store)
+    holder = HeldLease(ResponseLostStore(store), lease, DURATION, FakeClock())  # type: ignore[arg-type]
+    assert holder.claim()
+    after = holder.prepare(ESN("42"), b"s") if write == "prepare" else holder.commit(ESN("42"))
+    assert after == stored(store)
+    assert not holder.is_lost
+
+
+def test_the_heartbeat_renews_every_interval_until_the_lease_is_released(store):
+    holder = held(store)
+    before = stored(store).lease_counter
+    with LeaseHeartbeat([holder], interval_millis=20) as heartbeat:
+        deadline = time.monotonic() + 5
+        while stored(store).lease_counter < before + 3 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        heartbeat.release(holder)
+        released_at = stored(store).lease_counter
+        time.sleep(0.1)
+    assert released_at >= before + 3
+    assert stored(store).lease_counter <= released_at + 1  # at most one renewal already in flight
+
+
+def test_the_heartbeat_skips_lost_leases(store):
+    holder = held(store)
+    holder.mark_lost("test")
+    heartbeat = LeaseHeartbeat([holder], interval_millis=1000)
+    counter = stored(store).lease_counter
+    heartbeat.renew_all()
+    assert (stored(store).lease_counter, heartbeat.renewals) == (counter, 0)
