@@ -1,0 +1,300 @@
+"""The fault-injecting proxy in front of moto (DynamoDB) and kinesis-mock (Kinesis), seen through boto3.
+
+Clients here make exactly one attempt per call (no botocore retries), so each injected fault
+surfaces as the exception a consumer's retry logic would see first.
+"""
+
+from __future__ import annotations
+
+import socket
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import boto3
+import botocore.exceptions
+import pytest
+from botocore.config import Config
+
+from tests.support.fault_proxy import FaultProxy, FaultRule
+from tests.support.kinesis import create_stream, kinesis_client, put_records
+
+ONE_ATTEMPT = Config(retries={"total_max_attempts": 1}, connect_timeout=2, read_timeout=30)
+SHARD = "shardId-000000000000"
+TRIM_POINT = 2  # index of the first record that survives the trim
+
+
+def dynamodb(endpoint: str) -> Any:
+    return boto3.client("dynamodb", endpoint_url=endpoint, region_name="us-east-1", config=ONE_ATTEMPT)
+
+
+def kinesis(endpoint: str) -> Any:
+    return boto3.client("kinesis", endpoint_url=endpoint, region_name="us-east-1", config=ONE_ATTEMPT)
+
+
+def create_table(client: Any, name: str) -> None:
+    client.create_table(
+        TableName=name,
+        KeySchema=[{"AttributeName": "key", "KeyType": "HASH"}],
+        AttributeDefinitions=[{"AttributeName": "key", "AttributeType": "S"}],
+        BillingMode="PAY_PER_REQUEST",
+    )
+
+
+def item(key: str) -> dict[str, Any]:
+    return {"key": {"S": key}, "value": {"N": "1"}}
+
+
+def stored(client: Any, table: str, key: str) -> dict[str, Any] | None:
+    return client.get_item(TableName=table, Key={"key": {"S": key}}, ConsistentRead=True).get("Item")
+
+
+def error_of(call: Any) -> tuple[str, int]:
+    with pytest.raises(botocore.exceptions.ClientError) as raised:
+        call()
+    response = raised.value.response
+    return response["Error"]["Code"], response["ResponseMetadata"]["HTTPStatusCode"]
+
+
+def records_from(client: Any, stream: str, **position: str) -> list[dict[str, Any]]:
+    iterator = client.get_shard_iterator(StreamName=stream, ShardId=SHARD, **position)["ShardIterator"]
+    return client.get_records(ShardIterator=iterator)["Records"]
+
+
+def first_sequence_number(client: Any, stream: str, **position: str) -> str | None:
+    records = records_from(client, stream, **position)
+    return records[0]["SequenceNumber"] if records else None
+
+
+@pytest.fixture
+def dynamodb_proxy(moto_endpoint: str) -> Iterator[FaultProxy]:
+    with FaultProxy(moto_endpoint, seed=7) as proxy:
+        yield proxy
+
+
+@pytest.fixture
+def kinesis_proxy(kinesis_endpoint: str) -> Iterator[FaultProxy]:
+    with FaultProxy(kinesis_endpoint, seed=7) as proxy:
+        yield proxy
+
+
+@pytest.fixture
+def table(moto_endpoint: str, unique_name: str) -> str:
+    create_table(dynamodb(moto_endpoint), unique_name)
+    return unique_name
+
+
+@pytest.fixture
+def stream(kinesis_endpoint: str, unique_name: str) -> tuple[str, list[str]]:
+    """A one-shard stream holding five records; its name and their sequence numbers."""
+    client = kinesis_client(kinesis_endpoint)
+    create_stream(client, unique_name, shard_count=1)
+    return unique_name, put_records(client, unique_name, 5)[SHARD]
+
+
+def test_a_dynamodb_table_created_written_and_read_through_the_proxy_matches_the_direct_view(
+    dynamodb_proxy: FaultProxy, moto_endpoint: str, unique_name: str
+) -> None:
+    proxied = dynamodb(dynamodb_proxy.endpoint)
+    create_table(proxied, unique_name)
+    proxied.put_item(TableName=unique_name, Item=item("a"))
+
+    assert stored(proxied, unique_name, "a") == stored(dynamodb(moto_endpoint), unique_name, "a") == item("a")
+    assert dynamodb_proxy.stats() == {"forwarded": 3}
+
+
+def test_kinesis_records_put_and_read_through_the_proxy_match_the_direct_view(
+    kinesis_proxy: FaultProxy, kinesis_endpoint: str, unique_name: str
+) -> None:
+    proxied = kinesis(kinesis_proxy.endpoint)
+    create_stream(proxied, unique_name, shard_count=1)
+    written = put_records(proxied, unique_name, 3)[SHARD]
+
+    def read(client: Any) -> list[tuple[str, bytes]]:
+        records = records_from(client, unique_name, ShardIteratorType="TRIM_HORIZON")
+        return [(record["SequenceNumber"], record["Data"]) for record in records]
+
+    assert read(proxied) == read(kinesis(kinesis_endpoint))
+    assert [sequence for sequence, _ in read(proxied)] == written
+
+
+def test_throttling_putitem_gives_botocore_the_dynamodb_throttling_code_while_getitem_passes(
+    dynamodb_proxy: FaultProxy, table: str
+) -> None:
+    client = dynamodb(dynamodb_proxy.endpoint)
+    dynamodb_proxy.set_faults([FaultRule("throttle", 1.0, "PutItem")])
+
+    assert error_of(lambda: client.put_item(TableName=table, Item=item("a"))) == (
+        "ProvisionedThroughputExceededException", 400)
+    assert stored(client, table, "a") is None
+
+
+def test_throttling_getrecords_gives_botocore_the_kinesis_throttling_code_while_getsharditerator_passes(
+    kinesis_proxy: FaultProxy, stream: tuple[str, list[str]]
+) -> None:
+    client = kinesis(kinesis_proxy.endpoint)
+    kinesis_proxy.set_faults([FaultRule("throttle", 1.0, "GetRecords")])
+    iterator = client.get_shard_iterator(StreamName=stream[0], ShardId=SHARD, ShardIteratorType="TRIM_HORIZON")
+
+    assert error_of(lambda: client.get_records(ShardIterator=iterator["ShardIterator"])) == (
+        "ProvisionedThroughputExceededException", 400)
+
+
+@pytest.mark.parametrize(
+    ("service", "code"),
+    [("dynamodb", "InternalServerError"), ("kinesis", "InternalFailure")],
+    ids=["dynamodb", "kinesis"],
+)
+def test_a_server_error_is_a_500_with_the_service_s_own_code(
+    service: str, code: str, dynamodb_proxy: FaultProxy, kinesis_proxy: FaultProxy
+) -> None:
+    proxy = dynamodb_proxy if service == "dynamodb" else kinesis_proxy
+    proxy.set_faults([FaultRule("server_error", 1.0)])
+    client = dynamodb(proxy.endpoint) if service == "dynamodb" else kinesis(proxy.endpoint)
+    call = client.list_tables if service == "dynamodb" else client.list_streams
+
+    assert error_of(call) == (code, 500)
+
+
+def test_a_share_of_0_3_faults_between_40_and_80_of_200_calls_and_the_same_seed_picks_the_same_calls(
+    moto_endpoint: str, table: str
+) -> None:
+    def failed_calls() -> list[int]:
+        with FaultProxy(moto_endpoint, seed=11) as proxy:
+            proxy.set_faults([FaultRule("throttle", 0.3, "GetItem")])
+            client = dynamodb(proxy.endpoint)
+            failed = []
+            for call in range(200):
+                try:
+                    client.get_item(TableName=table, Key={"key": {"S": "a"}})
+                except client.exceptions.ProvisionedThroughputExceededException:
+                    failed.append(call)
+            assert proxy.stats() == {"forwarded": 200 - len(failed), "throttle:GetItem": len(failed)}
+            return failed
+
+    first = failed_calls()
+    assert 40 <= len(first) <= 80
+    assert failed_calls() == first
+
+
+def test_a_dropped_dynamodb_response_is_a_prompt_connection_error_after_the_write_was_applied(
+    dynamodb_proxy: FaultProxy, moto_endpoint: str, table: str
+) -> None:
+    dynamodb_proxy.set_faults([FaultRule("drop_response", 1.0, "PutItem")])
+    started = time.monotonic()
+    with pytest.raises(botocore.exceptions.ConnectionClosedError):
+        dynamodb(dynamodb_proxy.endpoint).put_item(TableName=table, Item=item("a"))
+
+    assert time.monotonic() - started < 2.0
+    assert stored(dynamodb(moto_endpoint), table, "a") == item("a")
+
+
+def test_a_dropped_dynamodb_request_is_a_connection_error_and_the_write_never_happens(
+    dynamodb_proxy: FaultProxy, moto_endpoint: str, table: str
+) -> None:
+    dynamodb_proxy.set_faults([FaultRule("drop_request", 1.0, "PutItem")])
+    with pytest.raises(botocore.exceptions.ConnectionClosedError):
+        dynamodb(dynamodb_proxy.endpoint).put_item(TableName=table, Item=item("a"))
+
+    assert stored(dynamodb(moto_endpoint), table, "a") is None
+    assert dynamodb_proxy.stats() == {"drop_request:PutItem": 1}
+
+
+def test_stats_count_forwarded_requests_and_each_injected_fault_by_kind_and_operation(
+    dynamodb_proxy: FaultProxy, table: str
+) -> None:
+    client = dynamodb(dynamodb_proxy.endpoint)
+    dynamodb_proxy.set_faults([FaultRule("throttle", 1.0, "GetItem"), FaultRule("drop_request", 1.0, "PutItem")])
+    for call in (lambda: stored(client, table, "a"), lambda: stored(client, table, "b"),
+                 lambda: client.put_item(TableName=table, Item=item("a"))):
+        with pytest.raises((botocore.exceptions.ClientError, botocore.exceptions.ConnectionClosedError)):
+            call()
+    dynamodb_proxy.set_faults([])
+    client.describe_table(TableName=table)
+
+    assert dynamodb_proxy.stats() == {"throttle:GetItem": 2, "drop_request:PutItem": 1, "forwarded": 1}
+
+
+@pytest.mark.parametrize("mode", ["reject", "skip"])
+def test_after_a_trim_trim_horizon_starts_at_the_trim_point(
+    mode: str, kinesis_proxy: FaultProxy, stream: tuple[str, list[str]]
+) -> None:
+    name, sequences = stream
+    kinesis_proxy.trim(name, SHARD, sequences[TRIM_POINT], mode)
+
+    assert first_sequence_number(kinesis(kinesis_proxy.endpoint), name, ShardIteratorType="TRIM_HORIZON") == (
+        sequences[TRIM_POINT])
+    assert kinesis_proxy.stats()["trim_rewrite:GetShardIterator"] == 1
+
+
+@pytest.mark.parametrize(
+    ("mode", "iterator_type", "start", "first"),
+    [
+        ("skip", "AT_SEQUENCE_NUMBER", 0, TRIM_POINT),
+        ("skip", "AFTER_SEQUENCE_NUMBER", 0, TRIM_POINT),
+        ("skip", "AT_SEQUENCE_NUMBER", 3, 3),
+        ("reject", "AT_SEQUENCE_NUMBER", TRIM_POINT, TRIM_POINT),
+        ("reject", "AFTER_SEQUENCE_NUMBER", TRIM_POINT, 3),
+    ],
+    ids=["skip-at-aged-out", "skip-after-aged-out", "skip-at-kept", "reject-at-trim-point", "reject-after-trim-point"],
+)
+def test_a_sequence_number_iterator_after_a_trim_starts_where_the_retained_records_allow(
+    mode: str, iterator_type: str, start: int, first: int, kinesis_proxy: FaultProxy, stream: tuple[str, list[str]]
+) -> None:
+    name, sequences = stream
+    kinesis_proxy.trim(name, SHARD, sequences[TRIM_POINT], mode)
+    client = kinesis(kinesis_proxy.endpoint)
+
+    assert first_sequence_number(
+        client, name, ShardIteratorType=iterator_type, StartingSequenceNumber=sequences[start]
+    ) == sequences[first]
+
+
+@pytest.mark.parametrize("iterator_type", ["AT_SEQUENCE_NUMBER", "AFTER_SEQUENCE_NUMBER"])
+def test_reject_mode_refuses_an_aged_out_sequence_number_even_when_the_stream_is_named_by_arn(
+    iterator_type: str, kinesis_proxy: FaultProxy, kinesis_endpoint: str, stream: tuple[str, list[str]]
+) -> None:
+    name, sequences = stream
+    arn = kinesis(kinesis_endpoint).describe_stream_summary(StreamName=name)["StreamDescriptionSummary"]["StreamARN"]
+    kinesis_proxy.trim(name, SHARD, sequences[TRIM_POINT])
+    client = kinesis(kinesis_proxy.endpoint)
+
+    assert error_of(lambda: client.get_shard_iterator(
+        StreamARN=arn, ShardId=SHARD, ShardIteratorType=iterator_type, StartingSequenceNumber=sequences[1]
+    )) == ("InvalidArgumentException", 400)
+    assert kinesis_proxy.stats() == {"trim_reject:GetShardIterator": 1}
+
+
+def test_an_iterator_obtained_before_the_trim_still_reads_the_aged_out_records(
+    kinesis_proxy: FaultProxy, stream: tuple[str, list[str]]
+) -> None:
+    name, sequences = stream
+    client = kinesis(kinesis_proxy.endpoint)
+    iterator = client.get_shard_iterator(StreamName=name, ShardId=SHARD, ShardIteratorType="TRIM_HORIZON")
+    kinesis_proxy.trim(name, SHARD, sequences[TRIM_POINT])
+
+    records = client.get_records(ShardIterator=iterator["ShardIterator"])["Records"]
+    assert [record["SequenceNumber"] for record in records] == sequences
+
+
+def test_stop_frees_the_port_and_refuses_new_connections(moto_endpoint: str) -> None:
+    proxy = FaultProxy(moto_endpoint).start()
+    dynamodb(proxy.endpoint).list_tables()  # leaves a kept-alive connection for stop() to end
+    proxy.stop()
+    host, port = proxy.endpoint.removeprefix("http://").split(":")
+
+    with pytest.raises(ConnectionRefusedError):
+        socket.create_connection((host, int(port)), timeout=2).close()
+    with socket.socket() as listener:
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as every HTTP server binds
+        listener.bind((host, int(port)))
+
+
+@pytest.mark.parametrize(
+    "make",
+    [lambda: FaultRule("timeout", 0.5), lambda: FaultRule("throttle", 1.5), lambda: FaultRule("throttle", -0.1)],
+    ids=["unknown-kind", "share-above-one", "negative-share"],
+)
+def test_a_rule_outside_the_known_kinds_or_the_unit_interval_is_refused(make: Any) -> None:
+    with pytest.raises(ValueError):
+        make()
