@@ -1,0 +1,468 @@
+"""Reading one Kinesis shard from a lease's checkpoint, for the consume job.
+
+Why it reads the way it does:
+- A resume opens AT_SEQUENCE_NUMBER of the checkpoint and drops every position at or before it. A
+  checkpoint inside a KPL aggregate names one sub-record; AFTER_SEQUENCE_NUMBER would skip the rest
+  of that aggregate, and the filter keeps the sub-records already delivered from coming back.
+- The end of a closed shard is the null NextShardIterator. The shard's EndingSequenceNumber only
+  saves real Kinesis a batch (once its record is fetched, one more call collects the ChildShards):
+  kinesis-mock reports 9223372036854775807 for every closed shard, so it is never relied on.
+- Records that aged out of retention before they were read are reported as a `RetentionGap`, never
+  skipped silently: the first record behind a sequence-number iterator is checked against the
+  position the reader asked for, and a refused sequence number is checked against the trim horizon.
+- The tip is a MillisBehindLatest of 0 on a response shorter than the Limit asked for: kinesis-mock
+  answers 0 on every response, even when records remain, and a full page may have more behind it.
+"""
+
+from __future__ import annotations
+
+import base64
+import time
+from collections import deque
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any, Literal
+
+import botocore.exceptions
+from aws_kinesis_agg.deaggregator import iter_deaggregate_records
+
+from lease_core.aws import THROTTLING_CODES, AwsCaller, error_code
+from lease_core.errors import DependencyError, InvalidSequenceNumberError, StreamNotFoundError
+from lease_core.retry import RetryPolicy
+from lease_core.sequence import SHARD_END, ExtendedSequenceNumber, Sentinel
+from lease_core.shards import ChildShard
+from spark_jobs.kinesis_records import KinesisRecord
+
+StopReason = Literal["tip", "records", "bytes", "time", "stop_at", "shard_end", "throttled"]
+
+# GetRecords returns at most 10,000 records per call.
+MAX_GET_RECORDS_LIMIT = 10000
+# Kinesis' own code for a throttled KMS decrypt of an encrypted stream is not in lease_core's set.
+READ_THROTTLING_CODES = THROTTLING_CODES | {"KMSThrottlingException"}
+# GetShardIterator's answers to a sequence number the shard does not hold: Kinesis says
+# InvalidArgumentException, kinesis-mock ResourceNotFoundException (a missing stream is told apart by
+# the trim-horizon call that follows).
+_SEQUENCE_NUMBER_REFUSALS = frozenset({"InvalidArgumentException", "ResourceNotFoundException"})
+
+
+@dataclass(frozen=True)
+class ReadLimits:
+    max_records: int | None = None  # user records (after deaggregation)
+    max_bytes: int | None = None  # sum of len(data) of user records
+    deadline: float | None = None  # a value of the reader's monotonic clock; stop reading once reached
+    stop_at: ExtendedSequenceNumber | None = None  # inclusive last position; SHARD_END = to the shard's end
+
+    def __post_init__(self) -> None:
+        # A limit of 0 would return empty batches forever: a caller bug, not a batch size.
+        if self.max_records is not None and self.max_records < 1:
+            raise ValueError(f"max_records must be at least 1, not {self.max_records}")
+        if self.max_bytes is not None and self.max_bytes < 1:
+            raise ValueError(f"max_bytes must be at least 1, not {self.max_bytes}")
+        if self.stop_at is not None and self.stop_at.is_sentinel and not self.stop_at.is_shard_end:
+            raise ValueError(f"stop_at must be a sequence number or SHARD_END, not {self.stop_at}")
+
+    def stop_at_reached(self, position: ExtendedSequenceNumber | None) -> bool:
+        """True when `position` (the last one delivered) is at or past a real stop_at."""
+        if self.stop_at is None or self.stop_at.is_shard_end or position is None:
+            return False
+        return position >= self.stop_at
+
+
+@dataclass(frozen=True)
+class RetentionGap:
+    """Records after `after` and before `first_available` aged out of the stream before they were read."""
+
+    after: ExtendedSequenceNumber
+    first_available: str | None  # the first record still in the shard, None if the shard is empty now
+    first_available_arrival: datetime | None
+
+
+@dataclass(frozen=True)
+class ReadBatch:
+    records: tuple[KinesisRecord, ...]  # by position, after the previous batch's end, none past stop_at
+    end: ExtendedSequenceNumber | None  # SHARD_END when shard_ended, else the last record's position, else None
+    shard_ended: bool  # every record of this closed shard has been delivered (this batch or earlier)
+    child_shards: tuple[ChildShard, ...]  # GetRecords' ChildShards, reported once the shard ended
+    stopped_by: StopReason
+    millis_behind_latest: int | None  # from the last GetRecords response of this batch
+    gap: RetentionGap | None  # set on the batch in which the gap was detected
+    bytes: int  # sum of len(data) of records
+    get_records_calls: int  # GetRecords requests sent, throttled ones included
+    throttled_calls: int
+    expired_iterators: int
+
+
+@dataclass(frozen=True)
+class IteratorSpec:
+    """The arguments of one GetShardIterator call (besides stream and shard)."""
+
+    iterator_type: str
+    sequence_number: str | None = None
+    timestamp: datetime | None = None
+
+    def arguments(self) -> dict[str, Any]:
+        arguments: dict[str, Any] = {"ShardIteratorType": self.iterator_type}
+        if self.sequence_number is not None:
+            arguments["StartingSequenceNumber"] = self.sequence_number
+        if self.timestamp is not None:
+            arguments["Timestamp"] = self.timestamp
+        return arguments
+
+
+TRIM_HORIZON_SPEC = IteratorSpec("TRIM_HORIZON")
+
+
+def start_spec(shard_id: str, start: ExtendedSequenceNumber, at_timestamp: datetime | None) -> IteratorSpec:
+    """Where reading from a lease's committed checkpoint `start` begins."""
+    sentinel = start.sentinel
+    if sentinel is Sentinel.SHARD_END:
+        raise ValueError(f"shard {shard_id} is checkpointed at SHARD_END: a finished lease is never read")
+    if sentinel is Sentinel.AT_TIMESTAMP:
+        if at_timestamp is None:
+            raise ValueError(f"shard {shard_id} starts AT_TIMESTAMP but no at_timestamp was given")
+        return IteratorSpec("AT_TIMESTAMP", timestamp=at_timestamp)
+    if sentinel is not None:
+        return IteratorSpec(sentinel.value)
+    return IteratorSpec("AT_SEQUENCE_NUMBER", sequence_number=start.sequence_number)
+
+
+def user_records(records: Iterable[Mapping[str, Any]]) -> list[KinesisRecord]:
+    """GetRecords' records as user records: KPL aggregates split, plain records at sub-sequence 0."""
+    deaggregated = iter_deaggregate_records(list(records), data_format="Boto3")
+    return [_user_record(entry["kinesis"]) for entry in deaggregated]
+
+
+def _user_record(fields: Mapping[str, Any]) -> KinesisRecord:
+    # aws_kinesis_agg 1.2.3 base64-encodes the data of sub-records (Lambda's format) even with
+    # data_format="Boto3", while plain records keep the raw bytes GetRecords returned.
+    aggregated = fields.get("aggregated", False)
+    data = base64.b64decode(fields["data"]) if aggregated else fields["data"]
+    return KinesisRecord(
+        sequence_number=fields["sequenceNumber"],
+        sub_sequence_number=fields.get("subSequenceNumber", 0),
+        partition_key=fields["partitionKey"],
+        approximate_arrival_timestamp=_utc(fields["approximateArrivalTimestamp"]),
+        data=bytes(data),
+        explicit_hash_key=fields.get("explicitHashKey"),
+    )
+
+
+def _utc(moment: datetime) -> datetime:
+    return moment.astimezone(timezone.utc)
+
+
+@dataclass(frozen=True)
+class _GapCheck:
+    """A check due on the first record behind a sequence-number iterator.
+
+    `sequence_number` is the record the iterator should start at (AT) or after (AFTER). A first
+    record above it means records in between aged out; if Kinesis refused the sequence number and
+    the trim horizon is not above it, the number was never valid for the shard.
+    """
+
+    after: ExtendedSequenceNumber
+    sequence_number: str
+    refused: bool
+
+
+class _Throttled(Exception):
+    """GetRecords was throttled; the reader backs off itself and may end the batch gracefully."""
+
+
+class _IteratorExpired(Exception):
+    """The shard iterator outlived its 5 minutes; a fresh one continues after the last record fetched."""
+
+
+class _SequenceNumberRefused(Exception):
+    """GetShardIterator refused a sequence number (kinesis-mock says ResourceNotFoundException)."""
+
+
+@dataclass
+class _Batch:
+    """What one read() has gathered so far."""
+
+    limits: ReadLimits
+    records: list[KinesisRecord] = field(default_factory=list)
+    bytes: int = 0
+    at_tip: bool = False
+    millis_behind_latest: int | None = None
+    gap: RetentionGap | None = None
+    get_records_calls: int = 0
+    throttled_calls: int = 0
+    expired_iterators: int = 0
+
+    def refusal(self, record: KinesisRecord) -> StopReason | None:
+        """Why `record` cannot join this batch, or None if it can."""
+        stop_at = self.limits.stop_at
+        if stop_at is not None and not stop_at.is_shard_end and record.position > stop_at:
+            return "stop_at"
+        if self.limits.max_records is not None and len(self.records) >= self.limits.max_records:
+            return "records"
+        # The first record always fits: one record above max_bytes must not stall the shard forever.
+        max_bytes = self.limits.max_bytes
+        if max_bytes is not None and self.records and self.bytes + len(record.data) > max_bytes:
+            return "bytes"
+        return None
+
+    def add(self, record: KinesisRecord) -> None:
+        self.records.append(record)
+        self.bytes += len(record.data)
+
+    def full(self) -> StopReason | None:
+        if self.limits.max_records is not None and len(self.records) >= self.limits.max_records:
+            return "records"
+        if self.limits.max_bytes is not None and self.bytes >= self.limits.max_bytes:
+            return "bytes"
+        return None
+
+    def call_limit(self, get_records_limit: int) -> int:
+        if self.limits.max_records is None:
+            return get_records_limit
+        return max(1, min(get_records_limit, self.limits.max_records - len(self.records)))
+
+
+class ShardReader:
+    """Reads one shard from a checkpoint in batches; each read() continues where the last one ended.
+
+    Throttled GetRecords calls back off by the retry policy's delays through `sleep` (so a fake clock
+    sees them) and end the batch gracefully once the policy's attempts are spent; 5xx and transport
+    failures are retried by `AwsCaller` and then raise `DependencyError`.
+    """
+
+    def __init__(
+        self,
+        kinesis: Any,
+        stream_name: str,
+        shard_id: str,
+        start: ExtendedSequenceNumber,
+        *,
+        start_inclusive: bool = False,
+        at_timestamp: datetime | None = None,
+        ending_sequence_number: str | None = None,
+        retry_policy: RetryPolicy = RetryPolicy(),
+        min_call_interval_seconds: float = 0.2,
+        get_records_limit: int = MAX_GET_RECORDS_LIMIT,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        if not 1 <= get_records_limit <= MAX_GET_RECORDS_LIMIT:
+            raise ValueError(f"get_records_limit must be in 1..{MAX_GET_RECORDS_LIMIT}, not {get_records_limit}")
+        self._resume = start_spec(shard_id, start, at_timestamp)
+        self._kinesis = kinesis
+        self._stream_name = stream_name
+        self._shard_id = shard_id
+        self._start = start
+        self._start_inclusive = start_inclusive
+        self._ending_sequence_number = ending_sequence_number
+        self._policy = retry_policy
+        self._caller = AwsCaller("kinesis", retry_policy)
+        self._min_call_interval = min_call_interval_seconds
+        self._get_records_limit = get_records_limit
+        self._clock = clock
+        self._sleep = sleep
+        self._iterator: str | None = None
+        self._gap_check: _GapCheck | None = None
+        self._buffer: deque[KinesisRecord] = deque()
+        self._fetched_through = start
+        self._last_delivered: ExtendedSequenceNumber | None = None
+        self._end_known = False
+        self._end_observed = False
+        self._child_shards: tuple[ChildShard, ...] = ()
+        self._last_call_at: float | None = None
+
+    def read(self, limits: ReadLimits) -> ReadBatch:
+        batch = _Batch(limits)
+        while True:
+            reason = self._deliver(batch) or self._reason_not_to_fetch(batch)
+            if reason is None and not self._fetch(batch):
+                reason = "throttled"
+            if reason is not None:
+                return self._finish(batch, reason)
+
+    # --- delivering ------------------------------------------------------------------------------
+
+    def _deliver(self, batch: _Batch) -> StopReason | None:
+        while self._buffer:
+            reason = batch.refusal(self._buffer[0])
+            if reason is not None:
+                return reason
+            record = self._buffer.popleft()
+            batch.add(record)
+            self._last_delivered = record.position
+        return None
+
+    def _reason_not_to_fetch(self, batch: _Batch) -> StopReason | None:
+        """With the buffer drained: why this batch ends here, or None to fetch more."""
+        stop_at_reached = batch.limits.stop_at_reached(self._last_delivered)
+        # A replay ending exactly at the shard's last record ends at that record, as it was prepared.
+        if self._end_observed and not (stop_at_reached and batch.records):
+            return "shard_end"
+        if stop_at_reached:
+            return "stop_at"
+        past_deadline = batch.limits.deadline is not None and self._next_call_at() >= batch.limits.deadline
+        if self._end_known and not past_deadline:
+            return None  # the one more call that collects ChildShards and observes the end
+        full = batch.full()
+        if full is not None:
+            return full
+        if batch.at_tip:
+            return "tip"
+        return "time" if past_deadline else None
+
+    def _finish(self, batch: _Batch, reason: StopReason) -> ReadBatch:
+        shard_ended = reason == "shard_end"
+        end = SHARD_END if shard_ended else (batch.records[-1].position if batch.records else None)
+        return ReadBatch(
+            records=tuple(batch.records),
+            end=end,
+            shard_ended=shard_ended,
+            child_shards=self._child_shards if shard_ended else (),
+            stopped_by=reason,
+            millis_behind_latest=batch.millis_behind_latest,
+            gap=batch.gap,
+            bytes=batch.bytes,
+            get_records_calls=batch.get_records_calls,
+            throttled_calls=batch.throttled_calls,
+            expired_iterators=batch.expired_iterators,
+        )
+
+    # --- fetching --------------------------------------------------------------------------------
+
+    def _fetch(self, batch: _Batch) -> bool:
+        """One GetRecords (with its retries) into the buffer; False if throttling outlasted the policy."""
+        if self._iterator is None:
+            self._open(self._resume)
+        limit = batch.call_limit(self._get_records_limit)
+        response = self._get_records(batch, limit)
+        if response is None:
+            return False
+        self._take(batch, response, limit)
+        return True
+
+    def _get_records(self, batch: _Batch, limit: int) -> dict[str, Any] | None:
+        throttled = 0
+        expired = 0
+        while True:
+            try:
+                return self._caller.call("GetRecords", lambda: self._paced_get_records(batch, limit))
+            except _Throttled:
+                batch.throttled_calls += 1
+                throttled += 1
+                if throttled >= self._policy.attempts:
+                    return None
+                self._sleep(self._policy.delay_seconds(throttled))
+            except _IteratorExpired:
+                batch.expired_iterators += 1
+                expired += 1
+                if expired > self._policy.attempts:
+                    raise DependencyError(
+                        "kinesis", "GetRecords", "ExpiredIteratorException: fresh iterators keep expiring", expired
+                    ) from None
+                self._open(self._resume)
+
+    def _paced_get_records(self, batch: _Batch, limit: int) -> dict[str, Any]:
+        self._sleep_until(self._next_call_at())
+        self._last_call_at = self._clock()
+        batch.get_records_calls += 1
+        try:
+            return self._kinesis.get_records(ShardIterator=self._iterator, Limit=limit)
+        except botocore.exceptions.ClientError as error:
+            code = error_code(error)
+            if code in READ_THROTTLING_CODES:
+                raise _Throttled() from error
+            if code == "ExpiredIteratorException":
+                raise _IteratorExpired() from error
+            if code == "ResourceNotFoundException":
+                raise StreamNotFoundError(self._stream_name) from error
+            raise  # 5xx are the retry policy's business, the rest AwsCaller's refusals
+
+    def _next_call_at(self) -> float:
+        """When the next GetRecords may go out: 5 calls per second per shard is Kinesis' limit."""
+        now = self._clock()
+        if self._last_call_at is None:
+            return now
+        return max(now, self._last_call_at + self._min_call_interval)
+
+    def _sleep_until(self, moment: float) -> None:
+        wait = moment - self._clock()
+        if wait > 0:
+            self._sleep(wait)
+
+    def _take(self, batch: _Batch, response: Mapping[str, Any], limit: int) -> None:
+        raw = response.get("Records", [])
+        batch.millis_behind_latest = response.get("MillisBehindLatest")
+        if response.get("ChildShards"):
+            self._child_shards = tuple(ChildShard.from_api(child) for child in response["ChildShards"])
+        self._iterator = response.get("NextShardIterator")
+        self._end_observed = self._iterator is None
+        batch.at_tip = not self._end_observed and batch.millis_behind_latest == 0 and len(raw) < limit
+        # Only the response holding the ending record asks for one more call: never loop on it.
+        self._end_known = any(entry["SequenceNumber"] == self._ending_sequence_number for entry in raw)
+        if raw:
+            self._check_gap(batch, raw[0])
+            self._buffer_records(raw)
+        elif self._end_observed or batch.at_tip:
+            self._check_gap_on_empty_shard(batch)
+
+    def _buffer_records(self, raw: list[Mapping[str, Any]]) -> None:
+        records = user_records(raw)
+        if records:  # an aggregate holding no user records yields none
+            self._fetched_through = records[-1].position
+        # A whole aggregate is fetched at once, so a fresh iterator continues after the last one.
+        self._resume = IteratorSpec("AFTER_SEQUENCE_NUMBER", sequence_number=raw[-1]["SequenceNumber"])
+        self._buffer.extend(record for record in records if self._after_start(record.position))
+
+    def _after_start(self, position: ExtendedSequenceNumber) -> bool:
+        return position > self._start or (self._start_inclusive and position == self._start)
+
+    # --- iterators and retention -----------------------------------------------------------------
+
+    def _open(self, spec: IteratorSpec) -> None:
+        """A fresh iterator for `spec`, falling back to the trim horizon if its sequence number is refused."""
+        try:
+            self._iterator = self._get_shard_iterator(spec)
+        except _SequenceNumberRefused:
+            self._iterator = self._get_shard_iterator(TRIM_HORIZON_SPEC)
+            self._resume = TRIM_HORIZON_SPEC
+            self._gap_check = _GapCheck(self._fetched_through, str(spec.sequence_number), refused=True)
+            return
+        if spec.iterator_type == "AT_SEQUENCE_NUMBER":
+            self._gap_check = _GapCheck(self._fetched_through, str(spec.sequence_number), refused=False)
+
+    def _get_shard_iterator(self, spec: IteratorSpec) -> str:
+        def call() -> str:
+            try:
+                response = self._kinesis.get_shard_iterator(
+                    StreamName=self._stream_name, ShardId=self._shard_id, **spec.arguments()
+                )
+            except botocore.exceptions.ClientError as error:
+                code = error_code(error)
+                if spec.sequence_number is not None and code in _SEQUENCE_NUMBER_REFUSALS:
+                    raise _SequenceNumberRefused() from error
+                if code == "ResourceNotFoundException":
+                    raise StreamNotFoundError(self._stream_name) from error
+                raise
+            return str(response["ShardIterator"])
+
+        return self._caller.call("GetShardIterator", call)
+
+    def _check_gap(self, batch: _Batch, first: Mapping[str, Any]) -> None:
+        check, self._gap_check = self._gap_check, None
+        if check is None:
+            return
+        if int(first["SequenceNumber"]) > int(check.sequence_number):
+            arrival = _utc(first["ApproximateArrivalTimestamp"])
+            batch.gap = RetentionGap(check.after, first["SequenceNumber"], arrival)
+        elif check.refused:
+            raise InvalidSequenceNumberError(
+                check.sequence_number,
+                f"Kinesis refused it for shard {self._shard_id} of stream {self._stream_name!r}, and the shard's "
+                f"trim horizon {first['SequenceNumber']} is not above it: it is not a position of this shard",
+            )
+
+    def _check_gap_on_empty_shard(self, batch: _Batch) -> None:
+        # Nothing at or after the asked-for record is left at all: everything after it aged out.
+        if self._gap_check is not None:
+            batch.gap = RetentionGap(self._gap_check.after, None, None)
+            self._gap_check = None

@@ -1,0 +1,212 @@
+"""ShardReader's pure parts (start positions, limits, deaggregation), and the end of a closed shard as
+real Kinesis answers it, on an in-memory fake shard: kinesis-mock cannot show it (it hands out the null
+iterator with the last records and reports 9223372036854775807 as every ending sequence number).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+import pytest
+
+from lease_core.lease import HashKeyRange
+from lease_core.sequence import AT_TIMESTAMP, LATEST, SHARD_END, TRIM_HORIZON, ExtendedSequenceNumber
+from lease_core.shards import ChildShard
+from spark_jobs.shard_reader import IteratorSpec, ReadLimits, ShardReader, start_spec, user_records
+from tests.support.kpl import aggregate
+
+ARRIVAL = datetime(2024, 5, 1, 12, 0, tzinfo=timezone(timedelta(hours=2)))
+SEQUENCE = "49650000000000000000000000000000000000000000000000000001"
+
+
+def kinesis_record(sequence_number: str, data: bytes, partition_key: str = "key") -> dict[str, Any]:
+    """A record as boto3's GetRecords returns it."""
+    return {
+        "SequenceNumber": sequence_number,
+        "ApproximateArrivalTimestamp": ARRIVAL,
+        "Data": data,
+        "PartitionKey": partition_key,
+        "EncryptionType": "NONE",
+    }
+
+
+# --- where reading starts ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("start", "expected"),
+    [
+        pytest.param(TRIM_HORIZON, IteratorSpec("TRIM_HORIZON"), id="trim-horizon"),
+        pytest.param(LATEST, IteratorSpec("LATEST"), id="latest"),
+        pytest.param(AT_TIMESTAMP, IteratorSpec("AT_TIMESTAMP", timestamp=ARRIVAL), id="at-timestamp"),
+        pytest.param(
+            ExtendedSequenceNumber(SEQUENCE, 3),
+            IteratorSpec("AT_SEQUENCE_NUMBER", sequence_number=SEQUENCE),
+            id="inside-an-aggregate-reopens-the-aggregate",
+        ),
+    ],
+)
+def test_a_checkpoint_maps_to_the_iterator_that_neither_repeats_nor_skips(start, expected):
+    assert start_spec("shardId-000000000007", start, ARRIVAL if start == AT_TIMESTAMP else None) == expected
+
+
+def test_an_iterator_spec_sends_only_the_arguments_its_type_needs():
+    assert IteratorSpec("AT_SEQUENCE_NUMBER", sequence_number=SEQUENCE).arguments() == {
+        "ShardIteratorType": "AT_SEQUENCE_NUMBER",
+        "StartingSequenceNumber": SEQUENCE,
+    }
+    assert IteratorSpec("AT_TIMESTAMP", timestamp=ARRIVAL).arguments() == {
+        "ShardIteratorType": "AT_TIMESTAMP",
+        "Timestamp": ARRIVAL,
+    }
+
+
+@pytest.mark.parametrize(
+    ("start", "options", "message"),
+    [
+        pytest.param(SHARD_END, {}, "shardId-000000000007 .*SHARD_END", id="finished-lease"),
+        pytest.param(AT_TIMESTAMP, {}, "shardId-000000000007 .*at_timestamp", id="at-timestamp-without-a-timestamp"),
+        pytest.param(TRIM_HORIZON, {"get_records_limit": 0}, "get_records_limit", id="limit-zero"),
+        pytest.param(TRIM_HORIZON, {"get_records_limit": 10001}, "get_records_limit", id="limit-above-kinesis"),
+    ],
+)
+def test_a_reader_that_cannot_read_is_refused_before_any_call(start, options, message):
+    with pytest.raises(ValueError, match=message):
+        ShardReader(None, "stream", "shardId-000000000007", start, **options)
+
+
+# --- limits ------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        pytest.param({"max_records": 0}, id="no-records"),
+        pytest.param({"max_bytes": 0}, id="no-bytes"),
+        pytest.param({"stop_at": TRIM_HORIZON}, id="stop-at-a-start-sentinel"),
+    ],
+)
+def test_limits_that_would_never_let_a_batch_progress_are_refused(options):
+    with pytest.raises(ValueError):
+        ReadLimits(**options)
+
+
+@pytest.mark.parametrize(
+    ("stop_at", "position", "reached"),
+    [
+        pytest.param(ExtendedSequenceNumber("20"), ExtendedSequenceNumber("20"), True, id="at-stop-at"),
+        pytest.param(ExtendedSequenceNumber("20"), ExtendedSequenceNumber("20", 1), True, id="past-stop-at"),
+        pytest.param(ExtendedSequenceNumber("20", 2), ExtendedSequenceNumber("20", 1), False, id="before-stop-at"),
+        pytest.param(ExtendedSequenceNumber("20"), None, False, id="nothing-delivered"),
+        pytest.param(SHARD_END, ExtendedSequenceNumber("99"), False, id="shard-end-is-never-reached-by-a-record"),
+        pytest.param(None, ExtendedSequenceNumber("99"), False, id="no-stop-at"),
+    ],
+)
+def test_stop_at_is_reached_by_the_last_delivered_position_at_or_past_it(stop_at, position, reached):
+    assert ReadLimits(stop_at=stop_at).stop_at_reached(position) is reached
+
+
+# --- deaggregation ---------------------------------------------------------------------------------------
+
+
+def test_a_plain_record_is_one_user_record_at_sub_sequence_zero_in_utc():
+    (record,) = user_records([kinesis_record(SEQUENCE, b"payload")])
+    assert record.position == ExtendedSequenceNumber(SEQUENCE, 0)
+    assert (record.data, record.partition_key, record.explicit_hash_key) == (b"payload", "key", None)
+    assert record.approximate_arrival_timestamp == ARRIVAL
+    assert record.approximate_arrival_timestamp.tzinfo is timezone.utc
+
+
+def test_an_aggregate_becomes_its_user_records_with_raw_data_in_order():
+    users = [("pk-a", b"first"), ("pk-b", b"\x00\xff binary"), ("pk-a", b"")]
+    key, _, data = aggregate(users)
+    plain_after = "49650000000000000000000000000000000000000000000000000002"
+    records = user_records([kinesis_record(SEQUENCE, data, key), kinesis_record(plain_after, b"lone")])
+    assert [(record.position, record.partition_key, record.data) for record in records] == [
+        (ExtendedSequenceNumber(SEQUENCE, 0), "pk-a", b"first"),
+        (ExtendedSequenceNumber(SEQUENCE, 1), "pk-b", b"\x00\xff binary"),
+        (ExtendedSequenceNumber(SEQUENCE, 2), "pk-a", b""),
+        (ExtendedSequenceNumber(plain_after, 0), "key", b"lone"),
+    ]
+
+
+# --- the end of a closed shard as real Kinesis answers it ----------------------------------------------------
+
+
+CHILD = {
+    "ShardId": "shardId-000000000009",
+    "ParentShards": ["shardId-000000000007"],
+    "HashKeyRange": {"StartingHashKey": "0", "EndingHashKey": "340282366920938463463374607431768211455"},
+}
+
+
+class ClosedShardLikeKinesis:
+    """A closed shard answering as Kinesis does: MillisBehindLatest is 0 only at the last record, pages
+    may be short (at most `page_cap` records, like Kinesis' 10 MB cap), the last records come with a
+    next iterator, and only the call after them answers no iterator and the ChildShards."""
+
+    def __init__(self, count: int, page_cap: int = 10000) -> None:
+        self.records = [kinesis_record(f"4965{index:052d}", f"r{index}".encode()) for index in range(1, count + 1)]
+        self.page_cap = page_cap
+        self.get_records_calls = 0
+
+    @property
+    def ending_sequence_number(self) -> str:
+        return str(self.records[-1]["SequenceNumber"])
+
+    def get_shard_iterator(self, **arguments: Any) -> dict[str, Any]:
+        assert arguments["ShardIteratorType"] == "TRIM_HORIZON"
+        return {"ShardIterator": "0"}
+
+    def get_records(self, ShardIterator: str, Limit: int) -> dict[str, Any]:  # noqa: N803 (boto3's names)
+        self.get_records_calls += 1
+        index = int(ShardIterator)
+        if index == len(self.records):
+            return {"Records": [], "MillisBehindLatest": 0, "ChildShards": [CHILD]}
+        page = self.records[index : index + min(Limit, self.page_cap)]
+        behind = 0 if index + len(page) == len(self.records) else 60000
+        return {"Records": page, "NextShardIterator": str(index + len(page)), "MillisBehindLatest": behind}
+
+
+def reader_of(kinesis: ClosedShardLikeKinesis, knows_the_end: bool) -> ShardReader:
+    ending = kinesis.ending_sequence_number if knows_the_end else None
+    return ShardReader(
+        kinesis,
+        "stream",
+        "shardId-000000000007",
+        TRIM_HORIZON,
+        ending_sequence_number=ending,
+        min_call_interval_seconds=0,
+    )
+
+
+EXPECTED_CHILD = ChildShard(
+    "shardId-000000000009", frozenset({"shardId-000000000007"}), HashKeyRange.from_strings("0", str(2**128 - 1))
+)
+
+
+@pytest.mark.parametrize(
+    ("limits", "cut_by"),
+    [
+        pytest.param(ReadLimits(), "tip", id="no-limit-reaches-the-tip"),
+        pytest.param(ReadLimits(max_records=6), "records", id="record-limit-exactly-at-the-end"),
+    ],
+)
+def test_the_ending_sequence_number_ends_the_shard_in_the_batch_that_reads_its_last_record(limits, cut_by):
+    knowing = reader_of(ClosedShardLikeKinesis(6), knows_the_end=True).read(limits)
+    assert (len(knowing.records), knowing.stopped_by, knowing.end) == (6, "shard_end", SHARD_END)
+    assert (knowing.child_shards, knowing.get_records_calls) == ((EXPECTED_CHILD,), 2)
+
+    unknowing_reader = reader_of(ClosedShardLikeKinesis(6), knows_the_end=False)
+    unknowing = unknowing_reader.read(limits)
+    assert (len(unknowing.records), unknowing.stopped_by, unknowing.shard_ended) == (6, cut_by, False)
+    after = unknowing_reader.read(limits)
+    assert (after.records, after.stopped_by, after.child_shards) == ((), "shard_end", (EXPECTED_CHILD,))
+
+
+def test_a_short_page_behind_the_latest_record_is_not_taken_for_the_tip():
+    kinesis = ClosedShardLikeKinesis(6, page_cap=2)
+    batch = reader_of(kinesis, knows_the_end=False).read(ReadLimits())
+    assert (len(batch.records), batch.stopped_by, batch.get_records_calls) == (6, "tip", 3)
+    assert batch.millis_behind_latest == 0
