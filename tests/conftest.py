@@ -42,3 +42,7 @@ def dynamodb_client(moto_endpoint: str):
 def unique_name(request: pytest.FixtureRequest) -> str:
     """A table/application name no other test in this session uses."""
     return re.sub(r"[^A-Za-z0-9_.-]", "-", f"t{next(_names)}-{request.node.name}")[:60]
+
+
+# Spark fixtures live with their support code; pytest finds them through this import.
+from tests.support.spark import spark, spark_control_dir  # noqa: E402,F401

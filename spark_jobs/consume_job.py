@@ -1,0 +1,309 @@
+"""The consume job: one round of W slot tasks on Spark, launched with `spark-submit`.
+
+    spark-submit --master 'local[*,4]' -m spark_jobs.consume_job -- (or the file path)
+        --application-name orders --stream orders --workers 4 --output-uri s3://lake/orders
+
+The driver checks everything it can before Spark starts (configuration, tables, streams, sink,
+transform), keeps the leader lock alive while the slots run when the round's leader handed it over
+(`--leader-owner`, `--leader-record-version`), collects the slot reports, writes the round report
+(`--report-uri`) and prints its summary. Exit status: 0 when every slot finished and no lease
+failed; 1 when something failed (the report says what); 2 for a usage or configuration error.
+
+Spark speculation is forced off: a speculative copy of a slot task would be a second worker with
+the same identity racing the first for the same leases.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from lease_core import aws
+from lease_core.assignment_round import ROUND_KEY
+from lease_core.config import ConsumerConfig, load_config, parse_iso_timestamp
+from lease_core.coordinator_state import DynamoDBCoordinatorStateStore
+from lease_core.errors import ConfigurationError, LeadershipUnavailableError, LeaseCoreError, TableNotFoundError
+from lease_core.leader_lock import LeaderLock, LockHeartbeat
+from lease_core.shard_source import KinesisShardSource
+from lease_core.tables import TableAdministrator
+from spark_jobs.consume_spec import ConsumeSpec, settings_for_executors
+from spark_jobs.lease_consumer import LeaseBudget
+from spark_jobs.parquet_sink import ParquetSink
+from spark_jobs.round_report import RoundReport
+from spark_jobs.slot_task import slot_reports
+from spark_jobs.transform import load_transform
+
+log = logging.getLogger(__name__)
+
+EXIT_OK = 0
+EXIT_FAILED = 1
+EXIT_USAGE = 2
+
+
+class _UsageError(Exception):
+    pass
+
+
+class _ArgumentParser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # argparse would exit the driver; we report and return 2
+        raise _UsageError(f"{self.prog}: {message}")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _ArgumentParser(prog="consume_job", description="One consume round of a Kinesis lease application.")
+    parser.add_argument("--application-name", help="the application (lease table) name; or set application_name")
+    parser.add_argument("--stream", action="append", required=True, dest="streams", metavar="NAME",
+                        help="stream to consume; more than one selects multi-stream mode")
+    parser.add_argument("--workers", type=_positive_int, required=True, metavar="W",
+                        help="slot tasks <app>-worker-0..W-1 (the round's parallelism)")
+    parser.add_argument("--output-uri", required=True, help="the Parquet dataset: a local path or s3://bucket/prefix")
+    parser.add_argument("--report-uri", help="where to write the JSON round report (local path or s3://...)")
+    parser.add_argument("--max-records-per-lease", type=_positive_int, help="records per lease per round")
+    parser.add_argument("--max-bytes-per-lease", type=_positive_int, help="payload bytes per lease per round")
+    parser.add_argument("--max-seconds-per-lease", type=_positive_float, help="reading time per lease per round")
+    parser.add_argument("--max-records-per-file", type=_positive_int, default=LeaseBudget.file_max_records,
+                        help="records per output file (one file per batch)")
+    parser.add_argument("--max-bytes-per-file", type=_positive_int, default=LeaseBudget.file_max_bytes,
+                        help="payload bytes per output file")
+    parser.add_argument("--stop-at-arrival", metavar="ISO8601",
+                        help="do not read records that arrived at or after this time (a backfill window's end)")
+    parser.add_argument("--lease-threads", type=_positive_int, default=8, help="leases read at once per slot")
+    parser.add_argument("--transform", metavar="MODULE:FUNCTION",
+                        help="a function pyarrow.Table -> pyarrow.Table applied to each batch before it is written")
+    parser.add_argument("--round", type=int, dest="round_number",
+                        help="the round number (default: the last assignment round in the coordinator state)")
+    parser.add_argument("--leader-owner", help="owner name of the leader lock the round's leader handed over")
+    parser.add_argument("--leader-record-version", help="record version of that lock, to keep it alive")
+    parser.add_argument("--config", metavar="FILE", help="TOML configuration file")
+    parser.add_argument("--set", metavar="KEY=VALUE", action="append", default=[], dest="overrides",
+                        help="override a setting")
+    return parser
+
+
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def _positive_float(text: str) -> float:
+    value = float(text)
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be greater than 0, got {text}")
+    return value
+
+
+@dataclass(frozen=True)
+class Leadership:
+    owner: str
+    record_version: str
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    try:
+        arguments = build_parser().parse_args(argv)
+        config = _load(arguments)
+        spec = prepare_round(arguments, config)
+    except (_UsageError, ConfigurationError) as error:
+        print(f"consume_job: {error}", file=sys.stderr)
+        return EXIT_USAGE
+    except LeaseCoreError as error:
+        print(f"consume_job: {error}", file=sys.stderr)
+        return EXIT_FAILED
+    leadership = _leadership(arguments)
+    from pyspark.sql import SparkSession
+
+    spark = SparkSession.builder.appName(f"kinesis-consume-{spec.application_name}").config(
+        "spark.speculation", "false"
+    ).getOrCreate()
+    try:
+        report = run_round(spark, spec, leadership)
+    except LeaseCoreError as error:
+        print(f"consume_job: {error}", file=sys.stderr)
+        return EXIT_FAILED
+    finally:
+        spark.stop()
+    print(report.summary())
+    if arguments.report_uri:
+        try:
+            write_report(arguments.report_uri, report, config)
+        except (LeaseCoreError, OSError) as error:
+            print(f"consume_job: the round report could not be written to {arguments.report_uri}: {error}", file=sys.stderr)
+            return EXIT_FAILED
+    return EXIT_OK if report.succeeded else EXIT_FAILED
+
+
+def _load(arguments: argparse.Namespace) -> ConsumerConfig:
+    overrides = list(arguments.overrides)
+    if arguments.application_name:
+        overrides.append(f"application_name={arguments.application_name}")
+    config = load_config(arguments.config, overrides=overrides)
+    config.require_application_name()
+    if arguments.stop_at_arrival:
+        try:
+            parse_iso_timestamp(arguments.stop_at_arrival)
+        except ValueError as error:
+            raise _UsageError(f"--stop-at-arrival: {error}") from None
+    if bool(arguments.leader_owner) != bool(arguments.leader_record_version):
+        raise _UsageError("--leader-owner and --leader-record-version go together")
+    return config
+
+
+def _leadership(arguments: argparse.Namespace) -> Leadership | None:
+    if not arguments.leader_owner:
+        return None
+    return Leadership(arguments.leader_owner, arguments.leader_record_version)
+
+
+def prepare_round(arguments: argparse.Namespace, config: ConsumerConfig) -> ConsumeSpec:
+    """Check everything checkable on the driver, then build the spec the slots receive."""
+    check_prerequisites(config, arguments.streams, arguments.output_uri, arguments.transform)
+    budget = LeaseBudget(
+        max_records=arguments.max_records_per_lease,
+        max_bytes=arguments.max_bytes_per_lease,
+        max_seconds=arguments.max_seconds_per_lease,
+        file_max_records=arguments.max_records_per_file,
+        file_max_bytes=arguments.max_bytes_per_file,
+        stop_at_arrival=parse_iso_timestamp(arguments.stop_at_arrival) if arguments.stop_at_arrival else None,
+    )
+    round_number = arguments.round_number if arguments.round_number is not None else current_round(config)
+    return ConsumeSpec(
+        streams=tuple(arguments.streams),
+        num_workers=arguments.workers,
+        output_uri=arguments.output_uri,
+        round_number=round_number,
+        budget=budget,
+        lease_threads=arguments.lease_threads,
+        transform=arguments.transform,
+        settings=settings_for_executors(config),
+    )
+
+
+def check_prerequisites(config: ConsumerConfig, streams: Sequence[str], output_uri: str, transform: str | None) -> None:
+    """Fail before Spark starts, with an error naming what is missing."""
+    administrator = TableAdministrator(aws.client("dynamodb", config), config, retry_policy=aws.retry_policy(config))
+    for table in (config.lease_table, config.worker_metrics_table, config.coordinator_state_table):
+        if administrator.describe(table) is None:
+            raise TableNotFoundError(table, "run `leasectl init` (or the DAG's ensure-tables step) first")
+    source = KinesisShardSource(aws.client("kinesis", config), retry_policy=aws.retry_policy(config))
+    for stream in streams:
+        source.stream_identifier(stream)  # raises StreamNotFoundError / StreamNotActiveError
+    ParquetSink.from_uri(output_uri, s3_endpoint_url=config.aws_endpoint_url_s3, region=config.aws_region).check_writable()
+    load_transform(transform)
+
+
+def current_round(config: ConsumerConfig) -> int:
+    """The round the last assignment wrote (0 before the first assignment)."""
+    state = DynamoDBCoordinatorStateStore(
+        aws.client("dynamodb", config), config.coordinator_state_table, retry_policy=aws.retry_policy(config)
+    )
+    record = state.get(ROUND_KEY)
+    return int(record["round"]["N"]) if record and "round" in record else 0
+
+
+def run_round(spark: Any, spec: ConsumeSpec, leadership: Leadership | None = None) -> RoundReport:
+    """The slots on `spark`, the leader lock kept alive meanwhile; the folded report."""
+    started_at = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    started = time.monotonic()
+    failures: list[str] = []
+    reports = []
+    with _leader_heartbeat(spec, leadership) as watch:
+        try:
+            reports = slot_reports(spark, spec)
+        except Exception as error:  # Spark wraps executor failures in Py4J errors; keep the message
+            failures.append(_first_line(error))
+    return RoundReport.build(
+        spec.application_name,
+        spec.round_number,
+        spec.streams,
+        spec.output_uri,
+        started_at,
+        round(time.monotonic() - started, 3),
+        reports,
+        failures,
+        leadership_lost=watch.lost,
+        leader_record_version=watch.record_version,
+    )
+
+
+@dataclass
+class _LeaderWatch:
+    """The leader lock as the driver kept it: whether it was lost, and its latest record version."""
+
+    lock: LeaderLock | None = None
+    heartbeat: LockHeartbeat | None = None
+
+    @property
+    def lost(self) -> bool:
+        return self.heartbeat is not None and self.heartbeat.lost.is_set()
+
+    @property
+    def record_version(self) -> str | None:
+        # The next step (finalize) needs the version the driver's heartbeats wrote last to release it.
+        return None if self.lock is None else self.lock.record_version_number
+
+
+@contextmanager
+def _leader_heartbeat(spec: ConsumeSpec, leadership: Leadership | None) -> Iterator[_LeaderWatch]:
+    if leadership is None:
+        yield _LeaderWatch()
+        return
+    config = spec.config
+    lock = LeaderLock(
+        DynamoDBCoordinatorStateStore(
+            aws.client("dynamodb", config), config.coordinator_state_table, retry_policy=aws.retry_policy(config)
+        ),
+        leadership.owner,
+        config.leader_lease_duration_millis,
+        config.leader_heartbeat_period_millis,
+    )
+    if not lock.resume(leadership.record_version):
+        raise LeadershipUnavailableError(_holder_name(lock))
+    with LockHeartbeat(lock) as heartbeat:
+        yield _LeaderWatch(lock, heartbeat)
+
+
+def _holder_name(lock: LeaderLock) -> str:
+    holder = lock.holder()
+    return holder.owner_name if holder is not None else "(nobody: the lock was released)"
+
+
+def _first_line(error: BaseException) -> str:
+    text = str(error).strip()
+    for line in text.splitlines():
+        if "slot " in line and "failed" in line:
+            return line.strip()
+    return text.splitlines()[0] if text else type(error).__name__
+
+
+def write_report(uri: str, report: RoundReport, config: ConsumerConfig) -> None:
+    """The JSON report at a local path or an s3:// URI."""
+    document = report.to_json().encode()
+    if uri.startswith("s3://"):
+        bucket, _, key = uri[len("s3://") :].partition("/")
+        if not bucket or not key:
+            raise ConfigurationError("report_uri", f"an S3 report URI needs a bucket and a key, got {uri!r}")
+        client = aws.client("s3", config)
+        aws.AwsCaller("s3", aws.retry_policy(config)).call(
+            "PutObject", lambda: client.put_object(Bucket=bucket, Key=key, Body=document, ContentType="application/json")
+        )
+        return
+    path = Path(uri.removeprefix("file://"))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    staging = path.with_name(f"_{path.name}.tmp")
+    staging.write_bytes(document)
+    staging.replace(path)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

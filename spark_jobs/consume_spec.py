@@ -1,0 +1,77 @@
+"""Everything a slot task needs to know, resolved once on the driver and shipped to the executors.
+
+A frozen value of plain data: it pickles into every task, and each executor rebuilds and
+re-validates the `ConsumerConfig` from it, so the driver and the executors never disagree.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from lease_core.config import ConsumerConfig, load_config, parse_iso_timestamp
+from lease_core.shard_sync_step import is_multi_stream
+from spark_jobs.lease_consumer import LeaseBudget
+
+# boto3's endpoint variables, most specific first. The driver resolves them into the configuration
+# so that executors on other machines (a Spark cluster) reach the same endpoints as the driver.
+_ENDPOINT_VARIABLES = {
+    "dynamodb": ("AWS_ENDPOINT_URL_DYNAMODB", "AWS_ENDPOINT_URL"),
+    "kinesis": ("AWS_ENDPOINT_URL_KINESIS", "AWS_ENDPOINT_URL"),
+    "s3": ("AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL"),
+}
+
+
+@dataclass(frozen=True)
+class ConsumeSpec:
+    streams: tuple[str, ...]
+    num_workers: int
+    output_uri: str
+    round_number: int
+    budget: LeaseBudget = field(default_factory=LeaseBudget)
+    lease_threads: int = 8
+    transform: str | None = None
+    settings: Mapping[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not self.streams:
+            raise ValueError("at least one stream is needed")
+        if self.num_workers < 1:
+            raise ValueError(f"num_workers must be at least 1, got {self.num_workers}")
+        if self.lease_threads < 1:
+            raise ValueError(f"lease_threads must be at least 1, got {self.lease_threads}")
+
+    @property
+    def config(self) -> ConsumerConfig:
+        return load_config(environ={}, overrides=dict(self.settings))
+
+    @property
+    def application_name(self) -> str:
+        return self.config.require_application_name()
+
+    @property
+    def multi_stream(self) -> bool:
+        return is_multi_stream(self.config, self.streams)
+
+    @property
+    def at_timestamp(self) -> datetime | None:
+        timestamp = self.config.initial_position_timestamp
+        return None if timestamp is None else parse_iso_timestamp(timestamp)
+
+
+def settings_for_executors(config: ConsumerConfig, environ: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """The configuration as data, with endpoints the driver resolved from its environment filled in."""
+    environ = os.environ if environ is None else environ
+    changes: dict[str, Any] = {}
+    for service, variables in _ENDPOINT_VARIABLES.items():
+        key = f"aws_endpoint_url_{service}"
+        if getattr(config, key) is None:
+            found = next((environ[name] for name in variables if environ.get(name)), None)
+            if found is not None:
+                changes[key] = found
+    if config.aws_region is None and environ.get("AWS_DEFAULT_REGION"):
+        changes["aws_region"] = environ["AWS_DEFAULT_REGION"]
+    return (config.with_overrides(**changes) if changes else config).to_dict()

@@ -1,0 +1,359 @@
+"""One lease's work in one round: redo a prepared batch, then read, land and commit new batches.
+
+The exactly-once protocol of DESIGN.md §5, per batch, for a lease at committed checkpoint C:
+1. A pending checkpoint P means a batch (C, P] was prepared and maybe written: redo exactly it.
+   If its file already exists (published atomically, so complete), only the commit is left.
+2. Otherwise read after C to a bound, ending at E; prepare E (counter-conditional, with the batch's
+   description as pendingCheckpointState); publish the batch at a path that is a pure function of
+   (stream, shard, C, E); commit E (counter-conditional). At a closed shard's end, E is SHARD_END
+   and the child leases are created before the commit.
+Every write goes through the `HeldLease`, so a worker that lost the lease never commits; the most a
+zombie can do is publish the same file for the same range again.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+import pyarrow as pa
+
+from lease_core.errors import ConfigurationError, DependencyError, LeaseCoreError, LeaseLostError
+from lease_core.lease import Lease
+from lease_core.lease_holder import HeldLease
+from lease_core.lease_lifecycle import create_child_leases
+from lease_core.lease_store import LeaseStore
+from lease_core.pending_batch import PendingBatch
+from lease_core.retry import RetryPolicy
+from lease_core.sequence import AT_TIMESTAMP, SHARD_END, ExtendedSequenceNumber
+from lease_core.shard_source import KinesisShardSource, child_shards_of
+from lease_core.shard_sync import LeaseKeyScheme
+from lease_core.shards import ChildShard
+from lease_core.throughput import batch_throughput_kbps, ema_throughput
+from spark_jobs.kinesis_records import KinesisRecord
+from spark_jobs.parquet_sink import PARTITION_COLUMNS, ParquetSink, records_table
+from spark_jobs.round_report import LeaseReport, Outcome, RetentionLoss
+from spark_jobs.shard_reader import ReadBatch, ReadLimits, ShardReader
+from spark_jobs.transform import Transform, apply_transform
+
+# How a fresh read's stop reason ends the lease's round when the batch was not cut by a budget.
+_STOP_OUTCOMES = {
+    "tip": Outcome.CAUGHT_UP,
+    "time": Outcome.LIMIT,
+    "throttled": Outcome.THROTTLED,
+}
+
+
+@dataclass(frozen=True)
+class LeaseBudget:
+    """Bounds on one lease's work in one round; None means unbounded."""
+
+    max_records: int | None = None
+    max_bytes: int | None = None
+    max_seconds: float | None = None
+    file_max_records: int = 100_000
+    file_max_bytes: int = 128 * 1024 * 1024
+    stop_at_arrival: datetime | None = None  # a backfill window's end: records arriving at or after it are not read
+
+
+@dataclass(frozen=True)
+class LeaseContext:
+    """What a lease consumer needs from its slot."""
+
+    store: LeaseStore
+    kinesis: Any
+    sink: ParquetSink
+    transform_spec: str | None
+    transform: Transform | None
+    retry_policy: RetryPolicy
+    at_timestamp: datetime | None
+    budget: LeaseBudget
+    clock: Callable[[], float] = time.monotonic
+
+
+@dataclass
+class _Tally:
+    records: int = 0
+    bytes: int = 0
+    files: int = 0
+    replayed: int = 0
+    calls: int = 0
+    throttled: int = 0
+    expired: int = 0
+    millis_behind_latest: int | None = None
+    children: list[str] = field(default_factory=list)
+    losses: list[RetentionLoss] = field(default_factory=list)
+
+    def count_read(self, batch: ReadBatch, lease_key: str) -> None:
+        self.calls += batch.get_records_calls
+        self.throttled += batch.throttled_calls
+        self.expired += batch.expired_iterators
+        if batch.millis_behind_latest is not None:
+            self.millis_behind_latest = batch.millis_behind_latest
+        if batch.gap is not None:
+            gap = batch.gap
+            arrival = None if gap.first_available_arrival is None else gap.first_available_arrival.isoformat()
+            self.losses.append(RetentionLoss(lease_key, str(gap.after), gap.first_available, arrival))
+
+
+class LeaseConsumer:
+    def __init__(
+        self, held: HeldLease, stream_name: str, shard_id: str, scheme: LeaseKeyScheme, worker_id: str, context: LeaseContext
+    ) -> None:
+        self.held = held
+        self.stream_name = stream_name
+        self.shard_id = shard_id
+        self.scheme = scheme
+        self.worker_id = worker_id
+        self.context = context
+        self._tally = _Tally()
+
+    def run(self) -> LeaseReport:
+        started = self.context.clock()
+        start = self.held.lease
+        outcome, detail, retryable = Outcome.FAILED, None, None
+        try:
+            outcome = self._work(started)
+        except LeaseLostError as error:
+            outcome, detail = Outcome.LOST, error.reason
+        except LeaseCoreError as error:
+            outcome, detail, retryable = Outcome.FAILED, str(error), error.retryable
+        seconds = self.context.clock() - started
+        throughput = self._report_throughput(seconds) if outcome != Outcome.LOST else None
+        tally = self._tally
+        return LeaseReport(
+            lease_key=start.lease_key,
+            stream_name=self.stream_name,
+            shard_id=self.shard_id,
+            worker_id=self.worker_id,
+            outcome=outcome,
+            start=str(start.checkpoint),
+            end=str(self.held.lease.checkpoint),
+            records=tally.records,
+            bytes=tally.bytes,
+            seconds=round(seconds, 3),
+            files=tally.files,
+            replayed_batches=tally.replayed,
+            millis_behind_latest=tally.millis_behind_latest,
+            throughput_kbps=throughput,
+            children_created=tuple(tally.children),
+            retention_losses=tuple(tally.losses),
+            get_records_calls=tally.calls,
+            throttled_calls=tally.throttled,
+            expired_iterators=tally.expired,
+            detail=detail,
+            retryable=retryable,
+        )
+
+    # --- the round's work ----------------------------------------------------------------------
+
+    def _work(self, started: float) -> str:
+        lease = self.held.require_held()
+        if lease.is_at_shard_end:
+            return Outcome.FINISHED
+        if lease.checkpoint == AT_TIMESTAMP and self.context.at_timestamp is None:
+            raise ConfigurationError(
+                "initial_position_timestamp",
+                f"lease {lease.lease_key!r} starts AT_TIMESTAMP, so the timestamp it was created with is needed",
+            )
+        deadline = None if self.context.budget.max_seconds is None else started + self.context.budget.max_seconds
+        if lease.pending_checkpoint is not None:
+            finished = self._redo(lease)
+            if finished is not None:
+                return finished
+        return self._fresh_batches(deadline)
+
+    def _redo(self, lease: Lease) -> str | None:
+        """Redo the prepared batch (C, P]; an outcome when the lease's round ends with it, else None."""
+        start, end = lease.checkpoint, lease.pending_checkpoint
+        assert end is not None
+        described = PendingBatch.decode(lease)
+        self._tally.replayed += 1
+        children: Sequence[ChildShard] = described.child_shards if described else ()
+        if described is not None and described.path is not None and self.context.sink.exists(described.path):
+            rows = self.context.sink.row_count(described.path)
+            self._tally.records += rows
+        else:
+            first = described.first if described is not None else None
+            reader = self._reader(first or start, start_inclusive=first is not None)
+            records, last = self._read_until(reader, end)
+            children = children or last.child_shards
+            self._publish(described.path if described else self._path(start, end), records)
+        if end.is_shard_end:
+            return Outcome.SHARD_END if self._finish_shard(lease, children) else Outcome.MERGE_DEFERRED
+        self.held.commit(end)
+        return None
+
+    def _read_until(self, reader: ShardReader, end: ExtendedSequenceNumber) -> tuple[list[KinesisRecord], ReadBatch]:
+        """Every record of a prepared range, up to and including `end`."""
+        records: list[KinesisRecord] = []
+        while True:
+            batch = reader.read(ReadLimits(stop_at=end))
+            self._tally.count_read(batch, self.held.lease_key)
+            records.extend(batch.records)
+            if batch.stopped_by in ("stop_at", "shard_end") or batch.shard_ended:
+                return records, batch
+            if batch.stopped_by in ("throttled", "tip"):
+                # The prepared range exists in the stream (it was read once), so stopping short of
+                # it is a transient failure: the pending checkpoint stays for the next attempt.
+                raise DependencyError(
+                    "kinesis",
+                    "GetRecords",
+                    f"the replay of {self.held.lease_key} up to {end} stopped at {batch.end} ({batch.stopped_by})",
+                    batch.get_records_calls,
+                )
+
+    def _fresh_batches(self, deadline: float | None) -> str:
+        budget = self.context.budget
+        reader = self._reader(self.held.lease.checkpoint, start_inclusive=False)
+        while True:
+            self.held.require_held()
+            records_left = _left(budget.max_records, self._tally.records)
+            bytes_left = _left(budget.max_bytes, self._tally.bytes)
+            if records_left == 0 or bytes_left == 0:
+                return Outcome.LIMIT
+            batch = reader.read(
+                ReadLimits(
+                    max_records=_smallest(budget.file_max_records, records_left),
+                    max_bytes=_smallest(budget.file_max_bytes, bytes_left),
+                    deadline=deadline,
+                )
+            )
+            self._tally.count_read(batch, self.held.lease_key)
+            records, window_closed = _before_arrival(batch.records, budget.stop_at_arrival)
+            shard_ended = batch.shard_ended and not window_closed
+            if records or shard_ended:
+                start = self.held.lease.checkpoint
+                end = SHARD_END if shard_ended else records[-1].position
+                if not self._land(start, end, records, batch.child_shards):
+                    return Outcome.MERGE_DEFERRED
+            if window_closed:
+                return Outcome.WINDOW_END
+            if shard_ended:
+                return Outcome.SHARD_END
+            if batch.stopped_by in _STOP_OUTCOMES:
+                return _STOP_OUTCOMES[batch.stopped_by]
+
+    def _land(
+        self,
+        start: ExtendedSequenceNumber,
+        end: ExtendedSequenceNumber,
+        records: Sequence[KinesisRecord],
+        children: Sequence[ChildShard],
+    ) -> bool:
+        """Prepare, publish and commit one batch; False when a shard end must wait for a merge.
+
+        The transform runs after the prepare, like the write: whatever stops the batch from then on
+        (a transform that raises, a crash) leaves the prepared range for the next attempt to redo.
+        """
+        if records:
+            path = self._path(start, end)
+            described = PendingBatch(
+                start=start,
+                end=end,
+                first=records[0].position,
+                path=path,
+                records=len(records),
+                child_shards=tuple(children) if end.is_shard_end else (),
+            )
+            lease = self.held.prepare(end, described.encode())
+            self._publish(path, records)
+        else:
+            lease = self.held.require_held()
+        if end.is_shard_end:
+            return self._finish_shard(lease, children)
+        self.held.commit(end)
+        return True
+
+    def _finish_shard(self, lease: Lease, children: Sequence[ChildShard]) -> bool:
+        """Create the child leases, then commit SHARD_END; False when the merge must wait (§3.8)."""
+        children = children or self._listed_children()
+        outcome = create_child_leases(self.context.store, lease, children, self.scheme)
+        if outcome.deferred:
+            return False
+        self._tally.children.extend(outcome.created)
+        self.held.commit(SHARD_END)
+        return True
+
+    def _listed_children(self) -> list[ChildShard]:
+        """Kinesis named no children at the shard end: take them from the shard listing instead."""
+        source = KinesisShardSource(self.context.kinesis, retry_policy=self.context.retry_policy)
+        return [
+            ChildShard(shard.shard_id, shard.parent_shard_ids, shard.hash_key_range)
+            for shard in child_shards_of(source.list_shards(self.stream_name), self.shard_id)
+        ]
+
+    # --- reading and writing -------------------------------------------------------------------
+
+    def _reader(self, start: ExtendedSequenceNumber, start_inclusive: bool) -> ShardReader:
+        return ShardReader(
+            self.context.kinesis,
+            self.stream_name,
+            self.shard_id,
+            start,
+            start_inclusive=start_inclusive,
+            at_timestamp=self.context.at_timestamp,
+            retry_policy=self.context.retry_policy,
+        )
+
+    def _publish(self, path: str | None, records: Sequence[KinesisRecord]) -> None:
+        table = self._table(records)
+        if path is not None and table.num_rows:
+            self._write(path, table)
+        self._tally.records += len(records)
+        self._tally.bytes += sum(len(record.data) for record in records)
+
+    def _table(self, records: Sequence[KinesisRecord]) -> pa.Table:
+        """The batch as written: the records, through the user transform if there is one.
+
+        The transform also sees the partition columns (stream_name, shard_id), so it can tell
+        streams apart; they are dropped again because the partition directories carry them.
+        """
+        table = records_table(records)
+        if self.context.transform is None or self.context.transform_spec is None:
+            return table
+        for name, value in (("stream_name", self.stream_name), ("shard_id", self.shard_id)):
+            table = table.append_column(name, pa.array([value] * table.num_rows, pa.string()))
+        table = apply_transform(self.context.transform_spec, self.context.transform, table)
+        return table.drop_columns([name for name in PARTITION_COLUMNS if name in table.column_names])
+
+    def _path(self, start: ExtendedSequenceNumber, end: ExtendedSequenceNumber) -> str:
+        return self.context.sink.batch_path(self.stream_name, self.shard_id, start, end)
+
+    def _write(self, path: str, table: pa.Table) -> None:
+        # The lease may have been lost while the batch was read; a zombie must not even publish.
+        self.held.require_held()
+        self.context.sink.publish(path, table)
+        self._tally.files += 1
+
+    def _report_throughput(self, seconds: float) -> float | None:
+        """Store the lease's new throughput with a last renewal (§7); None if that renewal failed."""
+        previous = self.held.lease.throughput_kbps
+        value = ema_throughput(previous, batch_throughput_kbps(self._tally.bytes, seconds))
+        try:
+            return value if self.held.renew(throughput_kbps=value) else None
+        except LeaseCoreError:
+            return None
+
+
+def _left(limit: int | None, used: int) -> int | None:
+    return None if limit is None else max(0, limit - used)
+
+
+def _smallest(value: int, limit: int | None) -> int:
+    return value if limit is None else min(value, limit)
+
+
+def _before_arrival(
+    records: Sequence[KinesisRecord], stop_at_arrival: datetime | None
+) -> tuple[Sequence[KinesisRecord], bool]:
+    """The records that arrived before the window's end, and whether the end was reached."""
+    if stop_at_arrival is None:
+        return records, False
+    for index, record in enumerate(records):
+        if record.approximate_arrival_timestamp >= stop_at_arrival:
+            return records[:index], True
+    return records, False

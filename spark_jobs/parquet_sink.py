@@ -1,0 +1,295 @@
+"""The consume job's output: a hive-partitioned Parquet dataset on a local disk or on S3 (DESIGN.md §5).
+
+Layout: `<root>/stream_name=<stream>/shard_id=<shard>/<start>_<end>.parquet`, one file per committed
+batch, named by the batch's range so that a retried or zombie attempt can only ever rewrite the same
+file with the same content. The partition values live in the directory names only: writing them into
+the files as well makes pandas fail to read the dataset. Readers (`pyarrow.dataset` with
+`partitioning="hive"`, pandas `read_parquet`, Spark `spark.read.parquet`) skip names starting with `_`,
+which is where staging files and the write check live.
+
+Files are zstd-compressed: on JSON-like payloads it writes files about 45 % smaller than snappy
+(measured: 50,000 records, 1.43 MB against 2.61 MB) for a few milliseconds more per batch, and
+pyarrow, pandas and Spark 4 all read it without extra libraries.
+
+Publishing is atomic. Local: the file is written under a `_` staging name in its final directory,
+fsynced, renamed over the target with `os.replace`, and the directory is fsynced so the rename outlives
+a crash (a checkpoint committed after publish must never point at a file the disk lost). S3: the
+whole file is written in one go and S3 shows an object only when its upload completes.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import uuid
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from urllib.parse import unquote, urlsplit
+
+import boto3
+import pyarrow as pa
+import pyarrow.dataset as ds
+import pyarrow.fs as pafs
+import pyarrow.parquet as pq
+
+from lease_core.errors import SinkError
+from lease_core.sequence import ExtendedSequenceNumber
+from spark_jobs.kinesis_records import KinesisRecord
+
+PARTITION_COLUMNS = ("stream_name", "shard_id")
+FILE_SCHEMA = pa.schema(
+    [
+        pa.field("sequence_number", pa.string(), nullable=False),
+        pa.field("sub_sequence_number", pa.int64(), nullable=False),
+        pa.field("partition_key", pa.string(), nullable=False),
+        pa.field("approximate_arrival_timestamp", pa.timestamp("ms", tz="UTC"), nullable=False),
+        pa.field("data", pa.binary(), nullable=False),
+        pa.field("explicit_hash_key", pa.string()),
+    ]
+)
+# Partition values are read as strings: inferring types would turn a stream named "2024" into an int.
+PARTITIONING = ds.partitioning(pa.schema([(name, pa.string()) for name in PARTITION_COLUMNS]), flavor="hive")
+DATASET_SCHEMA = pa.schema([*FILE_SCHEMA, *PARTITIONING.schema])
+COMPRESSION = "zstd"
+WRITE_CHECK_NAME = "_write_check"
+
+# Kinesis' own pattern for stream names and shard ids: nothing that could break a path segment.
+_PARTITION_VALUE = re.compile(r"[A-Za-z0-9_.-]+")
+# pyarrow's S3 errors carry the AWS SDK's error name (and the HTTP status when no name is known).
+_AWS_ERROR = re.compile(r"AWS Error (?P<name>\w+|\[code \d+\])(?: \(HTTP status (?P<status>\d{3})\))?")
+_TRANSIENT_AWS_ERRORS = frozenset(
+    {"NETWORK_CONNECTION", "REQUEST_TIMEOUT", "SLOW_DOWN", "THROTTLING", "SERVICE_UNAVAILABLE", "INTERNAL_FAILURE"}
+)
+
+
+def records_table(records: Sequence[KinesisRecord]) -> pa.Table:
+    """The records as a FILE_SCHEMA table, in the given order."""
+    return pa.table(
+        {
+            "sequence_number": [record.sequence_number for record in records],
+            "sub_sequence_number": [record.sub_sequence_number for record in records],
+            "partition_key": [record.partition_key for record in records],
+            "approximate_arrival_timestamp": [record.approximate_arrival_timestamp for record in records],
+            "data": [record.data for record in records],
+            "explicit_hash_key": [record.explicit_hash_key for record in records],
+        },
+        schema=FILE_SCHEMA,
+    )
+
+
+def batch_file_name(start: ExtendedSequenceNumber, end: ExtendedSequenceNumber) -> str:
+    """`<label(start)>_<label(end)>.parquet`: equal ranges get equal names, different ranges different ones."""
+    return f"{_label(start)}_{_label(end)}.parquet"
+
+
+def _label(position: ExtendedSequenceNumber) -> str:
+    """`<seq>-<sub>` for a sequence number, the sentinel's name for a sentinel.
+
+    Numbers are written canonically (no leading zeros) because they compare numerically: "007" and
+    "7" are the same position and must name the same file. A sentinel keeps a sub-sequence part only
+    in the case KCL never writes (a non-zero one), so that unequal positions never share a label.
+    """
+    if position.is_shard_end or (position.is_sentinel and position.sub_sequence_number == 0):
+        return position.sequence_number
+    number = position.sequence_number if position.is_sentinel else str(int(position.sequence_number))
+    return f"{number}-{position.sub_sequence_number}"
+
+
+@dataclass(frozen=True)
+class PublishedFile:
+    path: str  # relative to the dataset root, as passed to `publish`
+    rows: int
+    bytes: int
+    already_present: bool  # a file was at the path before: a retried or zombie attempt rewrote it
+
+
+@dataclass(frozen=True)
+class ParquetSink:
+    """The dataset at `uri`; `root` is its location in `filesystem` (an absolute path, or bucket/prefix)."""
+
+    uri: str
+    filesystem: pafs.LocalFileSystem | pafs.S3FileSystem
+    root: str
+
+    @classmethod
+    def from_uri(cls, uri: str, *, s3_endpoint_url: str | None = None, region: str | None = None) -> ParquetSink:
+        """A sink for a local path (relative, absolute or file://) or for s3://bucket[/prefix].
+
+        S3 takes its credentials from boto3's default chain, its endpoint from `s3_endpoint_url`, else
+        AWS_ENDPOINT_URL_S3, else AWS_ENDPOINT_URL (else AWS), and its region from `region` or boto3.
+        """
+        parts = urlsplit(uri)
+        if parts.scheme == "" and uri:
+            return cls(uri, pafs.LocalFileSystem(), os.path.abspath(uri))
+        if parts.scheme == "file" and parts.netloc == "" and parts.path:
+            return cls(uri, pafs.LocalFileSystem(), os.path.abspath(unquote(parts.path)))
+        if parts.scheme == "s3" and parts.netloc:
+            prefix = parts.path.strip("/")
+            root = f"{parts.netloc}/{prefix}" if prefix else parts.netloc
+            return cls(uri, _s3_filesystem(uri, s3_endpoint_url, region), root)
+        raise SinkError(uri, "is not a local path, an absolute file:///path or an s3://bucket[/prefix] URI")
+
+    def batch_path(
+        self, stream_name: str, shard_id: str, start: ExtendedSequenceNumber, end: ExtendedSequenceNumber
+    ) -> str:
+        """`stream_name=<s>/shard_id=<id>/<batch_file_name>`, relative to the root: a pure function of its arguments."""
+        for kind, value in (("stream name", stream_name), ("shard id", shard_id)):
+            if not _PARTITION_VALUE.fullmatch(value):
+                raise SinkError(self.uri, f"{kind} {value!r} cannot name a partition directory")
+        return f"stream_name={stream_name}/shard_id={shard_id}/{batch_file_name(start, end)}"
+
+    def exists(self, path: str) -> bool:
+        with self._failures(f"look for {path}"):
+            return self.filesystem.get_file_info(self._location(path)).type == pafs.FileType.File
+
+    def row_count(self, path: str) -> int:
+        """The file's row count, read from its Parquet footer (no data pages are read)."""
+        with self._failures(f"read the footer of {path}"):
+            with self.filesystem.open_input_file(self._location(path)) as file:
+                return pq.read_metadata(file).num_rows
+
+    def publish(self, path: str, table: pa.Table) -> PublishedFile:
+        """Write `table` at `path` atomically, replacing any file there (same range, same content)."""
+        clashing = [name for name in PARTITION_COLUMNS if name in table.column_names]
+        if clashing:
+            raise SinkError(
+                self.uri, f"the table to publish at {path} has columns {clashing}; partition values live in paths only"
+            )
+        with self._failures(f"publish {path}"):
+            payload = _parquet_bytes(table)
+            already_present = self.exists(path)
+            if isinstance(self.filesystem, pafs.LocalFileSystem):
+                _replace_file(self._location(path), payload)
+            else:
+                _put_object(self.filesystem, self._location(path), payload)
+        return PublishedFile(path, table.num_rows, payload.size, already_present)
+
+    def read_dataset(self) -> pa.Table:
+        """Every published row, with `stream_name` and `shard_id` as string columns from the directory names.
+
+        The columns are those of the first file found: meant for tests and small datasets, where every
+        batch went through the same transform (Spark reads big ones).
+        """
+        with self._failures("read the dataset"):
+            self._check_root()
+            if self.filesystem.get_file_info(self.root).type == pafs.FileType.NotFound:
+                return DATASET_SCHEMA.empty_table()
+            dataset = ds.dataset(self.root, filesystem=self.filesystem, format="parquet", partitioning=PARTITIONING)
+            return dataset.to_table() if dataset.files else DATASET_SCHEMA.empty_table()
+
+    def check_writable(self) -> None:
+        """Fail before a job starts if files cannot be created under the root.
+
+        Creates the local root directory if needed, then writes an empty `_write_check` file there,
+        which stays (readers skip it; deleting it would need a permission the job never uses on S3).
+        """
+        with self._failures("check that the dataset root is writable"):
+            self._check_root()
+            if isinstance(self.filesystem, pafs.LocalFileSystem):
+                _create_directories(self.root)
+            with self.filesystem.open_output_stream(self._location(WRITE_CHECK_NAME)):
+                pass
+
+    def _check_root(self) -> None:
+        """A missing bucket or a root that is a file can never hold the dataset: say so rather than read nothing."""
+        if isinstance(self.filesystem, pafs.S3FileSystem):
+            bucket = self.root.split("/", 1)[0]
+            if self.filesystem.get_file_info(bucket).type == pafs.FileType.NotFound:
+                raise SinkError(self.uri, f"bucket {bucket!r} does not exist")
+        elif self.filesystem.get_file_info(self.root).type == pafs.FileType.File:
+            raise SinkError(self.uri, f"{self.root} exists and is not a directory")
+
+    def _location(self, path: str) -> str:
+        return f"{self.root}/{path}"
+
+    @contextmanager
+    def _failures(self, action: str) -> Iterator[None]:
+        """Turn storage failures into SinkError, retryable when the storage may recover."""
+        try:
+            yield
+        except (OSError, pa.ArrowException) as error:
+            raise SinkError(self.uri, f"cannot {action}: {error}", retryable=_is_transient(error)) from error
+
+
+def _is_transient(error: Exception) -> bool:
+    match = _AWS_ERROR.search(str(error))
+    if match is None:
+        return False  # a local disk: retrying soon meets the same full, read-only or misplaced path
+    status = int(match["status"] or 0)
+    return match["name"] in _TRANSIENT_AWS_ERRORS or status >= 500 or status == 429
+
+
+def _s3_filesystem(uri: str, endpoint_url: str | None, region: str | None) -> pafs.S3FileSystem:
+    session = boto3.Session()
+    credentials = session.get_credentials()
+    if credentials is None:
+        raise SinkError(uri, "no AWS credentials: boto3's default chain found none")
+    # A snapshot: the sink is built per job, well within the life of temporary credentials.
+    frozen = credentials.get_frozen_credentials()
+    endpoint = endpoint_url or os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
+    location: dict[str, str] = {}
+    if endpoint:
+        parts = urlsplit(endpoint)
+        if parts.scheme not in ("http", "https") or not parts.netloc:
+            raise SinkError(uri, f"S3 endpoint {endpoint!r} is not an http:// or https:// URL")
+        location = {"scheme": parts.scheme, "endpoint_override": parts.netloc}
+    return pafs.S3FileSystem(
+        access_key=frozen.access_key,
+        secret_key=frozen.secret_key,
+        session_token=frozen.token,
+        region=region or session.region_name,
+        **location,
+    )
+
+
+def _parquet_bytes(table: pa.Table) -> pa.Buffer:
+    # In memory first: the batch is bounded and already in memory, and one buffer is one atomic upload.
+    buffer = pa.BufferOutputStream()
+    pq.write_table(table, buffer, compression=COMPRESSION)
+    return buffer.getvalue()
+
+
+def _put_object(filesystem: pafs.S3FileSystem, location: str, payload: pa.Buffer) -> None:
+    # One write, then close: the object appears when close completes the upload, and a failed part
+    # makes close fail instead of completing a partial object.
+    with filesystem.open_output_stream(location) as stream:
+        stream.write(payload)
+
+
+def _replace_file(location: str, payload: pa.Buffer) -> None:
+    directory, name = os.path.split(location)
+    _create_directories(directory)
+    # Unique per attempt, so a zombie writing the same batch never shares a staging file with us.
+    staging = os.path.join(directory, f"_{uuid.uuid4().hex}.{name}")
+    try:
+        with open(staging, "wb") as file:
+            file.write(payload)
+            file.flush()
+            os.fsync(file.fileno())
+        os.replace(staging, location)
+    except BaseException:
+        if os.path.exists(staging):
+            os.remove(staging)
+        raise
+    _fsync_directory(directory)
+
+
+def _create_directories(directory: str) -> None:
+    """`mkdir -p`, then fsync the parent of every directory created, so the new entries survive a crash."""
+    missing = []
+    ancestor = directory
+    while not os.path.isdir(ancestor):
+        missing.append(ancestor)
+        ancestor = os.path.dirname(ancestor)
+    os.makedirs(directory, exist_ok=True)
+    for created in reversed(missing):
+        _fsync_directory(os.path.dirname(created))
+
+
+def _fsync_directory(directory: str) -> None:
+    descriptor = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(descriptor)
+    finally:
+        os.close(descriptor)

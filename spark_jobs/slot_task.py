@@ -1,0 +1,216 @@
+"""One slot task: worker `<app>-worker-<i>` claims its leases, works them concurrently, reports.
+
+DESIGN.md §1 and §4: find my leases through the owner index, claim each (counter-conditional
+renewal), heartbeat them at the renewer interval while working, read them on a thread pool, wait
+for parents that have not reached SHARD_END, and at the end publish the slot's CPU for the next
+assignment round. A lease that cannot be worked is reported, never silently skipped.
+
+Errors of one lease stay in its report; an error that stops the whole slot (the lease table cannot
+be read) propagates, and Spark retries the task. The retry claims the same leases again, which
+fences the failed attempt if it is somehow still running.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterable
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from dataclasses import dataclass
+from typing import Any
+
+from lease_core import aws
+from lease_core.assignment_round import slot_ids
+from lease_core.config import ConsumerConfig
+from lease_core.dynamodb_store import DynamoDBLeaseStore
+from lease_core.errors import LeaseCoreError
+from lease_core.lease import Lease, StreamIdentifier
+from lease_core.lease_holder import HeldLease, LeaseHeartbeat
+from lease_core.lease_lifecycle import parents_have_finished
+from lease_core.shard_sync import LeaseKeyScheme
+from lease_core.worker_metrics import (
+    CpuUtilizationSampler,
+    DynamoDBWorkerMetricsStore,
+    MetricRecorder,
+    publish_worker_metrics,
+)
+from spark_jobs.consume_spec import ConsumeSpec
+from spark_jobs.lease_consumer import LeaseConsumer, LeaseContext
+from spark_jobs.parquet_sink import ParquetSink
+from spark_jobs.round_report import LeaseReport, Outcome, SlotReport
+from spark_jobs.transform import load_transform
+
+log = logging.getLogger(__name__)
+
+PARENT_POLL_SECONDS = 1.0
+
+
+@dataclass(frozen=True)
+class _Placement:
+    """Where a lease's shard lives: its stream, shard id, and how its relatives are keyed."""
+
+    stream_name: str
+    shard_id: str
+    scheme: LeaseKeyScheme
+
+
+class SlotTask:
+    def __init__(self, spec: ConsumeSpec, slot_index: int, attempt: int = 0) -> None:
+        self.spec = spec
+        self.config: ConsumerConfig = spec.config
+        self.worker_id = slot_ids(self.config.require_application_name(), spec.num_workers)[slot_index]
+        self.attempt = attempt
+        policy = aws.retry_policy(self.config)
+        self.store = DynamoDBLeaseStore(
+            aws.client("dynamodb", self.config),
+            self.config.lease_table,
+            retry_policy=policy,
+            consistent_reads=self.config.consistent_reads,
+        )
+        self.metrics = DynamoDBWorkerMetricsStore(
+            aws.client("dynamodb", self.config), self.config.worker_metrics_table, retry_policy=policy
+        )
+        self.context = LeaseContext(
+            store=self.store,
+            kinesis=aws.client("kinesis", self.config),
+            sink=ParquetSink.from_uri(
+                spec.output_uri, s3_endpoint_url=self.config.aws_endpoint_url_s3, region=self.config.aws_region
+            ),
+            transform_spec=spec.transform,
+            transform=load_transform(spec.transform),
+            retry_policy=policy,
+            at_timestamp=spec.at_timestamp,
+            budget=spec.budget,
+        )
+
+    def run(self) -> SlotReport:
+        started = time.monotonic()
+        with MetricRecorder(CpuUtilizationSampler()) as cpu:
+            reports = self._work()
+        cpu_percent = cpu.average()
+        publish_worker_metrics(
+            self.metrics,
+            self.worker_id,
+            cpu_percent,
+            now=int(time.time() * 1000),
+            round=self.spec.round_number,
+            keep=self.config.no_of_persisted_metrics_per_worker_metrics,
+        )
+        return SlotReport(
+            self.worker_id, self.attempt, round(time.monotonic() - started, 3), cpu_percent, tuple(reports)
+        )
+
+    def _work(self) -> list[LeaseReport]:
+        reports: list[LeaseReport] = []
+        workable: list[tuple[HeldLease, _Placement]] = []
+        for lease in self.store.list_leases_for_owner(self.worker_id):
+            placement = self._placement(lease)
+            if placement is None:
+                continue
+            skipped = self._skip_reason(lease)
+            if skipped is not None:
+                reports.append(self._untouched(lease, placement, *skipped))
+                continue
+            held = HeldLease(self.store, lease, self.config.failover_time_millis)
+            if held.claim():
+                workable.append((held, placement))
+            else:
+                reports.append(self._untouched(lease, placement, Outcome.LOST, held.lost_reason))
+        heartbeat = LeaseHeartbeat(
+            (held for held, _ in workable), self.config.renewer_interval_millis, self.config.max_lease_renewal_threads
+        )
+        with heartbeat:
+            reports.extend(self._work_concurrently(workable, heartbeat))
+        return reports
+
+    def _placement(self, lease: Lease) -> _Placement | None:
+        """The lease's stream and shard, or None for a lease of a stream this job does not consume."""
+        if not self.spec.multi_stream:
+            if lease.is_multi_stream:
+                log.warning("lease %s is a multi-stream lease; this job runs in single-stream mode", lease.lease_key)
+                return None
+            return _Placement(self.spec.streams[0], lease.lease_key, LeaseKeyScheme())
+        if not lease.is_multi_stream or lease.stream_name is None or lease.shard_id is None:
+            log.warning("lease %s is a single-stream lease; this job runs in multi-stream mode", lease.lease_key)
+            return None
+        stream = StreamIdentifier.parse(lease.stream_name)
+        if stream.stream_name not in self.spec.streams:
+            return None
+        return _Placement(stream.stream_name, lease.shard_id, LeaseKeyScheme(stream))
+
+    @staticmethod
+    def _skip_reason(lease: Lease) -> tuple[str, str | None] | None:
+        if lease.is_at_shard_end:
+            return Outcome.FINISHED, None
+        if lease.is_in_handoff:
+            return Outcome.IN_HANDOFF, f"being handed from {lease.checkpoint_owner} to {lease.lease_owner}"
+        return None
+
+    def _untouched(self, lease: Lease, placement: _Placement, outcome: str, detail: str | None) -> LeaseReport:
+        checkpoint = str(lease.checkpoint)
+        return LeaseReport(
+            lease.lease_key, placement.stream_name, placement.shard_id, self.worker_id, outcome, checkpoint, checkpoint,
+            detail=detail,
+        )
+
+    def _work_concurrently(
+        self, workable: list[tuple[HeldLease, _Placement]], heartbeat: LeaseHeartbeat
+    ) -> list[LeaseReport]:
+        """Run every lease whose parents are done; re-check the waiting ones as work completes."""
+        reports: list[LeaseReport] = []
+        waiting = list(workable)
+        running: dict[Future[LeaseReport], HeldLease] = {}
+        with ThreadPoolExecutor(max_workers=self.spec.lease_threads, thread_name_prefix="lease") as pool:
+            while True:
+                ready, waiting = self._split_ready(waiting)
+                for held, placement in ready:
+                    running[pool.submit(self._consume, held, placement)] = held
+                if not running:
+                    break
+                done, _ = wait(running, timeout=PARENT_POLL_SECONDS, return_when=FIRST_COMPLETED)
+                for future in done:
+                    heartbeat.release(running.pop(future))
+                    reports.append(future.result())
+        for held, placement in waiting:
+            heartbeat.release(held)
+            reports.append(self._waiting_report(held, placement))
+        return reports
+
+    def _split_ready(
+        self, candidates: Iterable[tuple[HeldLease, _Placement]]
+    ) -> tuple[list[tuple[HeldLease, _Placement]], list[tuple[HeldLease, _Placement]]]:
+        ready, waiting = [], []
+        for held, placement in candidates:
+            finished = held.is_lost or parents_have_finished(self.store, held.lease, placement.scheme)
+            (ready if finished else waiting).append((held, placement))
+        return ready, waiting
+
+    def _consume(self, held: HeldLease, placement: _Placement) -> LeaseReport:
+        consumer = LeaseConsumer(held, placement.stream_name, placement.shard_id, placement.scheme, self.worker_id, self.context)
+        return consumer.run()
+
+    def _waiting_report(self, held: HeldLease, placement: _Placement) -> LeaseReport:
+        lease = held.lease
+        parents = ", ".join(sorted(lease.parent_shard_ids))
+        return self._untouched(lease, placement, Outcome.WAITING_FOR_PARENTS, f"parent shard(s) {parents} not at SHARD_END")
+
+
+def run_slot(spec: ConsumeSpec, slot_index: int) -> SlotReport:
+    """The Spark task body: one slot, with the attempt number Spark gives this try."""
+    from pyspark import TaskContext
+
+    context = TaskContext.get()
+    attempt = context.attemptNumber() if context is not None else 0
+    try:
+        return SlotTask(spec, slot_index, attempt).run()
+    except LeaseCoreError as error:
+        # Raised again with its message first, which is what Spark shows for the failed task.
+        raise RuntimeError(f"slot {slot_index} (attempt {attempt}) failed: {error}") from error
+
+
+def slot_reports(spark: Any, spec: ConsumeSpec) -> list[SlotReport]:
+    """Run the round's W slot tasks on the cluster and collect their reports."""
+    context = spark.sparkContext
+    context.setJobDescription(f"consume round {spec.round_number}: {spec.num_workers} slot(s)")
+    slots = context.parallelize(range(spec.num_workers), spec.num_workers)
+    return slots.map(lambda index: run_slot(spec, index)).collect()

@@ -1,0 +1,62 @@
+"""The user transform: an optional function the consume job applies to each batch before publishing it.
+
+A transform is named by a spec `package.module:function` and called once per batch with a table of
+the sink's FILE_SCHEMA columns (sequence_number, sub_sequence_number, partition_key,
+approximate_arrival_timestamp, data, explicit_hash_key) plus the batch's `stream_name` and `shard_id`
+(constant columns, so one transform can tell streams apart), one row per user record in shard order.
+The consume job drops `stream_name` and `shard_id` from the result again: they are the partition
+directories the file is published under. The transform may filter rows and add, drop or convert
+columns; it must return a `pyarrow.Table`, and it should be deterministic, because a retried batch
+must publish the same file.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+
+import pyarrow as pa
+
+from lease_core.errors import TransformError
+
+Transform = Callable[[pa.Table], pa.Table]
+
+
+def load_transform(spec: str | None) -> Transform | None:
+    """The function named by `spec` ("package.module:function"), or None when there is no spec."""
+    if spec is None:
+        return None
+    module_name, _, function_name = spec.partition(":")
+    if not (all(part.isidentifier() for part in module_name.split(".")) and function_name.isidentifier()):
+        raise TransformError(spec, "is not of the form 'package.module:function'")
+    module = _import(spec, module_name)
+    try:
+        function = getattr(module, function_name)
+    except AttributeError:
+        raise TransformError(spec, f"module {module_name!r} has no attribute {function_name!r}") from None
+    if not callable(function):
+        raise TransformError(spec, f"{function_name!r} is not callable (it is of type {type(function).__name__!r})")
+    return function
+
+
+def _import(spec: str, module_name: str) -> object:
+    try:
+        return importlib.import_module(module_name)
+    except Exception as error:
+        # Only the module itself (or a package above it) missing means the spec names nothing; any
+        # other failure is the module's own, and its message says what the module lacked.
+        missing = error.name if isinstance(error, ModuleNotFoundError) else None
+        if missing is not None and (module_name + ".").startswith(missing + "."):
+            raise TransformError(spec, f"module {module_name!r} not found") from error
+        raise TransformError(spec, f"importing {module_name!r} raised {type(error).__name__}: {error}") from error
+
+
+def apply_transform(spec: str, transform: Transform, table: pa.Table) -> pa.Table:
+    """`transform(table)`, with every failure of the transform turned into a TransformError naming `spec`."""
+    try:
+        result = transform(table)
+    except Exception as error:
+        raise TransformError(spec, f"raised {type(error).__name__}: {error}") from error
+    if not isinstance(result, pa.Table):
+        raise TransformError(spec, f"returned an object of type {type(result).__name__!r}, not a pyarrow.Table")
+    return result

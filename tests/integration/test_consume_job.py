@@ -1,0 +1,253 @@
+"""The consume job on a real local SparkSession against kinesis-mock and moto: every record produced
+lands exactly once, in shard order, parents before children, through rounds, reshards, crashes,
+zombies, injected faults, KPL aggregation and retention loss."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from lease_core.assignment_round import slot_ids
+from lease_core.sequence import SHARD_END
+from spark_jobs.consume_job import run_round
+from spark_jobs.lease_consumer import LeaseBudget
+from spark_jobs.round_report import Outcome
+from spark_jobs.slot_task import SlotTask
+from tests.support.fault_proxy import FaultProxy, FaultRule
+from tests.support.kinesis import create_stream, merge_shards, split_shard
+from tests.support.kpl import put_aggregate
+from tests.support.pipeline import ConsumerPipeline, StreamRecord, by_shard, duplicates, file_order
+
+STEER = "tests.support.spark_transforms:steer"
+
+
+@pytest.fixture
+def pipeline(unique_name: str, kinesis_endpoint: str, moto_endpoint: str, tmp_path: Path) -> ConsumerPipeline:
+    create_stream(kinesis_client_for(kinesis_endpoint), unique_name, 4)
+    return ConsumerPipeline(
+        unique_name, (unique_name,), kinesis_endpoint, moto_endpoint, str(tmp_path / "lake"),
+        settings={"initial_position_in_stream": "TRIM_HORIZON", "failover_time_millis": 6000},
+    )
+
+
+def kinesis_client_for(endpoint: str):
+    from tests.support.kinesis import kinesis_client
+
+    return kinesis_client(endpoint)
+
+
+def assert_exactly_once(pipeline: ConsumerPipeline) -> None:
+    landed = pipeline.landed()
+    assert duplicates(landed) == []
+    assert sorted(landed, key=_order) == sorted(pipeline.produced, key=_order)
+
+
+def _order(record: StreamRecord) -> tuple[str, int, int]:
+    return (record.shard_id, int(record.sequence_number), record.sub_sequence_number)
+
+
+def control(control_dir: Path, instruction: str, pipeline: ConsumerPipeline, shard_id: str) -> Path:
+    return control_dir / f"{instruction}-{pipeline.streams[0]}-{shard_id}"
+
+
+def test_several_rounds_land_every_record_exactly_once(spark, pipeline):
+    for produced in (400, 250, 0, 300):
+        pipeline.produce(produced, hot_keys=3)
+        report = pipeline.round(spark, workers=2)
+        assert report.succeeded, report.summary()
+    assert_exactly_once(pipeline)
+    assert sum(report.totals["records"] for report in pipeline.reports) == len(pipeline.produced)
+    leases = pipeline.leases()
+    assert {lease.lease_owner for lease in leases.values()} <= set(slot_ids(pipeline.application_name, 2))
+    assert all(lease.pending_checkpoint is None for lease in leases.values())
+
+
+def test_the_round_report_and_the_tables_carry_what_the_next_assignment_needs(spark, pipeline):
+    pipeline.produce(300, hot_keys=2)
+    report = pipeline.round(spark, workers=2)
+    assert report.totals["records"] == 300
+    assert {slot.worker_id for slot in report.slots} == set(slot_ids(pipeline.application_name, 2))
+    assert all(lease.outcome == Outcome.CAUGHT_UP for slot in report.slots for lease in slot.leases)
+    assert all(lease.throughput_kbps is not None and lease.throughput_kbps > 0 for lease in pipeline.leases().values())
+    metrics = {stats.worker_id: stats for stats in pipeline.metrics.list_all()}
+    assert set(metrics) == set(slot_ids(pipeline.application_name, 2))
+    assert all(stats.round == report.round_number for stats in metrics.values())
+    assert "records" in report.summary() and pipeline.application_name in report.summary()
+
+
+def test_per_lease_limits_leave_the_rest_for_the_next_round(spark, pipeline):
+    pipeline.produce(600)
+    first = pipeline.round(spark, workers=1, budget=LeaseBudget(max_records=50, file_max_records=20))
+    assert {lease.outcome for slot in first.slots for lease in slot.leases} == {Outcome.LIMIT}
+    assert all(lease.records == 50 and lease.files == 3 for slot in first.slots for lease in slot.leases)
+    for _ in range(20):
+        report = pipeline.round(spark, workers=1, budget=LeaseBudget(max_records=100))
+        if all(lease.outcome == Outcome.CAUGHT_UP for slot in report.slots for lease in slot.leases):
+            break
+    assert_exactly_once(pipeline)
+
+
+def test_a_split_and_a_merge_between_rounds_keep_parents_before_children(spark, pipeline, tmp_path):
+    kinesis = pipeline.kinesis
+    pipeline.produce(200)
+    pipeline.round(spark, workers=2)
+    shards = sorted({record.shard_id for record in pipeline.produced})
+    split_shard(kinesis, pipeline.streams[0], shards[0])
+    merge_shards(kinesis, pipeline.streams[0], shards[2], shards[3])
+    pipeline.produce(300)
+    for _ in range(4):
+        pipeline.round(spark, workers=2)
+    pipeline.produce(100)
+    pipeline.round(spark, workers=2)
+    assert_exactly_once(pipeline)
+    leases = pipeline.leases()
+    for parent in (shards[0], shards[2], shards[3]):
+        assert parent not in leases or leases[parent].checkpoint == SHARD_END
+    published = file_order(tmp_path / "lake" / f"stream_name={pipeline.streams[0]}")
+    children = {shard: lease for shard, lease in leases.items() if lease.parent_shard_ids}
+    assert len(children) == 3
+    for child, lease in children.items():
+        for parent in lease.parent_shard_ids:
+            if child in published and parent in published:
+                assert published[parent][1] <= published[child][0], f"{child} landed before its parent {parent}"
+
+
+def test_a_split_during_a_round_ends_the_parent_and_its_children_follow(spark, pipeline, spark_control_dir):
+    pipeline.produce(200)
+    pipeline.sync()
+    assignment = pipeline.assign(2)
+    parent = sorted({record.shard_id for record in pipeline.produced})[1]
+    control(spark_control_dir, "block", pipeline, parent).touch()
+    holder: dict[str, object] = {}
+    job = threading.Thread(
+        target=lambda: holder.update(report=pipeline.consume(spark, 2, assignment.round_number, transform=STEER))
+    )
+    job.start()
+    wait_for(control(spark_control_dir, "blocked", pipeline, parent))
+    children = split_shard(pipeline.kinesis, pipeline.streams[0], parent)
+    pipeline.produce(300)
+    control(spark_control_dir, "release", pipeline, parent).touch()
+    job.join(timeout=120)
+    report = holder["report"]
+    outcomes = {lease.shard_id: lease for slot in report.slots for lease in slot.leases}  # type: ignore[attr-defined]
+    assert outcomes[parent].outcome == Outcome.SHARD_END
+    assert set(outcomes[parent].children_created) == set(children)
+    for _ in range(3):
+        pipeline.round(spark, workers=2)
+    assert_exactly_once(pipeline)
+
+
+def test_a_slot_task_killed_in_the_middle_of_a_batch_is_retried_by_spark(spark, pipeline, spark_control_dir):
+    pipeline.produce(400)
+    victim = sorted({record.shard_id for record in pipeline.produced})[0]
+    control(spark_control_dir, "crash-once", pipeline, victim).touch()
+    report = pipeline.round(spark, workers=2, transform=STEER)
+    assert control(spark_control_dir, "crashed", pipeline, victim).exists()
+    assert report.succeeded, report.summary()
+    retried = [slot for slot in report.slots if any(lease.shard_id == victim for lease in slot.leases)]
+    assert [slot.attempt for slot in retried] == [1]
+    victim_report = next(lease for lease in retried[0].leases if lease.shard_id == victim)
+    assert victim_report.replayed_batches == 1
+    assert_exactly_once(pipeline)
+
+
+def test_a_zombie_that_lost_its_lease_never_commits_and_lands_nothing_twice(spark, pipeline, spark_control_dir):
+    pipeline.produce(300)
+    pipeline.sync()
+    assignment = pipeline.assign(1)
+    victim = sorted({record.shard_id for record in pipeline.produced})[0]
+    control(spark_control_dir, "block", pipeline, victim).touch()
+    holder: dict[str, object] = {}
+    job = threading.Thread(
+        target=lambda: holder.update(report=pipeline.consume(spark, 1, assignment.round_number, transform=STEER))
+    )
+    job.start()
+    wait_for(control(spark_control_dir, "blocked", pipeline, victim))
+    # The zombie holds a prepared batch of the victim; the leader moves the lease to another slot,
+    # which finishes the batch and reads on while the zombie is still inside its transform.
+    lease = pipeline.leases()[victim]
+    assert lease.pending_checkpoint is not None
+    assert pipeline.store.assign_lease(lease, slot_ids(pipeline.application_name, 2)[1]).applied
+    rescuer = SlotTask(pipeline.spec(2, assignment.round_number), slot_index=1).run()
+    assert [lease.outcome for lease in rescuer.leases] == [Outcome.CAUGHT_UP]
+    assert rescuer.leases[0].replayed_batches == 1
+    control(spark_control_dir, "release", pipeline, victim).touch()
+    job.join(timeout=120)
+    zombie = {lease.shard_id: lease for slot in holder["report"].slots for lease in slot.leases}  # type: ignore[attr-defined]
+    assert zombie[victim].outcome == Outcome.LOST
+    assert pipeline.leases()[victim].lease_owner == slot_ids(pipeline.application_name, 2)[1]
+    assert_exactly_once(pipeline)
+
+
+def test_a_transform_that_raises_commits_nothing_of_its_batch(spark, pipeline, spark_control_dir):
+    pipeline.produce(200)
+    victim = sorted({record.shard_id for record in pipeline.produced})[0]
+    failing = control(spark_control_dir, "fail", pipeline, victim)
+    failing.touch()
+    report = pipeline.round(spark, workers=1, transform=STEER)
+    failed = [lease for slot in report.slots for lease in slot.leases if lease.outcome == Outcome.FAILED]
+    assert [lease.shard_id for lease in failed] == [victim]
+    assert "instructed to fail" in (failed[0].detail or "")
+    assert not report.succeeded
+    assert victim not in {record.shard_id for record in pipeline.landed()}
+    stuck = pipeline.leases()[victim]
+    assert (str(stuck.checkpoint), stuck.pending_checkpoint is not None) == ("TRIM_HORIZON", True)
+    failing.unlink()
+    report = pipeline.round(spark, workers=1, transform=STEER)
+    assert report.succeeded
+    assert_exactly_once(pipeline)
+
+
+def test_kpl_aggregated_records_land_as_their_user_records(spark, pipeline):
+    produced = []
+    for aggregate in range(20):
+        users = [(f"user-{aggregate}-{index}", f"agg-{aggregate}-{index}".encode()) for index in range(7)]
+        sequence = put_aggregate(pipeline.kinesis, pipeline.streams[0], users)
+        shard = next(
+            shard["ShardId"] for shard in pipeline.kinesis.list_shards(StreamName=pipeline.streams[0])["Shards"]
+            if int(shard["HashKeyRange"]["StartingHashKey"]) <= _hash_of(users[0][0]) <= int(shard["HashKeyRange"]["EndingHashKey"])
+        )
+        produced.extend(StreamRecord(shard, sequence, index, data) for index, (_, data) in enumerate(users))
+    pipeline.produced.extend(produced)
+    report = pipeline.round(spark, workers=2, budget=LeaseBudget(file_max_records=10))
+    assert report.totals["records"] == 140
+    assert_exactly_once(pipeline)
+
+
+def _hash_of(partition_key: str) -> int:
+    import hashlib
+
+    return int.from_bytes(hashlib.md5(partition_key.encode()).digest(), "big")
+
+
+def test_records_aged_out_of_retention_are_reported_as_loss(spark, pipeline, kinesis_endpoint):
+    with FaultProxy(kinesis_endpoint) as proxy:
+        pipeline.data_plane_kinesis = proxy.endpoint
+        earlier = pipeline.produce(100)
+        pipeline.round(spark, workers=1)
+        later = pipeline.produce(200)
+        shard = sorted({record.shard_id for record in earlier} & {record.shard_id for record in later})[0]
+        in_shard = [record for record in later if record.shard_id == shard]
+        first_kept = in_shard[len(in_shard) // 2]
+        proxy.trim(pipeline.streams[0], shard, first_kept.sequence_number)
+        report = pipeline.round(spark, workers=1)
+    losses = report.totals["retention_losses"]
+    assert [loss["lease_key"] for loss in losses] == [shard]
+    assert losses[0]["first_available"] == first_kept.sequence_number
+    assert "LOSS" in report.summary()
+    aged_out = {record for record in in_shard if int(record.sequence_number) < int(first_kept.sequence_number)}
+    landed = pipeline.landed()
+    assert duplicates(landed) == []
+    assert set(landed) == set(pipeline.produced) - aged_out
+
+
+def wait_for(path: Path, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not path.exists():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{path.name} did not appear within {timeout:.0f} s")
+        time.sleep(0.02)
