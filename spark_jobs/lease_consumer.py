@@ -13,6 +13,7 @@ zombie can do is publish the same file for the same range again.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -21,14 +22,14 @@ from typing import Any
 
 import pyarrow as pa
 
-from lease_core.errors import ConfigurationError, DependencyError, LeaseCoreError, LeaseLostError
+from lease_core.errors import ConfigurationError, CorruptLeaseError, DependencyError, LeaseCoreError, LeaseLostError
 from lease_core.lease import Lease
 from lease_core.lease_holder import HeldLease
 from lease_core.lease_lifecycle import create_child_leases
 from lease_core.lease_store import LeaseStore
 from lease_core.pending_batch import PendingBatch
 from lease_core.retry import RetryPolicy
-from lease_core.sequence import AT_TIMESTAMP, SHARD_END, ExtendedSequenceNumber
+from lease_core.sequence import AT_TIMESTAMP, LATEST, SHARD_END, ExtendedSequenceNumber
 from lease_core.shard_source import KinesisShardSource, child_shards_of
 from lease_core.shard_sync import LeaseKeyScheme
 from lease_core.shards import ChildShard
@@ -38,6 +39,8 @@ from spark_jobs.parquet_sink import PARTITION_COLUMNS, ParquetSink, records_tabl
 from spark_jobs.round_report import LeaseReport, Outcome, RetentionLoss
 from spark_jobs.shard_reader import ReadBatch, ReadLimits, ShardReader
 from spark_jobs.transform import Transform, apply_transform
+
+log = logging.getLogger(__name__)
 
 # How a fresh read's stop reason ends the lease's round when the batch was not cut by a budget.
 _STOP_OUTCOMES = {
@@ -121,6 +124,9 @@ class LeaseConsumer:
             outcome, detail = Outcome.LOST, error.reason
         except LeaseCoreError as error:
             outcome, detail, retryable = Outcome.FAILED, str(error), error.retryable
+        except Exception as error:  # a bug must not take the slot's other leases down with it
+            log.exception("lease %s failed unexpectedly", start.lease_key)
+            outcome, detail = Outcome.FAILED, f"{type(error).__name__}: {error}"
         seconds = self.context.clock() - started
         throughput = self._report_throughput(seconds) if outcome != Outcome.LOST else None
         tally = self._tally
@@ -178,6 +184,13 @@ class LeaseConsumer:
             self._tally.records += rows
         else:
             first = described.first if described is not None else None
+            if first is None and start == LATEST:
+                # LATEST has moved on since the batch was read: (LATEST, P] cannot be found again.
+                raise CorruptLeaseError(
+                    lease.lease_key,
+                    f"pending checkpoint {end} after LATEST carries no batch description of ours, so the "
+                    "prepared batch cannot be replayed; reset the lease's pendingCheckpoint to continue",
+                )
             reader = self._reader(first or start, start_inclusive=first is not None)
             records, last = self._read_until(reader, end)
             children = children or last.child_shards

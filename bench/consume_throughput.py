@@ -1,0 +1,394 @@
+"""Benchmark: records/s of the consume job against a plain boto3 loop, on the local emulators.
+
+Method. The run starts its own moto (DynamoDB) and kinesis-mock (Kinesis) on loopback, creates one
+stream of S shards and puts N records of ~200 bytes on spread-out partition keys. The baseline is
+the least a consumer can do: one thread, one shard after the other, GetShardIterator TRIM_HORIZON
+then GetRecords (Limit 10000) until the shard's records are read, nothing written anywhere.
+Then, for W = 1, 2, 4 slots, a fresh application (own tables) runs one full round as a DAG run
+would: shard sync at TRIM_HORIZON, an assignment round over `<app>-worker-0..W-1`, and the consume
+job's `run_round` on one shared SparkSession. The session and one untimed warm-up round (on a
+throwaway application) come first, so JVM and Python-worker start-up are not charged to W=1.
+Every W run must land exactly the N records written (same shard and sequence numbers); the run
+fails loudly otherwise. Last, the W=2 application, caught up, runs 3 more full rounds with no new
+records: the fixed cost of a round with nothing to do.
+
+Reading the ratios. Both sides read from the same emulator, which is the bottleneck:
+- kinesis-mock serves GetRecords at ~8,600 records/s (STACK.md) from one Node.js event loop, so
+  more concurrent readers do not make it faster. The boto3 loop gets close to that figure; the job
+  cannot beat it, whatever W is. A slot already reads its leases on 8 threads, so W=1 is not a
+  serial reader either.
+- The job does more per record: it deaggregates, builds an Arrow table and writes one Parquet file
+  per batch (atomic rename), and per lease and batch it pays DynamoDB calls (claim, heartbeats,
+  prepare, commit, throughput renewal, worker metrics) to moto, which handles ~300-430 conditional
+  writes/s, serialised. Its reader also paces GetRecords at Kinesis' 5 calls/s per shard.
+- Spark adds task scheduling and pickling of the spec and reports per round (fractions of a second
+  once warm). `local[*]` on this 2-core machine runs 2 tasks at a time, so W=4 runs in two waves.
+- The full round adds shard sync and assignment: a handful of ListShards and DynamoDB calls, which
+  the idle-round table isolates.
+So a ratio well below 1 measures the emulators and the round's fixed costs, not what the job would
+do against real Kinesis (2 MB/s of reads per shard, DynamoDB in single-digit milliseconds).
+
+Run: .venv/bin/python bench/consume_throughput.py [--records N] [--shards S]
+(defaults 20,000 records, 8 shards: about 1-2 minutes on 2 cores).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack
+from dataclasses import dataclass
+from importlib.metadata import version
+from pathlib import Path
+from typing import Any, TypeVar
+
+REPOSITORY = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPOSITORY))
+
+import boto3  # noqa: E402
+import botocore.exceptions  # noqa: E402
+
+from lease_core import aws  # noqa: E402
+from lease_core.assignment_round import AssignmentCoordinator, slot_ids  # noqa: E402
+from lease_core.config import ConsumerConfig  # noqa: E402
+from lease_core.coordinator_state import DynamoDBCoordinatorStateStore  # noqa: E402
+from lease_core.dynamodb_store import DynamoDBLeaseStore  # noqa: E402
+from lease_core.emulators import KINESIS_MOCK_HOME, kinesis_mock, moto_server  # noqa: E402
+from lease_core.shard_source import KinesisShardSource  # noqa: E402
+from lease_core.shard_sync_step import sync_streams  # noqa: E402
+from lease_core.tables import TableAdministrator  # noqa: E402
+from lease_core.worker_metrics import DynamoDBWorkerMetricsStore  # noqa: E402
+from spark_jobs.consume_job import run_round  # noqa: E402
+from spark_jobs.consume_spec import ConsumeSpec  # noqa: E402
+from spark_jobs.parquet_sink import ParquetSink  # noqa: E402
+from spark_jobs.round_report import RoundReport  # noqa: E402
+
+REGION = "us-east-1"
+STREAM = "bench-consume"
+PAYLOAD_BYTES = 200
+PUT_RECORDS_LIMIT = 500
+GET_RECORDS_LIMIT = 10000
+WORKER_COUNTS = (1, 2, 4)
+IDLE_ROUNDS = 3
+IDLE_WORKERS = 2
+THROTTLE_PAUSE_SECONDS = 0.2
+
+T = TypeVar("T")
+Position = tuple[str, str]  # (shard id, sequence number): a record's identity in the stream
+
+
+class BenchmarkFailure(RuntimeError):
+    """The job did not land what was written: the numbers would mean nothing."""
+
+
+def prepare_environment() -> None:
+    """Dummy credentials and loopback Spark, set before any emulator, client or JVM starts.
+
+    They are assigned, not defaulted, so no real credentials from the caller's shell are ever used.
+    The JVM and its Python workers inherit the environment as it is when the session starts.
+    """
+    os.environ.update(
+        AWS_ACCESS_KEY_ID="testing",
+        AWS_SECRET_ACCESS_KEY="testing",
+        AWS_DEFAULT_REGION=REGION,
+        AWS_REGION=REGION,
+        AWS_EC2_METADATA_DISABLED="true",
+        PYSPARK_PYTHON=sys.executable,  # otherwise workers silently run the system Python (STACK.md)
+        PYSPARK_DRIVER_PYTHON=sys.executable,
+        SPARK_LOCAL_IP="127.0.0.1",
+    )
+    os.environ.pop("AWS_SESSION_TOKEN", None)
+    os.environ.pop("AWS_PROFILE", None)
+    # Executors and the moto child import this repository whatever the working directory is.
+    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPOSITORY), os.environ.get("PYTHONPATH")]))
+
+
+def timed(function: Callable[[], T]) -> tuple[float, T]:
+    started = time.perf_counter()
+    result = function()
+    return time.perf_counter() - started, result
+
+
+# --- the stream ----------------------------------------------------------------------------------
+
+
+def create_stream(kinesis: Any, shards: int) -> None:
+    kinesis.create_stream(StreamName=STREAM, ShardCount=shards)
+    deadline = time.monotonic() + 30
+    while kinesis.describe_stream_summary(StreamName=STREAM)["StreamDescriptionSummary"]["StreamStatus"] != "ACTIVE":
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"stream {STREAM!r} not ACTIVE within 30 s")
+        time.sleep(0.05)
+
+
+def payload(index: int) -> bytes:
+    return f"record-{index:09d}-".encode().ljust(PAYLOAD_BYTES, b".")
+
+
+def put_all(kinesis: Any, count: int) -> set[Position]:
+    """Put `count` records; what was written. Refused entries (per-shard write limit) are sent again."""
+    pending = [{"Data": payload(index), "PartitionKey": f"key-{index}"} for index in range(count)]
+    written: set[Position] = set()
+    while pending:
+        batch, pending = pending[:PUT_RECORDS_LIMIT], pending[PUT_RECORDS_LIMIT:]
+        results = kinesis.put_records(StreamName=STREAM, Records=batch)["Records"]
+        refused = [entry for entry, result in zip(batch, results) if "ErrorCode" in result]
+        written.update((r["ShardId"], r["SequenceNumber"]) for r in results if "ErrorCode" not in r)
+        if refused:
+            time.sleep(0.05)
+            pending = refused + pending
+    return written
+
+
+def per_shard(written: set[Position]) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for shard_id, _ in written:
+        counts[shard_id] = counts.get(shard_id, 0) + 1
+    return counts
+
+
+# --- the baseline ---------------------------------------------------------------------------------
+
+
+def get_records(kinesis: Any, iterator: str) -> dict[str, Any]:
+    """GetRecords, waiting out throttling (the baseline must read everything, not fail)."""
+    while True:
+        try:
+            return kinesis.get_records(ShardIterator=iterator, Limit=GET_RECORDS_LIMIT)
+        except botocore.exceptions.ClientError as error:
+            if error.response["Error"]["Code"] != "ProvisionedThroughputExceededException":
+                raise
+            time.sleep(THROTTLE_PAUSE_SECONDS)
+
+
+def read_shard(kinesis: Any, shard_id: str, expected: int) -> int:
+    """Records read from the shard's trim horizon until its written records are all in.
+
+    kinesis-mock answers MillisBehindLatest 0 on every response, so the tip is a response shorter
+    than the Limit asked for, or the count the producer saw, whichever comes first.
+    """
+    iterator = kinesis.get_shard_iterator(StreamName=STREAM, ShardId=shard_id, ShardIteratorType="TRIM_HORIZON")[
+        "ShardIterator"
+    ]
+    read = 0
+    while iterator and read < expected:
+        response = get_records(kinesis, iterator)
+        read += len(response["Records"])
+        if len(response["Records"]) < GET_RECORDS_LIMIT:
+            break
+        iterator = response.get("NextShardIterator")
+    return read
+
+
+def boto3_loop(kinesis: Any, expected: dict[str, int]) -> int:
+    shard_ids = [shard["ShardId"] for shard in kinesis.list_shards(StreamName=STREAM)["Shards"]]
+    return sum(read_shard(kinesis, shard_id, expected.get(shard_id, 0)) for shard_id in shard_ids)
+
+
+# --- the job --------------------------------------------------------------------------------------
+
+
+def start_spark() -> Any:
+    from pyspark.sql import SparkSession
+
+    session = (
+        SparkSession.builder.master("local[*]")
+        .appName("bench-consume-throughput")
+        .config("spark.ui.enabled", "false")
+        .config("spark.driver.host", "127.0.0.1")
+        .config("spark.driver.bindAddress", "127.0.0.1")
+        .config("spark.speculation", "false")  # the job forces it off too: a copy would race its twin
+        .getOrCreate()
+    )
+    session.sparkContext.setLogLevel("ERROR")
+    return session
+
+
+@dataclass(frozen=True)
+class RoundTimes:
+    sync: float
+    assign: float
+    consume: float
+    report: RoundReport
+
+    @property
+    def full(self) -> float:
+        return self.sync + self.assign + self.consume
+
+
+class Application:
+    """One consumer application on the emulators: its tables, stores, and what a DAG run does."""
+
+    def __init__(self, label: str, moto_endpoint: str, kinesis_endpoint: str, output_uri: str) -> None:
+        self.output_uri = output_uri
+        self.config = ConsumerConfig(
+            application_name=f"bench-{label}-{uuid.uuid4().hex[:8]}",  # fresh tables every run
+            aws_region=REGION,
+            aws_endpoint_url_dynamodb=moto_endpoint,
+            aws_endpoint_url_kinesis=kinesis_endpoint,
+            initial_position_in_stream="TRIM_HORIZON",
+            table_status_poll_seconds=0.05,  # moto creates tables ACTIVE: no need for KCL's 10 s polls
+        )
+        policy = aws.retry_policy(self.config)
+        dynamodb = aws.client("dynamodb", self.config)
+        TableAdministrator(dynamodb, self.config, retry_policy=policy).ensure_tables()
+        self.store = DynamoDBLeaseStore(dynamodb, self.config.lease_table, retry_policy=policy)
+        self.state = DynamoDBCoordinatorStateStore(dynamodb, self.config.coordinator_state_table, policy)
+        self.metrics = DynamoDBWorkerMetricsStore(dynamodb, self.config.worker_metrics_table, retry_policy=policy)
+        self.source = KinesisShardSource(aws.client("kinesis", self.config), retry_policy=policy)
+
+    @property
+    def name(self) -> str:
+        return self.config.require_application_name()
+
+    def round(self, spark: Any, workers: int) -> RoundTimes:
+        """Shard sync, assignment and the consume step, each timed; a failed round stops the run."""
+        sync_seconds, _ = timed(lambda: sync_streams((STREAM,), self.config, self.store, self.source, self.state))
+        coordinator = AssignmentCoordinator(self.store, self.metrics, self.state, self.config)
+        assign_seconds, assignment = timed(lambda: coordinator.run(slot_ids(self.name, workers)))
+        spec = ConsumeSpec(
+            streams=(STREAM,),
+            num_workers=workers,
+            output_uri=self.output_uri,
+            round_number=assignment.round_number,
+            settings=self.config.to_dict(),
+        )
+        consume_seconds, report = timed(lambda: run_round(spark, spec))
+        if not report.succeeded:
+            raise BenchmarkFailure(f"round {assignment.round_number} of {self.name} failed:\n{report.summary()}")
+        return RoundTimes(sync_seconds, assign_seconds, consume_seconds, report)
+
+    def check_landed(self, written: set[Position]) -> None:
+        """Exactly the written records are in the sink: none missing, none twice, none foreign."""
+        table = ParquetSink.from_uri(self.output_uri).read_dataset()
+        columns = table.select(["shard_id", "sequence_number"]).to_pydict()
+        landed = list(zip(columns["shard_id"], columns["sequence_number"]))
+        if len(landed) != len(written) or set(landed) != written:
+            missing, extra = len(written - set(landed)), len(set(landed) - written)
+            raise BenchmarkFailure(
+                f"{self.name}: {len(landed)} rows landed for {len(written)} written "
+                f"({missing} missing, {extra} not written, {len(landed) - len(set(landed))} duplicated)"
+            )
+
+
+# --- reporting ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Row:
+    case: str
+    records: int
+    seconds: float
+
+
+def print_throughput(rows: list[Row]) -> None:
+    baseline = rows[0].records / rows[0].seconds
+    print("| case | records | seconds | records/s | ratio vs boto3 loop |")
+    print("|---|---:|---:|---:|---:|")
+    for row in rows:
+        rate = row.records / row.seconds
+        print(f"| {row.case} | {row.records:,} | {row.seconds:.2f} | {rate:,.0f} | {rate / baseline:.2f} |")
+
+
+def print_idle(rounds: list[RoundTimes]) -> None:
+    print(f"| idle round (W={IDLE_WORKERS}, caught up, no new records) | median seconds of {len(rounds)} |")
+    print("|---|---:|")
+    steps: list[tuple[str, Callable[[RoundTimes], float]]] = [
+        ("full round (sync + assign + consume)", lambda r: r.full),
+        ("shard sync", lambda r: r.sync),
+        ("assignment", lambda r: r.assign),
+        ("consume (`run_round`)", lambda r: r.consume),
+    ]
+    for name, step in steps:
+        print(f"| {name} | {statistics.median(step(r) for r in rounds):.2f} |")
+
+
+def machine_facts() -> str:
+    mock = json.loads((KINESIS_MOCK_HOME / "package.json").read_text()).get("version", "?")
+    return (
+        f"machine: {os.cpu_count()} cores; Python {sys.version.split()[0]}, pyspark {version('pyspark')} "
+        f"(local[*]); emulators: kinesis-mock {mock} (Kinesis), moto {version('moto')} (DynamoDB)"
+    )
+
+
+# --- the run --------------------------------------------------------------------------------------
+
+
+def parse_arguments(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--records", type=int, default=20_000, help="records to put (default 20,000)")
+    parser.add_argument("--shards", type=int, default=8, help="shards of the stream (default 8)")
+    arguments = parser.parse_args(argv)
+    if arguments.records < 1 or arguments.shards < 1:
+        parser.error("--records and --shards must be at least 1")
+    return arguments
+
+
+def measure_job(spark: Any, endpoints: tuple[str, str], scratch: Path, written: set[Position]) -> Iterator[tuple[int, Application, RoundTimes]]:
+    """One fresh application per W, one full round each, checked against what was written."""
+    for workers in WORKER_COUNTS:
+        application = Application(f"w{workers}", *endpoints, str(scratch / f"w{workers}"))
+        times = application.round(spark, workers)
+        application.check_landed(written)
+        yield workers, application, times
+
+
+def run(arguments: argparse.Namespace, stack: ExitStack) -> None:
+    started = time.perf_counter()
+    moto = stack.enter_context(moto_server())
+    mock = stack.enter_context(kinesis_mock())
+    scratch = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="bench-consume-")))
+    kinesis = boto3.client("kinesis", endpoint_url=mock.endpoint, region_name=REGION)
+    create_stream(kinesis, arguments.shards)
+    put_seconds, written = timed(lambda: put_all(kinesis, arguments.records))
+    total = len(written)
+    print(f"stream {STREAM}: {arguments.shards} shards, {total:,} records of {PAYLOAD_BYTES} B "
+          f"put in {put_seconds:.1f} s ({total / put_seconds:,.0f} records/s)")
+
+    loop_seconds, loop_read = timed(lambda: boto3_loop(kinesis, per_shard(written)))
+    if loop_read != total:
+        raise BenchmarkFailure(f"the boto3 loop read {loop_read} records, {total} were written")
+    rows = [Row("boto3 loop, 1 thread (baseline)", total, loop_seconds)]
+
+    endpoints = (moto.endpoint, mock.endpoint)
+    spark = start_spark()
+    stack.callback(spark.stop)
+    warm_seconds, _ = timed(lambda: Application("warmup", *endpoints, str(scratch / "warmup")).round(spark, max(WORKER_COUNTS)))
+    print(f"SparkSession ready; untimed warm-up round (W={max(WORKER_COUNTS)}) took {warm_seconds:.1f} s\n")
+
+    idle_application = None
+    for workers, application, times in measure_job(spark, endpoints, scratch, written):
+        rows.append(Row(f"job W={workers}, consume (`run_round`)", total, times.consume))
+        rows.append(Row(f"job W={workers}, full round (sync + assign + consume)", total, times.full))
+        if workers == IDLE_WORKERS:
+            idle_application = application
+    assert idle_application is not None
+    idle = [idle_application.round(spark, IDLE_WORKERS) for _ in range(IDLE_ROUNDS)]
+    if any(times.report.totals["records"] for times in idle):
+        raise BenchmarkFailure("an idle round landed records although none were written")
+    idle_application.check_landed(written)
+
+    print_throughput(rows)
+    print()
+    print_idle(idle)
+    print()
+    print(machine_facts())
+    print(f"whole run: {time.perf_counter() - started:.0f} s")
+
+
+def main(argv: list[str] | None = None) -> None:
+    arguments = parse_arguments(argv)
+    prepare_environment()
+    with ExitStack() as stack:  # unwinds Spark, the scratch directory, then the emulators (by PID)
+        run(arguments, stack)
+
+
+if __name__ == "__main__":
+    main()

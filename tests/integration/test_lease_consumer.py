@@ -1,0 +1,160 @@
+"""A slot's lease work in the cases a round rarely shows: redoing prepared batches, backfill window
+ends, waiting for parents and for a merge's other parent. Slots run in-process (no Spark needed)
+against kinesis-mock and moto."""
+
+from __future__ import annotations
+
+import time
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+import pytest
+
+from lease_core.assignment_round import slot_ids
+from lease_core.lease import Lease
+from lease_core.pending_batch import PendingBatch
+from lease_core.sequence import LATEST, SHARD_END, TRIM_HORIZON, ExtendedSequenceNumber
+from spark_jobs.lease_consumer import LeaseBudget
+from spark_jobs.parquet_sink import ParquetSink, records_table
+from spark_jobs.round_report import LeaseReport, Outcome
+from spark_jobs.slot_task import SlotTask
+from tests.support.kinesis import create_stream, kinesis_client, merge_shards
+from tests.support.pipeline import ConsumerPipeline, StreamRecord, duplicates
+
+ESN = ExtendedSequenceNumber
+
+
+@pytest.fixture
+def pipeline(unique_name: str, kinesis_endpoint: str, moto_endpoint: str, tmp_path: Path) -> ConsumerPipeline:
+    create_stream(kinesis_client(kinesis_endpoint), unique_name, 1)
+    return ConsumerPipeline(
+        unique_name, (unique_name,), kinesis_endpoint, moto_endpoint, str(tmp_path / "lake"),
+        settings={"initial_position_in_stream": "TRIM_HORIZON"},
+    )
+
+
+def run_slot(pipeline: ConsumerPipeline, budget: LeaseBudget | None = None) -> dict[str, LeaseReport]:
+    report = SlotTask(pipeline.spec(1, 1, budget=budget), slot_index=0).run()
+    return {lease.lease_key: lease for lease in report.leases}
+
+
+def owned_lease(pipeline: ConsumerPipeline) -> Lease:
+    pipeline.sync()
+    pipeline.assign(1)
+    (lease,) = pipeline.leases().values()
+    return lease
+
+
+def landed_sorted(pipeline: ConsumerPipeline) -> list[StreamRecord]:
+    return sorted(pipeline.landed(), key=lambda record: int(record.sequence_number))
+
+
+def prepare(pipeline: ConsumerPipeline, lease: Lease, end: ESN, state: bytes | None) -> Lease:
+    result = pipeline.store.update_lease(lease.with_pending_checkpoint(end, state))
+    assert result.applied and result.lease is not None
+    return result.lease
+
+
+def test_a_prepared_batch_whose_file_was_published_is_only_committed(pipeline):
+    produced = pipeline.produce(30)
+    lease = owned_lease(pipeline)
+    end = ESN(produced[19].sequence_number)
+    sink = ParquetSink.from_uri(pipeline.output_uri)
+    path = sink.batch_path(pipeline.streams[0], lease.lease_key, TRIM_HORIZON, end)
+    described = PendingBatch(TRIM_HORIZON, end, ESN(produced[0].sequence_number), path, 20)
+    prepare(pipeline, lease, end, described.encode())
+    # The crashed attempt had published its file: a stand-in with the same 20 records.
+    crashed_attempt = SlotTask(pipeline.spec(1, 1), 0)
+    records = _read_records(crashed_attempt, produced[:20])
+    sink.publish(path, records_table(records))
+    report = run_slot(pipeline)[lease.lease_key]
+    assert (report.outcome, report.replayed_batches, report.records) == (Outcome.CAUGHT_UP, 1, 30)
+    assert [record.data for record in landed_sorted(pipeline)] == [record.data for record in produced]
+
+
+def _read_records(task: SlotTask, produced: list[StreamRecord]):
+    from spark_jobs.shard_reader import ReadLimits, ShardReader
+
+    reader = ShardReader(task.context.kinesis, task.spec.streams[0], produced[0].shard_id, TRIM_HORIZON)
+    return reader.read(ReadLimits(stop_at=ESN(produced[-1].sequence_number))).records
+
+
+def test_a_prepared_batch_described_by_someone_else_is_replayed_from_the_checkpoint(pipeline):
+    produced = pipeline.produce(40)
+    lease = owned_lease(pipeline)
+    committed = pipeline.store.checkpoint(lease, ESN(produced[9].sequence_number)).lease
+    assert committed is not None
+    prepare(pipeline, committed, ESN(produced[24].sequence_number), b"state of a KCL application")
+    report = run_slot(pipeline)[lease.lease_key]
+    assert (report.outcome, report.replayed_batches, report.records) == (Outcome.CAUGHT_UP, 1, 30)
+    assert [record.data for record in landed_sorted(pipeline)] == [record.data for record in produced[10:]]
+
+
+def test_a_foreign_prepared_batch_after_latest_cannot_be_replayed_and_says_so(pipeline):
+    produced = pipeline.produce(5)
+    lease = owned_lease(pipeline)
+    at_latest = pipeline.store.update_lease(lease.replace(checkpoint=LATEST)).lease
+    assert at_latest is not None
+    prepare(pipeline, at_latest, ESN(produced[-1].sequence_number), b"opaque")
+    report = run_slot(pipeline)[lease.lease_key]
+    assert report.outcome == Outcome.FAILED
+    assert "cannot be replayed" in (report.detail or "")
+    assert pipeline.landed() == []
+
+
+def test_a_backfill_window_end_stops_before_the_first_later_record(pipeline):
+    early = pipeline.produce(25)
+    lease = owned_lease(pipeline)
+    window_end = datetime.now(timezone.utc) + timedelta(seconds=1)
+    time.sleep(max(0.0, (window_end - datetime.now(timezone.utc)).total_seconds()) + 1.1)
+    pipeline.produce(10)
+    report = run_slot(pipeline, LeaseBudget(stop_at_arrival=window_end))[lease.lease_key]
+    assert report.outcome == Outcome.WINDOW_END
+    assert [record.data for record in landed_sorted(pipeline)] == [record.data for record in early]
+    assert pipeline.leases()[lease.lease_key].checkpoint == ESN(early[-1].sequence_number)
+
+
+def test_a_merged_parent_waits_at_its_end_until_the_other_parent_has_a_lease(unique_name, kinesis_endpoint, moto_endpoint, tmp_path):
+    kinesis = kinesis_client(kinesis_endpoint)
+    create_stream(kinesis, unique_name, 2)
+    pipeline = ConsumerPipeline(
+        unique_name, (unique_name,), kinesis_endpoint, moto_endpoint, str(tmp_path / "lake"),
+        settings={"initial_position_in_stream": "TRIM_HORIZON"},
+    )
+    pipeline.produce(40)
+    pipeline.sync()
+    pipeline.assign(1)
+    left, right = sorted(pipeline.leases())
+    child = merge_shards(kinesis, unique_name, left, right)
+    pipeline.store.delete_lease(right)  # the other parent's lease is not there (yet)
+    first = run_slot(pipeline)[left]
+    assert first.outcome == Outcome.MERGE_DEFERRED
+    waiting = pipeline.leases()[left]
+    assert (waiting.checkpoint != SHARD_END, waiting.pending_checkpoint) == (True, SHARD_END)
+    assert child not in pipeline.leases()
+    pipeline.store.create_lease_if_not_exists(Lease(right, checkpoint=TRIM_HORIZON))
+    assert pipeline.store.assign_lease(pipeline.leases()[right], slot_ids(unique_name, 1)[0]).applied
+    second = run_slot(pipeline)
+    assert second[left].outcome == Outcome.SHARD_END and second[left].replayed_batches == 1
+    assert child in second[left].children_created or child in second[right].children_created
+    assert pipeline.leases()[left].checkpoint == SHARD_END
+    assert duplicates(pipeline.landed()) == []
+    assert sorted(pipeline.landed(), key=lambda r: r.data) == sorted(pipeline.produced, key=lambda r: r.data)
+
+
+def test_a_child_whose_parent_is_unfinished_waits_and_is_reported(unique_name, kinesis_endpoint, moto_endpoint, tmp_path):
+    kinesis = kinesis_client(kinesis_endpoint)
+    create_stream(kinesis, unique_name, 1)
+    pipeline = ConsumerPipeline(
+        unique_name, (unique_name,), kinesis_endpoint, moto_endpoint, str(tmp_path / "lake"),
+        settings={"initial_position_in_stream": "TRIM_HORIZON"},
+    )
+    pipeline.sync()
+    (parent,) = pipeline.leases()
+    worker = slot_ids(unique_name, 1)[0]
+    pipeline.store.create_lease_if_not_exists(Lease("shardId-000000000099", parent_shard_ids={parent}))
+    assert pipeline.store.assign_lease(pipeline.leases()["shardId-000000000099"], worker).applied
+    reports = SlotTask(pipeline.spec(1, 1), 0).run().leases
+    (waiting,) = [report for report in reports if report.lease_key == "shardId-000000000099"]
+    assert waiting.outcome == Outcome.WAITING_FOR_PARENTS
+    assert parent in (waiting.detail or "")
