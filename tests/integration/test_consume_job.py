@@ -116,14 +116,16 @@ def test_a_split_and_a_merge_between_rounds_keep_parents_before_children(spark, 
                 assert published[parent][1] <= published[child][0], f"{child} landed before its parent {parent}"
 
 
-def test_a_split_during_a_round_ends_the_parent_and_its_children_follow(spark, pipeline, spark_control_dir):
+@pytest.mark.parametrize("reshard", ["split", "merge"])
+def test_a_reshard_during_a_round_ends_the_parent_and_its_children_follow(spark, pipeline, spark_control_dir, reshard):
     pipeline.produce(200)
     pipeline.sync()
     assignment = pipeline.assign(2)
-    parent = sorted({record.shard_id for record in pipeline.produced})[1]
+    shards = sorted({record.shard_id for record in pipeline.produced})
+    parent = shards[1]
     control(spark_control_dir, "block", pipeline, parent).touch()
     holder: dict[str, object] = {}
-    # Small files: the parent's first batch blocks in the transform, and reading goes on after the split.
+    # Small files: the parent's first batch blocks in the transform, and reading goes on after the reshard.
     small_files = LeaseBudget(file_max_records=10)
     job = threading.Thread(
         target=lambda: holder.update(
@@ -132,17 +134,23 @@ def test_a_split_during_a_round_ends_the_parent_and_its_children_follow(spark, p
     )
     job.start()
     wait_for(control(spark_control_dir, "blocked", pipeline, parent))
-    children = split_shard(pipeline.kinesis, pipeline.streams[0], parent)
+    if reshard == "split":
+        children = set(split_shard(pipeline.kinesis, pipeline.streams[0], parent))
+    else:
+        children = {merge_shards(pipeline.kinesis, pipeline.streams[0], parent, shards[2])}
     pipeline.produce(300)
     control(spark_control_dir, "release", pipeline, parent).touch()
     job.join(timeout=120)
     report = holder["report"]
     outcomes = {lease.shard_id: lease for slot in report.slots for lease in slot.leases}  # type: ignore[attr-defined]
     assert outcomes[parent].outcome == Outcome.SHARD_END
-    assert set(outcomes[parent].children_created) == set(children)
+    assert set(outcomes[parent].children_created) == children
     for _ in range(3):
         pipeline.round(spark, workers=2)
     assert_exactly_once(pipeline)
+    published = file_order(Path(pipeline.output_uri) / f"stream_name={pipeline.streams[0]}")
+    for child in children & set(published):
+        assert published[parent][1] <= published[child][0]
 
 
 def test_a_slot_task_killed_in_the_middle_of_a_batch_is_retried_by_spark(spark, pipeline, spark_control_dir):
