@@ -208,6 +208,7 @@ def start_spark() -> Any:
         .config("spark.driver.host", "127.0.0.1")
         .config("spark.driver.bindAddress", "127.0.0.1")
         .config("spark.speculation", "false")  # the job forces it off too: a copy would race its twin
+        .config("spark.ui.showConsoleProgress", "false")  # its progress bars would garble the tables
         .getOrCreate()
     )
     session.sparkContext.setLogLevel("ERROR")
