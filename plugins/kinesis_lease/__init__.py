@@ -1,0 +1,1 @@
+"""The Airflow side of kinesis-lease-batch: round operators, the AWS connection, the monitoring UI."""
