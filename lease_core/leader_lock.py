@@ -173,6 +173,23 @@ class LeaderLock:
             self._version = record_version_number
             return self.heartbeat()
 
+    def resume_as_owner(self) -> bool:
+        """Continue a lock held under our owner name by an earlier step, whatever version it wrote last.
+
+        Every step of a round heartbeats (and so rewrites the version), so the next step cannot know
+        the latest version; it knows the owner name, which is unique to the round (`<dag>/<run id>`).
+        The heartbeat is still conditional on the version read, so a takeover in between wins.
+        """
+        with self._mutex:
+            item = self.state.get(LEADER_KEY)
+            if item is None:
+                return False
+            holder = LockHolder.from_item(item, self.lease_duration_millis)
+            if holder.owner_name != self.owner_name or holder.is_released:
+                return False
+            self._version = holder.record_version_number
+            return self.heartbeat()
+
     def release(self) -> bool:
         """Delete the lock record if it is still ours (KCL releases by deleting); we no longer hold it."""
         with self._mutex:

@@ -5,7 +5,7 @@
 
 The driver checks everything it can before Spark starts (configuration, tables, streams, sink,
 transform), keeps the leader lock alive while the slots run when the round's leader handed it over
-(`--leader-owner`, `--leader-record-version`), collects the slot reports, writes the round report
+(`--leader-owner`), collects the slot reports, writes the round report
 (`--report-uri`) and prints its summary. Exit status: 0 when every slot finished and no lease
 failed; 1 when something failed (the report says what); 2 for a usage or configuration error.
 
@@ -81,7 +81,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--round", type=int, dest="round_number",
                         help="the round number (default: the last assignment round in the coordinator state)")
     parser.add_argument("--leader-owner", help="owner name of the leader lock the round's leader handed over")
-    parser.add_argument("--leader-record-version", help="record version of that lock, to keep it alive")
+    parser.add_argument("--leader-record-version",
+                        help="record version of that lock (default: whatever version the owner wrote last)")
     parser.add_argument("--config", metavar="FILE", help="TOML configuration file")
     parser.add_argument("--set", metavar="KEY=VALUE", action="append", default=[], dest="overrides",
                         help="override a setting")
@@ -105,7 +106,7 @@ def _positive_float(text: str) -> float:
 @dataclass(frozen=True)
 class Leadership:
     owner: str
-    record_version: str
+    record_version: str | None = None
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -154,8 +155,8 @@ def _load(arguments: argparse.Namespace) -> ConsumerConfig:
             parse_iso_timestamp(arguments.stop_at_arrival)
         except ValueError as error:
             raise _UsageError(f"--stop-at-arrival: {error}") from None
-    if bool(arguments.leader_owner) != bool(arguments.leader_record_version):
-        raise _UsageError("--leader-owner and --leader-record-version go together")
+    if arguments.leader_record_version and not arguments.leader_owner:
+        raise _UsageError("--leader-record-version needs --leader-owner")
     return config
 
 
@@ -267,7 +268,8 @@ def _leader_heartbeat(spec: ConsumeSpec, leadership: Leadership | None) -> Itera
         config.leader_lease_duration_millis,
         config.leader_heartbeat_period_millis,
     )
-    if not lock.resume(leadership.record_version):
+    resumed = lock.resume(leadership.record_version) if leadership.record_version else lock.resume_as_owner()
+    if not resumed:
         raise LeadershipUnavailableError(_holder_name(lock))
     with LockHeartbeat(lock) as heartbeat:
         yield _LeaderWatch(lock, heartbeat)

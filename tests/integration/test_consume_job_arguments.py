@@ -31,7 +31,7 @@ CASES = [
     pytest.param({"--stream": None}, EXIT_USAGE, "--stream", id="no-stream"),
     pytest.param({"--set": "failover_time_milis=5"}, EXIT_USAGE, "did you mean 'failover_time_millis'", id="typo-setting"),
     pytest.param({"--stop-at-arrival": "yesterday"}, EXIT_USAGE, "--stop-at-arrival", id="bad-window-end"),
-    pytest.param({"--leader-owner": "leader-1"}, EXIT_USAGE, "go together", id="half-a-leadership"),
+    pytest.param({"--leader-record-version": "v1"}, EXIT_USAGE, "needs --leader-owner", id="version-without-owner"),
     pytest.param({"--application-name": "no-such-app"}, EXIT_FAILED, "'no-such-app' does not exist", id="no-tables"),
     pytest.param({"--stream": "no-such-stream"}, EXIT_FAILED, "'no-such-stream' does not exist", id="no-stream-in-kinesis"),
     pytest.param({"--output-uri": "s3://no-such-bucket/x"}, EXIT_FAILED, "no-such-bucket", id="no-bucket"),

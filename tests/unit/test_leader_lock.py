@@ -205,6 +205,23 @@ def test_resuming_a_replaced_version_fails(state):
 # --- release -------------------------------------------------------------------------------------
 
 
+def test_a_later_step_resumes_by_owner_name_after_the_version_moved_on(state):
+    first = Contender(state, "dag/run-1")
+    assert first.lock.try_acquire()
+    assert first.lock.heartbeat()  # an earlier step kept beating: its last version is unknown to later steps
+    later = Contender(state, "dag/run-1", prefix="later")
+    assert later.lock.resume_as_owner()
+    assert stored_owner(state) == "dag/run-1" and later.lock.is_held
+
+
+@pytest.mark.parametrize("holder", [None, "dag/run-2"], ids=["nobody", "another-round"])
+def test_resuming_by_owner_name_fails_when_the_lock_is_not_ours(state, holder):
+    if holder is not None:
+        assert Contender(state, holder).lock.try_acquire()
+    assert not Contender(state, "dag/run-1").lock.resume_as_owner()
+    assert stored_owner(state) == holder
+
+
 def test_release_deletes_the_lock_and_another_acquires_immediately(state):
     a, b = contenders(state, "a", "b")
     a.lock.try_acquire()
