@@ -3,7 +3,9 @@ from __future__ import annotations
 import itertools
 import os
 import re
+import tempfile
 from collections.abc import Iterator
+from pathlib import Path
 
 import boto3
 import pytest
@@ -16,6 +18,14 @@ os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "testing")
 os.environ.setdefault("AWS_DEFAULT_REGION", "us-east-1")
 for variable in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_ENDPOINT_URL"):
     os.environ.pop(variable, None)
+
+# Airflow reads its home and settings when first imported: a throwaway home with SQLite, no example
+# DAGs, this repository's DAGs and plugins, before any test module imports Airflow.
+os.environ["AIRFLOW_HOME"] = tempfile.mkdtemp(prefix="airflow-home-")
+os.environ["AIRFLOW__CORE__LOAD_EXAMPLES"] = "False"
+os.environ["AIRFLOW__CORE__DAGS_FOLDER"] = str(Path(__file__).resolve().parents[1] / "dags")
+os.environ["AIRFLOW__CORE__PLUGINS_FOLDER"] = str(Path(__file__).resolve().parents[1] / "plugins")
+os.environ["AIRFLOW__CORE__UNIT_TEST_MODE"] = "False"
 
 _names = itertools.count()
 

@@ -1,0 +1,413 @@
+"""The round's operators: each is thin over one lease_core step (DESIGN.md §1, §9).
+
+Every operator only stores its arguments in `__init__`; `execute` builds clients from the Airflow AWS
+connection (`aws_conn_id`, `aws_default` by default), calls lease_core inside `airflow_outcomes()`
+(the one place errors become Airflow outcomes), and returns a small JSON-serialisable summary for
+XCom. `settings` is a mapping of consumer configuration keys (application_name included); steps
+that run under the round's leadership take `leader_owner`, unique to the DAG run, and keep the lock
+alive with a background heartbeat while they work.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
+from airflow.sdk import BaseOperator
+from airflow.sdk.exceptions import AirflowSkipException
+
+from kinesis_lease.aws_connection import AwsAccess, aws_access
+from kinesis_lease.errors import airflow_outcomes
+from kinesis_lease.round_plan import plan_round, stream_names
+from lease_core import aws
+from lease_core.assignment_round import AssignmentCoordinator, slot_ids
+from lease_core.config import parse_iso_timestamp
+from lease_core.coordinator_state import DynamoDBCoordinatorStateStore
+from lease_core.dynamodb_store import DynamoDBLeaseStore
+from lease_core.errors import LeadershipUnavailableError
+from lease_core.leader_lock import LeaderLock, LockHeartbeat
+from lease_core.lease import Lease, StreamIdentifier
+from lease_core.round_history import RoundHistory
+from lease_core.shard_audit import ShardSyncAuditor
+from lease_core.shard_source import KinesisShardSource
+from lease_core.shard_sync import LeaseKeyScheme
+from lease_core.shard_sync_step import is_multi_stream, sync_streams
+from lease_core.tables import TableAdministrator
+from lease_core.worker_metrics import DynamoDBWorkerMetricsStore
+from spark_jobs.shard_reader import ReadLimits, ShardReader
+
+CONSUME_JOB = str(Path(__file__).resolve().parents[2] / "spark_jobs" / "consume_job.py")
+IDLE_CHECK_THREADS = 16
+
+
+class _LeaseStep(BaseOperator):
+    """Common arguments and clients of the round's steps."""
+
+    template_fields: Sequence[str] = ("settings",)
+
+    def __init__(self, *, settings: Any, aws_conn_id: str | None = "aws_default", **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.settings = settings
+        self.aws_conn_id = aws_conn_id
+
+    def execute(self, context: Any) -> Any:
+        with airflow_outcomes():
+            access = aws_access(self.aws_conn_id, dict(self.settings))
+            return self.run(access, context)
+
+    def run(self, access: AwsAccess, context: Any) -> Any:
+        raise NotImplementedError
+
+    @staticmethod
+    def lease_store(access: AwsAccess) -> DynamoDBLeaseStore:
+        config = access.config
+        return DynamoDBLeaseStore(
+            access.client("dynamodb"),
+            config.lease_table,
+            retry_policy=aws.retry_policy(config),
+            consistent_reads=config.consistent_reads,
+            scan_total_segments=config.lease_table_scan_total_segments,
+        )
+
+    @staticmethod
+    def state_store(access: AwsAccess) -> DynamoDBCoordinatorStateStore:
+        config = access.config
+        return DynamoDBCoordinatorStateStore(
+            access.client("dynamodb"), config.coordinator_state_table, retry_policy=aws.retry_policy(config)
+        )
+
+    def leader_lock(self, access: AwsAccess, owner: str) -> LeaderLock:
+        config = access.config
+        return LeaderLock(
+            self.state_store(access), owner, config.leader_lease_duration_millis, config.leader_heartbeat_period_millis
+        )
+
+
+class RoundPlanOperator(BaseOperator):
+    """Decides the run's plan (live round or backfill) from its params; no I/O."""
+
+    template_fields: Sequence[str] = ("round_params",)
+
+    def __init__(self, *, round_params: Any, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.round_params = round_params
+
+    def execute(self, context: Any) -> dict[str, Any]:
+        with airflow_outcomes():
+            return plan_round(dict(self.round_params)).to_dict()
+
+
+class EnsureLeaseTablesOperator(_LeaseStep):
+    """Creates the lease, worker-metrics and coordinator-state tables if they are missing."""
+
+    def run(self, access: AwsAccess, context: Any) -> dict[str, Any]:
+        administrator = TableAdministrator(access.client("dynamodb"), access.config, retry_policy=aws.retry_policy(access.config))
+        return {"tables": [{"name": r.name, "role": r.role, "created": r.created, "status": r.status} for r in administrator.ensure_tables()]}
+
+
+class _LeaderStep(_LeaseStep):
+    template_fields: Sequence[str] = ("settings", "leader_owner")
+
+    def __init__(self, *, leader_owner: str, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.leader_owner = leader_owner
+
+    @contextmanager
+    def leadership(self, access: AwsAccess) -> Iterator[LeaderLock]:
+        """The round's lock, resumed from an earlier step and heartbeaten while this step works."""
+        lock = self.leader_lock(access, self.leader_owner)
+        if not lock.resume_as_owner():
+            holder = lock.holder()
+            raise LeadershipUnavailableError(holder.owner_name if holder else "(nobody: the lock expired or was released)")
+        with LockHeartbeat(lock) as heartbeat:
+            yield lock
+        if heartbeat.lost.is_set():
+            raise LeadershipUnavailableError(f"(lost during {self.task_id})")
+
+
+class TakeLeadershipOperator(_LeaderStep):
+    """Takes the application's leader lock for this run; retryable while another round holds it."""
+
+    def run(self, access: AwsAccess, context: Any) -> dict[str, Any]:
+        lock = self.leader_lock(access, self.leader_owner)
+        if not lock.try_acquire():
+            holder = lock.holder()
+            raise LeadershipUnavailableError(holder.owner_name if holder else "(unknown)")
+        return {"owner": self.leader_owner, "record_version": lock.record_version_number}
+
+
+class ShardSyncOperator(_LeaderStep):
+    """Audits the lease table's hash-range coverage, then syncs shards to leases and cleans up."""
+
+    template_fields: Sequence[str] = ("settings", "leader_owner", "streams")
+
+    def __init__(self, *, streams: Any, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.streams = streams
+
+    def run(self, access: AwsAccess, context: Any) -> dict[str, Any]:
+        names = stream_names(self.streams)
+        store, state = self.lease_store(access), self.state_store(access)
+        source = KinesisShardSource(access.client("kinesis"), retry_policy=aws.retry_policy(access.config))
+        with self.leadership(access):
+            audits = self._audit(access, names, store, state, source)
+            report = sync_streams(names, access.config, store, source, state)
+        return {**report.to_dict(), "audits": audits}
+
+    @staticmethod
+    def _audit(access: AwsAccess, names: list[str], store: Any, state: Any, source: KinesisShardSource) -> dict[str, Any]:
+        auditor = ShardSyncAuditor(store, state, lambda: int(time.time() * 1000))
+        threshold = access.config.leases_recovery_auditor_inconsistency_confidence_threshold
+        audits = {}
+        for name in names:
+            if is_multi_stream(access.config, names):
+                identifier = source.stream_identifier(name)
+                key, scheme = identifier.serialize(), LeaseKeyScheme(identifier)
+            else:
+                key, scheme = name, LeaseKeyScheme()
+            decision = auditor.audit(key, scheme, lambda name=name: source.list_shards(name), threshold)
+            audits[name] = {"reason": decision.reason.value, "hole": decision.hole, "consecutive_holes": decision.consecutive_holes}
+        return audits
+
+
+class LeaseAssignmentOperator(_LeaderStep):
+    """One assignment round over the slots <app>-worker-0..W-1 with the configured strategy."""
+
+    template_fields: Sequence[str] = ("settings", "leader_owner", "num_workers")
+
+    def __init__(self, *, num_workers: Any, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.num_workers = num_workers
+
+    def run(self, access: AwsAccess, context: Any) -> dict[str, Any]:
+        config = access.config
+        metrics = DynamoDBWorkerMetricsStore(access.client("dynamodb"), config.worker_metrics_table, retry_policy=aws.retry_policy(config))
+        coordinator = AssignmentCoordinator(self.lease_store(access), metrics, self.state_store(access), config)
+        with self.leadership(access):
+            report = coordinator.run(slot_ids(config.require_application_name(), int(self.num_workers)))
+        return report.to_dict()
+
+
+class IdleCheckOperator(_LeaseStep):
+    """Skips itself (and so the consume step after it) when no lease has anything to read.
+
+    A lease needs the round when it has a prepared batch to finish, has never been read at LATEST
+    (its start is pinned only by a first read), or has a record after its checkpoint or has reached
+    its shard's end: one GetShardIterator and one short GetRecords per lease, stopping at the first.
+    """
+
+    template_fields: Sequence[str] = ("settings", "streams")
+
+    def __init__(self, *, streams: Any, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.streams = streams
+
+    def run(self, access: AwsAccess, context: Any) -> dict[str, Any]:
+        names = stream_names(self.streams)
+        leases = [lease for lease in self.lease_store(access).list_leases() if not lease.is_at_shard_end]
+        kinesis = access.client("kinesis")
+        with ThreadPoolExecutor(max_workers=IDLE_CHECK_THREADS) as pool:
+            for lease, reason in zip(leases, pool.map(lambda lease: _work_for(lease, names, kinesis, access), leases)):
+                if reason is not None:
+                    return {"idle": False, "lease": lease.lease_key, "reason": reason}
+        raise AirflowSkipException(f"no new records in {len(leases)} open lease(s); the consume step is skipped")
+
+
+def _work_for(lease: Lease, streams: list[str], kinesis: Any, access: AwsAccess) -> str | None:
+    """Why `lease` needs this round, or None when it has nothing to read."""
+    if lease.pending_checkpoint is not None:
+        return "a prepared batch waits to be committed"
+    if str(lease.checkpoint) == "LATEST":
+        return "never read since it started at LATEST"
+    stream, shard = _stream_and_shard(lease, streams)
+    timestamp = access.config.initial_position_timestamp
+    reader = ShardReader(
+        kinesis, stream, shard, lease.checkpoint,
+        at_timestamp=None if timestamp is None else parse_iso_timestamp(timestamp),
+        retry_policy=aws.retry_policy(access.config), min_call_interval_seconds=0,
+    )
+    batch = reader.read(ReadLimits(max_records=1))
+    if batch.records:
+        return "records after its checkpoint"
+    return "its shard has ended" if batch.shard_ended else None
+
+
+def _stream_and_shard(lease: Lease, streams: list[str]) -> tuple[str, str]:
+    if lease.stream_name is not None and lease.shard_id is not None:
+        return StreamIdentifier.parse(lease.stream_name).stream_name, lease.shard_id
+    return streams[0], lease.lease_key
+
+
+class KinesisConsumeOperator(SparkSubmitOperator):
+    """The consume job through the Apache Spark provider's `SparkSubmitOperator` (`spark_default`).
+
+    The application arguments are built from the round's plan at run time; the AWS connection's
+    credentials and region go to the job's environment, its endpoints into the configuration. The
+    round report is written next to the output (`<output>/_rounds/<run id>.json`, skipped by
+    readers) and its totals are returned to XCom.
+    """
+
+    template_fields: Sequence[str] = (
+        *SparkSubmitOperator.template_fields, "settings", "streams", "num_workers", "output_uri", "limits",
+        "stop_at_arrival", "leader_owner", "round_number", "report_uri",
+    )
+
+    def __init__(
+        self,
+        *,
+        settings: Any,
+        streams: Any,
+        num_workers: Any,
+        output_uri: str,
+        leader_owner: str,
+        round_number: Any,
+        report_uri: str,
+        limits: Any = None,
+        stop_at_arrival: Any = None,
+        aws_conn_id: str | None = "aws_default",
+        **kwargs: Any,
+    ) -> None:
+        kwargs.setdefault("application", CONSUME_JOB)
+        kwargs.setdefault("conf", {"spark.speculation": "false"})
+        super().__init__(**kwargs)
+        self.settings = settings
+        self.streams = streams
+        self.num_workers = num_workers
+        self.output_uri = output_uri
+        self.limits = limits
+        self.stop_at_arrival = stop_at_arrival
+        self.leader_owner = leader_owner
+        self.round_number = round_number
+        self.report_uri = report_uri
+        self.aws_conn_id = aws_conn_id
+
+    def execute(self, context: Any) -> dict[str, Any]:
+        with airflow_outcomes():
+            access = aws_access(self.aws_conn_id, dict(self.settings))
+            self.application_args = self._arguments(access)
+            # The executors must run this environment's Python (STACK.md: otherwise the system one).
+            python = {"PYSPARK_PYTHON": os.environ.get("PYSPARK_PYTHON", sys.executable)}
+            self.env_vars = {**(self.env_vars or {}), **access.spark_env(), **python}
+            self.conf = {**(self.conf or {}), "spark.speculation": "false"}
+        super().execute(context)
+        with airflow_outcomes():
+            return round_totals(read_report(access, self.report_uri))
+
+    def _arguments(self, access: AwsAccess) -> list[str]:
+        config = access.config
+        arguments = ["--workers", str(int(self.num_workers)), "--output-uri", self.output_uri,
+                     "--report-uri", self.report_uri, "--leader-owner", self.leader_owner,
+                     "--round", str(int(self.round_number))]
+        for name in stream_names(self.streams):
+            arguments += ["--stream", name]
+        for key, value in (self.limits or {}).items():
+            arguments += [f"--{key.replace('_', '-')}", str(value)]
+        if self.stop_at_arrival:
+            arguments += ["--stop-at-arrival", str(self.stop_at_arrival)]
+        # The run's settings, plus what the connection resolved (endpoints, region): the driver
+        # may run where the connection does not exist (a cluster), so it gets plain values.
+        settings = dict(self.settings)
+        for key in _CONNECTION_SETTINGS:
+            if getattr(config, key) is not None:
+                settings[key] = getattr(config, key)
+        for key, value in settings.items():
+            if value is not None:
+                arguments += ["--set", f"{key}={_setting_text(value)}"]
+        return arguments
+
+
+_CONNECTION_SETTINGS = ("aws_region", "aws_endpoint_url_dynamodb", "aws_endpoint_url_kinesis", "aws_endpoint_url_s3")
+
+
+def _setting_text(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, Mapping):
+        return json.dumps(dict(value))
+    return str(value)
+
+
+def read_report(access: AwsAccess, uri: str) -> dict[str, Any]:
+    if uri.startswith("s3://"):
+        bucket, _, key = uri[len("s3://"):].partition("/")
+        body = access.client("s3").get_object(Bucket=bucket, Key=key)["Body"].read()
+        return json.loads(body)
+    return json.loads(Path(uri.removeprefix("file://")).read_text())
+
+
+def round_totals(report: Mapping[str, Any]) -> dict[str, Any]:
+    """The report's figures that fit XCom: totals, per-slot load, per-lease rows (no long texts)."""
+    slots = [
+        {"worker_id": slot["worker_id"], "leases": len(slot["leases"]), "attempt": slot["attempt"],
+         "records": sum(lease["records"] for lease in slot["leases"]),
+         "bytes": sum(lease["bytes"] for lease in slot["leases"]),
+         "seconds": slot["seconds"], "cpu_percent": slot["cpu_percent"]}
+        for slot in report["slots"]
+    ]
+    leases = [
+        {key: lease[key] for key in ("lease_key", "stream_name", "shard_id", "worker_id", "outcome", "records",
+                                     "bytes", "seconds", "start", "end", "millis_behind_latest", "throughput_kbps")}
+        for slot in report["slots"] for lease in slot["leases"]
+    ]
+    return {
+        "application_name": report["application_name"], "round_number": report["round_number"],
+        "seconds": report["seconds"], "succeeded": report["succeeded"], "totals": report["totals"],
+        "slot_failures": report["slot_failures"], "slots": slots, "leases": leases,
+    }
+
+
+class FinalizeRoundOperator(_LeaseStep):
+    """Keeps the round's figures (round history, per-lease rows) and sets the output asset event's extra."""
+
+    template_fields: Sequence[str] = ("settings", "round_report", "assignment")
+
+    def __init__(self, *, round_report: Any, assignment: Any, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.round_report = round_report
+        self.assignment = assignment
+
+    def run(self, access: AwsAccess, context: Any) -> dict[str, Any]:
+        report = dict(self.round_report or {})
+        assignment = dict(self.assignment or {})
+        consumed = bool(report)
+        totals = report.get("totals", {})
+        summary = {
+            "round": assignment.get("round_number", report.get("round_number")),
+            "run_id": context["run_id"],
+            "finished_at": int(time.time() * 1000),
+            "consumed": consumed,
+            "records": totals.get("records", 0),
+            "bytes": totals.get("bytes", 0),
+            "files": totals.get("files", 0),
+            "seconds": report.get("seconds", 0.0),
+            "max_millis_behind_latest": totals.get("max_millis_behind_latest"),
+            "lost_leases": len(totals.get("lost_leases", [])),
+            "failed_leases": len(totals.get("failed_leases", [])),
+            "retention_losses": len(totals.get("retention_losses", [])),
+            "moves": len(assignment.get("moves", [])),
+            "slots": report.get("slots", []),
+        }
+        history = RoundHistory(self.state_store(access))
+        history.append(summary)
+        if consumed:
+            history.record_lease_rows(int(summary["round"] or 0), report.get("leases", []))
+        for outlet in self.outlets:
+            context["outlet_events"][outlet].extra = {key: summary[key] for key in ("round", "records", "bytes", "files", "consumed")}
+        return summary
+
+
+class ReleaseLeadershipOperator(_LeaderStep):
+    """Releases the round's leader lock; runs whatever happened before (trigger rule all_done)."""
+
+    def run(self, access: AwsAccess, context: Any) -> dict[str, Any]:
+        lock = self.leader_lock(access, self.leader_owner)
+        released = lock.resume_as_owner() and lock.release()
+        return {"owner": self.leader_owner, "released": released}

@@ -1,0 +1,204 @@
+"""The DAG `kinesis_lease_pipeline` with the real operators, the real Spark job (spark-submit through
+the Apache Spark provider) and the emulators, run in-process with `dag.test()`."""
+
+from __future__ import annotations
+
+import copy
+import importlib.util
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from lease_core.sequence import SHARD_END
+from tests.support.kinesis import create_stream, kinesis_client, split_shard
+from tests.support.pipeline import ConsumerPipeline, duplicates
+
+REPOSITORY = Path(__file__).resolve().parents[2]
+DAG_FILE = REPOSITORY / "dags" / "kinesis_lease_pipeline.py"
+
+
+def load_dag_module(name: str = "kinesis_lease_pipeline_under_test") -> Any:
+    spec = importlib.util.spec_from_file_location(name, DAG_FILE)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def dag() -> Any:
+    return load_dag_module().dag
+
+
+# --- integrity ---------------------------------------------------------------------------------
+
+
+def test_the_dag_folder_imports_without_errors():
+    from airflow.dag_processing.dagbag import DagBag
+
+    bag = DagBag(dag_folder=str(DAG_FILE.parent))
+    assert bag.import_errors == {}
+    assert "kinesis_lease_pipeline" in bag.dag_ids
+
+
+def test_parsing_the_dag_makes_no_network_call(monkeypatch):
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise AssertionError("the DAG file opened a connection while being parsed")
+
+    monkeypatch.setattr(socket.socket, "connect", refuse)
+    load_dag_module("kinesis_lease_pipeline_offline")
+
+
+def test_the_schedule_runs_one_round_at_a_time_without_catchup_and_with_retries(dag):
+    assert (dag.max_active_runs, dag.catchup) == (1, False)
+    assert dag.timetable.expression == "*/5 * * * *"
+    assert {"kinesis", "kcl", "spark"} <= set(dag.tags)
+    assert all(task.retries >= 2 for task in dag.tasks)
+
+
+def test_leadership_is_released_whatever_happened_and_a_failed_round_fails_the_run(dag):
+    release = dag.get_task("release_leadership")
+    assert release.trigger_rule == "all_done"
+    assert {task.task_id for task in dag.leaves} == {"finalize_round", "release_leadership"}
+
+
+PARAM_CASES = [
+    pytest.param({"num_workers": 0}, id="no-workers"),
+    pytest.param({"streams": []}, id="no-streams"),
+    pytest.param({"initial_position": "EARLIEST"}, id="unknown-position"),
+    pytest.param({"lease_assignment_strategy": "random"}, id="unknown-strategy"),
+    pytest.param({"mode": "replay"}, id="unknown-mode"),
+    pytest.param({"max_records_per_lease": 0}, id="zero-limit"),
+]
+
+
+def test_the_default_params_are_valid(dag):
+    dag.params.validate()
+
+
+@pytest.mark.parametrize("change", PARAM_CASES)
+def test_the_trigger_form_refuses_bad_values(dag, change):
+    from airflow.sdk.exceptions import ParamValidationError
+
+    params = copy.deepcopy(dag.params)
+    with pytest.raises(ParamValidationError):
+        params.update(change)  # a ParamsDict validates what it is given, as the trigger form does
+        params.validate()
+
+
+TEMPLATED = {
+    "plan_round": {"round_params"},
+    "ensure_tables": {"settings"},
+    "take_leadership": {"settings", "leader_owner"},
+    "sync_shards": {"settings", "leader_owner", "streams"},
+    "assign_leases": {"settings", "leader_owner", "num_workers"},
+    "check_idle": {"settings", "streams"},
+    "consume": {"settings", "streams", "num_workers", "output_uri", "limits", "stop_at_arrival", "leader_owner",
+                "round_number", "report_uri", "application_args", "conf"},
+    "finalize_round": {"settings", "round_report", "assignment"},
+    "release_leadership": {"settings", "leader_owner"},
+}
+
+
+@pytest.mark.parametrize("task_id", sorted(TEMPLATED))
+def test_every_operator_argument_that_comes_from_the_run_is_a_template_field(dag, task_id):
+    assert TEMPLATED[task_id] <= set(dag.get_task(task_id).template_fields)
+
+
+# --- end to end --------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def airflow_run_environment(kinesis_endpoint: str, moto_endpoint: str) -> None:
+    """The metadata database, the AWS and Spark connections, and spark-submit on PATH."""
+    environment = {
+        "AIRFLOW_CONN_AWS_DEFAULT": json.dumps({
+            "conn_type": "aws", "login": "testing", "password": "testing",
+            "extra": {"region_name": "us-east-1", "endpoint_url": moto_endpoint,
+                      "service_config": {"kinesis": {"endpoint_url": kinesis_endpoint}}},
+        }),
+        "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps({"conn_type": "spark", "host": "local[2,4]"}),
+        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
+        "PYSPARK_PYTHON": sys.executable,
+        "SPARK_LOCAL_IP": "127.0.0.1",
+    }
+    os.environ.update(environment)
+    subprocess.run([str(Path(sys.executable).parent / "airflow"), "db", "migrate"], check=True, capture_output=True)
+
+
+def run_round(dag: Any, conf: dict[str, Any]) -> dict[str, str]:
+    run = dag.test(run_conf=conf)
+    return {ti.task_id: ti.state for ti in run.get_task_instances()}
+
+
+def test_two_scheduled_rounds_with_a_reshard_land_every_record_once(
+    dag, airflow_run_environment, unique_name, kinesis_endpoint, moto_endpoint, tmp_path
+):
+    kinesis = kinesis_client(kinesis_endpoint)
+    create_stream(kinesis, unique_name, 2)
+    ledger = ConsumerPipeline(unique_name, (unique_name,), kinesis_endpoint, moto_endpoint, str(tmp_path / "lake"))
+    conf = {"streams": [unique_name], "application_name": unique_name, "num_workers": 2,
+            "initial_position": "TRIM_HORIZON", "output_uri": str(tmp_path / "lake")}
+    ledger.produce(300, hot_keys=2)
+    first = run_round(dag, conf)
+    assert set(first.values()) == {"success"}, first
+    split_shard(kinesis, unique_name, sorted(ledger.leases())[0])
+    ledger.produce(200)
+    second = run_round(dag, conf)
+    assert set(second.values()) == {"success"}, second
+    third = run_round(dag, conf)
+    assert third["finalize_round"] == "success"
+    landed = ledger.landed()
+    assert duplicates(landed) == []
+    assert sorted(landed, key=lambda r: r.data) == sorted(ledger.produced, key=lambda r: r.data)
+    assert any(lease.checkpoint == SHARD_END for lease in ledger.leases().values())
+    assert ledger.state.get("Leader") is None
+
+
+def test_an_idle_round_skips_the_consume_step_and_still_releases_leadership(
+    dag, airflow_run_environment, unique_name, kinesis_endpoint, moto_endpoint, tmp_path
+):
+    create_stream(kinesis_client(kinesis_endpoint), unique_name, 1)
+    conf = {"streams": [unique_name], "application_name": unique_name, "num_workers": 1,
+            "initial_position": "TRIM_HORIZON", "output_uri": str(tmp_path / "lake")}
+    states = run_round(dag, conf)
+    assert (states["check_idle"], states["consume"]) == ("skipped", "skipped")
+    assert (states["finalize_round"], states["release_leadership"]) == ("success", "success")
+
+
+def test_a_backfill_replays_its_window_into_its_own_namespace_and_is_idempotent(
+    dag, airflow_run_environment, unique_name, kinesis_endpoint, moto_endpoint, tmp_path
+):
+    import time
+    from datetime import datetime, timedelta, timezone
+
+    create_stream(kinesis_client(kinesis_endpoint), unique_name, 1)
+    live = ConsumerPipeline(unique_name, (unique_name,), kinesis_endpoint, moto_endpoint, str(tmp_path / "lake"))
+    start = datetime.now(timezone.utc).replace(microsecond=0) - timedelta(seconds=1)
+    inside = live.produce(40)
+    time.sleep(2.2)
+    end = datetime.now(timezone.utc).replace(microsecond=0)
+    time.sleep(1.2)
+    live.produce(15)  # after the window
+    conf = {"streams": [unique_name], "application_name": unique_name, "num_workers": 1,
+            "output_uri": str(tmp_path / "lake"), "mode": "backfill",
+            "start": start.isoformat(), "end": end.isoformat()}
+    for _ in range(2):
+        states = run_round(dag, conf)
+        assert states["finalize_round"] == "success", states
+    window = f"{start:%Y%m%dT%H%M%SZ}-{end:%Y%m%dT%H%M%SZ}"
+    backfill = ConsumerPipeline(
+        f"{unique_name}-backfill-{window}", (unique_name,), kinesis_endpoint, moto_endpoint,
+        str(tmp_path / "lake") + f"-backfill/{window}",
+    )
+    landed = backfill.landed()
+    assert duplicates(landed) == []
+    assert sorted(record.data for record in landed) == sorted(record.data for record in inside)
+    assert live.leases() == {}  # the live application's lease table was never written
+    assert not (tmp_path / "lake").exists() or not any((tmp_path / "lake").rglob("*.parquet"))
