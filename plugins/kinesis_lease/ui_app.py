@@ -1,0 +1,165 @@
+"""The monitoring UI: a FastAPI app the plugin mounts in the Airflow API server under `URL_PREFIX`.
+
+Routes (all GET, all JSON except the pages and their two assets):
+- `/`: the page of one application (`?application=NAME`, else the pipeline DAG's default);
+- `/dag-runs/{dag_id}/{run_id}`: the page of one DAG run (the plugin's per-run view);
+- `/static/{name}`: the pages' script and style sheet;
+- `/api/default-application`: the `application_name` default of the pipeline DAG's params;
+- `/api/applications/{application}`: one application's overview (`monitoring.application_document`);
+- `/api/dag-runs/{dag_id}/{run_id}`: the application a run consumed as, its overview and its round.
+
+Airflow does not authenticate plugin apps: a mount inherits none of the core API's dependencies.
+So every route of this app depends on `monitoring_viewer`: Airflow's own `get_user` (the JWT of an
+`Authorization: Bearer` header, else the `_token` cookie the Airflow UI sets at login), then the
+auth manager's custom-view check for `MONITORING_RESOURCE`. No route bypasses FastAPI's dependencies:
+no StaticFiles mount, and FastAPI's docs and OpenAPI routes are off. A run's view also needs read
+access to the DAG's runs. Refused API calls get Airflow's 401/403 JSON; a refused page navigation is
+redirected to the Airflow login page, which returns to the page after login.
+"""
+
+from __future__ import annotations
+
+import html
+from pathlib import Path
+from string import Template
+from typing import Any
+
+import botocore.exceptions
+from airflow.api_fastapi.app import get_auth_manager
+from airflow.api_fastapi.auth.managers.models.base_user import BaseUser
+from airflow.api_fastapi.auth.managers.models.resource_details import DagAccessEntity
+from airflow.api_fastapi.common.db.common import SessionDep
+from airflow.api_fastapi.core_api.security import GetUserDep, requires_access_dag
+from airflow.models.dagbag import DBDagBag
+from airflow.models.dagrun import DagRun
+from airflow.models.serialized_dag import SerializedDagModel
+from fastapi import Depends, FastAPI, HTTPException, Request, status
+from fastapi.exception_handlers import http_exception_handler
+from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, RedirectResponse, Response
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from kinesis_lease.aws_connection import aws_access
+from kinesis_lease.monitoring import (
+    ApplicationReads,
+    application_document,
+    read_application,
+    run_document,
+    run_settings,
+)
+from lease_core.errors import AccessError, ConfigurationError, DependencyError, TableNotFoundError
+
+URL_PREFIX = "/kinesis-lease"
+MONITORING_RESOURCE = "Kinesis Lease Monitoring"
+PIPELINE_DAG_ID = "kinesis_lease_pipeline"
+# The connection the pipeline's operators use (their default), so the UI reads what the rounds wrote.
+AWS_CONN_ID = "aws_default"
+STATIC = Path(__file__).resolve().parent / "static"
+ASSETS = {"monitoring.js": "text/javascript", "monitoring.css": "text/css"}
+PAGE = Template((STATIC / "index.html").read_text(encoding="utf-8"))
+
+
+def monitoring_viewer(user: GetUserDep) -> BaseUser:
+    """The authenticated Airflow user, if the auth manager lets them see the monitoring view."""
+    if not get_auth_manager().is_authorized_custom_view(method="GET", resource_name=MONITORING_RESOURCE, user=user):
+        raise HTTPException(status.HTTP_403_FORBIDDEN, "Forbidden")
+    return user
+
+
+app = FastAPI(
+    title="Kinesis lease monitoring",
+    dependencies=[Depends(monitoring_viewer)],
+    docs_url=None,
+    redoc_url=None,
+    openapi_url=None,
+)
+
+
+@app.get("/", response_class=HTMLResponse)
+def application_page(request: Request) -> HTMLResponse:
+    return _page(request, view="application")
+
+
+@app.get("/dag-runs/{dag_id}/{run_id}", response_class=HTMLResponse)
+def dag_run_page(request: Request, dag_id: str, run_id: str) -> HTMLResponse:
+    return _page(request, view="dag-run", dag_id=dag_id, run_id=run_id)
+
+
+@app.get("/static/{name}")
+def asset(name: str) -> FileResponse:
+    if name not in ASSETS:
+        raise HTTPException(status.HTTP_404_NOT_FOUND, f"no asset {name!r}")
+    return FileResponse(STATIC / name, media_type=ASSETS[name])
+
+
+@app.get("/api/default-application")
+def default_application(session: SessionDep) -> dict[str, Any]:
+    dag = SerializedDagModel.get_dag(PIPELINE_DAG_ID, session=session)
+    default = dag.params.get("application_name") if dag is not None else None
+    return {"dag_id": PIPELINE_DAG_ID, "application": default if isinstance(default, str) else None}
+
+
+@app.get("/api/applications/{application}")
+def application_overview(application: str) -> dict[str, Any]:
+    return application_document(_read({"application_name": application}))
+
+
+@app.get("/api/dag-runs/{dag_id}/{run_id}", dependencies=[Depends(requires_access_dag("GET", DagAccessEntity.RUN))])
+def dag_run_overview(dag_id: str, run_id: str, session: SessionDep) -> dict[str, Any]:
+    settings = run_settings(_run_params(dag_id, run_id, session))
+    return run_document(dag_id, run_id, _read(settings))
+
+
+def _read(settings: dict[str, Any]) -> ApplicationReads:
+    access = aws_access(AWS_CONN_ID, settings)
+    return read_application(access.client("dynamodb"), access.config)
+
+
+def _run_params(dag_id: str, run_id: str, session: Session) -> dict[str, Any]:
+    """The params the run's tasks saw: its DAG version's defaults, overridden by the run's conf."""
+    run = session.scalar(select(DagRun).where(DagRun.dag_id == dag_id, DagRun.run_id == run_id))
+    if run is None:
+        raise HTTPException(status.HTTP_404_NOT_FOUND, f"DAG run {run_id!r} of DAG {dag_id!r} not found")
+    dag = DBDagBag().get_dag_for_run(run, session=session)
+    defaults = dict(dag.params) if dag is not None else {}
+    return {**defaults, **(run.conf or {})}
+
+
+def _page(request: Request, *, view: str, dag_id: str = "", run_id: str = "") -> HTMLResponse:
+    # The mount's root path, so the page's requests work under any [api] base_url or proxy prefix.
+    fields = {"base": request.scope.get("root_path", ""), "view": view, "dag_id": dag_id, "run_id": run_id}
+    return HTMLResponse(PAGE.substitute({name: html.escape(value, quote=True) for name, value in fields.items()}))
+
+
+@app.exception_handler(StarletteHTTPException)
+async def _refused(request: Request, error: StarletteHTTPException) -> Response:
+    """Send a browser that opens a page without a session to the login page; answer everything else as JSON."""
+    navigation = request.method == "GET" and "text/html" in request.headers.get("accept", "")
+    if error.status_code == status.HTTP_401_UNAUTHORIZED and navigation:
+        return RedirectResponse(get_auth_manager().get_url_login(next_url=str(request.url)), status.HTTP_303_SEE_OTHER)
+    return await http_exception_handler(request, error)
+
+
+@app.exception_handler(TableNotFoundError)
+async def _missing_table(request: Request, error: TableNotFoundError) -> JSONResponse:
+    return JSONResponse({"detail": str(error), "table": error.table_name}, status.HTTP_404_NOT_FOUND)
+
+
+@app.exception_handler(ConfigurationError)
+async def _bad_setting(request: Request, error: ConfigurationError) -> JSONResponse:
+    return JSONResponse({"detail": str(error), "key": error.key}, status.HTTP_422_UNPROCESSABLE_ENTITY)
+
+
+@app.exception_handler(DependencyError)
+@app.exception_handler(AccessError)
+async def _aws_failed(request: Request, error: DependencyError | AccessError) -> JSONResponse:
+    return JSONResponse(
+        {"detail": str(error), "service": error.service, "operation": error.operation}, status.HTTP_502_BAD_GATEWAY
+    )
+
+
+@app.exception_handler(botocore.exceptions.BotoCoreError)
+async def _aws_unreachable(request: Request, error: botocore.exceptions.BotoCoreError) -> JSONResponse:
+    # Failures before any call is made (no credentials, no region) are not lease_core errors.
+    return JSONResponse({"detail": f"AWS: {error}"}, status.HTTP_502_BAD_GATEWAY)

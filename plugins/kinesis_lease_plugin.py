@@ -1,0 +1,35 @@
+"""The Airflow plugin of kinesis-lease-batch: the lease monitoring UI in the Airflow API server.
+
+It mounts `kinesis_lease.ui_app` (which authenticates every route itself, see there) and adds two
+views to the Airflow UI: a navigation entry showing one application, and a tab on every DAG run
+showing the application that run consumed as. The operators are not registered here: DAGs import
+them from `kinesis_lease.operators`.
+"""
+
+from __future__ import annotations
+
+from airflow.plugins_manager import AirflowPlugin
+
+from kinesis_lease.ui_app import URL_PREFIX, app
+
+# Relative hrefs: the Airflow UI resolves them against its <base href>, so they follow [api] base_url.
+PAGE_HREF = URL_PREFIX.lstrip("/") + "/"
+
+
+class KinesisLeasePlugin(AirflowPlugin):
+    name = "kinesis_lease"
+    fastapi_apps = [{"app": app, "url_prefix": URL_PREFIX, "name": "Kinesis lease monitoring"}]
+    external_views = [
+        {
+            "name": "Kinesis leases",
+            "href": PAGE_HREF,
+            "destination": "nav",
+            "url_route": "kinesis-leases",
+        },
+        {
+            "name": "Kinesis leases",
+            "href": PAGE_HREF + "dag-runs/{DAG_ID}/{RUN_ID}",
+            "destination": "dag_run",
+            "url_route": "kinesis-leases-run",
+        },
+    ]
