@@ -144,7 +144,9 @@ def test_a_reshard_during_a_round_ends_the_parent_and_its_children_follow(spark,
     report = holder["report"]
     outcomes = {lease.shard_id: lease for slot in report.slots for lease in slot.leases}  # type: ignore[attr-defined]
     assert outcomes[parent].outcome == Outcome.SHARD_END
-    assert set(outcomes[parent].children_created) == children
+    # A merge's other parent may reach its end in the same round and create the child first.
+    created = {child for lease in outcomes.values() for child in lease.children_created}
+    assert created == children
     for _ in range(3):
         pipeline.round(spark, workers=2)
     assert_exactly_once(pipeline)
