@@ -15,6 +15,7 @@ import socket
 import sys
 from collections.abc import Callable, Sequence
 
+from lease_core.command_line import EXIT_FAILED, EXIT_OK, EXIT_USAGE, ArgumentParser, UsageError
 from lease_core import aws
 from lease_core.assignment_round import AssignmentCoordinator, AssignmentReport, slot_ids
 from lease_core.config import ConsumerConfig, load_config
@@ -28,22 +29,9 @@ from lease_core.status import render_status, status_report
 from lease_core.tables import TableAdministrator
 from lease_core.worker_metrics import DynamoDBWorkerMetricsStore
 
-EXIT_OK = 0
-EXIT_FAILED = 1
-EXIT_USAGE = 2
-
-
-class _UsageError(Exception):
-    pass
-
-
-class _ArgumentParser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # argparse would exit; we map it to our exit status
-        raise _UsageError(f"{self.prog}: {message}")
-
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = _ArgumentParser(prog="leasectl", description="Operate the KCL-compatible lease tables of an application.")
+    parser = ArgumentParser(prog="leasectl", description="Operate the KCL-compatible lease tables of an application.")
     parser.add_argument("--app", help="application name (the lease table's name unless lease_table_name is set)")
     parser.add_argument("--config", metavar="FILE", help="TOML configuration file")
     parser.add_argument(
@@ -77,7 +65,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         arguments = build_parser().parse_args(argv)
         config = _load(arguments)
         return COMMANDS[arguments.command](arguments, config)
-    except (_UsageError, ConfigurationError) as error:
+    except (UsageError, ConfigurationError) as error:
         print(f"leasectl: {error}", file=sys.stderr)
         return EXIT_USAGE
     except LeaseCoreError as error:
@@ -163,7 +151,7 @@ def render_sync_report(report: ShardSyncReport) -> str:
 
 def run_assign(arguments: argparse.Namespace, config: ConsumerConfig) -> int:
     if arguments.slot_count is not None and arguments.slot_count < 1:
-        raise _UsageError("--workers must be at least 1")
+        raise UsageError("--workers must be at least 1")
     worker_ids = arguments.workers or slot_ids(config.require_application_name(), arguments.slot_count)
     policy = aws.retry_policy(config)
     dynamodb = aws.client("dynamodb", config)
@@ -216,7 +204,7 @@ def render_assignment_report(report: AssignmentReport) -> str:
 
 def run_teardown(arguments: argparse.Namespace, config: ConsumerConfig) -> int:
     if not arguments.yes:
-        raise _UsageError(
+        raise UsageError(
             f"teardown deletes every lease and checkpoint of {config.application_name!r}; add --yes to confirm"
         )
     deleted = _administrator(config).delete_tables()

@@ -26,6 +26,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from lease_core.command_line import EXIT_FAILED, EXIT_OK, EXIT_USAGE, ArgumentParser, UsageError
 from lease_core import aws
 from lease_core.assignment_round import ROUND_KEY
 from lease_core.config import ConsumerConfig, load_config, parse_iso_timestamp
@@ -43,22 +44,9 @@ from spark_jobs.transform import load_transform
 
 log = logging.getLogger(__name__)
 
-EXIT_OK = 0
-EXIT_FAILED = 1
-EXIT_USAGE = 2
-
-
-class _UsageError(Exception):
-    pass
-
-
-class _ArgumentParser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # argparse would exit the driver; we report and return 2
-        raise _UsageError(f"{self.prog}: {message}")
-
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = _ArgumentParser(prog="consume_job", description="One consume round of a Kinesis lease application.")
+    parser = ArgumentParser(prog="consume_job", description="One consume round of a Kinesis lease application.")
     parser.add_argument("--application-name", help="the application (lease table) name; or set application_name")
     parser.add_argument("--stream", action="append", required=True, dest="streams", metavar="NAME",
                         help="stream to consume; more than one selects multi-stream mode")
@@ -115,7 +103,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         arguments = build_parser().parse_args(argv)
         config = _load(arguments)
         spec = prepare_round(arguments, config)
-    except (_UsageError, ConfigurationError) as error:
+    except (UsageError, ConfigurationError) as error:
         print(f"consume_job: {error}", file=sys.stderr)
         return EXIT_USAGE
     except LeaseCoreError as error:
@@ -154,9 +142,9 @@ def _load(arguments: argparse.Namespace) -> ConsumerConfig:
         try:
             parse_iso_timestamp(arguments.stop_at_arrival)
         except ValueError as error:
-            raise _UsageError(f"--stop-at-arrival: {error}") from None
+            raise UsageError(f"--stop-at-arrival: {error}") from None
     if arguments.leader_record_version and not arguments.leader_owner:
-        raise _UsageError("--leader-record-version needs --leader-owner")
+        raise UsageError("--leader-record-version needs --leader-owner")
     return config
 
 

@@ -1,0 +1,22 @@
+"""What the project's command lines share: exit statuses and an argument parser that does not exit.
+
+argparse ends the process on a usage error; our commands (leasectl, the consume job's driver) turn
+it into `UsageError` instead, so `main(argv)` returns a status that tests and callers can check.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+EXIT_OK = 0
+EXIT_FAILED = 1  # AWS refused, or something the command needs is missing
+EXIT_USAGE = 2  # bad arguments or configuration
+
+
+class UsageError(Exception):
+    pass
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # type: ignore[override]
+        raise UsageError(f"{self.prog}: {message}")
