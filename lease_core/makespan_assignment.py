@@ -83,17 +83,19 @@ class _Loads:
 
     def place_up_for_grabs(self) -> tuple[str, ...]:
         spillover = []
-        heap = [(load, worker) for worker, load in self.load.items() if self._fits(worker, 0.0, 1)]
+        # Equal loads go to the worker with fewer leases: before any throughput is measured every
+        # lease weighs 0, and a tie broken by name alone would stack them all on one worker.
+        heap = [(load, len(self.held[worker]), worker) for worker, load in self.load.items() if self._fits(worker, 0.0, 1)]
         heapq.heapify(heap)
         # Largest first; the given order (longest waiting first) breaks ties.
         for key in sorted(self.waiting, key=lambda key: -self.throughput[key]):
-            if not heap or not self._fits(heap[0][1], self.throughput[key], 1):
+            if not heap or not self._fits(heap[0][2], self.throughput[key], 1):
                 spillover.append(key)
                 continue
-            _, worker = heapq.heappop(heap)
+            _, _, worker = heapq.heappop(heap)
             self._take(worker, key)
             if self._fits(worker, 0.0, 1):
-                heapq.heappush(heap, (self.load[worker], worker))
+                heapq.heappush(heap, (self.load[worker], len(self.held[worker]), worker))
         order = {key: index for index, key in enumerate(self.waiting)}
         return tuple(sorted(spillover, key=order.__getitem__))
 

@@ -1,56 +1,490 @@
-"""The embedded default, as far as the project goes today: the lease tables on a local DynamoDB.
+"""The main job on the embedded default (DESIGN.md §8): the real DAG, operators and Spark job on loopback.
 
-Starts moto on loopback, creates an application's three KCL tables with `leasectl init`, shows
-their layout and the (empty) lease distribution with `leasectl status`, tears them down, and stops
-moto. The full main job (shard sync, assignment, the Spark consumer, the Airflow DAG) replaces this
-as those parts land.
+Starts moto (DynamoDB, S3) and kinesis-mock (Kinesis), points Airflow (in-process, SQLite, a
+throwaway AIRFLOW_HOME) and Spark (`local[*,4]`, spark-submit) at them, creates a 4-shard stream and
+then, with a producer whose partition keys are skewed (a few hot keys carry most records):
+
+    produce, round 1, split the hottest shard, produce, round 2,
+    merge the two coldest adjacent shards, produce, round 3, round 4, round 5
+
+Each round is one `dag.test()` run of `kinesis_lease_pipeline`. After each round it prints the task
+states, per worker the leases and projected load of the assignment and what each lease consumed,
+the records landed and the lag. At the end it reads the whole Parquet dataset and checks that every
+produced record landed exactly once (exit status 1 if not). The demo runs in a child of a small
+supervisor that stops every process it started on the way out, on error, Ctrl-C and SIGTERM too.
 """
 
 from __future__ import annotations
 
+import hashlib
+import importlib.util
+import itertools
+import json
 import os
+import random
+import shutil
+import signal
 import subprocess
 import sys
+import tempfile
+import time
+from collections import Counter
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager, suppress
+from dataclasses import dataclass
 from pathlib import Path
+from types import FrameType
+from typing import Any
 
 import boto3
+import psutil
 
-from lease_core.emulators import moto_server
+from lease_core.emulators import EmulatorProcess, kinesis_mock, moto_server
+from spark_jobs.parquet_sink import ParquetSink
+
+REPOSITORY = Path(__file__).resolve().parents[1]
 
 APPLICATION = "embedded-demo"
-LEASECTL = str(Path(sys.executable).with_name("leasectl"))
+STREAM = "embedded-demo-orders"
+SHARDS = 4
+WORKERS = 3
+# KCL 3.x's worker-utilization aware decider, the DAG's default. (`makespan` is not used here: with
+# no throughput measured yet it places every new lease on one slot.)
+STRATEGY = "variance"
+REGION = "us-east-1"
+SPARK_MASTER = "local[*,4]"  # ",4": Spark retries a failed slot task (plain local[*] never does)
+BATCHES = (4000, 3000, 3000)
+# The hot keys and their share of the records; every other record gets a key of its own. On 4
+# uniform shards customer-3 and customer-5 hash into the top shard, one in each half of its range
+# (so splitting it at the midpoint separates them) and customer-1 into the third: shard 3 carries
+# about two thirds of the traffic, shards 0 and 1 only the evenly spread rest.
+HOT_KEYS = {"customer-3": 0.35, "customer-5": 0.30, "customer-1": 0.15}
+PAYLOAD_PADDING = "x" * 160  # ~200-byte records, so the per-lease KB/s figures are not all zero
+PUT_RECORDS_LIMIT = 500
+ACTIVE_TIMEOUT_SECONDS = 30.0
+FAILED_STATES = {"failed", "upstream_failed"}
 
 
-def leasectl(*arguments: str, env: dict[str, str]) -> None:
-    print(f"\n$ leasectl --app {APPLICATION} {' '.join(arguments)}", flush=True)
-    subprocess.run([LEASECTL, "--app", APPLICATION, *arguments], env=env, check=True)
+@dataclass(frozen=True)
+class StreamRecord:
+    """A record as the producer put it and as the sink must hold it: its identity is all three."""
+
+    shard_id: str
+    sequence_number: str
+    data: bytes
 
 
-def main() -> int:
-    with moto_server() as dynamodb:
-        print(f"moto (DynamoDB) serving on {dynamodb.endpoint}, pid {dynamodb.pid}")
-        env = {
-            **os.environ,
-            "AWS_ENDPOINT_URL_DYNAMODB": dynamodb.endpoint,
-            "AWS_ACCESS_KEY_ID": "embedded",
-            "AWS_SECRET_ACCESS_KEY": "embedded",
-            "AWS_DEFAULT_REGION": "us-east-1",
+@dataclass(frozen=True)
+class RoundResult:
+    number: int
+    run_id: str
+    seconds: float
+    states: dict[str, str]
+    assignment: dict[str, Any] | None
+    consumed: dict[str, Any] | None
+
+    @property
+    def succeeded(self) -> bool:
+        return self.states.get("finalize_round") == "success" and not FAILED_STATES & set(self.states.values())
+
+
+# --- processes and output --------------------------------------------------------------------------
+
+
+def _exit_on_sigterm(signum: int, frame: FrameType | None) -> None:
+    raise SystemExit(128 + signum)  # unwinds through `supervise`, which stops the demo's processes
+
+
+def stop_tree(pid: int) -> None:
+    """Stop process `pid` and every process under it, by PID: the demo first (so it starts nothing
+    more), then the emulators and any spark-submit it left, which get a moment to exit cleanly."""
+    try:
+        root = psutil.Process(pid)
+        descendants = root.children(recursive=True)
+        root.kill()
+    except psutil.NoSuchProcess:
+        return  # it ended on its own, after stopping what it started
+    for process in descendants:
+        with suppress(psutil.NoSuchProcess):
+            process.terminate()
+    _, alive = psutil.wait_procs(descendants, timeout=5)
+    for process in alive:
+        with suppress(psutil.NoSuchProcess):
+            process.kill()
+    psutil.wait_procs([root, *alive], timeout=5)
+
+
+@contextmanager
+def output_to(log: Path) -> Iterator[None]:
+    """Send file descriptors 1 and 2 to `log`: Airflow's task logs and spark-submit's output are
+    written there by this process and its children, which `contextlib.redirect_stdout` would miss."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    saved = os.dup(1), os.dup(2)
+    with log.open("ab") as sink:
+        os.dup2(sink.fileno(), 1)
+        os.dup2(sink.fileno(), 2)
+        try:
+            yield
+        finally:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            for descriptor, original in zip((1, 2), saved):
+                os.dup2(original, descriptor)
+                os.close(original)
+
+
+def short(shard_id: str) -> str:
+    """`shardId-000000000004` as `4`: kinesis-mock numbers shards in order, so the number is enough."""
+    return shard_id.removeprefix("shardId-").lstrip("0") or "0"
+
+
+# --- Kinesis: the producer and the reshards --------------------------------------------------------
+
+
+class SkewedProducer:
+    """Puts records with unique payloads and skewed partition keys and keeps the ledger of what it put."""
+
+    def __init__(self, kinesis: Any, stream: str, seed: int = 7) -> None:
+        self.kinesis = kinesis
+        self.stream = stream
+        self.random = random.Random(seed)
+        self.serials = itertools.count()
+        self.ledger: list[StreamRecord] = []
+
+    def produce(self, count: int) -> Counter[str]:
+        """Put `count` records; how many went to each shard."""
+        pending = [self._entry() for _ in range(count)]
+        batch_records: list[StreamRecord] = []
+        while pending:
+            batch, pending = pending[:PUT_RECORDS_LIMIT], pending[PUT_RECORDS_LIMIT:]
+            results = self.kinesis.put_records(StreamName=self.stream, Records=batch)["Records"]
+            # A refused entry (the hot shard's write limit) was not written: put it again after a pause.
+            refused = [entry for entry, result in zip(batch, results) if "ErrorCode" in result]
+            batch_records += [
+                StreamRecord(result["ShardId"], result["SequenceNumber"], entry["Data"])
+                for entry, result in zip(batch, results)
+                if "ErrorCode" not in result
+            ]
+            if refused:
+                time.sleep(0.2)
+                pending = refused + pending
+        self.ledger += batch_records
+        return Counter(record.shard_id for record in batch_records)
+
+    def _entry(self) -> dict[str, Any]:
+        serial = next(self.serials)
+        key = self._key(serial)
+        payload = {"order": serial, "customer": key, "padding": PAYLOAD_PADDING}
+        return {"Data": json.dumps(payload).encode(), "PartitionKey": key}
+
+    def _key(self, serial: int) -> str:
+        draw = self.random.random()
+        for key, share in HOT_KEYS.items():
+            if draw < share:
+                return key
+            draw -= share
+        return hashlib.sha1(str(serial).encode()).hexdigest()[:12]
+
+
+def list_shards(kinesis: Any, stream: str) -> list[dict[str, Any]]:
+    page = kinesis.list_shards(StreamName=stream)
+    shards = list(page["Shards"])
+    while page.get("NextToken"):
+        page = kinesis.list_shards(NextToken=page["NextToken"])
+        shards += page["Shards"]
+    return shards
+
+
+def open_shards(kinesis: Any, stream: str) -> list[dict[str, Any]]:
+    """The open shards in hash-key order (a closed shard has an ending sequence number)."""
+    shards = [shard for shard in list_shards(kinesis, stream) if "EndingSequenceNumber" not in shard["SequenceNumberRange"]]
+    return sorted(shards, key=lambda shard: int(shard["HashKeyRange"]["StartingHashKey"]))
+
+
+def wait_until_active(kinesis: Any, stream: str) -> None:
+    """Kinesis refuses the next reshard with ResourceInUseException while a stream is UPDATING."""
+    deadline = time.monotonic() + ACTIVE_TIMEOUT_SECONDS
+    while kinesis.describe_stream_summary(StreamName=stream)["StreamDescriptionSummary"]["StreamStatus"] != "ACTIVE":
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"stream {stream!r} not ACTIVE within {ACTIVE_TIMEOUT_SECONDS:.0f} s")
+        time.sleep(0.05)
+
+
+def children_of(kinesis: Any, stream: str, parent: str) -> list[str]:
+    return [
+        shard["ShardId"]
+        for shard in open_shards(kinesis, stream)
+        if parent in (shard.get("ParentShardId"), shard.get("AdjacentParentShardId"))
+    ]
+
+
+def split_hottest(kinesis: Any, stream: str, load: Counter[str]) -> None:
+    """Split the open shard that took the most records of the last batch at its hash-range midpoint."""
+    hottest = max(open_shards(kinesis, stream), key=lambda shard: load[shard["ShardId"]])
+    low, high = (int(hottest["HashKeyRange"][end]) for end in ("StartingHashKey", "EndingHashKey"))
+    shard_id = hottest["ShardId"]
+    kinesis.split_shard(StreamName=stream, ShardToSplit=shard_id, NewStartingHashKey=str((low + high) // 2 + 1))
+    wait_until_active(kinesis, stream)
+    children = ", ".join(short(child) for child in children_of(kinesis, stream, shard_id))
+    print(f"\n>> split the hottest shard {short(shard_id)} ({load[shard_id]} records of the last batch) into {children}")
+
+
+def merge_coldest(kinesis: Any, stream: str, load: Counter[str]) -> None:
+    """Merge the two adjacent open shards that together took the fewest records of the last batch."""
+    shards = open_shards(kinesis, stream)
+    lower, upper = min(zip(shards, shards[1:]), key=lambda pair: load[pair[0]["ShardId"]] + load[pair[1]["ShardId"]])
+    kinesis.merge_shards(StreamName=stream, ShardToMerge=lower["ShardId"], AdjacentShardToMerge=upper["ShardId"])
+    wait_until_active(kinesis, stream)
+    (child,) = children_of(kinesis, stream, lower["ShardId"])
+    print(
+        f"\n>> merged the coldest adjacent shards {short(lower['ShardId'])} + {short(upper['ShardId'])} "
+        f"({load[lower['ShardId']]} + {load[upper['ShardId']]} records of the last batch) into {short(child)}"
+    )
+
+
+def print_batch(count: int, load: Counter[str]) -> None:
+    spread = ", ".join(f"{short(shard)}: {records}" for shard, records in sorted(load.items()))
+    print(f"\n>> produced {count} records (~{sum(HOT_KEYS.values()):.0%} on {len(HOT_KEYS)} hot keys); per shard {spread}")
+
+
+# --- Airflow ---------------------------------------------------------------------------------------
+
+
+def airflow_environment(home: Path, moto: str, kinesis: str) -> dict[str, str]:
+    """What Airflow must see before it is first imported, and what spark-submit and boto3 need."""
+    venv_bin = Path(sys.executable).parent
+    return {
+        "AIRFLOW_HOME": str(home),
+        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+        "AIRFLOW__CORE__DAGS_FOLDER": str(REPOSITORY / "dags"),
+        "AIRFLOW__CORE__PLUGINS_FOLDER": str(REPOSITORY / "plugins"),
+        "AIRFLOW_CONN_AWS_DEFAULT": json.dumps({
+            "conn_type": "aws", "login": "embedded", "password": "embedded",
+            "extra": {"region_name": REGION, "endpoint_url": moto,
+                      "service_config": {"kinesis": {"endpoint_url": kinesis}}},
+        }),
+        "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps({"conn_type": "spark", "host": SPARK_MASTER}),
+        "PATH": f"{venv_bin}{os.pathsep}{os.environ.get('PATH', '')}",  # spark-submit from the venv
+        "PYSPARK_PYTHON": sys.executable,
+        "SPARK_LOCAL_IP": "127.0.0.1",
+        # Dummy credentials: the embedded default must never reach a real AWS account.
+        "AWS_ACCESS_KEY_ID": "embedded",
+        "AWS_SECRET_ACCESS_KEY": "embedded",
+        "AWS_DEFAULT_REGION": REGION,
+    }
+
+
+def prepare_airflow(home: Path, moto: str, kinesis: str) -> None:
+    for variable in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_ENDPOINT_URL"):
+        os.environ.pop(variable, None)
+    os.environ.update(airflow_environment(home, moto, kinesis))
+    airflow = Path(sys.executable).with_name("airflow")
+    migration = subprocess.run([str(airflow), "db", "migrate"], capture_output=True, text=True)
+    if migration.returncode != 0:
+        raise RuntimeError(f"airflow db migrate failed:\n{migration.stderr[-2000:]}")
+
+
+def load_dag() -> Any:
+    spec = importlib.util.spec_from_file_location("kinesis_lease_pipeline", REPOSITORY / "dags" / "kinesis_lease_pipeline.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.dag
+
+
+def run_round(dag: Any, conf: Mapping[str, Any], number: int, log: Path) -> RoundResult:
+    started = time.monotonic()
+    with output_to(log):
+        run = dag.test(run_conf=dict(conf))
+    instances = {ti.task_id: ti for ti in run.get_task_instances()}
+    return RoundResult(
+        number=number,
+        run_id=run.run_id,
+        seconds=time.monotonic() - started,
+        states={task_id: str(ti.state) for task_id, ti in instances.items()},
+        assignment=return_value(instances["assign_leases"]),
+        consumed=return_value(instances["consume"]),
+    )
+
+
+def return_value(ti: Any) -> Any:
+    """A task's XCom as the task returned it: pulled from the metadata DB outside a task, the value
+    still carries Airflow's encoding of nested tuples, which `deserialize` undoes."""
+    from airflow.sdk.serde import deserialize  # not at the top: Airflow reads its settings on first import
+
+    value = ti.xcom_pull(task_ids=ti.task_id)
+    return None if value is None else deserialize(value)
+
+
+# --- what a round did ------------------------------------------------------------------------------
+
+
+def print_round(result: RoundResult, landed_so_far: int, produced_so_far: int) -> None:
+    verdict = "succeeded" if result.succeeded else "FAILED"
+    print(f"\n== round {result.number}: DAG run {result.run_id} {verdict} in {result.seconds:.1f} s")
+    print(f"   tasks: {task_states(result.states)}")
+    if result.assignment is not None:
+        print_assignment(result.assignment, result.consumed)
+    print_consumed(result.consumed, landed_so_far, produced_so_far)
+
+
+def task_states(states: Mapping[str, str]) -> str:
+    by_state: dict[str, list[str]] = {}
+    for task_id, state in states.items():
+        by_state.setdefault(state, []).append(task_id)
+    return "; ".join(f"{state} {len(tasks)}" + ("" if state == "success" else f" ({', '.join(tasks)})")
+                     for state, tasks in by_state.items())
+
+
+def print_assignment(assignment: Mapping[str, Any], consumed: Mapping[str, Any] | None) -> None:
+    moves = Counter(move["reason"] for move in assignment["moves"] if move["applied"])
+    moved = ", ".join(f"{count} {reason}" for reason, count in moves.items()) or "none"
+    print(f"   assignment round {assignment['round_number']} ({assignment['strategy']}): moves {moved}")
+    print(f"   {'worker':<24}{'leases':>10}{'projected KB/s':>18}   consumed this round (records, outcome)")
+    rows = (consumed or {}).get("leases", [])
+    for worker in assignment["workers"]:
+        leases = ", ".join(
+            f"{short(row['shard_id'])}: {row['records']} {row['outcome']}"
+            for row in sorted(rows, key=lambda row: row["shard_id"])
+            if row["worker_id"] == worker["worker_id"]
+        ) or "-"
+        counts = f"{worker['leases_before']} -> {worker['leases_after']}"
+        load = f"{worker['load_before_kbps']:.1f} -> {worker['load_after_kbps']:.1f}"
+        note = f"  [{worker['note']}]" if worker["note"] else ""
+        print(f"   {worker['worker_id']:<24}{counts:>10}{load:>18}   {leases}{note}")
+
+
+def print_consumed(consumed: Mapping[str, Any] | None, landed_so_far: int, produced_so_far: int) -> None:
+    backlog = f"backlog {produced_so_far - landed_so_far} of {produced_so_far} produced records not landed yet"
+    if consumed is None:
+        print(f"   consume skipped: no lease had new records; {backlog}")
+        return
+    totals = consumed["totals"]
+    lag = totals["max_millis_behind_latest"]
+    print(f"   landed {totals['records']} records in {totals['files']} file(s), {consumed['seconds']:.1f} s in Spark")
+    print(f"   lag: max MillisBehindLatest {lag} ms (kinesis-mock always reports 0); {backlog}")
+
+
+# --- the whole demo --------------------------------------------------------------------------------
+
+
+def landed_records(output_uri: str) -> list[StreamRecord]:
+    table = ParquetSink.from_uri(output_uri).read_dataset()
+    columns = table.select(["shard_id", "sequence_number", "data"]).to_pydict()
+    return [StreamRecord(*row) for row in zip(columns["shard_id"], columns["sequence_number"], columns["data"])]
+
+
+def exactly_once(produced: list[StreamRecord], landed: list[StreamRecord], rounds: list[RoundResult]) -> bool:
+    counts = Counter(landed)
+    duplicated = sum(count - 1 for count in counts.values() if count > 1)
+    missing = len(set(produced) - set(counts))
+    unexpected = len(set(counts) - set(produced))
+    failed = [result.number for result in rounds if not result.succeeded]
+    passed = duplicated == missing == unexpected == 0 and not failed
+    print("\n== exactly-once check over the whole Parquet dataset")
+    print(f"   produced {len(produced)}, landed {len(landed)}, duplicated {duplicated}, missing {missing}, "
+          f"unexpected {unexpected}, failed rounds {failed or 'none'}")
+    print("   PASS: every produced record landed exactly once" if passed
+          else "   FAIL: the dataset does not hold every produced record exactly once, or a round failed")
+    return passed
+
+
+class EmbeddedDemo:
+    def __init__(self, dag: Any, kinesis: Any, workdir: Path) -> None:
+        self.dag = dag
+        self.kinesis = kinesis
+        self.output_uri = str(workdir / "lake")
+        self.log = workdir / "rounds.log"
+        self.producer = SkewedProducer(kinesis, STREAM)
+        self.rounds: list[RoundResult] = []
+        self.conf = {
+            "streams": [STREAM], "application_name": APPLICATION, "num_workers": WORKERS,
+            "initial_position": "TRIM_HORIZON", "output_uri": self.output_uri,
+            "lease_assignment_strategy": STRATEGY,
         }
-        leasectl("init", env=env)
-        client = boto3.client(
-            "dynamodb", endpoint_url=dynamodb.endpoint, region_name="us-east-1",
-            aws_access_key_id="embedded", aws_secret_access_key="embedded",
-        )
-        for name in (APPLICATION, f"{APPLICATION}-WorkerMetricStats", f"{APPLICATION}-CoordinatorState"):
-            table = client.describe_table(TableName=name)["Table"]
-            keys = ", ".join(f"{k['AttributeName']} {k['KeyType']}" for k in table["KeySchema"])
-            indexes = [i["IndexName"] for i in table.get("GlobalSecondaryIndexes") or []]
-            print(f"  {name}: key [{keys}], billing {table['BillingModeSummary']['BillingMode']}, indexes {indexes}")
-        leasectl("status", env=env)
-        leasectl("teardown", "--yes", env=env)
-    print("\nmoto stopped. The Kinesis consumer itself is not built yet: see README.md.")
-    return 0
+
+    def run(self) -> bool:
+        self.kinesis.create_stream(StreamName=STREAM, ShardCount=SHARDS)
+        wait_until_active(self.kinesis, STREAM)
+        print(f"stream {STREAM}: {SHARDS} shards; application {APPLICATION}: {WORKERS} workers, {STRATEGY} assignment")
+        first, second, third = BATCHES
+        load = self.produce(first)
+        self.round()
+        split_hottest(self.kinesis, STREAM, load)
+        load = self.produce(second)
+        self.round()
+        merge_coldest(self.kinesis, STREAM, load)
+        self.produce(third)
+        self.round()
+        # Round 3 finishes the merge's parents, round 4 leases and reads their child, round 5 finds
+        # nothing new and skips the consume step.
+        self.round()
+        self.round()
+        return exactly_once(self.producer.ledger, landed_records(self.output_uri), self.rounds)
+
+    def produce(self, count: int) -> Counter[str]:
+        load = self.producer.produce(count)
+        print_batch(count, load)
+        return load
+
+    def round(self) -> None:
+        result = run_round(self.dag, self.conf, len(self.rounds) + 1, self.log)
+        self.rounds.append(result)
+        print_round(result, len(landed_records(self.output_uri)), len(self.producer.ledger))
+
+
+def run_demo(workdir: Path) -> bool:
+    with moto_server() as moto, kinesis_mock() as kinesis:
+        print_emulators(moto, kinesis)
+        started = time.monotonic()
+        prepare_airflow(workdir / "airflow", moto.endpoint, kinesis.endpoint)
+        with output_to(workdir / "rounds.log"):
+            dag = load_dag()
+        print(f"Airflow: metadata DB (SQLite) migrated and DAG {dag.dag_id} loaded in {time.monotonic() - started:.1f} s; "
+              f"Spark master {SPARK_MASTER}")
+        client = boto3.client("kinesis", endpoint_url=kinesis.endpoint, region_name=REGION,
+                              aws_access_key_id="embedded", aws_secret_access_key="embedded")
+        return EmbeddedDemo(dag, client, workdir).run()
+
+
+def print_emulators(moto: EmulatorProcess, kinesis: EmulatorProcess) -> None:
+    print(f"moto (DynamoDB, S3) on {moto.endpoint}, pid {moto.pid}")
+    print(f"kinesis-mock (Kinesis) on {kinesis.endpoint}, pid {kinesis.pid}")
+
+
+def supervise() -> int:
+    """Run the demo in a child process, and stop it and everything it started however this one ends.
+
+    The process running the DAG cannot be relied on to stop itself: inside a round, Airflow's
+    in-process task runner owns SIGTERM (it only calls the operator's on_kill) and turns Ctrl-C into
+    a failed try that it retries after a delay.
+    """
+    signal.signal(signal.SIGTERM, _exit_on_sigterm)
+    started = time.monotonic()
+    workdir = Path(tempfile.mkdtemp(prefix="embedded-demo-"))
+    demo = subprocess.Popen([sys.executable, __file__, str(workdir)])
+    status = 1
+    try:
+        status = demo.wait()
+    except KeyboardInterrupt:
+        status = 130
+        print("\ninterrupted", flush=True)
+    finally:
+        stop_tree(demo.pid)
+        if status == 0:
+            shutil.rmtree(workdir, ignore_errors=True)
+        else:
+            print(f"\nkept {workdir} for a look: rounds.log (Airflow and Spark output), lake/ (the dataset)")
+        print(f"\nevery process the demo started is stopped; {time.monotonic() - started:.0f} s in all", flush=True)
+    return status
+
+
+def main(argv: list[str]) -> int:
+    if argv:  # the child `supervise` starts, given its work directory
+        return 0 if run_demo(Path(argv[0])) else 1
+    return supervise()
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(sys.argv[1:]))

@@ -61,7 +61,8 @@ class _LeaseStep(BaseOperator):
     def execute(self, context: Any) -> Any:
         with airflow_outcomes():
             access = aws_access(self.aws_conn_id, dict(self.settings))
-            return self.run(access, context)
+            # Plain JSON for XCom: tuples would be stored with Airflow's class tags.
+            return json.loads(json.dumps(self.run(access, context)))
 
     def run(self, access: AwsAccess, context: Any) -> Any:
         raise NotImplementedError

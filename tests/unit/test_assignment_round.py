@@ -29,10 +29,11 @@ def owners(store) -> dict[str, str | None]:
     return {lease.lease_key: lease.lease_owner for lease in store.list_leases()}
 
 
+@pytest.mark.parametrize("kbps", [10.0, None], ids=["measured", "never-measured"])
 @pytest.mark.parametrize("strategy", ["variance", "count", "makespan"])
-def test_unassigned_leases_are_spread_over_the_slots_and_stay_put_next_round(strategy):
+def test_unassigned_leases_are_spread_over_the_slots_and_stay_put_next_round(strategy, kbps):
     store = InMemoryLeaseStore()
-    leases(store, 4, kbps=10.0)
+    leases(store, 4, kbps=kbps)
     run = coordinator(store, lease_assignment_strategy=strategy)
     report = run.run(SLOTS)
     assert sorted(row.leases_after for row in report.workers) == [2, 2]
