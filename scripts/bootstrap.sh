@@ -27,3 +27,10 @@ if [ ! -f "$stamp" ] || ! cmp -s "$lock" "$stamp"; then
   npm ci --prefix packaging/kinesis-mock --no-audit --no-fund --loglevel=error >/dev/null
   cp "$lock" "$stamp"
 fi
+
+# Debian's Chromium for the browser tests (tests/browser): Playwright drives /usr/bin/chromium and
+# never downloads a browser of its own.
+if [ ! -x /usr/bin/chromium ]; then
+  echo "bootstrap: installing Debian's chromium and chromium-driver for the browser tests" >&2
+  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver >/dev/null
+fi

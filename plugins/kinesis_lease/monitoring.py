@@ -12,7 +12,7 @@ report it, is shown beside it.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -113,30 +113,30 @@ def worker_documents(owners: Sequence[OwnerRow], metrics: Sequence[WorkerMetricS
     by_owner = {row.owner: row for row in owners}
     by_worker = {stats.worker_id: stats for stats in metrics}
     names = sorted(set(by_owner) | set(by_worker), key=lambda name: (name == UNASSIGNED, name))
-    busiest_throughput = max((row.throughput_kbps for row in owners), default=0.0)
-    most_leases = max((row.leases for row in owners), default=0)
+    load = _load_measure(owners)
     workers = []
     for name in names:
-        row = by_owner.get(name)
-        leases = row.leases if row else 0
-        throughput = row.throughput_kbps if row else 0.0
-        if busiest_throughput > 0:
-            load = throughput / busiest_throughput
-        else:
-            load = leases / most_leases if most_leases else 0.0
-        workers.append(
-            {
-                "worker_id": name,
-                "unassigned": name == UNASSIGNED,
-                "leases": leases,
-                "throughput_kbps": throughput,
-                "lease_share": row.lease_share if row else 0.0,
-                "throughput_share": row.throughput_share if row else 0.0,
-                "load": load,
-                **cpu_document(by_worker.get(name)),
-            }
-        )
+        row = by_owner.get(name) or OwnerRow(name, leases=0, throughput_kbps=0.0, lease_share=0.0, throughput_share=0.0)
+        workers.append({
+            "worker_id": name,
+            "unassigned": name == UNASSIGNED,
+            "leases": row.leases,
+            "throughput_kbps": row.throughput_kbps,
+            "lease_share": row.lease_share,
+            "throughput_share": row.throughput_share,
+            "load": load(row),
+            **cpu_document(by_worker.get(name)),
+        })
     return workers
+
+
+def _load_measure(owners: Sequence[OwnerRow]) -> Callable[[OwnerRow], float]:
+    """A worker's share of the busiest one: by throughput, or by lease count while no lease reports any."""
+    busiest_throughput = max((row.throughput_kbps for row in owners), default=0.0)
+    if busiest_throughput > 0:
+        return lambda row: row.throughput_kbps / busiest_throughput
+    most_leases = max((row.leases for row in owners), default=0)
+    return lambda row: row.leases / most_leases if most_leases else 0.0
 
 
 def cpu_document(stats: WorkerMetricStats | None) -> dict[str, Any]:

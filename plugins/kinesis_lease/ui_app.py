@@ -1,4 +1,4 @@
-"""The monitoring UI: a FastAPI app the plugin mounts in the Airflow API server under `URL_PREFIX`.
+"""The monitoring UI: a FastAPI app the plugin mounts in the Airflow API server (at `/kinesis-lease`).
 
 Routes (all GET, all JSON except the pages and their two assets):
 - `/`: the page of one application (`?application=NAME`, else the pipeline DAG's default);
@@ -50,7 +50,6 @@ from kinesis_lease.monitoring import (
 )
 from lease_core.errors import AccessError, ConfigurationError, DependencyError, TableNotFoundError
 
-URL_PREFIX = "/kinesis-lease"
 MONITORING_RESOURCE = "Kinesis Lease Monitoring"
 PIPELINE_DAG_ID = "kinesis_lease_pipeline"
 # The connection the pipeline's operators use (their default), so the UI reads what the rounds wrote.

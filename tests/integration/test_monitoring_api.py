@@ -196,6 +196,16 @@ def test_the_overview_shows_the_leader_and_the_last_rounds_newest_first(server, 
                                   "coordinator_state": f"{application}-CoordinatorState"}
 
 
+def test_before_leases_report_throughput_the_load_follows_lease_counts(server, token, moto_endpoint, unique_name):
+    store = dynamodb_store(moto_endpoint, unique_name)
+    for key, owner in (("shardId-0", "worker-a"), ("shardId-1", "worker-a"), ("shardId-2", "worker-b")):
+        lease = Lease(key)
+        assert store.create_lease_if_not_exists(lease) and store.assign_lease(lease, owner).applied
+    _, overview = get(server, f"/api/applications/{unique_name}", token)
+    assert [(worker["worker_id"], worker["load"]) for worker in overview["workers"]] == [("worker-a", 1.0), ("worker-b", 0.5)]
+    assert overview["leader"] is None and overview["rounds"] == [] and overview["last_round"] is None
+
+
 def test_an_application_without_tables_is_a_404_naming_its_lease_table(server, token):
     status, body = get(server, "/api/applications/never-initialised", token)
     assert status == 404

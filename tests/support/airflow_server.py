@@ -4,12 +4,13 @@ The server runs in its own process group (uvicorn and its workers are stopped to
 group's id), on a free loopback port, with a temporary AIRFLOW_HOME holding a SQLite database, no
 example DAGs, an empty DAGs folder of its own, `plugins/` as its plugins folder, SimpleAuthManager with
 two known users (`viewer`, role viewer, and `admin`, role admin) and the `aws_default` connection
-pointing at the given DynamoDB endpoint. `airflow db migrate` (~7 s) runs once per test session; later
-servers start from a copy of that database.
+pointing at the given DynamoDB endpoint. `airflow db migrate` (8-10 s here) runs once per test process;
+later servers start from a copy of that database.
 """
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
 import shutil
@@ -105,6 +106,7 @@ def server_env(home: Path, dags_folder: Path, dynamodb_endpoint: str) -> dict[st
         "PATH": f"{AIRFLOW.parent}{os.pathsep}{os.environ.get('PATH', '')}",
         "AIRFLOW_HOME": str(home),
         "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{home / DATABASE}",
+        "AIRFLOW__API__HOST": LOOPBACK,
         "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
         "AIRFLOW__CORE__DAGS_FOLDER": str(dags_folder),
         "AIRFLOW__CORE__PLUGINS_FOLDER": str(REPO / "plugins"),
@@ -150,6 +152,7 @@ def airflow_api_server(dynamodb_endpoint: str) -> Iterator[AirflowServer]:
 def _migrated_database() -> Path:
     """A freshly migrated SQLite metadata database, made once per test session and copied per server."""
     home = Path(tempfile.mkdtemp(prefix="airflow-db-template-"))
+    atexit.register(shutil.rmtree, home, True)
     _run_cli(["db", "migrate"], server_env(home, home, "http://unused"))
     return home / DATABASE
 

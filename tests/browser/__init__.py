@@ -1,0 +1,1 @@
+"""Browser tests: the Airflow UI extension in headless Chromium (Debian's, driven by Playwright)."""
