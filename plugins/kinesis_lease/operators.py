@@ -14,7 +14,7 @@ import json
 import os
 import sys
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
@@ -64,8 +64,8 @@ class _LeaseStep(BaseOperator):
             # Plain JSON for XCom: tuples would be stored with Airflow's class tags.
             return json.loads(json.dumps(self.run(access, context)))
 
-    def run(self, access: AwsAccess, context: Any) -> Any:
-        raise NotImplementedError
+    # Each step defines `run(access, context)`: its one lease_core call, returning the XCom summary.
+    run: Callable[[AwsAccess, Any], Any]
 
     @staticmethod
     def lease_store(access: AwsAccess) -> DynamoDBLeaseStore:
