@@ -10,6 +10,7 @@ alive with a background heartbeat while they work.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import sys
@@ -44,7 +45,9 @@ from lease_core.tables import TableAdministrator
 from lease_core.worker_metrics import DynamoDBWorkerMetricsStore
 from spark_jobs.shard_reader import ReadLimits, ShardReader
 
-CONSUME_JOB = str(Path(__file__).resolve().parents[2] / "spark_jobs" / "consume_job.py")
+# The job file of the installed `spark_jobs` package (imported above), wherever the plugins folder is
+# mounted: in a checkout, an image or a deployment, the job and the code its executors import match.
+CONSUME_JOB = str(Path(importlib.util.find_spec("spark_jobs.consume_job").origin).resolve())
 IDLE_CHECK_THREADS = 16
 
 
