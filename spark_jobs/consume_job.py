@@ -17,9 +17,10 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -110,11 +111,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"consume_job: {error}", file=sys.stderr)
         return EXIT_FAILED
     leadership = _leadership(arguments)
+    from pyspark import SparkConf
     from pyspark.sql import SparkSession
 
-    spark = SparkSession.builder.appName(f"kinesis-consume-{spec.application_name}").config(
-        "spark.speculation", "false"
-    ).getOrCreate()
+    conf = SparkConf()
+    for key, value in executor_environment(os.environ).items():
+        if not conf.contains(key):
+            conf.set(key, value)
+    conf.set("spark.speculation", "false")
+    spark = SparkSession.builder.appName(f"kinesis-consume-{spec.application_name}").config(conf=conf).getOrCreate()
     try:
         report = run_round(spark, spec, leadership)
     except LeaseCoreError as error:
@@ -130,6 +135,21 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"consume_job: the round report could not be written to {arguments.report_uri}: {error}", file=sys.stderr)
             return EXIT_FAILED
     return EXIT_OK if report.succeeded else EXIT_FAILED
+
+
+# What the executors need from the driver's environment to reach AWS. On a cluster an executor is
+# started by its Spark worker, not by the driver, so it would otherwise only see the worker's own
+# credential chain. Profiles are left out: their files live on the driver's machine only.
+EXECUTOR_AWS_VARIABLES = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_DEFAULT_REGION")
+
+
+def executor_environment(environ: Mapping[str, str]) -> dict[str, str]:
+    """`spark.executorEnv.*` settings that hand the driver's AWS credentials and region to the executors.
+
+    They travel in the Spark configuration, never on a command line; Spark's UI redacts the secret
+    and the token (`spark.redaction.regex`). A value the submitter set explicitly is kept.
+    """
+    return {f"spark.executorEnv.{name}": environ[name] for name in EXECUTOR_AWS_VARIABLES if environ.get(name)}
 
 
 def _load(arguments: argparse.Namespace) -> ConsumerConfig:

@@ -32,10 +32,12 @@ class AwsAccess:
         return aws.client(service, self.config, self.session)
 
     def spark_env(self) -> dict[str, str]:
-        """Environment for spark-submit: the connection's credentials and region, for the executors.
+        """Environment for spark-submit: the connection's credentials and region.
 
-        Only credentials the connection resolved to are passed; without them the executors use
-        their own chain (an instance profile, say). Endpoints travel in the configuration instead.
+        The driver hands them on to the executors (`spark.executorEnv.*`, see the consume job), so
+        they reach executors that a cluster's workers start. Only credentials the connection resolved
+        to are passed; without them driver and executors use their own chain (an instance profile,
+        say). Endpoints travel in the configuration instead.
         """
         env: dict[str, str] = {}
         credentials = self.session.get_credentials()
