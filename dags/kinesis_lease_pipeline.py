@@ -11,7 +11,7 @@ Trigger with `mode = backfill`, `start` and `end` to replay [start, end) of the 
 separate lease namespace and output prefix (`<output_uri>-backfill/<window>`); triggering the same
 window again lands nothing twice.
 
-Defaults come from `KINESIS_LEASE_PIPELINE_*` environment variables (read when the file is parsed,
+Defaults come from `KINESIS_PIPELINE_*` environment variables (read when the file is parsed,
 no I/O): `STREAMS` (comma-separated), `APPLICATION`, `WORKERS`, `OUTPUT_URI`, `SCHEDULE`
 (cron, or `none` for manual runs only), `INITIAL_POSITION`, `STRATEGY`.
 """
@@ -43,7 +43,9 @@ from kinesis_lease.operators import (
 )
 
 DAG_ID = "kinesis_lease_pipeline"
-ENV_PREFIX = "KINESIS_LEASE_PIPELINE_"
+# Not under KINESIS_LEASE_: that prefix belongs to the consumer's settings, and every name under it
+# must be a setting (lease_core.config refuses unknown ones).
+ENV_PREFIX = "KINESIS_PIPELINE_"
 # The dataset the consume step lands records in; its events carry the round's figures.
 OUTPUT = Asset(name="kinesis_lease_pipeline_output", uri="kinesis-lease://kinesis_lease_pipeline/output")
 

@@ -43,7 +43,7 @@ def proxy(moto_endpoint: str) -> Iterator[FaultProxy]:
 def server(proxy: FaultProxy) -> Iterator[AirflowServer]:
     with airflow_api_server(proxy.endpoint) as airflow:
         shutil.copy(REPO / "dags" / "kinesis_lease_pipeline.py", airflow.dags_folder)
-        airflow.airflow("dags", "reserialize", env={"KINESIS_LEASE_PIPELINE_APPLICATION": DEFAULT_APPLICATION})
+        airflow.airflow("dags", "reserialize", env={"KINESIS_PIPELINE_APPLICATION": DEFAULT_APPLICATION})
         yield airflow
 
 
