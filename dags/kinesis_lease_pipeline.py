@@ -131,6 +131,7 @@ with DAG(
         settings=SETTINGS,
         round_report="{{ ti.xcom_pull(task_ids='consume') }}",
         assignment="{{ ti.xcom_pull(task_ids='assign_leases') }}",
+        shard_sync="{{ ti.xcom_pull(task_ids='sync_shards') }}",
         trigger_rule=TriggerRule.NONE_FAILED,
     )
     # Runs whatever happened upstream; finalize_round stays a leaf so a failed round fails the run.

@@ -283,3 +283,19 @@ class LeaseLostError(LeaseCoreError):
 
     def __str__(self) -> str:
         return f"lease {self.lease_key!r} was lost: {self.reason}"
+
+
+class RecordsLostError(LeaseCoreError):
+    """A round landed everything it could, but some records can never be landed.
+
+    Records aged out of the stream's retention before they were read, or a lease was deleted after
+    its shard vanished before reaching SHARD_END. Not retryable: the records are gone from Kinesis.
+    Raised after the round's figures are saved, so the loss is both recorded and alerted on.
+    """
+
+    def __init__(self, losses: tuple[str, ...]) -> None:
+        super().__init__(losses)
+        self.losses = losses
+
+    def __str__(self) -> str:
+        return f"{len(self.losses)} loss(es) of records that can no longer be landed: " + "; ".join(self.losses)

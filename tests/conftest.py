@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import sys
 import re
 import tempfile
 from collections.abc import Iterator
@@ -26,6 +27,8 @@ os.environ["AIRFLOW__CORE__LOAD_EXAMPLES"] = "False"
 os.environ["AIRFLOW__CORE__DAGS_FOLDER"] = str(Path(__file__).resolve().parents[1] / "dags")
 os.environ["AIRFLOW__CORE__PLUGINS_FOLDER"] = str(Path(__file__).resolve().parents[1] / "plugins")
 os.environ["AIRFLOW__CORE__UNIT_TEST_MODE"] = "False"
+# Airflow puts its plugins folder on sys.path; so do the tests, to import the plugin's modules.
+sys.path.insert(0, os.environ["AIRFLOW__CORE__PLUGINS_FOLDER"])
 
 _names = itertools.count()
 

@@ -33,7 +33,7 @@ from lease_core.assignment_round import AssignmentCoordinator, slot_ids
 from lease_core.config import parse_iso_timestamp
 from lease_core.coordinator_state import DynamoDBCoordinatorStateStore
 from lease_core.dynamodb_store import DynamoDBLeaseStore
-from lease_core.errors import LeadershipUnavailableError
+from lease_core.errors import LeadershipUnavailableError, RecordsLostError
 from lease_core.leader_lock import LeaderLock, LockHeartbeat
 from lease_core.lease import Lease, StreamIdentifier
 from lease_core.round_history import RoundHistory
@@ -368,19 +368,40 @@ def round_totals(report: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
+def records_lost(totals: Mapping[str, Any], shard_sync: Mapping[str, Any]) -> tuple[str, ...]:
+    """What the round says can never be landed: retention gaps, and leases deleted before SHARD_END."""
+    aged_out = tuple(
+        f"lease {loss['lease_key']}: records after {loss['after']} aged out of the stream before they were read "
+        f"(first still available: {loss.get('first_available') or 'none'})"
+        for loss in totals.get("retention_losses", [])
+    )
+    vanished = tuple(
+        f"lease {key}: its shard no longer exists and the lease never reached SHARD_END, so its last records "
+        "may have expired unread"
+        for key in shard_sync.get("possibly_unread", [])
+    )
+    return aged_out + vanished
+
+
 class FinalizeRoundOperator(_LeaseStep):
-    """Keeps the round's figures (round history, per-lease rows) and sets the output asset event's extra."""
+    """Keeps the round's figures (round history, per-lease rows) and sets the output asset event's extra.
 
-    template_fields: Sequence[str] = ("settings", "round_report", "assignment")
+    When the round lost records for good (`records_lost`), the task fails after saving the figures:
+    a failed run is the alert, and the next round runs normally.
+    """
 
-    def __init__(self, *, round_report: Any, assignment: Any, **kwargs: Any) -> None:
+    template_fields: Sequence[str] = ("settings", "round_report", "assignment", "shard_sync")
+
+    def __init__(self, *, round_report: Any, assignment: Any, shard_sync: Any = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.round_report = round_report
         self.assignment = assignment
+        self.shard_sync = shard_sync
 
     def run(self, access: AwsAccess, context: Any) -> dict[str, Any]:
         report = dict(self.round_report or {})
         assignment = dict(self.assignment or {})
+        losses = records_lost(report.get("totals", {}), dict(self.shard_sync or {}))
         consumed = bool(report)
         totals = report.get("totals", {})
         summary = {
@@ -396,6 +417,7 @@ class FinalizeRoundOperator(_LeaseStep):
             "lost_leases": len(totals.get("lost_leases", [])),
             "failed_leases": len(totals.get("failed_leases", [])),
             "retention_losses": len(totals.get("retention_losses", [])),
+            "possibly_unread": len((self.shard_sync or {}).get("possibly_unread", [])),
             "moves": len(assignment.get("moves", [])),
             "slots": report.get("slots", []),
         }
@@ -405,6 +427,8 @@ class FinalizeRoundOperator(_LeaseStep):
             history.record_lease_rows(int(summary["round"] or 0), report.get("leases", []))
         for outlet in self.outlets:
             context["outlet_events"][outlet].extra = {key: summary[key] for key in ("round", "records", "bytes", "files", "consumed")}
+        if losses:
+            raise RecordsLostError(losses)
         return summary
 
 
