@@ -2,6 +2,9 @@
 
     leasectl [--app APP] [--config FILE] [--set KEY=VALUE ...] COMMAND
 
+`reset` moves one lease's checkpoint under the leader lock; its rules are in
+`lease_core.checkpoint_reset`.
+
 Exit status: 0 on success, 1 when AWS or the tables say no, 2 for usage and configuration errors.
 """
 
@@ -18,6 +21,16 @@ from collections.abc import Callable, Sequence
 from lease_core.command_line import EXIT_FAILED, EXIT_OK, EXIT_USAGE, ArgumentParser, UsageError
 from lease_core import aws
 from lease_core.assignment_round import AssignmentCoordinator, AssignmentReport, slot_ids
+from lease_core.checkpoint_reset import (
+    TARGET_FORMS,
+    CheckpointReset,
+    LeaseSelector,
+    ResetReport,
+    ResetUsageError,
+    describe_position,
+    parse_target,
+    render_position,
+)
 from lease_core.config import ConsumerConfig, load_config
 from lease_core.coordinator_state import DynamoDBCoordinatorStateStore
 from lease_core.dynamodb_store import DynamoDBLeaseStore
@@ -54,9 +67,51 @@ def build_parser() -> argparse.ArgumentParser:
     workers.add_argument("--workers", type=int, dest="slot_count", metavar="N",
                          help="the round's slots <app>-worker-0..N-1")
     assign.add_argument("--json", action="store_true", help="print the report as JSON")
+    _add_reset_parser(commands)
     teardown = commands.add_parser("teardown", help="delete the application's three tables")
     teardown.add_argument("--yes", action="store_true", help="confirm the deletion")
     return parser
+
+
+RESET_DESCRIPTION = """\
+Move one lease's checkpoint: replay a shard from an earlier point, or skip ahead.
+
+The lease's next batch starts right after the new checkpoint. TRIM_HORIZON replays every record
+still in the stream; LATEST skips to the newest record when the next round opens the shard; a
+sequence number is the last record to count as landed (a record of this shard, written as Kinesis
+writes it; ':<k>' resumes inside a KPL aggregate after its sub-record k). It is not checked
+against Kinesis: the lease's next read fails if Kinesis refuses it for the shard. AT_TIMESTAMP is
+not offered: the lease would store only the sentinel and be read from the configured
+initial_position_timestamp. SHARD_END is never a target, and a lease at SHARD_END is refused (its
+children depend on it being finished; replay a finished shard with a backfill).
+
+A single-stream table is keyed by shard id (no --stream); in a multi-stream table --stream is
+required (a name, or <account>:<stream>:<epoch> when a name is ambiguous). The reset holds the
+application's leader lock, so no round runs meanwhile (it fails if someone else holds it). It
+writes the checkpoint conditional on the lease counter, removes the pending checkpoint and raises
+the counter by 2, so a worker still holding the lease is fenced; the owner stays. Moving backwards
+lands records again (duplicates, by request); moving forward never lands the records skipped
+(loss, by request). A discarded prepared batch is reported with its output file, which may
+already be in the sink: you decide whether to delete it.
+
+Exit status: 0 reset; 1 no such lease, SHARD_END, leader lock held, or the lease kept changing;
+2 usage.
+"""
+
+
+def _add_reset_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    reset = commands.add_parser(
+        "reset",
+        help="move one lease's checkpoint (replay or skip), holding the leader lock",
+        description=RESET_DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    reset.add_argument("--shard", required=True, metavar="SHARD_ID", help="the shard whose lease to reset")
+    reset.add_argument("--stream", metavar="NAME",
+                       help="multi-stream tables only: the stream, by name or as <account>:<stream>:<epoch>")
+    reset.add_argument("--to", required=True, dest="target", metavar="POSITION", help=f"the new checkpoint: {TARGET_FORMS}")
+    reset.add_argument("--json", action="store_true", help="print the result as JSON")
+    reset.add_argument("--yes", action="store_true", help="confirm the reset")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -202,6 +257,59 @@ def render_assignment_report(report: AssignmentReport) -> str:
     return "\n".join(lines)
 
 
+def run_reset(arguments: argparse.Namespace, config: ConsumerConfig) -> int:
+    try:
+        target = parse_target(arguments.target)
+        selector = LeaseSelector(arguments.shard, arguments.stream)
+    except ResetUsageError as error:
+        raise UsageError(str(error)) from None
+    if not arguments.yes:
+        raise UsageError(
+            f"reset would set the checkpoint of {selector} in lease table {config.lease_table!r} to "
+            f"{describe_position(target)}, discard its prepared batch if it has one, and fence its holder; "
+            "moving backwards lands records again, moving forward skips them (see `leasectl status` for the "
+            "current checkpoint); add --yes to confirm"
+        )
+    policy = aws.retry_policy(config)
+    state = DynamoDBCoordinatorStateStore(aws.client("dynamodb", config), config.coordinator_state_table, policy)
+    lock = LeaderLock(
+        state,
+        f"leasectl-reset/{socket.gethostname()}/{os.getpid()}",
+        config.leader_lease_duration_millis,
+        config.leader_heartbeat_period_millis,
+    )
+    try:
+        report = CheckpointReset(_lease_store(config), lock).run(selector, target)
+    except ResetUsageError as error:
+        raise UsageError(str(error)) from None
+    print(json.dumps(report.to_dict(), indent=2) if arguments.json else render_reset_report(report))
+    return EXIT_OK
+
+
+def render_reset_report(report: ResetReport) -> str:
+    plan, after = report.plan, report.after
+    before = plan.before
+    lines = [
+        f"reset lease {before.lease_key} of table {report.table_name} (owner {after.lease_owner or '(none)'}): "
+        f"checkpoint {render_position(before.checkpoint)} -> {render_position(after.checkpoint)} ({plan.direction.value})",
+        f"  lease counter {before.lease_counter} -> {after.lease_counter}: a worker still holding the lease is "
+        "fenced (its next renewal or checkpoint fails)",
+    ]
+    if plan.discarded is not None:
+        batch = plan.discarded.batch
+        pending = render_position(plan.discarded.pending_checkpoint)
+        if batch is None:
+            lines.append(f"  discarded the prepared checkpoint {pending}")
+        else:
+            lines.append(f"  discarded the prepared batch ({render_position(batch.start)}, {pending}]: "
+                         f"{batch.records} record(s), file {batch.path or '(none)'}")
+        lines += [f"    {note}" for note in plan.batch_notes()]
+    lines += [f"WARNING: {warning}" for warning in plan.warnings()]
+    if report.attempts > 1:
+        lines.append(f"(written at attempt {report.attempts}: the lease changed while it was being reset)")
+    return "\n".join(lines)
+
+
 def run_teardown(arguments: argparse.Namespace, config: ConsumerConfig) -> int:
     if not arguments.yes:
         raise UsageError(
@@ -220,6 +328,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace, ConsumerConfig], int]] = {
     "status": run_status,
     "sync": run_sync,
     "assign": run_assign,
+    "reset": run_reset,
     "teardown": run_teardown,
 }
 

@@ -8,12 +8,14 @@ UpdateItem call and the in-memory store applies it to a dict, so both behave ide
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 from dataclasses import dataclass
 
 from lease_core import codec
 from lease_core.codec import AttributeValue
 from lease_core.lease import Lease
+from lease_core.sequence import ExtendedSequenceNumber
 
 
 @dataclass(frozen=True)
@@ -137,6 +139,23 @@ def update(lease: Lease) -> LeaseUpdate:
     name, value = _next_counter(lease)
     sets[name] = value
     return LeaseUpdate(lease.lease_key, (_counter_is(lease),), tuple(sets.items()), tuple(removes))
+
+
+def reset_checkpoint(lease: Lease, value: ExtendedSequenceNumber) -> LeaseUpdate:
+    """An operator's reset (`leasectl reset`): `update` of `lease` to checkpoint `value`, counter + 2.
+
+    As a checkpoint: the pending fields are removed and owner switches zeroed; owner and handoff are
+    untouched; conditional on the counter read, in any direction. The counter moves by 2, not 1,
+    because a holder whose write fails takes a stored counter of exactly its own + 1 with its owner for
+    its own renewal whose response was lost (kcl-spec.md §2.4), and would keep the lease; + 2 fences it.
+    """
+    checkpointed = lease.replace(
+        checkpoint=value, pending_checkpoint=None, pending_checkpoint_state=None, owner_switches_since_checkpoint=0
+    )
+    written = update(checkpointed)
+    fenced = codec.LEASE_COUNTER, codec.number_value(lease.lease_counter + 2)
+    sets = tuple(fenced if action[0] == codec.LEASE_COUNTER else action for action in written.set_attributes)
+    return dataclasses.replace(written, set_attributes=sets)
 
 
 def assign(lease: Lease, new_owner: str) -> LeaseUpdate:
