@@ -1,4 +1,4 @@
-"""The fault-injecting proxy in front of moto (DynamoDB) and kinesis-mock (Kinesis), seen through boto3.
+"""The fault-injecting, recording proxy in front of moto (DynamoDB, S3) and kinesis-mock (Kinesis), seen through boto3.
 
 Clients here make exactly one attempt per call (no botocore retries), so each injected fault
 surfaces as the exception a consumer's retry logic would see first.
@@ -6,6 +6,7 @@ surfaces as the exception a consumer's retry logic would see first.
 
 from __future__ import annotations
 
+import http.client
 import socket
 import time
 from collections.abc import Iterator
@@ -298,3 +299,152 @@ def test_stop_frees_the_port_and_refuses_new_connections(moto_endpoint: str) -> 
 def test_a_rule_outside_the_known_kinds_or_the_unit_interval_is_refused(make: Any) -> None:
     with pytest.raises(ValueError):
         make()
+
+
+# --- recording -------------------------------------------------------------------------------------
+
+
+def s3(endpoint: str) -> Any:
+    return boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1", config=ONE_ATTEMPT)
+
+
+@pytest.fixture
+def s3_proxy(moto_endpoint: str) -> Iterator[FaultProxy]:
+    with FaultProxy(moto_endpoint) as proxy:
+        yield proxy
+
+
+@pytest.fixture
+def bucket(moto_endpoint: str, unique_name: str) -> str:
+    name = unique_name.lower().replace("_", "-")[:50].strip("-.")
+    s3(moto_endpoint).create_bucket(Bucket=name)
+    return name
+
+
+def recorded(proxy: FaultProxy, *fields: str) -> list[tuple[Any, ...]]:
+    return [tuple(getattr(call, name) for name in ("operation", *fields)) for call in proxy.calls()]
+
+
+def test_dynamodb_calls_are_recorded_with_their_tables_index_and_parameters(
+    dynamodb_proxy: FaultProxy, moto_endpoint: str, unique_name: str
+) -> None:
+    client = dynamodb(dynamodb_proxy.endpoint)
+    client.create_table(
+        TableName=unique_name,
+        KeySchema=[{"AttributeName": "key", "KeyType": "HASH"}],
+        AttributeDefinitions=[{"AttributeName": "key", "AttributeType": "S"},
+                              {"AttributeName": "owner", "AttributeType": "S"}],
+        GlobalSecondaryIndexes=[{"IndexName": "owners", "KeySchema": [{"AttributeName": "owner", "KeyType": "HASH"}],
+                                 "Projection": {"ProjectionType": "KEYS_ONLY"}}],
+        BillingMode="PAY_PER_REQUEST",
+        Tags=[{"Key": "team", "Value": "data"}],
+    )
+    create_table(dynamodb(moto_endpoint), f"{unique_name}-other")
+    client.query(TableName=unique_name, IndexName="owners", KeyConditionExpression="#o = :o",
+                 ExpressionAttributeNames={"#o": "owner"}, ExpressionAttributeValues={":o": {"S": "w"}})
+    client.batch_get_item(RequestItems={name: {"Keys": [{"key": {"S": "a"}}]}
+                                        for name in (unique_name, f"{unique_name}-other")})
+    with pytest.raises(client.exceptions.ResourceNotFoundException):
+        client.describe_table(TableName=f"{unique_name}-missing")
+
+    assert recorded(dynamodb_proxy, "service", "tables", "index", "status") == [
+        ("CreateTable", "dynamodb", (unique_name,), None, 200),
+        ("Query", "dynamodb", (unique_name,), "owners", 200),
+        ("BatchGetItem", "dynamodb", (unique_name, f"{unique_name}-other"), None, 200),
+        ("DescribeTable", "dynamodb", (f"{unique_name}-missing",), None, 400),
+    ]
+    assert "Tags" in dynamodb_proxy.calls()[0].parameters
+
+
+def test_get_records_and_paged_list_shards_are_recorded_with_the_stream_their_iterator_or_token_came_from(
+    kinesis_proxy: FaultProxy, kinesis_endpoint: str, unique_name: str
+) -> None:
+    create_stream(kinesis_client(kinesis_endpoint), unique_name, shard_count=2)
+    put_records(kinesis_client(kinesis_endpoint), unique_name, 4)
+    client = kinesis(kinesis_proxy.endpoint)
+    arn = client.describe_stream_summary(StreamName=unique_name)["StreamDescriptionSummary"]["StreamARN"]
+    page = client.list_shards(StreamARN=arn, MaxResults=1)
+    client.list_shards(NextToken=page["NextToken"], MaxResults=1)
+    iterator = client.get_shard_iterator(StreamName=unique_name, ShardId=SHARD, ShardIteratorType="TRIM_HORIZON")
+    first = client.get_records(ShardIterator=iterator["ShardIterator"], Limit=1)
+    client.get_records(ShardIterator=first["NextShardIterator"])
+
+    assert recorded(kinesis_proxy, "service", "stream", "status") == [
+        ("DescribeStreamSummary", "kinesis", unique_name, 200),
+        ("ListShards", "kinesis", unique_name, 200),
+        ("ListShards", "kinesis", unique_name, 200),
+        ("GetShardIterator", "kinesis", unique_name, 200),
+        ("GetRecords", "kinesis", unique_name, 200),
+        ("GetRecords", "kinesis", unique_name, 200),
+    ]
+
+
+def test_s3_rest_calls_are_recorded_as_the_s3_operations_their_method_key_and_query_make(
+    s3_proxy: FaultProxy, bucket: str
+) -> None:
+    client = s3(s3_proxy.endpoint)
+    client.head_bucket(Bucket=bucket)
+    client.put_object(Bucket=bucket, Key="lake/a b.json", Body=b"{}")
+    client.get_object(Bucket=bucket, Key="lake/a b.json")["Body"].read()
+    client.list_objects_v2(Bucket=bucket, Prefix="lake/", Delimiter="/")
+    upload = client.create_multipart_upload(Bucket=bucket, Key="lake/big")["UploadId"]
+    part = client.upload_part(Bucket=bucket, Key="lake/big", UploadId=upload, PartNumber=1, Body=b"x")
+    client.complete_multipart_upload(Bucket=bucket, Key="lake/big", UploadId=upload,
+                                     MultipartUpload={"Parts": [{"ETag": part["ETag"], "PartNumber": 1}]})
+    aborted = client.create_multipart_upload(Bucket=bucket, Key="lake/gone")["UploadId"]
+    client.abort_multipart_upload(Bucket=bucket, Key="lake/gone", UploadId=aborted)
+    client.delete_object(Bucket=bucket, Key="lake/big")
+
+    assert recorded(s3_proxy, "service", "method", "bucket", "key") == [
+        ("HeadBucket", "s3", "HEAD", bucket, None),
+        ("PutObject", "s3", "PUT", bucket, "lake/a b.json"),
+        ("GetObject", "s3", "GET", bucket, "lake/a b.json"),
+        ("ListObjectsV2", "s3", "GET", bucket, None),
+        ("CreateMultipartUpload", "s3", "POST", bucket, "lake/big"),
+        ("UploadPart", "s3", "PUT", bucket, "lake/big"),
+        ("CompleteMultipartUpload", "s3", "POST", bucket, "lake/big"),
+        ("CreateMultipartUpload", "s3", "POST", bucket, "lake/gone"),
+        ("AbortMultipartUpload", "s3", "DELETE", bucket, "lake/gone"),
+        ("DeleteObject", "s3", "DELETE", bucket, "lake/big"),
+    ]
+    assert {"prefix": "lake/", "delimiter": "/", "list-type": "2"}.items() <= dict(s3_proxy.calls()[3].query).items()
+
+
+def test_head_is_relayed_with_the_object_s_length_and_no_body_so_pyarrow_can_stat_through_the_proxy(
+    s3_proxy: FaultProxy, moto_endpoint: str, bucket: str
+) -> None:
+    import pyarrow.fs as pafs
+
+    s3(moto_endpoint).put_object(Bucket=bucket, Key="lake/file", Body=b"12345")
+    head = s3(s3_proxy.endpoint).head_object(Bucket=bucket, Key="lake/file")
+    host = s3_proxy.endpoint.removeprefix("http://")
+    filesystem = pafs.S3FileSystem(access_key="testing", secret_key="testing", region="us-east-1",
+                                   scheme="http", endpoint_override=host)
+
+    assert head["ContentLength"] == 5
+    assert filesystem.get_file_info(f"{bucket}/lake/file").size == 5
+    assert s3(s3_proxy.endpoint).get_object(Bucket=bucket, Key="lake/file")["Body"].read() == b"12345"  # connection still in step
+    assert [call.operation for call in s3_proxy.calls()] == ["HeadObject", "HeadObject", "GetObject"]
+
+
+def test_a_chunked_request_body_reaches_the_upstream_whole(s3_proxy: FaultProxy, moto_endpoint: str, bucket: str) -> None:
+    host, port = s3_proxy.endpoint.removeprefix("http://").split(":")
+    connection = http.client.HTTPConnection(host, int(port), timeout=10)
+    connection.request("PUT", f"/{bucket}/chunked", body=iter([b"hello ", b"chunked ", b"world"]),
+                       headers={"Transfer-Encoding": "chunked"}, encode_chunked=True)
+    assert connection.getresponse().status == 200
+    connection.close()
+
+    assert s3(moto_endpoint).get_object(Bucket=bucket, Key="chunked")["Body"].read() == b"hello chunked world"
+
+
+def test_injected_faults_are_recorded_with_the_status_the_client_got_or_none_when_dropped(
+    dynamodb_proxy: FaultProxy, table: str
+) -> None:
+    client = dynamodb(dynamodb_proxy.endpoint)
+    dynamodb_proxy.set_faults([FaultRule("throttle", 1.0, "GetItem"), FaultRule("drop_request", 1.0, "PutItem")])
+    for call in (lambda: stored(client, table, "a"), lambda: client.put_item(TableName=table, Item=item("a"))):
+        with pytest.raises((botocore.exceptions.ClientError, botocore.exceptions.ConnectionClosedError)):
+            call()
+
+    assert recorded(dynamodb_proxy, "tables", "status") == [("GetItem", (table,), 400), ("PutItem", (table,), None)]

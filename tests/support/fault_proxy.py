@@ -16,6 +16,11 @@ Faults apply only to requests whose X-Amz-Target names Kinesis or DynamoDB; the 
 after the dot. Rule draws come from a seeded `random.Random`, so a sequential test sees the same
 faults on every run.
 
+Every call is recorded (`calls()`): for Kinesis and DynamoDB the operation and the resources its
+body names (tables, index, stream; a GetRecords or a paged ListShards names its stream through the
+iterator or token an earlier answer handed out), for S3 (REST, no X-Amz-Target) the operation that
+the method, bucket, key and query make. tests/support/iam_policy.py turns them into IAM requests.
+
 `trim()` simulates retention, which kinesis-mock never applies. It rewrites or rejects
 GetShardIterator requests only, so it applies to iterators obtained after `trim()`: iterators
 obtained before keep reading the "aged out" records. `before` should be the sequence number of a
@@ -36,7 +41,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import parse_qsl, unquote, urlsplit
 
 from lease_core.emulators import LOOPBACK
 
@@ -47,9 +52,10 @@ UPSTREAM_TIMEOUT_SECONDS = 60.0
 # reconnects instead of sending on the dead connection.
 IDLE_CONNECTION_SECONDS = 60.0
 # Hop-by-hop headers describe one connection, so they are never relayed; Host and lengths are rewritten.
+# Expect: 100-continue is answered by this proxy's own server; the body is relayed whole.
 NOT_RELAYED = frozenset(
     {"connection", "keep-alive", "proxy-connection", "te", "trailer", "transfer-encoding", "upgrade",
-     "content-length", "host"}
+     "content-length", "host", "expect"}
 )
 
 Headers = list[tuple[str, str]]
@@ -75,18 +81,22 @@ class FaultRule:
 
 @dataclass(frozen=True)
 class ServiceShape:
-    """How one JSON-protocol service spells its errors."""
+    """How one JSON-protocol service spells its errors, and its name in IAM."""
 
     content_type: str
     throttle_type: str
     server_error_type: str
+    name: str = ""
 
 
-KINESIS = ServiceShape("application/x-amz-json-1.1", "ProvisionedThroughputExceededException", "InternalFailure")
+KINESIS = ServiceShape(
+    "application/x-amz-json-1.1", "ProvisionedThroughputExceededException", "InternalFailure", "kinesis"
+)
 DYNAMODB = ServiceShape(
     "application/x-amz-json-1.0",
     "com.amazonaws.dynamodb.v20120810#ProvisionedThroughputExceededException",
     "com.amazonaws.dynamodb.v20120810#InternalServerError",
+    "dynamodb",
 )
 SERVICES_BY_TARGET_PREFIX = {"Kinesis_20131202": KINESIS, "DynamoDB_20120810": DYNAMODB}
 
@@ -105,6 +115,32 @@ class HttpResponse:
     headers: Headers  # without hop-by-hop headers and Content-Length
     body: bytes
     reason: str | None = None
+    # What Content-Length announces when it is not the body's length: a HEAD answer has none.
+    content_length: int | None = None
+
+
+@dataclass(frozen=True)
+class RecordedCall:
+    """One call a client made through the proxy, with the resources it names.
+
+    `status` is the HTTP status the client got (None: the connection was closed unanswered).
+    JSON services: `tables` (TableName, or the tables of a batch or transaction; a ResourceArn's
+    table), `index` (IndexName), `stream` (StreamName/StreamARN, or the stream of the iterator or
+    NextToken; None when the proxy never saw it handed out), `parameters` (the body's top-level
+    names). S3: `method`, `bucket`, `key` and `query` (name/value pairs, sorted).
+    """
+
+    service: str
+    operation: str
+    status: int | None
+    tables: tuple[str, ...] = ()
+    index: str | None = None
+    stream: str | None = None
+    parameters: tuple[str, ...] = ()
+    method: str | None = None
+    bucket: str | None = None
+    key: str | None = None
+    query: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -131,6 +167,52 @@ def stream_name_of(request: dict[str, Any]) -> str | None:
         return request["StreamName"]
     arn = request.get("StreamARN")
     return arn.rpartition("stream/")[2] if arn else None
+
+
+def tables_named(request: dict[str, Any]) -> tuple[str, ...]:
+    """The tables a DynamoDB request names: TableName, a batch's RequestItems, a transaction's items, a ResourceArn."""
+    names: list[str] = []
+    if isinstance(request.get("TableName"), str):
+        names.append(request["TableName"])
+    if isinstance(request.get("RequestItems"), dict):
+        names.extend(request["RequestItems"])
+    for entry in request.get("TransactItems") or ():
+        names.extend(part["TableName"] for part in entry.values() if isinstance(part, dict) and "TableName" in part)
+    arn = request.get("ResourceArn")
+    if isinstance(arn, str) and ":table/" in arn:
+        names.append(arn.split(":table/", 1)[1].split("/", 1)[0])
+    return tuple(dict.fromkeys(names))
+
+
+def s3_operation(method: str, key: str | None, query: dict[str, str], headers: dict[str, str]) -> str:
+    """The S3 API operation a REST request is (path-style: /bucket/key), by method, key and query."""
+    if key is None:
+        bucket_operations = {
+            "HEAD": "HeadBucket", "PUT": "CreateBucket", "DELETE": "DeleteBucket",
+            "POST": "DeleteObjects" if "delete" in query else "PostBucket",
+        }
+        if method == "GET":
+            for name, operation in (("location", "GetBucketLocation"), ("uploads", "ListMultipartUploads"),
+                                    ("versions", "ListObjectVersions"), ("list-type", "ListObjectsV2")):
+                if name in query:
+                    return operation
+            return "ListObjects"
+        return bucket_operations.get(method, f"{method}Bucket")
+    if method == "HEAD":
+        return "HeadObject"
+    if method == "GET":
+        return "ListParts" if "uploadId" in query else "GetObjectTagging" if "tagging" in query else "GetObject"
+    if method == "PUT":
+        if "uploadId" in query:
+            return "UploadPartCopy" if "x-amz-copy-source" in headers else "UploadPart"
+        if "tagging" in query:
+            return "PutObjectTagging"
+        return "CopyObject" if "x-amz-copy-source" in headers else "PutObject"
+    if method == "POST":
+        return "CreateMultipartUpload" if "uploads" in query else "CompleteMultipartUpload" if "uploadId" in query else "PostObject"
+    if method == "DELETE":
+        return "AbortMultipartUpload" if "uploadId" in query else "DeleteObject"
+    return f"{method}Object"
 
 
 def fault_response(kind: str, service: ServiceShape, request: dict[str, Any]) -> HttpResponse:
@@ -167,7 +249,8 @@ class FaultProxy:
     The port is bound on construction, so `endpoint` is valid at once; `start()` begins serving.
     `stats()` counts "forwarded" (requests sent upstream, drop_response included), one
     "<kind>:<operation>" entry per injected fault, and "trim_rewrite:GetShardIterator" /
-    "trim_reject:GetShardIterator" for the retention simulation.
+    "trim_reject:GetShardIterator" for the retention simulation. `calls()` lists every request a
+    client made, answered or not, as a `RecordedCall`, in the order the answers were decided.
     """
 
     def __init__(self, upstream: str, *, seed: int = 0) -> None:
@@ -179,6 +262,9 @@ class FaultProxy:
         self._rules: tuple[FaultRule, ...] = ()
         self._trims: dict[tuple[str, str], Trim] = {}
         self._counts: Counter[str] = Counter()
+        self._calls: list[RecordedCall] = []
+        # Which stream handed out a shard iterator or a ListShards NextToken: their later calls name no stream.
+        self._stream_of_token: dict[str, str] = {}
         self._lock = threading.Lock()
         self._server = _ProxyServer(self)
         self.endpoint = f"http://{LOOPBACK}:{self._server.server_address[1]}"
@@ -227,12 +313,24 @@ class FaultProxy:
         with self._lock:
             return dict(self._counts)
 
+    def calls(self) -> list[RecordedCall]:
+        with self._lock:
+            return list(self._calls)
+
     def respond(self, request: HttpRequest) -> HttpResponse | None:
         """The response for one client request, or None to close the connection without answering."""
-        target = parse_target(dict((name.lower(), value) for name, value in request.headers).get("x-amz-target"))
+        headers = {name.lower(): value for name, value in request.headers}
+        target = parse_target(headers.get("x-amz-target"))
         if target is None:
-            return self._forward(request)
+            response = self._forward(request)
+            self._record(self._rest_call(request, headers, response))
+            return response
         service, operation = target
+        response = self._respond_json(request, service, operation)
+        self._record(self._json_call(request, service, operation, response))
+        return response
+
+    def _respond_json(self, request: HttpRequest, service: ServiceShape, operation: str) -> HttpResponse | None:
         fault = self._draw_fault(operation)
         if fault == "drop_request":
             return None
@@ -270,6 +368,55 @@ class FaultProxy:
         with self._lock:
             self._counts[key] += 1
 
+    def _record(self, call: RecordedCall) -> None:
+        with self._lock:
+            self._calls.append(call)
+
+    def _json_call(
+        self, request: HttpRequest, service: ServiceShape, operation: str, response: HttpResponse | None
+    ) -> RecordedCall:
+        body = _json_object(request.body)
+        stream = self._stream_of(body, response) if service is KINESIS else None
+        return RecordedCall(
+            service=service.name,
+            operation=operation,
+            status=None if response is None else response.status,
+            tables=tables_named(body) if service is DYNAMODB else (),
+            index=body.get("IndexName") if isinstance(body.get("IndexName"), str) else None,
+            stream=stream,
+            parameters=tuple(sorted(body)),
+        )
+
+    def _stream_of(self, body: dict[str, Any], response: HttpResponse | None) -> str | None:
+        """The stream a Kinesis call is about; remembers the iterators and tokens its answer hands out."""
+        stream = stream_name_of(body)
+        with self._lock:
+            token = body.get("ShardIterator") or body.get("NextToken")
+            if stream is None and isinstance(token, str):
+                stream = self._stream_of_token.get(token)
+            if stream is not None and response is not None and response.status == 200:
+                answer = _json_object(response.body)
+                for name in ("ShardIterator", "NextShardIterator", "NextToken"):
+                    if isinstance(answer.get(name), str):
+                        self._stream_of_token[answer[name]] = stream
+        return stream
+
+    @staticmethod
+    def _rest_call(request: HttpRequest, headers: dict[str, str], response: HttpResponse) -> RecordedCall:
+        parts = urlsplit(request.path)
+        bucket, _, key = parts.path.lstrip("/").partition("/")
+        query = dict(parse_qsl(parts.query, keep_blank_values=True))
+        object_key = unquote(key) if key else None
+        return RecordedCall(
+            service="s3",
+            operation=s3_operation(request.method, object_key if bucket else None, query, headers),
+            status=response.status,
+            method=request.method,
+            bucket=unquote(bucket) or None,
+            key=object_key,
+            query=tuple(sorted(query.items())),
+        )
+
     def _forward(self, request: HttpRequest) -> HttpResponse:
         """Send one request upstream on a fresh connection, so no stale keep-alive can swallow it."""
         self._count("forwarded")
@@ -284,11 +431,24 @@ class FaultProxy:
             upstream.endheaders(request.body)
             response = upstream.getresponse()
             headers = [(name, value) for name, value in response.getheaders() if name.lower() not in NOT_RELAYED]
-            return HttpResponse(response.status, headers, response.read(), response.reason)
+            announced = response.getheader("Content-Length") if request.method == "HEAD" else None
+            return HttpResponse(
+                response.status, headers, response.read(), response.reason,
+                content_length=None if announced is None else int(announced),
+            )
         except OSError as error:
             return HttpResponse(502, [("Content-Type", "text/plain")], f"upstream failed: {error}".encode())
         finally:
             upstream.close()
+
+
+def _json_object(body: bytes) -> dict[str, Any]:
+    """A JSON request or answer body as a dict; anything else (empty, not JSON, not an object) as {}."""
+    try:
+        value = json.loads(body or b"{}")
+    except ValueError:
+        return {}
+    return value if isinstance(value, dict) else {}
 
 
 class _ProxyServer(ThreadingHTTPServer):
@@ -340,17 +500,29 @@ class _ProxyHandler(BaseHTTPRequestHandler):
         pass  # a line per request on stderr would drown the test output
 
     def do_POST(self) -> None:
-        body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
         headers = [(name, value) for name, value in self.headers.items() if name.lower() not in NOT_RELAYED]
-        response = self.server.proxy.respond(HttpRequest(self.command, self.path, headers, body))
+        response = self.server.proxy.respond(HttpRequest(self.command, self.path, headers, self._read_body()))
         if response is None:
             self.close_connection = True
             return
+        length = len(response.body) if response.content_length is None else response.content_length
         self.send_response_only(response.status, response.reason)
-        for name, value in [*response.headers, ("Content-Length", str(len(response.body)))]:
+        for name, value in [*response.headers, ("Content-Length", str(length))]:
             self.send_header(name, value)
         self.end_headers()
-        self.wfile.write(response.body)
+        if self.command != "HEAD":  # a HEAD answer announces the object's length and sends no body
+            self.wfile.write(response.body)
 
-    # No HEAD: its answer has a length but no body, which this relay does not model.
-    do_GET = do_PUT = do_DELETE = do_PATCH = do_POST
+    def _read_body(self) -> bytes:
+        """The request body, whole: by Content-Length, or decoded from chunked transfer encoding."""
+        if "chunked" not in (self.headers.get("Transfer-Encoding") or "").lower():
+            return self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        chunks = []
+        while size := int(self.rfile.readline().split(b";", 1)[0].strip() or b"0", 16):
+            chunks.append(self.rfile.read(size))
+            self.rfile.readline()  # the CRLF after the chunk
+        while self.rfile.readline().strip():
+            pass  # trailer lines, up to the empty line that ends the body
+        return b"".join(chunks)
+
+    do_GET = do_PUT = do_DELETE = do_PATCH = do_HEAD = do_POST
