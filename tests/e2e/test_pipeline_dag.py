@@ -4,36 +4,16 @@ the Apache Spark provider) and the emulators, run in-process with `dag.test()`."
 from __future__ import annotations
 
 import copy
-import importlib.util
-import json
-import os
 import socket
-import subprocess
-import sys
-from pathlib import Path
-from typing import Any
 
 import pytest
 
 from lease_core.sequence import SHARD_END
+from tests.support.airflow_dag import DAG_FILE, load_dag_module, run_round
 from tests.support.kinesis import create_stream, kinesis_client, split_shard
 from tests.support.pipeline import ConsumerPipeline, duplicates
 
-REPOSITORY = Path(__file__).resolve().parents[2]
-DAG_FILE = REPOSITORY / "dags" / "kinesis_lease_pipeline.py"
-
-
-def load_dag_module(name: str = "kinesis_lease_pipeline_under_test") -> Any:
-    spec = importlib.util.spec_from_file_location(name, DAG_FILE)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-@pytest.fixture(scope="module")
-def dag() -> Any:
-    return load_dag_module().dag
+# The fixtures `dag` and `airflow_run_environment` (Spark `local[2,4]`) are in tests/e2e/conftest.py.
 
 
 # --- integrity ---------------------------------------------------------------------------------
@@ -101,7 +81,7 @@ TEMPLATED = {
     "check_idle": {"settings", "streams"},
     "consume": {"settings", "streams", "num_workers", "output_uri", "limits", "stop_at_arrival", "leader_owner",
                 "round_number", "report_uri", "application_args", "conf"},
-    "finalize_round": {"settings", "round_report", "assignment"},
+    "finalize_round": {"settings", "round_report", "assignment", "shard_sync"},
     "release_leadership": {"settings", "leader_owner"},
 }
 
@@ -112,29 +92,6 @@ def test_every_operator_argument_that_comes_from_the_run_is_a_template_field(dag
 
 
 # --- end to end --------------------------------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def airflow_run_environment(kinesis_endpoint: str, moto_endpoint: str) -> None:
-    """The metadata database, the AWS and Spark connections, and spark-submit on PATH."""
-    environment = {
-        "AIRFLOW_CONN_AWS_DEFAULT": json.dumps({
-            "conn_type": "aws", "login": "testing", "password": "testing",
-            "extra": {"region_name": "us-east-1", "endpoint_url": moto_endpoint,
-                      "service_config": {"kinesis": {"endpoint_url": kinesis_endpoint}}},
-        }),
-        "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps({"conn_type": "spark", "host": "local[2,4]"}),
-        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
-        "PYSPARK_PYTHON": sys.executable,
-        "SPARK_LOCAL_IP": "127.0.0.1",
-    }
-    os.environ.update(environment)
-    subprocess.run([str(Path(sys.executable).parent / "airflow"), "db", "migrate"], check=True, capture_output=True)
-
-
-def run_round(dag: Any, conf: dict[str, Any]) -> dict[str, str]:
-    run = dag.test(run_conf=conf)
-    return {ti.task_id: ti.state for ti in run.get_task_instances()}
 
 
 def test_two_scheduled_rounds_with_a_reshard_land_every_record_once(

@@ -1,0 +1,55 @@
+"""Fixtures of the end-to-end tests: the DAG, the metadata database and the run's connections.
+
+A module picks its Spark master by overriding `spark_connection` (default: `local[2,4]`) and may add
+variables for spark-submit by overriding `spark_submit_environment`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from tests.support.airflow_dag import (
+    LOCAL_SPARK_CONNECTION,
+    airflow_environment,
+    load_dag_module,
+    migrate_metadata_db,
+    run_environment,
+)
+
+
+@pytest.fixture(scope="module")
+def dag() -> Any:
+    return load_dag_module().dag
+
+
+@pytest.fixture(scope="session")
+def airflow_metadata_db() -> None:
+    migrate_metadata_db()
+
+
+@pytest.fixture(scope="module")
+def spark_connection() -> dict[str, Any]:
+    """The `spark_default` connection of this module's DAG runs."""
+    return dict(LOCAL_SPARK_CONNECTION)
+
+
+@pytest.fixture(scope="module")
+def spark_submit_environment() -> dict[str, str]:
+    return {}
+
+
+@pytest.fixture(scope="module")
+def airflow_run_environment(
+    kinesis_endpoint: str,
+    moto_endpoint: str,
+    spark_connection: dict[str, Any],
+    spark_submit_environment: dict[str, str],
+    airflow_metadata_db: None,
+) -> Iterator[None]:
+    """The metadata database, the AWS and Spark connections, and spark-submit on PATH, for this module only."""
+    variables = run_environment(kinesis_endpoint, moto_endpoint, spark_connection, spark_submit_environment)
+    with airflow_environment(variables):
+        yield

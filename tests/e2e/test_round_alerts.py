@@ -1,0 +1,59 @@
+"""A round that loses records for good fails its run (the alert) after landing and recording everything else."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from lease_core.round_history import RoundHistory
+from tests.support.airflow_dag import airflow_environment, run_environment, run_round
+from tests.support.fault_proxy import FaultProxy
+from tests.support.kinesis import create_stream, kinesis_client
+from tests.support.pipeline import ConsumerPipeline, duplicates
+
+
+@pytest.fixture(scope="module")
+def trim_proxy(kinesis_endpoint: str) -> Iterator[FaultProxy]:
+    """kinesis-mock behind a proxy that can simulate the trim horizon, which kinesis-mock never moves."""
+    with FaultProxy(kinesis_endpoint) as proxy:
+        yield proxy
+
+
+@pytest.fixture(scope="module")
+def rounds_through_the_proxy(
+    trim_proxy: FaultProxy, moto_endpoint: str, spark_connection: dict[str, Any],
+    spark_submit_environment: dict[str, str], airflow_metadata_db: None,
+) -> Iterator[None]:
+    """The DAG's Kinesis calls, the Spark executors' included, go through `trim_proxy`."""
+    variables = run_environment(trim_proxy.endpoint, moto_endpoint, spark_connection, spark_submit_environment)
+    with airflow_environment(variables):
+        yield
+
+
+def test_records_that_aged_out_unread_fail_the_run_after_the_rest_landed_and_the_next_round_is_clean(
+    dag, rounds_through_the_proxy, trim_proxy, moto_endpoint, unique_name, tmp_path
+):
+    proxy = trim_proxy
+    create_stream(kinesis_client(proxy.endpoint), unique_name, 1)
+    ledger = ConsumerPipeline(unique_name, (unique_name,), proxy.endpoint, moto_endpoint, str(tmp_path / "lake"))
+    conf = {"streams": [unique_name], "application_name": unique_name, "num_workers": 1,
+            "initial_position": "TRIM_HORIZON", "output_uri": str(tmp_path / "lake")}
+    ledger.produce(30)
+    assert set(run_round(dag, conf).values()) == {"success"}
+
+    later = ledger.produce(40)
+    first_kept = later[20]
+    proxy.trim(unique_name, first_kept.shard_id, first_kept.sequence_number)
+    alerted = run_round(dag, conf)
+
+    assert alerted["consume"] == "success" and alerted["release_leadership"] == "success"
+    assert alerted["finalize_round"] == "failed"
+    landed = ledger.landed()
+    assert duplicates(landed) == []
+    assert set(landed) == set(ledger.produced) - set(later[:20])
+    latest = RoundHistory(ledger.state).rounds()[-1]
+    assert (latest["records"], latest["retention_losses"]) == (20, 1)
+
+    assert run_round(dag, conf)["finalize_round"] == "success"
