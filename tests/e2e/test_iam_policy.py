@@ -16,12 +16,8 @@ needed by some call.
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import os
 import re
-import subprocess
-import sys
 import time
 import uuid
 from collections import Counter
@@ -37,6 +33,13 @@ import pytest
 from lease_core import cli
 from lease_core.sequence import SHARD_END
 from spark_jobs.parquet_sink import ParquetSink
+from tests.support.airflow_dag import (
+    LOCAL_SPARK_CONNECTION,
+    airflow_environment,
+    load_dag_module,
+    run_environment,
+    run_round,
+)
 from tests.support.fault_proxy import FaultProxy, RecordedCall
 from tests.support.iam_policy import (
     Grant,
@@ -53,7 +56,6 @@ from tests.support.kinesis import create_stream, kinesis_client, shards_of, spli
 
 REPOSITORY = Path(__file__).resolve().parents[2]
 POLICY_FILE = REPOSITORY / "docs" / "iam-policy.json"
-DAG_FILE = REPOSITORY / "dags" / "kinesis_lease_pipeline.py"
 REGION = "us-east-1"
 ACCOUNT = "123456789012"  # moto's default account
 PREFIX = "lake/orders"
@@ -86,14 +88,6 @@ class RecordedRun:
     lease_checkpoints: list[str]
 
 
-def load_dag() -> Any:
-    spec = importlib.util.spec_from_file_location("kinesis_lease_pipeline_iam_policy", DAG_FILE)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.dag
-
-
 @pytest.fixture(scope="module")
 def proxies(moto_endpoint: str, kinesis_endpoint: str) -> Iterator[dict[str, FaultProxy]]:
     with FaultProxy(moto_endpoint) as dynamodb, FaultProxy(moto_endpoint) as s3, FaultProxy(kinesis_endpoint) as kinesis:
@@ -101,34 +95,17 @@ def proxies(moto_endpoint: str, kinesis_endpoint: str) -> Iterator[dict[str, Fau
 
 
 @pytest.fixture(scope="module")
-def proxied_environment(proxies: dict[str, FaultProxy]) -> Iterator[None]:
+def proxied_environment(proxies: dict[str, FaultProxy], airflow_metadata_db: None) -> Iterator[None]:
     """The AWS connection through the proxies, Spark, and the table options; every variable restored after."""
-    variables = {
-        "AIRFLOW_CONN_AWS_DEFAULT": json.dumps({
-            "conn_type": "aws", "login": "testing", "password": "testing",
-            "extra": {"region_name": REGION, "endpoint_url": proxies["dynamodb"].endpoint,
-                      "service_config": {"kinesis": {"endpoint_url": proxies["kinesis"].endpoint},
-                                         "s3": {"endpoint_url": proxies["s3"].endpoint}}},
-        }),
-        "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps({"conn_type": "spark", "host": "local[2,4]"}),
-        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
-        "PYSPARK_PYTHON": sys.executable,
-        "SPARK_LOCAL_IP": "127.0.0.1",
+    variables = run_environment(
+        proxies["kinesis"].endpoint, proxies["dynamodb"].endpoint, LOCAL_SPARK_CONNECTION,
         # Table options a deployment may set: their calls (TagResource, UpdateContinuousBackups) must be allowed.
-        "KINESIS_LEASE_TAGS": json.dumps({"team": "data", "cost-center": "lake"}),
-        "KINESIS_LEASE_LEASE_TABLE_PITR_ENABLED": "true",
-    }
-    saved = {name: os.environ.get(name) for name in variables}
-    os.environ.update(variables)
-    try:
-        subprocess.run([str(Path(sys.executable).parent / "airflow"), "db", "migrate"], check=True, capture_output=True)
+        extra={"KINESIS_LEASE_TAGS": json.dumps({"team": "data", "cost-center": "lake"}),
+               "KINESIS_LEASE_LEASE_TABLE_PITR_ENABLED": "true"},
+        s3_endpoint=proxies["s3"].endpoint,
+    )
+    with airflow_environment(variables):
         yield
-    finally:
-        for name, value in saved.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
 
 
 def create_kcl2_lease_table(client: Any, name: str) -> None:
@@ -166,12 +143,11 @@ def recorded_run(
     boto3.client("s3", endpoint_url=moto_endpoint, region_name=REGION).create_bucket(Bucket=bucket)
     create_stream(kinesis, stream, 2)
     create_kcl2_lease_table(dynamodb, application)
-    dag = load_dag()
+    dag = load_dag_module("kinesis_lease_pipeline_iam_policy").dag
 
     def run(name: str, **conf: Any) -> None:
-        dag_run = dag.test(run_conf={"streams": [stream], "application_name": application, "num_workers": 2,
-                                     "initial_position": "TRIM_HORIZON", "output_uri": output, **conf})
-        rounds[name] = {ti.task_id: ti.state for ti in dag_run.get_task_instances()}
+        rounds[name] = run_round(dag, {"streams": [stream], "application_name": application, "num_workers": 2,
+                                       "initial_position": "TRIM_HORIZON", "output_uri": output, **conf})
 
     rounds: dict[str, dict[str, str]] = {}
     serial = [0]
@@ -188,7 +164,7 @@ def recorded_run(
     run("backfill", mode="backfill", start=window_start.isoformat(), end=window_end.isoformat())
     backfill_application = f"{application}-backfill-{window_start:%Y%m%dT%H%M%SZ}-{window_end:%Y%m%dT%H%M%SZ}"
 
-    from kinesis_lease.ui_app import application_overview  # importable once the DAG put plugins/ on sys.path
+    from kinesis_lease.ui_app import application_overview
 
     monitored = [application_overview(name) for name in (application, backfill_application)]
     checkpoints = [item["checkpoint"]["S"] for item in dynamodb.scan(TableName=application, ConsistentRead=True)["Items"]]

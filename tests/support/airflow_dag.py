@@ -41,14 +41,23 @@ def migrate_metadata_db() -> None:
 
 
 def run_environment(
-    kinesis_endpoint: str, moto_endpoint: str, spark_connection: Mapping[str, Any], extra: Mapping[str, str] | None = None
+    kinesis_endpoint: str,
+    moto_endpoint: str,
+    spark_connection: Mapping[str, Any],
+    extra: Mapping[str, str] | None = None,
+    s3_endpoint: str | None = None,
 ) -> dict[str, str]:
-    """The variables of a DAG run on the emulators with `spark_connection`; `extra` (spark-submit's own) last."""
+    """The variables of a DAG run on the emulators with `spark_connection`; `extra` (spark-submit's own) last.
+
+    DynamoDB and S3 go to `moto_endpoint` unless `s3_endpoint` names another one for S3.
+    """
+    service_config = {"kinesis": {"endpoint_url": kinesis_endpoint}}
+    if s3_endpoint is not None:
+        service_config["s3"] = {"endpoint_url": s3_endpoint}
     return {
         "AIRFLOW_CONN_AWS_DEFAULT": json.dumps({
             "conn_type": "aws", "login": "testing", "password": "testing",
-            "extra": {"region_name": "us-east-1", "endpoint_url": moto_endpoint,
-                      "service_config": {"kinesis": {"endpoint_url": kinesis_endpoint}}},
+            "extra": {"region_name": "us-east-1", "endpoint_url": moto_endpoint, "service_config": service_config},
         }),
         "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps(dict(spark_connection)),
         "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
