@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import threading
+import uuid
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
@@ -17,10 +18,14 @@ import botocore.exceptions
 
 from lease_core.aws import AwsCaller, error_code
 from lease_core.codec import AttributeValue, Item
+from lease_core.errors import CoordinatorStateConflictError
 from lease_core.memory_store import values_equal
 from lease_core.retry import RetryPolicy
 
 KEY = "key"
+# The attribute `update_record` versions a record by: a fresh random token on every write.
+VERSION = "version"
+UPDATE_ATTEMPTS = 5
 # An expectation maps an attribute to the value it must hold, or to None: "must not exist".
 Expectations = Mapping[str, AttributeValue | None]
 
@@ -130,3 +135,38 @@ def _condition_arguments(expected: Expectations | None) -> dict[str, Any]:
     if values:
         arguments["ExpressionAttributeValues"] = values
     return arguments
+
+
+def update_record(
+    state: CoordinatorStateStore,
+    key: str,
+    change: Callable[[Item | None], Item | None],
+    attempts: int = UPDATE_ATTEMPTS,
+    new_version: Callable[[], str] = lambda: uuid.uuid4().hex,
+) -> Item | None:
+    """Read-modify-write one record, conditional on the version read: concurrent writers never lose
+    each other's update.
+
+    `change` gets the stored record (None when absent) and returns the attributes to store, or None
+    to leave the record as it is; it may run several times, so it must be a pure function of the
+    record. A record written without a version (by an older release) must still lack one. A put
+    whose answer was lost and whose retry then failed the condition against itself is recognised by
+    its version and counts as written. Returns the record as stored afterwards; raises
+    `CoordinatorStateConflictError` when the record changed under every attempt.
+    """
+    for _ in range(attempts):
+        record = state.get(key)
+        attributes = change(record)
+        if attributes is None:
+            return record
+        version = new_version()
+        expected = {VERSION: None if record is None or VERSION not in record else record[VERSION]}
+        written = {**attributes, VERSION: {"S": version}}
+        if state.put(key, written, expected=expected) or _stored_version(state, key) == version:
+            return {**written, KEY: {"S": key}}
+    raise CoordinatorStateConflictError(state.table_name, key, attempts)
+
+
+def _stored_version(state: CoordinatorStateStore, key: str) -> str | None:
+    record = state.get(key)
+    return None if record is None else record.get(VERSION, {}).get("S")

@@ -227,6 +227,24 @@ class InvalidShardLineageError(LeaseCoreError):
         return f"lease {self.lease_key!r} reached SHARD_END with invalid child shards: {self.problem}"
 
 
+class CoordinatorStateConflictError(LeaseCoreError):
+    """A coordinator-state record kept changing under every read-modify-write attempt."""
+
+    retryable = True
+
+    def __init__(self, table_name: str, key: str, attempts: int) -> None:
+        super().__init__(table_name, key, attempts)
+        self.table_name = table_name
+        self.key = key
+        self.attempts = attempts
+
+    def __str__(self) -> str:
+        return (
+            f"record {self.key!r} of table {self.table_name!r} changed under each of {self.attempts} attempts to "
+            "update it; another writer is updating it at the same time"
+        )
+
+
 class LeadershipUnavailableError(LeaseCoreError):
     """Another process holds the application's leader lock; only one round may run at a time."""
 

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import itertools
+
 import boto3
 import pytest
 
-from lease_core.coordinator_state import DynamoDBCoordinatorStateStore, InMemoryCoordinatorStateStore
+from lease_core.coordinator_state import DynamoDBCoordinatorStateStore, InMemoryCoordinatorStateStore, update_record
+from lease_core.errors import CoordinatorStateConflictError
 from lease_core.tables import TableAdministrator
+from tests.support.faults import AnswerLostClient
 from tests.support.stores import FAST_RETRIES, fast_config
 
 
@@ -54,3 +58,73 @@ def test_conditional_delete_removes_only_the_expected_record(state):
     assert state.delete("Leader", expected={"recordVersionNumber": {"S": "v1"}})
     assert state.get("Leader") is None
     assert state.delete("Leader")
+
+
+# --- update_record: versioned read-modify-write --------------------------------------------------
+
+
+def appended(value: str):
+    """A change that appends `value` to the record's `items` list (kept as a string)."""
+
+    def change(record):
+        items = record["items"]["S"].split(",") if record else []
+        return {"items": {"S": ",".join([*items, value])}}
+
+    return change
+
+
+def test_update_record_creates_then_changes_a_record_with_a_new_version_each_time(state):
+    first = update_record(state, "History", appended("a"))
+    second = update_record(state, "History", appended("b"))
+    assert state.get("History")["items"] == {"S": "a,b"}
+    assert first["version"] != second["version"] == state.get("History")["version"]
+
+
+def test_update_record_writes_nothing_when_the_change_says_so(state):
+    update_record(state, "History", appended("a"))
+    before = state.get("History")
+    assert update_record(state, "History", lambda record: None) == before
+    assert state.get("History") == before
+
+
+def test_a_concurrent_writer_between_read_and_write_is_not_overwritten(state):
+    update_record(state, "History", appended("a"))
+    interloped = []
+
+    def change(record):
+        if not interloped:  # another writer lands between this attempt's read and its write
+            interloped.append(update_record(state, "History", appended("other")))
+        return appended("mine")(record)
+
+    update_record(state, "History", change)
+    assert state.get("History")["items"] == {"S": "a,other,mine"}
+
+
+def test_a_record_written_without_a_version_is_updated_only_while_it_still_lacks_one(state):
+    state.put("History", {"items": {"S": "legacy"}})
+    update_record(state, "History", appended("a"))
+    assert state.get("History")["items"] == {"S": "legacy,a"} and "version" in state.get("History")
+
+
+def test_a_record_that_changes_under_every_attempt_raises_a_retryable_conflict(state):
+    versions = itertools.count()
+
+    def change(record):
+        state.put("History", {"items": {"S": "someone else"}, "version": {"S": f"theirs-{next(versions)}"}})
+        return {"items": {"S": "mine"}}
+
+    with pytest.raises(CoordinatorStateConflictError, match="'History'.*3 attempts") as raised:
+        update_record(state, "History", change, attempts=3)
+    assert raised.value.retryable and state.get("History")["items"] == {"S": "someone else"}
+
+
+def test_a_write_whose_answer_was_lost_is_recognised_and_not_applied_twice(moto_endpoint, unique_name):
+    client = boto3.client("dynamodb", endpoint_url=moto_endpoint, region_name="us-east-1")
+    config = fast_config(unique_name)
+    TableAdministrator(client, config, retry_policy=FAST_RETRIES).ensure_tables()
+    lossy = AnswerLostClient(client, lambda method, number: method == "put_item" and number == 2)
+    state = DynamoDBCoordinatorStateStore(lossy, config.coordinator_state_table, retry_policy=FAST_RETRIES)
+    update_record(state, "History", appended("a"))
+    update_record(state, "History", appended("b"))  # lands, answer lost, the retry fails its condition
+    assert lossy.calls["put_item"] == 3
+    assert state.get("History")["items"] == {"S": "a,b"}

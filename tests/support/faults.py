@@ -41,3 +41,27 @@ class FaultInjectingClient:
             return target(*args, **kwargs)
 
         return call
+
+
+class AnswerLostClient:
+    """Delegates to `client`; the calls `lose(method_name, call_number)` picks are made for real, and
+    then their answer is lost: the caller sees a dropped connection although the write landed."""
+
+    def __init__(self, client: Any, lose: Callable[[str, int], bool]) -> None:
+        self._client = client
+        self._lose = lose
+        self.calls: dict[str, int] = {}
+
+    def __getattr__(self, name: str) -> Any:
+        target = getattr(self._client, name)
+        if not callable(target):
+            return target
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            self.calls[name] = self.calls.get(name, 0) + 1
+            answer = target(*args, **kwargs)
+            if self._lose(name, self.calls[name]):
+                raise botocore.exceptions.ConnectionClosedError(endpoint_url="http://127.0.0.1/answer-lost")
+            return answer
+
+        return call
