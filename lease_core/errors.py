@@ -250,12 +250,35 @@ class LeadershipUnavailableError(LeaseCoreError):
 
     retryable = True
 
-    def __init__(self, holder: str) -> None:
-        super().__init__(holder)
+    def __init__(self, holder: str, detail: str = "") -> None:
+        super().__init__(holder, detail)
         self.holder = holder
+        self.detail = detail
 
     def __str__(self) -> str:
-        return f"the leader lock is held by {self.holder!r}; only one round of an application runs at a time"
+        text = f"the leader lock is held by {self.holder!r}; only one round of an application runs at a time"
+        return f"{text}; {self.detail}" if self.detail else text
+
+
+class LeadershipLostError(LeaseCoreError):
+    """The leader lock was lost while a control-plane step was writing; the step stopped before its next write.
+
+    Retryable: a retry resumes the lock if it is still held under the same owner name, and fails
+    naming the new holder if another round took it over.
+    """
+
+    retryable = True
+
+    def __init__(self, owner_name: str, step: str) -> None:
+        super().__init__(owner_name, step)
+        self.owner_name = owner_name
+        self.step = step
+
+    def __str__(self) -> str:
+        return (
+            f"the leader lock of {self.owner_name!r} was lost during {self.step}; it stopped writing "
+            "(another round may have taken over)"
+        )
 
 
 class SinkError(LeaseCoreError):

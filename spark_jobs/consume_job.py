@@ -5,7 +5,7 @@
 
 The driver checks everything it can before Spark starts (configuration, tables, streams, sink,
 transform), keeps the leader lock alive while the slots run when the round's leader handed it over
-(`--leader-owner`), collects the slot reports, writes the round report
+(`--leader-owner`) and cancels the slots the moment it is lost, collects the slot reports, writes the round report
 (`--report-uri`) and prints its summary. Exit status: 0 when every slot finished and no lease
 failed; 1 when something failed (the report says what); 2 for a usage or configuration error.
 
@@ -20,7 +20,7 @@ import logging
 import os
 import sys
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -32,7 +32,7 @@ from lease_core import aws
 from lease_core.assignment_round import ROUND_KEY
 from lease_core.config import ConsumerConfig, load_config, parse_iso_timestamp
 from lease_core.coordinator_state import DynamoDBCoordinatorStateStore
-from lease_core.errors import ConfigurationError, LeadershipUnavailableError, LeaseCoreError, TableNotFoundError
+from lease_core.errors import ConfigurationError, LeaseCoreError, TableNotFoundError
 from lease_core.leader_lock import LeaderLock, LockHeartbeat
 from lease_core.shard_source import KinesisShardSource
 from lease_core.tables import TableAdministrator
@@ -93,7 +93,9 @@ def _positive_float(text: str) -> float:
 
 
 @dataclass(frozen=True)
-class Leadership:
+class HandedOverLock:
+    """The leader lock the round's leader handed over to the driver (`--leader-owner`, `--leader-record-version`)."""
+
     owner: str
     record_version: str | None = None
 
@@ -168,10 +170,10 @@ def _load(arguments: argparse.Namespace) -> ConsumerConfig:
     return config
 
 
-def _leadership(arguments: argparse.Namespace) -> Leadership | None:
+def _leadership(arguments: argparse.Namespace) -> HandedOverLock | None:
     if not arguments.leader_owner:
         return None
-    return Leadership(arguments.leader_owner, arguments.leader_record_version)
+    return HandedOverLock(arguments.leader_owner, arguments.leader_record_version)
 
 
 def prepare_round(arguments: argparse.Namespace, config: ConsumerConfig) -> ConsumeSpec:
@@ -220,13 +222,13 @@ def current_round(config: ConsumerConfig) -> int:
     return int(record["round"]["N"]) if record and "round" in record else 0
 
 
-def run_round(spark: Any, spec: ConsumeSpec, leadership: Leadership | None = None) -> RoundReport:
+def run_round(spark: Any, spec: ConsumeSpec, leadership: HandedOverLock | None = None) -> RoundReport:
     """The slots on `spark`, the leader lock kept alive meanwhile; the folded report."""
     started_at = datetime.now(timezone.utc).isoformat(timespec="seconds")
     started = time.monotonic()
     failures: list[str] = []
     reports = []
-    with _leader_heartbeat(spec, leadership) as watch:
+    with _leader_heartbeat(spec, leadership, on_lost=lambda: _cancel_slots(spark)) as watch:
         try:
             reports = slot_reports(spark, spec)
         except Exception as error:  # Spark wraps executor failures in Py4J errors; keep the message
@@ -262,8 +264,18 @@ class _LeaderWatch:
         return None if self.lock is None else self.lock.record_version_number
 
 
+def _cancel_slots(spark: Any) -> None:
+    """Stop every running slot task: another round may own the leases now (their writes are fenced
+    by the lease counters anyway; this stops the reading too). A cancelled slot leaves at most a
+    prepared batch, which the lease's next owner finishes (DESIGN.md §5)."""
+    log.warning("the leader lock was lost while the slots ran: cancelling them")
+    spark.sparkContext.cancelAllJobs()
+
+
 @contextmanager
-def _leader_heartbeat(spec: ConsumeSpec, leadership: Leadership | None) -> Iterator[_LeaderWatch]:
+def _leader_heartbeat(
+    spec: ConsumeSpec, leadership: HandedOverLock | None, on_lost: Callable[[], None] | None = None
+) -> Iterator[_LeaderWatch]:
     if leadership is None:
         yield _LeaderWatch()
         return
@@ -278,14 +290,9 @@ def _leader_heartbeat(spec: ConsumeSpec, leadership: Leadership | None) -> Itera
     )
     resumed = lock.resume(leadership.record_version) if leadership.record_version else lock.resume_as_owner()
     if not resumed:
-        raise LeadershipUnavailableError(_holder_name(lock))
-    with LockHeartbeat(lock) as heartbeat:
+        raise lock.unavailable()
+    with LockHeartbeat(lock, on_lost=on_lost) as heartbeat:
         yield _LeaderWatch(lock, heartbeat)
-
-
-def _holder_name(lock: LeaderLock) -> str:
-    holder = lock.holder()
-    return holder.owner_name if holder is not None else "(nobody: the lock was released)"
 
 
 def _first_line(error: BaseException) -> str:

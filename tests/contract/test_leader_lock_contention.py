@@ -17,6 +17,11 @@ ROUNDS = 10
 LEASE = 1000
 
 
+def STILL_WALL_CLOCK() -> int:
+    """The shared wall clock stands still: takeovers here come from each contender's own observation."""
+    return 1_700_000_000_000
+
+
 class FakeClock:
     def __init__(self) -> None:
         self.now = 0
@@ -36,7 +41,7 @@ def contenders(state: DynamoDBCoordinatorStateStore, race: int) -> list[tuple[Le
     clocks = [FakeClock() for _ in range(CONTENDERS)]
     return [
         (LeaderLock(state, f"race{race}-worker-{n}", lease_duration_millis=LEASE, heartbeat_period_millis=LEASE // 4,
-                    monotonic_millis=clock), clock)
+                    monotonic_millis=clock, wall_clock_millis=STILL_WALL_CLOCK), clock)
         for n, clock in enumerate(clocks)
     ]
 
@@ -65,7 +70,7 @@ def test_exactly_one_of_eight_contenders_acquires_an_empty_table(state, race_num
 @pytest.mark.parametrize("race_number", range(ROUNDS), ids=lambda n: f"race-{n}")
 def test_exactly_one_of_eight_observers_takes_over_a_dead_holders_lock(state, race_number):
     dead = LeaderLock(state, f"race{race_number}-dead-leader", lease_duration_millis=LEASE,
-                      heartbeat_period_millis=LEASE // 4)
+                      heartbeat_period_millis=LEASE // 4, wall_clock_millis=STILL_WALL_CLOCK)
     assert dead.try_acquire()
     dead_version = dead.record_version_number
     observers = contenders(state, race_number)
@@ -79,3 +84,24 @@ def test_exactly_one_of_eight_observers_takes_over_a_dead_holders_lock(state, ra
     assert stored["recordVersionNumber"] == {"S": winner.record_version_number} != {"S": dead_version}
     assert [lock for lock in locks if lock.is_held] == [winner]
     assert not dead.heartbeat()
+
+
+@pytest.mark.parametrize("race_number", range(ROUNDS), ids=lambda n: f"race-{n}")
+def test_exactly_one_of_eight_fresh_processes_takes_over_on_the_shared_sighting_alone(state, race_number):
+    """Each contender is a new process that reads once: only the shared sighting says the lock is expired."""
+    wall = FakeClock()
+    dead = LeaderLock(state, f"race{race_number}-dead-round", lease_duration_millis=LEASE,
+                      heartbeat_period_millis=LEASE // 4, wall_clock_millis=wall)
+    assert dead.try_acquire()
+    sighting = LeaderLock(state, f"race{race_number}-observer", lease_duration_millis=LEASE,
+                          heartbeat_period_millis=LEASE // 4, wall_clock_millis=wall)
+    assert not sighting.try_acquire()
+    wall.now = LEASE + 1
+    locks = [
+        LeaderLock(state, f"race{race_number}-round-{n}", lease_duration_millis=LEASE,
+                   heartbeat_period_millis=LEASE // 4, monotonic_millis=FakeClock(), wall_clock_millis=wall)
+        for n in range(CONTENDERS)
+    ]
+    (winner,) = race(locks)
+    assert state.get(LEADER_KEY)["ownerName"] == {"S": winner.owner_name}
+    assert [lock for lock in locks if lock.is_held] == [winner]

@@ -13,9 +13,10 @@ import pytest
 
 from lease_core.assignment_round import slot_ids
 from lease_core.sequence import SHARD_END
-from spark_jobs.consume_job import run_round
+from lease_core.leader_lock import LEADER_KEY, LeaderLock
+from spark_jobs.consume_job import HandedOverLock, run_round
 from spark_jobs.lease_consumer import LeaseBudget
-from spark_jobs.round_report import Outcome
+from spark_jobs.round_report import Outcome, RoundReport
 from spark_jobs.slot_task import SlotTask
 from tests.support.fault_proxy import FaultProxy, FaultRule
 from tests.support.kinesis import create_stream, merge_shards, split_shard
@@ -194,6 +195,40 @@ def test_a_zombie_that_lost_its_lease_never_commits_and_lands_nothing_twice(spar
     zombie = {lease.shard_id: lease for slot in holder["report"].slots for lease in slot.leases}  # type: ignore[attr-defined]
     assert zombie[victim].outcome == Outcome.LOST
     assert pipeline.leases()[victim].lease_owner == slot_ids(pipeline.application_name, 2)[1]
+    assert_exactly_once(pipeline)
+
+
+def test_a_round_whose_leader_lock_is_taken_over_cancels_its_slots_and_commits_nothing_more(
+    spark, unique_name, kinesis_endpoint, moto_endpoint, tmp_path, spark_control_dir
+):
+    create_stream(kinesis_client_for(kinesis_endpoint), unique_name, 2)
+    pipeline = ConsumerPipeline(
+        unique_name, (unique_name,), kinesis_endpoint, moto_endpoint, str(tmp_path / "lake"),
+        settings={"initial_position_in_stream": "TRIM_HORIZON", "leader_lease_duration_millis": 3000,
+                  "leader_heartbeat_period_millis": 200},
+    )
+    pipeline.produce(200)
+    pipeline.sync()
+    assignment = pipeline.assign(1)
+    round_lock = LeaderLock(pipeline.state, "dag/run-A", 3000, 200)
+    assert round_lock.try_acquire()
+    victim = sorted({record.shard_id for record in pipeline.produced})[0]
+    control(spark_control_dir, "block", pipeline, victim).touch()
+    spec = pipeline.spec(1, assignment.round_number, transform=STEER)
+    holder: dict[str, RoundReport] = {}
+    job = threading.Thread(target=lambda: holder.update(report=run_round(spark, spec, HandedOverLock("dag/run-A"))))
+    job.start()
+    wait_for(control(spark_control_dir, "blocked", pipeline, victim))
+    before = pipeline.leases()[victim]
+    pipeline.state.delete(LEADER_KEY)  # the round is taken over (here: its lock deleted and acquired)
+    assert LeaderLock(pipeline.state, "dag/run-B", 3000, 200).try_acquire()
+    job.join(timeout=30)  # the blocked transform would hold its slot for 60 s
+    assert not job.is_alive(), "the slots kept running after the leader lock was lost"
+    report = holder["report"]
+    assert report.leadership_lost and not report.succeeded
+    assert pipeline.leases()[victim].checkpoint == before.checkpoint
+    control(spark_control_dir, "release", pipeline, victim).touch()
+    assert pipeline.round(spark, workers=1).succeeded
     assert_exactly_once(pipeline)
 
 

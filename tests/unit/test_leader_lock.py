@@ -27,18 +27,27 @@ class FakeClock:
         self.now += millis
 
 
+# The wall clock every process shares; tests that move it say so (FakeClock otherwise stands still).
+WALL = FakeClock(1_700_000_000_000)
+
+
 class Contender:
-    """A lock with its own clock, as each process has; its versions read `<prefix>-v<n>`."""
+    """A lock with its own monotonic clock, as each process has; its versions read `<prefix>-v<n>`."""
 
     def __init__(
-        self, state: InMemoryCoordinatorStateStore, name: str, lease: int = LEASE, prefix: str | None = None
+        self,
+        state: InMemoryCoordinatorStateStore,
+        name: str,
+        lease: int = LEASE,
+        prefix: str | None = None,
+        wall: FakeClock = WALL,
     ) -> None:
         prefix = prefix or name
         self.clock = FakeClock()
         versions = itertools.count()
         self.lock = LeaderLock(
             state, name, lease_duration_millis=lease, heartbeat_period_millis=lease // 4,
-            monotonic_millis=self.clock, new_version=lambda: f"{prefix}-v{next(versions)}",
+            monotonic_millis=self.clock, new_version=lambda: f"{prefix}-v{next(versions)}", wall_clock_millis=wall,
         )
 
 
@@ -157,6 +166,149 @@ def test_only_one_of_two_observers_of_the_same_expired_version_wins(state):
     assert stored_owner(state) == "b"
 
 
+# --- takeover across processes: every Airflow try and leasectl command is a new process ------------
+
+MINUTE = 60_000
+ROUND_LEASE = 120_000  # the default leader lease duration
+
+
+def new_process(state, name: str, wall: FakeClock, started_at: int = 0) -> LeaderLock:
+    """A lock as a fresh process builds it: a monotonic clock with an arbitrary origin, the shared wall clock."""
+    return LeaderLock(
+        state, name, lease_duration_millis=ROUND_LEASE, heartbeat_period_millis=ROUND_LEASE // 4,
+        monotonic_millis=FakeClock(started_at), wall_clock_millis=wall,
+    )
+
+
+def test_a_dead_rounds_lock_is_taken_over_by_the_first_try_made_a_lease_after_the_first_sighting(state):
+    wall = FakeClock(1_700_000_000_000)
+    assert new_process(state, "dag/run-A", wall).try_acquire()  # run A acquires, then dies holding it
+    outcomes = {}
+    for minute in (34, 41, 91, 1_471):
+        wall.now = 1_700_000_000_000 + minute * MINUTE
+        outcomes[minute] = new_process(state, "dag/run-B", wall, started_at=minute).try_acquire()
+        if outcomes[minute]:
+            break
+    assert outcomes == {34: False, 41: True}
+    assert stored_owner(state) == "dag/run-B"
+
+
+@pytest.mark.parametrize(
+    ("seen_after", "takes_over"),
+    [pytest.param(ROUND_LEASE, False, id="exactly-the-lease"), pytest.param(ROUND_LEASE + 1, True, id="just-after")],
+)
+def test_the_shared_sighting_counts_from_its_first_observer_for_every_later_process(state, seen_after, takes_over):
+    wall = FakeClock(0)
+    assert new_process(state, "dag/run-A", wall).try_acquire()
+    assert not new_process(state, "leasectl-host-1", wall).try_acquire()  # the first sighting, at 0
+    wall.now = 10_000
+    assert not new_process(state, "dag/run-B", wall).try_acquire()  # a later sighting does not restart it
+    wall.now = seen_after
+    assert new_process(state, "dag/run-B", wall).try_acquire() is takes_over
+
+
+def test_a_heartbeat_between_sightings_restarts_the_shared_observation(state):
+    wall = FakeClock(0)
+    holder = new_process(state, "dag/run-A", wall)
+    assert holder.try_acquire()
+    assert not new_process(state, "dag/run-B", wall).try_acquire()
+    wall.now = ROUND_LEASE // 2
+    assert holder.heartbeat()  # alive: a new version
+    wall.now = ROUND_LEASE + 1
+    assert not new_process(state, "dag/run-B", wall).try_acquire()  # first sighting of the new version
+    assert stored_owner(state) == "dag/run-A"
+
+
+def test_a_live_holder_heartbeating_on_time_is_never_taken_over_by_processes_trying_every_minute(state):
+    wall = FakeClock(0)
+    holder_clock = FakeClock(0)
+    holder = LeaderLock(state, "dag/run-A", ROUND_LEASE, ROUND_LEASE // 4, monotonic_millis=holder_clock,
+                        wall_clock_millis=wall)
+    assert holder.try_acquire()
+    for minute in range(1, 60):
+        wall.now += MINUTE // 2
+        holder_clock.advance(MINUTE // 2)
+        assert holder.heartbeat()
+        wall.now += MINUTE // 2
+        holder_clock.advance(MINUTE // 2)
+        assert not new_process(state, f"dag/run-{minute}", wall).try_acquire()
+    assert holder.is_held and stored_owner(state) == "dag/run-A"
+
+
+def test_clocks_skewed_by_less_than_the_margin_never_see_a_held_lock_as_expired(state):
+    """The observer's clock runs ahead of the first observer's by just under the margin: by the time
+    the lock looks expired to it, the holder has stopped counting itself the holder."""
+    skew = ROUND_LEASE // 10 - 1
+    holder_clock = FakeClock(0)
+    holder = LeaderLock(state, "dag/run-A", ROUND_LEASE, ROUND_LEASE // 4, monotonic_millis=holder_clock)
+    assert holder.try_acquire()
+    assert not new_process(state, "observer", FakeClock(0)).try_acquire()  # first sighting, on a slow clock
+    for elapsed in range(0, ROUND_LEASE + 2, 1_000):
+        holder_clock.now = elapsed
+        taken = new_process(state, "dag/run-B", FakeClock(elapsed + skew)).try_acquire()
+        assert not (taken and holder.is_held), f"two holders at {elapsed} ms"
+        if taken:
+            break
+    assert stored_owner(state) == "dag/run-B"
+
+
+def test_a_try_whose_acquire_landed_before_it_died_is_recognised_by_the_next_try_of_the_same_round(state):
+    wall = FakeClock(0)
+    assert new_process(state, "dag/run-A", wall).try_acquire()  # try 1 wrote the lock and then died
+    retry = new_process(state, "dag/run-A", wall, started_at=30_000)
+    assert retry.try_acquire()
+    assert retry.is_held and stored_owner(state) == "dag/run-A"
+    assert state.get(LEADER_KEY)["recordVersionNumber"] == {"S": retry.record_version_number}
+
+
+class AnswerLostState(InMemoryCoordinatorStateStore):
+    """Every conditional put and delete lands, then reports False: the retry of a write whose answer
+    was lost fails its condition against the write itself."""
+
+    def put(self, key, attributes, expected=None):
+        super().put(key, attributes, expected)
+        return False
+
+    def delete(self, key, expected=None):
+        super().delete(key, expected)
+        return False
+
+
+def test_an_acquire_whose_answer_was_lost_is_recognised_as_held_by_its_version():
+    state = AnswerLostState()
+    (a,) = contenders(state, "a")
+    assert a.lock.try_acquire() and a.lock.is_held
+    assert a.lock.heartbeat()
+    assert state.get(LEADER_KEY)["recordVersionNumber"] == {"S": a.lock.record_version_number}
+
+
+def test_a_release_whose_answer_was_lost_reports_the_lock_released():
+    state = AnswerLostState()
+    (a,) = contenders(state, "a")
+    a.lock.try_acquire()
+    assert a.lock.release()
+    assert state.get(LEADER_KEY) is None
+
+
+def test_the_unavailable_error_names_the_holder_and_when_a_dead_holder_can_be_taken_over(state):
+    wall = FakeClock(1_700_000_000_000)  # 2023-11-14 22:13:20 UTC
+    assert new_process(state, "dag/run-A", wall).try_acquire()
+    contender = new_process(state, "dag/run-B", wall)
+    assert not contender.try_acquire()
+    message = str(contender.unavailable())
+    assert "'dag/run-A'" in message
+    assert "not changed since 2023-11-14 22:13:20 UTC" in message and "after 2023-11-14 22:15:20 UTC" in message
+
+
+def test_an_unreadable_shared_observation_is_replaced_at_the_next_sighting(state):
+    wall = FakeClock(0)
+    assert new_process(state, "dag/run-A", wall).try_acquire()
+    state.put("LeaderObservation", {"observedVersion": {"S": "x"}, "firstSeenAt": {"S": "not a number"}})
+    assert not new_process(state, "dag/run-B", wall).try_acquire()
+    wall.now = ROUND_LEASE + 1
+    assert new_process(state, "dag/run-B", wall).try_acquire()
+
+
 # --- heartbeat and loss --------------------------------------------------------------------------
 
 
@@ -171,10 +323,10 @@ def test_a_displaced_leaders_heartbeat_fails_and_it_no_longer_holds_the_lock(sta
     assert stored_owner(state) == "b" and b.lock.is_held
 
 
-def test_the_holder_stops_holding_by_its_own_clock_once_its_last_write_is_a_lease_old(state):
+def test_the_holder_stops_holding_by_its_own_clock_a_tenth_of_the_lease_before_it_expires(state):
     (a,) = contenders(state, "a")
     a.lock.try_acquire()
-    a.clock.advance(LEASE - 1)
+    a.clock.advance(LEASE * 9 // 10 - 1)
     assert a.lock.is_held
     a.clock.advance(1)
     assert not a.lock.is_held

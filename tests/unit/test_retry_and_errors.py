@@ -17,6 +17,7 @@ from lease_core.errors import (
     AccessError,
     CheckpointOrderError,
     ConfigurationError,
+    CoordinatorStateConflictError,
     CorruptLeaseError,
     DependencyError,
     InconsistentShardsError,
@@ -24,6 +25,7 @@ from lease_core.errors import (
     IndexNotFoundError,
     InvalidSequenceNumberError,
     InvalidShardLineageError,
+    LeadershipLostError,
     LeadershipUnavailableError,
     LeaseCoreError,
     LeaseLostError,
@@ -253,6 +255,9 @@ INSTANCES = [
     pytest.param(InconsistentShardsError("orders", ("shardId-9",)), id="InconsistentShardsError"),
     pytest.param(InvalidShardLineageError("shardId-1", "merged child names 1 parent"), id="InvalidShardLineageError"),
     pytest.param(LeadershipUnavailableError("leader-host-1"), id="LeadershipUnavailableError"),
+    pytest.param(LeadershipUnavailableError("dag/run-1", "takes it over after 12:00"), id="LeadershipUnavailableError-detail"),
+    pytest.param(LeadershipLostError("dag/run-1", "sync_shards"), id="LeadershipLostError"),
+    pytest.param(CoordinatorStateConflictError("app-CoordinatorState", "RoundHistory", 5), id="CoordinatorStateConflictError"),
     pytest.param(LeaseLostError("shardId-1", "the renew condition failed"), id="LeaseLostError"),
     pytest.param(RecordsLostError(("lease shardId-1: records aged out",)), id="RecordsLostError"),
     pytest.param(SinkError("s3://lake/orders", "bucket 'lake' does not exist"), id="SinkError"),
@@ -284,6 +289,8 @@ RETRYABLE_CLASSES = {
     StreamNotActiveError,
     IncompleteShardListError,
     LeadershipUnavailableError,
+    LeadershipLostError,
+    CoordinatorStateConflictError,
 }
 
 
