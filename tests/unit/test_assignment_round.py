@@ -103,3 +103,123 @@ def test_a_running_owner_hands_its_lease_over_gracefully_and_an_idle_one_is_assi
     idle = InMemoryLeaseStore()
     leases(idle, 4, owner=SLOTS[0], kbps=10.0)
     assert {m.write for m in coordinator(idle, lease_assignment_strategy="count").run(SLOTS).moves} == {"assign"}
+
+
+# --- handoffs finish, and the counter snapshot finds workers that stopped renewing --------------
+
+
+class Clock:
+    def __init__(self, now: int = 1_000) -> None:
+        self.now = now
+
+    def __call__(self) -> int:
+        return self.now
+
+
+def timed_coordinator(store, state, clock, **settings) -> AssignmentCoordinator:
+    config = ConsumerConfig(application_name="app", lease_assignment_strategy="count", **settings)
+    return AssignmentCoordinator(store, InMemoryWorkerMetricsStore(), state, config, clock)
+
+
+def hand_over(store, key: str, from_slot: str, to_slot: str) -> None:
+    lease = store.get_lease(key)
+    assert store.initiate_graceful_handoff(lease, to_slot).applied
+    assert store.get_lease(key).checkpoint_owner == from_slot
+
+
+@pytest.mark.parametrize("strategy", ["variance", "count", "makespan"])
+def test_a_handoff_left_by_an_earlier_round_is_finished_by_the_next_one_and_the_lease_is_owned_plainly(strategy):
+    store, state = InMemoryLeaseStore(), InMemoryCoordinatorStateStore()
+    leases(store, 4, owner=SLOTS[0], kbps=10.0)
+    run = coordinator(store, state=state, lease_assignment_strategy=strategy)
+    run.run(SLOTS, running_workers=frozenset({SLOTS[0]}))  # leaves handoffs from worker-0 to worker-1
+    assert any(lease.is_in_handoff for lease in store.list_leases())
+    report = run.run(SLOTS)  # between rounds nobody runs: every handoff is finished
+    assert not any(lease.is_in_handoff for lease in store.list_leases())
+    assert set(owners(store).values()) <= set(SLOTS)
+    assert all(move.applied and move.write == "assign" for move in report.moves)
+
+
+def test_a_handoff_from_a_slot_that_is_running_and_renewing_is_left_alone_until_the_timeout():
+    store, state, clock = InMemoryLeaseStore(), InMemoryCoordinatorStateStore(), Clock()
+    leases(store, 1, owner=SLOTS[0], kbps=10.0)
+    hand_over(store, "shardId-0", SLOTS[0], SLOTS[1])
+    run = timed_coordinator(store, state, clock, failover_time_millis=10_000, graceful_lease_handoff_timeout_millis=30_000)
+    running = frozenset({SLOTS[0]})
+    for _ in range(4):  # the old owner keeps renewing while it finishes its batch
+        assert not any(move.lease_key == "shardId-0" for move in run.run(SLOTS, running_workers=running).moves)
+        store.renew_lease(store.get_lease("shardId-0"))
+        clock.now += 5_000
+    assert store.get_lease("shardId-0").is_in_handoff
+    clock.now += 30_000  # handed over for longer than the handoff timeout plus the failover time
+    report = run.run(SLOTS, running_workers=running)
+    assert [(move.lease_key, move.reason) for move in report.moves] == [("shardId-0", "handoff finished")]
+    assert not store.get_lease("shardId-0").is_in_handoff
+
+
+@pytest.mark.parametrize(
+    ("silent_for", "finished"),
+    [pytest.param(10_000, False, id="exactly-the-failover-time"), pytest.param(10_001, True, id="just-after")],
+)
+def test_a_handoff_whose_running_old_owner_stopped_renewing_is_finished_after_the_failover_time(silent_for, finished):
+    store, state, clock = InMemoryLeaseStore(), InMemoryCoordinatorStateStore(), Clock()
+    leases(store, 1, owner=SLOTS[0], kbps=10.0)
+    hand_over(store, "shardId-0", SLOTS[0], SLOTS[1])
+    run = timed_coordinator(store, state, clock, failover_time_millis=10_000)
+    running = frozenset({SLOTS[0]})
+    run.run(SLOTS, running_workers=running)  # the snapshot holds the lease's counter
+    clock.now += silent_for
+    report = run.run(SLOTS, running_workers=running)
+    assert [(move.reason, move.write) for move in report.moves] == ([("handoff finished", "assign")] if finished else [])
+    assert store.get_lease("shardId-0").is_in_handoff is not finished
+
+
+def test_a_lease_of_a_running_slot_whose_counter_stopped_moving_is_expired_and_reassigned():
+    store, state, clock = InMemoryLeaseStore(), InMemoryCoordinatorStateStore(), Clock()
+    leases(store, 2, owner=SLOTS[0], kbps=10.0)
+    store.create_lease_if_not_exists(Lease("shardId-9", lease_owner=SLOTS[1], throughput_kbps=10.0))
+    run = timed_coordinator(store, state, clock, failover_time_millis=10_000)
+    running = frozenset(SLOTS)
+    run.run(SLOTS, running_workers=running)
+    clock.now += 10_001
+    store.renew_lease(store.get_lease("shardId-9"))  # worker-1 is alive; worker-0 died holding two leases
+    report = run.run(SLOTS, running_workers=running)
+    moved = {move.lease_key: move for move in report.moves}
+    assert set(moved) <= {"shardId-0", "shardId-1"} and moved
+    assert all(move.reason == "unassigned" and move.write == "assign" and move.applied for move in moved.values())
+
+
+def test_a_retried_assignment_of_the_same_round_keeps_its_round_number():
+    store, state = InMemoryLeaseStore(), InMemoryCoordinatorStateStore()
+    leases(store, 2)
+    run = coordinator(store, state=state)
+    assert run.run(SLOTS, round_owner="dag/run-1").round_number == 1
+    assert run.run(SLOTS, round_owner="dag/run-1").round_number == 1  # the retry
+    assert run.run(SLOTS, round_owner="dag/run-2").round_number == 2
+    assert run.run(SLOTS).round_number == 3  # an owner-less run (leasectl) is always a new round
+    assert state.get(ROUND_KEY)["round"] == {"N": "3"}
+
+
+def test_a_round_record_written_before_snapshots_were_versioned_is_read_and_replaced():
+    store, state = InMemoryLeaseStore(), InMemoryCoordinatorStateStore()
+    leases(store, 1)
+    state.put(ROUND_KEY, {"round": {"N": "7"}, "assignedAt": {"N": "5"}, "leaseCounters": {"M": {}}})
+    assert coordinator(store, state=state).run(SLOTS).round_number == 8
+    assert state.get(ROUND_KEY)["round"] == {"N": "8"} and "version" in state.get(ROUND_KEY)
+
+
+def test_an_older_rounds_snapshot_never_replaces_a_newer_one():
+    store, state = InMemoryLeaseStore(), InMemoryCoordinatorStateStore()
+    leases(store, 1)
+
+    run = coordinator(store, state=state)
+    original = run.store.list_leases
+
+    def list_then_newer_round():  # another leader finishes round 5 while this one decides round 1
+        result = original()
+        state.put(ROUND_KEY, {"round": {"N": "5"}, "assignedAt": {"N": "9"}, "version": {"S": "other"}})
+        return result
+
+    run.store.list_leases = list_then_newer_round
+    assert run.run(SLOTS).round_number == 1
+    assert state.get(ROUND_KEY)["round"] == {"N": "5"}
