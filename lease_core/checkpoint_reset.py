@@ -27,8 +27,9 @@ write like any other: conditional, fencing, and reported. The rules:
 - Refused. A lease at SHARD_END: the shard is finished and its children depend on that (they read
   only once their parents have ended); replaying a finished shard is what a backfill is for.
 - Exclusion. The application's leader lock is held for the whole reset (a round holds it for its
-  whole run), so no round runs meanwhile; held by anyone else, the reset fails naming the holder.
-  The lock is released at the end, whatever happened.
+  whole run), so no round runs meanwhile; held by anyone else, the reset fails naming the holder
+  (and when a dead holder's lock can be taken over). The write is made only while the lock is ours
+  (`lease_core.leadership`). The lock is released at the end, whatever happened.
 - The write. `lease_writes.reset_checkpoint`: the lease as read, with the target as checkpoint, no
   pending checkpoint and owner switches zeroed, as KCL's checkpointer writes a checkpoint; conditional
   on the counter read; sets `checkpoint`/`checkpointSubSequenceNumber`; removes `pendingCheckpoint`,
@@ -54,10 +55,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from lease_core import lease_writes
-from lease_core.errors import CorruptLeaseError, LeadershipUnavailableError, LeaseCoreError
+from lease_core.errors import CorruptLeaseError, LeaseCoreError
 from lease_core.leader_lock import LeaderLock
 from lease_core.lease import Lease
-from lease_core.lease_store import ConditionalLeaseStore, LeaseScan, WriteResult
+from lease_core.leadership import hold
+from lease_core.lease_store import LeaseScan, LeaseStore, WriteResult
 from lease_core.lease_writes import LeaseUpdate
 from lease_core.pending_batch import PendingBatch
 from lease_core.sequence import AT_TIMESTAMP, LATEST, TRIM_HORIZON, ExtendedSequenceNumber, Sentinel
@@ -408,7 +410,7 @@ def _lease_state(lease: Lease) -> dict[str, Any]:
 class CheckpointReset:
     """Applies a reset under the application's leader lock: find, read, decide, write, retry."""
 
-    def __init__(self, store: ConditionalLeaseStore, lock: LeaderLock, attempts: int = ATTEMPTS) -> None:
+    def __init__(self, store: LeaseStore, lock: LeaderLock, attempts: int = ATTEMPTS) -> None:
         if attempts < 1:
             raise ValueError(f"attempts must be at least 1, got {attempts}")
         self.store = store
@@ -416,25 +418,18 @@ class CheckpointReset:
         self.attempts = attempts
 
     def run(self, selector: LeaseSelector, target: ExtendedSequenceNumber) -> ResetReport:
-        if not self.lock.try_acquire():
-            holder = self.lock.holder()
-            raise LeadershipUnavailableError(holder.owner_name if holder else "unknown")
-        try:
-            return self._reset(selector, target)
-        finally:
-            self._release()
+        with hold(self.lock, "leasectl reset", acquire=True, release=True) as leadership:
+            return self._reset(leadership.lease_store(self.store), selector, target)
 
-    def _reset(self, selector: LeaseSelector, target: ExtendedSequenceNumber) -> ResetReport:
-        table = self.store.table_name
-        key = select_lease(self.store.scan_leases(), selector, table).lease_key
+    def _reset(self, store: LeaseStore, selector: LeaseSelector, target: ExtendedSequenceNumber) -> ResetReport:
+        table = store.table_name
+        key = select_lease(store.scan_leases(), selector, table).lease_key
         for attempt in range(1, self.attempts + 1):
-            lease = self.store.get_lease(key, consistent=True)
+            lease = store.get_lease(key, consistent=True)
             if lease is None:
                 raise LeaseNotFoundError(table, str(selector), " (it was deleted during the reset)")
             plan = plan_reset(lease, target)
-            if not self.lock.is_held:
-                raise CheckpointResetError(key, "the leader lock expired before the write", retryable=True)
-            result = self.store.reset_checkpoint(plan.before, plan.target)
+            result = store.reset_checkpoint(plan.before, plan.target)
             if result.lease is None:
                 raise LeaseNotFoundError(table, str(selector), " (it was deleted during the reset)")
             if result.applied or _is_our_write(plan, result):
@@ -447,12 +442,6 @@ class CheckpointReset:
             "writing it); retry once it has stopped",
             retryable=True,
         )
-
-    def _release(self) -> None:
-        try:
-            self.lock.release()
-        except LeaseCoreError as error:  # the reset's outcome stands; the lock expires on its own
-            log.warning("could not release the leader lock of %s: %s", self.lock.owner_name, error)
 
 
 def _is_our_write(plan: ResetPlan, result: WriteResult) -> bool:

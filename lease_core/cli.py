@@ -2,7 +2,10 @@
 
     leasectl [--app APP] [--config FILE] [--set KEY=VALUE ...] COMMAND
 
-`reset` moves one lease's checkpoint under the leader lock; its rules are in
+The commands that write for the application as a whole (`sync`, `assign`, `reset`, `teardown`)
+hold the application's leader lock while they write, like a round, so they never run beside one;
+they fail naming the holder (and when a dead holder's lock can be taken over) when it is held, and
+stop before their next write if they lose it. `reset` moves one lease's checkpoint; its rules are in
 `lease_core.checkpoint_reset`.
 
 Exit status: 0 on success, 1 when AWS or the tables say no, 2 for usage and configuration errors.
@@ -34,8 +37,9 @@ from lease_core.checkpoint_reset import (
 from lease_core.config import ConsumerConfig, load_config
 from lease_core.coordinator_state import DynamoDBCoordinatorStateStore
 from lease_core.dynamodb_store import DynamoDBLeaseStore
-from lease_core.errors import ConfigurationError, LeadershipUnavailableError, LeaseCoreError
+from lease_core.errors import ConfigurationError, LeaseCoreError
 from lease_core.leader_lock import LeaderLock
+from lease_core.leadership import hold
 from lease_core.shard_source import KinesisShardSource
 from lease_core.shard_sync_step import ShardSyncReport, sync_streams
 from lease_core.status import render_status, status_report
@@ -169,15 +173,32 @@ def run_status(arguments: argparse.Namespace, config: ConsumerConfig) -> int:
     return EXIT_OK
 
 
-def run_sync(arguments: argparse.Namespace, config: ConsumerConfig) -> int:
-    policy = aws.retry_policy(config)
-    report = sync_streams(
-        arguments.streams,
-        config,
-        _lease_store(config),
-        KinesisShardSource(aws.client("kinesis", config), retry_policy=policy),
-        DynamoDBCoordinatorStateStore(aws.client("dynamodb", config), config.coordinator_state_table, policy),
+def _state_store(config: ConsumerConfig) -> DynamoDBCoordinatorStateStore:
+    return DynamoDBCoordinatorStateStore(
+        aws.client("dynamodb", config), config.coordinator_state_table, aws.retry_policy(config)
     )
+
+
+def _leader_lock(config: ConsumerConfig, command: str) -> LeaderLock:
+    """The application's leader lock under an owner name unique to this process."""
+    return LeaderLock(
+        _state_store(config),
+        f"leasectl-{command}/{socket.gethostname()}/{os.getpid()}",
+        config.leader_lease_duration_millis,
+        config.leader_heartbeat_period_millis,
+    )
+
+
+def run_sync(arguments: argparse.Namespace, config: ConsumerConfig) -> int:
+    source = KinesisShardSource(aws.client("kinesis", config), retry_policy=aws.retry_policy(config))
+    with hold(_leader_lock(config, "sync"), "leasectl sync", acquire=True, release=True) as leadership:
+        report = sync_streams(
+            arguments.streams,
+            config,
+            leadership.lease_store(_lease_store(config)),
+            source,
+            leadership.state_store(_state_store(config)),
+        )
     if arguments.json:
         print(json.dumps(report.to_dict(), indent=2))
     else:
@@ -208,27 +229,11 @@ def run_assign(arguments: argparse.Namespace, config: ConsumerConfig) -> int:
     if arguments.slot_count is not None and arguments.slot_count < 1:
         raise UsageError("--workers must be at least 1")
     worker_ids = arguments.workers or slot_ids(config.require_application_name(), arguments.slot_count)
-    policy = aws.retry_policy(config)
-    dynamodb = aws.client("dynamodb", config)
-    state = DynamoDBCoordinatorStateStore(dynamodb, config.coordinator_state_table, policy)
-    lock = LeaderLock(
-        state,
-        f"leasectl-{socket.gethostname()}-{os.getpid()}",
-        config.leader_lease_duration_millis,
-        config.leader_heartbeat_period_millis,
-    )
-    if not lock.try_acquire():
-        holder = lock.holder()
-        raise LeadershipUnavailableError(holder.owner_name if holder else "unknown")
-    try:
+    metrics = DynamoDBWorkerMetricsStore(aws.client("dynamodb", config), config.worker_metrics_table, aws.retry_policy(config))
+    with hold(_leader_lock(config, "assign"), "leasectl assign", acquire=True, release=True) as leadership:
         report = AssignmentCoordinator(
-            _lease_store(config),
-            DynamoDBWorkerMetricsStore(dynamodb, config.worker_metrics_table, policy),
-            state,
-            config,
+            leadership.lease_store(_lease_store(config)), metrics, leadership.state_store(_state_store(config)), config
         ).run(worker_ids)
-    finally:
-        lock.release()
     print(json.dumps(report.to_dict(), indent=2) if arguments.json else render_assignment_report(report))
     return EXIT_OK
 
@@ -270,16 +275,8 @@ def run_reset(arguments: argparse.Namespace, config: ConsumerConfig) -> int:
             "moving backwards lands records again, moving forward skips them (see `leasectl status` for the "
             "current checkpoint); add --yes to confirm"
         )
-    policy = aws.retry_policy(config)
-    state = DynamoDBCoordinatorStateStore(aws.client("dynamodb", config), config.coordinator_state_table, policy)
-    lock = LeaderLock(
-        state,
-        f"leasectl-reset/{socket.gethostname()}/{os.getpid()}",
-        config.leader_lease_duration_millis,
-        config.leader_heartbeat_period_millis,
-    )
     try:
-        report = CheckpointReset(_lease_store(config), lock).run(selector, target)
+        report = CheckpointReset(_lease_store(config), _leader_lock(config, "reset")).run(selector, target)
     except ResetUsageError as error:
         raise UsageError(str(error)) from None
     print(json.dumps(report.to_dict(), indent=2) if arguments.json else render_reset_report(report))
@@ -315,7 +312,15 @@ def run_teardown(arguments: argparse.Namespace, config: ConsumerConfig) -> int:
         raise UsageError(
             f"teardown deletes every lease and checkpoint of {config.application_name!r}; add --yes to confirm"
         )
-    deleted = _administrator(config).delete_tables()
+    administrator = _administrator(config)
+    deleted: list[str] = []
+    if administrator.describe(config.coordinator_state_table) is not None:
+        # Under the lock, so never beside a round; the lock's own table goes last, once the others
+        # are gone (the lock is never released: nobody can take it before that table is deleted).
+        with hold(_leader_lock(config, "teardown"), "leasectl teardown", acquire=True, release=False) as leadership:
+            deleted += administrator.delete_tables(roles=("lease", "worker_metrics"), before_delete=leadership.ensure_held)
+    # Without a coordinator-state table no round can hold the lock (or run: its first step recreates it).
+    deleted += administrator.delete_tables()
     for name in deleted:
         print(f"deleted  {name}")
     if not deleted:

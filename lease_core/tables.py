@@ -13,7 +13,7 @@ protection, point-in-time recovery and tags apply to all three tables alike.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from typing import Any
 
@@ -214,10 +214,16 @@ class TableAdministrator:
 
     # --- deleting ---------------------------------------------------------------------------
 
-    def delete_tables(self) -> list[str]:
-        """Delete the application's tables; returns the names that existed. Protected tables refuse."""
+    def delete_tables(
+        self, roles: Collection[str] | None = None, before_delete: Callable[[], None] = lambda: None
+    ) -> list[str]:
+        """Delete the application's tables (those of `roles` only, when given); returns the names that
+        existed. Protected tables refuse. `before_delete` runs before each DeleteTable call (a
+        caller holding the leader lock checks it is still held)."""
         existing = []
         for layout in application_tables(self.config):
+            if roles is not None and layout.role not in roles:
+                continue
             description = self.describe(layout.name)
             if description is None:
                 continue
@@ -225,6 +231,7 @@ class TableAdministrator:
                 raise TableProtectedError(layout.name)
             existing.append(layout.name)
         for name in existing:
+            before_delete()
             self._delete(name)
         for name in existing:
             self._wait_until_deleted(name)
