@@ -7,23 +7,25 @@ GetItem, and its size stays bounded (a summary is well under 1 KB without per-le
 far below DynamoDB's 400 KB item limit). The per-lease rows of the latest round only (records,
 lag, outcome: the UI's per-shard view) go to a second record, `LastRoundLeases`.
 
-Appends are conditional on the version read, so two finalize steps racing (which the leader lock
-already prevents) cannot drop each other's round.
+Both records are written with `update_record` (conditional on the version read), so two finalize
+steps racing (which the leader lock already prevents) cannot drop each other's round, and a write
+whose answer was lost is recognised rather than made twice. Airflow retries a failed finalize step
+in a new process, after its append may have landed: a summary whose `run_id` is already kept
+replaces that entry, so a round appears once however often its finalize step ran.
 """
 
 from __future__ import annotations
 
 import json
-import uuid
 from collections.abc import Mapping
 from typing import Any
 
-from lease_core.coordinator_state import CoordinatorStateStore
+from lease_core.codec import Item
+from lease_core.coordinator_state import CoordinatorStateStore, update_record
 
 HISTORY_KEY = "RoundHistory"
 LAST_ROUND_KEY = "LastRoundLeases"
 DEFAULT_KEEP = 50
-_APPEND_ATTEMPTS = 5
 
 
 class RoundHistory:
@@ -35,25 +37,29 @@ class RoundHistory:
 
     def rounds(self) -> list[dict[str, Any]]:
         """The kept summaries, oldest first."""
-        record = self.state.get(HISTORY_KEY)
-        return [] if record is None else json.loads(record["rounds"]["S"])
+        return _summaries(self.state.get(HISTORY_KEY))
 
     def append(self, summary: Mapping[str, Any]) -> list[dict[str, Any]]:
-        """Add one round's summary (JSON-serialisable); the kept summaries afterwards."""
-        for _ in range(_APPEND_ATTEMPTS):
-            record = self.state.get(HISTORY_KEY)
-            rounds = [] if record is None else json.loads(record["rounds"]["S"])
-            rounds = [*rounds, dict(summary)][-self.keep :]
-            expected = {"version": record["version"]} if record is not None else {"version": None}
-            attributes = {"rounds": {"S": json.dumps(rounds, sort_keys=True)}, "version": {"S": uuid.uuid4().hex}}
-            if self.state.put(HISTORY_KEY, attributes, expected=expected):
-                return rounds
-        raise RuntimeError(f"the round history kept changing during {_APPEND_ATTEMPTS} attempts to append to it")
+        """Add one round's summary (JSON-serialisable), or replace the kept one of the same `run_id`;
+        the kept summaries afterwards."""
+
+        def change(record: Item | None) -> Item:
+            rounds = _with_summary(_summaries(record), dict(summary))[-self.keep :]
+            return {"rounds": {"S": json.dumps(rounds, sort_keys=True)}}
+
+        return _summaries(update_record(self.state, HISTORY_KEY, change))
 
     def record_lease_rows(self, round_number: int, rows: list[Mapping[str, Any]]) -> None:
-        """Replace the latest round's per-lease rows (JSON-serialisable mappings)."""
-        attributes = {"round": {"N": str(round_number)}, "leases": {"S": json.dumps(list(rows), sort_keys=True)}}
-        self.state.put(LAST_ROUND_KEY, attributes)
+        """Keep the per-lease rows (JSON-serialisable mappings) of the newest round: rows of a round
+        older than the kept ones are ignored, so a late retry of an old round's finalize step cannot
+        hide the newer round; the same round's rows replace the kept ones."""
+
+        def change(record: Item | None) -> Item | None:
+            if record is not None and int(record["round"]["N"]) > round_number:
+                return None
+            return {"round": {"N": str(round_number)}, "leases": {"S": json.dumps(list(rows), sort_keys=True)}}
+
+        update_record(self.state, LAST_ROUND_KEY, change)
 
     def lease_rows(self) -> tuple[int | None, list[dict[str, Any]]]:
         """The latest round's number and per-lease rows; (None, []) before the first round."""
@@ -61,3 +67,21 @@ class RoundHistory:
         if record is None:
             return None, []
         return int(record["round"]["N"]), json.loads(record["leases"]["S"])
+
+
+def _with_summary(rounds: list[dict[str, Any]], summary: dict[str, Any]) -> list[dict[str, Any]]:
+    """`rounds` with `summary` in place of the entry of its `run_id`, or added last.
+
+    A summary without a `run_id` is always added. Only the DAG's finalize step has retries to absorb,
+    and it always sets one; for any other caller, merging by a guessed key (the round number may be
+    None, and a repeated assignment step gives the same run a new one) could drop a distinct round
+    without a trace, while adding shows a duplicate at worst.
+    """
+    run_id = summary.get("run_id")
+    if run_id is not None and any(entry.get("run_id") == run_id for entry in rounds):
+        return [summary if entry.get("run_id") == run_id else entry for entry in rounds]
+    return [*rounds, summary]
+
+
+def _summaries(record: Item | None) -> list[dict[str, Any]]:
+    return [] if record is None else json.loads(record["rounds"]["S"])

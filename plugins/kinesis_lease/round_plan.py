@@ -4,7 +4,8 @@ A backfill replays [start, end) of the streams into its own lease namespace and 
 pure functions of the application and the window: triggering the same window again finds the same
 leases at their checkpoints and lands nothing twice, and the live application's leases and output
 are never touched. Its leases start AT_TIMESTAMP start, and its slots stop before the first record
-that arrived at or after end.
+that arrived at or after end. Windows that differ by as little as a microsecond get different
+namespaces: sharing one, the second window would find the first's checkpoints and land nothing.
 """
 
 from __future__ import annotations
@@ -14,12 +15,14 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
-from lease_core.config import parse_iso_timestamp
+from lease_core.config import COORDINATOR_STATE_TABLE_SUFFIX, WORKER_METRICS_TABLE_SUFFIX, parse_iso_timestamp
 from lease_core.errors import ConfigurationError
 
 MODES = ("live", "backfill")
 # Params that are configuration keys of the consumer, passed through under the same name.
 _SETTING_PARAMS = ("lease_assignment_strategy",)
+# The application name names three DynamoDB tables (at most 255 characters each), two with a suffix.
+_MAX_APPLICATION_NAME = 255 - max(len(WORKER_METRICS_TABLE_SUFFIX), len(COORDINATOR_STATE_TABLE_SUFFIX))
 
 
 @dataclass(frozen=True)
@@ -60,8 +63,8 @@ def plan_round(params: Mapping[str, Any]) -> RoundPlan:
     if mode == "live":
         return RoundPlan(mode, application, streams, workers, output_uri, {**settings, "application_name": application}, None, limits)
     start, end = _window(params)
-    window = f"{_compact(start)}-{_compact(end)}"
-    backfill_application = f"{application}-backfill-{window}"
+    window = _window_name(start, end)
+    backfill_application = _backfill_application(application, window)
     settings.update(
         application_name=backfill_application,
         initial_position_in_stream="AT_TIMESTAMP",
@@ -104,5 +107,27 @@ def _window(params: Mapping[str, Any]) -> tuple[datetime, datetime]:
     return start, end
 
 
-def _compact(moment: datetime) -> str:
-    return moment.strftime("%Y%m%dT%H%M%SZ")
+def _window_name(start: datetime, end: datetime) -> str:
+    """The window's part of its namespace: a different text for every pair of UTC instants, the same
+    text for the same pair.
+
+    A whole-second window keeps the names backfills have always had (`20261120T000000Z-...`, the
+    only shape docs/iam-policy.json grants), so existing namespaces stay valid. A window with a
+    fraction of a second in either bound writes both bounds with microseconds (ISO 8601 basic format
+    with a decimal fraction), the precision `parse_iso_timestamp` keeps: names come in two shapes,
+    told apart by the `.`, and each shape has fixed-width fields.
+    """
+    shape = "%Y%m%dT%H%M%S.%fZ" if start.microsecond or end.microsecond else "%Y%m%dT%H%M%SZ"
+    return f"{start.strftime(shape)}-{end.strftime(shape)}"
+
+
+def _backfill_application(application: str, window: str) -> str:
+    """The backfill's application name; `ConfigurationError` when it is too long to name its tables."""
+    name = f"{application}-backfill-{window}"
+    if len(name) > _MAX_APPLICATION_NAME:
+        raise ConfigurationError(
+            "application_name",
+            f"is too long for a backfill: the window's application {name!r} has {len(name)} characters, "
+            f"at most {_MAX_APPLICATION_NAME} fit a DynamoDB table name with its suffixes",
+        )
+    return name
