@@ -5,7 +5,11 @@ One round of a KCL-compatible batch consumer of Kinesis per run: plan the run, e
 tables, take the application's leader lock, sync shards to leases (with the hash-range auditor and
 cleanup), assign leases to the slots `<app>-worker-0..W-1`, skip the rest when no lease has new
 records, consume with Spark (exactly once into the Parquet dataset), keep the round's figures, and
-release the lock whatever happened.
+release the lock whatever happened (`release_leadership` is the teardown of `take_leadership`).
+
+A run marked failed or successful by hand, or killed, may leave the lock behind: the next run takes
+it over once it has been seen unchanged for the lock's lease duration (2 minutes by default), within
+its `take_leadership` retries. Clearing a task of a finished run re-takes the lock first.
 
 Trigger with `mode = backfill`, `start` and `end` to replay [start, end) of the streams into a
 separate lease namespace and output prefix (`<output_uri>-backfill/<window>`); triggering the same
@@ -129,15 +133,17 @@ with DAG(
     finalize_round = FinalizeRoundOperator(
         task_id="finalize_round",
         settings=SETTINGS,
+        leader_owner=LEADER,
         round_report="{{ ti.xcom_pull(task_ids='consume') }}",
         assignment="{{ ti.xcom_pull(task_ids='assign_leases') }}",
         shard_sync="{{ ti.xcom_pull(task_ids='sync_shards') }}",
         trigger_rule=TriggerRule.NONE_FAILED,
     )
-    # Runs whatever happened upstream; finalize_round stays a leaf so a failed round fails the run.
+    # The teardown of take_leadership: it runs whatever happened in between, and as a teardown it
+    # does not decide the run's state, so a failed finalize_round (the data-loss alert) fails the run.
     release_leadership = ReleaseLeadershipOperator(
-        task_id="release_leadership", settings=SETTINGS, leader_owner=LEADER, trigger_rule=TriggerRule.ALL_DONE
-    )
+        task_id="release_leadership", settings=SETTINGS, leader_owner=LEADER
+    ).as_teardown(setups=take_leadership)
 
     plan >> ensure_tables >> take_leadership >> sync_shards >> assign_leases >> check_idle >> consume
-    consume >> [finalize_round, release_leadership]
+    consume >> finalize_round >> release_leadership

@@ -4,8 +4,11 @@ Every operator only stores its arguments in `__init__`; `execute` builds clients
 connection (`aws_conn_id`, `aws_default` by default), calls lease_core inside `airflow_outcomes()`
 (the one place errors become Airflow outcomes), and returns a small JSON-serialisable summary for
 XCom. `settings` is a mapping of consumer configuration keys (application_name included); steps
-that run under the round's leadership take `leader_owner`, unique to the DAG run, and keep the lock
-alive with a background heartbeat while they work.
+that run under the round's leadership take `leader_owner`, unique to the DAG run, resume the lock
+under that name, keep it alive with a background heartbeat while they work, and write only through
+stores that check it before every write (`lease_core.leadership`): a step that loses the lock stops
+before its next write. Every step is safe to retry: a new try resumes the same lock, keeps the same
+round number and replaces the round's history entry.
 """
 
 from __future__ import annotations
@@ -33,8 +36,9 @@ from lease_core.assignment_round import AssignmentCoordinator, slot_ids
 from lease_core.config import parse_iso_timestamp
 from lease_core.coordinator_state import DynamoDBCoordinatorStateStore
 from lease_core.dynamodb_store import DynamoDBLeaseStore
-from lease_core.errors import LeadershipUnavailableError, RecordsLostError
-from lease_core.leader_lock import LeaderLock, LockHeartbeat
+from lease_core.errors import RecordsLostError
+from lease_core.leader_lock import LeaderLock
+from lease_core.leadership import Leadership, hold
 from lease_core.lease import Lease, StreamIdentifier
 from lease_core.round_history import RoundHistory
 from lease_core.shard_audit import ShardSyncAuditor
@@ -125,16 +129,10 @@ class _LeaderStep(_LeaseStep):
         self.leader_owner = leader_owner
 
     @contextmanager
-    def leadership(self, access: AwsAccess) -> Iterator[LeaderLock]:
+    def leadership(self, access: AwsAccess) -> Iterator[Leadership]:
         """The round's lock, resumed from an earlier step and heartbeaten while this step works."""
-        lock = self.leader_lock(access, self.leader_owner)
-        if not lock.resume_as_owner():
-            holder = lock.holder()
-            raise LeadershipUnavailableError(holder.owner_name if holder else "(nobody: the lock expired or was released)")
-        with LockHeartbeat(lock) as heartbeat:
-            yield lock
-        if heartbeat.lost.is_set():
-            raise LeadershipUnavailableError(f"(lost during {self.task_id})")
+        with hold(self.leader_lock(access, self.leader_owner), self.task_id, acquire=False, release=False) as leadership:
+            yield leadership
 
 
 class TakeLeadershipOperator(_LeaderStep):
@@ -143,8 +141,7 @@ class TakeLeadershipOperator(_LeaderStep):
     def run(self, access: AwsAccess, context: Any) -> dict[str, Any]:
         lock = self.leader_lock(access, self.leader_owner)
         if not lock.try_acquire():
-            holder = lock.holder()
-            raise LeadershipUnavailableError(holder.owner_name if holder else "(unknown)")
+            raise lock.unavailable()
         return {"owner": self.leader_owner, "record_version": lock.record_version_number}
 
 
@@ -159,9 +156,9 @@ class ShardSyncOperator(_LeaderStep):
 
     def run(self, access: AwsAccess, context: Any) -> dict[str, Any]:
         names = stream_names(self.streams)
-        store, state = self.lease_store(access), self.state_store(access)
         source = KinesisShardSource(access.client("kinesis"), retry_policy=aws.retry_policy(access.config))
-        with self.leadership(access):
+        with self.leadership(access) as leadership:
+            store, state = leadership.lease_store(self.lease_store(access)), leadership.state_store(self.state_store(access))
             audits = self._audit(access, names, store, state, source)
             report = sync_streams(names, access.config, store, source, state)
         return {**report.to_dict(), "audits": audits}
@@ -194,9 +191,11 @@ class LeaseAssignmentOperator(_LeaderStep):
     def run(self, access: AwsAccess, context: Any) -> dict[str, Any]:
         config = access.config
         metrics = DynamoDBWorkerMetricsStore(access.client("dynamodb"), config.worker_metrics_table, retry_policy=aws.retry_policy(config))
-        coordinator = AssignmentCoordinator(self.lease_store(access), metrics, self.state_store(access), config)
-        with self.leadership(access):
-            report = coordinator.run(slot_ids(config.require_application_name(), int(self.num_workers)))
+        with self.leadership(access) as leadership:
+            coordinator = AssignmentCoordinator(
+                leadership.lease_store(self.lease_store(access)), metrics, leadership.state_store(self.state_store(access)), config
+            )
+            report = coordinator.run(slot_ids(config.require_application_name(), int(self.num_workers)), round_owner=self.leader_owner)
         return report.to_dict()
 
 
@@ -383,14 +382,16 @@ def records_lost(totals: Mapping[str, Any], shard_sync: Mapping[str, Any]) -> tu
     return aged_out + vanished
 
 
-class FinalizeRoundOperator(_LeaseStep):
+class FinalizeRoundOperator(_LeaderStep):
     """Keeps the round's figures (round history, per-lease rows) and sets the output asset event's extra.
 
-    When the round lost records for good (`records_lost`), the task fails after saving the figures:
-    a failed run is the alert, and the next round runs normally.
+    Runs under the round's lock like the other writers. A retry replaces the round's history entry
+    (it is keyed by run id) instead of adding a second one. When the round lost records for good
+    (`records_lost`), the task fails after saving the figures: a failed run is the alert, and the
+    next round runs normally.
     """
 
-    template_fields: Sequence[str] = ("settings", "round_report", "assignment", "shard_sync")
+    template_fields: Sequence[str] = ("settings", "leader_owner", "round_report", "assignment", "shard_sync")
 
     def __init__(self, *, round_report: Any, assignment: Any, shard_sync: Any = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
@@ -421,10 +422,11 @@ class FinalizeRoundOperator(_LeaseStep):
             "moves": len(assignment.get("moves", [])),
             "slots": report.get("slots", []),
         }
-        history = RoundHistory(self.state_store(access))
-        history.append(summary)
-        if consumed:
-            history.record_lease_rows(int(summary["round"] or 0), report.get("leases", []))
+        with self.leadership(access) as leadership:
+            history = RoundHistory(leadership.state_store(self.state_store(access)))
+            history.append(summary)
+            if consumed:
+                history.record_lease_rows(int(summary["round"] or 0), report.get("leases", []))
         for outlet in self.outlets:
             context["outlet_events"][outlet].extra = {key: summary[key] for key in ("round", "records", "bytes", "files", "consumed")}
         if losses:
@@ -433,7 +435,8 @@ class FinalizeRoundOperator(_LeaseStep):
 
 
 class ReleaseLeadershipOperator(_LeaderStep):
-    """Releases the round's leader lock; runs whatever happened before (trigger rule all_done)."""
+    """Releases the round's leader lock; the teardown of `TakeLeadershipOperator`, so it runs whatever
+    happened in between once the lock was taken (and a lock it never releases is taken over later)."""
 
     def run(self, access: AwsAccess, context: Any) -> dict[str, Any]:
         lock = self.leader_lock(access, self.leader_owner)

@@ -43,9 +43,11 @@ def test_the_schedule_runs_one_round_at_a_time_without_catchup_and_with_retries(
 
 
 def test_leadership_is_released_whatever_happened_and_a_failed_round_fails_the_run(dag):
-    release = dag.get_task("release_leadership")
-    assert release.trigger_rule == "all_done"
-    assert {task.task_id for task in dag.leaves} == {"finalize_round", "release_leadership"}
+    take, finalize, release = (dag.get_task(name) for name in ("take_leadership", "finalize_round", "release_leadership"))
+    assert take.is_setup and release.is_teardown and not release.on_failure_fail_dagrun
+    assert release.trigger_rule == "all_done_setup_success"
+    assert release.upstream_task_ids == {"take_leadership", "finalize_round"}
+    assert {task.task_id for task in dag.leaves} == {"release_leadership"}
 
 
 PARAM_CASES = [
@@ -81,7 +83,7 @@ TEMPLATED = {
     "check_idle": {"settings", "streams"},
     "consume": {"settings", "streams", "num_workers", "output_uri", "limits", "stop_at_arrival", "leader_owner",
                 "round_number", "report_uri", "application_args", "conf"},
-    "finalize_round": {"settings", "round_report", "assignment", "shard_sync"},
+    "finalize_round": {"settings", "leader_owner", "round_report", "assignment", "shard_sync"},
     "release_leadership": {"settings", "leader_owner"},
 }
 
