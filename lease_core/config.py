@@ -342,6 +342,15 @@ class ConsumerConfig:
         "cleanupLeasesUponShardCompletion",
         batch_note="Cleanup runs in the leader's shard-sync step of every round instead of a 60 s timer.",
     )
+    garbage_lease_cleanup_interval_millis: int = _setting(
+        1_800_000,
+        "Shortest time between two passes that ask Kinesis, shard by shard, whether the shards missing "
+        "from the listing still exist; a lease is deleted as garbage only when Kinesis says its shard does not.",
+        "garbageLeaseCleanupIntervalMillis",
+        _Bounds(0),
+        batch_note="Checked in the shard-sync step of each round; the time of a stream's last pass is kept "
+        "in the coordinator-state table, and every pass that probed restarts the interval.",
+    )
     leases_recovery_auditor_inconsistency_confidence_threshold: int = _setting(
         3,
         "Consecutive audits that must see the same hash-range hole before a full shard sync runs.",

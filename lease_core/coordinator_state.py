@@ -12,7 +12,7 @@ import copy
 import threading
 import uuid
 from collections.abc import Callable, Mapping
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 import botocore.exceptions
 
@@ -28,6 +28,7 @@ VERSION = "version"
 UPDATE_ATTEMPTS = 5
 # An expectation maps an attribute to the value it must hold, or to None: "must not exist".
 Expectations = Mapping[str, AttributeValue | None]
+T = TypeVar("T")
 
 
 class CoordinatorStateStore(Protocol):
@@ -165,6 +166,24 @@ def update_record(
         if state.put(key, written, expected=expected) or _stored_version(state, key) == version:
             return {**written, KEY: {"S": key}}
     raise CoordinatorStateConflictError(state.table_name, key, attempts)
+
+
+def decide_and_record(
+    state: CoordinatorStateStore, key: str, decide: Callable[[Item | None], tuple[T, Item | None]]
+) -> T:
+    """`update_record` for a decision taken from the record: `decide` returns the decision and the
+    attributes to store (None: leave the record as it is). Returns the decision of the attempt whose
+    write landed (or that left the record alone), never one taken from a record that changed under it.
+    """
+    decisions: list[T] = []
+
+    def change(record: Item | None) -> Item | None:
+        decision, attributes = decide(record)
+        decisions.append(decision)
+        return attributes
+
+    update_record(state, key, change)
+    return decisions[-1]
 
 
 def _stored_version(state: CoordinatorStateStore, key: str) -> str | None:

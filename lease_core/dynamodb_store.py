@@ -14,7 +14,7 @@ from lease_core.aws import AwsCaller, error_code
 from lease_core.codec import Item
 from lease_core.errors import DependencyError, IndexNotFoundError, LeaseCoreError, TableNotFoundError
 from lease_core.lease_store import ConditionalLeaseStore
-from lease_core.lease_writes import AttributeAbsent, AttributeEquals, AttributeExists, LeaseUpdate
+from lease_core.lease_writes import AttributeEquals, AttributeExists, Condition, LeaseDelete, LeaseUpdate
 from lease_core.retry import RetryPolicy
 from lease_core.scan_segments import SEGMENT_COUNT_CACHE_SECONDS, scan_segment_count
 
@@ -23,29 +23,50 @@ BATCH_GET_LIMIT = 100
 _CONDITION_FAILED = "ConditionalCheckFailedException"
 
 
+class _Placeholders:
+    """Expression attribute names and values of one request: `#n<i>` and `:v<i>` in order of use."""
+
+    def __init__(self) -> None:
+        self.names: dict[str, str] = {}
+        self.values: dict[str, Any] = {}
+
+    def name(self, attribute: str) -> str:
+        placeholder = f"#n{len(self.names)}"
+        self.names[placeholder] = attribute
+        return placeholder
+
+    def value(self, attribute_value: Any) -> str:
+        placeholder = f":v{len(self.values)}"
+        self.values[placeholder] = attribute_value
+        return placeholder
+
+    def condition(self, conditions: tuple[Condition, ...]) -> str:
+        clauses = []
+        for condition in conditions:
+            if isinstance(condition, AttributeEquals):
+                clauses.append(f"{self.name(condition.name)} = {self.value(condition.value)}")
+            elif isinstance(condition, AttributeExists):
+                clauses.append(f"attribute_exists({self.name(condition.name)})")
+            else:
+                clauses.append(f"attribute_not_exists({self.name(condition.name)})")
+        return " AND ".join(clauses)
+
+    def arguments(self, lease_key: str, condition_expression: str) -> dict[str, Any]:
+        arguments: dict[str, Any] = {
+            "Key": {codec.LEASE_KEY: codec.string_value(lease_key)},
+            "ConditionExpression": condition_expression,
+            "ExpressionAttributeNames": self.names,
+        }
+        if self.values:
+            arguments["ExpressionAttributeValues"] = self.values
+        return arguments
+
+
 def render_update(update: LeaseUpdate) -> dict[str, Any]:
     """UpdateItem arguments for `update`; every name and value goes through a placeholder."""
-    names: dict[str, str] = {}
-    values: dict[str, Any] = {}
-
-    def name(attribute: str) -> str:
-        placeholder = f"#n{len(names)}"
-        names[placeholder] = attribute
-        return placeholder
-
-    def value(attribute_value: Any) -> str:
-        placeholder = f":v{len(values)}"
-        values[placeholder] = attribute_value
-        return placeholder
-
-    conditions = []
-    for condition in update.conditions:
-        if isinstance(condition, AttributeEquals):
-            conditions.append(f"{name(condition.name)} = {value(condition.value)}")
-        elif isinstance(condition, AttributeExists):
-            conditions.append(f"attribute_exists({name(condition.name)})")
-        else:
-            conditions.append(f"attribute_not_exists({name(condition.name)})")
+    placeholders = _Placeholders()
+    condition = placeholders.condition(update.conditions)
+    name, value = placeholders.name, placeholders.value
     clauses = []
     if update.set_attributes:
         clauses.append("SET " + ", ".join(f"{name(a)} = {value(v)}" for a, v in update.set_attributes))
@@ -53,15 +74,13 @@ def render_update(update: LeaseUpdate) -> dict[str, Any]:
         clauses.append("REMOVE " + ", ".join(name(a) for a in update.remove_attributes))
     if update.add_numbers:
         clauses.append("ADD " + ", ".join(f"{name(a)} {value({'N': str(n)})}" for a, n in update.add_numbers))
-    arguments: dict[str, Any] = {
-        "Key": {codec.LEASE_KEY: codec.string_value(update.lease_key)},
-        "UpdateExpression": " ".join(clauses),
-        "ConditionExpression": " AND ".join(conditions),
-        "ExpressionAttributeNames": names,
-    }
-    if values:
-        arguments["ExpressionAttributeValues"] = values
-    return arguments
+    return {"UpdateExpression": " ".join(clauses), **placeholders.arguments(update.lease_key, condition)}
+
+
+def render_delete(delete: LeaseDelete) -> dict[str, Any]:
+    """DeleteItem arguments for `delete`; every name and value goes through a placeholder."""
+    placeholders = _Placeholders()
+    return placeholders.arguments(delete.lease_key, placeholders.condition(delete.conditions))
 
 
 class DynamoDBLeaseStore(ConditionalLeaseStore):
@@ -121,24 +140,41 @@ class DynamoDBLeaseStore(ConditionalLeaseStore):
     def _update_item(self, update: LeaseUpdate) -> tuple[bool, Item | None]:
         arguments = render_update(update)
 
-        def apply() -> tuple[bool, Item | None]:
+        def update_item() -> Item:
+            return self.client.update_item(
+                TableName=self.table_name,
+                ReturnValues="ALL_NEW",
+                ReturnValuesOnConditionCheckFailure="ALL_OLD",
+                **arguments,
+            )["Attributes"]
+
+        return self._conditionally("UpdateItem", update_item)
+
+    def _delete_item(self, lease_key: str) -> None:
+        self._call("DeleteItem", lambda: self.client.delete_item(TableName=self.table_name, Key=self._key(lease_key)))
+
+    def _delete_item_if(self, delete: LeaseDelete) -> tuple[bool, Item | None]:
+        arguments = render_delete(delete)
+
+        def delete_item() -> None:
+            self.client.delete_item(
+                TableName=self.table_name, ReturnValuesOnConditionCheckFailure="ALL_OLD", **arguments
+            )
+
+        return self._conditionally("DeleteItem", delete_item)
+
+    def _conditionally(self, operation: str, request: Callable[[], Item | None]) -> tuple[bool, Item | None]:
+        """(True, what `request` returned), or (False, the item that failed the condition, or None)."""
+
+        def attempt() -> tuple[bool, Item | None]:
             try:
-                response = self.client.update_item(
-                    TableName=self.table_name,
-                    ReturnValues="ALL_NEW",
-                    ReturnValuesOnConditionCheckFailure="ALL_OLD",
-                    **arguments,
-                )
+                return True, request()
             except botocore.exceptions.ClientError as error:
                 if error_code(error) == _CONDITION_FAILED:
                     return False, error.response.get("Item")
                 raise
-            return True, response["Attributes"]
 
-        return self._call("UpdateItem", apply)
-
-    def _delete_item(self, lease_key: str) -> None:
-        self._call("DeleteItem", lambda: self.client.delete_item(TableName=self.table_name, Key=self._key(lease_key)))
+        return self._call(operation, attempt)
 
     # --- multi-item reads -------------------------------------------------------------------
 

@@ -227,6 +227,38 @@ class InvalidShardLineageError(LeaseCoreError):
         return f"lease {self.lease_key!r} reached SHARD_END with invalid child shards: {self.problem}"
 
 
+class StreamMismatchError(LeaseCoreError):
+    """A single-stream application was asked to sync a stream other than the one it consumes.
+
+    `remembered` and `requested` describe the streams (name, ARN, creation time). Not retryable:
+    the leases track the shards of the remembered stream; syncing another stream, or a stream
+    re-created under the same name, would mix its shards with them.
+    """
+
+    def __init__(self, table_name: str, remembered: str, requested: str, recreated: bool) -> None:
+        super().__init__(table_name, remembered, requested, recreated)
+        self.table_name = table_name
+        self.remembered = remembered
+        self.requested = requested
+        self.recreated = recreated
+
+    def __str__(self) -> str:
+        remembered = (
+            f"the coordinator-state table {self.table_name!r} records stream {self.remembered} as the stream "
+            "this application consumes"
+        )
+        if self.recreated:
+            return (
+                f"{remembered}, but the stream of that name now is {self.requested}: it was deleted and "
+                "created again, and the leases track the shards of the old one. Sync refused; to consume "
+                "the new stream, use a new application name or tear this application down (`leasectl teardown`)"
+            )
+        return (
+            f"{remembered}; refusing to sync stream {self.requested} with its leases. Use another "
+            "application name for another stream (or multi-stream mode for several)"
+        )
+
+
 class CoordinatorStateConflictError(LeaseCoreError):
     """A coordinator-state record kept changing under every read-modify-write attempt."""
 

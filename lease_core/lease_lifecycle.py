@@ -1,9 +1,11 @@
 """A lease's life after shard sync created it: waiting for parents, creating children, cleanup.
 
 kcl-spec.md §3.7 (a child is read only once its parents are finished), §3.8 (child leases are
-created at a parent's SHARD_END) and §8.3 (finished and orphaned leases are deleted). The deciders
-(`blocking_parents`, `plan_lease_cleanup`) are pure functions over a snapshot; the coordinators
-(`parents_have_finished`, `create_child_leases`, `apply_cleanup`) read and write the lease store.
+created at a parent's SHARD_END) and §8.3 (finished leases, and leases whose shard Kinesis says is
+gone, are deleted). The deciders (`blocking_parents`, `unlisted_leases`, `plan_lease_cleanup`) are
+pure functions over a snapshot; the coordinators (`parents_have_finished`, `create_child_leases`,
+`apply_cleanup`) read and write the lease store. Asking Kinesis about single shards is
+`garbage_probe`'s part.
 
 Parent and child ids stored on a lease are bare shard ids; every lookup turns them into lease keys
 through the `LeaseKeyScheme`, which is what makes the same code right in multi-stream mode (§9).
@@ -137,12 +139,19 @@ class CleanupReason(str, enum.Enum):
 
 @dataclass(frozen=True)
 class LeaseDeletion:
-    """One lease to delete. unread_records_possible: the shard vanished before its lease reached
-    SHARD_END, so records may have aged out unread; the caller must report it as potential loss."""
+    """One lease to delete, as the snapshot that judged it saw it (the delete is conditional on it).
 
-    lease_key: str
+    unread_records_possible: Kinesis says the shard no longer exists and the lease never reached
+    SHARD_END, so records may have aged out unread; the caller must report it as potential loss.
+    """
+
+    lease: Lease
     reason: CleanupReason
     unread_records_possible: bool = False
+
+    @property
+    def lease_key(self) -> str:
+        return self.lease.lease_key
 
 
 @dataclass(frozen=True)
@@ -155,8 +164,30 @@ class ChildIdsRecord:
 
 @dataclass(frozen=True)
 class CleanupPlan:
+    """What to write, and the unlisted leases that stay (lease keys): their shard is missing from
+    the listing, but Kinesis said it exists (`unlisted_existing`) or was not asked this pass
+    (`unlisted_unprobed`)."""
+
     deletions: tuple[LeaseDeletion, ...] = ()
     record_child_ids: tuple[ChildIdsRecord, ...] = ()
+    unlisted_existing: tuple[str, ...] = ()
+    unlisted_unprobed: tuple[str, ...] = ()
+
+
+def unlisted_leases(
+    leases: Sequence[Lease], shards: Sequence[Shard] | None, scheme: LeaseKeyScheme
+) -> tuple[Lease, ...]:
+    """The stream's leases whose shard is missing from the full listing `shards`.
+
+    Candidates for KCL's garbage check, never garbage by themselves: a listing can be partial or
+    stale, and a lease deleted on its word is recreated by the next sync at the initial position,
+    skipping whatever was left unread. None (no full listing) and an empty listing (a stream always
+    has shards, so it is a failed listing) name no candidate.
+    """
+    if not shards:
+        return ()
+    listed = frozenset(shard.shard_id for shard in shards)
+    return tuple(lease for lease in leases if scheme.owns(lease) and scheme.shard_id_of(lease) not in listed)
 
 
 def plan_lease_cleanup(
@@ -164,39 +195,50 @@ def plan_lease_cleanup(
     shards: Sequence[Shard] | None,
     scheme: LeaseKeyScheme,
     cleanup_on_completion: bool = True,
+    shard_exists: Mapping[str, bool] | None = None,
 ) -> CleanupPlan:
-    """Which of the stream's leases to delete, from a snapshot of the leases and the shard listing.
+    """Which of the stream's leases to delete, from a snapshot of the leases, the shard listing and
+    what Kinesis answered about single shards.
 
-    `shards` is the stream's full current listing, or None when it could not be listed (an empty
-    listing counts as none); then no lease is judged garbage, and completion is judged only from
-    the child ids recorded on the leases.
+    A lease goes when it is provably finished or provably orphaned, never on a listing's word:
+    - completed (when `cleanup_on_completion`): at SHARD_END, every child lease exists and has
+      started, and no parent lease is left. Child ids come from the lease, else from the listing;
+    - shard gone: `shard_exists` (shard id -> Kinesis' answer, KCL's garbage check) says False,
+      whatever the completion setting.
+    `shards` is the stream's full current listing, or None when there is none (a new
+    application's filtered listing); then completion is judged only from recorded child ids.
     Leases of other streams (multi-stream tables) are ignored: their shards are never in this
-    listing and would otherwise look like garbage.
+    listing.
 
     One level per pass, as in KCL: a finished lease whose parent is deleted in this pass is judged
     against the snapshot (parent still present) and goes in a later round.
     """
+    answers = shard_exists or {}
     own = [lease for lease in leases if scheme.owns(lease)]
     by_key = {lease.lease_key: lease for lease in own}
-    # A stream always has shards, so an empty listing is a failed one; trusting it would delete
-    # every lease of the stream.
-    listed = frozenset(shard.shard_id for shard in shards) if shards else None
     deletions: list[LeaseDeletion] = []
     records: list[ChildIdsRecord] = []
     for lease in own:
         shard_id = scheme.shard_id_of(lease)
-        if listed is not None and shard_id not in listed:
-            deletions.append(LeaseDeletion(lease.lease_key, CleanupReason.SHARD_GONE, not lease.is_at_shard_end))
+        if answers.get(shard_id) is False:
+            deletions.append(LeaseDeletion(lease, CleanupReason.SHARD_GONE, not lease.is_at_shard_end))
             continue
         if not (cleanup_on_completion and lease.is_at_shard_end):
             continue
         child_ids = lease.child_shard_ids or _listed_children(shard_id, shards or ())
         if child_ids and _has_completed(lease, child_ids, by_key, scheme):
-            deletions.append(LeaseDeletion(lease.lease_key, CleanupReason.COMPLETED))
+            deletions.append(LeaseDeletion(lease, CleanupReason.COMPLETED))
         elif child_ids and not lease.child_shard_ids:
             # Recorded only on leases that stay: a lease deleted now has no use for them.
             records.append(ChildIdsRecord(lease, child_ids))
-    return CleanupPlan(tuple(deletions), tuple(records))
+    deleted = {deletion.lease_key for deletion in deletions}
+    staying = [lease for lease in unlisted_leases(own, shards, scheme) if lease.lease_key not in deleted]
+    return CleanupPlan(
+        tuple(deletions),
+        tuple(records),
+        unlisted_existing=tuple(lease.lease_key for lease in staying if scheme.shard_id_of(lease) in answers),
+        unlisted_unprobed=tuple(lease.lease_key for lease in staying if scheme.shard_id_of(lease) not in answers),
+    )
 
 
 def _listed_children(shard_id: str, shards: Iterable[Shard]) -> frozenset[str]:
@@ -217,38 +259,58 @@ def _has_completed(
 
 @dataclass(frozen=True)
 class CleanupOutcome:
-    """What `apply_cleanup` wrote. possibly_unread: deleted leases whose records may be lost."""
+    """What `apply_cleanup` wrote, by lease key.
+
+    possibly_unread: deleted leases whose records may be lost. changed: planned deletions not made
+    because the lease changed after the snapshot (judged again next round). unlisted_existing /
+    unlisted_unprobed: as in `CleanupPlan`.
+    """
 
     child_ids_recorded: int = 0
     completed_deleted: int = 0
     garbage_deleted: int = 0
     possibly_unread: tuple[str, ...] = ()
     deleted: tuple[str, ...] = ()
+    changed: tuple[str, ...] = ()
+    unlisted_existing: tuple[str, ...] = ()
+    unlisted_unprobed: tuple[str, ...] = ()
 
 
 def apply_cleanup(store: LeaseStore, plan: CleanupPlan) -> CleanupOutcome:
-    """Write the learned child ids, then delete the planned leases (unconditionally by key, as KCL).
+    """Write the learned child ids, then delete the planned leases, each only if it is unchanged
+    since the snapshot (`LeaseStore.delete_lease_if_unchanged`).
 
-    Deleting is safe against the snapshot ageing: children only move forward, parent leases only
-    disappear, and a shard missing from the listing never comes back.
+    A lease already gone counts as deleted: it may be this very delete whose answer was lost, and a
+    loss it stands for must be reported rather than missed.
     """
     recorded = sum(
         store.update_lease_meta(record.lease.with_child_shard_ids(record.child_ids), MetaField.CHILD_SHARDS)
         for record in plan.record_child_ids
     )
+    deleted: list[LeaseDeletion] = []
+    changed: list[str] = []
     for deletion in plan.deletions:
-        store.delete_lease(deletion.lease_key)
+        result = store.delete_lease_if_unchanged(deletion.lease)
+        if result.lost_to_a_change:
+            log.info("lease %s changed since cleanup judged it (%s); it is judged again next round",
+                     deletion.lease_key, deletion.reason.value)
+            changed.append(deletion.lease_key)
+            continue
+        deleted.append(deletion)
         if deletion.unread_records_possible:
             log.warning(
-                "deleted lease %s: its shard no longer exists and it never reached SHARD_END, "
-                "so records may have expired unread (potential data loss)",
+                "deleted lease %s: Kinesis says its shard no longer exists and the lease never reached "
+                "SHARD_END, so records may have expired unread (potential data loss)",
                 deletion.lease_key,
             )
-    reasons = [deletion.reason for deletion in plan.deletions]
+    reasons = [deletion.reason for deletion in deleted]
     return CleanupOutcome(
         child_ids_recorded=recorded,
         completed_deleted=reasons.count(CleanupReason.COMPLETED),
         garbage_deleted=reasons.count(CleanupReason.SHARD_GONE),
-        possibly_unread=tuple(d.lease_key for d in plan.deletions if d.unread_records_possible),
-        deleted=tuple(deletion.lease_key for deletion in plan.deletions),
+        possibly_unread=tuple(deletion.lease_key for deletion in deleted if deletion.unread_records_possible),
+        deleted=tuple(deletion.lease_key for deletion in deleted),
+        changed=tuple(changed),
+        unlisted_existing=plan.unlisted_existing,
+        unlisted_unprobed=plan.unlisted_unprobed,
     )

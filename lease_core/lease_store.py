@@ -19,7 +19,7 @@ from lease_core import codec, lease_writes
 from lease_core.codec import Item
 from lease_core.errors import CorruptLeaseError
 from lease_core.lease import Lease
-from lease_core.lease_writes import LeaseUpdate, MetaField
+from lease_core.lease_writes import LeaseDelete, LeaseUpdate, MetaField
 from lease_core.sequence import ExtendedSequenceNumber
 
 log = logging.getLogger(__name__)
@@ -29,12 +29,18 @@ log = logging.getLogger(__name__)
 class WriteResult:
     """The outcome of a conditional write.
 
-    applied: the stored lease after the write. Not applied: the stored lease that failed the
-    condition, or None when no such item exists (so a caller can tell "taken" from "deleted").
+    applied: the stored lease after the write (None after a delete). Not applied: the stored lease
+    that failed the condition, or None when no such item exists (so a caller can tell "taken" from
+    "deleted").
     """
 
     applied: bool
     lease: Lease | None
+
+    @property
+    def lost_to_a_change(self) -> bool:
+        """Not applied because the stored lease is not the caller's copy (rather than gone)."""
+        return not self.applied and self.lease is not None
 
 
 @dataclass(frozen=True)
@@ -70,6 +76,7 @@ class LeaseStore(Protocol):
     def reset_checkpoint(self, lease: Lease, value: ExtendedSequenceNumber) -> WriteResult: ...
     def update_lease_meta(self, lease: Lease, field: MetaField) -> bool: ...
     def delete_lease(self, lease_key: str) -> None: ...
+    def delete_lease_if_unchanged(self, lease: Lease) -> WriteResult: ...
 
 
 class ConditionalLeaseStore(abc.ABC):
@@ -102,6 +109,10 @@ class ConditionalLeaseStore(abc.ABC):
 
     @abc.abstractmethod
     def _delete_item(self, lease_key: str) -> None: ...
+
+    @abc.abstractmethod
+    def _delete_item_if(self, delete: LeaseDelete) -> tuple[bool, Item | None]:
+        """Apply `delete`; (True, None) or (False, item that failed the condition or None)."""
 
     default_consistent_reads: bool = False
 
@@ -186,7 +197,18 @@ class ConditionalLeaseStore(abc.ABC):
         return applied
 
     def delete_lease(self, lease_key: str) -> None:
+        """KCL's deleteLease: unconditional, by key; deleting a missing lease succeeds."""
         self._delete_item(lease_key)
+
+    def delete_lease_if_unchanged(self, lease: Lease) -> WriteResult:
+        """Delete `lease` only while it is stored as in `lease` (`lease_writes.delete_if_unchanged`).
+
+        Not applied with a lease: it changed since it was read. Not applied without one: it was
+        already gone (deleted by someone else, or by this very call when its answer was lost and
+        the retry found nothing).
+        """
+        applied, item = self._delete_item_if(lease_writes.delete_if_unchanged(lease))
+        return WriteResult(applied, None if item is None else codec.lease_from_item(item))
 
 
 def _decode_all(items: Iterable[Item]) -> tuple[list[Lease], list[CorruptLeaseError]]:

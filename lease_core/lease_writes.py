@@ -1,9 +1,10 @@
 """The conditional writes of the KCL lease protocol, as data (kcl-spec.md §2.1-2.3).
 
-Each function turns the caller's local copy of a lease into a `LeaseUpdate`: the conditions that
-must hold on the stored item and the SET / REMOVE / ADD actions to apply. These functions are the
-one place where the protocol's semantics live; the DynamoDB store renders an update as an
-UpdateItem call and the in-memory store applies it to a dict, so both behave identically.
+Each function turns the caller's local copy of a lease into a `LeaseUpdate` (the conditions that
+must hold on the stored item and the SET / REMOVE / ADD actions to apply) or a `LeaseDelete` (the
+conditions alone). These functions are the one place where the protocol's semantics live; the
+DynamoDB store renders them as UpdateItem / DeleteItem calls and the in-memory store applies them
+to a dict, so both behave identically.
 """
 
 from __future__ import annotations
@@ -46,6 +47,14 @@ class LeaseUpdate:
     set_attributes: tuple[tuple[str, AttributeValue], ...] = ()
     remove_attributes: tuple[str, ...] = ()
     add_numbers: tuple[tuple[str, int], ...] = ()
+
+
+@dataclass(frozen=True)
+class LeaseDelete:
+    """A conditional DeleteItem of one lease item."""
+
+    lease_key: str
+    conditions: tuple[Condition, ...]
 
 
 class MetaField(enum.Enum):
@@ -205,3 +214,18 @@ def update_meta(lease: Lease, field: MetaField) -> LeaseUpdate:
             raise ValueError(f"lease {lease.lease_key!r} has no hash key range to write")
         sets = tuple(attributes.items())
     return LeaseUpdate(lease.lease_key, (AttributeExists(codec.LEASE_KEY),), sets)
+
+
+def delete_if_unchanged(lease: Lease) -> LeaseDelete:
+    """Cleanup's delete (§8.3): only while the stored lease is the one the cleanup judged.
+
+    KCL deletes by key alone; here the judgement is made on a snapshot, so the delete is conditional
+    on the snapshot's counter, which every renew, take, assign, evict, checkpoint and reset moves:
+    a lease worked on since the snapshot is judged again next round instead of deleted. A lease judged
+    finished must also still be at SHARD_END, which holds even against a writer that changed the
+    checkpoint without moving the counter.
+    """
+    conditions: tuple[Condition, ...] = (_counter_is(lease),)
+    if lease.is_at_shard_end:
+        conditions += (AttributeEquals(codec.CHECKPOINT, codec.string_value(lease.checkpoint.sequence_number)),)
+    return LeaseDelete(lease.lease_key, conditions)

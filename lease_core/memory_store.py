@@ -14,7 +14,7 @@ from decimal import Decimal
 from lease_core import codec
 from lease_core.codec import AttributeValue, Item
 from lease_core.lease_store import ConditionalLeaseStore
-from lease_core.lease_writes import AttributeAbsent, AttributeExists, Condition, LeaseUpdate
+from lease_core.lease_writes import AttributeAbsent, AttributeExists, Condition, LeaseDelete, LeaseUpdate
 
 
 class InMemoryLeaseStore(ConditionalLeaseStore):
@@ -76,6 +76,14 @@ class InMemoryLeaseStore(ConditionalLeaseStore):
     def _delete_item(self, lease_key: str) -> None:
         with self._lock:
             self._items.pop(lease_key, None)
+
+    def _delete_item_if(self, delete: LeaseDelete) -> tuple[bool, Item | None]:
+        with self._lock:
+            item = self._items.get(delete.lease_key)
+            if item is None or not all(_holds(condition, item) for condition in delete.conditions):
+                return False, copy.deepcopy(item)
+            del self._items[delete.lease_key]
+            return True, None
 
 
 def _holds(condition: Condition, item: Item) -> bool:

@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from lease_core import codec
-from lease_core.coordinator_state import CoordinatorStateStore
+from lease_core.coordinator_state import CoordinatorStateStore, decide_and_record
 from lease_core.lease import MAX_HASH_KEY, HashKeyRange, Lease
 from lease_core.lease_store import LeaseStore
 from lease_core.lease_writes import MetaField
@@ -193,14 +193,18 @@ class AuditorState:
     def record_key(stream_key: str) -> str:
         return RECORD_KEY_PREFIX + stream_key
 
-    def load(self, stream_key: str) -> AuditorRecord | None:
-        item = self.state_store.get(self.record_key(stream_key))
-        return None if item is None else AuditorRecord.from_item(item)
+    def decide(
+        self, stream_key: str, hole: HashRangeHole | None, threshold: int, lease_count: int, now_millis: int
+    ) -> AuditDecision:
+        """`decide_audit` against the stored record, storing the next record conditional on the one
+        read (`decide_and_record`): a concurrent audit's count is never overwritten, only added to."""
 
-    def save(self, stream_key: str, record: AuditorRecord) -> None:
-        # Unconditional: the leader lock keeps auditors to one per application, and a lost update
-        # would only move an idempotent shard sync by a round.
-        self.state_store.put(self.record_key(stream_key), record.to_item())
+        def decide(item: codec.Item | None) -> tuple[AuditDecision, codec.Item]:
+            previous = None if item is None else AuditorRecord.from_item(item)
+            decision = decide_audit(previous, hole, threshold, lease_count)
+            return decision, decision.next_record(now_millis).to_item()
+
+        return decide_and_record(self.state_store, self.record_key(stream_key), decide)
 
 
 class ShardSyncAuditor:
@@ -226,8 +230,7 @@ class ShardSyncAuditor:
         """
         leases = [lease for lease in self.lease_store.list_leases() if scheme.owns(lease)]
         hole = self._find_hole(leases, scheme, shards_provider) if leases else None
-        decision = decide_audit(self.state.load(stream_key), hole, threshold, len(leases))
-        self.state.save(stream_key, decision.next_record(self.clock_millis()))
+        decision = self.state.decide(stream_key, hole, threshold, len(leases), self.clock_millis())
         if decision.hole is not None:
             log.info(
                 "stream %s: hash-range hole %s seen %d time(s) in a row (threshold %d)",

@@ -6,13 +6,16 @@ boto3 Kinesis client. Two listings exist, as in KCL:
 - the full listing (no filter), used when the lease table already holds leases;
 - the filtered listing for a new application (empty lease table), whose ShardFilter follows the
   initial position and whose answer must tile the whole hash key space, else it is retried.
+
+A listing is never proof that a shard is gone: cleanup asks about one shard at a time
+(`shard_exists`, KCL's garbage check of kcl-spec.md §8.3).
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 import botocore.exceptions
 
@@ -25,13 +28,15 @@ from lease_core.errors import (
 )
 from lease_core.lease import MAX_HASH_KEY, StreamIdentifier
 from lease_core.retry import RetryPolicy
-from lease_core.shards import InitialPosition, InitialPositionInStream, Shard
+from lease_core.shards import InitialPosition, InitialPositionInStream, Shard, StreamDescription
 
 # KCL's HierarchicalShardSyncer: 3 attempts at a complete filtered listing, 1 s apart.
 FILTERED_LISTING_ATTEMPTS = 3
 FILTERED_LISTING_RETRY_SECONDS = 1.0
 # A NextToken lives 300 s; a listing that keeps outliving its tokens will not get better by retrying.
 LISTING_RESTARTS = 3
+
+T = TypeVar("T")
 
 
 class ShardSource(Protocol):
@@ -49,6 +54,18 @@ class ShardSource(Protocol):
 
     def stream_identifier(self, stream_name: str) -> StreamIdentifier:
         """The multi-stream identity of the stream: account id and creation epoch seconds."""
+        ...
+
+    def describe_stream(self, stream_name: str) -> StreamDescription:
+        """The stream the name stands for now: its ARN and creation time."""
+        ...
+
+    def shard_exists(self, stream_name: str, shard_id: str) -> bool:
+        """Whether Kinesis still knows the shard; False only when it says the shard does not exist.
+
+        A missing stream raises `StreamNotFoundError` instead: a deleted stream must never read as
+        "each of its shards is gone".
+        """
         ...
 
 
@@ -114,7 +131,7 @@ class _ExpiredNextToken(Exception):
 
 
 class _StreamBusy(Exception):
-    """ListShards answered ResourceInUseException: the stream is CREATING or DELETING."""
+    """Kinesis answered ResourceInUseException: the stream is CREATING or DELETING."""
 
 
 # ListShards error codes that end the page call without retrying it; each is handled by the listing.
@@ -158,13 +175,42 @@ class KinesisShardSource:
         raise IncompleteShardListError(stream_name, f"{gap} (after {FILTERED_LISTING_ATTEMPTS} attempts)")
 
     def stream_identifier(self, stream_name: str) -> StreamIdentifier:
-        summary = self._describe_summary(stream_name)
+        description = self.describe_stream(stream_name)
         return StreamIdentifier(
-            account_id=account_id_of(summary["StreamARN"]),
+            account_id=account_id_of(description.stream_arn),
             stream_name=stream_name,
-            # KCL keeps whole seconds (Instant.getEpochSecond); boto3 hands back an aware datetime.
-            creation_epoch=int(summary["StreamCreationTimestamp"].timestamp()),
+            # KCL keeps whole seconds (Instant.getEpochSecond).
+            creation_epoch=description.creation_epoch_millis // 1000,
         )
+
+    def describe_stream(self, stream_name: str) -> StreamDescription:
+        return StreamDescription.from_api(self._describe_summary(stream_name))
+
+    def shard_exists(self, stream_name: str, shard_id: str) -> bool:
+        """GetShardIterator LATEST on the shard, as KCL's garbage check asks (it then reads the
+        child shards, which the listing already gives here).
+
+        Kinesis (and kinesis-mock, measured) answers ResourceNotFoundException both for a shard
+        id the stream does not have and for a stream that does not exist; only a stream that
+        DescribeStreamSummary still finds makes it the shard's answer. A closed shard still in
+        retention exists (an iterator is handed out, GetRecords would answer its ChildShards).
+        """
+
+        def call() -> bool:
+            try:
+                self.client.get_shard_iterator(StreamName=stream_name, ShardId=shard_id, ShardIteratorType="LATEST")
+            except botocore.exceptions.ClientError as error:
+                if error_code(error) == "ResourceNotFoundException":
+                    return False
+                if error_code(error) == "ResourceInUseException":
+                    raise _StreamBusy(stream_name) from error
+                raise
+            return True
+
+        exists = self._call_on_stream("GetShardIterator", stream_name, call)
+        if not exists:
+            self._describe_summary(stream_name)  # StreamNotFoundError when the stream is what is missing
+        return exists
 
     # --- listing ---------------------------------------------------------------------------------
 
@@ -204,8 +250,12 @@ class KinesisShardSource:
                     raise  # throttling and the rest are the retry policy's business
                 raise signal(stream_name) from error
 
+        return self._call_on_stream("ListShards", stream_name, call)
+
+    def _call_on_stream(self, operation: str, stream_name: str, call: Callable[[], T]) -> T:
+        """`call` under the retry policy; `_StreamBusy` becomes the stream's status (CREATING, DELETING)."""
         try:
-            return self._caller.call("ListShards", call)
+            return self._caller.call(operation, call)
         except _StreamBusy:
             raise StreamNotActiveError(stream_name, self._stream_status(stream_name)) from None
 

@@ -1,11 +1,11 @@
-"""Kinesis shards as values, and the initial position of a new application (kcl-spec.md §3)."""
+"""Kinesis streams and shards as values, and the initial position of a new application (kcl-spec.md §3)."""
 
 from __future__ import annotations
 
 import enum
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from lease_core.lease import HashKeyRange
@@ -90,3 +90,29 @@ class ChildShard:
             parent_shard_ids=frozenset(child.get("ParentShards", ())),
             hash_key_range=HashKeyRange.from_strings(hash_range["StartingHashKey"], hash_range["EndingHashKey"]),
         )
+
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+
+
+@dataclass(frozen=True)
+class StreamDescription:
+    """Which stream a name stands for right now: a stream deleted and created again under the same
+    name keeps its name and ARN but not its creation time."""
+
+    stream_name: str
+    stream_arn: str
+    creation_epoch_millis: int
+
+    @classmethod
+    def from_api(cls, summary: Mapping[str, Any]) -> StreamDescription:
+        """From DescribeStreamSummary's StreamDescriptionSummary (boto3 gives an aware datetime)."""
+        created: datetime = summary["StreamCreationTimestamp"]
+        return cls(summary["StreamName"], summary["StreamARN"], (created - _EPOCH) // timedelta(milliseconds=1))
+
+    @property
+    def created_at(self) -> datetime:
+        return _EPOCH + timedelta(milliseconds=self.creation_epoch_millis)
+
+    def __str__(self) -> str:
+        return f"{self.stream_name!r} ({self.stream_arn}, created {self.created_at.isoformat(timespec='milliseconds')})"

@@ -9,10 +9,13 @@ table), or at once when the stream no longer exists in Kinesis.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from lease_core.coordinator_state import CoordinatorStateStore
+from lease_core import codec
+from lease_core.codec import Item
+from lease_core.coordinator_state import CoordinatorStateStore, decide_and_record
 from lease_core.errors import StreamNotFoundError
 from lease_core.lease import StreamIdentifier
 from lease_core.lease_store import LeaseStore
@@ -20,6 +23,8 @@ from lease_core.lease_store import LeaseStore
 NO_DELETION = "NO_STREAMS_LEASES_DELETION"
 DEFERRED_DELETION = "FORMER_STREAMS_AUTO_DETECTION_DEFERRED_DELETION"
 FORMER_STREAMS_KEY = "FormerStreams"
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -55,12 +60,20 @@ def decide_former_streams(
 
 @dataclass(frozen=True)
 class FormerStreamsOutcome:
+    """Streams are serialized identifiers. changed_leases: leases of a stream being deleted that
+    changed after the snapshot (someone still works them); they are judged again next round."""
+
     pending: Mapping[str, int]
     deleted_leases: Mapping[str, tuple[str, ...]]  # stream -> lease keys deleted
+    changed_leases: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
 
 
 class FormerStreamsCleaner:
-    """Applies `decide_former_streams` to the lease table, remembering pending streams across rounds."""
+    """Applies `decide_former_streams` to the lease table, remembering pending streams across rounds.
+
+    The pending map is read, decided on and written back with `decide_and_record`, so a concurrent
+    writer's update is never lost; leases are deleted only if unchanged since they were listed.
+    """
 
     def __init__(
         self,
@@ -84,21 +97,39 @@ class FormerStreamsCleaner:
         configured_ids = {stream.serialize() for stream in configured}
         former = in_table - configured_ids
         gone = {s for s in former if self.strategy != NO_DELETION and not self.stream_exists(StreamIdentifier.parse(s))}
-        decision = decide_former_streams(
-            configured_ids, in_table, self._pending(), gone, self.clock_millis(), self.strategy, self.wait_millis
-        )
-        deleted: dict[str, tuple[str, ...]] = {}
-        for stream in decision.delete_leases_of:
-            keys = tuple(sorted(lease.lease_key for lease in leases if lease.stream_name == stream))
-            for key in keys:
-                self.store.delete_lease(key)
-            deleted[stream] = keys
-        self.state.put(FORMER_STREAMS_KEY, {"pending": {"M": {s: {"N": str(t)} for s, t in decision.pending.items()}}})
-        return FormerStreamsOutcome(decision.pending, deleted)
+        now = self.clock_millis()
 
-    def _pending(self) -> dict[str, int]:
-        record = self.state.get(FORMER_STREAMS_KEY) or {}
-        return {stream: int(value["N"]) for stream, value in record.get("pending", {}).get("M", {}).items()}
+        def decide(record: Item | None) -> tuple[FormerStreamsDecision, Item | None]:
+            pending = _pending(record)
+            decision = decide_former_streams(
+                configured_ids, in_table, pending, gone, now, self.strategy, self.wait_millis
+            )
+            return decision, None if dict(decision.pending) == pending else _pending_item(decision.pending)
+
+        decision = decide_and_record(self.state, FORMER_STREAMS_KEY, decide)
+        deleted: dict[str, tuple[str, ...]] = {}
+        changed: dict[str, tuple[str, ...]] = {}
+        for stream in decision.delete_leases_of:
+            results = [
+                (lease.lease_key, self.store.delete_lease_if_unchanged(lease))
+                for lease in sorted(leases, key=lambda lease: lease.lease_key)
+                if lease.stream_name == stream
+            ]
+            # A lease already gone counts as deleted: possibly by this very delete, its answer lost.
+            deleted[stream] = tuple(key for key, result in results if not result.lost_to_a_change)
+            kept = tuple(key for key, result in results if result.lost_to_a_change)
+            if kept:
+                log.info("former stream %s: %d lease(s) changed since listed and stay this round", stream, len(kept))
+                changed[stream] = kept
+        return FormerStreamsOutcome(decision.pending, deleted, changed)
+
+
+def _pending(record: Item | None) -> dict[str, int]:
+    return {stream: int(value["N"]) for stream, value in (record or {}).get("pending", {}).get("M", {}).items()}
+
+
+def _pending_item(pending: Mapping[str, int]) -> Item:
+    return {"pending": {"M": {stream: codec.number_value(since) for stream, since in pending.items()}}}
 
 
 def stream_exists_via(identify: Callable[[str], StreamIdentifier]) -> Callable[[StreamIdentifier], bool]:

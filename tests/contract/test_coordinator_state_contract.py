@@ -7,7 +7,12 @@ import itertools
 import boto3
 import pytest
 
-from lease_core.coordinator_state import DynamoDBCoordinatorStateStore, InMemoryCoordinatorStateStore, update_record
+from lease_core.coordinator_state import (
+    DynamoDBCoordinatorStateStore,
+    InMemoryCoordinatorStateStore,
+    decide_and_record,
+    update_record,
+)
 from lease_core.errors import CoordinatorStateConflictError
 from lease_core.tables import TableAdministrator
 from tests.support.faults import AnswerLostClient
@@ -97,6 +102,19 @@ def test_a_concurrent_writer_between_read_and_write_is_not_overwritten(state):
         return appended("mine")(record)
 
     update_record(state, "History", change)
+    assert state.get("History")["items"] == {"S": "a,other,mine"}
+
+
+def test_decide_and_record_returns_the_decision_taken_from_the_record_it_wrote_over(state):
+    update_record(state, "History", appended("a"))
+    interloped = []
+
+    def decide(record):
+        if not interloped:  # the first decision is taken from a record that changes before the write
+            interloped.append(update_record(state, "History", appended("other")))
+        return record["items"]["S"], appended("mine")(record)
+
+    assert decide_and_record(state, "History", decide) == "a,other"
     assert state.get("History")["items"] == {"S": "a,other,mine"}
 
 

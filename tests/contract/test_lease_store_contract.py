@@ -91,6 +91,44 @@ def test_delete_removes_the_lease_and_deleting_a_missing_lease_succeeds(store):
     assert store.get_lease("shardId-1") is None
 
 
+def test_a_conditional_delete_removes_a_lease_unchanged_since_it_was_read(store):
+    lease = owned(store)
+    result = store.delete_lease_if_unchanged(lease)
+    assert result == WriteResult(True, None)
+    assert store.get_lease(lease.lease_key, consistent=True) is None
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        pytest.param(lambda store, lease: store.renew_lease(lease), id="renewed"),
+        pytest.param(lambda store, lease: store.assign_lease(lease, "worker-b"), id="assigned"),
+        pytest.param(lambda store, lease: store.checkpoint(lease, ESN("42")), id="checkpointed"),
+    ],
+)
+def test_a_conditional_delete_loses_against_a_lease_changed_after_the_snapshot(store, change):
+    snapshot = owned(store)
+    changed = change(store, snapshot).lease
+    result = store.delete_lease_if_unchanged(snapshot)
+    assert (result.applied, result.lost_to_a_change, result.lease) == (False, True, changed)
+    assert stored(store, snapshot.lease_key) == changed
+
+
+def test_a_conditional_delete_of_a_finished_lease_loses_when_its_checkpoint_moved_without_its_counter(store):
+    # Writers other than ours (an operator's script, a KCL tool) may rewrite the checkpoint alone.
+    snapshot = store.checkpoint(owned(store), SHARD_END).lease
+    item = raw_item(store, snapshot.lease_key)
+    put_raw_item(store, {**item, "checkpoint": {"S": "TRIM_HORIZON"}})
+    result = store.delete_lease_if_unchanged(snapshot)
+    assert result.lost_to_a_change and result.lease.checkpoint == TRIM_HORIZON
+    assert stored(store, snapshot.lease_key).lease_counter == snapshot.lease_counter
+
+
+def test_a_conditional_delete_of_a_missing_lease_is_not_applied_and_names_no_lease(store):
+    result = store.delete_lease_if_unchanged(Lease("shardId-404", checkpoint=SHARD_END))
+    assert (result.applied, result.lost_to_a_change, result.lease) == (False, False, None)
+
+
 # --- scans and the owner index ------------------------------------------------------------------
 
 

@@ -76,17 +76,22 @@ def test_a_split_is_created_read_and_cleaned_up_on_dynamodb(store):
     assert store.get_lease(S(0), consistent=True) is None
 
 
-def test_cleanup_records_listed_children_and_deletes_garbage_on_dynamodb(store):
+def test_cleanup_records_listed_children_and_deletes_only_the_lease_kinesis_says_is_gone_on_dynamodb(store):
     shards = split_of_shard_0()
     store.create_lease_if_not_exists(Lease(S(0), checkpoint=SHARD_END))
     store.create_lease_if_not_exists(Lease(S(1), checkpoint=TRIM_HORIZON, parent_shard_ids={S(0)}))
     store.create_lease_if_not_exists(Lease(S(7), checkpoint=READING))
+    store.create_lease_if_not_exists(Lease(S(8), checkpoint=READING))
+    answers = {S(7): False, S(8): True}
 
-    outcome = apply_cleanup(store, plan_lease_cleanup(store.list_leases(), shards, SINGLE))
+    outcome = apply_cleanup(store, plan_lease_cleanup(store.list_leases(), shards, SINGLE, shard_exists=answers))
 
-    assert outcome == CleanupOutcome(child_ids_recorded=1, garbage_deleted=1, possibly_unread=(S(7),), deleted=(S(7),))
+    assert outcome == CleanupOutcome(
+        child_ids_recorded=1, garbage_deleted=1, possibly_unread=(S(7),), deleted=(S(7),), unlisted_existing=(S(8),)
+    )
     assert raw_item(store, S(0))["childShardIds"] == {"SS": [S(1), S(2)]}
     assert store.get_lease(S(7), consistent=True) is None
+    assert store.get_lease(S(8), consistent=True) is not None
 
 
 def test_the_auditor_fills_ranges_and_persists_its_count_on_dynamodb(store, state):

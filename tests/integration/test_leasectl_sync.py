@@ -15,7 +15,7 @@ from lease_core.lease import Lease
 from lease_core.sequence import ExtendedSequenceNumber
 from tests.support.kinesis import build_seed_lineage, create_stream, kinesis_client, split_shard
 from tests.support.leasectl import run_leasectl
-from tests.support.stores import dynamodb_store
+from tests.support.stores import dynamodb_store, raw_item
 
 
 def leasectl(*arguments: str, moto: str, kinesis: str):
@@ -83,6 +83,25 @@ def test_a_finished_parent_is_cleaned_up_once_its_children_have_started(moto_end
     report = sync_json(unique_name, "--stream", unique_name, moto=moto_endpoint, kinesis=kinesis_endpoint)
     assert report["deleted"] == ["shardId-000000000000"] and report["possibly_unread"] == []
     assert store.get_lease("shardId-000000000000") is None
+
+
+def test_a_sync_against_another_stream_fails_naming_both_and_leaves_every_lease_untouched(
+    moto_endpoint, kinesis_endpoint, unique_name
+):
+    client = kinesis_client(kinesis_endpoint)
+    orders, payments = f"{unique_name[:40]}-orders", f"{unique_name[:40]}-payments"
+    create_stream(client, orders, 2)
+    create_stream(client, payments, 1)
+    store = dynamodb_store(moto_endpoint, unique_name)
+    sync_json(unique_name, "--stream", orders, moto=moto_endpoint, kinesis=kinesis_endpoint)
+    before = {key: raw_item(store, key) for key in ("shardId-000000000000", "shardId-000000000001")}
+
+    result = leasectl("--app", unique_name, "sync", "--stream", payments, moto=moto_endpoint, kinesis=kinesis_endpoint)
+
+    assert result.returncode == 1, result.stderr
+    assert f"'{orders}'" in result.stderr and f"'{payments}'" in result.stderr and "Traceback" not in result.stderr
+    assert {key: raw_item(store, key) for key in before} == before
+    assert sorted(lease.lease_key for lease in store.list_leases()) == sorted(before)
 
 
 def test_several_streams_select_multi_stream_keys(moto_endpoint, kinesis_endpoint, unique_name):

@@ -256,6 +256,11 @@ def test_an_empty_answer_never_covers_the_hash_space(kinesis, lineage):
         pytest.param(lambda listing, name: listing.list_shards(name), id="list_shards"),
         pytest.param(lambda listing, name: listing.list_shards_for_new_application(name, LATEST), id="filtered"),
         pytest.param(lambda listing, name: listing.stream_identifier(name), id="stream_identifier"),
+        pytest.param(lambda listing, name: listing.describe_stream(name), id="describe_stream"),
+        # kinesis-mock answers ResourceNotFoundException to GetShardIterator for a missing stream as for
+        # a missing shard ("Stream arn ... not found" vs "Could not find shardId ... in stream ..."):
+        # a missing stream must never read as "this shard is gone".
+        pytest.param(lambda listing, name: listing.shard_exists(name, shard_id(0)), id="shard_exists"),
     ],
 )
 def test_a_missing_stream_is_reported_as_not_found(kinesis, unique_name, operation):
@@ -351,3 +356,51 @@ def test_the_stream_identifier_carries_the_account_and_the_creation_second(
     identifier = source(client).stream_identifier(unique_name)
     assert identifier == StreamIdentifier(account_id or "000000000000", unique_name, int(created.timestamp()))
     assert math.floor(before) <= identifier.creation_epoch <= time.time()
+
+
+def test_the_stream_description_carries_the_arn_and_the_creation_millisecond(kinesis, wide_stream):
+    summary = kinesis.describe_stream_summary(StreamName=wide_stream)["StreamDescriptionSummary"]
+    description = source(kinesis).describe_stream(wide_stream)
+    assert (description.stream_name, description.stream_arn) == (wide_stream, summary["StreamARN"])
+    assert description.created_at == summary["StreamCreationTimestamp"]
+    assert source(kinesis).describe_stream(wide_stream) == description, "the same stream reads the same each time"
+
+
+# --- single shards: KCL's garbage check --------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("seed_name", "exists"),
+    [
+        pytest.param(8, True, id="an-open-shard"),
+        pytest.param(0, True, id="a-closed-shard-still-in-retention"),
+        pytest.param(None, False, id="a-shard-id-the-stream-never-had"),
+    ],
+)
+def test_kinesis_is_asked_about_one_shard_at_a_time(kinesis, lineage, seed_name, exists):
+    asked = shard_id(999) if seed_name is None else lineage.ids[seed_name]
+    assert source(kinesis).shard_exists(lineage.name, asked) is exists
+
+
+def test_a_shard_question_about_a_stream_in_use_is_reported_with_the_status_it_is_in(kinesis, wide_stream):
+    def fault(method: str, call: int) -> Any:
+        if method == "get_shard_iterator":
+            return client_error("ResourceInUseException", "GetShardIterator")
+        if method == "describe_stream_summary":
+            return {"StreamDescriptionSummary": {"StreamName": wide_stream, "StreamStatus": "DELETING"}}
+        return None
+
+    with pytest.raises(StreamNotActiveError) as raised:
+        source(FaultInjectingClient(kinesis, fault)).shard_exists(wide_stream, shard_id(0))
+    assert (raised.value.status, raised.value.retryable) == ("DELETING", True)
+
+
+def test_a_throttled_shard_question_is_retried(kinesis, wide_stream):
+    client = FaultInjectingClient(
+        kinesis,
+        lambda method, call: client_error("LimitExceededException", "GetShardIterator")
+        if method == "get_shard_iterator" and call == 1
+        else None,
+    )
+    assert source(client).shard_exists(wide_stream, shard_id(3)) is True
+    assert client.calls["get_shard_iterator"] == 2

@@ -6,19 +6,32 @@ import boto3
 import pytest
 
 from lease_core.coordinator_state import DynamoDBCoordinatorStateStore
-from lease_core.errors import ConfigurationError, InconsistentShardsError
+from lease_core.errors import ConfigurationError, InconsistentShardsError, StreamMismatchError
 from lease_core.lease import Lease
-from lease_core.sequence import ExtendedSequenceNumber
+from lease_core.sequence import TRIM_HORIZON, ExtendedSequenceNumber
 from lease_core.shard_source import KinesisShardSource
 from lease_core.shard_sync_step import sync_streams
 from tests.support.faults import FaultInjectingClient
-from tests.support.kinesis import build_seed_lineage, create_stream, kinesis_client
+from tests.support.kinesis import build_seed_lineage, create_stream, kinesis_client, split_shard, wait_until_gone
 from tests.support.stores import FAST_RETRIES, dynamodb_store, fast_config
 
 
 def state_store(moto_endpoint: str, app: str) -> DynamoDBCoordinatorStateStore:
     client = boto3.client("dynamodb", endpoint_url=moto_endpoint, region_name="us-east-1")
     return DynamoDBCoordinatorStateStore(client, f"{app}-CoordinatorState", FAST_RETRIES)
+
+
+class ListingDroppingClient(FaultInjectingClient):
+    """Answers ListShards without the given shards, as a partial or stale answer would."""
+
+    def __init__(self, client, *shard_ids: str) -> None:
+        super().__init__(client, lambda method, number: None)
+        self._dropped = set(shard_ids)
+
+    def list_shards(self, **arguments):
+        page = self._client.list_shards(**arguments)
+        page["Shards"] = [shard for shard in page["Shards"] if shard["ShardId"] not in self._dropped]
+        return page
 
 
 class ReopeningClient(FaultInjectingClient):
@@ -89,3 +102,68 @@ def test_a_single_stream_sync_refuses_a_table_of_multi_stream_leases(moto_endpoi
     with pytest.raises(ConfigurationError, match="'multi_stream'.*holds multi-stream leases"):
         sync_streams([first], fast_config(unique_name), store, source, state)
     assert len(store.list_leases()) == 2, "nothing was deleted"
+
+
+def shard(index: int) -> str:
+    return f"shardId-{index:012d}"
+
+
+def test_a_listing_that_misses_an_open_shard_changes_nothing(moto_endpoint, kinesis_endpoint, unique_name):
+    client = kinesis_client(kinesis_endpoint)
+    create_stream(client, unique_name, 2)
+    store = dynamodb_store(moto_endpoint, unique_name)
+    state = state_store(moto_endpoint, unique_name)
+    config = fast_config(unique_name)
+    sync_streams([unique_name], config, store, KinesisShardSource(client, retry_policy=FAST_RETRIES), state)
+    before = store.list_leases()
+
+    partial = KinesisShardSource(ListingDroppingClient(client, shard(1)), retry_policy=FAST_RETRIES)
+    report = sync_streams([unique_name], config, store, partial, state)
+
+    assert (report.created, report.deleted, report.possibly_unread) == ((), (), ())
+    assert "not covered" in report.streams[0].listing_incomplete
+    assert store.list_leases() == before
+
+
+def test_an_unlisted_lease_is_kept_while_kinesis_knows_its_shard_and_deleted_once_it_does_not(
+    moto_endpoint, kinesis_endpoint, unique_name
+):
+    client = kinesis_client(kinesis_endpoint)
+    create_stream(client, unique_name, 1)
+    store = dynamodb_store(moto_endpoint, unique_name)
+    state = state_store(moto_endpoint, unique_name)
+    config = fast_config(unique_name)
+    sync_streams([unique_name], config, store, KinesisShardSource(client, retry_policy=FAST_RETRIES), state)
+    low, high = split_shard(client, unique_name, shard(0))
+    for child in (low, high):  # as the parent's SHARD_END would have created them; the parent is still read
+        store.create_lease_if_not_exists(Lease(child, checkpoint=TRIM_HORIZON, parent_shard_ids={shard(0)}))
+    store.create_lease_if_not_exists(Lease(shard(99), checkpoint=ExtendedSequenceNumber("7")))  # no such shard
+    stale = ListingDroppingClient(client, shard(0))  # a stale listing that misses the closed parent
+
+    report = sync_streams([unique_name], config, store, KinesisShardSource(stale, retry_policy=FAST_RETRIES), state)
+    again = sync_streams([unique_name], config, store, KinesisShardSource(stale, retry_policy=FAST_RETRIES), state)
+
+    assert (report.deleted, report.possibly_unread) == ((shard(99),), (shard(99),))
+    assert report.cleanups[0].unlisted_existing == (shard(0),)
+    assert sorted(lease.lease_key for lease in store.list_leases()) == [shard(0), low, high]
+    assert again.cleanups[0].unlisted_unprobed == (shard(0),), "asked again only after the interval"
+    assert stale.calls["get_shard_iterator"] == 2
+
+
+def test_a_stream_created_again_under_the_same_name_is_refused(moto_endpoint, kinesis_endpoint, unique_name):
+    client = kinesis_client(kinesis_endpoint)
+    create_stream(client, unique_name, 2)
+    store = dynamodb_store(moto_endpoint, unique_name)
+    state = state_store(moto_endpoint, unique_name)
+    source = KinesisShardSource(client, retry_policy=FAST_RETRIES)
+    sync_streams([unique_name], fast_config(unique_name), store, source, state)
+    before = store.list_leases()
+    client.delete_stream(StreamName=unique_name)
+    wait_until_gone(client, unique_name)
+    create_stream(client, unique_name, 1)
+
+    with pytest.raises(StreamMismatchError, match="created again") as refused:
+        sync_streams([unique_name], fast_config(unique_name), store, source, state)
+
+    assert refused.value.recreated and refused.value.remembered != refused.value.requested
+    assert store.list_leases() == before

@@ -44,6 +44,19 @@ def wait_until_active(client: Any, stream: str, timeout_seconds: float = ACTIVE_
         time.sleep(0.01)
 
 
+def wait_until_gone(client: Any, stream: str, timeout_seconds: float = ACTIVE_TIMEOUT_SECONDS) -> None:
+    """Until DescribeStreamSummary answers ResourceNotFoundException (a deleted stream is DELETING first)."""
+    deadline = time.monotonic() + timeout_seconds
+    while True:
+        try:
+            client.describe_stream_summary(StreamName=stream)
+        except client.exceptions.ResourceNotFoundException:
+            return
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"stream {stream!r} still exists after {timeout_seconds:.0f} s")
+        time.sleep(0.01)
+
+
 def create_stream(client: Any, name: str, shard_count: int) -> None:
     client.create_stream(StreamName=name, ShardCount=shard_count)
     wait_until_active(client, name)

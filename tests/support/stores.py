@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import boto3
 
 from lease_core.codec import Item
 from lease_core.config import ConsumerConfig
+from lease_core.coordinator_state import InMemoryCoordinatorStateStore
 from lease_core.dynamodb_store import DynamoDBLeaseStore
 from lease_core.lease_store import ConditionalLeaseStore
 from lease_core.memory_store import InMemoryLeaseStore
@@ -47,3 +49,20 @@ def raw_item(store: ConditionalLeaseStore, lease_key: str) -> Item | None:
         TableName=store.table_name, Key={"leaseKey": {"S": lease_key}}, ConsistentRead=True
     )
     return response.get("Item")
+
+
+class InterleavingStateStore(InMemoryCoordinatorStateStore):
+    """Runs `interloper(self)` once, right after the first read of `key`: another writer's update
+    lands between that reader's read and its write."""
+
+    def __init__(self, key: str, interloper: Callable[[InMemoryCoordinatorStateStore], object]) -> None:
+        super().__init__()
+        self._key = key
+        self._interloper: Callable[[InMemoryCoordinatorStateStore], object] | None = interloper
+
+    def get(self, key: str) -> Item | None:
+        record = super().get(key)
+        if key == self._key and self._interloper is not None:
+            interloper, self._interloper = self._interloper, None
+            interloper(self)
+        return record

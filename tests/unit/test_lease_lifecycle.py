@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 import pickle
+from dataclasses import dataclass, field
 
 import pytest
 
@@ -24,6 +25,7 @@ from lease_core.lease_lifecycle import (
     create_child_leases,
     parents_have_finished,
     plan_lease_cleanup,
+    unlisted_leases,
 )
 from lease_core.memory_store import InMemoryLeaseStore
 from lease_core.sequence import AT_TIMESTAMP, LATEST, SHARD_END, TRIM_HORIZON, ExtendedSequenceNumber
@@ -265,79 +267,129 @@ def listing_without(*removed: int) -> list[Shard]:
 
 FINISHED_PARENT = lease(0, SHARD_END, children=[1, 2])
 UNRECORDED_PARENT = lease(0, SHARD_END)
-DONE = LeaseDeletion(S(0), CleanupReason.COMPLETED)
+COMPLETED = CleanupReason.COMPLETED
+GONE = CleanupReason.SHARD_GONE
+
+
+def deleted(n: int, reason: CleanupReason, unread: bool = False) -> tuple[str, CleanupReason, bool]:
+    return S(n), reason, unread
+
+
+@dataclass(frozen=True)
+class Expected:
+    """A cleanup plan by lease key: deletions as (key, reason, unread records possible)."""
+
+    deletions: frozenset[tuple[str, CleanupReason, bool]] = frozenset()
+    records: dict[str, frozenset[str]] = field(default_factory=dict)
+    unlisted_existing: tuple[str, ...] = ()
+    unlisted_unprobed: tuple[str, ...] = ()
+
+
+def expect(*deletions: tuple[str, CleanupReason, bool], **fields) -> Expected:
+    return Expected(frozenset(deletions), **fields)
+
 
 CLEANUP_CASES = [
     pytest.param(
-        [FINISHED_PARENT, lease(1, READING, [0]), lease(2, SHARD_END, [0])], split_lineage(), True,
-        {DONE}, {}, id="children-all-started-parent-deleted",
+        [FINISHED_PARENT, lease(1, READING, [0]), lease(2, SHARD_END, [0])], split_lineage(), True, {},
+        expect(deleted(0, COMPLETED)), id="children-all-started-parent-deleted",
     ),
     pytest.param(
-        [FINISHED_PARENT, lease(1, READING, [0])], split_lineage(), True,
-        set(), {}, id="a-child-lease-not-created-yet-parent-stays",
+        [FINISHED_PARENT, lease(1, READING, [0])], split_lineage(), True, {},
+        expect(), id="a-child-lease-not-created-yet-parent-stays",
     ),
     pytest.param(
-        [FINISHED_PARENT, lease(1, READING, [0]), lease(2, TRIM_HORIZON, [0])], split_lineage(), True,
-        set(), {}, id="a-child-still-at-trim-horizon-parent-stays",
+        [FINISHED_PARENT, lease(1, READING, [0]), lease(2, TRIM_HORIZON, [0])], split_lineage(), True, {},
+        expect(), id="a-child-still-at-trim-horizon-parent-stays",
     ),
     pytest.param(
-        [FINISHED_PARENT, lease(1, READING, [0]), lease(2, AT_TIMESTAMP, [0])], split_lineage(), True,
-        set(), {}, id="a-child-still-at-at-timestamp-parent-stays",
+        [FINISHED_PARENT, lease(1, READING, [0]), lease(2, AT_TIMESTAMP, [0])], split_lineage(), True, {},
+        expect(), id="a-child-still-at-at-timestamp-parent-stays",
     ),
     pytest.param(
         [FINISHED_PARENT, lease(1, SHARD_END, [0], [3, 4]), lease(2, READING, [0]),
-         lease(3, READING, [1]), lease(4, LATEST, [1])], split_lineage(), True,
-        {DONE}, {}, id="own-parent-lease-present-waits-for-a-later-round",
+         lease(3, READING, [1]), lease(4, LATEST, [1])], split_lineage(), True, {},
+        expect(deleted(0, COMPLETED)), id="own-parent-lease-present-waits-for-a-later-round",
     ),
     pytest.param(
-        [UNRECORDED_PARENT, lease(1, READING, [0]), lease(2, TRIM_HORIZON, [0])], split_lineage(), True,
-        set(), {S(0): {S(1), S(2)}}, id="child-ids-learned-from-the-listing-are-recorded",
+        [UNRECORDED_PARENT, lease(1, READING, [0]), lease(2, TRIM_HORIZON, [0])], split_lineage(), True, {},
+        expect(records={S(0): frozenset({S(1), S(2)})}), id="child-ids-learned-from-the-listing-are-recorded",
     ),
     pytest.param(
-        [UNRECORDED_PARENT, lease(1, READING, [0]), lease(2, READING, [0])], split_lineage(), True,
-        {DONE}, {}, id="child-ids-learned-from-the-listing-complete-the-parent",
+        [UNRECORDED_PARENT, lease(1, READING, [0]), lease(2, READING, [0])], split_lineage(), True, {},
+        expect(deleted(0, COMPLETED)), id="child-ids-learned-from-the-listing-complete-the-parent",
     ),
     pytest.param(
-        [UNRECORDED_PARENT], listing_without(1, 2, 3, 4), True,
-        set(), {}, id="shard-end-without-known-children-stays",
+        [lease(0, READING), lease(1, TRIM_HORIZON, [0])], split_lineage(), True, {},
+        expect(), id="a-lease-still-reading-stays",
     ),
     pytest.param(
-        [lease(0, READING), lease(1, TRIM_HORIZON, [0])], split_lineage(), True,
-        set(), {}, id="a-lease-still-reading-stays",
+        [FINISHED_PARENT, lease(1, READING, [0]), lease(2, READING, [0])], split_lineage(), False, {},
+        expect(), id="completed-cleanup-disabled",
     ),
     pytest.param(
-        [FINISHED_PARENT, lease(1, READING, [0]), lease(2, READING, [0])], split_lineage(), False,
-        set(), {}, id="completed-cleanup-disabled",
+        [lease(0, READING), lease(1, TRIM_HORIZON, [0])], listing_without(0), True, {},
+        expect(unlisted_unprobed=(S(0),)), id="unlisted-and-not-asked-about-stays",
+    ),
+    pytest.param(
+        [lease(0, READING), lease(1, TRIM_HORIZON, [0])], listing_without(0), True, {S(0): True},
+        expect(unlisted_existing=(S(0),)), id="unlisted-but-kinesis-knows-the-shard-stays",
+    ),
+    pytest.param(
+        [lease(0, READING), lease(1, TRIM_HORIZON, [0])], listing_without(0), True, {S(0): False},
+        expect(deleted(0, GONE, unread=True)), id="shard-gone-before-shard-end-deleted-as-possibly-unread",
+    ),
+    pytest.param(
+        [lease(0, SHARD_END), lease(1, TRIM_HORIZON, [0])], listing_without(0), True, {S(0): False},
+        expect(deleted(0, GONE)), id="shard-gone-at-shard-end-deleted-without-loss",
+    ),
+    pytest.param(
+        [lease(0, READING), lease(1, TRIM_HORIZON, [0])], listing_without(0), False, {S(0): False},
+        expect(deleted(0, GONE, unread=True)), id="shard-gone-deleted-even-with-completed-cleanup-disabled",
+    ),
+    pytest.param(
+        [UNRECORDED_PARENT], listing_without(1, 2, 3, 4), True, {S(1): False},
+        expect(), id="shard-end-without-known-children-stays",
     ),
     pytest.param(
         [lease(0, SHARD_END, children=[1, 2]), lease(1, READING, [0]), lease(2, READING, [0])], listing_without(0),
-        True, {LeaseDeletion(S(0), CleanupReason.SHARD_GONE)}, {}, id="garbage-at-shard-end-deleted-as-gone",
-    ),
-    pytest.param(
-        [lease(0, READING), lease(1, TRIM_HORIZON, [0])], listing_without(0), True,
-        {LeaseDeletion(S(0), CleanupReason.SHARD_GONE, unread_records_possible=True)}, {},
-        id="garbage-not-at-shard-end-flagged-as-possibly-unread",
-    ),
-    pytest.param(
-        [lease(0, READING), lease(1, TRIM_HORIZON, [0])], listing_without(0), False,
-        {LeaseDeletion(S(0), CleanupReason.SHARD_GONE, unread_records_possible=True)}, {},
-        id="garbage-deleted-even-with-completed-cleanup-disabled",
+        True, {}, expect(deleted(0, COMPLETED)), id="unlisted-but-completed-is-deleted-as-completed",
     ),
     pytest.param(
         [FINISHED_PARENT, lease(1, READING, [0]), lease(2, READING, [0]), lease(9, READING), lease(5, SHARD_END)],
-        None, True, {DONE}, {}, id="listing-unavailable-only-recorded-children-decide",
+        None, True, {}, expect(deleted(0, COMPLETED)), id="no-full-listing-only-recorded-children-decide",
     ),
     pytest.param(
-        [lease(9, READING)], [], True, set(), {}, id="an-empty-listing-counts-as-unavailable",
+        [lease(9, READING)], [], True, {}, expect(), id="an-empty-listing-names-no-unlisted-lease",
     ),
 ]
 
 
-@pytest.mark.parametrize(("leases", "shards", "on_completion", "deletions", "records"), CLEANUP_CASES)
-def test_cleanup_plan(leases, shards, on_completion, deletions, records):
-    plan = plan_lease_cleanup(leases, shards, SINGLE, cleanup_on_completion=on_completion)
-    assert set(plan.deletions) == deletions
-    assert {record.lease.lease_key: record.child_ids for record in plan.record_child_ids} == records
+@pytest.mark.parametrize(("leases", "shards", "on_completion", "answers", "expected"), CLEANUP_CASES)
+def test_cleanup_plan(leases, shards, on_completion, answers, expected):
+    plan = plan_lease_cleanup(leases, shards, SINGLE, cleanup_on_completion=on_completion, shard_exists=answers)
+    assert {(d.lease_key, d.reason, d.unread_records_possible) for d in plan.deletions} == expected.deletions
+    assert {record.lease.lease_key: record.child_ids for record in plan.record_child_ids} == expected.records
+    assert (plan.unlisted_existing, plan.unlisted_unprobed) == (expected.unlisted_existing, expected.unlisted_unprobed)
+
+
+def test_a_planned_deletion_carries_the_lease_as_the_snapshot_saw_it():
+    snapshot = lease(0, READING).replace(lease_counter=7)
+    (deletion,) = plan_lease_cleanup([snapshot], listing_without(0), SINGLE, shard_exists={S(0): False}).deletions
+    assert deletion.lease == snapshot
+
+
+@pytest.mark.parametrize(
+    ("leases", "shards", "expected"),
+    [
+        pytest.param([lease(0), lease(9)], split_lineage(), (S(9),), id="a-lease-whose-shard-is-not-listed"),
+        pytest.param([lease(0), lease(1)], split_lineage(), (), id="every-shard-listed"),
+        pytest.param([lease(9)], None, (), id="no-full-listing"),
+        pytest.param([lease(9)], [], (), id="an-empty-listing-is-a-failed-one"),
+    ],
+)
+def test_unlisted_leases_are_the_candidates_for_the_garbage_check(leases, shards, expected):
+    assert tuple(item.lease_key for item in unlisted_leases(leases, shards, SINGLE)) == expected
 
 
 def test_cleanup_ignores_the_leases_of_other_streams():
@@ -346,8 +398,9 @@ def test_cleanup_ignores_the_leases_of_other_streams():
     scheme = LeaseKeyScheme(orders)
     foreign = Lease.for_stream(clicks, S(7))
     gone = Lease.for_stream(orders, S(8))
-    plan = plan_lease_cleanup([foreign, gone], split_lineage(), scheme)
-    assert plan.deletions == (LeaseDeletion(gone.lease_key, CleanupReason.SHARD_GONE, True),)
+    plan = plan_lease_cleanup([foreign, gone], split_lineage(), scheme, shard_exists={S(7): False, S(8): False})
+    assert plan.deletions == (LeaseDeletion(gone, CleanupReason.SHARD_GONE, True),)
+    assert unlisted_leases([foreign, gone], split_lineage(), scheme) == (gone,)
 
 
 def test_apply_cleanup_records_child_ids_deletes_leases_and_counts_them(caplog):
@@ -355,26 +408,57 @@ def test_apply_cleanup_records_child_ids_deletes_leases_and_counts_them(caplog):
     store = store_with(parent, lease(1), lease(2, TRIM_HORIZON), lease(5, SHARD_END), lease(6, READING))
     plan = CleanupPlan(
         deletions=(
-            LeaseDeletion(S(5), CleanupReason.COMPLETED),
-            LeaseDeletion(S(6), CleanupReason.SHARD_GONE, unread_records_possible=True),
+            LeaseDeletion(stored(store, S(5)), CleanupReason.COMPLETED),
+            LeaseDeletion(stored(store, S(6)), CleanupReason.SHARD_GONE, unread_records_possible=True),
         ),
         record_child_ids=(ChildIdsRecord(parent, frozenset({S(1), S(2)})),),
+        unlisted_unprobed=(S(9),),
     )
 
     with caplog.at_level(logging.WARNING, logger="lease_core.lease_lifecycle"):
         outcome = apply_cleanup(store, plan)
 
     assert outcome == CleanupOutcome(
-        child_ids_recorded=1, completed_deleted=1, garbage_deleted=1, possibly_unread=(S(6),), deleted=(S(5), S(6))
+        child_ids_recorded=1, completed_deleted=1, garbage_deleted=1, possibly_unread=(S(6),), deleted=(S(5), S(6)),
+        unlisted_unprobed=(S(9),),
     )
     assert stored(store, S(0)).child_shard_ids == {S(1), S(2)}
     assert store.get_lease(S(5)) is None and store.get_lease(S(6)) is None
     assert S(6) in caplog.text and "data loss" in caplog.text
 
 
-def test_apply_cleanup_tolerates_leases_already_gone():
-    plan = CleanupPlan((LeaseDeletion(S(5), CleanupReason.COMPLETED),), (ChildIdsRecord(lease(0), frozenset({S(1)})),))
-    assert apply_cleanup(InMemoryLeaseStore(), plan) == CleanupOutcome(completed_deleted=1, deleted=(S(5),))
+def test_apply_cleanup_counts_a_lease_already_gone_as_deleted():
+    # It may be this very delete whose answer was lost: a loss it stands for is reported, not missed.
+    plan = CleanupPlan(
+        (LeaseDeletion(lease(5, SHARD_END), CleanupReason.COMPLETED), LeaseDeletion(lease(6), GONE, True)),
+        (ChildIdsRecord(lease(0), frozenset({S(1)})),),
+    )
+    assert apply_cleanup(InMemoryLeaseStore(), plan) == CleanupOutcome(
+        completed_deleted=1, garbage_deleted=1, possibly_unread=(S(6),), deleted=(S(5), S(6))
+    )
+
+
+@pytest.mark.parametrize(
+    ("change", "reason"),
+    [
+        pytest.param(lambda store, key: store.renew_lease(stored(store, key)), GONE, id="renewed-after-the-snapshot"),
+        pytest.param(lambda store, key: store.assign_lease(stored(store, key), "worker-1"), GONE, id="assigned-after-the-snapshot"),
+        pytest.param(lambda store, key: store.checkpoint(stored(store, key), READING), GONE, id="checkpointed-after-the-snapshot"),
+        pytest.param(
+            lambda store, key: store.reset_checkpoint(stored(store, key), TRIM_HORIZON), COMPLETED,
+            id="reset-from-shard-end-after-the-snapshot",
+        ),
+    ],
+)
+def test_a_lease_changed_after_the_snapshot_is_kept_and_reported_changed(change, reason):
+    store = store_with(lease(6, SHARD_END if reason is COMPLETED else READING))
+    plan = CleanupPlan((LeaseDeletion(stored(store, S(6)), reason, reason is GONE),))
+    change(store, S(6))
+
+    outcome = apply_cleanup(store, plan)
+
+    assert outcome == CleanupOutcome(changed=(S(6),))
+    assert store.get_lease(S(6)) is not None
 
 
 def test_a_split_parent_is_cleaned_up_only_after_both_children_started():

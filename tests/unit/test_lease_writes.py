@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from lease_core import lease_writes
-from lease_core.dynamodb_store import render_update
+from lease_core.dynamodb_store import render_delete, render_update
 from lease_core.lease import HashKeyRange, Lease, StreamIdentifier
 from lease_core.lease_writes import (
     AttributeAbsent,
@@ -434,3 +434,33 @@ def test_an_update_without_values_omits_the_value_map() -> None:
 def test_an_update_with_every_action_kind_renders_set_remove_and_add_clauses() -> None:
     expression = render_update(lease_writes.take(OWNED, "worker-b"))["UpdateExpression"]
     assert re.fullmatch(r"SET .+ REMOVE .+ ADD .+", expression)
+
+
+# --- cleanup's conditional delete -----------------------------------------------------------------
+
+SHARD_END_LEASE = Lease("shardId-1", checkpoint=ExtendedSequenceNumber("SHARD_END"), lease_counter=7)
+
+
+@pytest.mark.parametrize(
+    ("lease", "conditions"),
+    [
+        pytest.param(OWNED, {"leaseCounter": n(3)}, id="a-lease-judged-gone-must-keep-its-counter"),
+        pytest.param(
+            SHARD_END_LEASE, {"leaseCounter": n(7), "checkpoint": {"S": "SHARD_END"}},
+            id="a-lease-judged-finished-must-also-still-be-at-shard-end",
+        ),
+    ],
+)
+def test_a_cleanup_delete_holds_only_while_the_lease_is_as_the_snapshot_saw_it(lease: Lease, conditions: dict) -> None:
+    delete = lease_writes.delete_if_unchanged(lease)
+    assert delete.lease_key == lease.lease_key
+    assert described(LeaseUpdate(delete.lease_key, delete.conditions)).conditions == conditions
+
+
+def test_a_cleanup_delete_renders_to_exactly_these_delete_item_arguments() -> None:
+    assert render_delete(lease_writes.delete_if_unchanged(SHARD_END_LEASE)) == {
+        "Key": {"leaseKey": {"S": "shardId-1"}},
+        "ConditionExpression": "#n0 = :v0 AND #n1 = :v1",
+        "ExpressionAttributeNames": {"#n0": "leaseCounter", "#n1": "checkpoint"},
+        "ExpressionAttributeValues": {":v0": {"N": "7"}, ":v1": {"S": "SHARD_END"}},
+    }

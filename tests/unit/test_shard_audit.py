@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from lease_core.coordinator_state import InMemoryCoordinatorStateStore
+from lease_core.coordinator_state import InMemoryCoordinatorStateStore, update_record
 from lease_core.lease import MAX_HASH_KEY, HashKeyRange, Lease, StreamIdentifier
 from lease_core.memory_store import InMemoryLeaseStore
 from lease_core.sequence import SHARD_END, ExtendedSequenceNumber
@@ -23,6 +23,7 @@ from lease_core.shard_audit import (
 from lease_core.shard_sync import LeaseKeyScheme
 from lease_core.shards import Shard
 from tests.support.lineage import LineageBuilder, shard_id
+from tests.support.stores import InterleavingStateStore
 
 S = shard_id
 R = HashKeyRange
@@ -218,6 +219,7 @@ def test_three_consecutive_identical_holes_trigger_a_sync_on_the_third_audit():
 
     assert [(d.shard_sync, d.consecutive_holes) for d in decisions] == [(False, 1), (False, 2), (True, 3)]
     record = state.get("ShardSyncAuditor:orders")
+    assert record.pop("version"), "written with update_record, conditional on the version it read"
     assert record == {
         "key": {"S": "ShardSyncAuditor:orders"},
         "hole": {"S": str(HashRangeHole(R(0, 2 * QUARTER - 1), Q3))},
@@ -287,3 +289,21 @@ def test_each_stream_is_audited_on_its_own_leases_and_record():
     assert not auditor.audit(orders.serialize(), LeaseKeyScheme(orders), no_listing, threshold=1).shard_sync
     assert auditor.audit(clicks.serialize(), LeaseKeyScheme(clicks), no_listing, threshold=1).shard_sync
     assert state.get(f"ShardSyncAuditor:{orders.serialize()}")["consecutiveHoles"] == {"N": "0"}
+
+
+def test_an_audit_racing_another_counts_on_from_the_record_the_other_wrote():
+    leases = leases_over(Q0, Q1, Q3)
+    hole = str(HashRangeHole(R(0, 2 * QUARTER - 1), Q3))
+
+    def other_audit(state) -> None:  # lands between this audit's read and its write
+        update_record(state, "ShardSyncAuditor:orders", lambda record: AuditorRecord(hole, 1, 0).to_item())
+
+    store = InMemoryLeaseStore()
+    for lease in leases:
+        store.create_lease_if_not_exists(lease)
+    state = InterleavingStateStore("ShardSyncAuditor:orders", other_audit)
+
+    decision = ShardSyncAuditor(store, state, FakeClock()).audit("orders", SINGLE, no_listing, threshold=3)
+
+    assert (decision.shard_sync, decision.consecutive_holes) == (False, 2)
+    assert state.get("ShardSyncAuditor:orders")["consecutiveHoles"] == {"N": "2"}

@@ -4,15 +4,17 @@ from __future__ import annotations
 
 import pytest
 
-from lease_core.coordinator_state import InMemoryCoordinatorStateStore
+from lease_core.coordinator_state import InMemoryCoordinatorStateStore, update_record
 from lease_core.lease import Lease, StreamIdentifier
 from lease_core.memory_store import InMemoryLeaseStore
 from lease_core.stream_tracking import (
     DEFERRED_DELETION,
+    FORMER_STREAMS_KEY,
     NO_DELETION,
     FormerStreamsCleaner,
     decide_former_streams,
 )
+from tests.support.stores import InterleavingStateStore
 
 A = "111122223333:orders:100"
 B = "111122223333:payments:200"
@@ -55,3 +57,51 @@ def test_a_former_streams_leases_are_deleted_after_the_wait_counted_across_runs(
     second = cleaner().run([orders])
     assert second.deleted_leases == {B: (f"{B}:shardId-0", f"{B}:shardId-1")}
     assert sorted(lease.stream_name for lease in store.list_leases()) == [A, A]
+
+
+def former_stream_table() -> InMemoryLeaseStore:
+    store = InMemoryLeaseStore()
+    for stream in (StreamIdentifier.parse(A), StreamIdentifier.parse(B)):
+        for shard in ("shardId-0", "shardId-1"):
+            store.create_lease_if_not_exists(Lease.for_stream(stream, shard))
+    return store
+
+
+def test_a_pending_time_written_by_another_round_meanwhile_is_kept_not_overwritten():
+    def other_round(state) -> None:  # saw B unconfigured first, at 400
+        update_record(state, FORMER_STREAMS_KEY, lambda record: {"pending": {"M": {B: {"N": "400"}}}})
+
+    state = InterleavingStateStore(FORMER_STREAMS_KEY, other_round)
+    cleaner = FormerStreamsCleaner(former_stream_table(), state, lambda stream: True, lambda: 1_000, DEFERRED_DELETION, HOUR)
+
+    outcome = cleaner.run([StreamIdentifier.parse(A)])
+
+    assert dict(outcome.pending) == {B: 400}
+    assert state.get(FORMER_STREAMS_KEY)["pending"] == {"M": {B: {"N": "400"}}}
+
+
+class WorkedOnAfterListing(InMemoryLeaseStore):
+    """Lists the leases, then someone renews `lease_key`: the listing is a snapshot that has aged."""
+
+    def __init__(self, lease_key: str) -> None:
+        super().__init__()
+        self.lease_key = lease_key
+
+    def list_leases(self) -> list[Lease]:
+        snapshot = super().list_leases()
+        self.renew_lease(self.get_lease(self.lease_key))
+        return snapshot
+
+
+def test_a_former_streams_lease_changed_since_it_was_listed_is_kept_and_reported():
+    store = WorkedOnAfterListing(f"{B}:shardId-1")
+    for lease in former_stream_table().list_leases():
+        store.create_lease_if_not_exists(lease)
+    cleaner = FormerStreamsCleaner(store, InMemoryCoordinatorStateStore(), lambda stream: stream.serialize() != B,
+                                   lambda: 1_000, DEFERRED_DELETION, HOUR)
+
+    outcome = cleaner.run([StreamIdentifier.parse(A)])
+
+    assert outcome.deleted_leases == {B: (f"{B}:shardId-0",)}
+    assert outcome.changed_leases == {B: (f"{B}:shardId-1",)}
+    assert store.get_lease(f"{B}:shardId-1") is not None
