@@ -119,9 +119,17 @@ class _HierarchyPlanner:
         self._descendant: dict[str, bool] = {}
         self._should_create: set[str] = set()
 
-    def _listed_parents(self, shard_id: str) -> list[str]:
-        # Trimmed parents (absent from the listing) are ignored; sorted for a deterministic walk.
-        return sorted(p for p in self.shards[shard_id].parent_shard_ids if p in self.shards)
+    def _known_parents(self, shard_id: str) -> list[str]:
+        """The listed parents, and the leased ones even when the listing lacks them; sorted for a
+        deterministic walk.
+
+        Trimmed parents without a lease are ignored (§3.5). A leased parent missing from a partial
+        listing still makes its child a descendant: taken for a root, the child would get a lease at
+        the initial position (LATEST skips its records written before its first read), while the
+        parent's lease creates it at TRIM_HORIZON when it reaches SHARD_END. [deviation: KCL ignores
+        every unlisted parent; for a complete listing the two agree.]
+        """
+        return sorted(p for p in self.shards[shard_id].parent_shard_ids if p in self.shards or p in self.leased)
 
     def is_descendant(self, shard_id: str) -> bool:
         """Whether the shard has a leased (or to-be-read) ancestor, planning ancestors on the way.
@@ -133,12 +141,14 @@ class _HierarchyPlanner:
         stack = [shard_id]
         while stack:
             current = stack[-1]
-            if current in self._descendant or current not in self.shards:
+            if current in self._descendant:
                 stack.pop()
             elif current in self.leased:
                 self._descendant[current] = True
                 stack.pop()
-            elif undecided := [p for p in self._listed_parents(current) if p not in self._descendant]:
+            elif current not in self.shards:
+                stack.pop()
+            elif undecided := [p for p in self._known_parents(current) if p not in self._descendant]:
                 stack.extend(reversed(undecided))
             else:
                 self._descendant[current] = self._decide(current)
@@ -147,7 +157,7 @@ class _HierarchyPlanner:
 
     def _decide(self, shard_id: str) -> bool:
         """Steps 4-6 of §3.5, once every listed parent of the shard is decided."""
-        parents = self._listed_parents(shard_id)
+        parents = self._known_parents(shard_id)
         descendant_parents = {p for p in parents if self._descendant[p] or p in self._should_create}
         if descendant_parents:
             for parent in parents:

@@ -93,6 +93,13 @@ def test_trimmed_parents_are_ignored_and_the_child_is_a_root():
     assert planned(plan) == [(S(5), "TRIM_HORIZON"), (S(8), "TRIM_HORIZON")]
 
 
+@pytest.mark.parametrize("initial_position", list(InitialPosition), ids=lambda position: position.name)
+def test_a_leased_parent_missing_from_a_partial_listing_still_makes_its_children_wait(initial_position):
+    partial = [shard for shard in seed_lineage() if shard.shard_id != S(5)]  # 5 is leased and closed: 9, 10 split from it
+    plan = plan_for_existing_leases(partial, {S(4), S(5), S(8)}, initial_position)
+    assert planned(plan) == []
+
+
 def open_parent_lineage() -> list[Shard]:
     shards = seed_lineage()
     # Shard 5 still open although its children 9 and 10 exist: what §3.3 calls inconsistent.
