@@ -66,7 +66,9 @@ def _schedule() -> str | None:
 PLAN = "ti.xcom_pull(task_ids='plan_round')"
 SETTINGS = "{{ " + PLAN + "['settings'] }}"
 STREAMS = "{{ " + PLAN + "['streams'] }}"
-LEADER = "{{ dag.dag_id }}/{{ run_id }}"
+# The leader lock's owner: the run, and a token drawn by plan_round, since run ids repeat across
+# deployments of this DAG and a lock held under one name is taken for its own by every holder.
+LEADER = "{{ dag.dag_id }}/{{ run_id }}/{{ " + PLAN + "['leader_token'] }}"
 
 with DAG(
     dag_id=DAG_ID,
@@ -146,4 +148,7 @@ with DAG(
     ).as_teardown(setups=take_leadership)
 
     plan >> ensure_tables >> take_leadership >> sync_shards >> assign_leases >> check_idle >> consume
-    consume >> finalize_round >> release_leadership
+    consume >> finalize_round
+    # Every step under the lock precedes its release, so clearing one step (which re-runs the setup
+    # and the teardown with it) releases the lock only once that step is done.
+    [sync_shards, assign_leases, check_idle, consume, finalize_round] >> release_leadership

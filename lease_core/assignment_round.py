@@ -266,7 +266,7 @@ class AssignmentCoordinator:
         plan = decider_for(self.config.lease_assignment_strategy).decide(snapshot)
         by_key = {lease.lease_key: lease for lease in leases}
         moves = self._write(plan, by_key, snapshot, running_workers, judgement.finish_handoff)
-        moves += self._finish_handoffs(judgement.finish_handoff - {move.lease_key for move in moves}, by_key)
+        moves += self._finish_handoffs(judgement.finish_handoff - {move.lease_key for move in moves}, by_key, active)
         self._remember(previous, round_number, round_owner)
         return AssignmentReport(
             strategy=self.config.lease_assignment_strategy,
@@ -309,14 +309,17 @@ class AssignmentCoordinator:
             rows.append(MoveRow(move.lease_key, move.from_owner, move.to_owner, reason, "handoff" if handoff else "assign", result.applied))
         return tuple(rows)
 
-    def _finish_handoffs(self, keys: frozenset[str], by_key: Mapping[str, Lease]) -> tuple[MoveRow, ...]:
-        """Handoffs the plan left where they are: assigned plainly to the owner the decider saw,
-        which clears `checkpointOwner` so that the lease is read again."""
+    def _finish_handoffs(
+        self, keys: frozenset[str], by_key: Mapping[str, Lease], active: set[str]
+    ) -> tuple[MoveRow, ...]:
+        """Handoffs the plan left where they are: assigned plainly, which clears `checkpointOwner` so
+        that the lease is read again; to the owner the decider saw (the old one) when it is an active
+        slot, else to the handoff's target (the decider could not place it: limits reached)."""
         rows = []
         for key in sorted(keys):
             lease = by_key[key]
-            owner = lease.actual_owner
-            assert owner is not None  # a lease in handoff has a checkpoint owner
+            owner = lease.actual_owner if lease.actual_owner in active else lease.lease_owner
+            assert owner is not None  # a lease in handoff has both owners
             result = self.store.assign_lease(lease, owner)
             rows.append(MoveRow(key, lease.checkpoint_owner, owner, "handoff finished", "assign", result.applied))
         return tuple(rows)

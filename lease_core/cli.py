@@ -19,6 +19,7 @@ import logging
 import os
 import socket
 import sys
+import uuid
 from collections.abc import Callable, Sequence
 
 from lease_core.command_line import EXIT_FAILED, EXIT_OK, EXIT_USAGE, ArgumentParser, UsageError
@@ -35,11 +36,13 @@ from lease_core.checkpoint_reset import (
     render_position,
 )
 from lease_core.config import ConsumerConfig, load_config
-from lease_core.coordinator_state import DynamoDBCoordinatorStateStore
+from lease_core.coordinator_state import CoordinatorStateStore, DynamoDBCoordinatorStateStore
 from lease_core.dynamodb_store import DynamoDBLeaseStore
 from lease_core.errors import ConfigurationError, LeaseCoreError
 from lease_core.leader_lock import LeaderLock
-from lease_core.leadership import hold
+from lease_core.leadership import Leadership, hold, release_quietly
+from lease_core.lease_store import LeaseStore
+from lease_core.retry import RetryPolicy
 from lease_core.shard_source import KinesisShardSource
 from lease_core.shard_sync_step import ShardSyncReport, sync_streams
 from lease_core.status import render_status, status_report
@@ -157,11 +160,11 @@ def run_init(arguments: argparse.Namespace, config: ConsumerConfig) -> int:
     return EXIT_OK
 
 
-def _lease_store(config: ConsumerConfig) -> DynamoDBLeaseStore:
+def _lease_store(config: ConsumerConfig, retry_policy: RetryPolicy | None = None) -> DynamoDBLeaseStore:
     return DynamoDBLeaseStore(
         aws.client("dynamodb", config),
         config.lease_table,
-        retry_policy=aws.retry_policy(config),
+        retry_policy=retry_policy or aws.retry_policy(config),
         consistent_reads=config.consistent_reads,
         scan_total_segments=config.lease_table_scan_total_segments,
     )
@@ -173,17 +176,27 @@ def run_status(arguments: argparse.Namespace, config: ConsumerConfig) -> int:
     return EXIT_OK
 
 
-def _state_store(config: ConsumerConfig) -> DynamoDBCoordinatorStateStore:
+def _state_store(config: ConsumerConfig, retry_policy: RetryPolicy | None = None) -> DynamoDBCoordinatorStateStore:
     return DynamoDBCoordinatorStateStore(
-        aws.client("dynamodb", config), config.coordinator_state_table, aws.retry_policy(config)
+        aws.client("dynamodb", config), config.coordinator_state_table, retry_policy or aws.retry_policy(config)
+    )
+
+
+def _fenced_stores(config: ConsumerConfig, leadership: Leadership) -> tuple[LeaseStore, CoordinatorStateStore]:
+    """The stores of a command that holds the lock: every write and every retry checks it first."""
+    policy = leadership.retry_policy(aws.retry_policy(config))
+    return (
+        leadership.lease_store(_lease_store(config, policy)),
+        leadership.state_store(_state_store(config, policy)),
     )
 
 
 def _leader_lock(config: ConsumerConfig, command: str) -> LeaderLock:
-    """The application's leader lock under an owner name unique to this process."""
+    """The application's leader lock under an owner name unique to this process (containers repeat
+    host names and process ids, hence the random part)."""
     return LeaderLock(
         _state_store(config),
-        f"leasectl-{command}/{socket.gethostname()}/{os.getpid()}",
+        f"leasectl-{command}/{socket.gethostname()}/{os.getpid()}/{uuid.uuid4().hex[:8]}",
         config.leader_lease_duration_millis,
         config.leader_heartbeat_period_millis,
     )
@@ -192,13 +205,8 @@ def _leader_lock(config: ConsumerConfig, command: str) -> LeaderLock:
 def run_sync(arguments: argparse.Namespace, config: ConsumerConfig) -> int:
     source = KinesisShardSource(aws.client("kinesis", config), retry_policy=aws.retry_policy(config))
     with hold(_leader_lock(config, "sync"), "leasectl sync", acquire=True, release=True) as leadership:
-        report = sync_streams(
-            arguments.streams,
-            config,
-            leadership.lease_store(_lease_store(config)),
-            source,
-            leadership.state_store(_state_store(config)),
-        )
+        store, state = _fenced_stores(config, leadership)
+        report = sync_streams(arguments.streams, config, store, source, state)
     if arguments.json:
         print(json.dumps(report.to_dict(), indent=2))
     else:
@@ -209,13 +217,21 @@ def run_sync(arguments: argparse.Namespace, config: ConsumerConfig) -> int:
 def render_sync_report(report: ShardSyncReport) -> str:
     mode = "multi-stream" if report.multi_stream else "single-stream"
     lines = []
-    for result in report.streams:
+    if report.consumed_stream is not None:
+        lines.append(f"stream {report.consumed_stream.stream} ({report.consumed_stream.check.value})")
+    for result, cleanup in zip(report.streams, report.cleanups):
         path = "empty lease table" if result.table_was_empty else "existing leases"
         lines.append(f"{result.stream_name}: {result.shards_listed} shard(s) listed ({path}, {mode})")
+        if result.listing_incomplete is not None:
+            lines.append(f"  WARNING: nothing created or deleted: the listing is incomplete ({result.listing_incomplete})")
         lines += [f"  created  {key}" for key in result.created]
         if result.skipped_inconsistent:
             lines.append(f"  skipped (parent still open): {', '.join(result.skipped_inconsistent)}")
+        lines += [f"  kept     {key} (not listed, but Kinesis still has its shard)" for key in cleanup.unlisted_existing]
+        lines += [f"  kept     {key} (not listed; Kinesis is asked about it once per "
+                  "garbage_lease_cleanup_interval_millis)" for key in cleanup.unlisted_unprobed]
     lines += [f"deleted  {key}" for key in report.deleted]
+    lines += [f"kept     {key} (changed since it was judged; judged again next sync)" for key in report.changed]
     lines += [f"WARNING: {key} was deleted before reaching SHARD_END; its records may have expired unread"
               for key in report.possibly_unread]
     if report.former_streams is not None:
@@ -231,9 +247,8 @@ def run_assign(arguments: argparse.Namespace, config: ConsumerConfig) -> int:
     worker_ids = arguments.workers or slot_ids(config.require_application_name(), arguments.slot_count)
     metrics = DynamoDBWorkerMetricsStore(aws.client("dynamodb", config), config.worker_metrics_table, aws.retry_policy(config))
     with hold(_leader_lock(config, "assign"), "leasectl assign", acquire=True, release=True) as leadership:
-        report = AssignmentCoordinator(
-            leadership.lease_store(_lease_store(config)), metrics, leadership.state_store(_state_store(config)), config
-        ).run(worker_ids)
+        store, state = _fenced_stores(config, leadership)
+        report = AssignmentCoordinator(store, metrics, state, config).run(worker_ids)
     print(json.dumps(report.to_dict(), indent=2) if arguments.json else render_assignment_report(report))
     return EXIT_OK
 
@@ -317,8 +332,13 @@ def run_teardown(arguments: argparse.Namespace, config: ConsumerConfig) -> int:
     if administrator.describe(config.coordinator_state_table) is not None:
         # Under the lock, so never beside a round; the lock's own table goes last, once the others
         # are gone (the lock is never released: nobody can take it before that table is deleted).
-        with hold(_leader_lock(config, "teardown"), "leasectl teardown", acquire=True, release=False) as leadership:
-            deleted += administrator.delete_tables(roles=("lease", "worker_metrics"), before_delete=leadership.ensure_held)
+        lock = _leader_lock(config, "teardown")
+        try:
+            with hold(lock, "leasectl teardown", acquire=True, release=False) as leadership:
+                deleted += administrator.delete_tables(roles=("lease", "worker_metrics"), before_delete=leadership.ensure_held)
+        except LeaseCoreError:
+            release_quietly(lock)  # a refused teardown (deletion protection, ...) must not block every round
+            raise
     # Without a coordinator-state table no round can hold the lock (or run: its first step recreates it).
     deleted += administrator.delete_tables()
     for name in deleted:

@@ -455,8 +455,10 @@ class ConsumerConfig:
         "How often the leader lock's holder heartbeats it.",
         "dynamoDbLockBasedLeaderHeartbeatPeriodInMillis",
         _POSITIVE,
-        _BelowSetting("leader_lease_duration_millis"),
-        batch_note="The Spark driver heartbeats the lock too while the consume step runs.",
+        _BelowSetting("leader_lease_duration_millis", divisor=3),
+        batch_note="The Spark driver heartbeats the lock too while the consume step runs. Below a third of "
+        "the lease, so that a holder whose one heartbeat failed still holds the lock at the next one "
+        "(a holder counts its lease a tenth short, for clock skew).",
     )
     aws_region: str | None = _setting(
         None,

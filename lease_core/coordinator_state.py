@@ -25,6 +25,10 @@ from lease_core.retry import RetryPolicy
 KEY = "key"
 # The attribute `update_record` versions a record by: a fresh random token on every write.
 VERSION = "version"
+# The versions the last few writes replaced, newest first: a writer whose answer was lost still
+# finds its own version there after others have written over it.
+RECENT_VERSIONS = "recentVersions"
+RECENT_VERSIONS_KEPT = 8
 UPDATE_ATTEMPTS = 5
 # An expectation maps an attribute to the value it must hold, or to None: "must not exist".
 Expectations = Mapping[str, AttributeValue | None]
@@ -152,8 +156,9 @@ def update_record(
     to leave the record as it is; it may run several times, so it must be a pure function of the
     record. A record written without a version (by an older release) must still lack one. A put
     whose answer was lost and whose retry then failed the condition against itself is recognised by
-    its version and counts as written. Returns the record as stored afterwards; raises
-    `CoordinatorStateConflictError` when the record changed under every attempt.
+    its version, as the record's or one of its `recentVersions` (when others wrote over it since),
+    and counts as written: the change is never applied twice. Returns the record as stored
+    afterwards; raises `CoordinatorStateConflictError` when the record changed under every attempt.
     """
     for _ in range(attempts):
         record = state.get(key)
@@ -162,10 +167,24 @@ def update_record(
             return record
         version = new_version()
         expected = {VERSION: None if record is None or VERSION not in record else record[VERSION]}
-        written = {**attributes, VERSION: {"S": version}}
-        if state.put(key, written, expected=expected) or _stored_version(state, key) == version:
+        written = {**attributes, VERSION: {"S": version}, **_recent_versions(record)}
+        if state.put(key, written, expected=expected):
             return {**written, KEY: {"S": key}}
+        stored = state.get(key)
+        if stored is not None and version in _versions_of(stored):
+            return stored
     raise CoordinatorStateConflictError(state.table_name, key, attempts)
+
+
+def _versions_of(record: Item) -> list[str]:
+    """The record's version and the ones it replaced, newest first."""
+    current = [record[VERSION]["S"]] if VERSION in record else []
+    return current + [value["S"] for value in record.get(RECENT_VERSIONS, {}).get("L", [])]
+
+
+def _recent_versions(record: Item | None) -> Item:
+    versions = [] if record is None else _versions_of(record)[:RECENT_VERSIONS_KEPT]
+    return {RECENT_VERSIONS: {"L": [{"S": version} for version in versions]}} if versions else {}
 
 
 def decide_and_record(
@@ -184,8 +203,3 @@ def decide_and_record(
 
     update_record(state, key, change)
     return decisions[-1]
-
-
-def _stored_version(state: CoordinatorStateStore, key: str) -> str | None:
-    record = state.get(key)
-    return None if record is None else record.get(VERSION, {}).get("S")

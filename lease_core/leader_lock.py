@@ -22,13 +22,18 @@ any contender first saw its last version.
 Safety relies on clocks. The holder counts its lease from *before* it sent its last successful
 write, and stops counting itself the holder `CLOCK_SKEW_MARGIN_FRACTION` of the lease duration
 early (12 s of the default 120 s); a contender counts from *after* it read that write. So no
-contender can take over while `is_held` is true as long as the clocks of the machines that run
-rounds agree within that margin (NTP keeps them within milliseconds). Every control-plane write is
-made only while `is_held` (`lease_core.leadership`).
+contender can take over while `is_held` is true as long as the clocks of every machine that
+contends (Airflow workers, wherever `leasectl` runs) agree within that margin (NTP keeps them
+within milliseconds). A sighting dated in a contender's future is replaced by the contender's own,
+so a clock running fast cannot hold off takeovers; a clock running slow by more than the margin
+can make one early, which matters only while the holder's heartbeats are failing (a live holder
+writes a new version every heartbeat period, which starts a new sighting). Every control-plane
+write is made only while `is_held` (`lease_core.leadership`).
 
-An owner name is unique to a round (`<dag>/<run id>`, `leasectl-<host>-<pid>`), so a lock held
-under our own name is ours: a retried try whose first try's acquire landed (its answer lost, or the
-process died after the write) resumes it instead of waiting for it to expire.
+An owner name is unique to one execution of a round (`<dag>/<run id>/<token>`,
+`leasectl-<command>/<host>/<pid>/<token>`), so a lock held under our own name is ours: a retried
+try whose first try's acquire landed (its answer lost, or the process died after the write)
+resumes it instead of waiting for it to expire.
 """
 
 from __future__ import annotations
@@ -254,7 +259,7 @@ class LeaderLock:
         """Continue a lock held under our owner name by an earlier step, whatever version it wrote last.
 
         Every step of a round heartbeats (and so rewrites the version), so the next step cannot know
-        the latest version; it knows the owner name, which is unique to the round (`<dag>/<run id>`).
+        the latest version; it knows the owner name, which is unique to the round (`<dag>/<run id>/<token>`).
         The heartbeat is still conditional on the version read, so a takeover in between wins.
         """
         with self._mutex:
@@ -296,8 +301,14 @@ class LeaderLock:
 
         def change(record: Item | None) -> Item | None:
             stored = None if record is None else SharedObservation.from_item(record)
-            if stored is not None and stored.record_version_number == holder.record_version_number:
+            if (
+                stored is not None
+                and stored.record_version_number == holder.record_version_number
+                and stored.first_seen_at_millis <= seen.first_seen_at_millis
+            ):
                 return None  # an earlier sighting of this version stands
+            # A sighting in our future came from a clock running fast: it would hold off every
+            # takeover by as much, so ours replaces it.
             return seen.to_item()
 
         stored = SharedObservation.from_item(update_record(self.state, OBSERVATION_KEY, change) or {})

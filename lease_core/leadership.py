@@ -8,12 +8,15 @@ the lock may have expired, the next write raises `LeadershipLostError` instead o
 leader that lost its lock (paused, cut off, taken over) stops writing rather than racing its
 successor. Only reads pass unchecked.
 
-What is left is a write already in flight when the lock is lost: it was checked while the lock was
-ours by a margin (`LeaderLock.held_for_millis`), and the lease writes are themselves conditional.
+Stores built with `Leadership.retry_policy` also check the lock before each retry of a call, so a
+call that keeps failing does not land minutes later. What is left is one attempt already in flight
+when the lock is lost: it was checked while the lock was ours by a margin
+(`LeaderLock.held_for_millis`), and the lease writes are themselves conditional.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -23,6 +26,7 @@ from lease_core.coordinator_state import CoordinatorStateStore
 from lease_core.errors import LeadershipLostError, LeaseCoreError
 from lease_core.leader_lock import LeaderLock, LockHeartbeat
 from lease_core.lease_store import LeaseStore
+from lease_core.retry import RetryPolicy
 
 log = logging.getLogger(__name__)
 
@@ -54,6 +58,10 @@ class Leadership:
         """Raise `LeadershipLostError` unless the lock is still ours by our own clock."""
         if self.lost:
             raise LeadershipLostError(self.lock.owner_name, self.step)
+
+    def retry_policy(self, policy: RetryPolicy) -> RetryPolicy:
+        """`policy`, checking the lock before every retry: build the stores to fence with it."""
+        return dataclasses.replace(policy, before_retry=self.ensure_held)
 
     def lease_store(self, store: LeaseStore) -> LeaseStore:
         return cast(LeaseStore, _Fenced(store, _LEASE_STORE_READS, self.ensure_held))
@@ -100,10 +108,13 @@ def hold(lock: LeaderLock, step: str, *, acquire: bool, release: bool) -> Iterat
         leadership.ensure_held()
     finally:
         if release:
-            _release(lock)
+            release_quietly(lock)
 
 
-def _release(lock: LeaderLock) -> None:
+def release_quietly(lock: LeaderLock) -> None:
+    """Release `lock` if it is ours; a failure is logged, never raised (the caller's outcome stands)."""
+    if lock.record_version_number is None:
+        return  # never acquired, or already lost
     try:
         if not lock.release():
             log.warning("the leader lock of %s was no longer ours to release", lock.owner_name)

@@ -24,6 +24,8 @@ class RetryPolicy:
     max_millis: int = 5000
     sleep: Callable[[float], None] = field(default=time.sleep, compare=False, repr=False)
     rng: random.Random = field(default_factory=random.Random, compare=False, repr=False)
+    # Runs before every retry and may raise to stop retrying (a leader checks it still holds its lock).
+    before_retry: Callable[[], None] = field(default=lambda: None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         if self.attempts < 1:
@@ -42,4 +44,5 @@ class RetryPolicy:
                 if attempt == self.attempts or not is_retryable(error):
                     raise
                 self.sleep(self.delay_seconds(attempt))
+                self.before_retry()
         raise AssertionError("unreachable: the loop returns or raises")

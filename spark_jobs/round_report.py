@@ -146,8 +146,9 @@ class RoundReport:
 
     @property
     def succeeded(self) -> bool:
-        """No slot failed and no lease failed; lost leases and retention losses are reported, not failures."""
-        return not self.slot_failures and not self.totals["failed_leases"]
+        """No slot failed, no lease failed and the leader lock held throughout; lost leases and
+        retention losses are reported, not failures."""
+        return not self.slot_failures and not self.totals["failed_leases"] and not self.leadership_lost
 
     def to_dict(self) -> dict[str, Any]:
         document = dataclasses.asdict(self)

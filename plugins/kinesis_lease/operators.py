@@ -4,7 +4,8 @@ Every operator only stores its arguments in `__init__`; `execute` builds clients
 connection (`aws_conn_id`, `aws_default` by default), calls lease_core inside `airflow_outcomes()`
 (the one place errors become Airflow outcomes), and returns a small JSON-serialisable summary for
 XCom. `settings` is a mapping of consumer configuration keys (application_name included); steps
-that run under the round's leadership take `leader_owner`, unique to the DAG run, resume the lock
+that run under the round's leadership take `leader_owner`, unique to the DAG run's execution
+(`<dag>/<run id>/<leader token>`), resume the lock
 under that name, keep it alive with a background heartbeat while they work, and write only through
 stores that check it before every write (`lease_core.leadership`): a step that loses the lock stops
 before its next write. Every step is safe to retry: a new try resumes the same lock, keeps the same
@@ -18,6 +19,7 @@ import json
 import os
 import sys
 import time
+import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
@@ -34,12 +36,14 @@ from kinesis_lease.round_plan import plan_round, stream_names
 from lease_core import aws
 from lease_core.assignment_round import AssignmentCoordinator, slot_ids
 from lease_core.config import parse_iso_timestamp
-from lease_core.coordinator_state import DynamoDBCoordinatorStateStore
+from lease_core.coordinator_state import CoordinatorStateStore, DynamoDBCoordinatorStateStore
 from lease_core.dynamodb_store import DynamoDBLeaseStore
 from lease_core.errors import RecordsLostError
 from lease_core.leader_lock import LeaderLock
 from lease_core.leadership import Leadership, hold
 from lease_core.lease import Lease, StreamIdentifier
+from lease_core.lease_store import LeaseStore
+from lease_core.retry import RetryPolicy
 from lease_core.round_history import RoundHistory
 from lease_core.shard_audit import ShardSyncAuditor
 from lease_core.shard_source import KinesisShardSource
@@ -75,21 +79,21 @@ class _LeaseStep(BaseOperator):
     run: Callable[[AwsAccess, Any], Any]
 
     @staticmethod
-    def lease_store(access: AwsAccess) -> DynamoDBLeaseStore:
+    def lease_store(access: AwsAccess, retry_policy: RetryPolicy | None = None) -> DynamoDBLeaseStore:
         config = access.config
         return DynamoDBLeaseStore(
             access.client("dynamodb"),
             config.lease_table,
-            retry_policy=aws.retry_policy(config),
+            retry_policy=retry_policy or aws.retry_policy(config),
             consistent_reads=config.consistent_reads,
             scan_total_segments=config.lease_table_scan_total_segments,
         )
 
     @staticmethod
-    def state_store(access: AwsAccess) -> DynamoDBCoordinatorStateStore:
+    def state_store(access: AwsAccess, retry_policy: RetryPolicy | None = None) -> DynamoDBCoordinatorStateStore:
         config = access.config
         return DynamoDBCoordinatorStateStore(
-            access.client("dynamodb"), config.coordinator_state_table, retry_policy=aws.retry_policy(config)
+            access.client("dynamodb"), config.coordinator_state_table, retry_policy=retry_policy or aws.retry_policy(config)
         )
 
     def leader_lock(self, access: AwsAccess, owner: str) -> LeaderLock:
@@ -100,7 +104,12 @@ class _LeaseStep(BaseOperator):
 
 
 class RoundPlanOperator(BaseOperator):
-    """Decides the run's plan (live round or backfill) from its params; no I/O."""
+    """Decides the run's plan (live round or backfill) from its params; no I/O.
+
+    It also draws the run's `leader_token`, which makes the leader lock's owner name unique to this
+    execution of the run: run ids repeat (two deployments of the DAG name their scheduled runs
+    alike), and two holders under one name would each take the other's lock for their own.
+    """
 
     template_fields: Sequence[str] = ("round_params",)
 
@@ -110,7 +119,7 @@ class RoundPlanOperator(BaseOperator):
 
     def execute(self, context: Any) -> dict[str, Any]:
         with airflow_outcomes():
-            return plan_round(dict(self.round_params)).to_dict()
+            return {**plan_round(dict(self.round_params)).to_dict(), "leader_token": uuid.uuid4().hex[:16]}
 
 
 class EnsureLeaseTablesOperator(_LeaseStep):
@@ -134,6 +143,15 @@ class _LeaderStep(_LeaseStep):
         with hold(self.leader_lock(access, self.leader_owner), self.task_id, acquire=False, release=False) as leadership:
             yield leadership
 
+    def fenced_stores(self, access: AwsAccess, leadership: Leadership) -> tuple[LeaseStore, CoordinatorStateStore]:
+        """The lease and coordinator-state stores of a step that holds the lock: every write and
+        every retry checks it first."""
+        policy = leadership.retry_policy(aws.retry_policy(access.config))
+        return (
+            leadership.lease_store(self.lease_store(access, policy)),
+            leadership.state_store(self.state_store(access, policy)),
+        )
+
 
 class TakeLeadershipOperator(_LeaderStep):
     """Takes the application's leader lock for this run; retryable while another round holds it."""
@@ -146,7 +164,7 @@ class TakeLeadershipOperator(_LeaderStep):
 
 
 class ShardSyncOperator(_LeaderStep):
-    """Audits the lease table's hash-range coverage, then syncs shards to leases and cleans up."""
+    """Syncs shards to leases and cleans up, then audits the lease table's hash-range coverage."""
 
     template_fields: Sequence[str] = ("settings", "leader_owner", "streams")
 
@@ -158,9 +176,11 @@ class ShardSyncOperator(_LeaderStep):
         names = stream_names(self.streams)
         source = KinesisShardSource(access.client("kinesis"), retry_policy=aws.retry_policy(access.config))
         with self.leadership(access) as leadership:
-            store, state = leadership.lease_store(self.lease_store(access)), leadership.state_store(self.state_store(access))
-            audits = self._audit(access, names, store, state, source)
+            store, state = self.fenced_stores(access, leadership)
+            # The sync first: it refuses a stream the application does not consume before the
+            # auditor writes anything (hash ranges filled from that stream's listing, its record).
             report = sync_streams(names, access.config, store, source, state)
+            audits = self._audit(access, names, store, state, source)
         return {**report.to_dict(), "audits": audits}
 
     @staticmethod
@@ -192,9 +212,8 @@ class LeaseAssignmentOperator(_LeaderStep):
         config = access.config
         metrics = DynamoDBWorkerMetricsStore(access.client("dynamodb"), config.worker_metrics_table, retry_policy=aws.retry_policy(config))
         with self.leadership(access) as leadership:
-            coordinator = AssignmentCoordinator(
-                leadership.lease_store(self.lease_store(access)), metrics, leadership.state_store(self.state_store(access)), config
-            )
+            store, state = self.fenced_stores(access, leadership)
+            coordinator = AssignmentCoordinator(store, metrics, state, config)
             report = coordinator.run(slot_ids(config.require_application_name(), int(self.num_workers)), round_owner=self.leader_owner)
         return report.to_dict()
 
@@ -423,7 +442,8 @@ class FinalizeRoundOperator(_LeaderStep):
             "slots": report.get("slots", []),
         }
         with self.leadership(access) as leadership:
-            history = RoundHistory(leadership.state_store(self.state_store(access)))
+            _, state = self.fenced_stores(access, leadership)
+            history = RoundHistory(state)
             history.append(summary)
             if consumed:
                 history.record_lease_rows(int(summary["round"] or 0), report.get("leases", []))

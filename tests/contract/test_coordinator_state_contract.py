@@ -146,3 +146,26 @@ def test_a_write_whose_answer_was_lost_is_recognised_and_not_applied_twice(moto_
     update_record(state, "History", appended("b"))  # lands, answer lost, the retry fails its condition
     assert lossy.calls["put_item"] == 3
     assert state.get("History")["items"] == {"S": "a,b"}
+
+
+def test_a_write_whose_answer_was_lost_and_was_then_written_over_is_not_applied_twice(state):
+    update_record(state, "History", appended("a"))
+
+    class LostThenOverwritten:
+        """Our put lands, its answer is lost, and another writer updates the record before we look."""
+
+        def __init__(self, inner):
+            self.inner, self.table_name, self.lost = inner, inner.table_name, False
+
+        def get(self, key):
+            return self.inner.get(key)
+
+        def put(self, key, attributes, expected=None):
+            if self.lost:
+                return self.inner.put(key, attributes, expected)
+            self.lost = self.inner.put(key, attributes, expected)
+            update_record(self.inner, key, appended("other"))
+            return False
+
+    update_record(LostThenOverwritten(state), "History", appended("b"))
+    assert state.get("History")["items"] == {"S": "a,b,other"}

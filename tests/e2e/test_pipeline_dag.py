@@ -46,8 +46,29 @@ def test_leadership_is_released_whatever_happened_and_a_failed_round_fails_the_r
     take, finalize, release = (dag.get_task(name) for name in ("take_leadership", "finalize_round", "release_leadership"))
     assert take.is_setup and release.is_teardown and not release.on_failure_fail_dagrun
     assert release.trigger_rule == "all_done_setup_success"
-    assert release.upstream_task_ids == {"take_leadership", "finalize_round"}
     assert {task.task_id for task in dag.leaves} == {"release_leadership"}
+
+
+def test_clearing_one_step_releases_the_lock_only_once_that_step_is_done(dag):
+    """Clearing a step re-runs its setup and teardown with it; the teardown waits for every step under the lock."""
+    release = dag.get_task("release_leadership")
+    under_the_lock = {"sync_shards", "assign_leases", "check_idle", "consume", "finalize_round"}
+    assert release.upstream_task_ids == {"take_leadership", *under_the_lock}
+    for step in under_the_lock:
+        cleared = dag.partial_subset(task_ids=[step], include_downstream=False, include_upstream=False)
+        assert {"take_leadership", step, "release_leadership"} <= set(cleared.task_dict)
+
+
+def test_each_execution_of_a_run_owns_the_lock_under_its_own_name(dag):
+    """Run ids repeat (two deployments name their scheduled runs alike): plan_round draws a token per execution."""
+    from kinesis_lease.operators import RoundPlanOperator
+
+    assert "leader_token" in dag.get_task("take_leadership").leader_owner
+    assert {task.leader_owner for task in dag.tasks if hasattr(task, "leader_owner")} == {
+        dag.get_task("take_leadership").leader_owner
+    }
+    plan = RoundPlanOperator(task_id="plan", round_params=dag.params.dump())
+    assert len({plan.execute({})["leader_token"] for _ in range(3)}) == 3
 
 
 PARAM_CASES = [

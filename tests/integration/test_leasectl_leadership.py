@@ -85,3 +85,13 @@ def test_a_command_never_writes_while_a_live_round_holds_the_lock(moto_endpoint,
     assert "'kinesis_lease_pipeline/scheduled__live'" in result.stderr
     assert {lease.lease_key: lease for lease in store.list_leases()} == before
     assert round_lock.heartbeat(), "the round's lock is untouched"
+
+
+def test_a_refused_teardown_leaves_no_lock_behind(moto_endpoint, unique_name):
+    seeded(moto_endpoint, unique_name)
+    client = boto3.client("dynamodb", endpoint_url=moto_endpoint, region_name="us-east-1")
+    client.update_table(TableName=unique_name, DeletionProtectionEnabled=True)
+    refused = run_leasectl("--app", unique_name, "teardown", "--yes", dynamodb=moto_endpoint)
+    assert refused.returncode == 1 and "deletion protection" in refused.stderr
+    assert state_store(moto_endpoint, unique_name).get(LEADER_KEY) is None
+    assert run_leasectl("--app", unique_name, "assign", "--workers", "1", dynamodb=moto_endpoint).returncode == 0

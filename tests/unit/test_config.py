@@ -224,7 +224,7 @@ BAD_VALUES = [
     # cross-field rules name the key being checked
     pytest.param({"epsilon_millis": 3333}, "epsilon_millis", "less than failover_time_millis // 3 (3333)", id="epsilon-vs-failover"),
     pytest.param({"failover_time_millis": 90, "epsilon_millis": 30}, "epsilon_millis", "(30), got 30", id="epsilon-vs-small-failover"),
-    pytest.param({"leader_heartbeat_period_millis": 120000}, "leader_heartbeat_period_millis", "less than leader_lease_duration_millis (120000)", id="heartbeat-vs-lease"),
+    pytest.param({"leader_heartbeat_period_millis": 40000}, "leader_heartbeat_period_millis", "less than leader_lease_duration_millis // 3 (40000)", id="heartbeat-vs-lease"),
     pytest.param({"dependency_retry_max_millis": 49}, "dependency_retry_max_millis", "at least dependency_retry_base_millis (50)", id="retry-max-vs-base"),
     # wrong types
     pytest.param({"failover_time_millis": True}, "failover_time_millis", "expected an integer, got True", id="bool-is-not-int"),

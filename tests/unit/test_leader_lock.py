@@ -252,6 +252,15 @@ def test_clocks_skewed_by_less_than_the_margin_never_see_a_held_lock_as_expired(
     assert stored_owner(state) == "dag/run-B"
 
 
+def test_a_sighting_from_a_clock_running_an_hour_fast_does_not_hold_off_the_takeover(state):
+    wall = FakeClock(0)
+    assert new_process(state, "dag/run-A", wall).try_acquire()  # then dies
+    assert not new_process(state, "laptop", FakeClock(60 * MINUTE)).try_acquire()  # a clock an hour fast
+    assert not new_process(state, "dag/run-B", wall).try_acquire()  # its own sighting replaces the future one
+    wall.now = ROUND_LEASE + 1
+    assert new_process(state, "dag/run-B", wall).try_acquire()
+
+
 def test_a_try_whose_acquire_landed_before_it_died_is_recognised_by_the_next_try_of_the_same_round(state):
     wall = FakeClock(0)
     assert new_process(state, "dag/run-A", wall).try_acquire()  # try 1 wrote the lock and then died

@@ -134,3 +134,22 @@ def test_a_loss_noticed_after_the_last_write_still_fails_the_step(state):
             take_over(state)
             leadership.lock.heartbeat()
     assert state.get(LEADER_KEY)["ownerName"] == {"S": "dag/run-B"}
+
+
+def test_a_call_that_keeps_failing_is_not_retried_once_the_lock_is_lost(state):
+    from lease_core.retry import RetryPolicy
+
+    calls = []
+
+    def failing_write() -> None:
+        calls.append(len(calls))
+        if len(calls) == 1:
+            take_over(state)  # the lock is taken over while the first attempt is out
+            leadership.lock.heartbeat()
+        raise ConnectionError("timed out")
+
+    with pytest.raises(LeadershipLostError):
+        with hold(round_lock(state, "dag/run-A"), "assign_leases", acquire=True, release=False) as leadership:
+            policy = leadership.retry_policy(RetryPolicy(attempts=6, sleep=lambda seconds: None))
+            policy.call(failing_write, lambda error: True)
+    assert calls == [0], "no attempt is sent after the loss"

@@ -220,6 +220,7 @@ def test_three_consecutive_identical_holes_trigger_a_sync_on_the_third_audit():
     assert [(d.shard_sync, d.consecutive_holes) for d in decisions] == [(False, 1), (False, 2), (True, 3)]
     record = state.get("ShardSyncAuditor:orders")
     assert record.pop("version"), "written with update_record, conditional on the version it read"
+    record.pop("recentVersions")
     assert record == {
         "key": {"S": "ShardSyncAuditor:orders"},
         "hole": {"S": str(HashRangeHole(R(0, 2 * QUARTER - 1), Q3))},
