@@ -33,35 +33,27 @@ class FaultInjectingClient:
 
         def call(*args: Any, **kwargs: Any) -> Any:
             self.calls[name] = self.calls.get(name, 0) + 1
-            outcome = self._fault(name, self.calls[name])
-            if isinstance(outcome, BaseException):
-                raise outcome
-            if outcome is not None:
-                return outcome
-            return target(*args, **kwargs)
+            return self._perform(name, self.calls[name], lambda: target(*args, **kwargs))
 
         return call
 
+    def _perform(self, name: str, number: int, real_call: Callable[[], Any]) -> Any:
+        outcome = self._fault(name, number)
+        if isinstance(outcome, BaseException):
+            raise outcome
+        return outcome if outcome is not None else real_call()
 
-class AnswerLostClient:
+
+class AnswerLostClient(FaultInjectingClient):
     """Delegates to `client`; the calls `lose(method_name, call_number)` picks are made for real, and
     then their answer is lost: the caller sees a dropped connection although the write landed."""
 
     def __init__(self, client: Any, lose: Callable[[str, int], bool]) -> None:
-        self._client = client
+        super().__init__(client, lambda name, number: None)
         self._lose = lose
-        self.calls: dict[str, int] = {}
 
-    def __getattr__(self, name: str) -> Any:
-        target = getattr(self._client, name)
-        if not callable(target):
-            return target
-
-        def call(*args: Any, **kwargs: Any) -> Any:
-            self.calls[name] = self.calls.get(name, 0) + 1
-            answer = target(*args, **kwargs)
-            if self._lose(name, self.calls[name]):
-                raise botocore.exceptions.ConnectionClosedError(endpoint_url="http://127.0.0.1/answer-lost")
-            return answer
-
-        return call
+    def _perform(self, name: str, number: int, real_call: Callable[[], Any]) -> Any:
+        answer = real_call()
+        if self._lose(name, number):
+            raise botocore.exceptions.ConnectionClosedError(endpoint_url="http://127.0.0.1/answer-lost")
+        return answer
