@@ -4,8 +4,10 @@
         --application-name orders --stream orders --workers 4 --output-uri s3://lake/orders
 
 The driver checks everything it can before Spark starts (configuration, tables, streams, sink,
-transform), keeps the leader lock alive while the slots run when the round's leader handed it over
-(`--leader-owner`) and cancels the slots the moment it is lost, collects the slot reports, writes the round report
+transform), holds the application's leader lock while the slots run (the one the round's leader
+handed over with `--leader-owner`, or, started by hand, one it takes itself and releases: it never
+runs beside another round, and fails naming the holder) and cancels the slots the moment it is
+lost, collects the slot reports, writes the round report
 (`--report-uri`) and prints its summary. Exit status: 0 when every slot finished and no lease
 failed; 1 when something failed (the report says what); 2 for a usage or configuration error.
 
@@ -18,8 +20,10 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import socket
 import sys
 import time
+import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -34,6 +38,7 @@ from lease_core.config import ConsumerConfig, load_config, parse_iso_timestamp
 from lease_core.coordinator_state import DynamoDBCoordinatorStateStore
 from lease_core.errors import ConfigurationError, LeaseCoreError, TableNotFoundError
 from lease_core.leader_lock import LeaderLock, LockHeartbeat
+from lease_core.leadership import release_quietly
 from lease_core.shard_source import KinesisShardSource
 from lease_core.tables import TableAdministrator
 from spark_jobs.consume_spec import ConsumeSpec, settings_for_executors
@@ -251,17 +256,17 @@ def run_round(spark: Any, spec: ConsumeSpec, leadership: HandedOverLock | None =
 class _LeaderWatch:
     """The leader lock as the driver kept it: whether it was lost, and its latest record version."""
 
-    lock: LeaderLock | None = None
-    heartbeat: LockHeartbeat | None = None
+    lock: LeaderLock
+    heartbeat: LockHeartbeat
 
     @property
     def lost(self) -> bool:
-        return self.heartbeat is not None and self.heartbeat.lost.is_set()
+        return self.heartbeat.lost.is_set()
 
     @property
     def record_version(self) -> str | None:
         # The next step (finalize) needs the version the driver's heartbeats wrote last to release it.
-        return None if self.lock is None else self.lock.record_version_number
+        return self.lock.record_version_number
 
 
 def _cancel_slots(spark: Any) -> None:
@@ -276,23 +281,27 @@ def _cancel_slots(spark: Any) -> None:
 def _leader_heartbeat(
     spec: ConsumeSpec, leadership: HandedOverLock | None, on_lost: Callable[[], None] | None = None
 ) -> Iterator[_LeaderWatch]:
-    if leadership is None:
-        yield _LeaderWatch()
-        return
+    """The application's leader lock, held while the slots run: the one the round's leader handed
+    over, or (a job started by hand) one this driver takes itself and releases at the end. Either
+    way the job never runs beside another round of the same application."""
     config = spec.config
-    lock = LeaderLock(
-        DynamoDBCoordinatorStateStore(
-            aws.client("dynamodb", config), config.coordinator_state_table, retry_policy=aws.retry_policy(config)
-        ),
-        leadership.owner,
-        config.leader_lease_duration_millis,
-        config.leader_heartbeat_period_millis,
+    state = DynamoDBCoordinatorStateStore(
+        aws.client("dynamodb", config), config.coordinator_state_table, retry_policy=aws.retry_policy(config)
     )
-    resumed = lock.resume(leadership.record_version) if leadership.record_version else lock.resume_as_owner()
-    if not resumed:
+    owner = leadership.owner if leadership is not None else f"consume_job/{socket.gethostname()}/{os.getpid()}/{uuid.uuid4().hex[:8]}"
+    lock = LeaderLock(state, owner, config.leader_lease_duration_millis, config.leader_heartbeat_period_millis)
+    if leadership is None:
+        held = lock.try_acquire()
+    else:
+        held = lock.resume(leadership.record_version) if leadership.record_version else lock.resume_as_owner()
+    if not held:
         raise lock.unavailable()
-    with LockHeartbeat(lock, on_lost=on_lost) as heartbeat:
-        yield _LeaderWatch(lock, heartbeat)
+    try:
+        with LockHeartbeat(lock, on_lost=on_lost) as heartbeat:
+            yield _LeaderWatch(lock, heartbeat)
+    finally:
+        if leadership is None:
+            release_quietly(lock)
 
 
 def _first_line(error: BaseException) -> str:

@@ -13,6 +13,7 @@ import pytest
 
 from lease_core.assignment_round import slot_ids
 from lease_core.sequence import SHARD_END
+from lease_core.errors import LeadershipUnavailableError
 from lease_core.leader_lock import LEADER_KEY, LeaderLock
 from spark_jobs.consume_job import HandedOverLock, run_round
 from spark_jobs.lease_consumer import LeaseBudget
@@ -221,15 +222,34 @@ def test_a_round_whose_leader_lock_is_taken_over_cancels_its_slots_and_commits_n
     wait_for(control(spark_control_dir, "blocked", pipeline, victim))
     before = pipeline.leases()[victim]
     pipeline.state.delete(LEADER_KEY)  # the round is taken over (here: its lock deleted and acquired)
-    assert LeaderLock(pipeline.state, "dag/run-B", 3000, 200).try_acquire()
+    next_round = LeaderLock(pipeline.state, "dag/run-B", 3000, 200)
+    assert next_round.try_acquire()
     job.join(timeout=30)  # the blocked transform would hold its slot for 60 s
     assert not job.is_alive(), "the slots kept running after the leader lock was lost"
     report = holder["report"]
     assert report.leadership_lost and not report.succeeded
     assert pipeline.leases()[victim].checkpoint == before.checkpoint
     control(spark_control_dir, "release", pipeline, victim).touch()
+    assert next_round.release()
     assert pipeline.round(spark, workers=1).succeeded
     assert_exactly_once(pipeline)
+
+
+def test_a_consume_job_started_by_hand_never_runs_beside_a_round_and_names_its_holder(spark, pipeline):
+    pipeline.produce(100)
+    pipeline.sync()
+    assignment = pipeline.assign(1)
+    before = pipeline.leases()
+    round_lock = LeaderLock(pipeline.state, "kinesis_lease_pipeline/scheduled__2026-11-23T20:00:00+00:00/abc")
+    assert round_lock.try_acquire()
+    with pytest.raises(LeadershipUnavailableError, match="scheduled__2026-11-23T20:00:00"):
+        run_round(spark, pipeline.spec(1, assignment.round_number))  # no lock handed over
+    assert pipeline.leases() == before and pipeline.landed() == []
+    assert round_lock.heartbeat(), "the round's lock is untouched"
+    assert round_lock.release()
+    report = run_round(spark, pipeline.spec(1, assignment.round_number))
+    assert report.succeeded and report.totals["records"] == 100
+    assert pipeline.state.get(LEADER_KEY) is None, "the job released the lock it took for itself"
 
 
 def test_a_transform_that_raises_commits_nothing_of_its_batch(spark, pipeline, spark_control_dir):
