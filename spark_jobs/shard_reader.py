@@ -4,12 +4,19 @@ Why it reads the way it does:
 - A resume opens AT_SEQUENCE_NUMBER of the checkpoint and drops every position at or before it. A
   checkpoint inside a KPL aggregate names one sub-record; AFTER_SEQUENCE_NUMBER would skip the rest
   of that aggregate, and the filter keeps the sub-records already delivered from coming back.
+- A re-open after an expired iterator opens AT_SEQUENCE_NUMBER of the last record fetched (an
+  aggregate as a whole) and drops the records at or before it. AFTER_SEQUENCE_NUMBER could not tell
+  whether the records right after it aged out meanwhile: Kinesis starts an iterator for an aged-out
+  number at the trim horizon, whose first record is after it either way.
 - The end of a closed shard is the null NextShardIterator. The shard's EndingSequenceNumber only
   saves real Kinesis a batch (once its record is fetched, one more call collects the ChildShards):
   kinesis-mock reports 9223372036854775807 for every closed shard, so it is never relied on.
 - Records that aged out of retention before they were read are reported as a `RetentionGap`, never
-  skipped silently: the first record behind a sequence-number iterator is checked against the
-  position the reader asked for, and a refused sequence number is checked against the trim horizon.
+  skipped silently: the first record behind every AT_SEQUENCE_NUMBER iterator (a resume's or a
+  re-open's) is checked against the record asked for, and a refused sequence number against the trim
+  horizon. A record asked for that aged out itself is reported too: the records between it and the
+  first one available are unknown, so "none" cannot be told from "some". A batch reports one gap: a
+  second one ends it before the records behind that gap, and the next batch reports it.
 - The tip is a MillisBehindLatest of 0 on a response shorter than the Limit asked for: kinesis-mock
   answers 0 on every response, even when records remain, and a full page may have more behind it.
 """
@@ -34,7 +41,7 @@ from lease_core.sequence import SHARD_END, ExtendedSequenceNumber, Sentinel
 from lease_core.shards import ChildShard
 from spark_jobs.kinesis_records import KinesisRecord
 
-StopReason = Literal["tip", "records", "bytes", "time", "stop_at", "shard_end", "throttled"]
+StopReason = Literal["tip", "records", "bytes", "time", "stop_at", "shard_end", "throttled", "gap"]
 
 # GetRecords returns at most 10,000 records per call.
 MAX_GET_RECORDS_LIMIT = 10000
@@ -86,7 +93,7 @@ class ReadBatch:
     child_shards: tuple[ChildShard, ...]  # GetRecords' ChildShards, reported once the shard ended
     stopped_by: StopReason
     millis_behind_latest: int | None  # from the last GetRecords response of this batch
-    gap: RetentionGap | None  # set on the batch in which the gap was detected
+    gap: RetentionGap | None  # the gap before this batch's records; a second one waits for the next batch ("gap")
     bytes: int  # sum of len(data) of records
     get_records_calls: int  # GetRecords requests sent, throttled ones included
     throttled_calls: int
@@ -154,11 +161,12 @@ def _utc(moment: datetime) -> datetime:
 
 @dataclass(frozen=True)
 class _GapCheck:
-    """A check due on the first record behind a sequence-number iterator.
+    """A check due on the first record behind an AT_SEQUENCE_NUMBER iterator.
 
-    `sequence_number` is the record the iterator should start at (AT) or after (AFTER). A first
-    record above it means records in between aged out; if Kinesis refused the sequence number and
-    the trim horizon is not above it, the number was never valid for the shard.
+    `sequence_number` is the record the iterator should start at; `after` is the last position read
+    before it (the checkpoint, or the last user record fetched). A first record above it means
+    records after `after` aged out; if Kinesis refused the sequence number and the trim horizon is
+    not above it, the number was never valid for the shard.
     """
 
     after: ExtendedSequenceNumber
@@ -171,7 +179,7 @@ class _Throttled(Exception):
 
 
 class _IteratorExpired(Exception):
-    """The shard iterator outlived its 5 minutes; a fresh one continues after the last record fetched."""
+    """The shard iterator outlived its 5 minutes; a fresh one re-opens at the last record fetched."""
 
 
 class _SequenceNumberRefused(Exception):
@@ -264,7 +272,10 @@ class ShardReader:
         self._iterator: str | None = None
         self._gap_check: _GapCheck | None = None
         self._buffer: deque[KinesisRecord] = deque()
+        # Detected, not yet on a batch; it comes before every buffered record (fetches fill an empty buffer).
+        self._unreported_gap: RetentionGap | None = None
         self._fetched_through = start
+        self._last_raw_sequence_number: int | None = None  # a re-open starts at it: it is dropped
         self._last_delivered: ExtendedSequenceNumber | None = None
         self._end_known = False
         self._end_observed = False
@@ -283,6 +294,10 @@ class ShardReader:
     # --- delivering ------------------------------------------------------------------------------
 
     def _deliver(self, batch: _Batch) -> StopReason | None:
+        if self._unreported_gap is not None:
+            if batch.gap is not None:  # a batch reports one gap: this one goes with the records behind it
+                return "gap"
+            batch.gap, self._unreported_gap = self._unreported_gap, None
         while self._buffer:
             reason = batch.refusal(self._buffer[0])
             if reason is not None:
@@ -400,18 +415,23 @@ class ShardReader:
         # Only the response holding the ending record asks for one more call: never loop on it.
         self._end_known = any(entry["SequenceNumber"] == self._ending_sequence_number for entry in raw)
         if raw:
-            self._check_gap(batch, raw[0])
+            self._check_gap(raw[0])
             self._buffer_records(raw)
         elif self._end_observed or batch.at_tip:
-            self._check_gap_on_empty_shard(batch)
+            self._check_gap_on_empty_shard()
 
     def _buffer_records(self, raw: list[Mapping[str, Any]]) -> None:
-        records = user_records(raw)
+        records = user_records(entry for entry in raw if self._not_fetched_yet(entry))
         if records:  # an aggregate holding no user records yields none
             self._fetched_through = records[-1].position
-        # A whole aggregate is fetched at once, so a fresh iterator continues after the last one.
-        self._resume = IteratorSpec("AFTER_SEQUENCE_NUMBER", sequence_number=raw[-1]["SequenceNumber"])
+        # A whole aggregate is fetched at once, so a re-open may drop the last one as a whole.
+        self._last_raw_sequence_number = int(raw[-1]["SequenceNumber"])
+        self._resume = IteratorSpec("AT_SEQUENCE_NUMBER", sequence_number=raw[-1]["SequenceNumber"])
         self._buffer.extend(record for record in records if self._after_start(record.position))
+
+    def _not_fetched_yet(self, entry: Mapping[str, Any]) -> bool:
+        last = self._last_raw_sequence_number
+        return last is None or int(entry["SequenceNumber"]) > last
 
     def _after_start(self, position: ExtendedSequenceNumber) -> bool:
         return position > self._start or (self._start_inclusive and position == self._start)
@@ -447,13 +467,13 @@ class ShardReader:
 
         return self._caller.call("GetShardIterator", call)
 
-    def _check_gap(self, batch: _Batch, first: Mapping[str, Any]) -> None:
+    def _check_gap(self, first: Mapping[str, Any]) -> None:
         check, self._gap_check = self._gap_check, None
         if check is None:
             return
         if int(first["SequenceNumber"]) > int(check.sequence_number):
             arrival = _utc(first["ApproximateArrivalTimestamp"])
-            batch.gap = RetentionGap(check.after, first["SequenceNumber"], arrival)
+            self._unreported_gap = RetentionGap(check.after, first["SequenceNumber"], arrival)
         elif check.refused:
             raise InvalidSequenceNumberError(
                 check.sequence_number,
@@ -461,8 +481,8 @@ class ShardReader:
                 f"trim horizon {first['SequenceNumber']} is not above it: it is not a position of this shard",
             )
 
-    def _check_gap_on_empty_shard(self, batch: _Batch) -> None:
+    def _check_gap_on_empty_shard(self) -> None:
         # Nothing at or after the asked-for record is left at all: everything after it aged out.
         if self._gap_check is not None:
-            batch.gap = RetentionGap(self._gap_check.after, None, None)
+            self._unreported_gap = RetentionGap(self._gap_check.after, None, None)
             self._gap_check = None

@@ -1,5 +1,6 @@
 """Reading shards of kinesis-mock with ShardReader: order, resumes, limits, KPL aggregates, shard ends,
-the tip, injected expiry and throttling, the rate limit, and records lost to retention.
+the tip, injected expiry and throttling, the rate limit, and records lost to retention (at a resume, or
+at a re-open after an expired iterator, with FaultProxy.trim simulating retention).
 
 kinesis-mock 0.6.2 habits these tests rely on (measured here):
 - MillisBehindLatest is 0 on every GetRecords response, even with records left behind a full page;
@@ -11,7 +12,7 @@ kinesis-mock 0.6.2 habits these tests rely on (measured here):
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
@@ -23,6 +24,7 @@ from lease_core.sequence import AT_TIMESTAMP, LATEST, SHARD_END, TRIM_HORIZON, E
 from lease_core.shards import ChildShard, Shard
 from spark_jobs.kinesis_records import KinesisRecord
 from spark_jobs.shard_reader import ReadBatch, ReadLimits, RetentionGap, ShardReader
+from tests.support.fault_proxy import FaultProxy
 from tests.support.faults import FaultInjectingClient, client_error
 from tests.support.kinesis import (
     create_stream,
@@ -559,3 +561,113 @@ def test_a_refused_checkpoint_above_the_trim_horizon_is_an_invalid_sequence_numb
     with pytest.raises(InvalidSequenceNumberError, match=shard_id) as raised:
         reader(client, unique_name, shard_id, start).read(NO_LIMITS)
     assert raised.value.value == start.sequence_number
+
+
+# --- retention at a re-open after an expired iterator ----------------------------------------------------
+
+
+@pytest.fixture
+def kinesis_proxy(kinesis_endpoint: str) -> Iterator[FaultProxy]:
+    with FaultProxy(kinesis_endpoint) as proxy:
+        yield proxy
+
+
+Trim = tuple[str, str]  # the first sequence number kept, and FaultProxy.trim's mode
+
+
+def expiring(proxy: FaultProxy, stream: str, shard_id: str, expired: dict[int, Trim | None]) -> FaultInjectingClient:
+    """A client through `proxy` whose GetRecords calls numbered in `expired` find their iterator expired,
+    the shard trimmed as given (if at all) meanwhile."""
+
+    def fault(name: str, call: int) -> Exception | None:
+        if name != "get_records" or call not in expired:
+            return None
+        trim = expired[call]
+        if trim is not None:
+            proxy.trim(stream, shard_id, *trim)
+        return client_error("ExpiredIteratorException", "GetRecords")
+
+    return FaultInjectingClient(kinesis_client(proxy.endpoint), fault)
+
+
+TRIMMED_AT_REOPEN = [
+    # Kinesis answers an aged-out AT_SEQUENCE_NUMBER with an iterator at the trim horizon.
+    pytest.param("skip", {"trim_rewrite:GetShardIterator": 1}, id="aged-out-number-accepted"),
+    pytest.param(
+        "reject",
+        {"trim_reject:GetShardIterator": 1, "trim_rewrite:GetShardIterator": 1},
+        id="aged-out-number-refused-falls-back-to-the-trim-horizon",
+    ),
+]
+
+
+@pytest.mark.parametrize(("mode", "trim_stats"), TRIMMED_AT_REOPEN)
+def test_an_expired_iterator_reopened_after_the_records_behind_it_aged_out_reports_the_gap(
+    kinesis, kinesis_proxy, unique_name, mode, trim_stats
+):
+    """A re-open that finds the records after the last one read aged out reports a gap from that record
+    to the first one available, and delivers the rest."""
+    shard_id, sequence_numbers = one_shard_stream(kinesis, unique_name, 12)
+    client = expiring(kinesis_proxy, unique_name, shard_id, {2: (sequence_numbers[6], mode)})
+    batch = reader(client, unique_name, shard_id, get_records_limit=4).read(NO_LIMITS)
+    assert positions(batch.records) == plain(sequence_numbers[:4] + sequence_numbers[6:])
+    first_available = batch.records[4].approximate_arrival_timestamp
+    assert batch.gap == RetentionGap(ExtendedSequenceNumber(sequence_numbers[3]), sequence_numbers[6], first_available)
+    assert (batch.expired_iterators, batch.stopped_by) == (1, "tip")
+    assert {key: count for key, count in kinesis_proxy.stats().items() if key != "forwarded"} == trim_stats
+
+
+def put_kpl_case(kinesis: Any, stream: str) -> tuple[list[ExtendedSequenceNumber], str]:
+    """The KPL mix; every user position, and the sequence number of the aggregate fetched first."""
+    create_stream(kinesis, stream, 1)
+    expected, _, _ = put_kpl_mix(kinesis, stream)
+    return expected, expected[0].sequence_number
+
+
+def put_plain_case(kinesis: Any, stream: str) -> tuple[list[ExtendedSequenceNumber], str]:
+    """Eight plain records; every position, and the sequence number of the record fetched first."""
+    _, sequence_numbers = one_shard_stream(kinesis, stream, 8)
+    return plain(sequence_numbers), sequence_numbers[0]
+
+
+UNTRIMMED_REOPENS = [
+    pytest.param(put_plain_case, None, id="plain-nothing-trimmed"),
+    pytest.param(put_plain_case, "reject", id="plain-trimmed-up-to-the-last-record-read"),
+    pytest.param(put_kpl_case, None, id="kpl-nothing-trimmed"),
+    pytest.param(put_kpl_case, "reject", id="kpl-trimmed-up-to-the-partly-delivered-aggregate"),
+]
+
+
+@pytest.mark.parametrize(("put", "trim_mode"), UNTRIMMED_REOPENS)
+def test_an_expired_iterator_reopened_with_nothing_unread_aged_out_reports_no_gap_and_repeats_nothing(
+    kinesis, kinesis_proxy, unique_name, put, trim_mode
+):
+    """A re-open that still finds the last record fetched (a partly delivered aggregate included) delivers
+    every later record exactly once and reports no gap."""
+    expected, fetched_first = put(kinesis, unique_name)
+    (shard,) = shards_of(kinesis, unique_name)
+    # The second GetRecords expires, after one plain record or a whole aggregate (3 of its 5 delivered).
+    trim = None if trim_mode is None else (fetched_first, trim_mode)
+    client = expiring(kinesis_proxy, unique_name, shard.shard_id, {2: trim})
+    shard_reader = reader(client, unique_name, shard.shard_id, get_records_limit=1)
+    batches = read_until_caught_up(shard_reader, lambda: ReadLimits(max_records=3))
+    assert positions(records_of(batches)) == expected
+    assert [batch.gap for batch in batches] == [None] * len(batches)
+    assert sum(batch.expired_iterators for batch in batches) == 1
+
+
+def test_two_gaps_met_in_one_read_are_reported_by_two_batches(kinesis, kinesis_proxy, unique_name):
+    """A gap found at a re-open of a batch that already reports one ends that batch, and the next batch
+    reports it."""
+    shard_id, sequence_numbers = one_shard_stream(kinesis, unique_name, 12)
+    kinesis_proxy.trim(unique_name, shard_id, sequence_numbers[3])
+    client = expiring(kinesis_proxy, unique_name, shard_id, {2: (sequence_numbers[9], "reject")})
+    start = ExtendedSequenceNumber(sequence_numbers[1])
+    shard_reader = reader(client, unique_name, shard_id, start, get_records_limit=4)
+    first, second = shard_reader.read(NO_LIMITS), shard_reader.read(NO_LIMITS)
+    assert positions(first.records) == plain(sequence_numbers[3:7])
+    assert first.gap == RetentionGap(start, sequence_numbers[3], first.records[0].approximate_arrival_timestamp)
+    assert positions(second.records) == plain(sequence_numbers[9:])
+    arrival = second.records[0].approximate_arrival_timestamp
+    assert second.gap == RetentionGap(ExtendedSequenceNumber(sequence_numbers[6]), sequence_numbers[9], arrival)
+    assert (first.stopped_by, second.stopped_by) == ("gap", "tip")
