@@ -57,6 +57,17 @@ def is_retryable(error: Exception) -> bool:
     return code in THROTTLING_CODES or code in TRANSIENT_CODES or status >= 500
 
 
+def may_have_been_applied(error: Exception) -> bool:
+    """Whether a failed request may still have been carried out: its answer was lost or it failed
+    server-side. Never for a request that was refused (throttled, invalid) or never sent."""
+    if isinstance(error, (botocore.exceptions.EndpointConnectionError, botocore.exceptions.ConnectTimeoutError)):
+        return False
+    if isinstance(error, TRANSPORT_ERRORS):
+        return True
+    code = error_code(error)
+    return code is not None and code not in THROTTLING_CODES and is_retryable(error)
+
+
 def retry_policy(config: ConsumerConfig) -> RetryPolicy:
     return RetryPolicy(
         attempts=config.dependency_retry_attempts,

@@ -42,8 +42,9 @@ write like any other: conditional, fencing, and reported. The rules:
   whose retry then lost the condition against it is recognised as applied.
 - Reported. The checkpoint before and after, the counter, the direction with what it costs
   (backward: records already landed land again, duplicates by request; forward: records in between
-  are never landed, loss by request), and a discarded prepared batch: its range and output file,
-  which may already be published in the sink; the operator decides whether to delete it.
+  are never landed, loss by request), and a discarded prepared batch: its range and output file.
+  That file is never made visible: an attempt stages a batch's file and promotes it only after its
+  commit, which the reset fences (a staged file is left behind under a `_staged-` name readers skip).
 """
 
 from __future__ import annotations
@@ -283,18 +284,17 @@ class DiscardedBatch:
             return (f"the prepared batch up to {pending} is discarded; {why}, so its output file, if any, is not known",)
         if self.batch.path is None:
             return ("the batch wrote no file (it had no rows to write)",)
-        notes = ["its file (a path relative to the consume job's output URI) may already be published in the sink"]
+        # The consume job makes a batch's file visible only after committing it, which this reset fences.
+        notes = ["its file (a path relative to the consume job's output URI) is never made visible: at most it "
+                 "was staged under a `_staged-` name, which readers skip"]
         after_target = compare_positions(target, self.pending_checkpoint)
         if after_target is None or after_target < 0:
-            notes.append(
-                f"its records after {render_position(target)} will be read and landed again: if the file is "
-                "published, they will be in the sink twice unless you delete it"
-            )
+            notes.append(f"its records after {render_position(target)} will be read and landed again, once")
         if (compare_positions(target, checkpoint) or 0) > 0:
             kept = "all of its records" if after_target is not None and after_target >= 0 else (
                 f"its records up to {render_position(target)}"
             )
-            notes.append(f"{kept} will not be read again: the file is their only copy, deleting it loses them")
+            notes.append(f"{kept} will not be read again and are not in the sink: they are lost, by request")
         return tuple(notes)
 
 
@@ -319,10 +319,9 @@ class ResetPlan:
                 "already landed will be landed again (duplicates in the sink, as requested)",
             )
         if self.direction is Direction.FORWARD:
-            unless = "" if self.discarded is None else " unless the discarded batch's file already holds them"
             return (
                 f"moving forward from {current} to {target}: records after the old checkpoint up to the new "
-                f"one will never be landed{unless} (loss, as requested)",
+                "one will never be landed (loss, as requested)",
             )
         if self.direction is Direction.UNKNOWN:
             return (
@@ -448,7 +447,8 @@ def _is_our_write(plan: ResetPlan, result: WriteResult) -> bool:
     """A write whose response was lost and whose retry then lost the condition against it."""
     stored, before = result.lease, plan.before
     return (
-        stored is not None
+        result.retried
+        and stored is not None
         and stored.lease_counter == before.lease_counter + 2
         and stored.lease_owner == before.lease_owner
         and stored.checkpoint == plan.target

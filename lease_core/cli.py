@@ -98,8 +98,8 @@ application's leader lock, so no round runs meanwhile (it fails if someone else 
 writes the checkpoint conditional on the lease counter, removes the pending checkpoint and raises
 the counter by 2, so a worker still holding the lease is fenced; the owner stays. Moving backwards
 lands records again (duplicates, by request); moving forward never lands the records skipped
-(loss, by request). A discarded prepared batch is reported with its output file, which may
-already be in the sink: you decide whether to delete it.
+(loss, by request). A discarded prepared batch is reported with its output file, which the
+consume job never makes visible (it promotes a batch's file only after committing the batch).
 
 Exit status: 0 reset; 1 no such lease, SHARD_END, leader lock held, or the lease kept changing;
 2 usage.

@@ -37,6 +37,9 @@ CHECKPOINT_OWNER = "checkpointOwner"
 ENTITY_TYPE = "entityType"
 STREAM_NAME = "streamName"
 SHARD_ID = "shardId"
+# Ours (kcl-compatibility.md): KCL neither reads nor writes them.
+CLAIM_TOKEN = "claimToken"
+COMMITTED_BATCH_FILE = "committedBatchFile"
 
 LEASE_ENTITY_TYPE = "LEASE"
 _THROUGHPUT_QUANTUM = Decimal("0.000001")
@@ -95,6 +98,10 @@ def lease_to_item(lease: Lease) -> Item:
     if lease.checkpoint_owner is not None:
         item[CHECKPOINT_OWNER] = string_value(lease.checkpoint_owner)
     item.update(multi_stream_attributes(lease))
+    if lease.claim_token is not None:
+        item[CLAIM_TOKEN] = string_value(lease.claim_token)
+    if lease.committed_batch_file is not None:
+        item[COMMITTED_BATCH_FILE] = string_value(lease.committed_batch_file)
     return item
 
 
@@ -162,6 +169,8 @@ def lease_from_item(item: Mapping[str, AttributeValue]) -> Lease:
             checkpoint_owner=reader.string(CHECKPOINT_OWNER),
             stream_name=stream_name,
             shard_id=shard_id,
+            claim_token=reader.string(CLAIM_TOKEN),
+            committed_batch_file=reader.string(COMMITTED_BATCH_FILE),
         )
     except ValueError as error:  # a value the model itself rejects, e.g. an inverted hash range
         raise CorruptLeaseError(key, str(error)) from error

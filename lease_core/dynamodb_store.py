@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -10,17 +11,18 @@ from typing import Any
 import botocore.exceptions
 
 from lease_core import codec
-from lease_core.aws import AwsCaller, error_code
+from lease_core.aws import TRANSPORT_ERRORS, AwsCaller, error_code, may_have_been_applied
 from lease_core.codec import Item
 from lease_core.errors import DependencyError, IndexNotFoundError, LeaseCoreError, TableNotFoundError
-from lease_core.lease_store import ConditionalLeaseStore
-from lease_core.lease_writes import AttributeEquals, AttributeExists, Condition, LeaseDelete, LeaseUpdate
+from lease_core.lease_store import ConditionalLeaseStore, ItemWrite
+from lease_core.lease_writes import AttributeEquals, AttributeExists, Condition, LeaseDelete, LeaseTransaction, LeaseUpdate
 from lease_core.retry import RetryPolicy
 from lease_core.scan_segments import SEGMENT_COUNT_CACHE_SECONDS, scan_segment_count
 
 OWNER_INDEX_NAME = "LeaseOwnerToLeaseKeyIndex"
 BATCH_GET_LIMIT = 100
 _CONDITION_FAILED = "ConditionalCheckFailedException"
+_TRANSACTION_CANCELED = "TransactionCanceledException"
 
 
 class _Placeholders:
@@ -137,7 +139,7 @@ class DynamoDBLeaseStore(ConditionalLeaseStore):
         )
         return response.get("Item")
 
-    def _update_item(self, update: LeaseUpdate) -> tuple[bool, Item | None]:
+    def _update_item(self, update: LeaseUpdate) -> ItemWrite:
         arguments = render_update(update)
 
         def update_item() -> Item:
@@ -153,7 +155,7 @@ class DynamoDBLeaseStore(ConditionalLeaseStore):
     def _delete_item(self, lease_key: str) -> None:
         self._call("DeleteItem", lambda: self.client.delete_item(TableName=self.table_name, Key=self._key(lease_key)))
 
-    def _delete_item_if(self, delete: LeaseDelete) -> tuple[bool, Item | None]:
+    def _delete_item_if(self, delete: LeaseDelete) -> ItemWrite:
         arguments = render_delete(delete)
 
         def delete_item() -> None:
@@ -163,18 +165,54 @@ class DynamoDBLeaseStore(ConditionalLeaseStore):
 
         return self._conditionally("DeleteItem", delete_item)
 
-    def _conditionally(self, operation: str, request: Callable[[], Item | None]) -> tuple[bool, Item | None]:
-        """(True, what `request` returned), or (False, the item that failed the condition, or None)."""
+    def _conditionally(self, operation: str, request: Callable[[], Item | None]) -> ItemWrite:
+        """Applied with what `request` returned, or not with the item that failed the condition.
 
-        def attempt() -> tuple[bool, Item | None]:
+        `retried` says whether the request went out again after an attempt whose outcome is unknown
+        (the holder of a lease accepts "my write's answer was lost" only then).
+        """
+        ambiguous = False
+
+        def attempt() -> ItemWrite:
+            nonlocal ambiguous
             try:
-                return True, request()
+                return ItemWrite(True, request(), ambiguous)
             except botocore.exceptions.ClientError as error:
                 if error_code(error) == _CONDITION_FAILED:
-                    return False, error.response.get("Item")
+                    return ItemWrite(False, error.response.get("Item"), ambiguous)
+                ambiguous = ambiguous or may_have_been_applied(error)
+                raise
+            except TRANSPORT_ERRORS as error:
+                ambiguous = ambiguous or may_have_been_applied(error)
                 raise
 
         return self._call(operation, attempt)
+
+    def _transact_items(self, transaction: LeaseTransaction) -> tuple[bool, dict[str, Item | None]]:
+        items = [{"Update": {"TableName": self.table_name, "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
+                             **render_update(update)}} for update in transaction.updates]
+        items += [{"Put": {"TableName": self.table_name, "Item": codec.lease_to_item(create.lease),
+                           "ConditionExpression": "attribute_not_exists(#k)",
+                           "ExpressionAttributeNames": {"#k": codec.LEASE_KEY},
+                           "ReturnValuesOnConditionCheckFailure": "ALL_OLD"}} for create in transaction.creates]
+        # One token for every retry of this call: DynamoDB applies a repeated request once (10 minutes).
+        token = uuid.uuid4().hex
+
+        def attempt() -> tuple[bool, dict[str, Item | None]]:
+            try:
+                self.client.transact_write_items(TransactItems=items, ClientRequestToken=token)
+            except botocore.exceptions.ClientError as error:
+                if error_code(error) != _TRANSACTION_CANCELED:
+                    raise
+                reasons = error.response.get("CancellationReasons") or []
+                return False, {
+                    key: reason.get("Item")
+                    for key, reason in zip(transaction.lease_keys, reasons)
+                    if reason.get("Code") == "ConditionalCheckFailed"
+                }
+            return True, {}
+
+        return self._call("TransactWriteItems", attempt)
 
     # --- multi-item reads -------------------------------------------------------------------
 

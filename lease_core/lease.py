@@ -94,12 +94,17 @@ class Lease:
     # Multi-stream leases only: `stream_name` holds the serialized stream identifier (KCL's naming).
     stream_name: str | None = None
     shard_id: str | None = None
+    # Ours, not KCL's (KCL readers ignore them): the token of the attempt that claimed the lease last,
+    # which every write of that attempt is conditional on; and the output file of the batch committed
+    # last, which is made visible only after its commit (see `spark_jobs.parquet_sink`).
+    claim_token: str | None = None
+    committed_batch_file: str | None = None
 
     def __post_init__(self) -> None:
         if not self.lease_key:
             raise ValueError("lease_key must be a non-empty string")
-        if self.lease_owner == "" or self.checkpoint_owner == "":
-            raise ValueError(f"lease {self.lease_key!r}: owners are absent (None), never empty strings")
+        if "" in (self.lease_owner, self.checkpoint_owner, self.claim_token, self.committed_batch_file):
+            raise ValueError(f"lease {self.lease_key!r}: owners, tokens and files are absent (None), never empty strings")
         if self.lease_counter < 0:
             raise ValueError(f"lease {self.lease_key!r}: lease_counter must be >= 0")
         if self.pending_checkpoint_state is not None and self.pending_checkpoint is None:
@@ -137,14 +142,18 @@ class Lease:
     def replace(self, **changes: object) -> Lease:
         return dataclasses.replace(self, **changes)
 
-    def with_checkpoint(self, value: ExtendedSequenceNumber) -> Lease:
-        """The lease after a real checkpoint: pending fields cleared and owner switches zeroed (§10.2)."""
+    def with_checkpoint(self, value: ExtendedSequenceNumber, batch_file: str | None = None) -> Lease:
+        """The lease after a real checkpoint: pending fields cleared and owner switches zeroed (§10.2).
+
+        `batch_file`: the output file of the batch this checkpoint commits, if it wrote one.
+        """
         self._require_not_backwards(value)
         return self.replace(
             checkpoint=value,
             pending_checkpoint=None,
             pending_checkpoint_state=None,
             owner_switches_since_checkpoint=0,
+            committed_batch_file=batch_file,
         )
 
     def with_pending_checkpoint(self, value: ExtendedSequenceNumber, state: bytes | None = None) -> Lease:

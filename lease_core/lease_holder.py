@@ -5,10 +5,18 @@ worker last wrote and serialises every write to it, so its counter is always the
 produced. A lost condition, or no successful renewal for a whole lease duration, means the lease is
 lost: every later write raises `LeaseLostError`, and the caller stops reading the shard.
 
+Fencing per attempt. Two attempts of one slot share its worker id as owner (an Airflow retry while
+the failed try's driver still runs, an executor Spark gave up on whose Python worker goes on), so
+the owner cannot tell them apart. Each `HeldLease` therefore draws a claim token; the claim stores
+it, and every later write of the attempt is conditional on it as well as on the counter. An attempt
+never takes over anything another attempt wrote: whatever it adopts carries its own token.
+
 Spurious-failure recovery (§2.4): a write whose response never arrived may have been applied, and
-then its retry loses the counter condition against our own write. A renewal counts as successful
-when the stored item has our owner and exactly our counter + 1 (KCL's rule). A checkpoint write
-counts as applied when the stored item shows exactly what we wrote, at our counter + 1.
+then its retry loses the counter condition against our own write. That is accepted only when the
+store says the write was indeed sent again after an unknown outcome (`WriteResult.retried`), and
+the stored item carries our token. Then a renewal counts as successful when the stored item has
+our owner and exactly our counter + 1 (KCL's rule); a checkpoint write counts as applied when the
+stored item shows exactly what we wrote, at our counter + 1.
 
 `LeaseHeartbeat` renews every held lease at the renewer interval on a background thread.
 """
@@ -16,10 +24,12 @@ counts as applied when the stored item shows exactly what we wrote, at our count
 from __future__ import annotations
 
 import logging
+import secrets
 import threading
 import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
+from typing import TypeVar
 
 from lease_core.errors import LeaseCoreError, LeaseLostError
 from lease_core.lease import Lease
@@ -27,6 +37,8 @@ from lease_core.lease_store import LeaseStore, WriteResult
 from lease_core.sequence import ExtendedSequenceNumber
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 
 def monotonic_millis() -> int:
@@ -42,11 +54,14 @@ class HeldLease:
         lease: Lease,
         lease_duration_millis: int,
         clock_millis: Callable[[], int] = monotonic_millis,
+        claim_token: str | None = None,
     ) -> None:
         if lease.lease_owner is None:
             raise ValueError(f"lease {lease.lease_key!r} has no owner; only an owned lease can be held")
         self._store = store
         self._lease = lease
+        # Unique to this attempt; a caller may prefix it with who it is, for operators reading the table.
+        self.claim_token = f"{claim_token or 'attempt'}/{secrets.token_hex(8)}"
         self._duration = lease_duration_millis
         self._clock = clock_millis
         self._lock = threading.Lock()
@@ -74,29 +89,55 @@ class HeldLease:
         return self.lost_reason is not None
 
     def claim(self) -> bool:
-        """The first renewal, made even though the lease has no local renewal time yet (§2.5)."""
-        return self.renew()
+        """The first renewal, storing this attempt's claim token, made even though the lease has no
+        local renewal time yet (§2.5). It fences any other attempt that held the lease."""
+        with self._lock:
+            if self._renewed_at is not None:
+                raise LeaseCoreError(f"lease {self._lease.lease_key!r} was already claimed by this attempt")
+            result = self._store.claim_lease(self._lease, self.claim_token)
+            return self._renewed(self._lease.replace(claim_token=self.claim_token), result, "claim")
 
     def renew(self, throughput_kbps: float | None = None) -> bool:
         """Heartbeat; with `throughput_kbps`, also store the lease's throughput (§2.1). False once lost."""
         with self._lock:
             if self._expire_locked():
                 return False
+            if self._renewed_at is None:
+                self._lose_locked("renewed before it was claimed: claim() must succeed first")
+                return False
             local = self._lease if throughput_kbps is None else self._lease.replace(throughput_kbps=throughput_kbps)
-            result = self._store.renew_lease(local)
-            if result.applied or _renewal_recovered(local, result):
-                self._adopt(result.lease)
-                return True
-            self._lose_locked(_why_lost("renew", result))
-            return False
+            return self._renewed(local, self._store.renew_lease(local), "renew")
+
+    def fenced(self, write: Callable[[Lease], T]) -> T:
+        """Run `write` with the current value while no renewal or checkpoint of this lease can run.
+
+        For a write of its own that is conditional on the held value (`lease_writes.create_children`):
+        the counter it sees is the latest this attempt wrote. A `LeaseLostError` it raises marks the
+        lease lost.
+        """
+        with self._lock:
+            self._raise_if_lost()
+            try:
+                return write(self._lease)
+            except LeaseLostError as error:
+                self._lose_locked(error.reason)
+                raise
+
+    def _renewed(self, local: Lease, result: WriteResult, what: str) -> bool:
+        if result.applied or _renewal_recovered(local, result):
+            self._adopt(result.lease)
+            return True
+        self._lose_locked(_why_lost(what, result, local.claim_token))
+        return False
 
     def prepare(self, value: ExtendedSequenceNumber, state: bytes | None) -> Lease:
         """Record `value` (and `state`) as this lease's pending checkpoint (§10.3)."""
         return self._update(lambda lease: lease.with_pending_checkpoint(value, state), "prepare")
 
-    def commit(self, value: ExtendedSequenceNumber) -> Lease:
-        """Checkpoint at `value`, clearing the pending checkpoint (§10.2)."""
-        return self._update(lambda lease: lease.with_checkpoint(value), "checkpoint")
+    def commit(self, value: ExtendedSequenceNumber, batch_file: str | None = None) -> Lease:
+        """Checkpoint at `value`, clearing the pending checkpoint (§10.2); `batch_file` is the output
+        file of the batch it commits, if it wrote one."""
+        return self._update(lambda lease: lease.with_checkpoint(value, batch_file), "checkpoint")
 
     def require_held(self) -> Lease:
         """The current value; raises `LeaseLostError` when the lease is lost or locally expired."""
@@ -117,7 +158,7 @@ class HeldLease:
             if result.applied or _update_recovered(intended, result):
                 self._adopt(result.lease)
                 return self._lease
-            self._lose_locked(_why_lost(what, result))
+            self._lose_locked(_why_lost(what, result, intended.claim_token))
             self._raise_if_lost()
             raise AssertionError("unreachable: a lost lease raised above")
 
@@ -149,33 +190,45 @@ class HeldLease:
 
 
 def _renewal_recovered(local: Lease, result: WriteResult) -> bool:
+    """Our own renewal, applied although its answer was lost: only for a request sent again."""
     stored = result.lease
     return (
-        stored is not None
+        result.retried
+        and stored is not None
+        and stored.claim_token == local.claim_token
         and stored.actual_owner == local.actual_owner
         and stored.lease_counter == local.lease_counter + 1
     )
 
 
 def _update_recovered(intended: Lease, result: WriteResult) -> bool:
+    """Our own checkpoint write, applied although its answer was lost: only for a request sent again."""
     stored = result.lease
     return (
-        stored is not None
+        result.retried
+        and stored is not None
+        and stored.claim_token == intended.claim_token
         and stored.lease_counter == intended.lease_counter + 1
         and stored.lease_owner == intended.lease_owner
         and stored.checkpoint_owner == intended.checkpoint_owner
         and stored.checkpoint == intended.checkpoint
         and stored.pending_checkpoint == intended.pending_checkpoint
         and stored.pending_checkpoint_state == intended.pending_checkpoint_state
+        and stored.committed_batch_file == intended.committed_batch_file
     )
 
 
-def _why_lost(what: str, result: WriteResult) -> str:
+def _why_lost(what: str, result: WriteResult, local_token: str | None) -> str:
     stored = result.lease
     if stored is None:
         return f"the {what} found the lease deleted"
     if stored.is_in_handoff:
         return f"the {what} condition failed: the lease is being handed from {stored.checkpoint_owner} to {stored.lease_owner}"
+    if stored.claim_token is not None and stored.claim_token != local_token:
+        return (
+            f"the {what} condition failed: the table has owner {stored.lease_owner or '(none)'} at counter "
+            f"{stored.lease_counter}, claimed by another attempt ({stored.claim_token})"
+        )
     return (
         f"the {what} condition failed: the table has owner {stored.lease_owner or '(none)'} "
         f"at counter {stored.lease_counter}"

@@ -18,7 +18,8 @@ import logging
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from lease_core.errors import InvalidShardLineageError
+from lease_core import lease_writes
+from lease_core.errors import DependencyError, InvalidShardLineageError, LeaseLostError
 from lease_core.lease import Lease
 from lease_core.lease_store import LeaseStore
 from lease_core.lease_writes import MetaField
@@ -27,6 +28,9 @@ from lease_core.shard_sync import LeaseKeyScheme
 from lease_core.shards import ChildShard, Shard
 
 log = logging.getLogger(__name__)
+
+# Look-and-create rounds before giving up on child leases that keep changing under the transaction.
+CHILD_CREATION_ATTEMPTS = 3
 
 # A child whose checkpoint is still one of these has not started reading (§8.3).
 _NOT_STARTED = frozenset({Sentinel.TRIM_HORIZON, Sentinel.AT_TIMESTAMP})
@@ -83,30 +87,62 @@ class ChildLeaseOutcome:
 def create_child_leases(
     store: LeaseStore, parent: Lease, children: Sequence[ChildShard], scheme: LeaseKeyScheme
 ) -> ChildLeaseOutcome:
-    """Create the leases of the children GetRecords named at `parent`'s SHARD_END, then record them.
+    """Create the leases of the children GetRecords named at `parent`'s SHARD_END, and record them.
 
-    Merge (one child): the child must name exactly two parents (else `InvalidShardLineageError`),
-    and either both parent leases exist or neither does. When exactly one exists, the other parent
-    will get its lease from a shard sync; creating the child now would let it be read before that
-    parent's records, so creation is deferred. KCL then drops the lease with probability 1/30 and
-    otherwise backs off; in rounds the caller simply keeps the parent lease and retries next round.
+    `parent` is the lease as its holder last wrote it. Merge (one child): the child must name
+    exactly two parents (else `InvalidShardLineageError`), and either both parent leases exist or
+    neither does. When exactly one exists, the other parent will get its lease from a shard sync;
+    creating the child now would let it be read before that parent's records, so creation is
+    deferred. KCL then drops the lease with probability 1/30 and otherwise backs off; in rounds the
+    caller simply keeps the parent lease and retries next round.
 
-    Each child lease starts at TRIM_HORIZON with the child's parents and hash range; losing a create
-    race to another writer is fine, the lease then counts as existing. Re-running creates nothing.
+    Each missing child lease starts at TRIM_HORIZON with the child's parents and hash range. They are
+    created, and the child ids recorded on the parent, in one transaction fenced by the parent's
+    holder (`lease_writes.create_children`): a holder that lost the parent meanwhile creates nothing
+    and gets `LeaseLostError`. A child created by someone else between the look and the transaction
+    makes it fail; it is then looked at again. Re-running creates nothing.
     """
+    if not children:
+        return ChildLeaseOutcome()
     if len(children) == 1:
         reason = _merge_deferral_reason(store, parent, children[0], scheme)
         if reason is not None:
             return ChildLeaseOutcome(deferred=True, reason=reason)
-    created: list[str] = []
-    existing: list[str] = []
-    for child in children:
-        lease = scheme.new_lease(child.shard_id, TRIM_HORIZON, child.parent_shard_ids, child.hash_key_range)
-        (created if store.create_lease_if_not_exists(lease) else existing).append(lease.lease_key)
-    recorded = bool(children) and store.update_lease_meta(
-        parent.with_child_shard_ids({child.shard_id for child in children}), MetaField.CHILD_SHARDS
+    leases = tuple(
+        scheme.new_lease(child.shard_id, TRIM_HORIZON, child.parent_shard_ids, child.hash_key_range)
+        for child in children
     )
-    return ChildLeaseOutcome(tuple(created), tuple(existing), child_ids_recorded=recorded)
+    child_ids = frozenset(child.shard_id for child in children)
+    for _ in range(CHILD_CREATION_ATTEMPTS):
+        missing = tuple(lease for lease in leases if store.get_lease(lease.lease_key, consistent=True) is None)
+        result = store.transact(lease_writes.create_children(parent, child_ids, missing))
+        if result.applied:
+            created = {lease.lease_key for lease in missing}
+            return ChildLeaseOutcome(
+                tuple(sorted(created)),
+                tuple(sorted(lease.lease_key for lease in leases if lease.lease_key not in created)),
+                child_ids_recorded=True,
+            )
+        for key, stored in result.conflicts:
+            if key == parent.lease_key:
+                raise LeaseLostError(parent.lease_key, _why_children_refused(parent, stored))
+        log.info("child leases of %s changed while they were created (%s); looking again",
+                 parent.lease_key, ", ".join(key for key, _ in result.conflicts) or "a concurrent transaction")
+    raise DependencyError(
+        "dynamodb", "TransactWriteItems",
+        f"the child leases of {parent.lease_key} kept changing during {CHILD_CREATION_ATTEMPTS} attempts to create them",
+        CHILD_CREATION_ATTEMPTS,
+    )
+
+
+def _why_children_refused(parent: Lease, stored: Lease | None) -> str:
+    if stored is None:
+        return "its child leases were not created: the lease was deleted"
+    return (
+        f"its child leases were not created: the lease is now owned by {stored.lease_owner or '(none)'} at counter "
+        f"{stored.lease_counter} (claim {stored.claim_token or 'none'}), not as this holder last wrote it "
+        f"(counter {parent.lease_counter}, claim {parent.claim_token or 'none'})"
+    )
 
 
 def _merge_deferral_reason(

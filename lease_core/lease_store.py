@@ -19,7 +19,7 @@ from lease_core import codec, lease_writes
 from lease_core.codec import Item
 from lease_core.errors import CorruptLeaseError
 from lease_core.lease import Lease
-from lease_core.lease_writes import LeaseDelete, LeaseUpdate, MetaField
+from lease_core.lease_writes import LeaseDelete, LeaseTransaction, LeaseUpdate, MetaField
 from lease_core.sequence import ExtendedSequenceNumber
 
 log = logging.getLogger(__name__)
@@ -36,11 +36,35 @@ class WriteResult:
 
     applied: bool
     lease: Lease | None
+    # The request was sent again after an attempt whose outcome is unknown (a dropped connection, a
+    # timeout, a 5xx): a lost condition may then be lost against this very write.
+    retried: bool = False
 
     @property
     def lost_to_a_change(self) -> bool:
         """Not applied because the stored lease is not the caller's copy (rather than gone)."""
         return not self.applied and self.lease is not None
+
+
+@dataclass(frozen=True)
+class ItemWrite:
+    """What a conditional item primitive did: applied or not, the item after (or the one that failed
+    the condition, or None when there is none), and whether the request was sent again after an
+    attempt whose outcome is unknown."""
+
+    applied: bool
+    item: Item | None
+    retried: bool = False
+
+
+@dataclass(frozen=True)
+class TransactionResult:
+    """A transaction's outcome. Not applied: `conflicts` names each lease key whose condition failed,
+    with the stored lease (None when absent); empty when it was cancelled for another reason (a
+    concurrent transaction on one of its items), which is worth trying again."""
+
+    applied: bool
+    conflicts: tuple[tuple[str, Lease | None], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -64,6 +88,7 @@ class LeaseStore(Protocol):
     def list_leases_for_owner(self, owner: str) -> list[Lease]: ...
     def is_lease_table_empty(self) -> bool: ...
     def renew_lease(self, lease: Lease) -> WriteResult: ...
+    def claim_lease(self, lease: Lease, token: str) -> WriteResult: ...
     def take_lease(self, lease: Lease, new_owner: str) -> WriteResult: ...
     def evict_lease(self, lease: Lease) -> WriteResult: ...
     def update_lease(self, lease: Lease) -> WriteResult: ...
@@ -77,6 +102,7 @@ class LeaseStore(Protocol):
     def update_lease_meta(self, lease: Lease, field: MetaField) -> bool: ...
     def delete_lease(self, lease_key: str) -> None: ...
     def delete_lease_if_unchanged(self, lease: Lease) -> WriteResult: ...
+    def transact(self, transaction: LeaseTransaction) -> TransactionResult: ...
 
 
 class ConditionalLeaseStore(abc.ABC):
@@ -104,15 +130,20 @@ class ConditionalLeaseStore(abc.ABC):
         """The items of the given keys that exist, in any order."""
 
     @abc.abstractmethod
-    def _update_item(self, update: LeaseUpdate) -> tuple[bool, Item | None]:
-        """Apply `update`; (True, item after) or (False, item that failed the condition or None)."""
+    def _update_item(self, update: LeaseUpdate) -> ItemWrite:
+        """Apply `update`: applied with the item after, or not with the item that failed the condition."""
 
     @abc.abstractmethod
     def _delete_item(self, lease_key: str) -> None: ...
 
     @abc.abstractmethod
-    def _delete_item_if(self, delete: LeaseDelete) -> tuple[bool, Item | None]:
-        """Apply `delete`; (True, None) or (False, item that failed the condition or None)."""
+    def _delete_item_if(self, delete: LeaseDelete) -> ItemWrite:
+        """Apply `delete`: applied (no item), or not with the item that failed the condition."""
+
+    @abc.abstractmethod
+    def _transact_items(self, transaction: LeaseTransaction) -> tuple[bool, dict[str, Item | None]]:
+        """Apply every write of `transaction` or none: (True, {}) or (False, {key: stored item} for each
+        write whose condition failed; empty when cancelled for another reason)."""
 
     default_consistent_reads: bool = False
 
@@ -154,11 +185,14 @@ class ConditionalLeaseStore(abc.ABC):
     # --- conditional writes -----------------------------------------------------------------
 
     def _write(self, update: LeaseUpdate) -> WriteResult:
-        applied, item = self._update_item(update)
-        return WriteResult(applied, None if item is None else codec.lease_from_item(item))
+        return _result(self._update_item(update))
 
     def renew_lease(self, lease: Lease) -> WriteResult:
         return self._write(lease_writes.renew(lease))
+
+    def claim_lease(self, lease: Lease, token: str) -> WriteResult:
+        """A holder's first renewal, storing its claim token (`lease_writes.claim`)."""
+        return self._write(lease_writes.claim(lease, token))
 
     def take_lease(self, lease: Lease, new_owner: str) -> WriteResult:
         return self._write(lease_writes.take(lease, new_owner))
@@ -191,7 +225,7 @@ class ConditionalLeaseStore(abc.ABC):
 
     def update_lease_meta(self, lease: Lease, field: MetaField) -> bool:
         """Write child ids or the hash range; False (logged, not raised) when the item is gone."""
-        applied, _ = self._update_item(lease_writes.update_meta(lease, field))
+        applied = self._update_item(lease_writes.update_meta(lease, field)).applied
         if not applied:
             log.info("lease %s no longer exists; %s not written", lease.lease_key, field.value)
         return applied
@@ -207,8 +241,19 @@ class ConditionalLeaseStore(abc.ABC):
         already gone (deleted by someone else, or by this very call when its answer was lost and
         the retry found nothing).
         """
-        applied, item = self._delete_item_if(lease_writes.delete_if_unchanged(lease))
-        return WriteResult(applied, None if item is None else codec.lease_from_item(item))
+        return _result(self._delete_item_if(lease_writes.delete_if_unchanged(lease)))
+
+    def transact(self, transaction: LeaseTransaction) -> TransactionResult:
+        """Apply every write of `transaction`, or none of them."""
+        applied, conflicts = self._transact_items(transaction)
+        return TransactionResult(
+            applied,
+            tuple((key, None if item is None else codec.lease_from_item(item)) for key, item in sorted(conflicts.items())),
+        )
+
+
+def _result(write: ItemWrite) -> WriteResult:
+    return WriteResult(write.applied, None if write.item is None else codec.lease_from_item(write.item), write.retried)
 
 
 def _decode_all(items: Iterable[Item]) -> tuple[list[Lease], list[CorruptLeaseError]]:

@@ -50,6 +50,25 @@ class LeaseUpdate:
 
 
 @dataclass(frozen=True)
+class LeaseCreate:
+    """A whole new lease item, put only where no item has its key (`createLeaseIfNotExists`)."""
+
+    lease: Lease
+
+
+@dataclass(frozen=True)
+class LeaseTransaction:
+    """Writes applied all together or not at all (one TransactWriteItems)."""
+
+    updates: tuple[LeaseUpdate, ...] = ()
+    creates: tuple[LeaseCreate, ...] = ()
+
+    @property
+    def lease_keys(self) -> tuple[str, ...]:
+        return tuple(u.lease_key for u in self.updates) + tuple(c.lease.lease_key for c in self.creates)
+
+
+@dataclass(frozen=True)
 class LeaseDelete:
     """A conditional DeleteItem of one lease item."""
 
@@ -66,6 +85,17 @@ class MetaField(enum.Enum):
 
 def _counter_is(lease: Lease) -> AttributeEquals:
     return AttributeEquals(codec.LEASE_COUNTER, codec.number_value(lease.lease_counter))
+
+
+def _holder_conditions(lease: Lease) -> tuple[Condition, ...]:
+    """What a holder's write requires: the counter it last saw and, once claimed, its own claim token.
+
+    The counter alone fences every other writer (each of their writes moves it); the token also tells
+    two attempts of one slot apart, which share an owner name (`HeldLease`).
+    """
+    if lease.claim_token is None:
+        return (_counter_is(lease),)
+    return _counter_is(lease), AttributeEquals(codec.CLAIM_TOKEN, codec.string_value(lease.claim_token))
 
 
 def _next_counter(lease: Lease) -> tuple[str, AttributeValue]:
@@ -90,13 +120,26 @@ def renew(lease: Lease) -> LeaseUpdate:
     Unless the holder already knows of a graceful handoff, the renew also requires that none is in
     progress, which is how the old owner learns about one (§2.4).
     """
-    conditions: tuple[Condition, ...] = (_counter_is(lease),)
+    conditions = _holder_conditions(lease)
     if lease.checkpoint_owner is None:
         conditions += (AttributeAbsent(codec.CHECKPOINT_OWNER),)
     sets = [_next_counter(lease)]
     if lease.throughput_kbps is not None:
         sets.append((codec.THROUGHPUT_KBPS, codec.throughput_value(lease.throughput_kbps)))
     return LeaseUpdate(lease.lease_key, conditions, tuple(sets))
+
+
+def claim(lease: Lease, token: str) -> LeaseUpdate:
+    """A slot attempt's first renewal (§2.5), which also stores the attempt's `token`.
+
+    Conditional on the counter (and on no handoff) as read, not on any earlier token: the claim
+    fences whatever attempt held the lease before, and every later write of this attempt requires
+    `token` (`_holder_conditions`).
+    """
+    renewal = renew(lease.replace(claim_token=None))
+    return dataclasses.replace(
+        renewal, set_attributes=renewal.set_attributes + ((codec.CLAIM_TOKEN, codec.string_value(token)),)
+    )
 
 
 def take(lease: Lease, new_owner: str) -> LeaseUpdate:
@@ -143,11 +186,15 @@ def update(lease: Lease) -> LeaseUpdate:
     ]
     if lease.child_shard_ids:
         sets[codec.CHILD_SHARD_IDS] = codec.string_set_value(lease.child_shard_ids)
+    if lease.committed_batch_file is not None:
+        sets[codec.COMMITTED_BATCH_FILE] = codec.string_value(lease.committed_batch_file)
+    else:
+        removes.append(codec.COMMITTED_BATCH_FILE)
     sets.update(codec.hash_key_range_attributes(lease))
     sets.update(codec.multi_stream_attributes(lease))
     name, value = _next_counter(lease)
     sets[name] = value
-    return LeaseUpdate(lease.lease_key, (_counter_is(lease),), tuple(sets.items()), tuple(removes))
+    return LeaseUpdate(lease.lease_key, _holder_conditions(lease), tuple(sets.items()), tuple(removes))
 
 
 def reset_checkpoint(lease: Lease, value: ExtendedSequenceNumber) -> LeaseUpdate:
@@ -214,6 +261,28 @@ def update_meta(lease: Lease, field: MetaField) -> LeaseUpdate:
             raise ValueError(f"lease {lease.lease_key!r} has no hash key range to write")
         sets = tuple(attributes.items())
     return LeaseUpdate(lease.lease_key, (AttributeExists(codec.LEASE_KEY),), sets)
+
+
+def create_children(parent: Lease, child_shard_ids: frozenset[str], creates: tuple[Lease, ...]) -> LeaseTransaction:
+    """Child leases created at `parent`'s SHARD_END (§3.8), fenced by the parent's holder.
+
+    One transaction: `child_shard_ids` are recorded on the parent, conditional on the parent's owner,
+    counter and claim token as its holder last wrote them, and each lease of `creates` is created
+    where no lease has its key. A holder fenced since then (the lease was taken, reset or ended by
+    someone else, and maybe cleaned up with some of its children) creates nothing, so it can never
+    re-create a child that was read and deleted. The parent's counter is unchanged, as with KCL's
+    child-id write (`update_meta`).
+    """
+    if parent.lease_owner is None:
+        raise ValueError(f"lease {parent.lease_key!r} has no owner: only its holder creates its children")
+    if not child_shard_ids:
+        raise ValueError(f"lease {parent.lease_key!r}: a shard end without children creates no child leases")
+    recorded = parent.with_child_shard_ids(child_shard_ids).child_shard_ids
+    conditions = _holder_conditions(parent) + (AttributeEquals(codec.LEASE_OWNER, codec.string_value(parent.lease_owner)),)
+    return LeaseTransaction(
+        updates=(LeaseUpdate(parent.lease_key, conditions, ((codec.CHILD_SHARD_IDS, codec.string_set_value(recorded)),)),),
+        creates=tuple(LeaseCreate(child) for child in creates),
+    )
 
 
 def delete_if_unchanged(lease: Lease) -> LeaseDelete:

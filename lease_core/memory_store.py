@@ -13,8 +13,8 @@ from decimal import Decimal
 
 from lease_core import codec
 from lease_core.codec import AttributeValue, Item
-from lease_core.lease_store import ConditionalLeaseStore
-from lease_core.lease_writes import AttributeAbsent, AttributeExists, Condition, LeaseDelete, LeaseUpdate
+from lease_core.lease_store import ConditionalLeaseStore, ItemWrite
+from lease_core.lease_writes import AttributeAbsent, AttributeExists, Condition, LeaseDelete, LeaseTransaction, LeaseUpdate
 
 
 class InMemoryLeaseStore(ConditionalLeaseStore):
@@ -59,31 +59,60 @@ class InMemoryLeaseStore(ConditionalLeaseStore):
             found = [copy.deepcopy(self._items[key]) for key in lease_keys if key in self._items]
         return iter(found)
 
-    def _update_item(self, update: LeaseUpdate) -> tuple[bool, Item | None]:
+    def _update_item(self, update: LeaseUpdate) -> ItemWrite:
         with self._lock:
             item = self._items.get(update.lease_key)
-            if item is None or not all(_holds(condition, item) for condition in update.conditions):
-                return False, copy.deepcopy(item)
-            for name, value in update.set_attributes:
-                item[name] = copy.deepcopy(value)
-            for name in update.remove_attributes:
-                item.pop(name, None)
-            for name, amount in update.add_numbers:
-                current = Decimal(item[name]["N"]) if name in item else Decimal(0)
-                item[name] = {"N": str(current + amount)}
-            return True, copy.deepcopy(item)
+            if not _allows(update, item):
+                return ItemWrite(False, copy.deepcopy(item))
+            assert item is not None
+            _apply(update, item)
+            return ItemWrite(True, copy.deepcopy(item))
 
     def _delete_item(self, lease_key: str) -> None:
         with self._lock:
             self._items.pop(lease_key, None)
 
-    def _delete_item_if(self, delete: LeaseDelete) -> tuple[bool, Item | None]:
+    def _delete_item_if(self, delete: LeaseDelete) -> ItemWrite:
         with self._lock:
             item = self._items.get(delete.lease_key)
             if item is None or not all(_holds(condition, item) for condition in delete.conditions):
-                return False, copy.deepcopy(item)
+                return ItemWrite(False, copy.deepcopy(item))
             del self._items[delete.lease_key]
-            return True, None
+            return ItemWrite(True, None)
+
+    def _transact_items(self, transaction: LeaseTransaction) -> tuple[bool, dict[str, Item | None]]:
+        with self._lock:
+            conflicts = {
+                update.lease_key: copy.deepcopy(self._items.get(update.lease_key))
+                for update in transaction.updates
+                if not _allows(update, self._items.get(update.lease_key))
+            }
+            conflicts.update(
+                (create.lease.lease_key, copy.deepcopy(self._items[create.lease.lease_key]))
+                for create in transaction.creates
+                if create.lease.lease_key in self._items
+            )
+            if conflicts:
+                return False, conflicts
+            for update in transaction.updates:
+                _apply(update, self._items[update.lease_key])
+            for create in transaction.creates:
+                self._items[create.lease.lease_key] = codec.lease_to_item(create.lease)
+            return True, {}
+
+
+def _allows(update: LeaseUpdate, item: Item | None) -> bool:
+    return item is not None and all(_holds(condition, item) for condition in update.conditions)
+
+
+def _apply(update: LeaseUpdate, item: Item) -> None:
+    for name, value in update.set_attributes:
+        item[name] = copy.deepcopy(value)
+    for name in update.remove_attributes:
+        item.pop(name, None)
+    for name, amount in update.add_numbers:
+        current = Decimal(item[name]["N"]) if name in item else Decimal(0)
+        item[name] = {"N": str(current + amount)}
 
 
 def _holds(condition: Condition, item: Item) -> bool:

@@ -1,14 +1,18 @@
 """One lease's work in one round: redo a prepared batch, then read, land and commit new batches.
 
 The exactly-once protocol of DESIGN.md §5, per batch, for a lease at committed checkpoint C:
-1. A pending checkpoint P means a batch (C, P] was prepared and maybe written: redo exactly it.
-   If its file already exists (published atomically, so complete), only the commit is left.
-2. Otherwise read after C to a bound, ending at E; prepare E (counter-conditional, with the batch's
-   description as pendingCheckpointState); publish the batch at a path that is a pure function of
-   (stream, shard, C, E); commit E (counter-conditional). At a closed shard's end, E is SHARD_END
-   and the child leases are created before the commit.
-Every write goes through the `HeldLease`, so a worker that lost the lease never commits; the most a
-zombie can do is publish the same file for the same range again.
+1. A pending checkpoint P means a batch (C, P] was prepared and maybe staged: redo exactly it. If
+   its file is already staged (atomically, so complete), only the commit and the promotion are left.
+2. Otherwise read after C to a bound, ending at the last record read E; prepare E (counter- and
+   claim-conditional, with the batch's description as pendingCheckpointState); stage the batch's
+   file (readers skip it) at a path that is a pure function of (stream, shard, C, E); commit E,
+   naming the file in `committedBatchFile`; promote the file to its visible name.
+3. At a closed shard's end, once every record is committed: create the child leases (in one
+   transaction fenced by this holder) and commit SHARD_END.
+Every write goes through the `HeldLease`, so an attempt that lost the lease never commits, and a
+file is visible only once its range is committed: whatever a fenced attempt still writes stays
+staged, invisible. A committed file whose promotion was cut short is promoted by the lease's next
+holder (`promote_committed_batch`).
 """
 
 from __future__ import annotations
@@ -35,7 +39,7 @@ from lease_core.shard_sync import LeaseKeyScheme
 from lease_core.shards import ChildShard
 from lease_core.throughput import batch_throughput_kbps, ema_throughput
 from spark_jobs.kinesis_records import KinesisRecord
-from spark_jobs.parquet_sink import PARTITION_COLUMNS, ParquetSink, records_table
+from spark_jobs.parquet_sink import PARTITION_COLUMNS, ParquetSink, Promotion, records_table
 from spark_jobs.round_report import LeaseReport, Outcome, RetentionLoss
 from spark_jobs.shard_reader import ReadBatch, ReadLimits, ShardReader
 from spark_jobs.transform import Transform, apply_transform
@@ -158,6 +162,7 @@ class LeaseConsumer:
 
     def _work(self, started: float) -> str:
         lease = self.held.require_held()
+        promote_committed_batch(self.context.sink, lease)
         if lease.is_at_shard_end:
             return Outcome.FINISHED
         if lease.checkpoint == AT_TIMESTAMP and self.context.at_timestamp is None:
@@ -179,9 +184,9 @@ class LeaseConsumer:
         described = PendingBatch.decode(lease)
         self._tally.replayed += 1
         children: Sequence[ChildShard] = described.child_shards if described else ()
-        if described is not None and described.path is not None and self.context.sink.exists(described.path):
-            rows = self.context.sink.row_count(described.path)
-            self._tally.records += rows
+        path = described.path if described else self._path(start, end)
+        if path is not None and described is not None and self._staged_or_visible(path):
+            self._tally.records += self.context.sink.row_count(path)
         else:
             first = described.first if described is not None else None
             if first is None and start == LATEST:
@@ -194,11 +199,15 @@ class LeaseConsumer:
             reader = self._reader(first or start, start_inclusive=first is not None)
             records, last = self._read_until(reader, end)
             children = children or last.child_shards
-            self._publish(described.path if described else self._path(start, end), records)
+            path = self._stage(path, records)
         if end.is_shard_end:
-            return Outcome.SHARD_END if self._finish_shard(lease, children) else Outcome.MERGE_DEFERRED
-        self.held.commit(end)
+            # Prepared by an earlier version, which committed a shard's last batch with SHARD_END.
+            return Outcome.SHARD_END if self._finish_shard(children, path) else Outcome.MERGE_DEFERRED
+        self._commit(end, path)
         return None
+
+    def _staged_or_visible(self, path: str) -> bool:
+        return self.context.sink.is_staged(path) or self.context.sink.exists(path)
 
     def _read_until(self, reader: ShardReader, end: ExtendedSequenceNumber) -> tuple[list[KinesisRecord], ReadBatch]:
         """Every record of a prepared range, up to and including `end`."""
@@ -237,58 +246,46 @@ class LeaseConsumer:
             )
             self._tally.count_read(batch, self.held.lease_key)
             records, window_closed = _before_arrival(batch.records, budget.stop_at_arrival)
-            shard_ended = batch.shard_ended and not window_closed
-            if records or shard_ended:
-                start = self.held.lease.checkpoint
-                end = SHARD_END if shard_ended else records[-1].position
-                if not self._land(start, end, records, batch.child_shards):
-                    return Outcome.MERGE_DEFERRED
+            if records:
+                self._land(records)
             if window_closed:
                 return Outcome.WINDOW_END
-            if shard_ended:
-                return Outcome.SHARD_END
+            if batch.shard_ended:
+                return Outcome.SHARD_END if self._finish_shard(batch.child_shards) else Outcome.MERGE_DEFERRED
             if batch.stopped_by in _STOP_OUTCOMES:
                 return _STOP_OUTCOMES[batch.stopped_by]
 
-    def _land(
-        self,
-        start: ExtendedSequenceNumber,
-        end: ExtendedSequenceNumber,
-        records: Sequence[KinesisRecord],
-        children: Sequence[ChildShard],
-    ) -> bool:
-        """Prepare, publish and commit one batch; False when a shard end must wait for a merge.
+    def _land(self, records: Sequence[KinesisRecord]) -> None:
+        """Prepare, stage, commit and promote one batch: the records after the committed checkpoint.
 
         The transform runs after the prepare, like the write: whatever stops the batch from then on
         (a transform that raises, a crash) leaves the prepared range for the next attempt to redo.
         """
-        if records:
-            path = self._path(start, end)
-            described = PendingBatch(
-                start=start,
-                end=end,
-                first=records[0].position,
-                path=path,
-                records=len(records),
-                child_shards=tuple(children) if end.is_shard_end else (),
-            )
-            lease = self.held.prepare(end, described.encode())
-            self._publish(path, records)
-        else:
-            lease = self.held.require_held()
-        if end.is_shard_end:
-            return self._finish_shard(lease, children)
-        self.held.commit(end)
-        return True
+        start, end = self.held.lease.checkpoint, records[-1].position
+        path = self._path(start, end)
+        described = PendingBatch(start=start, end=end, first=records[0].position, path=path, records=len(records))
+        self.held.prepare(end, described.encode())
+        self._commit(end, self._stage(path, records))
 
-    def _finish_shard(self, lease: Lease, children: Sequence[ChildShard]) -> bool:
-        """Create the child leases, then commit SHARD_END; False when the merge must wait (§3.8)."""
+    def _commit(self, end: ExtendedSequenceNumber, path: str | None) -> None:
+        """Commit `end`, naming the batch's file, then make the file visible."""
+        self.held.commit(end, batch_file=path)
+        if path is not None:
+            self.context.sink.promote(path)
+
+    def _finish_shard(self, children: Sequence[ChildShard], batch_file: str | None = None) -> bool:
+        """Create the child leases, then commit SHARD_END; False when the merge must wait (§3.8).
+
+        The children are created by this holder only (`HeldLease.fenced`): an attempt that lost the
+        lease creates none, so a child that was read and cleaned up meanwhile is never born again.
+        """
         children = children or self._listed_children()
-        outcome = create_child_leases(self.context.store, lease, children, self.scheme)
+        store, scheme = self.context.store, self.scheme
+        outcome = self.held.fenced(lambda lease: create_child_leases(store, lease, children, scheme))
         if outcome.deferred:
             return False
         self._tally.children.extend(outcome.created)
-        self.held.commit(SHARD_END)
+        self._commit(SHARD_END, batch_file)
         return True
 
     def _listed_children(self) -> list[ChildShard]:
@@ -312,12 +309,19 @@ class LeaseConsumer:
             retry_policy=self.context.retry_policy,
         )
 
-    def _publish(self, path: str | None, records: Sequence[KinesisRecord]) -> None:
+    def _stage(self, path: str | None, records: Sequence[KinesisRecord]) -> str | None:
+        """Stage the batch's file; its path, or None when there was nothing to write."""
         table = self._table(records)
-        if path is not None and table.num_rows:
-            self._write(path, table)
+        staged = path is not None and table.num_rows > 0
+        if staged:
+            assert path is not None
+            # The lease may have been lost while the batch was read: a zombie need not even stage.
+            self.held.require_held()
+            self.context.sink.stage(path, table)
+            self._tally.files += 1
         self._tally.records += len(records)
         self._tally.bytes += sum(len(record.data) for record in records)
+        return path if staged else None
 
     def _table(self, records: Sequence[KinesisRecord]) -> pa.Table:
         """The batch as written: the records, through the user transform if there is one.
@@ -336,12 +340,6 @@ class LeaseConsumer:
     def _path(self, start: ExtendedSequenceNumber, end: ExtendedSequenceNumber) -> str:
         return self.context.sink.batch_path(self.stream_name, self.shard_id, start, end)
 
-    def _write(self, path: str, table: pa.Table) -> None:
-        # The lease may have been lost while the batch was read; a zombie must not even publish.
-        self.held.require_held()
-        self.context.sink.publish(path, table)
-        self._tally.files += 1
-
     def _report_throughput(self, seconds: float) -> float | None:
         """Store the lease's new throughput with a last renewal (§7); None if that renewal failed."""
         previous = self.held.lease.throughput_kbps
@@ -350,6 +348,25 @@ class LeaseConsumer:
             return value if self.held.renew(throughput_kbps=value) else None
         except LeaseCoreError:
             return None
+
+
+def promote_committed_batch(sink: ParquetSink, lease: Lease) -> Promotion | None:
+    """Make the lease's last committed batch file visible if its promotion was cut short.
+
+    Anyone may do it at any time: the range is committed. A file neither staged nor visible was
+    deleted by someone; that is reported, not fatal (a dataset's retention may delete old files).
+    """
+    path = lease.committed_batch_file
+    if path is None or sink.exists(path):
+        return None
+    promotion = sink.promote(path)
+    if promotion is Promotion.MISSING:
+        log.warning("lease %s: its last committed batch file %s is neither staged nor visible in %s (deleted?)",
+                    lease.lease_key, path, sink.uri)
+    else:
+        log.info("lease %s: promoted its last committed batch file %s, left staged by an earlier attempt",
+                 lease.lease_key, path)
+    return promotion
 
 
 def _left(limit: int | None, used: int) -> int | None:

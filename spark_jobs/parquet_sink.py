@@ -11,14 +11,24 @@ Files are zstd-compressed: on JSON-like payloads it writes files about 45 % smal
 (measured: 50,000 records, 1.43 MB against 2.61 MB) for a few milliseconds more per batch, and
 pyarrow, pandas and Spark 4 all read it without extra libraries.
 
-Publishing is atomic. Local: the file is written under a `_` staging name in its final directory,
-fsynced, renamed over the target with `os.replace`, and the directory is fsynced so the rename outlives
-a crash (a checkpoint committed after publish must never point at a file the disk lost). S3: the
-whole file is written in one go and S3 shows an object only when its upload completes.
+A batch's file becomes visible only once its range is committed (DESIGN.md §5). It is first *staged*:
+written under `_staged-<name>` in its final directory, which readers skip. The consume job commits the
+checkpoint, then *promotes* the staged file to its visible name. An attempt fenced before its commit
+(a twin attempt of its slot claimed the lease, an operator reset it) never promotes, so whatever it
+still writes stays invisible; a batch committed but not yet promoted (the attempt died between the
+two) is promoted by the lease's next holder, which finds its name in the lease's `committedBatchFile`.
+
+Both steps are atomic and can be repeated. Staging, local: the file is written under a unique `_`
+name, fsynced, renamed onto the staged name with `os.replace`, and the directory is fsynced so the
+rename outlives a crash. Staging, S3: the whole file is written in one go and S3 shows an object only
+when its upload completes. Promoting, local: `os.replace` onto the visible name and a directory fsync
+(a checkpoint committed must never point at a file the disk lost). Promoting, S3: a server-side copy
+to the visible name (one request, the object appears complete), then the staged object is deleted.
 """
 
 from __future__ import annotations
 
+import enum
 import os
 import re
 import uuid
@@ -53,6 +63,7 @@ PARTITIONING = ds.partitioning(pa.schema([(name, pa.string()) for name in PARTIT
 DATASET_SCHEMA = pa.schema([*FILE_SCHEMA, *PARTITIONING.schema])
 COMPRESSION = "zstd"
 WRITE_CHECK_NAME = "_write_check"
+STAGED_PREFIX = "_staged-"
 
 # Kinesis' own pattern for stream names and shard ids: nothing that could break a path segment.
 _PARTITION_VALUE = re.compile(r"[A-Za-z0-9_.-]+")
@@ -96,12 +107,26 @@ def _label(position: ExtendedSequenceNumber) -> str:
     return f"{number}-{position.sub_sequence_number}"
 
 
+def staged_path(path: str) -> str:
+    """Where the batch file `path` is written before its range is committed: a name readers skip."""
+    directory, _, name = path.rpartition("/")
+    return f"{directory}/{STAGED_PREFIX}{name}" if directory else f"{STAGED_PREFIX}{name}"
+
+
 @dataclass(frozen=True)
 class PublishedFile:
-    path: str  # relative to the dataset root, as passed to `publish`
+    path: str  # relative to the dataset root, as passed to `stage` or `publish`
     rows: int
     bytes: int
-    already_present: bool  # a file was at the path before: a retried or zombie attempt rewrote it
+    already_present: bool  # a file was staged there before: a retried or zombie attempt rewrote it
+
+
+class Promotion(str, enum.Enum):
+    """What `promote` found."""
+
+    PROMOTED = "promoted"  # the staged file is visible now
+    ALREADY_VISIBLE = "already visible"  # promoted before (by this attempt's earlier try, or another)
+    MISSING = "missing"  # neither staged nor visible: the file was deleted
 
 
 @dataclass(frozen=True)
@@ -140,30 +165,68 @@ class ParquetSink:
         return f"stream_name={stream_name}/shard_id={shard_id}/{batch_file_name(start, end)}"
 
     def exists(self, path: str) -> bool:
-        with self._failures(f"look for {path}"):
-            return self.filesystem.get_file_info(self._location(path)).type == pafs.FileType.File
+        """Whether the batch file `path` is visible to readers."""
+        return self._is_file(path)
+
+    def is_staged(self, path: str) -> bool:
+        """Whether the batch file `path` is staged (written, not yet visible)."""
+        return self._is_file(staged_path(path))
 
     def row_count(self, path: str) -> int:
-        """The file's row count, read from its Parquet footer (no data pages are read)."""
-        with self._failures(f"read the footer of {path}"):
-            with self.filesystem.open_input_file(self._location(path)) as file:
+        """The batch file's row count, visible or staged, from its Parquet footer (no data pages are read)."""
+        location = path if self.exists(path) else staged_path(path)
+        with self._failures(f"read the footer of {location}"):
+            with self.filesystem.open_input_file(self._location(location)) as file:
                 return pq.read_metadata(file).num_rows
 
-    def publish(self, path: str, table: pa.Table) -> PublishedFile:
-        """Write `table` at `path` atomically, replacing any file there (same range, same content)."""
+    def stage(self, path: str, table: pa.Table) -> PublishedFile:
+        """Write `table` as the staged file of `path`, atomically, replacing any staged there (same
+        range, same content). Readers do not see it until `promote`."""
         clashing = [name for name in PARTITION_COLUMNS if name in table.column_names]
         if clashing:
             raise SinkError(
                 self.uri, f"the table to publish at {path} has columns {clashing}; partition values live in paths only"
             )
-        with self._failures(f"publish {path}"):
+        location = self._location(staged_path(path))
+        with self._failures(f"stage {path}"):
             payload = _parquet_bytes(table)
-            already_present = self.exists(path)
+            already_present = self.is_staged(path)
             if isinstance(self.filesystem, pafs.LocalFileSystem):
-                _replace_file(self._location(path), payload)
+                _replace_file(location, payload)
             else:
-                _put_object(self.filesystem, self._location(path), payload)
+                _put_object(self.filesystem, location, payload)
         return PublishedFile(path, table.num_rows, payload.size, already_present)
+
+    def promote(self, path: str) -> Promotion:
+        """Make the staged file of `path` visible under `path`; call it only once its range is committed.
+
+        Safe to repeat and to race with another promoter of the same file.
+        """
+        staged, visible = self._location(staged_path(path)), self._location(path)
+        with self._failures(f"promote {path}"):
+            try:
+                if isinstance(self.filesystem, pafs.LocalFileSystem):
+                    os.replace(staged, visible)
+                    _fsync_directory(os.path.dirname(visible))
+                else:
+                    self.filesystem.copy_file(staged, visible)
+                    self.filesystem.delete_file(staged)
+            except OSError:
+                if self.is_staged(path):
+                    raise  # a real failure: the staged file is still there to promote
+                # Someone promoted it meanwhile (or, S3, between our copy and our delete).
+                return Promotion.ALREADY_VISIBLE if self.exists(path) else Promotion.MISSING
+        return Promotion.PROMOTED
+
+    def publish(self, path: str, table: pa.Table) -> PublishedFile:
+        """Stage and promote at once: for a batch whose range is already committed."""
+        published = self.stage(path, table)
+        self.promote(path)
+        return published
+
+    def _is_file(self, path: str) -> bool:
+        with self._failures(f"look for {path}"):
+            return self.filesystem.get_file_info(self._location(path)).type == pafs.FileType.File
 
     def read_dataset(self) -> pa.Table:
         """Every published row, with `stream_name` and `shard_id` as string columns from the directory names.

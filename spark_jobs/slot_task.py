@@ -6,8 +6,8 @@ for parents that have not reached SHARD_END, and at the end publish the slot's C
 assignment round. A lease that cannot be worked is reported, never silently skipped.
 
 Errors of one lease stay in its report; an error that stops the whole slot (the lease table cannot
-be read) propagates, and Spark retries the task. The retry claims the same leases again, which
-fences the failed attempt if it is somehow still running.
+be read) propagates, and Spark retries the task. The retry claims the same leases again with a claim
+token of its own, which fences the failed attempt if it is somehow still running.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ from lease_core.worker_metrics import (
     publish_worker_metrics,
 )
 from spark_jobs.consume_spec import ConsumeSpec
-from spark_jobs.lease_consumer import LeaseConsumer, LeaseContext
+from spark_jobs.lease_consumer import LeaseConsumer, LeaseContext, promote_committed_batch
 from spark_jobs.parquet_sink import ParquetSink
 from spark_jobs.round_report import LeaseReport, Outcome, SlotReport
 from spark_jobs.transform import load_transform
@@ -43,6 +43,8 @@ from spark_jobs.transform import load_transform
 log = logging.getLogger(__name__)
 
 PARENT_POLL_SECONDS = 1.0
+# Claims of one lease by one attempt while other attempts of its slot keep writing it.
+CLAIM_ATTEMPTS = 3
 
 
 @dataclass(frozen=True)
@@ -109,10 +111,11 @@ class SlotTask:
                 continue
             skipped = self._skip_reason(lease)
             if skipped is not None:
+                promote_committed_batch(self.context.sink, lease)
                 reports.append(self._untouched(lease, placement, *skipped))
                 continue
-            held = HeldLease(self.store, lease, self.config.failover_time_millis)
-            if held.claim():
+            held = self._claim(lease)
+            if not held.is_lost:
                 workable.append((held, placement))
             else:
                 reports.append(self._untouched(lease, placement, Outcome.LOST, held.lost_reason))
@@ -122,6 +125,24 @@ class SlotTask:
         with heartbeat:
             reports.extend(self._work_concurrently(workable, heartbeat))
         return reports
+
+    def _claim(self, lease: Lease) -> HeldLease:
+        """Claim `lease` for this attempt, fencing any other attempt of this slot.
+
+        When another attempt of this slot wrote the lease since it was read (a Spark task or Airflow
+        try still running beside this newer one), the lease is read again and claimed from there: the
+        newest attempt wins. Anyone else's write (the leader moved the lease) ends the claim.
+        """
+        token = f"{self.worker_id}/attempt-{self.attempt}"
+        for _ in range(CLAIM_ATTEMPTS):
+            held = HeldLease(self.store, lease, self.config.failover_time_millis, claim_token=token)
+            if held.claim():
+                return held
+            fresh = self.store.get_lease(lease.lease_key, consistent=True)
+            if fresh is None or fresh.lease_owner != self.worker_id or fresh.is_in_handoff:
+                return held
+            lease = fresh
+        return held
 
     def _placement(self, lease: Lease) -> _Placement | None:
         """The lease's stream and shard, or None for a lease of a stream this job does not consume."""

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 from dataclasses import dataclass
 
 import boto3
@@ -174,7 +176,7 @@ class ResponseLost:
 
     def reset_checkpoint(self, lease: Lease, value: ExtendedSequenceNumber) -> WriteResult:
         assert self._store.reset_checkpoint(lease, value).applied
-        return self._store.reset_checkpoint(lease, value)
+        return dataclasses.replace(self._store.reset_checkpoint(lease, value), retried=True)
 
 
 def test_a_reset_whose_response_was_lost_is_recognised_as_applied_and_still_reports_the_batch(tables):

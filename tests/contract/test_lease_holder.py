@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import time
 
 import pytest
@@ -144,7 +145,7 @@ def test_an_unowned_lease_cannot_be_held(store):
 
 class ResponseLostStore:
     """Applies each write, then retries it as a client does after a lost response: the caller sees
-    only the retry's outcome (a lost condition against its own write)."""
+    only the retry's outcome (a lost condition against its own write), marked as sent again."""
 
     def __init__(self, store: ConditionalLeaseStore) -> None:
         self._store = store
@@ -152,13 +153,17 @@ class ResponseLostStore:
     def __getattr__(self, name: str):
         return getattr(self._store, name)
 
+    def claim_lease(self, lease: Lease, token: str) -> WriteResult:
+        assert self._store.claim_lease(lease, token).applied
+        return dataclasses.replace(self._store.claim_lease(lease, token), retried=True)
+
     def renew_lease(self, lease: Lease) -> WriteResult:
         assert self._store.renew_lease(lease).applied
-        return self._store.renew_lease(lease)
+        return dataclasses.replace(self._store.renew_lease(lease), retried=True)
 
     def update_lease(self, lease: Lease) -> WriteResult:
         assert self._store.update_lease(lease).applied
-        return self._store.update_lease(lease)
+        return dataclasses.replace(self._store.update_lease(lease), retried=True)
 
 
 def test_a_renewal_whose_response_was_lost_is_recognised_as_applied(store):
@@ -199,3 +204,62 @@ def test_the_heartbeat_skips_lost_leases(store):
     counter = stored(store).lease_counter
     heartbeat.renew_all()
     assert (stored(store).lease_counter, heartbeat.renewals) == (counter, 0)
+
+
+# --- fencing per attempt (issue 13, hole 1): two attempts of one slot share its owner name ----------
+
+
+def twin_attempts(store: ConditionalLeaseStore) -> tuple[HeldLease, HeldLease]:
+    """Attempt 0 claims; attempt 1 of the same slot (same owner) reads the lease after it and claims."""
+    first = HeldLease(store, assigned(store), DURATION, FakeClock(), claim_token="app-worker-0/attempt-0")
+    assert first.claim()
+    second = HeldLease(store, stored(store), DURATION, FakeClock(), claim_token="app-worker-0/attempt-1")
+    assert second.claim()
+    return first, second
+
+
+def test_a_newer_attempts_claim_fences_the_older_one_whose_next_renewal_fails_naming_the_other_attempt(store):
+    first, second = twin_attempts(store)
+    # The stored item now has our owner at exactly our counter + 1: KCL's rule alone would take it for
+    # our own renewal whose answer was lost and adopt the other attempt's state.
+    assert stored(store).lease_counter == first.lease.lease_counter + 1
+    assert first.renew() is False
+    assert "claimed by another attempt" in (first.lost_reason or "")
+    assert second.claim_token in (first.lost_reason or "")
+    with pytest.raises(LeaseLostError):
+        first.prepare(ESN("20"), b"(C, r20]")
+    assert stored(store).pending_checkpoint is None
+    assert second.renew()
+
+
+def test_a_claim_never_adopts_a_checkpoint_another_attempt_committed_since_the_lease_was_read(store):
+    older = HeldLease(store, assigned(store), DURATION, FakeClock(), claim_token="attempt-0")
+    assert older.claim()
+    read_by_newer = stored(store)
+    older.commit(ESN("30"))  # exactly one write since the newer attempt read the lease
+    newer = HeldLease(store, read_by_newer, DURATION, FakeClock(), claim_token="attempt-1")
+    assert newer.claim() is False
+    assert newer.lease == read_by_newer, "it keeps its own view (and the slot reads the lease again)"
+    assert "claimed by another attempt" in (newer.lost_reason or "")
+
+
+def test_a_lost_answer_is_not_assumed_for_a_write_that_was_sent_once(store):
+    first, second = twin_attempts(store)
+    first_view = first.lease
+    # Even were the stored item exactly what the older attempt's renewal would have written (owner,
+    # counter + 1), a request sent once cannot have been applied unseen.
+    result = store.renew_lease(first_view)
+    assert not result.applied and not result.retried
+    assert first.renew() is False
+
+
+def test_a_retried_write_is_not_taken_for_ours_when_another_attempt_claimed_in_between(store):
+    lease = assigned(store)
+    older = HeldLease(store, lease, DURATION, FakeClock(), claim_token="attempt-0")
+    assert older.claim()
+    newer = HeldLease(store, stored(store), DURATION, FakeClock(), claim_token="attempt-1")
+    assert newer.claim()
+    lossy = HeldLease(ResponseLostStore(store), stored(store), DURATION, FakeClock())  # type: ignore[arg-type]
+    # A retried claim by a third attempt is recognised as its own: the stored token is its token.
+    assert lossy.claim()
+    assert older.renew() is False and newer.renew() is False

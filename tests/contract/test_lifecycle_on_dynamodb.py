@@ -21,13 +21,16 @@ from lease_core.lease_lifecycle import (
 from lease_core.sequence import SHARD_END, TRIM_HORIZON, ExtendedSequenceNumber
 from lease_core.shard_audit import AuditReason, ShardSyncAuditor
 from lease_core.shard_sync import LeaseKeyScheme
+from lease_core.errors import LeaseLostError
 from lease_core.shards import ChildShard, Shard
+from tests.support.faults import AnswerLostClient
 from tests.support.lineage import LineageBuilder, shard_id
 from tests.support.stores import FAST_RETRIES, dynamodb_store, raw_item
 
 S = shard_id
 SINGLE = LeaseKeyScheme()
 READING = ExtendedSequenceNumber("1500")
+OWNER = "app-worker-0"
 
 
 @pytest.fixture
@@ -46,6 +49,21 @@ def stored(store: DynamoDBLeaseStore, key: str) -> Lease:
     return lease
 
 
+def claimed(store: DynamoDBLeaseStore, lease: Lease, token: str = "attempt-0") -> Lease:
+    """`lease`, created, assigned to a slot and claimed by one of its attempts: as its holder sees it."""
+    assert store.create_lease_if_not_exists(lease)
+    assigned = store.assign_lease(stored(store, lease.lease_key), OWNER).lease
+    assert assigned is not None
+    result = store.claim_lease(assigned, token)
+    assert result.applied and result.lease is not None
+    return result.lease
+
+
+def split_children() -> list[ChildShard]:
+    _, *child_shards = split_of_shard_0()
+    return [ChildShard(s.shard_id, s.parent_shard_ids, s.hash_key_range) for s in child_shards]
+
+
 def split_of_shard_0() -> list[Shard]:
     lineage = LineageBuilder(1)
     lineage.split(S(0))
@@ -55,11 +73,11 @@ def split_of_shard_0() -> list[Shard]:
 def test_a_split_is_created_read_and_cleaned_up_on_dynamodb(store):
     parent_shard, *child_shards = split_of_shard_0()
     children = [ChildShard(s.shard_id, s.parent_shard_ids, s.hash_key_range) for s in child_shards]
-    assert store.create_lease_if_not_exists(Lease(S(0), checkpoint=READING, hash_key_range=parent_shard.hash_key_range))
-    parent = store.checkpoint(stored(store, S(0)), SHARD_END).lease
+    parent = claimed(store, Lease(S(0), checkpoint=READING, hash_key_range=parent_shard.hash_key_range))
 
     outcome = create_child_leases(store, parent, children, SINGLE)
     again = create_child_leases(store, parent, children, SINGLE)
+    store.checkpoint(stored(store, S(0)), SHARD_END)
 
     assert (outcome.created, again.created, again.existing) == ((S(1), S(2)), (), (S(1), S(2)))
     assert raw_item(store, S(0))["childShardIds"] == {"SS": [S(1), S(2)]}
@@ -74,6 +92,28 @@ def test_a_split_is_created_read_and_cleaned_up_on_dynamodb(store):
 
     assert (first, second) == (CleanupOutcome(), CleanupOutcome(completed_deleted=1, deleted=(S(0),)))
     assert store.get_lease(S(0), consistent=True) is None
+
+
+def test_a_holder_fenced_by_a_twin_attempt_creates_no_child_on_dynamodb(store):
+    """Hole 2 of issue 13: the transaction's condition on the parent stops a stale holder."""
+    stale = claimed(store, Lease(S(0), checkpoint=READING))
+    assert store.claim_lease(stale, "attempt-1").applied  # the newer attempt of the slot took over
+    with pytest.raises(LeaseLostError, match="claim attempt-1"):
+        create_child_leases(store, stale, split_children(), SINGLE)
+    assert [lease.lease_key for lease in store.list_leases()] == [S(0)]
+    assert "childShardIds" not in raw_item(store, S(0))
+
+
+def test_a_child_creation_whose_answer_was_lost_creates_each_child_once_on_dynamodb(store):
+    parent = claimed(store, Lease(S(0), checkpoint=READING))
+    lossy = AnswerLostClient(store.client, lambda name, number: name == "transact_write_items" and number == 1)
+    lossy_store = DynamoDBLeaseStore(lossy, store.table_name, retry_policy=FAST_RETRIES)
+
+    outcome = create_child_leases(lossy_store, parent, split_children(), SINGLE)
+
+    assert sorted(outcome.created + outcome.existing) == [S(1), S(2)] and outcome.child_ids_recorded
+    assert raw_item(store, S(0))["childShardIds"] == {"SS": [S(1), S(2)]}
+    assert stored(store, S(0)).lease_counter == parent.lease_counter, "a child-id write leaves the counter"
 
 
 def test_cleanup_records_listed_children_and_deletes_only_the_lease_kinesis_says_is_gone_on_dynamodb(store):

@@ -10,8 +10,9 @@ from lease_core.dynamodb_store import DynamoDBLeaseStore
 from lease_core.errors import DependencyError, IndexNotFoundError, TableNotFoundError, ThrottledError
 from lease_core.lease import Lease
 from lease_core.retry import RetryPolicy
-from tests.support.faults import FaultInjectingClient, client_error
-from tests.support.stores import dynamodb_store
+from lease_core.lease_holder import HeldLease
+from tests.support.faults import AnswerLostClient, FaultInjectingClient, client_error
+from tests.support.stores import FAST_RETRIES, dynamodb_store
 
 
 class RecordingSleep:
@@ -115,3 +116,32 @@ def test_a_lease_table_without_the_owner_index_says_so(moto_endpoint, dynamodb_c
     )
     with pytest.raises(IndexNotFoundError, match="LeaseOwnerToLeaseKeyIndex"):
         DynamoDBLeaseStore(dynamodb_client, unique_name).list_leases_for_owner("worker-a")
+
+
+@pytest.mark.parametrize(
+    ("error", "retried"),
+    [
+        pytest.param(client_error("ProvisionedThroughputExceededException", "UpdateItem"), False, id="throttled-was-refused"),
+        pytest.param(botocore.exceptions.ConnectTimeoutError(endpoint_url="http://127.0.0.1:1"), False, id="never-sent"),
+        pytest.param(client_error("InternalServerError", "UpdateItem", status=500), True, id="server-error-may-have-applied"),
+        pytest.param(botocore.exceptions.ReadTimeoutError(endpoint_url="http://127.0.0.1:1"), True, id="answer-lost"),
+    ],
+)
+def test_a_write_says_it_was_sent_again_only_after_an_attempt_that_may_have_been_applied(moto_endpoint, unique_name, error, retried):
+    store, _, _ = faulty_store(moto_endpoint, unique_name, first_calls_fail("update_item", 1, error))
+    store.create_lease_if_not_exists(Lease("shardId-0"))
+    result = store.renew_lease(store.get_lease("shardId-0"))
+    assert (result.applied, result.retried) == (True, retried)
+
+
+def test_a_renewal_whose_answer_was_lost_is_recognised_by_its_holder_through_the_stores_retry(moto_endpoint, unique_name):
+    healthy = dynamodb_store(moto_endpoint, unique_name)
+    healthy.create_lease_if_not_exists(Lease("shardId-0"))
+    owned = healthy.assign_lease(healthy.get_lease("shardId-0", consistent=True), "app-worker-0").lease
+    lossy = AnswerLostClient(healthy.client, lambda name, number: name == "update_item" and number == 2)
+    store = DynamoDBLeaseStore(lossy, unique_name, retry_policy=FAST_RETRIES)
+    holder = HeldLease(store, owned, 10_000)
+    assert holder.claim()
+    assert holder.renew(), "applied, answer lost, retried against itself: still ours"
+    assert healthy.get_lease("shardId-0", consistent=True).lease_counter == owned.lease_counter + 2
+    assert lossy.calls["update_item"] == 3

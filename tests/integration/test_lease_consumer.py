@@ -4,6 +4,8 @@ against kinesis-mock and moto."""
 
 from __future__ import annotations
 
+import dataclasses
+import threading
 import time
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -55,7 +57,7 @@ def prepare(pipeline: ConsumerPipeline, lease: Lease, end: ESN, state: bytes | N
     return result.lease
 
 
-def test_a_prepared_batch_whose_file_was_published_is_only_committed(pipeline):
+def test_a_prepared_batch_whose_file_was_staged_is_only_committed_and_promoted(pipeline):
     produced = pipeline.produce(30)
     lease = owned_lease(pipeline)
     end = ESN(produced[19].sequence_number)
@@ -63,10 +65,11 @@ def test_a_prepared_batch_whose_file_was_published_is_only_committed(pipeline):
     path = sink.batch_path(pipeline.streams[0], lease.lease_key, TRIM_HORIZON, end)
     described = PendingBatch(TRIM_HORIZON, end, ESN(produced[0].sequence_number), path, 20)
     prepare(pipeline, lease, end, described.encode())
-    # The crashed attempt had published its file: a stand-in with the same 20 records.
+    # The crashed attempt had staged its file: a stand-in with the same 20 records.
     crashed_attempt = SlotTask(pipeline.spec(1, 1), 0)
     records = _read_records(crashed_attempt, produced[:20])
-    sink.publish(path, records_table(records))
+    sink.stage(path, records_table(records))
+    assert pipeline.landed() == [], "a staged file is invisible until its range is committed"
     report = run_slot(pipeline)[lease.lease_key]
     assert (report.outcome, report.replayed_batches, report.records) == (Outcome.CAUGHT_UP, 1, 30)
     assert [record.data for record in landed_sorted(pipeline)] == [record.data for record in produced]
@@ -121,7 +124,7 @@ def test_a_merged_parent_waits_at_its_end_until_the_other_parent_has_a_lease(uni
         unique_name, (unique_name,), kinesis_endpoint, moto_endpoint, str(tmp_path / "lake"),
         settings={"initial_position_in_stream": "TRIM_HORIZON"},
     )
-    pipeline.produce(40)
+    produced = pipeline.produce(40)
     pipeline.sync()
     pipeline.assign(1)
     left, right = sorted(pipeline.leases())
@@ -130,12 +133,14 @@ def test_a_merged_parent_waits_at_its_end_until_the_other_parent_has_a_lease(uni
     first = run_slot(pipeline)[left]
     assert first.outcome == Outcome.MERGE_DEFERRED
     waiting = pipeline.leases()[left]
-    assert (waiting.checkpoint != SHARD_END, waiting.pending_checkpoint) == (True, SHARD_END)
+    last_of_left = max((r for r in produced if r.shard_id == left), key=lambda r: int(r.sequence_number))
+    # Its records are landed and committed; only the shard end waits.
+    assert (waiting.checkpoint, waiting.pending_checkpoint) == (ESN(last_of_left.sequence_number), None)
     assert child not in pipeline.leases()
     pipeline.store.create_lease_if_not_exists(Lease(right, checkpoint=TRIM_HORIZON))
     assert pipeline.store.assign_lease(pipeline.leases()[right], slot_ids(unique_name, 1)[0]).applied
     second = run_slot(pipeline)
-    assert second[left].outcome == Outcome.SHARD_END and second[left].replayed_batches == 1
+    assert (second[left].outcome, second[left].records) == (Outcome.SHARD_END, 0)
     assert child in second[left].children_created or child in second[right].children_created
     assert pipeline.leases()[left].checkpoint == SHARD_END
     assert duplicates(pipeline.landed()) == []
@@ -158,3 +163,86 @@ def test_a_child_whose_parent_is_unfinished_waits_and_is_reported(unique_name, k
     (waiting,) = [report for report in reports if report.lease_key == "shardId-000000000099"]
     assert waiting.outcome == Outcome.WAITING_FOR_PARENTS
     assert parent in (waiting.detail or "")
+
+
+# --- zombies and twins (issue 13, holes 1 and 4) ---------------------------------------------------
+
+
+class PausingSink:
+    """The slot's real sink, except that its first `stage` waits, inside the call (the attempt is past
+    its last check of the lease), until the test lets it go on."""
+
+    def __init__(self, sink: ParquetSink) -> None:
+        self._sink = sink
+        self.paused = threading.Event()
+        self.resume = threading.Event()
+
+    def __getattr__(self, name: str):
+        return getattr(self._sink, name)
+
+    def stage(self, path: str, table):
+        if not self.paused.is_set():
+            self.paused.set()
+            assert self.resume.wait(60), "the test never let the paused attempt go on"
+        return self._sink.stage(path, table)
+
+
+def paused_attempt(pipeline: ConsumerPipeline, attempt: int) -> tuple[SlotTask, PausingSink]:
+    task = SlotTask(pipeline.spec(1, 1), slot_index=0, attempt=attempt)
+    sink = PausingSink(task.context.sink)
+    task.context = dataclasses.replace(task.context, sink=sink)  # type: ignore[arg-type]
+    return task, sink
+
+
+def run_in_background(task: SlotTask) -> tuple[threading.Thread, list[LeaseReport]]:
+    reports: list[LeaseReport] = []
+    thread = threading.Thread(target=lambda: reports.extend(task.run().leases), daemon=True)
+    thread.start()
+    return thread, reports
+
+
+def test_a_batch_discarded_by_a_reset_and_staged_late_by_its_zombie_never_shows(pipeline):
+    """Hole 4: the zombie staged (C, r30] after the reset; the next round landed (C, r40]."""
+    produced = pipeline.produce(30)
+    lease = owned_lease(pipeline)
+    zombie, sink = paused_attempt(pipeline, attempt=0)
+    thread, zombie_reports = run_in_background(zombie)
+    assert sink.paused.wait(60)
+    prepared = pipeline.leases()[lease.lease_key]
+    assert prepared.pending_checkpoint == ESN(produced[-1].sequence_number)
+    assert pipeline.store.reset_checkpoint(prepared, TRIM_HORIZON).applied  # what `leasectl reset` writes
+    produced += pipeline.produce(10)
+
+    next_round = run_slot(pipeline)[lease.lease_key]
+    sink.resume.set()
+    thread.join(60)
+
+    assert (next_round.outcome, next_round.records) == (Outcome.CAUGHT_UP, 40)
+    assert [report.outcome for report in zombie_reports] == [Outcome.LOST]
+    assert duplicates(pipeline.landed()) == []
+    assert [record.data for record in landed_sorted(pipeline)] == [record.data for record in produced]
+    zombie_file = sink.batch_path(pipeline.streams[0], lease.lease_key, TRIM_HORIZON, prepared.pending_checkpoint)
+    assert sink.is_staged(zombie_file) and not sink.exists(zombie_file), "written, never shown"
+
+
+def test_an_older_attempt_of_a_slot_running_beside_its_retry_lands_nothing_twice(pipeline):
+    """Hole 1: Spark (or Airflow) retried the slot while its first attempt still runs."""
+    produced = pipeline.produce(30)
+    lease = owned_lease(pipeline)
+    older, sink = paused_attempt(pipeline, attempt=0)
+    thread, older_reports = run_in_background(older)
+    assert sink.paused.wait(60)
+    produced += pipeline.produce(10)
+
+    newer = {report.lease_key: report for report in SlotTask(pipeline.spec(1, 1), 0, attempt=1).run().leases}
+    sink.resume.set()
+    thread.join(60)
+
+    assert (newer[lease.lease_key].outcome, newer[lease.lease_key].replayed_batches) == (Outcome.CAUGHT_UP, 1)
+    assert [report.outcome for report in older_reports] == [Outcome.LOST]
+    assert "claimed by another attempt" in (older_reports[0].detail or "")
+    assert duplicates(pipeline.landed()) == []
+    assert [record.data for record in landed_sorted(pipeline)] == [record.data for record in produced]
+    stored = pipeline.leases()[lease.lease_key]
+    assert (stored.checkpoint, stored.pending_checkpoint) == (ESN(produced[-1].sequence_number), None)
+    assert stored.claim_token is not None and stored.claim_token.startswith(f"{stored.lease_owner}/attempt-1/")

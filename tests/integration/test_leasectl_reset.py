@@ -76,7 +76,7 @@ def test_reset_rewinds_the_checkpoint_and_reports_it_and_the_discarded_batch_as_
     assert (batch["path"], batch["records"], batch["start"]["sequence_number"], batch["end"]["sequence_number"]) == (
         BATCH_FILE, 30, "500", "800"
     )
-    assert any("may already be published" in note for note in batch["notes"])
+    assert any("is never made visible" in note for note in batch["notes"])
     (warning,) = report["warnings"]
     assert "duplicates in the sink" in warning
     after = stored(store)
@@ -93,7 +93,7 @@ def test_reset_forward_prints_the_move_and_warns_of_the_records_it_skips(moto_en
     assert lines[0] == f"reset lease {KEY} of table {unique_name} (owner {OWNER}): checkpoint 500 -> LATEST (forward)"
     assert f"lease counter {counter} -> {counter + 2}" in lines[1]
     assert f"discarded the prepared batch (500, 800]: 30 record(s), file {BATCH_FILE}" in result.stdout
-    assert "deleting it loses them" in result.stdout
+    assert "will not be read again and are not in the sink" in result.stdout
     assert any(line.startswith("WARNING: moving forward from 500") and "loss" in line for line in lines)
 
 

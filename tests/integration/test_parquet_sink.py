@@ -29,9 +29,11 @@ from spark_jobs.parquet_sink import (
     FILE_SCHEMA,
     WRITE_CHECK_NAME,
     ParquetSink,
+    Promotion,
     PublishedFile,
     batch_file_name,
     records_table,
+    staged_path,
 )
 from spark_jobs.transform import apply_transform, load_transform
 
@@ -210,16 +212,53 @@ def test_publish_reports_the_file_and_exists_and_row_count_see_it(sink: ParquetS
     assert sink.row_count(path) == 3
 
 
-def test_republishing_a_batch_replaces_the_file_with_identical_bytes_and_no_duplicate_rows(sink: ParquetSink) -> None:
-    first = publish_batch(sink, 1, 3)
-    location = f"{sink.root}/{first.path}"
+def test_staging_a_batch_again_replaces_the_staged_file_with_identical_bytes_and_no_duplicate_rows(sink: ParquetSink) -> None:
+    path = sink.batch_path(STREAM, SHARD, position("0"), position("3"))
+    first = sink.stage(path, batch(1, 3))
+    location = f"{sink.root}/{staged_path(path)}"
     with sink.filesystem.open_input_file(location) as file:
         original = file.read()
-    again = publish_batch(sink, 1, 3)
+    again = sink.stage(path, batch(1, 3))
     with sink.filesystem.open_input_file(location) as file:
         assert file.read() == original
-    assert (again.already_present, again.rows, again.bytes) == (True, 3, first.bytes)
+    assert (first.already_present, again.already_present, again.rows, again.bytes) == (False, True, 3, first.bytes)
+    assert sink.promote(path) is Promotion.PROMOTED
     assert sequence_numbers(sink.read_dataset()) == [1, 2, 3]
+
+
+def test_a_staged_file_is_invisible_to_every_reader_until_it_is_promoted(sink: ParquetSink) -> None:
+    path = sink.batch_path(STREAM, SHARD, position("0"), position("3"))
+    sink.stage(path, batch(1, 3))
+    assert (sink.is_staged(path), sink.exists(path), sink.row_count(path)) == (True, False, 3)
+    assert sink.read_dataset().num_rows == 0
+    assert len(pd.read_parquet(sink.root, filesystem=sink.filesystem)) == 0
+    assert sink.promote(path) is Promotion.PROMOTED
+    assert (sink.is_staged(path), sink.exists(path), sink.row_count(path)) == (False, True, 3)
+    assert len(pd.read_parquet(sink.root, filesystem=sink.filesystem)) == 3
+
+
+def test_promoting_again_or_after_another_promoter_finds_the_file_visible(sink: ParquetSink) -> None:
+    path = sink.batch_path(STREAM, SHARD, position("0"), position("3"))
+    sink.stage(path, batch(1, 3))
+    assert [sink.promote(path), sink.promote(path)] == [Promotion.PROMOTED, Promotion.ALREADY_VISIBLE]
+    assert sequence_numbers(sink.read_dataset()) == [1, 2, 3]
+
+
+def test_promoting_a_file_that_was_never_staged_reports_it_missing(sink: ParquetSink) -> None:
+    assert sink.promote(sink.batch_path(STREAM, SHARD, position("0"), position("3"))) is Promotion.MISSING
+    assert sink.read_dataset().num_rows == 0
+
+
+def test_a_late_stage_by_a_fenced_attempt_never_shows_beside_the_committed_batches(sink: ParquetSink) -> None:
+    """Hole 4 of issue 13: a batch discarded by a reset and staged late by its zombie stays invisible."""
+    committed = sink.batch_path(STREAM, SHARD, position("0"), position("5"))
+    sink.stage(committed, batch(1, 5))
+    sink.promote(committed)  # the next round re-read the range with another end and committed it
+    discarded = sink.batch_path(STREAM, SHARD, position("0"), position("3"))
+    sink.stage(discarded, batch(1, 3))  # the zombie's late write: its commit then fails, it never promotes
+    assert sequence_numbers(sink.read_dataset()) == [1, 2, 3, 4, 5]
+    dataset = ds.dataset(sink.root, filesystem=sink.filesystem, format="parquet", partitioning="hive")
+    assert dataset.to_table().num_rows == 5
 
 
 def test_a_file_whose_name_starts_with_an_underscore_is_never_read(sink: ParquetSink) -> None:
@@ -281,14 +320,14 @@ def test_a_published_file_leaves_no_staging_file_behind(tmp_path) -> None:
     assert os.listdir(directory) == [name]
 
 
-def test_a_file_where_a_partition_directory_belongs_makes_publish_fail_without_retry(tmp_path) -> None:
+def test_a_file_where_a_partition_directory_belongs_makes_staging_fail_without_retry(tmp_path) -> None:
     sink = ParquetSink.from_uri(str(tmp_path))
     (tmp_path / f"stream_name={STREAM}").write_text("not a directory")
     with pytest.raises(SinkError) as raised:
         publish_batch(sink, 1, 3)
     assert not raised.value.retryable
     assert raised.value.uri == str(tmp_path)
-    assert f"cannot publish stream_name={STREAM}/shard_id={SHARD}/0-0_3-0.parquet" in str(raised.value)
+    assert f"cannot stage stream_name={STREAM}/shard_id={SHARD}/0-0_3-0.parquet" in str(raised.value)
 
 
 def test_check_writable_refuses_a_root_that_is_a_file(tmp_path) -> None:

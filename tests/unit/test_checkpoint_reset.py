@@ -251,10 +251,17 @@ def test_the_write_is_a_counter_conditional_checkpoint_that_removes_the_pending_
     assert sets["leaseCounter"] == {"N": "9"}  # by 2: a holder takes exactly + 1 for its own lost renewal
     assert (sets["checkpoint"], sets["checkpointSubSequenceNumber"]) == ({"S": "100"}, {"N": "4"})
     assert sets["ownerSwitchesSinceCheckpoint"] == {"N": "0"}
-    assert set(write.remove_attributes) == PENDING_FIELDS
+    assert set(write.remove_attributes) == PENDING_FIELDS | {"committedBatchFile"}  # none was committed
     assert write.add_numbers == ()
     untouched = {"leaseOwner", "checkpointOwner", "throughputKBps", "parentShardId", "leaseKey"}
     assert not untouched & (set(sets) | set(write.remove_attributes))
+
+
+def test_the_write_keeps_the_last_committed_batch_file_so_that_a_promotion_cut_short_still_happens():
+    lease = owned(ESN("500")).replace(committed_batch_file="stream_name=s/shard_id=x/400-0_500-0.parquet")
+    write = plan_reset(lease, ESN("100")).write
+    assert dict(write.set_attributes)["committedBatchFile"] == {"S": "stream_name=s/shard_id=x/400-0_500-0.parquet"}
+    assert "committedBatchFile" not in write.remove_attributes
 
 
 def test_the_write_of_a_multi_stream_lease_keeps_its_stream_and_shard():
@@ -301,17 +308,17 @@ def test_a_prepared_batch_of_ours_is_reported_with_its_range_records_and_file():
 @pytest.mark.parametrize(
     ("target", "present", "absent"),
     [
-        pytest.param(ESN("100"), ("may already be published", "after 100 will be read and landed again"),
-                     ("only copy",), id="rewind-relands-the-whole-batch"),
-        pytest.param(ESN("500"), ("after 500 will be read and landed again",), ("only copy",), id="same-checkpoint-relands-the-batch"),
+        pytest.param(ESN("100"), ("is never made visible", "after 100 will be read and landed again, once"),
+                     ("lost",), id="rewind-relands-the-whole-batch"),
+        pytest.param(ESN("500"), ("after 500 will be read and landed again",), ("lost",), id="same-checkpoint-relands-the-batch"),
         pytest.param(ESN("650"), ("after 650 will be read and landed again", "its records up to 650 will not be read again"),
                      (), id="into-the-batch-splits-it"),
-        pytest.param(ESN("800"), ("all of its records will not be read again", "deleting it loses them"),
-                     ("landed again",), id="to-the-batch-end-keeps-it"),
-        pytest.param(LATEST, ("all of its records will not be read again",), ("landed again",), id="to-latest-keeps-it"),
+        pytest.param(ESN("800"), ("all of its records will not be read again and are not in the sink",),
+                     ("landed again",), id="to-the-batch-end-loses-it"),
+        pytest.param(LATEST, ("all of its records will not be read again",), ("landed again",), id="to-latest-loses-it"),
     ],
 )
-def test_the_notes_on_a_discarded_file_say_what_keeping_or_deleting_it_means(target, present, absent):
+def test_the_notes_on_a_discarded_batch_say_where_its_records_end_up(target, present, absent):
     notes = " | ".join(plan_reset(prepared(ESN("500"), ESN("800")), target).batch_notes())
     for fragment in present:
         assert fragment in notes

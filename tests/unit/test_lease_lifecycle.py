@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from lease_core.errors import InvalidShardLineageError
+from lease_core.errors import InvalidShardLineageError, LeaseLostError
 from lease_core.lease import HashKeyRange, Lease, StreamIdentifier
 from lease_core.lease_lifecycle import (
     ChildIdsRecord,
@@ -37,6 +37,7 @@ S = shard_id
 SINGLE = LeaseKeyScheme()
 READING = ExtendedSequenceNumber("1500")
 HALF = HashKeyRange(0, 2**127 - 1)
+OWNER = "app-worker-0"
 OTHER_HALF = HashKeyRange(2**127, 2**128 - 1)
 
 
@@ -47,6 +48,11 @@ def lease(n: int, checkpoint: ExtendedSequenceNumber = READING, parents=(), chil
         parent_shard_ids=frozenset(S(p) for p in parents),
         child_shard_ids=frozenset(S(c) for c in children),
     )
+
+
+def held(n: int, checkpoint: ExtendedSequenceNumber = READING) -> Lease:
+    """Lease n as its holder sees it: the parent whose shard end creates children."""
+    return lease(n, checkpoint).replace(lease_owner=OWNER)
 
 
 def by_key(*leases: Lease) -> dict[str, Lease]:
@@ -119,7 +125,7 @@ def merged_child(parents: frozenset[str] = frozenset({S(0), S(1)})) -> ChildShar
 
 def test_a_split_creates_both_children_at_trim_horizon_and_records_them_on_the_parent():
     parent_shard, children = split_children()
-    parent = Lease(S(0), checkpoint=SHARD_END, hash_key_range=parent_shard.hash_key_range)
+    parent = held(0).replace(hash_key_range=parent_shard.hash_key_range)
     store = store_with(parent)
 
     outcome = create_child_leases(store, parent, children, SINGLE)
@@ -135,7 +141,7 @@ def test_a_split_creates_both_children_at_trim_horizon_and_records_them_on_the_p
 
 def test_running_child_creation_again_creates_nothing_and_keeps_the_children():
     parent_shard, children = split_children()
-    parent = Lease(S(0), checkpoint=SHARD_END)
+    parent = held(0)
     store = store_with(parent)
     create_child_leases(store, parent, children, SINGLE)
     started = store.checkpoint(stored(store, S(1)), READING).lease
@@ -147,17 +153,15 @@ def test_running_child_creation_again_creates_nothing_and_keeps_the_children():
 
 
 @pytest.mark.parametrize(
-    ("leased_parents", "deferred", "created"),
+    ("other_parent_leased", "deferred", "created"),
     [
-        pytest.param({0, 1}, False, (S(2),), id="both-parent-leases-exist-creates-the-child"),
-        pytest.param(set(), False, (S(2),), id="neither-parent-lease-exists-creates-the-child"),
-        pytest.param({0}, True, (), id="only-this-parent-leased-defers"),
-        pytest.param({1}, True, (), id="only-the-other-parent-leased-defers"),
+        pytest.param(True, False, (S(2),), id="both-parent-leases-exist-creates-the-child"),
+        pytest.param(False, True, (), id="only-this-parent-leased-defers"),
     ],
 )
-def test_merge_creates_the_child_only_when_both_or_neither_parent_lease_exists(leased_parents, deferred, created):
-    parent = lease(0, SHARD_END)
-    store = store_with(*(lease(n, SHARD_END) for n in leased_parents))
+def test_merge_creates_the_child_only_when_both_parent_leases_exist(other_parent_leased, deferred, created):
+    parent = held(0)
+    store = store_with(parent, *([lease(1, SHARD_END)] if other_parent_leased else []))
 
     outcome = create_child_leases(store, parent, [merged_child()], SINGLE)
 
@@ -166,7 +170,7 @@ def test_merge_creates_the_child_only_when_both_or_neither_parent_lease_exists(l
 
 
 def test_a_deferred_merge_says_which_parent_it_waits_for_and_writes_nothing():
-    parent = lease(0, SHARD_END)
+    parent = held(0)
     store = store_with(parent)
 
     outcome = create_child_leases(store, parent, [merged_child()], SINGLE)
@@ -216,9 +220,11 @@ class ReadRecordingStore(InMemoryLeaseStore):
 def test_parent_leases_are_read_strongly_consistently():
     # An eventually consistent read could miss a parent lease created moments ago.
     store = ReadRecordingStore()
+    for parent in (held(0), lease(1, SHARD_END)):
+        store.create_lease_if_not_exists(parent)
     parents_have_finished(store, lease(2, parents=[0, 1]), SINGLE)
-    create_child_leases(store, lease(0, SHARD_END), [merged_child()], SINGLE)
-    assert store.reads == [True] * 4
+    create_child_leases(store, held(0), [merged_child()], SINGLE)
+    assert store.reads == [True] * 5  # two parents, then the two parents and the child
 
 
 def test_no_children_writes_nothing():
@@ -228,18 +234,40 @@ def test_no_children_writes_nothing():
     assert stored(store, S(0)) == parent
 
 
-def test_children_are_created_even_when_the_parent_lease_was_deleted_meanwhile():
+def test_a_holder_whose_parent_lease_was_deleted_meanwhile_creates_no_child_and_has_lost_the_lease():
     _, children = split_children()
     store = InMemoryLeaseStore()
-    outcome = create_child_leases(store, lease(0, SHARD_END), children, SINGLE)
-    assert (outcome.created, outcome.child_ids_recorded) == ((S(1), S(2)), False)
+    with pytest.raises(LeaseLostError, match="the lease was deleted"):
+        create_child_leases(store, held(0), children, SINGLE)
+    assert store.list_leases() == []
+
+
+@pytest.mark.parametrize(
+    "fence",
+    [
+        pytest.param(lambda store, lease: store.assign_lease(lease, "app-worker-1"), id="assigned-elsewhere"),
+        pytest.param(lambda store, lease: store.claim_lease(lease, "another-attempt"), id="claimed-by-a-twin-attempt"),
+        pytest.param(lambda store, lease: store.reset_checkpoint(lease, TRIM_HORIZON), id="reset-by-an-operator"),
+    ],
+)
+def test_a_stale_holder_creates_no_child_even_after_the_children_were_read_and_cleaned_up(fence):
+    """Hole 2 of issue 13: a paused holder of a parent must not re-create a child at TRIM_HORIZON."""
+    _, children = split_children()
+    stale = held(0).replace(claim_token="paused-attempt")
+    store = store_with(stale)
+    fence(store, stale)  # the parent moves on without the paused holder...
+    assert store.get_lease(S(1)) is None  # ...its children were read and cleaned up: none is left
+    with pytest.raises(LeaseLostError, match="not as this holder last wrote it"):
+        create_child_leases(store, stale, children, SINGLE)
+    assert [item.lease_key for item in store.list_leases()] == [S(0)]
+    assert stored(store, S(0)).child_shard_ids == frozenset()
 
 
 def test_multi_stream_children_get_stream_keys_and_bare_ids_on_the_parent():
     stream = StreamIdentifier("123456789012", "orders", 1700000000)
     scheme = LeaseKeyScheme(stream)
     _, children = split_children()
-    parent = scheme.new_lease(S(0), SHARD_END, (), HALF)
+    parent = scheme.new_lease(S(0), READING, (), HALF).replace(lease_owner=OWNER)
     store = store_with(parent)
 
     outcome = create_child_leases(store, parent, children, scheme)
@@ -463,14 +491,14 @@ def test_a_lease_changed_after_the_snapshot_is_kept_and_reported_changed(change,
 
 def test_a_split_parent_is_cleaned_up_only_after_both_children_started():
     parent_shard, children = split_children()
-    store = store_with(Lease(S(0), checkpoint=READING, hash_key_range=parent_shard.hash_key_range))
+    store = store_with(held(0).replace(hash_key_range=parent_shard.hash_key_range))
     shards = [parent_shard] + [Shard(c.shard_id, c.hash_key_range, "2000", S(0)) for c in children]
 
     def clean() -> CleanupOutcome:
         return apply_cleanup(store, plan_lease_cleanup(store.list_leases(), shards, SINGLE))
 
-    store.checkpoint(stored(store, S(0)), SHARD_END)
     create_child_leases(store, stored(store, S(0)), children, SINGLE)
+    store.checkpoint(stored(store, S(0)), SHARD_END)
     assert parents_have_finished(store, stored(store, S(1)), SINGLE)
     assert clean().completed_deleted == 0, "children still at TRIM_HORIZON"
     for child in children:

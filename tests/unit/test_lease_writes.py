@@ -24,6 +24,8 @@ from lease_core.sequence import ExtendedSequenceNumber
 EXISTS = "exists"
 ABSENT = "absent"
 PENDING = ("pendingCheckpoint", "pendingCheckpointSubSequenceNumber", "pendingCheckpointState")
+# An update removes the committed batch's file name unless it writes one (a no-op where it is absent).
+FILE = "committedBatchFile"
 STREAM = StreamIdentifier("123456789012", "stream", 1)
 
 
@@ -67,6 +69,7 @@ def s(value: str) -> dict[str, str]:
 OWNED = Lease("shardId-1", lease_owner="worker-a", lease_counter=3)
 IN_HANDOFF = Lease("shardId-1", lease_owner="worker-b", checkpoint_owner="worker-a", lease_counter=3)
 UNOWNED = Lease("shardId-1", lease_counter=3)
+CLAIMED = OWNED.replace(claim_token="attempt-1")
 HANDOFF_TO_SELF = Lease("shardId-1", lease_owner="worker-a", checkpoint_owner="worker-a", lease_counter=3)
 
 Make = Callable[[], LeaseUpdate]
@@ -90,6 +93,20 @@ WRITES = [
             {"leaseCounter": n(4), "throughputKBps": {"N": "12.345679"}},
         ),
         id="renew-with-throughput",
+    ),
+    pytest.param(
+        lambda: lease_writes.renew(CLAIMED),
+        Write({"leaseCounter": n(3), "checkpointOwner": ABSENT, "claimToken": s("attempt-1")}, {"leaseCounter": n(4)}),
+        id="renew-of-a-claimed-lease-requires-its-token",
+    ),
+    # --- claim: a renewal that stores a new attempt's token, whatever token was there ---
+    pytest.param(
+        lambda: lease_writes.claim(CLAIMED, "attempt-2"),
+        Write(
+            {"leaseCounter": n(3), "checkpointOwner": ABSENT},
+            {"leaseCounter": n(4), "claimToken": s("attempt-2")},
+        ),
+        id="claim-stores-the-new-token-without-requiring-the-old-one",
     ),
     # --- take: counter-conditional owner change that cancels a handoff ---
     pytest.param(
@@ -239,7 +256,7 @@ WRITES = [
                 "checkpointSubSequenceNumber": n(2),
                 "ownerSwitchesSinceCheckpoint": n(0),
             },
-            frozenset(PENDING),
+            frozenset(PENDING) | {FILE},
         ),
         id="update-without-pending-removes-the-three-pending-attributes",
     ),
@@ -262,6 +279,7 @@ WRITES = [
                 "pendingCheckpointSubSequenceNumber": n(1),
                 "pendingCheckpointState": {"B": b"state"},
             },
+            frozenset({FILE}),
         ),
         id="update-with-pending-and-state",
     ),
@@ -277,7 +295,7 @@ WRITES = [
                 "pendingCheckpoint": s("9"),
                 "pendingCheckpointSubSequenceNumber": n(0),
             },
-            frozenset({"pendingCheckpointState"}),
+            frozenset({"pendingCheckpointState", FILE}),
         ),
         id="update-with-pending-without-state-removes-the-state",
     ),
@@ -302,7 +320,7 @@ WRITES = [
                 "startingHashKey": s("0"),
                 "endingHashKey": s("399"),
             },
-            frozenset(PENDING),
+            frozenset(PENDING) | {FILE},
         ),
         id="update-with-children-and-hash-range-never-writes-parents-or-throughput",
     ),
@@ -318,9 +336,24 @@ WRITES = [
                 "streamName": s("123456789012:stream:1"),
                 "shardId": s("shardId-4"),
             },
-            frozenset(PENDING),
+            frozenset(PENDING) | {FILE},
         ),
         id="update-multi-stream-writes-stream-and-shard",
+    ),
+    pytest.param(
+        lambda: lease_writes.update(CLAIMED.with_checkpoint(ExtendedSequenceNumber("9"), "s=x/8-0_9-0.parquet")),
+        Write(
+            {"leaseCounter": n(3), "claimToken": s("attempt-1")},
+            {
+                "leaseCounter": n(4),
+                "checkpoint": s("9"),
+                "checkpointSubSequenceNumber": n(0),
+                "ownerSwitchesSinceCheckpoint": n(0),
+                FILE: s("s=x/8-0_9-0.parquet"),
+            },
+            frozenset(PENDING),
+        ),
+        id="update-of-a-claimed-lease-requires-its-token-and-names-the-committed-file",
     ),
     # --- update_meta: any existing item, counter untouched ---
     pytest.param(
@@ -408,7 +441,7 @@ def test_a_complex_update_renders_its_names_and_values_through_placeholders() ->
     text = arguments["UpdateExpression"] + " " + arguments["ConditionExpression"]
     names, values = arguments["ExpressionAttributeNames"], arguments["ExpressionAttributeValues"]
     assert placeholders(text, "#") == set(names) and placeholders(text, ":") == set(values)
-    assert set(names.values()) == {"leaseCounter", "pendingCheckpointState"} | {a for a, _ in update.set_attributes}
+    assert set(names.values()) == {"leaseCounter", "pendingCheckpointState", FILE} | {a for a, _ in update.set_attributes}
     assert {"S": "123456789012:stream:1"} in values.values() and {"N": "7"} in values.values()
     assert arguments["Key"] == {"leaseKey": {"S": "123456789012:stream:1:shardId-4"}}
     for attribute in names.values():
@@ -464,3 +497,28 @@ def test_a_cleanup_delete_renders_to_exactly_these_delete_item_arguments() -> No
         "ExpressionAttributeNames": {"#n0": "leaseCounter", "#n1": "checkpoint"},
         "ExpressionAttributeValues": {":v0": {"N": "7"}, ":v1": {"S": "SHARD_END"}},
     }
+
+
+def test_child_creation_is_one_transaction_fenced_by_the_parents_holder_that_leaves_its_counter() -> None:
+    parent = CLAIMED.replace(child_shard_ids={"shardId-2"})
+    child = Lease("shardId-3", parent_shard_ids={"shardId-1"})
+    transaction = lease_writes.create_children(parent, frozenset({"shardId-3"}), (child,))
+    (update,) = transaction.updates
+    assert described(update) == Write(
+        {"leaseCounter": n(3), "claimToken": s("attempt-1"), "leaseOwner": s("worker-a")},
+        {"childShardIds": {"SS": ["shardId-2", "shardId-3"]}},
+    )
+    assert transaction.creates == (lease_writes.LeaseCreate(child),)
+    assert transaction.lease_keys == ("shardId-1", "shardId-3")
+
+
+@pytest.mark.parametrize(
+    ("parent", "child_ids", "problem"),
+    [
+        pytest.param(UNOWNED, frozenset({"shardId-3"}), "has no owner", id="unowned-parent"),
+        pytest.param(CLAIMED, frozenset(), "without children", id="no-children"),
+    ],
+)
+def test_child_creation_is_refused_without_a_holder_or_without_children(parent, child_ids, problem) -> None:
+    with pytest.raises(ValueError, match=problem):
+        lease_writes.create_children(parent, child_ids, ())
