@@ -127,7 +127,8 @@ class RecordedCall:
     JSON services: `tables` (TableName, or the tables of a batch or transaction; a ResourceArn's
     table), `index` (IndexName), `stream` (StreamName/StreamARN, or the stream of the iterator or
     NextToken; None when the proxy never saw it handed out), `parameters` (the body's top-level
-    names). S3: `method`, `bucket`, `key` and `query` (name/value pairs, sorted).
+    names), `transaction` (a TransactWriteItems' parts as (kind, table): Put, Update, Delete,
+    ConditionCheck). S3: `method`, `bucket`, `key` and `query` (name/value pairs, sorted).
     """
 
     service: str
@@ -137,6 +138,7 @@ class RecordedCall:
     index: str | None = None
     stream: str | None = None
     parameters: tuple[str, ...] = ()
+    transaction: tuple[tuple[str, str], ...] = ()
     method: str | None = None
     bucket: str | None = None
     key: str | None = None
@@ -385,6 +387,12 @@ class FaultProxy:
             index=body.get("IndexName") if isinstance(body.get("IndexName"), str) else None,
             stream=stream,
             parameters=tuple(sorted(body)),
+            transaction=tuple(
+                (kind, part["TableName"])
+                for entry in body.get("TransactItems") or ()
+                for kind, part in entry.items()
+                if isinstance(part, dict) and "TableName" in part
+            ),
         )
 
     def _stream_of(self, body: dict[str, Any], response: HttpResponse | None) -> str | None:

@@ -239,7 +239,21 @@ def iam_requests(call: RecordedCall, region: str, account: str) -> list[IamReque
     raise ValueError(f"no IAM mapping for service {call.service!r}")
 
 
+# A transaction is authorized item by item, as the single-item action of each part.
+TRANSACTION_PART_ACTIONS = {
+    "Put": "dynamodb:PutItem",
+    "Update": "dynamodb:UpdateItem",
+    "Delete": "dynamodb:DeleteItem",
+    "ConditionCheck": "dynamodb:ConditionCheckItem",
+}
+
+
 def _dynamodb_requests(call: RecordedCall, prefix: str, described: str) -> list[IamRequest]:
+    if call.operation == "TransactWriteItems":
+        return [
+            IamRequest(TRANSACTION_PART_ACTIONS[kind], f"{prefix}:table/{table}", call=described)
+            for kind, table in dict.fromkeys(call.transaction)
+        ]
     if not call.tables:
         return [IamRequest(f"dynamodb:{call.operation}", "*", call=described)]
     requests = []
