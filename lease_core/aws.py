@@ -31,7 +31,11 @@ THROTTLING_CODES = frozenset(
         "SlowDown",
     }
 )
-TRANSIENT_CODES = frozenset({"InternalServerError", "InternalFailure", "ServiceUnavailable", "InternalError"})
+# TransactionInProgressException: a transaction retried with its ClientRequestToken while its first
+# try is still being applied; AWS says to retry it.
+TRANSIENT_CODES = frozenset(
+    {"InternalServerError", "InternalFailure", "ServiceUnavailable", "InternalError", "TransactionInProgressException"}
+)
 TRANSPORT_ERRORS = (
     botocore.exceptions.EndpointConnectionError,
     botocore.exceptions.ConnectionClosedError,

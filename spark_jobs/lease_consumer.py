@@ -183,28 +183,43 @@ class LeaseConsumer:
         assert end is not None
         described = PendingBatch.decode(lease)
         self._tally.replayed += 1
-        children: Sequence[ChildShard] = described.child_shards if described else ()
         path = described.path if described else self._path(start, end)
+        if end.is_shard_end:
+            return self._redo_shard_end(lease, described, path)
         if path is not None and described is not None and self._staged_or_visible(path):
             self._tally.records += self.context.sink.row_count(path)
         else:
-            first = described.first if described is not None else None
-            if first is None and start == LATEST:
-                # LATEST has moved on since the batch was read: (LATEST, P] cannot be found again.
-                raise CorruptLeaseError(
-                    lease.lease_key,
-                    f"pending checkpoint {end} after LATEST carries no batch description of ours, so the "
-                    "prepared batch cannot be replayed; reset the lease's pendingCheckpoint to continue",
-                )
-            reader = self._reader(first or start, start_inclusive=first is not None)
-            records, last = self._read_until(reader, end)
-            children = children or last.child_shards
+            records, _ = self._read_until(self._replay_reader(lease, described), end)
             path = self._stage(path, records)
-        if end.is_shard_end:
-            # Prepared by an earlier version, which committed a shard's last batch with SHARD_END.
-            return Outcome.SHARD_END if self._finish_shard(children, path) else Outcome.MERGE_DEFERRED
         self._commit(end, path)
         return None
+
+    def _redo_shard_end(self, lease: Lease, described: PendingBatch | None, path: str | None) -> str:
+        """Redo a prepared (C, SHARD_END]: the form an earlier version gave a shard's last batch, whose
+        file it published before committing. A published file is kept; otherwise the records are read
+        again and landed as a batch that ends at its last record, so that no committed file is ever
+        left to promote on a lease at SHARD_END (cleanup may delete such a lease)."""
+        children: Sequence[ChildShard] = described.child_shards if described else ()
+        if path is not None and self.context.sink.exists(path):
+            self._tally.records += self.context.sink.row_count(path)
+        else:
+            records, last = self._read_until(self._replay_reader(lease, described), SHARD_END)
+            children = children or last.child_shards
+            if records:
+                self._land(records)
+        return Outcome.SHARD_END if self._finish_shard(children) else Outcome.MERGE_DEFERRED
+
+    def _replay_reader(self, lease: Lease, described: PendingBatch | None) -> ShardReader:
+        """A reader of the prepared range: from its first record when described, else after C."""
+        first = described.first if described is not None else None
+        if first is None and lease.checkpoint == LATEST:
+            # LATEST has moved on since the batch was read: (LATEST, P] cannot be found again.
+            raise CorruptLeaseError(
+                lease.lease_key,
+                f"pending checkpoint {lease.pending_checkpoint} after LATEST carries no batch description of "
+                "ours, so the prepared batch cannot be replayed; reset the lease's pendingCheckpoint to continue",
+            )
+        return self._reader(first or lease.checkpoint, start_inclusive=first is not None)
 
     def _staged_or_visible(self, path: str) -> bool:
         return self.context.sink.is_staged(path) or self.context.sink.exists(path)
@@ -270,10 +285,11 @@ class LeaseConsumer:
     def _commit(self, end: ExtendedSequenceNumber, path: str | None) -> None:
         """Commit `end`, naming the batch's file, then make the file visible."""
         self.held.commit(end, batch_file=path)
-        if path is not None:
-            self.context.sink.promote(path)
+        if path is not None and self.context.sink.promote(path) is Promotion.MISSING:
+            log.warning("lease %s: the file %s of the batch just committed was deleted before it could be made "
+                        "visible; its records are not in %s", self.held.lease_key, path, self.context.sink.uri)
 
-    def _finish_shard(self, children: Sequence[ChildShard], batch_file: str | None = None) -> bool:
+    def _finish_shard(self, children: Sequence[ChildShard]) -> bool:
         """Create the child leases, then commit SHARD_END; False when the merge must wait (§3.8).
 
         The children are created by this holder only (`HeldLease.fenced`): an attempt that lost the
@@ -285,7 +301,7 @@ class LeaseConsumer:
         if outcome.deferred:
             return False
         self._tally.children.extend(outcome.created)
-        self._commit(SHARD_END, batch_file)
+        self.held.commit(SHARD_END)
         return True
 
     def _listed_children(self) -> list[ChildShard]:

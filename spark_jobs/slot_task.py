@@ -62,6 +62,8 @@ class SlotTask:
         self.config: ConsumerConfig = spec.config
         self.worker_id = slot_ids(self.config.require_application_name(), spec.num_workers)[slot_index]
         self.attempt = attempt
+        # Orders this slot's attempts (Spark's attempt numbers restart with each driver): the newest wins.
+        self.started_millis = time.time_ns() // 1_000_000
         policy = aws.retry_policy(self.config)
         self.store = DynamoDBLeaseStore(
             aws.client("dynamodb", self.config),
@@ -111,7 +113,7 @@ class SlotTask:
                 continue
             skipped = self._skip_reason(lease)
             if skipped is not None:
-                promote_committed_batch(self.context.sink, lease)
+                self._finish_promotion(lease)
                 reports.append(self._untouched(lease, placement, *skipped))
                 continue
             held = self._claim(lease)
@@ -129,11 +131,12 @@ class SlotTask:
     def _claim(self, lease: Lease) -> HeldLease:
         """Claim `lease` for this attempt, fencing any other attempt of this slot.
 
-        When another attempt of this slot wrote the lease since it was read (a Spark task or Airflow
+        When an older attempt of this slot wrote the lease since it was read (a Spark task or Airflow
         try still running beside this newer one), the lease is read again and claimed from there: the
-        newest attempt wins. Anyone else's write (the leader moved the lease) ends the claim.
+        newest attempt, by the time it started, wins. A newer attempt's claim, and anyone else's write
+        (the leader moved the lease), end the claim.
         """
-        token = f"{self.worker_id}/attempt-{self.attempt}"
+        token = f"{self.worker_id}/attempt-{self.attempt}/{self.started_millis}"
         for _ in range(CLAIM_ATTEMPTS):
             held = HeldLease(self.store, lease, self.config.failover_time_millis, claim_token=token)
             if held.claim():
@@ -141,8 +144,17 @@ class SlotTask:
             fresh = self.store.get_lease(lease.lease_key, consistent=True)
             if fresh is None or fresh.lease_owner != self.worker_id or fresh.is_in_handoff:
                 return held
+            if attempt_started_millis(fresh.claim_token) > self.started_millis:
+                return held  # a newer attempt of this slot holds it: this one is the zombie
             lease = fresh
         return held
+
+    def _finish_promotion(self, lease: Lease) -> None:
+        """A lease this attempt does not work on may still name a committed file left staged."""
+        try:
+            promote_committed_batch(self.context.sink, lease)
+        except LeaseCoreError as error:  # the sink is the leases' business, not the whole slot's
+            log.warning("lease %s: its last committed batch file could not be made visible: %s", lease.lease_key, error)
 
     def _placement(self, lease: Lease) -> _Placement | None:
         """The lease's stream and shard, or None for a lease of a stream this job does not consume."""
@@ -214,6 +226,12 @@ class SlotTask:
         lease = held.lease
         parents = ", ".join(sorted(lease.parent_shard_ids))
         return self._untouched(lease, placement, Outcome.WAITING_FOR_PARENTS, f"parent shard(s) {parents} not at SHARD_END")
+
+
+def attempt_started_millis(claim_token: str | None) -> int:
+    """When the slot attempt that wrote `claim_token` started (`SlotTask._claim`'s format), else 0."""
+    parts = (claim_token or "").rsplit("/", 2)
+    return int(parts[1]) if len(parts) == 3 and parts[1].isdigit() else 0
 
 
 def run_slot(spec: ConsumeSpec, slot_index: int) -> SlotReport:
