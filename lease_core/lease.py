@@ -95,8 +95,8 @@ class Lease:
     stream_name: str | None = None
     shard_id: str | None = None
     # Ours, not KCL's (KCL readers ignore them): the token of the attempt that claimed the lease last,
-    # which every write of that attempt is conditional on; and the output file of the batch committed
-    # last, which is made visible only after its commit (see `spark_jobs.parquet_sink`).
+    # which every write of that attempt is conditional on; and the staged output file of the batch
+    # committed last, which is made visible only after its commit (see `spark_jobs.parquet_sink`).
     claim_token: str | None = None
     committed_batch_file: str | None = None
 

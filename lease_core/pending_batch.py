@@ -9,6 +9,9 @@ state bytes describe that batch so a redo needs no guessing:
   horizon may have. The redo reads from `first` instead.
 - `path`: the output file, a pure function of (stream, shard, C, P); None when the batch had no
   rows to write (e.g. a transform dropped them all).
+- `staged`: where the preparing attempt stages that file before the commit (a name of its own,
+  readers skip it); a redo by another attempt copies it to its own staged name rather than read
+  the range again. Absent in batches prepared before files were staged.
 - `child_shards`: at P = SHARD_END, the children GetRecords named, so a redo whose file already
   exists can create the child leases without reading the shard again.
 
@@ -37,6 +40,7 @@ class PendingBatch:
     path: str | None
     records: int
     child_shards: tuple[ChildShard, ...] = ()
+    staged: str | None = None
 
     def encode(self) -> bytes:
         document = {
@@ -45,6 +49,7 @@ class PendingBatch:
             "end": _position(self.end),
             "first": None if self.first is None else _position(self.first),
             "path": self.path,
+            "staged": self.staged,
             "records": self.records,
             "children": [_child(child) for child in sorted(self.child_shards, key=lambda c: c.shard_id)],
         }
@@ -72,6 +77,7 @@ class PendingBatch:
                 path=document["path"],
                 records=int(document["records"]),
                 child_shards=tuple(_parse_child(child) for child in document["children"]),
+                staged=document.get("staged"),
             )
         except (KeyError, TypeError, ValueError) as error:
             raise CorruptLeaseError(lease.lease_key, f"pendingCheckpointState is unreadable: {error!r}") from None

@@ -2,11 +2,12 @@
 
 The exactly-once protocol of DESIGN.md §5, per batch, for a lease at committed checkpoint C:
 1. A pending checkpoint P means a batch (C, P] was prepared and maybe staged: redo exactly it. If
-   its file is already staged (atomically, so complete), only the commit and the promotion are left.
+   the preparing attempt's staged file exists (staged atomically, so complete), it is copied to this
+   attempt's own staged name instead of reading the range again; then commit and promote.
 2. Otherwise read after C to a bound, ending at the last record read E; prepare E (counter- and
    claim-conditional, with the batch's description as pendingCheckpointState); stage the batch's
-   file (readers skip it) at a path that is a pure function of (stream, shard, C, E); commit E,
-   naming the file in `committedBatchFile`; promote the file to its visible name.
+   file under this attempt's own name (readers skip it) beside its visible name, a pure function of
+   (stream, shard, C, E); commit E, naming the staged file in `committedBatchFile`; promote it.
 3. At a closed shard's end, once every record is committed: create the child leases (in one
    transaction fenced by this holder) and commit SHARD_END.
 Every write goes through the `HeldLease`, so an attempt that lost the lease never commits, and a
@@ -39,7 +40,7 @@ from lease_core.shard_sync import LeaseKeyScheme
 from lease_core.shards import ChildShard
 from lease_core.throughput import batch_throughput_kbps, ema_throughput
 from spark_jobs.kinesis_records import KinesisRecord
-from spark_jobs.parquet_sink import PARTITION_COLUMNS, ParquetSink, Promotion, records_table
+from spark_jobs.parquet_sink import PARTITION_COLUMNS, ParquetSink, Promotion, records_table, staged_path, visible_path
 from spark_jobs.round_report import LeaseReport, Outcome, RetentionLoss
 from spark_jobs.shard_reader import ReadBatch, ReadLimits, ShardReader
 from spark_jobs.transform import Transform, apply_transform
@@ -186,12 +187,18 @@ class LeaseConsumer:
         path = described.path if described else self._path(start, end)
         if end.is_shard_end:
             return self._redo_shard_end(lease, described, path)
-        if path is not None and described is not None and self._staged_or_visible(path):
-            self._tally.records += self.context.sink.row_count(path)
+        sink = self.context.sink
+        staged: str | None = None
+        if path is not None and described is not None and described.staged and sink.exists(described.staged):
+            staged = self._staged(path)
+            sink.restage(described.staged, staged)
+            self._tally.records += sink.row_count(staged)
+        elif path is not None and described is not None and sink.exists(path):
+            self._tally.records += sink.row_count(path)  # published before commit by an earlier version
         else:
             records, _ = self._read_until(self._replay_reader(lease, described), end)
-            path = self._stage(path, records)
-        self._commit(end, path)
+            staged = self._stage(path, records)
+        self._commit(end, staged)
         return None
 
     def _redo_shard_end(self, lease: Lease, described: PendingBatch | None, path: str | None) -> str:
@@ -220,9 +227,6 @@ class LeaseConsumer:
                 "ours, so the prepared batch cannot be replayed; reset the lease's pendingCheckpoint to continue",
             )
         return self._reader(first or lease.checkpoint, start_inclusive=first is not None)
-
-    def _staged_or_visible(self, path: str) -> bool:
-        return self.context.sink.is_staged(path) or self.context.sink.exists(path)
 
     def _read_until(self, reader: ShardReader, end: ExtendedSequenceNumber) -> tuple[list[KinesisRecord], ReadBatch]:
         """Every record of a prepared range, up to and including `end`."""
@@ -278,16 +282,18 @@ class LeaseConsumer:
         """
         start, end = self.held.lease.checkpoint, records[-1].position
         path = self._path(start, end)
-        described = PendingBatch(start=start, end=end, first=records[0].position, path=path, records=len(records))
+        described = PendingBatch(
+            start=start, end=end, first=records[0].position, path=path, records=len(records), staged=self._staged(path)
+        )
         self.held.prepare(end, described.encode())
         self._commit(end, self._stage(path, records))
 
-    def _commit(self, end: ExtendedSequenceNumber, path: str | None) -> None:
-        """Commit `end`, naming the batch's file, then make the file visible."""
-        self.held.commit(end, batch_file=path)
-        if path is not None and self.context.sink.promote(path) is Promotion.MISSING:
+    def _commit(self, end: ExtendedSequenceNumber, staged: str | None) -> None:
+        """Commit `end`, naming the batch's staged file, then make the file visible."""
+        self.held.commit(end, batch_file=staged)
+        if staged is not None and self.context.sink.promote(staged) is Promotion.MISSING:
             log.warning("lease %s: the file %s of the batch just committed was deleted before it could be made "
-                        "visible; its records are not in %s", self.held.lease_key, path, self.context.sink.uri)
+                        "visible; its records are not in %s", self.held.lease_key, staged, self.context.sink.uri)
 
     def _finish_shard(self, children: Sequence[ChildShard]) -> bool:
         """Create the child leases, then commit SHARD_END; False when the merge must wait (§3.8).
@@ -326,18 +332,21 @@ class LeaseConsumer:
         )
 
     def _stage(self, path: str | None, records: Sequence[KinesisRecord]) -> str | None:
-        """Stage the batch's file; its path, or None when there was nothing to write."""
+        """Stage the batch's file under this attempt's own name; that name, or None when there was
+        nothing to write."""
         table = self._table(records)
-        staged = path is not None and table.num_rows > 0
-        if staged:
-            assert path is not None
+        staged = None if path is None or table.num_rows == 0 else self._staged(path)
+        if staged is not None:
             # The lease may have been lost while the batch was read: a zombie need not even stage.
             self.held.require_held()
-            self.context.sink.stage(path, table)
+            self.context.sink.stage(staged, table)
             self._tally.files += 1
         self._tally.records += len(records)
         self._tally.bytes += sum(len(record.data) for record in records)
-        return path if staged else None
+        return staged
+
+    def _staged(self, path: str) -> str:
+        return staged_path(path, self.held.claim_token)
 
     def _table(self, records: Sequence[KinesisRecord]) -> pa.Table:
         """The batch as written: the records, through the user transform if there is one.
@@ -369,19 +378,28 @@ class LeaseConsumer:
 def promote_committed_batch(sink: ParquetSink, lease: Lease) -> Promotion | None:
     """Make the lease's last committed batch file visible if its promotion was cut short.
 
-    Anyone may do it at any time: the range is committed. A file neither staged nor visible was
-    deleted by someone; that is reported, not fatal (a dataset's retention may delete old files).
+    Anyone may do it at any time: the range is committed, and the staged file the lease names is the
+    committing attempt's own (a zombie's copy of the same batch has another name). A staged file that
+    is gone while its batch file is not visible was deleted by someone; that is reported, not fatal (a
+    dataset's retention may delete old files).
     """
-    path = lease.committed_batch_file
-    if path is None or sink.exists(path):
+    staged = lease.committed_batch_file
+    if staged is None:
         return None
-    promotion = sink.promote(path)
+    try:
+        visible = visible_path(staged)
+    except ValueError:
+        log.warning("lease %s: committedBatchFile %r is not a staged file name of ours; ignored", lease.lease_key, staged)
+        return None
+    if sink.exists(visible):
+        return None
+    promotion = sink.promote(staged)
     if promotion is Promotion.MISSING:
         log.warning("lease %s: its last committed batch file %s is neither staged nor visible in %s (deleted?)",
-                    lease.lease_key, path, sink.uri)
+                    lease.lease_key, visible, sink.uri)
     else:
         log.info("lease %s: promoted its last committed batch file %s, left staged by an earlier attempt",
-                 lease.lease_key, path)
+                 lease.lease_key, visible)
     return promotion
 
 

@@ -12,11 +12,13 @@ Files are zstd-compressed: on JSON-like payloads it writes files about 45 % smal
 pyarrow, pandas and Spark 4 all read it without extra libraries.
 
 A batch's file becomes visible only once its range is committed (DESIGN.md §5). It is first *staged*:
-written under `_staged-<name>` in its final directory, which readers skip. The consume job commits the
-checkpoint, then *promotes* the staged file to its visible name. An attempt fenced before its commit
-(a twin attempt of its slot claimed the lease, an operator reset it) never promotes, so whatever it
-still writes stays invisible; a batch committed but not yet promoted (the attempt died between the
-two) is promoted by the lease's next holder, which finds its name in the lease's `committedBatchFile`.
+written under `_staged-<attempt tag>.<name>` in its final directory, a name readers skip and that is
+the writing attempt's own. The consume job commits the checkpoint naming that staged file, then
+*promotes* it to its visible name. An attempt fenced before its commit (a twin attempt of its slot
+claimed the lease, an operator reset it) never promotes, so whatever it still writes stays
+invisible, under a name nobody will promote; a batch committed but not yet promoted (the attempt
+died between the two) is promoted by the lease's next holder, which finds the staged name in the
+lease's `committedBatchFile`.
 
 Both steps are atomic and can be repeated. Staging, local: the file is written under a unique `_`
 name, fsynced, renamed onto the staged name with `os.replace`, and the directory is fsynced so the
@@ -28,7 +30,9 @@ to the visible name (one request, the object appears complete), then the staged 
 
 from __future__ import annotations
 
+import dataclasses
 import enum
+import hashlib
 import os
 import re
 import uuid
@@ -64,6 +68,7 @@ DATASET_SCHEMA = pa.schema([*FILE_SCHEMA, *PARTITIONING.schema])
 COMPRESSION = "zstd"
 WRITE_CHECK_NAME = "_write_check"
 STAGED_PREFIX = "_staged-"
+_STAGED_NAME = re.compile(re.escape(STAGED_PREFIX) + r"[0-9a-f]{16}\.(?P<name>.+)")
 
 # Kinesis' own pattern for stream names and shard ids: nothing that could break a path segment.
 _PARTITION_VALUE = re.compile(r"[A-Za-z0-9_.-]+")
@@ -107,15 +112,27 @@ def _label(position: ExtendedSequenceNumber) -> str:
     return f"{number}-{position.sub_sequence_number}"
 
 
-def staged_path(path: str) -> str:
-    """Where the batch file `path` is written before its range is committed: a name readers skip."""
+def staged_path(path: str, attempt: str) -> str:
+    """Where `attempt` (any string naming it, e.g. its claim token) stages the batch file `path` before
+    its range is committed: beside it, under a name readers skip and no other attempt writes."""
     directory, _, name = path.rpartition("/")
-    return f"{directory}/{STAGED_PREFIX}{name}" if directory else f"{STAGED_PREFIX}{name}"
+    tag = hashlib.sha256(attempt.encode()).hexdigest()[:16]
+    staged = f"{STAGED_PREFIX}{tag}.{name}"
+    return f"{directory}/{staged}" if directory else staged
+
+
+def visible_path(staged: str) -> str:
+    """The batch file a staged file becomes once promoted."""
+    directory, _, name = staged.rpartition("/")
+    match = _STAGED_NAME.fullmatch(name)
+    if match is None:
+        raise ValueError(f"{staged!r} is not the name of a staged batch file")
+    return f"{directory}/{match['name']}" if directory else match["name"]
 
 
 @dataclass(frozen=True)
 class PublishedFile:
-    path: str  # relative to the dataset root, as passed to `stage` or `publish`
+    path: str  # relative to the dataset root: the staged file's (`stage`) or the batch file's (`publish`)
     rows: int
     bytes: int
     already_present: bool  # a file was staged there before: a retried or zombie attempt rewrote it
@@ -165,64 +182,67 @@ class ParquetSink:
         return f"stream_name={stream_name}/shard_id={shard_id}/{batch_file_name(start, end)}"
 
     def exists(self, path: str) -> bool:
-        """Whether the batch file `path` is visible to readers."""
+        """Whether the file `path` (a batch file, visible to readers, or a staged one) is there."""
         return self._is_file(path)
 
-    def is_staged(self, path: str) -> bool:
-        """Whether the batch file `path` is staged (written, not yet visible)."""
-        return self._is_file(staged_path(path))
-
     def row_count(self, path: str) -> int:
-        """The batch file's row count, visible or staged, from its Parquet footer (no data pages are read)."""
-        location = path if self.exists(path) else staged_path(path)
-        with self._failures(f"read the footer of {location}"):
-            with self.filesystem.open_input_file(self._location(location)) as file:
+        """The file's row count, from its Parquet footer (no data pages are read)."""
+        with self._failures(f"read the footer of {path}"):
+            with self.filesystem.open_input_file(self._location(path)) as file:
                 return pq.read_metadata(file).num_rows
 
-    def stage(self, path: str, table: pa.Table) -> PublishedFile:
-        """Write `table` as the staged file of `path`, atomically, replacing any staged there (same
-        range, same content). Readers do not see it until `promote`."""
+    def stage(self, staged: str, table: pa.Table) -> PublishedFile:
+        """Write `table` as the staged file `staged` (`staged_path`), atomically, replacing any file
+        there (the same attempt, the same range, the same content). Readers do not see it."""
         clashing = [name for name in PARTITION_COLUMNS if name in table.column_names]
         if clashing:
             raise SinkError(
-                self.uri, f"the table to publish at {path} has columns {clashing}; partition values live in paths only"
+                self.uri, f"the table to stage at {staged} has columns {clashing}; partition values live in paths only"
             )
-        location = self._location(staged_path(path))
-        with self._failures(f"stage {path}"):
+        with self._failures(f"stage {staged}"):
             payload = _parquet_bytes(table)
-            already_present = self.is_staged(path)
-            if isinstance(self.filesystem, pafs.LocalFileSystem):
-                _replace_file(location, payload)
-            else:
-                _put_object(self.filesystem, location, payload)
-        return PublishedFile(path, table.num_rows, payload.size, already_present)
+            already_present = self.exists(staged)
+            self._write_atomically(staged, payload)
+        return PublishedFile(staged, table.num_rows, payload.size, already_present)
 
-    def promote(self, path: str) -> Promotion:
-        """Make the staged file of `path` visible under `path`; call it only once its range is committed.
+    def restage(self, source: str, staged: str) -> None:
+        """Copy another attempt's staged file to this attempt's own staged name (a redo that finds the
+        prepared batch already written): only this attempt's name is ever committed and promoted."""
+        with self._failures(f"stage {staged} from {source}"):
+            with self.filesystem.open_input_file(self._location(source)) as file:
+                payload = file.read_buffer()
+            self._write_atomically(staged, payload)
 
-        Safe to repeat and to race with another promoter of the same file.
-        """
-        staged, visible = self._location(staged_path(path)), self._location(path)
-        with self._failures(f"promote {path}"):
+    def promote(self, staged: str) -> Promotion:
+        """Make the staged file visible under its batch file name; call it only once its range is
+        committed. Safe to repeat and to race with another promoter of the same file."""
+        source, target = self._location(staged), self._location(visible_path(staged))
+        with self._failures(f"promote {staged}"):
             try:
                 if isinstance(self.filesystem, pafs.LocalFileSystem):
-                    os.replace(staged, visible)
-                    _fsync_directory(os.path.dirname(visible))
+                    os.replace(source, target)
+                    _fsync_directory(os.path.dirname(target))
                 else:
-                    self.filesystem.copy_file(staged, visible)
-                    self.filesystem.delete_file(staged)
+                    self.filesystem.copy_file(source, target)
+                    self.filesystem.delete_file(source)
             except OSError:
-                if self.is_staged(path):
+                if self.exists(staged):
                     raise  # a real failure: the staged file is still there to promote
                 # Someone promoted it meanwhile (or, S3, between our copy and our delete).
-                return Promotion.ALREADY_VISIBLE if self.exists(path) else Promotion.MISSING
+                return Promotion.ALREADY_VISIBLE if self.exists(visible_path(staged)) else Promotion.MISSING
         return Promotion.PROMOTED
 
-    def publish(self, path: str, table: pa.Table) -> PublishedFile:
+    def publish(self, path: str, table: pa.Table, attempt: str = "publish") -> PublishedFile:
         """Stage and promote at once: for a batch whose range is already committed."""
-        published = self.stage(path, table)
-        self.promote(path)
-        return published
+        published = self.stage(staged_path(path, attempt), table)
+        self.promote(published.path)
+        return dataclasses.replace(published, path=path)
+
+    def _write_atomically(self, path: str, payload: pa.Buffer) -> None:
+        if isinstance(self.filesystem, pafs.LocalFileSystem):
+            _replace_file(self._location(path), payload)
+        else:
+            _put_object(self.filesystem, self._location(path), payload)
 
     def _is_file(self, path: str) -> bool:
         with self._failures(f"look for {path}"):

@@ -20,8 +20,8 @@ from lease_core.pending_batch import PendingBatch
 from lease_core.sequence import SHARD_END, TRIM_HORIZON, ExtendedSequenceNumber
 from lease_core.shard_sync import LeaseKeyScheme
 from lease_core.shards import ChildShard
-from spark_jobs.lease_consumer import LeaseBudget, LeaseConsumer, LeaseContext
-from spark_jobs.parquet_sink import FILE_SCHEMA, ParquetSink
+from spark_jobs.lease_consumer import LeaseBudget, LeaseConsumer, LeaseContext, promote_committed_batch
+from spark_jobs.parquet_sink import FILE_SCHEMA, ParquetSink, staged_path, visible_path
 from spark_jobs.slot_task import SlotTask
 from tests.support.faults import FaultInjectingClient, client_error
 from tests.support.stores import FAST_RETRIES, dynamodb_store
@@ -122,10 +122,10 @@ def test_cleanup_never_deletes_a_finished_lease_whose_committed_batch_file_was_n
     checkpoint = ESN("100")
     path = sink.batch_path("stream", PARENT, checkpoint, SHARD_END)
     lease = owned(store, PARENT, checkpoint=checkpoint, hash_key_range=HashKeyRange(0, 2**128 - 1))
-    batch = PendingBatch(checkpoint, SHARD_END, ESN("101"), path, 3, children)
+    batch = PendingBatch(checkpoint, SHARD_END, ESN("101"), path, 3, children, staged=staged_path(path, "earlier"))
     prepared = store.prepare_checkpoint(lease, SHARD_END, batch.encode()).lease
     assert prepared is not None
-    sink.stage(path, three_rows())
+    sink.stage(staged_path(path, "earlier"), three_rows())
 
     held = HeldLease(store, prepared, DURATION, claim_token=f"{SLOT}/attempt-0")
     assert held.claim()
@@ -196,3 +196,28 @@ def test_an_older_attempt_that_wrote_the_lease_after_it_was_listed_is_claimed_ov
     newer = slot_attempt(store, attempt=1, started_millis=2_000)._claim(listed)
 
     assert not newer.is_lost and older.renew() is False
+
+
+def test_a_zombies_late_staged_copy_of_a_promoted_file_is_never_made_visible(tmp_path: Path):
+    """Attempt 0 was inside its upload of the staged file when attempt 1 claimed the lease, redid
+    (C, E], committed and promoted it; attempt 0's upload then landed. When the visible file is
+    removed later (retention, compaction), the next holder must not bring the zombie's copy back."""
+    store = InMemoryLeaseStore()
+    sink = ParquetSink.from_uri(str(tmp_path / "lake"))
+    checkpoint, end = ESN("100"), ESN("103")
+    path = sink.batch_path("stream", PARENT, checkpoint, end)
+    newer = HeldLease(store, owned(store, PARENT, checkpoint=checkpoint), DURATION, claim_token=f"{SLOT}/attempt-1")
+    assert newer.claim()
+    ours = staged_path(path, newer.claim_token)
+    newer.prepare(end, PendingBatch(checkpoint, end, ESN("101"), path, 3, staged=ours).encode())
+    sink.stage(ours, three_rows())
+    newer.commit(end, batch_file=ours)
+    sink.promote(ours)
+    sink.stage(staged_path(path, f"{SLOT}/attempt-0"), three_rows())  # the zombie's upload lands
+    (tmp_path / "lake" / path).unlink()  # retention or compaction removes the visible file
+
+    lease = store.get_lease(PARENT, consistent=True)
+    assert lease is not None and lease.committed_batch_file == ours and visible_path(ours) == path
+    promote_committed_batch(sink, lease)  # the next round's holder, first thing in `_work`
+
+    assert not sink.exists(path), "a file promoted once, then removed, came back from a zombie's staged copy"

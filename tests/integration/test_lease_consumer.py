@@ -17,7 +17,7 @@ from lease_core.lease import Lease
 from lease_core.pending_batch import PendingBatch
 from lease_core.sequence import LATEST, SHARD_END, TRIM_HORIZON, ExtendedSequenceNumber
 from spark_jobs.lease_consumer import LeaseBudget
-from spark_jobs.parquet_sink import ParquetSink, records_table
+from spark_jobs.parquet_sink import ParquetSink, records_table, staged_path, visible_path
 from spark_jobs.round_report import LeaseReport, Outcome
 from spark_jobs.slot_task import SlotTask
 from tests.support.kinesis import create_stream, kinesis_client, merge_shards
@@ -57,18 +57,19 @@ def prepare(pipeline: ConsumerPipeline, lease: Lease, end: ESN, state: bytes | N
     return result.lease
 
 
-def test_a_prepared_batch_whose_file_was_staged_is_only_committed_and_promoted(pipeline):
+def test_a_prepared_batch_whose_file_was_staged_is_copied_committed_and_promoted_without_reading(pipeline):
     produced = pipeline.produce(30)
     lease = owned_lease(pipeline)
     end = ESN(produced[19].sequence_number)
     sink = ParquetSink.from_uri(pipeline.output_uri)
     path = sink.batch_path(pipeline.streams[0], lease.lease_key, TRIM_HORIZON, end)
-    described = PendingBatch(TRIM_HORIZON, end, ESN(produced[0].sequence_number), path, 20)
+    staged = staged_path(path, "crashed-attempt")
+    described = PendingBatch(TRIM_HORIZON, end, ESN(produced[0].sequence_number), path, 20, staged=staged)
     prepare(pipeline, lease, end, described.encode())
     # The crashed attempt had staged its file: a stand-in with the same 20 records.
     crashed_attempt = SlotTask(pipeline.spec(1, 1), 0)
     records = _read_records(crashed_attempt, produced[:20])
-    sink.stage(path, records_table(records))
+    sink.stage(staged, records_table(records))
     assert pipeline.landed() == [], "a staged file is invisible until its range is committed"
     report = run_slot(pipeline)[lease.lease_key]
     assert (report.outcome, report.replayed_batches, report.records) == (Outcome.CAUGHT_UP, 1, 30)
@@ -221,8 +222,9 @@ def test_a_batch_discarded_by_a_reset_and_staged_late_by_its_zombie_never_shows(
     assert [report.outcome for report in zombie_reports] == [Outcome.LOST]
     assert duplicates(pipeline.landed()) == []
     assert [record.data for record in landed_sorted(pipeline)] == [record.data for record in produced]
-    zombie_file = sink.batch_path(pipeline.streams[0], lease.lease_key, TRIM_HORIZON, prepared.pending_checkpoint)
-    assert sink.is_staged(zombie_file) and not sink.exists(zombie_file), "written, never shown"
+    zombie_file = PendingBatch.decode(prepared).staged
+    assert zombie_file is not None and sink.exists(zombie_file), "written..."
+    assert not sink.exists(visible_path(zombie_file)), "...never shown"
 
 
 def test_an_older_attempt_of_a_slot_running_beside_its_retry_lands_nothing_twice(pipeline):

@@ -34,6 +34,7 @@ from spark_jobs.parquet_sink import (
     batch_file_name,
     records_table,
     staged_path,
+    visible_path,
 )
 from spark_jobs.transform import apply_transform, load_transform
 
@@ -213,52 +214,73 @@ def test_publish_reports_the_file_and_exists_and_row_count_see_it(sink: ParquetS
 
 
 def test_staging_a_batch_again_replaces_the_staged_file_with_identical_bytes_and_no_duplicate_rows(sink: ParquetSink) -> None:
-    path = sink.batch_path(STREAM, SHARD, position("0"), position("3"))
-    first = sink.stage(path, batch(1, 3))
-    location = f"{sink.root}/{staged_path(path)}"
-    with sink.filesystem.open_input_file(location) as file:
+    staged = staged_path(sink.batch_path(STREAM, SHARD, position("0"), position("3")), "attempt-0")
+    first = sink.stage(staged, batch(1, 3))
+    with sink.filesystem.open_input_file(f"{sink.root}/{staged}") as file:
         original = file.read()
-    again = sink.stage(path, batch(1, 3))
-    with sink.filesystem.open_input_file(location) as file:
+    again = sink.stage(staged, batch(1, 3))
+    with sink.filesystem.open_input_file(f"{sink.root}/{staged}") as file:
         assert file.read() == original
     assert (first.already_present, again.already_present, again.rows, again.bytes) == (False, True, 3, first.bytes)
-    assert sink.promote(path) is Promotion.PROMOTED
+    assert sink.promote(staged) is Promotion.PROMOTED
     assert sequence_numbers(sink.read_dataset()) == [1, 2, 3]
 
 
 def test_a_staged_file_is_invisible_to_every_reader_until_it_is_promoted(sink: ParquetSink) -> None:
     path = sink.batch_path(STREAM, SHARD, position("0"), position("3"))
-    sink.stage(path, batch(1, 3))
-    assert (sink.is_staged(path), sink.exists(path), sink.row_count(path)) == (True, False, 3)
+    staged = staged_path(path, "attempt-0")
+    sink.stage(staged, batch(1, 3))
+    assert (sink.exists(staged), sink.exists(path), sink.row_count(staged)) == (True, False, 3)
     assert sink.read_dataset().num_rows == 0
     assert len(pd.read_parquet(sink.root, filesystem=sink.filesystem)) == 0
-    assert sink.promote(path) is Promotion.PROMOTED
-    assert (sink.is_staged(path), sink.exists(path), sink.row_count(path)) == (False, True, 3)
+    assert sink.promote(staged) is Promotion.PROMOTED
+    assert (sink.exists(staged), sink.exists(path), sink.row_count(path)) == (False, True, 3)
     assert len(pd.read_parquet(sink.root, filesystem=sink.filesystem)) == 3
 
 
+def test_each_attempt_stages_under_a_name_of_its_own_beside_the_batch_file() -> None:
+    path = "stream_name=s/shard_id=x/0-0_3-0.parquet"
+    names = {staged_path(path, attempt) for attempt in ("w-0/attempt-0/1/a", "w-0/attempt-1/2/b")}
+    assert len(names) == 2
+    for staged in names:
+        assert staged.startswith("stream_name=s/shard_id=x/_staged-") and visible_path(staged) == path
+    with pytest.raises(ValueError, match="not the name of a staged batch file"):
+        visible_path(path)
+
+
 def test_promoting_again_or_after_another_promoter_finds_the_file_visible(sink: ParquetSink) -> None:
-    path = sink.batch_path(STREAM, SHARD, position("0"), position("3"))
-    sink.stage(path, batch(1, 3))
-    assert [sink.promote(path), sink.promote(path)] == [Promotion.PROMOTED, Promotion.ALREADY_VISIBLE]
+    staged = staged_path(sink.batch_path(STREAM, SHARD, position("0"), position("3")), "attempt-0")
+    sink.stage(staged, batch(1, 3))
+    assert [sink.promote(staged), sink.promote(staged)] == [Promotion.PROMOTED, Promotion.ALREADY_VISIBLE]
     assert sequence_numbers(sink.read_dataset()) == [1, 2, 3]
 
 
 def test_promoting_a_file_that_was_never_staged_reports_it_missing(sink: ParquetSink) -> None:
-    assert sink.promote(sink.batch_path(STREAM, SHARD, position("0"), position("3"))) is Promotion.MISSING
+    staged = staged_path(sink.batch_path(STREAM, SHARD, position("0"), position("3")), "attempt-0")
+    assert sink.promote(staged) is Promotion.MISSING
     assert sink.read_dataset().num_rows == 0
 
 
 def test_a_late_stage_by_a_fenced_attempt_never_shows_beside_the_committed_batches(sink: ParquetSink) -> None:
     """Hole 4 of issue 13: a batch discarded by a reset and staged late by its zombie stays invisible."""
-    committed = sink.batch_path(STREAM, SHARD, position("0"), position("5"))
+    committed = staged_path(sink.batch_path(STREAM, SHARD, position("0"), position("5")), "next-round")
     sink.stage(committed, batch(1, 5))
     sink.promote(committed)  # the next round re-read the range with another end and committed it
-    discarded = sink.batch_path(STREAM, SHARD, position("0"), position("3"))
+    discarded = staged_path(sink.batch_path(STREAM, SHARD, position("0"), position("3")), "zombie")
     sink.stage(discarded, batch(1, 3))  # the zombie's late write: its commit then fails, it never promotes
     assert sequence_numbers(sink.read_dataset()) == [1, 2, 3, 4, 5]
     dataset = ds.dataset(sink.root, filesystem=sink.filesystem, format="parquet", partitioning="hive")
     assert dataset.to_table().num_rows == 5
+
+
+def test_restaging_copies_another_attempts_staged_file_to_this_attempts_own_name(sink: ParquetSink) -> None:
+    path = sink.batch_path(STREAM, SHARD, position("0"), position("3"))
+    theirs, ours = staged_path(path, "attempt-0"), staged_path(path, "attempt-1")
+    sink.stage(theirs, batch(1, 3))
+    sink.restage(theirs, ours)
+    assert sink.promote(ours) is Promotion.PROMOTED
+    assert sink.exists(theirs), "the other attempt's file is left alone"
+    assert sequence_numbers(sink.read_dataset()) == [1, 2, 3]
 
 
 def test_a_file_whose_name_starts_with_an_underscore_is_never_read(sink: ParquetSink) -> None:
@@ -327,7 +349,7 @@ def test_a_file_where_a_partition_directory_belongs_makes_staging_fail_without_r
         publish_batch(sink, 1, 3)
     assert not raised.value.retryable
     assert raised.value.uri == str(tmp_path)
-    assert f"cannot stage stream_name={STREAM}/shard_id={SHARD}/0-0_3-0.parquet" in str(raised.value)
+    assert f"cannot stage stream_name={STREAM}/shard_id={SHARD}/_staged-" in str(raised.value)
 
 
 def test_check_writable_refuses_a_root_that_is_a_file(tmp_path) -> None:
