@@ -105,11 +105,11 @@ class EmulatorProcess:
         self.stop()
 
 
-def moto_server(port: int | None = None) -> EmulatorProcess:
+def moto_server(port: int | None = None, extra_env: dict[str, str] | None = None) -> EmulatorProcess:
     """A moto server (DynamoDB and S3) with serialised requests, on a free loopback port."""
     port = port or free_port()
     command = [sys.executable, "-m", "lease_core.emulators", "moto", "--port", str(port)]
-    return EmulatorProcess(command, port, "/moto-api/", env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    return EmulatorProcess(command, port, "/moto-api/", env={**os.environ, "PYTHONUNBUFFERED": "1", **(extra_env or {})})
 
 
 def kinesis_mock(

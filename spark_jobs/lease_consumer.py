@@ -191,7 +191,9 @@ class LeaseConsumer:
         staged: str | None = None
         if path is not None and described is not None and described.staged and sink.exists(described.staged):
             staged = self._staged(path)
+            self.held.require_held()
             sink.restage(described.staged, staged)
+            self._tally.files += 1
             self._tally.records += sink.row_count(staged)
         elif path is not None and described is not None and sink.exists(path):
             self._tally.records += sink.row_count(path)  # published before commit by an earlier version

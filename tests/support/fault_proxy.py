@@ -34,6 +34,7 @@ import http.client
 import json
 import random
 import socket
+import sys
 import threading
 import uuid
 from collections import Counter
@@ -471,6 +472,12 @@ class _ProxyServer(ThreadingHTTPServer):
         self.proxy = proxy
         self._open: set[socket.socket] = set()
         self._open_lock = threading.Lock()
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        # A client that went away (a killed process, a reset connection) is no error of the proxy's.
+        if isinstance(sys.exc_info()[1], (ConnectionError, TimeoutError)):
+            return
+        super().handle_error(request, client_address)
 
     def track(self, connection: socket.socket, is_open: bool) -> None:
         with self._open_lock:
