@@ -1,0 +1,90 @@
+"""The round's leader, as the DAG's steps do it: take the lock, sync and assign under it, hand it to the
+consume job by owner name, release it at the end (the teardown that runs whatever happened).
+
+`lead` is the work under the lock, shared with `dying_leader` (a leader process that is killed
+while it holds the lock). The control plane talks to the emulators directly.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from lease_core import aws
+from lease_core.assignment_round import AssignmentCoordinator, AssignmentReport, slot_ids
+from lease_core.config import ConsumerConfig
+from lease_core.coordinator_state import DynamoDBCoordinatorStateStore
+from lease_core.dynamodb_store import DynamoDBLeaseStore
+from lease_core.leader_lock import LeaderLock
+from lease_core.leadership import hold
+from lease_core.shard_source import KinesisShardSource
+from lease_core.shard_sync_step import ShardSyncReport, sync_streams
+from lease_core.worker_metrics import DynamoDBWorkerMetricsStore
+
+TAKE_POLL_SECONDS = 0.5
+
+
+class LockNeverFreed(RuntimeError):
+    """The round's leader could not take the lock within the bound: nobody took a dead holder's lock over."""
+
+
+def leader_lock(config: ConsumerConfig, owner: str) -> LeaderLock:
+    state = DynamoDBCoordinatorStateStore(aws.client("dynamodb", config), config.coordinator_state_table, aws.retry_policy(config))
+    return LeaderLock(state, owner, config.leader_lease_duration_millis, config.leader_heartbeat_period_millis)
+
+
+def lead(config: ConsumerConfig, owner: str, streams: Sequence[str], workers: int) -> tuple[ShardSyncReport, AssignmentReport]:
+    """Shard sync and one assignment round under the lock `owner` already holds (resumed by name)."""
+    dynamodb = aws.client("dynamodb", config)
+    with hold(leader_lock(config, owner), "chaos leader", acquire=False, release=False) as leadership:
+        policy = leadership.retry_policy(aws.retry_policy(config))
+        store = leadership.lease_store(DynamoDBLeaseStore(dynamodb, config.lease_table, retry_policy=policy))
+        state = leadership.state_store(DynamoDBCoordinatorStateStore(dynamodb, config.coordinator_state_table, policy))
+        metrics = DynamoDBWorkerMetricsStore(dynamodb, config.worker_metrics_table, retry_policy=aws.retry_policy(config))
+        source = KinesisShardSource(aws.client("kinesis", config), retry_policy=aws.retry_policy(config))
+        synced = sync_streams(streams, config, store, source, state)
+        assigned = AssignmentCoordinator(store, metrics, state, config).run(
+            slot_ids(config.require_application_name(), workers), round_owner=owner
+        )
+    return synced, assigned
+
+
+@dataclass
+class Taking:
+    """How the round got its lock: the refusals it met (each naming a holder) and the time it waited."""
+
+    waited_seconds: float = 0.0
+    refusals: list[str] = field(default_factory=list)
+    first_refusal_at: float | None = None
+
+
+def take(config: ConsumerConfig, owner: str, give_up_after_seconds: float) -> Taking:
+    """Acquire the lock as a DAG's take_leadership does, retrying every half second while it is held.
+
+    Raises `LockNeverFreed` after `give_up_after_seconds` (a lock that is never taken over is a
+    campaign violation).
+    """
+    lock = leader_lock(config, owner)
+    taking = Taking()
+    started = time.monotonic()
+    while not lock.try_acquire():
+        if taking.first_refusal_at is None:
+            taking.first_refusal_at = time.monotonic()
+        message = str(lock.unavailable())
+        if not taking.refusals or taking.refusals[-1] != message:
+            taking.refusals.append(message)
+        if time.monotonic() - started > give_up_after_seconds:
+            raise LockNeverFreed(f"{taking.refusals[-1]} (still refused after {give_up_after_seconds:.0f} s)")
+        time.sleep(TAKE_POLL_SECONDS)
+    taking.waited_seconds = time.monotonic() - started
+    return taking
+
+
+def release(config: ConsumerConfig, owner: str) -> str:
+    """The teardown: resume the lock by owner name and release it. What happened, in a few words."""
+    lock = leader_lock(config, owner)
+    if lock.resume_as_owner():
+        return "released" if lock.release() else "release refused"
+    holder = lock.holder()
+    return "free" if holder is None else f"held by {holder.owner_name}"

@@ -1,0 +1,159 @@
+"""The campaign's world: emulators, fault proxies, the stream, the tables, and the settings every process gets.
+
+moto (DynamoDB) and kinesis-mock (Kinesis) run as processes of their own on loopback. Two
+`FaultProxy`s (tests/support/fault_proxy.py) sit in front of them, in this process: the consume
+job's driver and slots reach AWS only through them (the data plane), so throttling, 5xx, dropped
+requests, lost answers and retention trims reach the job. The campaign's own leader steps, the
+producer, `leasectl` and the final check talk to the emulators directly (the control plane).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Mapping
+from contextlib import ExitStack
+from pathlib import Path
+from typing import Any
+
+import boto3
+
+from lease_core import aws
+from lease_core.config import ConsumerConfig, load_config
+from lease_core.coordinator_state import DynamoDBCoordinatorStateStore
+from lease_core.dynamodb_store import DynamoDBLeaseStore
+from lease_core.emulators import kinesis_mock, moto_server
+from lease_core.tables import TableAdministrator
+from bench.chaos.processes import RUN_MARKER
+from tests.support.fault_proxy import FaultProxy
+from tests.support.kinesis import create_stream
+
+REPOSITORY = Path(__file__).resolve().parents[2]
+REGION = "us-east-1"
+INITIAL_SHARDS = 4
+CONTROL_DIR_VARIABLE = "KINESIS_CHAOS_CONTROL_DIR"
+
+# Short durations so that the campaign sees failovers and takeovers within seconds. The leader
+# lock's lease must outlast the gap between the leader's last heartbeat and the consume job's
+# driver resuming the lock (a spark-submit start-up on a busy two-core machine), or any contender
+# in that gap would rightly take over a round that is only starting.
+SETTINGS: dict[str, str] = {
+    "initial_position_in_stream": "TRIM_HORIZON",
+    "failover_time_millis": "6000",
+    "leader_lease_duration_millis": "15000",
+    "leader_heartbeat_period_millis": "500",
+    "dependency_retry_base_millis": "20",
+    "dependency_retry_max_millis": "400",
+    "table_status_poll_seconds": "0.05",
+    "aws_region": REGION,
+}
+
+
+def prepare_environment() -> None:
+    """Dummy credentials and loopback Spark, before any client, emulator or JVM starts.
+
+    Assigned, not defaulted, so no real credentials from the caller's shell are ever used.
+    """
+    os.environ.update(
+        AWS_ACCESS_KEY_ID="testing",
+        AWS_SECRET_ACCESS_KEY="testing",
+        AWS_DEFAULT_REGION=REGION,
+        AWS_REGION=REGION,
+        AWS_EC2_METADATA_DISABLED="true",
+        PYSPARK_PYTHON=sys.executable,
+        PYSPARK_DRIVER_PYTHON=sys.executable,
+        SPARK_LOCAL_IP="127.0.0.1",
+    )
+    for name in ("AWS_SESSION_TOKEN", "AWS_PROFILE", "AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_DYNAMODB",
+                 "AWS_ENDPOINT_URL_KINESIS", "AWS_ENDPOINT_URL_S3"):
+        os.environ.pop(name, None)
+    for name in [name for name in os.environ if name.startswith("KINESIS_LEASE_")]:
+        os.environ.pop(name)
+    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPOSITORY), os.environ.get("PYTHONPATH")]))
+
+
+class Stack:
+    """Started with `with`; everything it started is stopped on leaving, whatever happened."""
+
+    def __init__(self, workdir: Path, run_id: str, application: str, stream: str) -> None:
+        self.workdir = workdir
+        self.run_id = run_id
+        self.application = application
+        self.stream = stream
+        self.output_uri = str(workdir / "lake")
+        self.control_dir = workdir / "control"
+        self._exit = ExitStack()
+        self.dynamodb_endpoint = ""
+        self.kinesis_endpoint = ""
+        self.kinesis_proxy: FaultProxy | None = None
+        self.dynamodb_proxy: FaultProxy | None = None
+
+    def __enter__(self) -> Stack:
+        try:
+            self._start()
+        except BaseException:
+            self._exit.close()
+            raise
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self._exit.close()
+
+    def _start(self) -> None:
+        self.control_dir.mkdir(parents=True, exist_ok=True)
+        # The marker lets `stop_leftovers` find the emulators too.
+        self.dynamodb_endpoint = self._exit.enter_context(moto_server(extra_env={RUN_MARKER: self.run_id})).endpoint
+        self.kinesis_endpoint = self._exit.enter_context(kinesis_mock(extra_env={RUN_MARKER: self.run_id})).endpoint
+        self.kinesis_proxy = self._exit.enter_context(FaultProxy(self.kinesis_endpoint, seed=1))
+        self.dynamodb_proxy = self._exit.enter_context(FaultProxy(self.dynamodb_endpoint, seed=2))
+        create_stream(self.kinesis(), self.stream, INITIAL_SHARDS)
+        TableAdministrator(self.dynamodb(), self.control_config(), retry_policy=aws.retry_policy(self.control_config())).ensure_tables()
+
+    # --- clients and settings of the control plane (straight to the emulators) -------------------
+
+    def control_settings(self) -> dict[str, str]:
+        return {
+            **SETTINGS,
+            "application_name": self.application,
+            "aws_endpoint_url_dynamodb": self.dynamodb_endpoint,
+            "aws_endpoint_url_kinesis": self.kinesis_endpoint,
+        }
+
+    def control_config(self) -> ConsumerConfig:
+        return load_config(environ={}, overrides=self.control_settings())
+
+    def data_plane_settings(self) -> dict[str, str]:
+        """The consume job's settings: every AWS call through the fault proxies."""
+        assert self.kinesis_proxy is not None and self.dynamodb_proxy is not None
+        return {
+            **self.control_settings(),
+            "aws_endpoint_url_dynamodb": self.dynamodb_proxy.endpoint,
+            "aws_endpoint_url_kinesis": self.kinesis_proxy.endpoint,
+        }
+
+    def dynamodb(self) -> Any:
+        return boto3.client("dynamodb", endpoint_url=self.dynamodb_endpoint, region_name=REGION)
+
+    def kinesis(self) -> Any:
+        return boto3.client("kinesis", endpoint_url=self.kinesis_endpoint, region_name=REGION)
+
+    def lease_store(self) -> DynamoDBLeaseStore:
+        config = self.control_config()
+        return DynamoDBLeaseStore(self.dynamodb(), config.lease_table, retry_policy=aws.retry_policy(config),
+                                  consistent_reads=True)
+
+    def state_store(self) -> DynamoDBCoordinatorStateStore:
+        config = self.control_config()
+        return DynamoDBCoordinatorStateStore(self.dynamodb(), config.coordinator_state_table, aws.retry_policy(config))
+
+    def process_env(self, extra: Mapping[str, str] | None = None) -> dict[str, str]:
+        """The environment of every process the campaign starts (marked, loopback, this venv's Python)."""
+        return {**os.environ, RUN_MARKER: self.run_id, CONTROL_DIR_VARIABLE: str(self.control_dir), **(extra or {})}
+
+
+def set_arguments(settings: Mapping[str, str]) -> list[str]:
+    arguments: list[str] = []
+    for key, value in settings.items():
+        if key != "application_name":
+            arguments += ["--set", f"{key}={value}"]
+    return arguments
