@@ -213,18 +213,28 @@ def judge_leader_deaths(run: RoundRun, taking: Taking) -> None:
 
 
 def reshard(run: RoundRun, fault: Fault) -> Injection | None:
-    """Split an open shard at its midpoint, or merge two adjacent open shards (chosen by `pick`)."""
+    """Split an open shard at its midpoint, or merge two adjacent open shards (chosen by `pick`).
+
+    Only shards whose lease is being read (its checkpoint a sequence number) are resharded, as an
+    operator reshards a busy shard: resharding shards whose parents are still unread would stack
+    up generations faster than rounds (one generation each) can drain them.
+    """
     kinesis, stream = run.stack.kinesis(), run.stack.stream
+    read = {lease.lease_key for lease in run.stack.lease_store().list_leases()
+            if not lease.is_at_shard_end and not lease.checkpoint.is_sentinel}
     open_shards = sorted((shard for shard in shards_of(kinesis, stream) if shard.is_open),
                          key=lambda shard: shard.hash_key_range.starting_hash_key)
     running = bool(run.live_main_line())
     when = "while a try ran" if running else "after the tries ended"
     if fault.kind == SPLIT:
-        parent = _choose(open_shards, fault.pick)
+        candidates = [shard for shard in open_shards if shard.shard_id in read]
+        if not candidates:
+            return None
+        parent = _choose(candidates, fault.pick)
         children = split_shard(kinesis, stream, parent.shard_id)
         return _new(run, fault, f"split {parent.shard_id} -> {', '.join(children)} {when}",
                     parents=[parent.shard_id], children=list(children), running=running)
-    pairs = _adjacent_pairs(open_shards)
+    pairs = [(left, right) for left, right in _adjacent_pairs(open_shards) if {left.shard_id, right.shard_id} <= read]
     if not pairs:
         return None
     left, right = _choose(pairs, fault.pick)

@@ -50,6 +50,15 @@ def lead(config: ConsumerConfig, owner: str, streams: Sequence[str], workers: in
     return synced, assigned
 
 
+def describe(synced: ShardSyncReport, assigned: AssignmentReport) -> str:
+    """The leader's steps in one line, for the campaign log."""
+    incomplete = [result.stream_name for result in synced.streams if result.listing_incomplete is not None]
+    return (f"sync created {list(synced.created)} deleted {list(synced.deleted)} changed {list(synced.changed)}"
+            + (f" INCOMPLETE LISTING {incomplete}" if incomplete else "")
+            + f"; assignment round {assigned.round_number}: {len(assigned.moves)} move(s), "
+            f"{assigned.lost_conditions} lost condition(s), spillover {list(assigned.spillover)}")
+
+
 @dataclass
 class Taking:
     """How the round got its lock: the refusals it met (each naming a holder) and the time it waited."""

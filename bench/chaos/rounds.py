@@ -6,8 +6,9 @@
     -> teardown: release the lock (whatever happened) -> resets the operator retries after the round
 
 The timeline counts from the start of try 1. A fault fires `delay` seconds after its anchor (the
-start of try 1, or the first moment a slot's Python worker has run a batch: `schedule.ANCHORS`).
-When every try has ended first, a fault that needs a running try (a worker kill, a driver kill),
+start of try 1, or the first moment a slot's Python worker has run a batch: `schedule.ANCHORS`);
+one that finds nothing to act on (no shard being read to split, no lease read yet to trim) looks
+again every second while a try runs. When every try has ended first, a fault that needs a running try (a worker kill, a driver kill),
 or one meant for the slots' batches when no batch ran, is deferred to the next round (once: a
 fault deferred twice is dropped and counted as not injected); the others fire at once, while the
 round still holds its lock.
@@ -24,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from bench.chaos import injections
 from bench.chaos.injections import Injection
-from bench.chaos.leader import Taking, lead, release, take
+from bench.chaos.leader import Taking, describe, lead, release, take
 from bench.chaos.processes import ConsumeAttempt, TrackedProcess
 from bench.chaos.schedule import ANCHORS, DRIVER_KILL, LEADER_DEATH, WORKER_SIGKILL, Fault, RoundPlan
 from bench.chaos.stack import REPOSITORY, set_arguments
@@ -34,6 +35,7 @@ if TYPE_CHECKING:
     from bench.chaos.campaign import Campaign
 
 POLL_SECONDS = 0.2
+RETRY_SECONDS = 1.0
 ROUND_TIMEOUT_SECONDS = 300.0
 MAX_RECORDS_PER_FILE = 25
 MAX_SECONDS_PER_LEASE = 20
@@ -92,13 +94,16 @@ class RoundResult:
     release: str
     taking: Taking | None = None
     error: str | None = None
+    leading: str = ""
 
     def line(self) -> str:
         tries = ", ".join(f"{a.label} exit {a.process.returncode}" for a in self.attempts) or "no try"
         faults = ", ".join(i.short() for i in self.injections) or "none"
         state = "ok" if self.succeeded else "FAILED"
         error = f" ({self.error})" if self.error else ""
-        return f"round {self.number:>3} W={self.workers} {state}{error} in {self.seconds:5.1f} s | {tries} | faults: {faults}"
+        lock = "" if self.release == "released" else f" | lock at the teardown: {self.release}"
+        return (f"round {self.number:>3} W={self.workers} {state}{error} in {self.seconds:5.1f} s | {tries} | "
+                f"faults: {faults}{lock}")
 
 
 class RoundRun:
@@ -114,6 +119,7 @@ class RoundRun:
         self.started = time.monotonic()
         self.consume_started: float | None = None
         self.assignment_round: int | None = None
+        self.leading = ""
         self.proxy_off_at: float | None = None
         self.proxy_injection: Injection | None = None
         self.resets: list[tuple[Injection, TrackedProcess]] = []
@@ -129,7 +135,8 @@ class RoundRun:
                     self.injections.append(injections.leader_death(self, fault))
             taking = take(self.config, self.owner, give_up_after_seconds=self.campaign.takeover_bound_seconds)
             injections.judge_leader_deaths(self, taking)
-            _, assigned = lead(self.config, self.owner, [self.stack.stream], self.plan.workers)
+            synced, assigned = lead(self.config, self.owner, [self.stack.stream], self.plan.workers)
+            self.leading = describe(synced, assigned)
             self.assignment_round = assigned.round_number
             self._consume([fault for fault in self.plan.faults if fault.kind != LEADER_DEATH])
         except Exception as error_:  # a round that could not run is reported; the campaign goes on
@@ -145,7 +152,7 @@ class RoundRun:
             injections.judge(self, injection, succeeded)
         return RoundResult(
             self.plan.number, self.plan.workers, self.owner, self.assignment_round, self.attempts, self.injections,
-            succeeded, round(time.monotonic() - self.started, 1), released, taking, error,
+            succeeded, round(time.monotonic() - self.started, 1), released, taking, error, self.leading,
         )
 
     def now(self) -> float:
@@ -156,6 +163,7 @@ class RoundRun:
         self.consume_started = time.monotonic()
         self.start_attempt(TRY)
         pending = sorted(faults, key=lambda fault: fault.delay)
+        retry_at: dict[int, float] = {}  # faults that found nothing to act on yet: when to look again
         first_batch_at: float | None = None
         while True:
             now = self.now()
@@ -167,12 +175,16 @@ class RoundRun:
                 first_batch_at = now
             for fault in list(pending):
                 decision = self._due(fault, now, first_batch_at, live)
-                if decision == "wait":
+                if decision == "wait" or (decision == "fire" and now < retry_at.get(id(fault), 0.0)):
+                    continue
+                injection = None if decision == "defer" else injections.inject(self, fault)
+                if injection is None and decision == "fire" and live:
+                    retry_at[id(fault)] = now + RETRY_SECONDS  # a shard or lease to act on may come
                     continue
                 pending.remove(fault)
-                injection = None if decision == "defer" else injections.inject(self, fault)
                 if injection is None:
                     self.deferred.append(fault)
+                    self.campaign.note(f"round {self.plan.number}: {fault.describe()} deferred (nothing to act on)")
                 else:
                     self.injections.append(injection)
             if self.proxy_off_at is not None and (now >= self.proxy_off_at or not live):

@@ -6,8 +6,8 @@ runs: the rounds' parallelism W, the faults of each round, their delays, variant
 The same seed therefore replays the same schedule; only process timing differs between runs.
 
 Every fault kind appears once in the first rounds (a shuffled permutation of all kinds), so even a
-short campaign injects each kind; the rest are weighted draws. A round never carries one kind twice,
-nor both a driver kill and an Airflow retry (a deferred fault may join a round that has its kind).
+short campaign injects each kind; the rest are weighted draws. A round carries at most one dying
+leader and one faulty proxy window, and never both a driver kill and an Airflow retry.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ RETENTION_TRIM = "retention_trim"
 FAULT_WEIGHTS: dict[str, float] = {
     WORKER_SIGKILL: 4,
     DRIVER_KILL: 3,
-    TWIN_ATTEMPT: 3,
+    TWIN_ATTEMPT: 2,
     AIRFLOW_RETRY: 3,
     LEADER_DEATH: 0.5,
     SPLIT: 3,
@@ -88,6 +88,9 @@ WORKER_CHOICES = (1, 2, 2, 3)
 # At most one of these per round: each ends the running try, and a round in which every try is
 # killed says little about the other faults in it.
 TRY_ENDING = frozenset({DRIVER_KILL, AIRFLOW_RETRY})
+# At most once per round: a dead leader is met before the round's first step, and one faulty window
+# of the proxies is open at a time. Other kinds may come twice (two worker kills, two splits, ...).
+ONCE_PER_ROUND = frozenset({LEADER_DEATH, PROXY_FAULTS})
 
 
 @dataclass(frozen=True)
@@ -141,7 +144,7 @@ def build_schedule(
 
     The first rounds take a shuffled permutation of every kind (the kinds that need a running try
     first: when the try has ended before they fire they are deferred, and a short campaign still
-    has rounds left to inject them); after that each round draws distinct kinds by weight.
+    has rounds left to inject them); after that each round draws kinds by weight (`_fits`).
     """
     mean = faults_per_round(faults, expected_rounds)
     uncovered = list(kinds)
@@ -168,7 +171,9 @@ def build_schedule(
 
 
 def _fits(kind: str, chosen: list[str]) -> bool:
-    return kind not in chosen and not (kind in TRY_ENDING and TRY_ENDING & set(chosen))
+    if kind in ONCE_PER_ROUND and kind in chosen:
+        return False
+    return not (kind in TRY_ENDING and TRY_ENDING & set(chosen))
 
 
 def _round_size(rng: random.Random, mean: float, kinds: int) -> int:

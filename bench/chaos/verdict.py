@@ -54,6 +54,7 @@ class Verdict:
     uncertain_landed: int = 0
     unfounded_losses: list[ReportedLoss] = field(default_factory=list)
     stuck: list[str] = field(default_factory=list)
+    loss_bounds: set[str] = field(default_factory=set)  # the `after` of every reported loss
 
     @property
     def clean(self) -> bool:
@@ -68,7 +69,10 @@ class Verdict:
         if self.lost:
             lines.append(f"{len(self.lost)} record(s) lost (never trimmed): " + _records(self.lost))
         if self.silently_aged_out:
-            lines.append(f"{len(self.silently_aged_out)} record(s) aged out without a round report naming the loss: "
+            edge = [record for record in self.silently_aged_out if record.sequence_number in self.loss_bounds]
+            lines.append(f"{len(self.silently_aged_out)} record(s) aged out without a round report naming the loss "
+                         f"({len(edge)} of them the `after` record of a reported loss, which the loss does not cover; "
+                         f"{len(self.silently_aged_out) - len(edge)} in no reported loss at all): "
                          + _records(self.silently_aged_out))
         if self.unexpected:
             lines.append(f"{len(self.unexpected)} landed record(s) never produced: " + ", ".join(map(_key, self.unexpected[:SHOWN])))
@@ -121,6 +125,7 @@ def check_records(
     losses = defaultdict(list)
     for loss in reported:
         losses[loss.lease_key].append(loss)
+        verdict.loss_bounds.add(loss.after)
     explained: set[ReportedLoss] = set()
     for key, record in sorted(written.items(), key=lambda item: (item[0][0], int(item[0][1]))):
         if key in payloads:
