@@ -12,7 +12,7 @@ from decimal import ROUND_HALF_UP, Context, Decimal, InvalidOperation
 from typing import Any
 
 from lease_core.errors import CorruptLeaseError, InvalidSequenceNumberError
-from lease_core.lease import HashKeyRange, Lease
+from lease_core.lease import AgedOutRange, HashKeyRange, Lease
 from lease_core.sequence import ExtendedSequenceNumber
 
 AttributeValue = dict[str, Any]
@@ -40,6 +40,7 @@ SHARD_ID = "shardId"
 # Ours (kcl-compatibility.md): KCL neither reads nor writes them.
 CLAIM_TOKEN = "claimToken"
 COMMITTED_BATCH_FILE = "committedBatchFile"
+UNREPORTED_LOSSES = "unreportedRetentionLosses"
 
 LEASE_ENTITY_TYPE = "LEASE"
 _THROUGHPUT_QUANTUM = Decimal("0.000001")
@@ -102,7 +103,13 @@ def lease_to_item(lease: Lease) -> Item:
         item[CLAIM_TOKEN] = string_value(lease.claim_token)
     if lease.committed_batch_file is not None:
         item[COMMITTED_BATCH_FILE] = string_value(lease.committed_batch_file)
+    if lease.unreported_losses:
+        item[UNREPORTED_LOSSES] = aged_out_ranges_value(lease.unreported_losses)
     return item
+
+
+def aged_out_ranges_value(ranges: frozenset[AgedOutRange] | set[AgedOutRange]) -> AttributeValue:
+    return string_set_value({aged_out.encode() for aged_out in ranges})
 
 
 def checkpoint_attributes(lease: Lease) -> Item:
@@ -171,6 +178,7 @@ def lease_from_item(item: Mapping[str, AttributeValue]) -> Lease:
             shard_id=shard_id,
             claim_token=reader.string(CLAIM_TOKEN),
             committed_batch_file=reader.string(COMMITTED_BATCH_FILE),
+            unreported_losses=reader.aged_out_ranges(UNREPORTED_LOSSES),
         )
     except ValueError as error:  # a value the model itself rejects, e.g. an inverted hash range
         raise CorruptLeaseError(key, str(error)) from error
@@ -237,6 +245,12 @@ class _ItemReader:
     def string_set(self, name: str) -> frozenset[str]:
         raw = self._raw(name, "SS", False)
         return frozenset(raw or ())
+
+    def aged_out_ranges(self, name: str) -> frozenset[AgedOutRange]:
+        try:
+            return frozenset(AgedOutRange.decode(text) for text in self.string_set(name))
+        except ValueError as error:
+            raise CorruptLeaseError(self._key, f"attribute {name!r}: {error}") from None
 
     def sequence(self, name: str, sub_name: str, required: bool = False) -> ExtendedSequenceNumber | None:
         sequence_number = self.string(name, required)

@@ -74,8 +74,12 @@ def render_update(update: LeaseUpdate) -> dict[str, Any]:
         clauses.append("SET " + ", ".join(f"{name(a)} = {value(v)}" for a, v in update.set_attributes))
     if update.remove_attributes:
         clauses.append("REMOVE " + ", ".join(name(a) for a in update.remove_attributes))
-    if update.add_numbers:
-        clauses.append("ADD " + ", ".join(f"{name(a)} {value({'N': str(n)})}" for a, n in update.add_numbers))
+    additions = [f"{name(a)} {value({'N': str(n)})}" for a, n in update.add_numbers]
+    additions += [f"{name(a)} {value(v)}" for a, v in update.add_to_sets]
+    if additions:
+        clauses.append("ADD " + ", ".join(additions))
+    if update.delete_from_sets:
+        clauses.append("DELETE " + ", ".join(f"{name(a)} {value(v)}" for a, v in update.delete_from_sets))
     return {"UpdateExpression": " ".join(clauses), **placeholders.arguments(update.lease_key, condition)}
 
 

@@ -8,6 +8,7 @@ not to this value.
 from __future__ import annotations
 
 import dataclasses
+import json
 from dataclasses import dataclass, field
 
 from lease_core.errors import CheckpointOrderError
@@ -76,6 +77,42 @@ def split_multi_stream_lease_key(lease_key: str) -> tuple[StreamIdentifier, str]
 
 
 @dataclass(frozen=True)
+class AgedOutRange:
+    """Records of a lease after `after` and before `first_available` aged out before they were read.
+
+    `first_available` is None when nothing was left in the shard; `first_available_arrival` is that
+    record's arrival time (ISO 8601). Positions are written as the lease's checkpoints are.
+    """
+
+    after: str
+    first_available: str | None = None
+    first_available_arrival: str | None = None
+
+    def __post_init__(self) -> None:
+        if not self.after:
+            raise ValueError("an aged-out range needs the position it starts after")
+
+    def encode(self) -> str:
+        """The range as one string of a DynamoDB string set: compact JSON with sorted keys, so the
+        same range always encodes alike (set ADD and DELETE match it exactly)."""
+        return json.dumps(dataclasses.asdict(self), sort_keys=True, separators=(",", ":"))
+
+    @classmethod
+    def decode(cls, text: str) -> AgedOutRange:
+        """The range `encode` wrote; ValueError naming what is wrong otherwise."""
+        try:
+            fields = json.loads(text)
+        except json.JSONDecodeError as error:
+            raise ValueError(f"aged-out range {text!r} is not JSON: {error}") from None
+        names = {field_.name for field_ in dataclasses.fields(cls)}
+        if not isinstance(fields, dict) or not set(fields) <= names or "after" not in fields:
+            raise ValueError(f"aged-out range {text!r} needs 'after' and at most {sorted(names)}")
+        if not all(value is None or isinstance(value, str) for value in fields.values()):
+            raise ValueError(f"aged-out range {text!r}: every field is a string or null")
+        return cls(**fields)
+
+
+@dataclass(frozen=True)
 class Lease:
     """One item of the lease table, as a value. Field names are the KCL names in snake_case."""
 
@@ -99,6 +136,11 @@ class Lease:
     # committed last, which is made visible only after its commit (see `spark_jobs.parquet_sink`).
     claim_token: str | None = None
     committed_batch_file: str | None = None
+    # Also ours: retention losses met while reading this lease that no kept round report has named
+    # yet. A holder adds them with the write that moves past them (set ADD); the step that keeps the
+    # round's report removes exactly the ones it named (set DELETE), so a report lost with its
+    # driver is made again by a later round.
+    unreported_losses: frozenset[AgedOutRange] = field(default_factory=frozenset)
 
     def __post_init__(self) -> None:
         if not self.lease_key:
@@ -114,6 +156,7 @@ class Lease:
         # Sets are normalised so that equal leases compare equal whatever iterable was given.
         object.__setattr__(self, "parent_shard_ids", frozenset(self.parent_shard_ids))
         object.__setattr__(self, "child_shard_ids", frozenset(self.child_shard_ids))
+        object.__setattr__(self, "unreported_losses", frozenset(self.unreported_losses))
 
     @classmethod
     def for_stream(cls, stream: StreamIdentifier, shard_id: str, **fields: object) -> Lease:

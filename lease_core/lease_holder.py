@@ -32,7 +32,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import TypeVar
 
 from lease_core.errors import LeaseCoreError, LeaseLostError
-from lease_core.lease import Lease
+from lease_core.lease import AgedOutRange, Lease
 from lease_core.lease_store import LeaseStore, WriteResult
 from lease_core.sequence import ExtendedSequenceNumber
 
@@ -130,14 +130,19 @@ class HeldLease:
         self._lose_locked(_why_lost(what, result, local.claim_token))
         return False
 
-    def prepare(self, value: ExtendedSequenceNumber, state: bytes | None) -> Lease:
-        """Record `value` (and `state`) as this lease's pending checkpoint (§10.3)."""
-        return self._update(lambda lease: lease.with_pending_checkpoint(value, state), "prepare")
+    def prepare(
+        self, value: ExtendedSequenceNumber, state: bytes | None, losses: frozenset[AgedOutRange] = frozenset()
+    ) -> Lease:
+        """Record `value` (and `state`) as this lease's pending checkpoint (§10.3); `losses` are the
+        retention losses met before it, kept on the lease until a round report names them."""
+        return self._update(lambda lease: lease.with_pending_checkpoint(value, state), "prepare", losses)
 
-    def commit(self, value: ExtendedSequenceNumber, batch_file: str | None = None) -> Lease:
+    def commit(
+        self, value: ExtendedSequenceNumber, batch_file: str | None = None, losses: frozenset[AgedOutRange] = frozenset()
+    ) -> Lease:
         """Checkpoint at `value`, clearing the pending checkpoint (§10.2); `batch_file` is the output
-        file of the batch it commits, if it wrote one."""
-        return self._update(lambda lease: lease.with_checkpoint(value, batch_file), "checkpoint")
+        file of the batch it commits, if it wrote one; `losses` as for `prepare`."""
+        return self._update(lambda lease: lease.with_checkpoint(value, batch_file), "checkpoint", losses)
 
     def require_held(self) -> Lease:
         """The current value; raises `LeaseLostError` when the lease is lost or locally expired."""
@@ -149,12 +154,12 @@ class HeldLease:
         with self._lock:
             self._lose_locked(reason)
 
-    def _update(self, change: Callable[[Lease], Lease], what: str) -> Lease:
+    def _update(self, change: Callable[[Lease], Lease], what: str, losses: frozenset[AgedOutRange]) -> Lease:
         with self._lock:
             self._raise_if_lost()
             intended = change(self._lease)
             # A DynamoDB error propagates and leaves the local value as it was (§2.7 step 5).
-            result = self._store.update_lease(intended)
+            result = self._store.update_lease(intended, losses)
             if result.applied or _update_recovered(intended, result):
                 self._adopt(result.lease)
                 return self._lease

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 from lease_core import lease_writes
 from lease_core.errors import DependencyError, InvalidShardLineageError, LeaseLostError
-from lease_core.lease import Lease
+from lease_core.lease import AgedOutRange, Lease
 from lease_core.lease_store import LeaseStore
 from lease_core.lease_writes import MetaField
 from lease_core.sequence import TRIM_HORIZON, Sentinel
@@ -236,7 +236,8 @@ def plan_lease_cleanup(
     """Which of the stream's leases to delete, from a snapshot of the leases, the shard listing and
     what Kinesis answered about single shards.
 
-    A lease goes when it is provably finished or provably orphaned, never on a listing's word:
+    A lease goes when it is provably finished or provably orphaned, never on a listing's word, and
+    never while it carries retention losses no kept round report has named yet:
     - completed (when `cleanup_on_completion`): at SHARD_END, every child lease exists and has
       started, and no parent lease is left. Child ids come from the lease, else from the listing;
     - shard gone: `shard_exists` (shard id -> Kinesis' answer, KCL's garbage check) says False,
@@ -256,6 +257,8 @@ def plan_lease_cleanup(
     records: list[ChildIdsRecord] = []
     for lease in own:
         shard_id = scheme.shard_id_of(lease)
+        if lease.unreported_losses:  # kept until a kept round report names them (`forget_reported_losses`)
+            continue
         if answers.get(shard_id) is False:
             deletions.append(LeaseDeletion(lease, CleanupReason.SHARD_GONE, not lease.is_at_shard_end))
             continue
@@ -272,7 +275,7 @@ def plan_lease_cleanup(
     return CleanupPlan(
         tuple(deletions),
         tuple(records),
-        unlisted_existing=tuple(lease.lease_key for lease in staying if scheme.shard_id_of(lease) in answers),
+        unlisted_existing=tuple(lease.lease_key for lease in staying if answers.get(scheme.shard_id_of(lease)) is True),
         unlisted_unprobed=tuple(lease.lease_key for lease in staying if scheme.shard_id_of(lease) not in answers),
     )
 
@@ -350,3 +353,17 @@ def apply_cleanup(store: LeaseStore, plan: CleanupPlan) -> CleanupOutcome:
         unlisted_existing=plan.unlisted_existing,
         unlisted_unprobed=plan.unlisted_unprobed,
     )
+
+
+def forget_reported_losses(store: LeaseStore, reported: Iterable[tuple[str, AgedOutRange]]) -> tuple[str, ...]:
+    """Once a round report naming `reported` (lease key, range) is kept, remove those ranges from
+    their leases; the keys of the leases written. A lease gone meanwhile has nothing left to forget.
+
+    Until then a range stays on its lease, so a report lost with its driver is made again by the
+    next round's (the report is then repeated, never missing); a range added since the report was
+    made stays for the next one.
+    """
+    by_lease: dict[str, set[AgedOutRange]] = {}
+    for lease_key, aged_out in reported:
+        by_lease.setdefault(lease_key, set()).add(aged_out)
+    return tuple(key for key, ranges in sorted(by_lease.items()) if store.forget_reported_losses(key, frozenset(ranges)))

@@ -18,7 +18,7 @@ from typing import Protocol
 from lease_core import codec, lease_writes
 from lease_core.codec import Item
 from lease_core.errors import CorruptLeaseError
-from lease_core.lease import Lease
+from lease_core.lease import AgedOutRange, Lease
 from lease_core.lease_writes import LeaseDelete, LeaseTransaction, LeaseUpdate, MetaField
 from lease_core.sequence import ExtendedSequenceNumber
 
@@ -91,7 +91,7 @@ class LeaseStore(Protocol):
     def claim_lease(self, lease: Lease, token: str) -> WriteResult: ...
     def take_lease(self, lease: Lease, new_owner: str) -> WriteResult: ...
     def evict_lease(self, lease: Lease) -> WriteResult: ...
-    def update_lease(self, lease: Lease) -> WriteResult: ...
+    def update_lease(self, lease: Lease, losses: frozenset[AgedOutRange] = frozenset()) -> WriteResult: ...
     def checkpoint(self, lease: Lease, value: ExtendedSequenceNumber) -> WriteResult: ...
     def prepare_checkpoint(
         self, lease: Lease, value: ExtendedSequenceNumber, state: bytes | None = None
@@ -100,6 +100,7 @@ class LeaseStore(Protocol):
     def initiate_graceful_handoff(self, lease: Lease, new_owner: str) -> WriteResult: ...
     def reset_checkpoint(self, lease: Lease, value: ExtendedSequenceNumber) -> WriteResult: ...
     def update_lease_meta(self, lease: Lease, field: MetaField) -> bool: ...
+    def forget_reported_losses(self, lease_key: str, losses: frozenset[AgedOutRange]) -> bool: ...
     def delete_lease(self, lease_key: str) -> None: ...
     def delete_lease_if_unchanged(self, lease: Lease) -> WriteResult: ...
     def transact(self, transaction: LeaseTransaction) -> TransactionResult: ...
@@ -200,8 +201,9 @@ class ConditionalLeaseStore(abc.ABC):
     def evict_lease(self, lease: Lease) -> WriteResult:
         return self._write(lease_writes.evict(lease))
 
-    def update_lease(self, lease: Lease) -> WriteResult:
-        return self._write(lease_writes.update(lease))
+    def update_lease(self, lease: Lease, losses: frozenset[AgedOutRange] = frozenset()) -> WriteResult:
+        """A holder's checkpoint or prepare of `lease`, adding the retention `losses` its read met."""
+        return self._write(lease_writes.update(lease, losses))
 
     def checkpoint(self, lease: Lease, value: ExtendedSequenceNumber) -> WriteResult:
         """Commit `value`: clears any prepared checkpoint and zeroes owner switches (§10.2)."""
@@ -229,6 +231,11 @@ class ConditionalLeaseStore(abc.ABC):
         if not applied:
             log.info("lease %s no longer exists; %s not written", lease.lease_key, field.value)
         return applied
+
+    def forget_reported_losses(self, lease_key: str, losses: frozenset[AgedOutRange]) -> bool:
+        """Remove `losses` from the lease's unreported ones (a kept round report names them); False when
+        the lease is gone."""
+        return self._update_item(lease_writes.forget_reported_losses(lease_key, losses)).applied
 
     def delete_lease(self, lease_key: str) -> None:
         """KCL's deleteLease: unconditional, by key; deleting a missing lease succeeds."""

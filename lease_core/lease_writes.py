@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from lease_core import codec
 from lease_core.codec import AttributeValue
-from lease_core.lease import Lease
+from lease_core.lease import AgedOutRange, Lease
 from lease_core.sequence import ExtendedSequenceNumber
 
 
@@ -47,6 +47,8 @@ class LeaseUpdate:
     set_attributes: tuple[tuple[str, AttributeValue], ...] = ()
     remove_attributes: tuple[str, ...] = ()
     add_numbers: tuple[tuple[str, int], ...] = ()
+    add_to_sets: tuple[tuple[str, AttributeValue], ...] = ()  # set union; the set is created if absent
+    delete_from_sets: tuple[tuple[str, AttributeValue], ...] = ()  # set difference; an emptied set is removed
 
 
 @dataclass(frozen=True)
@@ -170,8 +172,12 @@ def evict(lease: Lease) -> LeaseUpdate:
     )
 
 
-def update(lease: Lease) -> LeaseUpdate:
-    """Checkpoint or prepare: counter-conditional rewrite of the checkpoint fields of `lease` (§2.1)."""
+def update(lease: Lease, losses: frozenset[AgedOutRange] = frozenset()) -> LeaseUpdate:
+    """Checkpoint or prepare: counter-conditional rewrite of the checkpoint fields of `lease` (§2.1).
+
+    `losses`: retention losses met by the read this write moves past, added to the lease's unreported
+    ones (set ADD: whatever a report step removed meanwhile is not written back).
+    """
     sets = dict(codec.checkpoint_attributes(lease))
     sets[codec.OWNER_SWITCHES] = codec.number_value(lease.owner_switches_since_checkpoint)
     sets.update(codec.pending_checkpoint_attributes(lease))
@@ -194,7 +200,23 @@ def update(lease: Lease) -> LeaseUpdate:
     sets.update(codec.multi_stream_attributes(lease))
     name, value = _next_counter(lease)
     sets[name] = value
-    return LeaseUpdate(lease.lease_key, _holder_conditions(lease), tuple(sets.items()), tuple(removes))
+    added = ((codec.UNREPORTED_LOSSES, codec.aged_out_ranges_value(losses)),) if losses else ()
+    return LeaseUpdate(lease.lease_key, _holder_conditions(lease), tuple(sets.items()), tuple(removes), add_to_sets=added)
+
+
+def forget_reported_losses(lease_key: str, losses: frozenset[AgedOutRange]) -> LeaseUpdate:
+    """Remove `losses` from a lease's unreported ones once a kept round report names them.
+
+    Exactly these (set DELETE), whoever holds the lease, without moving the counter: a loss a holder
+    adds meanwhile stays for the next report, and no holder's write depends on this attribute.
+    """
+    if not losses:
+        raise ValueError(f"lease {lease_key!r}: no reported losses to forget")
+    return LeaseUpdate(
+        lease_key,
+        (AttributeExists(codec.LEASE_KEY),),
+        delete_from_sets=((codec.UNREPORTED_LOSSES, codec.aged_out_ranges_value(losses)),),
+    )
 
 
 def reset_checkpoint(lease: Lease, value: ExtendedSequenceNumber) -> LeaseUpdate:
@@ -292,9 +314,10 @@ def delete_if_unchanged(lease: Lease) -> LeaseDelete:
     on the snapshot's counter, which every renew, take, assign, evict, checkpoint and reset moves:
     a lease worked on since the snapshot is judged again next round instead of deleted. A lease judged
     finished must also still be at SHARD_END, which holds even against a writer that changed the
-    checkpoint without moving the counter.
+    checkpoint without moving the counter. A lease still carrying retention losses that no kept round
+    report named is kept until one has (`forget_reported_losses`).
     """
-    conditions: tuple[Condition, ...] = (_counter_is(lease),)
+    conditions: tuple[Condition, ...] = (_counter_is(lease), AttributeAbsent(codec.UNREPORTED_LOSSES))
     if lease.is_at_shard_end:
         conditions += (AttributeEquals(codec.CHECKPOINT, codec.string_value(lease.checkpoint.sequence_number)),)
     return LeaseDelete(lease.lease_key, conditions)

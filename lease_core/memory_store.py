@@ -113,6 +113,14 @@ def _apply(update: LeaseUpdate, item: Item) -> None:
     for name, amount in update.add_numbers:
         current = Decimal(item[name]["N"]) if name in item else Decimal(0)
         item[name] = {"N": str(current + amount)}
+    for name, value in update.add_to_sets:
+        item[name] = {"SS": sorted(set(item.get(name, {}).get("SS", ())) | set(value["SS"]))}
+    for name, value in update.delete_from_sets:
+        remaining = set(item.get(name, {}).get("SS", ())) - set(value["SS"])
+        if remaining:
+            item[name] = {"SS": sorted(remaining)}
+        else:
+            item.pop(name, None)
 
 
 def _holds(condition: Condition, item: Item) -> bool:

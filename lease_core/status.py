@@ -25,6 +25,7 @@ class LeaseRow:
     throughput_kbps: float | None
     parent_shard_ids: tuple[str, ...]
     child_shard_ids: tuple[str, ...]
+    unreported_losses: tuple[str, ...]  # "records after A aged out (first still available: B)"
 
     @classmethod
     def of(cls, lease: Lease) -> LeaseRow:
@@ -38,6 +39,10 @@ class LeaseRow:
             throughput_kbps=lease.throughput_kbps,
             parent_shard_ids=tuple(sorted(lease.parent_shard_ids)),
             child_shard_ids=tuple(sorted(lease.child_shard_ids)),
+            unreported_losses=tuple(
+                f"records after {loss.after} aged out unread (first still available: {loss.first_available or 'none'})"
+                for loss in sorted(lease.unreported_losses, key=lambda loss: (len(loss.after), loss.after))
+            ),
         )
 
 
@@ -128,6 +133,8 @@ def render_status(report: StatusReport) -> str:
                 for row in report.leases
             ],
         )
+    for row in report.leases:
+        lines += [f"UNREPORTED LOSS: lease {row.lease_key}: {loss} (the next round reports it)" for loss in row.unreported_losses]
     for problem in report.corrupt_items:
         lines.append(f"WARNING: {problem}")
     return "\n".join(lines)

@@ -36,15 +36,17 @@ from lease_core import aws
 from lease_core.assignment_round import ROUND_KEY
 from lease_core.config import ConsumerConfig, load_config, parse_iso_timestamp
 from lease_core.coordinator_state import DynamoDBCoordinatorStateStore
+from lease_core.dynamodb_store import DynamoDBLeaseStore
 from lease_core.errors import ConfigurationError, LeaseCoreError, TableNotFoundError
 from lease_core.leader_lock import LeaderLock, LockHeartbeat
 from lease_core.leadership import release_quietly
+from lease_core.lease_lifecycle import forget_reported_losses
 from lease_core.shard_source import KinesisShardSource
 from lease_core.tables import TableAdministrator
 from spark_jobs.consume_spec import ConsumeSpec, settings_for_executors
 from spark_jobs.lease_consumer import LeaseBudget
 from spark_jobs.parquet_sink import ParquetSink
-from spark_jobs.round_report import RoundReport
+from spark_jobs.round_report import RetentionLoss, RoundReport
 from spark_jobs.slot_task import slot_reports
 from spark_jobs.transform import load_transform
 
@@ -141,6 +143,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         except (LeaseCoreError, OSError) as error:
             print(f"consume_job: the round report could not be written to {arguments.report_uri}: {error}", file=sys.stderr)
             return EXIT_FAILED
+    if leadership is None:
+        try:
+            forget_kept_losses(config, report)
+        except LeaseCoreError as error:  # they stay on the leases: the next round reports them again
+            print(f"consume_job: the reported retention losses stay on their leases: {error}", file=sys.stderr)
     return EXIT_OK if report.succeeded else EXIT_FAILED
 
 
@@ -238,6 +245,7 @@ def run_round(spark: Any, spec: ConsumeSpec, leadership: HandedOverLock | None =
             reports = slot_reports(spark, spec)
         except Exception as error:  # Spark wraps executor failures in Py4J errors; keep the message
             failures.append(_first_line(error))
+        recorded = recorded_losses(spec.config)
     return RoundReport.build(
         spec.application_name,
         spec.round_number,
@@ -249,7 +257,30 @@ def run_round(spark: Any, spec: ConsumeSpec, leadership: HandedOverLock | None =
         failures,
         leadership_lost=watch.lost,
         leader_record_version=watch.record_version,
+        recorded_losses=recorded,
     )
+
+
+def recorded_losses(config: ConsumerConfig) -> list[RetentionLoss]:
+    """The retention losses the lease table carries: this round's, and earlier rounds' whose report
+    was never kept (their driver died first). Best effort: a failed scan leaves them on the leases
+    for the next round's report."""
+    store = DynamoDBLeaseStore(aws.client("dynamodb", config), config.lease_table, retry_policy=aws.retry_policy(config))
+    try:
+        leases = store.scan_leases().leases
+    except LeaseCoreError as error:
+        log.warning("the lease table could not be scanned for unreported retention losses (%s); the next "
+                    "round reports them", error)
+        return []
+    return [RetentionLoss.of(lease.lease_key, aged_out)
+            for lease in leases for aged_out in sorted(lease.unreported_losses, key=lambda loss: loss.after)]
+
+
+def forget_kept_losses(config: ConsumerConfig, report: RoundReport) -> None:
+    """A round run by hand is its own last step: once its report is kept, its retention losses leave
+    the leases (as `FinalizeRoundOperator` does for a DAG's round)."""
+    store = DynamoDBLeaseStore(aws.client("dynamodb", config), config.lease_table, retry_policy=aws.retry_policy(config))
+    forget_reported_losses(store, report.reported_losses())
 
 
 @dataclass

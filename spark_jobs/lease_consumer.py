@@ -28,7 +28,7 @@ from typing import Any
 import pyarrow as pa
 
 from lease_core.errors import ConfigurationError, CorruptLeaseError, DependencyError, LeaseCoreError, LeaseLostError
-from lease_core.lease import Lease
+from lease_core.lease import AgedOutRange, Lease
 from lease_core.lease_holder import HeldLease
 from lease_core.lease_lifecycle import create_child_leases
 from lease_core.lease_store import LeaseStore
@@ -94,6 +94,7 @@ class _Tally:
     millis_behind_latest: int | None = None
     children: list[str] = field(default_factory=list)
     losses: list[RetentionLoss] = field(default_factory=list)
+    unrecorded: set[AgedOutRange] = field(default_factory=set)  # met by a read, not yet written on the lease
 
     def count_read(self, batch: ReadBatch, lease_key: str) -> None:
         self.calls += batch.get_records_calls
@@ -104,7 +105,9 @@ class _Tally:
         if batch.gap is not None:
             gap = batch.gap
             arrival = None if gap.first_available_arrival is None else gap.first_available_arrival.isoformat()
-            self.losses.append(RetentionLoss(lease_key, str(gap.after), gap.first_available, arrival))
+            aged_out = AgedOutRange(str(gap.after), gap.first_available, arrival)
+            self.losses.append(RetentionLoss.of(lease_key, aged_out))
+            self.unrecorded.add(aged_out)
 
 
 class LeaseConsumer:
@@ -228,7 +231,10 @@ class LeaseConsumer:
                 f"pending checkpoint {lease.pending_checkpoint} after LATEST carries no batch description of "
                 "ours, so the prepared batch cannot be replayed; reset the lease's pendingCheckpoint to continue",
             )
-        return self._reader(first or lease.checkpoint, start_inclusive=first is not None)
+        if first is None:
+            return self._reader(lease.checkpoint)
+        # The batch's first record is the first after C: if it aged out, the loss starts after C.
+        return self._reader(first, start_inclusive=True, read_before_start=lease.checkpoint)
 
     def _read_until(self, reader: ShardReader, end: ExtendedSequenceNumber) -> tuple[list[KinesisRecord], ReadBatch]:
         """Every record of a prepared range, up to and including `end`."""
@@ -251,7 +257,7 @@ class LeaseConsumer:
 
     def _fresh_batches(self, deadline: float | None) -> str:
         budget = self.context.budget
-        reader = self._reader(self.held.lease.checkpoint, start_inclusive=False)
+        reader = self._reader(self.held.lease.checkpoint)
         while True:
             self.held.require_held()
             records_left = _left(budget.max_records, self._tally.records)
@@ -287,12 +293,22 @@ class LeaseConsumer:
         described = PendingBatch(
             start=start, end=end, first=records[0].position, path=path, records=len(records), staged=self._staged(path)
         )
-        self.held.prepare(end, described.encode())
+        self._recording(lambda losses: self.held.prepare(end, described.encode(), losses))
         self._commit(end, self._stage(path, records))
+
+    def _recording(self, write: Callable[[frozenset[AgedOutRange]], Lease]) -> None:
+        """Run a prepare or commit that also writes the retention losses read so far onto the lease.
+
+        They go with the first write that moves past them: once the checkpoint is beyond a gap, no
+        later read can meet it again, and the slot's report may die with its driver.
+        """
+        losses = frozenset(self._tally.unrecorded)
+        write(losses)
+        self._tally.unrecorded -= losses
 
     def _commit(self, end: ExtendedSequenceNumber, staged: str | None) -> None:
         """Commit `end`, naming the batch's staged file, then make the file visible."""
-        self.held.commit(end, batch_file=staged)
+        self._recording(lambda losses: self.held.commit(end, batch_file=staged, losses=losses))
         if staged is not None and self.context.sink.promote(staged) is Promotion.MISSING:
             log.warning("lease %s: the file %s of the batch just committed was deleted before it could be made "
                         "visible; its records are not in %s", self.held.lease_key, staged, self.context.sink.uri)
@@ -309,7 +325,7 @@ class LeaseConsumer:
         if outcome.deferred:
             return False
         self._tally.children.extend(outcome.created)
-        self.held.commit(SHARD_END)
+        self._recording(lambda losses: self.held.commit(SHARD_END, losses=losses))
         return True
 
     def _listed_children(self) -> list[ChildShard]:
@@ -322,13 +338,16 @@ class LeaseConsumer:
 
     # --- reading and writing -------------------------------------------------------------------
 
-    def _reader(self, start: ExtendedSequenceNumber, start_inclusive: bool) -> ShardReader:
+    def _reader(
+        self, start: ExtendedSequenceNumber, start_inclusive: bool = False, read_before_start: ExtendedSequenceNumber | None = None
+    ) -> ShardReader:
         return ShardReader(
             self.context.kinesis,
             self.stream_name,
             self.shard_id,
             start,
             start_inclusive=start_inclusive,
+            read_before_start=read_before_start,
             at_timestamp=self.context.at_timestamp,
             retry_policy=self.context.retry_policy,
         )

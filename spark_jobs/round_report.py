@@ -10,9 +10,11 @@ from __future__ import annotations
 import dataclasses
 import json
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
+
+from lease_core.lease import AgedOutRange
 
 
 class Outcome:
@@ -41,6 +43,15 @@ class RetentionLoss:
     after: str
     first_available: str | None
     first_available_arrival: str | None
+
+    @classmethod
+    def of(cls, lease_key: str, aged_out: AgedOutRange) -> RetentionLoss:
+        return cls(lease_key, aged_out.after, aged_out.first_available, aged_out.first_available_arrival)
+
+    @property
+    def aged_out(self) -> AgedOutRange:
+        """The range as the lease stores it until a kept report names it."""
+        return AgedOutRange(self.after, self.first_available, self.first_available_arrival)
 
 
 @dataclass(frozen=True)
@@ -112,8 +123,12 @@ class RoundReport:
         slot_failures: Sequence[str] = (),
         leadership_lost: bool = False,
         leader_record_version: str | None = None,
+        recorded_losses: Sequence[RetentionLoss] = (),
     ) -> RoundReport:
+        """`recorded_losses`: the retention losses the lease table still carries at the end of the
+        round, earlier rounds' whose report was never kept included; with the slots' own, each once."""
         leases = [lease for slot in slots for lease in slot.leases]
+        losses = list(dict.fromkeys([loss for lease in leases for loss in lease.retention_losses] + list(recorded_losses)))
         totals = {
             "leases": len(leases),
             "records": sum(lease.records for lease in leases),
@@ -122,9 +137,7 @@ class RoundReport:
             "outcomes": dict(sorted(Counter(lease.outcome for lease in leases).items())),
             "lost_leases": sorted(lease.lease_key for lease in leases if lease.outcome == Outcome.LOST),
             "failed_leases": sorted(lease.lease_key for lease in leases if lease.outcome == Outcome.FAILED),
-            "retention_losses": [
-                dataclasses.asdict(loss) for lease in leases for loss in lease.retention_losses
-            ],
+            "retention_losses": [dataclasses.asdict(loss) for loss in losses],
             "max_millis_behind_latest": max(
                 (lease.millis_behind_latest for lease in leases if lease.millis_behind_latest is not None),
                 default=None,
@@ -149,6 +162,10 @@ class RoundReport:
         """No slot failed, no lease failed and the leader lock held throughout; lost leases and
         retention losses are reported, not failures."""
         return not self.slot_failures and not self.totals["failed_leases"] and not self.leadership_lost
+
+    def reported_losses(self) -> list[tuple[str, AgedOutRange]]:
+        """The retention losses this report names, as (lease key, range)."""
+        return reported_losses(self.totals)
 
     def to_dict(self) -> dict[str, Any]:
         document = dataclasses.asdict(self)
@@ -192,6 +209,14 @@ class RoundReport:
         if self.leadership_lost:
             lines.append("  WARNING: the leader lock was lost during the round")
         return "\n".join(lines)
+
+
+def reported_losses(totals: Mapping[str, Any]) -> list[tuple[str, AgedOutRange]]:
+    """The retention losses named by a report's totals (its JSON form), as (lease key, range)."""
+    return [
+        (loss["lease_key"], AgedOutRange(loss["after"], loss.get("first_available"), loss.get("first_available_arrival")))
+        for loss in totals.get("retention_losses", [])
+    ]
 
 
 def _slot_order(worker_id: str) -> tuple[int, str]:

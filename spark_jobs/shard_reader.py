@@ -233,8 +233,10 @@ class _Batch:
 class ShardReader:
     """Reads one shard from a checkpoint in batches; each read() continues where the last one ended.
 
-    Throttled GetRecords calls back off by the retry policy's delays through `sleep` (so a fake clock
-    sees them) and end the batch gracefully once the policy's attempts are spent; 5xx and transport
+    `start_inclusive` delivers the record at `start` too (a replay of a prepared batch from its first
+    record); `read_before_start` must then name the position read before it, which a gap that took
+    `start` itself is reported after. Throttled GetRecords calls back off by the retry policy's
+    delays through `sleep` (so a fake clock sees them) and end the batch gracefully once the policy's attempts are spent; 5xx and transport
     failures are retried by `AwsCaller` and then raise `DependencyError`.
     """
 
@@ -246,6 +248,7 @@ class ShardReader:
         start: ExtendedSequenceNumber,
         *,
         start_inclusive: bool = False,
+        read_before_start: ExtendedSequenceNumber | None = None,
         at_timestamp: datetime | None = None,
         ending_sequence_number: str | None = None,
         retry_policy: RetryPolicy = RetryPolicy(),
@@ -274,7 +277,10 @@ class ShardReader:
         self._buffer: deque[KinesisRecord] = deque()
         # Detected, not yet on a batch; it comes before every buffered record (fetches fill an empty buffer).
         self._unreported_gap: RetentionGap | None = None
-        self._fetched_through = start
+        if start_inclusive and read_before_start is None:
+            raise ValueError(f"shard {shard_id}: an inclusive start needs read_before_start, what a gap is reported after")
+        # What a gap before the first record is reported after: an inclusive start is not read yet.
+        self._fetched_through = read_before_start if start_inclusive and read_before_start is not None else start
         self._last_raw_sequence_number: int | None = None  # a re-open starts at it: it is dropped
         self._last_delivered: ExtendedSequenceNumber | None = None
         self._end_known = False

@@ -1,5 +1,6 @@
 """The round's leader, as the DAG's steps do it: take the lock, sync and assign under it, hand it to the
-consume job by owner name, release it at the end (the teardown that runs whatever happened).
+consume job by owner name, keep the report of its last try (`finalize`), release it at the end (the
+teardown that runs whatever happened).
 
 `lead` is the work under the lock, shared with `dying_leader` (a leader process that is killed
 while it holds the lock). The control plane talks to the emulators directly.
@@ -8,7 +9,8 @@ while it holds the lock). The control plane talks to the emulators directly.
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 from dataclasses import dataclass, field
 
 from lease_core import aws
@@ -18,9 +20,11 @@ from lease_core.coordinator_state import DynamoDBCoordinatorStateStore
 from lease_core.dynamodb_store import DynamoDBLeaseStore
 from lease_core.leader_lock import LeaderLock
 from lease_core.leadership import hold
+from lease_core.lease_lifecycle import forget_reported_losses
 from lease_core.shard_source import KinesisShardSource
 from lease_core.shard_sync_step import ShardSyncReport, sync_streams
 from lease_core.worker_metrics import DynamoDBWorkerMetricsStore
+from spark_jobs.round_report import reported_losses
 
 TAKE_POLL_SECONDS = 0.5
 
@@ -48,6 +52,16 @@ def lead(config: ConsumerConfig, owner: str, streams: Sequence[str], workers: in
             slot_ids(config.require_application_name(), workers), round_owner=owner
         )
     return synced, assigned
+
+
+def finalize(config: ConsumerConfig, owner: str, report: Mapping[str, Any]) -> tuple[str, ...]:
+    """What the DAG's finalize step does to the leases once it kept the round's report: the retention
+    losses the report names leave their leases (under the round's lock). The leases written."""
+    dynamodb = aws.client("dynamodb", config)
+    with hold(leader_lock(config, owner), "chaos finalize", acquire=False, release=False) as leadership:
+        policy = leadership.retry_policy(aws.retry_policy(config))
+        store = leadership.lease_store(DynamoDBLeaseStore(dynamodb, config.lease_table, retry_policy=policy))
+        return forget_reported_losses(store, reported_losses(report.get("totals", {})))
 
 
 def describe(synced: ShardSyncReport, assigned: AssignmentReport) -> str:

@@ -25,10 +25,11 @@ from typing import TYPE_CHECKING, Any
 
 from bench.chaos import injections
 from bench.chaos.injections import Injection
-from bench.chaos.leader import Taking, describe, lead, release, take
+from bench.chaos.leader import Taking, describe, finalize, lead, release, take
 from bench.chaos.processes import ConsumeAttempt, TrackedProcess
 from bench.chaos.schedule import ANCHORS, DRIVER_KILL, LEADER_DEATH, WORKER_SIGKILL, Fault, RoundPlan
 from bench.chaos.stack import REPOSITORY, set_arguments
+from lease_core.errors import LeaseCoreError
 from bench.chaos.transforms import WorkerNote, worker_note
 
 if TYPE_CHECKING:
@@ -139,6 +140,7 @@ class RoundRun:
             self.leading = describe(synced, assigned)
             self.assignment_round = assigned.round_number
             self._consume([fault for fault in self.plan.faults if fault.kind != LEADER_DEATH])
+            self._finalize()
         except Exception as error_:  # a round that could not run is reported; the campaign goes on
             error = f"{type(error_).__name__}: {error_}"
             self.campaign.violation(f"round {self.plan.number}: {error}")
@@ -229,6 +231,21 @@ class RoundRun:
                 process.wait(5)
                 self.resets.remove((injection, process))
                 injections.judge_reset_during_round(self, injection, process)
+
+    def _finalize(self) -> None:
+        """As the DAG's finalize: only after the consume step succeeded, with its last try's report.
+        A lock the round no longer holds leaves the losses on the leases for a later round's report."""
+        main = [attempt for attempt in self.attempts if attempt.main_line]
+        report = main[-1].report() if main and self._succeeded() else None
+        if report is None:
+            return
+        try:
+            forgotten = finalize(self.config, self.owner, report)
+        except LeaseCoreError as error:
+            self.campaign.note(f"round {self.plan.number}: finalize could not run ({error}); the losses stay on the leases")
+            return
+        if forgotten:
+            self.campaign.note(f"round {self.plan.number}: finalize kept the report's losses of {', '.join(forgotten)}")
 
     def _succeeded(self) -> bool:
         """The round's last main-line try exited 0 (a DAG's consume step succeeded at its last try)."""

@@ -42,6 +42,7 @@ from lease_core.errors import RecordsLostError
 from lease_core.leader_lock import LeaderLock
 from lease_core.leadership import Leadership, hold
 from lease_core.lease import Lease, StreamIdentifier
+from lease_core.lease_lifecycle import forget_reported_losses
 from lease_core.lease_store import LeaseStore
 from lease_core.retry import RetryPolicy
 from lease_core.round_history import RoundHistory
@@ -51,6 +52,7 @@ from lease_core.shard_sync import LeaseKeyScheme
 from lease_core.shard_sync_step import is_multi_stream, sync_streams
 from lease_core.tables import TableAdministrator
 from lease_core.worker_metrics import DynamoDBWorkerMetricsStore
+from spark_jobs.round_report import reported_losses
 from spark_jobs.shard_reader import ReadLimits, ShardReader
 
 # The job file of the installed `spark_jobs` package (imported above), wherever the plugins folder is
@@ -221,9 +223,10 @@ class LeaseAssignmentOperator(_LeaderStep):
 class IdleCheckOperator(_LeaseStep):
     """Skips itself (and so the consume step after it) when no lease has anything to read.
 
-    A lease needs the round when it has a prepared batch to finish, has never been read at LATEST
-    (its start is pinned only by a first read), or has a record after its checkpoint or has reached
-    its shard's end: one GetShardIterator and one short GetRecords per lease, stopping at the first.
+    A lease needs the round when it carries retention losses no kept report has named, has a
+    prepared batch to finish, has never been read at LATEST (its start is pinned only by a first
+    read), or has a record after its checkpoint or has reached its shard's end: one GetShardIterator
+    and one short GetRecords per lease, stopping at the first.
     """
 
     template_fields: Sequence[str] = ("settings", "streams")
@@ -234,7 +237,11 @@ class IdleCheckOperator(_LeaseStep):
 
     def run(self, access: AwsAccess, context: Any) -> dict[str, Any]:
         names = stream_names(self.streams)
-        leases = [lease for lease in self.lease_store(access).list_leases() if not lease.is_at_shard_end]
+        every = self.lease_store(access).list_leases()
+        for lease in every:
+            if lease.unreported_losses:  # an earlier round's driver died before its report named them
+                return {"idle": False, "lease": lease.lease_key, "reason": "retention losses wait to be reported"}
+        leases = [lease for lease in every if not lease.is_at_shard_end]
         kinesis = access.client("kinesis")
         with ThreadPoolExecutor(max_workers=IDLE_CHECK_THREADS) as pool:
             for lease, reason in zip(leases, pool.map(lambda lease: _work_for(lease, names, kinesis, access), leases)):
@@ -407,7 +414,9 @@ class FinalizeRoundOperator(_LeaderStep):
     Runs under the round's lock like the other writers. A retry replaces the round's history entry
     (it is keyed by run id) instead of adding a second one. When the round lost records for good
     (`records_lost`), the task fails after saving the figures: a failed run is the alert, and the
-    next round runs normally.
+    next round runs normally. The retention losses the report names are then removed from their
+    leases, which carry them until a round's report is kept this way (a driver that died before
+    writing its report leaves them for the next round's).
     """
 
     template_fields: Sequence[str] = ("settings", "leader_owner", "round_report", "assignment", "shard_sync")
@@ -442,11 +451,13 @@ class FinalizeRoundOperator(_LeaderStep):
             "slots": report.get("slots", []),
         }
         with self.leadership(access) as leadership:
-            _, state = self.fenced_stores(access, leadership)
+            store, state = self.fenced_stores(access, leadership)
             history = RoundHistory(state)
             history.append(summary)
             if consumed:
                 history.record_lease_rows(int(summary["round"] or 0), report.get("leases", []))
+            # Kept now (history, and this task's failure below): the leases need not carry them any more.
+            forget_reported_losses(store, reported_losses(totals))
         for outlet in self.outlets:
             context["outlet_events"][outlet].extra = {key: summary[key] for key in ("round", "records", "bytes", "files", "consumed")}
         if losses:

@@ -161,9 +161,9 @@ class ResponseLostStore:
         assert self._store.renew_lease(lease).applied
         return dataclasses.replace(self._store.renew_lease(lease), retried=True)
 
-    def update_lease(self, lease: Lease) -> WriteResult:
-        assert self._store.update_lease(lease).applied
-        return dataclasses.replace(self._store.update_lease(lease), retried=True)
+    def update_lease(self, lease: Lease, losses: frozenset[AgedOutRange] = frozenset()) -> WriteResult:
+        assert self._store.update_lease(lease, losses).applied
+        return dataclasses.replace(self._store.update_lease(lease, losses), retried=True)
 
 
 def test_a_renewal_whose_response_was_lost_is_recognised_as_applied(store):

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from lease_core.errors import CheckpointOrderError, CorruptLeaseError
-from lease_core.lease import HashKeyRange, Lease, StreamIdentifier
+from lease_core.lease import AgedOutRange, HashKeyRange, Lease, StreamIdentifier
 from lease_core.lease_store import ConditionalLeaseStore, WriteResult
 from lease_core.lease_writes import MetaField
 from lease_core.memory_store import InMemoryLeaseStore
@@ -410,3 +410,54 @@ def test_meta_update_writes_a_missing_hash_range(store):
 def test_meta_update_of_a_missing_lease_returns_false(store):
     assert store.update_lease_meta(Lease("shardId-x", child_shard_ids={"c"}), MetaField.CHILD_SHARDS) is False
     assert store.get_lease("shardId-x") is None
+
+
+# --- retention losses carried until a kept report names them ------------------------------------------
+
+FIRST_GAP = AgedOutRange("5", "9", "2026-11-23T10:00:00+00:00")
+SECOND_GAP = AgedOutRange("20", None, None)
+
+
+def test_checkpoints_add_the_losses_they_move_past_to_the_leases_unreported_ones(store):
+    lease = owned(store)
+    prepared = store.update_lease(lease.with_pending_checkpoint(ESN("12")), frozenset({FIRST_GAP})).lease
+    committed = store.update_lease(prepared.with_checkpoint(ESN("25")), frozenset({SECOND_GAP}))
+    assert committed.applied
+    assert committed.lease.unreported_losses == {FIRST_GAP, SECOND_GAP} == stored(store, lease.lease_key).unreported_losses
+    (kind, values), = raw_item(store, lease.lease_key)["unreportedRetentionLosses"].items()
+    assert (kind, set(values)) == ("SS", {FIRST_GAP.encode(), SECOND_GAP.encode()})
+
+
+def test_forgetting_reported_losses_removes_exactly_them_and_leaves_the_counter(store):
+    lease = owned(store)
+    lease = store.update_lease(lease.with_checkpoint(ESN("25")), frozenset({FIRST_GAP, SECOND_GAP})).lease
+    assert store.forget_reported_losses(lease.lease_key, frozenset({FIRST_GAP})) is True
+    assert stored(store, lease.lease_key).unreported_losses == {SECOND_GAP}
+    assert stored(store, lease.lease_key).lease_counter == lease.lease_counter
+    # The holder's next write still holds (its condition is the counter), and adds nothing back.
+    assert store.update_lease(lease.with_checkpoint(ESN("30"))).applied
+    assert store.forget_reported_losses(lease.lease_key, frozenset({SECOND_GAP})) is True
+    assert "unreportedRetentionLosses" not in raw_item(store, lease.lease_key)
+
+
+def test_forgetting_losses_of_a_deleted_lease_writes_nothing(store):
+    assert store.forget_reported_losses("shardId-gone", frozenset({FIRST_GAP})) is False
+    assert store.get_lease("shardId-gone") is None
+
+
+def test_cleanup_never_deletes_a_lease_that_carries_unreported_losses(store):
+    lease = owned(store)
+    ended = store.update_lease(lease.with_checkpoint(SHARD_END), frozenset({FIRST_GAP})).lease
+    result = store.delete_lease_if_unchanged(ended)
+    assert (result.applied, result.lost_to_a_change) == (False, True)
+    assert store.forget_reported_losses(ended.lease_key, frozenset({FIRST_GAP}))
+    assert store.delete_lease_if_unchanged(stored(store, ended.lease_key)).applied
+
+
+def test_a_corrupt_unreported_loss_is_named_when_the_lease_is_read(store):
+    put_raw_item(store, {
+        "leaseKey": {"S": "shardId-1"}, "leaseCounter": {"N": "1"}, "checkpoint": {"S": "TRIM_HORIZON"},
+        "unreportedRetentionLosses": {"SS": ["after 5"]},
+    })
+    with pytest.raises(CorruptLeaseError, match="unreportedRetentionLosses"):
+        store.get_lease("shardId-1", consistent=True)

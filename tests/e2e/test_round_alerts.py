@@ -1,4 +1,5 @@
-"""A round that loses records for good fails its run (the alert) after landing and recording everything else."""
+"""A round that loses records for good fails its run (the alert) after landing and recording everything else,
+once: the next round is clean."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from typing import Any
 import pytest
 
 from lease_core.round_history import RoundHistory
+from spark_jobs.slot_task import SlotTask
 from tests.support.airflow_dag import airflow_environment, run_environment, run_round
 from tests.support.fault_proxy import FaultProxy
 from tests.support.kinesis import create_stream, kinesis_client
@@ -55,5 +57,35 @@ def test_records_that_aged_out_unread_fail_the_run_after_the_rest_landed_and_the
     assert set(landed) == set(ledger.produced) - set(later[:20])
     latest = RoundHistory(ledger.state).rounds()[-1]
     assert (latest["records"], latest["retention_losses"]) == (20, 1)
+    # The loss is kept (history, the failed run), so its lease no longer carries it: no second alert.
+    assert ledger.leases()[first_kept.shard_id].unreported_losses == frozenset()
 
     assert run_round(dag, conf)["finalize_round"] == "success"
+
+
+def test_a_loss_whose_driver_died_before_reporting_it_is_reported_by_the_next_run_even_on_an_idle_stream(
+    dag, rounds_through_the_proxy, trim_proxy, moto_endpoint, unique_name, tmp_path
+):
+    proxy = trim_proxy
+    create_stream(kinesis_client(proxy.endpoint), unique_name, 1)
+    ledger = ConsumerPipeline(unique_name, (unique_name,), proxy.endpoint, moto_endpoint, str(tmp_path / "lake"))
+    conf = {"streams": [unique_name], "application_name": unique_name, "num_workers": 1,
+            "initial_position": "TRIM_HORIZON", "output_uri": str(tmp_path / "lake")}
+    ledger.produce(30)
+    assert set(run_round(dag, conf).values()) == {"success"}
+
+    later = ledger.produce(40)
+    first_kept = later[20]
+    proxy.trim(unique_name, first_kept.shard_id, first_kept.sequence_number)
+    # A round's only slot reads across the gap and commits past it; its driver dies before the report.
+    ledger.sync()
+    SlotTask(ledger.spec(1, ledger.assign(1).round_number), slot_index=0).run()
+    assert set(ledger.landed()) == set(ledger.produced) - set(later[:20])
+
+    alerted = run_round(dag, conf)  # nothing new to read: only the carried loss makes the round run
+    assert (alerted["consume"], alerted["finalize_round"]) == ("success", "failed")
+    latest = RoundHistory(ledger.state).rounds()[-1]
+    assert (latest["records"], latest["retention_losses"]) == (0, 1)
+
+    quiet = run_round(dag, conf)
+    assert (quiet["consume"], quiet["finalize_round"]) == ("skipped", "success")

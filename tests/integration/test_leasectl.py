@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from lease_core.lease import Lease
+from lease_core.lease import AgedOutRange, Lease
 from lease_core.sequence import ExtendedSequenceNumber
 from tests.support.leasectl import run_leasectl
 from tests.support.stores import dynamodb_store
@@ -46,6 +46,20 @@ def test_status_reports_leases_per_owner_with_throughput_and_checkpoints(moto_en
     text = leasectl("--app", unique_name, "status", endpoint=moto_endpoint)
     assert "4 lease(s), 2 owner(s)" in text.stdout
     assert any(line.split()[:3] == ["worker-0", "2", "50.0%"] for line in text.stdout.splitlines())
+
+
+def test_status_names_retention_losses_that_no_kept_round_report_has_named_yet(moto_endpoint, unique_name):
+    store = dynamodb_store(moto_endpoint, unique_name)
+    store.create_lease_if_not_exists(Lease("shardId-0"))
+    lease = store.assign_lease(store.get_lease("shardId-0"), "worker-0").lease
+    store.update_lease(lease.with_checkpoint(ExtendedSequenceNumber("900")), frozenset({AgedOutRange("500", "700")}))
+    text = leasectl("--app", unique_name, "status", endpoint=moto_endpoint).stdout
+    assert ("UNREPORTED LOSS: lease shardId-0: records after 500 aged out unread (first still available: 700) "
+            "(the next round reports it)") in text.splitlines()
+    report = json.loads(leasectl("--app", unique_name, "status", "--json", endpoint=moto_endpoint).stdout)
+    assert [lease["unreported_losses"] for lease in report["leases"]] == [
+        ["records after 500 aged out unread (first still available: 700)"]
+    ]
 
 
 def test_status_flags_a_corrupt_item_without_hiding_the_other_leases(moto_endpoint, dynamodb_client, unique_name):

@@ -71,6 +71,8 @@ def reader(
     options.setdefault("min_call_interval_seconds", 0.0)
     options.setdefault("retry_policy", RetryPolicy(attempts=3, base_millis=1, max_millis=4, sleep=Sleeps()))
     options.setdefault("sleep", Sleeps())
+    if options.get("start_inclusive"):
+        options.setdefault("read_before_start", TRIM_HORIZON)  # what a gap is reported after; none is expected
     return ShardReader(client, stream, shard_id, start, **options)
 
 
@@ -654,6 +656,28 @@ def test_an_expired_iterator_reopened_with_nothing_unread_aged_out_reports_no_ga
     assert positions(records_of(batches)) == expected
     assert [batch.gap for batch in batches] == [None] * len(batches)
     assert sum(batch.expired_iterators for batch in batches) == 1
+
+
+@pytest.mark.parametrize("mode", ["skip", "reject"])
+def test_an_inclusive_start_that_aged_out_is_reported_as_a_gap_after_the_position_read_before_it(
+    kinesis, kinesis_proxy, unique_name, mode
+):
+    """A replay from a prepared batch's first record: when that record itself aged out, the gap starts
+    after the committed checkpoint before it, so the loss names the first record too."""
+    shard_id, sequence_numbers = one_shard_stream(kinesis, unique_name, 10)
+    kinesis_proxy.trim(unique_name, shard_id, sequence_numbers[5], mode)
+    checkpoint, first = ExtendedSequenceNumber(sequence_numbers[2]), ExtendedSequenceNumber(sequence_numbers[3])
+    client = kinesis_client(kinesis_proxy.endpoint)
+    batch = reader(client, unique_name, shard_id, first, start_inclusive=True, read_before_start=checkpoint).read(
+        NO_LIMITS
+    )
+    assert positions(batch.records) == plain(sequence_numbers[5:])
+    assert batch.gap == RetentionGap(checkpoint, sequence_numbers[5], batch.records[0].approximate_arrival_timestamp)
+
+
+def test_an_inclusive_start_without_the_position_read_before_it_is_refused():
+    with pytest.raises(ValueError, match="read_before_start"):
+        ShardReader(None, "stream", "shardId-000000000000", ExtendedSequenceNumber("1"), start_inclusive=True)
 
 
 def test_two_gaps_met_in_one_read_are_reported_by_two_batches(kinesis, kinesis_proxy, unique_name):

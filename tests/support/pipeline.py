@@ -22,6 +22,7 @@ from lease_core.assignment_round import AssignmentCoordinator, AssignmentReport,
 from lease_core.coordinator_state import DynamoDBCoordinatorStateStore
 from lease_core.dynamodb_store import DynamoDBLeaseStore
 from lease_core.lease import Lease
+from lease_core.lease_lifecycle import forget_reported_losses
 from lease_core.shard_source import KinesisShardSource
 from lease_core.shard_sync_step import ShardSyncReport, sync_streams
 from lease_core.tables import TableAdministrator
@@ -134,9 +135,12 @@ class ConsumerPipeline:
         return report
 
     def round(self, spark: Any, workers: int, **options: Any) -> RoundReport:
+        """Sync, assign, consume, and keep the report as the DAG's finalize step does."""
         self.sync()
         assignment = self.assign(workers)
-        return self.consume(spark, workers, assignment.round_number, **options)
+        report = self.consume(spark, workers, assignment.round_number, **options)
+        forget_reported_losses(self.store, report.reported_losses())
+        return report
 
     # --- checking ------------------------------------------------------------------------------
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 import pytest
 
 from lease_core.errors import InvalidShardLineageError, LeaseLostError
-from lease_core.lease import HashKeyRange, Lease, StreamIdentifier
+from lease_core.lease import AgedOutRange, HashKeyRange, Lease, StreamIdentifier
 from lease_core.lease_lifecycle import (
     ChildIdsRecord,
     ChildLeaseOutcome,
@@ -23,6 +23,7 @@ from lease_core.lease_lifecycle import (
     apply_cleanup,
     blocking_parents,
     create_child_leases,
+    forget_reported_losses,
     parents_have_finished,
     plan_lease_cleanup,
     unlisted_leases,
@@ -390,6 +391,14 @@ CLEANUP_CASES = [
     pytest.param(
         [lease(9, READING)], [], True, {}, expect(), id="an-empty-listing-names-no-unlisted-lease",
     ),
+    pytest.param(
+        [FINISHED_PARENT.replace(unreported_losses={AgedOutRange("5")}), lease(1, READING, [0]), lease(2, READING, [0])],
+        split_lineage(), True, {}, expect(), id="a-finished-lease-carrying-unreported-losses-stays",
+    ),
+    pytest.param(
+        [lease(0, SHARD_END).replace(unreported_losses={AgedOutRange("5")}), lease(1, TRIM_HORIZON, [0])],
+        listing_without(0), True, {S(0): False}, expect(), id="a-gone-lease-carrying-unreported-losses-stays",
+    ),
 ]
 
 
@@ -505,3 +514,14 @@ def test_a_split_parent_is_cleaned_up_only_after_both_children_started():
         store.checkpoint(stored(store, child.shard_id), READING)
     assert clean().completed_deleted == 1
     assert sorted(item.lease_key for item in store.list_leases()) == [S(1), S(2)]
+
+
+# --- retention losses carried until reported ---------------------------------------------------------
+
+def test_forgetting_a_reports_losses_removes_them_lease_by_lease_and_skips_leases_gone_since():
+    early, late, kept = AgedOutRange("5", "9"), AgedOutRange("30", None), AgedOutRange("50", "60")
+    store = store_with(lease(0, READING).replace(unreported_losses={early, late}), lease(1, READING).replace(
+        unreported_losses={kept}))
+    written = forget_reported_losses(store, [(S(0), early), (S(0), late), (S(9), early)])
+    assert written == (S(0),)
+    assert (stored(store, S(0)).unreported_losses, stored(store, S(1)).unreported_losses) == (frozenset(), {kept})

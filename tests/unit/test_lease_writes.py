@@ -11,7 +11,7 @@ import pytest
 
 from lease_core import lease_writes
 from lease_core.dynamodb_store import render_delete, render_update
-from lease_core.lease import HashKeyRange, Lease, StreamIdentifier
+from lease_core.lease import AgedOutRange, HashKeyRange, Lease, StreamIdentifier
 from lease_core.lease_writes import (
     AttributeAbsent,
     AttributeEquals,
@@ -27,6 +27,9 @@ PENDING = ("pendingCheckpoint", "pendingCheckpointSubSequenceNumber", "pendingCh
 # An update removes the committed batch's file name unless it writes one (a no-op where it is absent).
 FILE = "committedBatchFile"
 STREAM = StreamIdentifier("123456789012", "stream", 1)
+LOSSES = "unreportedRetentionLosses"
+AGED_OUT = AgedOutRange("4", "7", "2026-11-23T10:00:00+00:00")
+EARLIER_AGED_OUT = AgedOutRange("1", None, None)
 
 
 @dataclass(frozen=True)
@@ -37,6 +40,8 @@ class Write:
     set: dict[str, Any] = field(default_factory=dict)
     remove: frozenset[str] = frozenset()
     add: dict[str, int] = field(default_factory=dict)
+    add_to_sets: dict[str, Any] = field(default_factory=dict)
+    delete_from_sets: dict[str, Any] = field(default_factory=dict)
 
 
 def described(update: LeaseUpdate) -> Write:
@@ -55,6 +60,8 @@ def described(update: LeaseUpdate) -> Write:
         dict(update.set_attributes),
         frozenset(update.remove_attributes),
         dict(update.add_numbers),
+        dict(update.add_to_sets),
+        dict(update.delete_from_sets),
     )
 
 
@@ -355,6 +362,33 @@ WRITES = [
         ),
         id="update-of-a-claimed-lease-requires-its-token-and-names-the-committed-file",
     ),
+    pytest.param(
+        lambda: lease_writes.update(
+            CLAIMED.replace(unreported_losses={EARLIER_AGED_OUT}).with_checkpoint(ExtendedSequenceNumber("9")),
+            frozenset({AGED_OUT}),
+        ),
+        Write(
+            {"leaseCounter": n(3), "claimToken": s("attempt-1")},
+            {
+                "leaseCounter": n(4),
+                "checkpoint": s("9"),
+                "checkpointSubSequenceNumber": n(0),
+                "ownerSwitchesSinceCheckpoint": n(0),
+            },
+            frozenset(PENDING) | {FILE},
+            add_to_sets={LOSSES: {"SS": [AGED_OUT.encode()]}},
+        ),
+        id="update-past-a-retention-gap-adds-only-the-new-loss-to-the-unreported-ones",
+    ),
+    # --- forget_reported_losses: exactly the named ranges, any holder, counter untouched ---
+    pytest.param(
+        lambda: lease_writes.forget_reported_losses("shardId-1", frozenset({AGED_OUT, EARLIER_AGED_OUT})),
+        Write(
+            {"leaseKey": EXISTS},
+            delete_from_sets={LOSSES: {"SS": sorted([AGED_OUT.encode(), EARLIER_AGED_OUT.encode()])}},
+        ),
+        id="forget-reported-losses-deletes-exactly-them-from-the-set",
+    ),
     # --- update_meta: any existing item, counter untouched ---
     pytest.param(
         lambda: lease_writes.update_meta(OWNED.replace(child_shard_ids={"shardId-9"}), MetaField.CHILD_SHARDS),
@@ -403,7 +437,7 @@ def test_writes_with_nothing_meaningful_to_do_are_refused(make: Make) -> None:
 
 # --- rendering as UpdateItem arguments ------------------------------------------------------------
 
-KEYWORDS = {"SET", "REMOVE", "ADD", "AND", "attribute_exists", "attribute_not_exists", "=", ",", "(", ")"}
+KEYWORDS = {"SET", "REMOVE", "ADD", "DELETE", "AND", "attribute_exists", "attribute_not_exists", "=", ",", "(", ")"}
 
 
 def placeholders(expression: str, prefix: str) -> set[str]:
@@ -469,6 +503,14 @@ def test_an_update_with_every_action_kind_renders_set_remove_and_add_clauses() -
     assert re.fullmatch(r"SET .+ REMOVE .+ ADD .+", expression)
 
 
+def test_set_additions_join_the_add_clause_and_set_deletions_render_a_delete_clause() -> None:
+    added = render_update(lease_writes.update(CLAIMED, frozenset({AGED_OUT})))
+    assert re.fullmatch(r"SET .+ REMOVE .+ ADD #n\d+ :v\d+", added["UpdateExpression"])
+    forgotten = render_update(lease_writes.forget_reported_losses("shardId-1", frozenset({AGED_OUT})))
+    assert forgotten["UpdateExpression"] == "DELETE #n1 :v0"
+    assert forgotten["ExpressionAttributeValues"] == {":v0": {"SS": [AGED_OUT.encode()]}}
+
+
 # --- cleanup's conditional delete -----------------------------------------------------------------
 
 SHARD_END_LEASE = Lease("shardId-1", checkpoint=ExtendedSequenceNumber("SHARD_END"), lease_counter=7)
@@ -477,9 +519,9 @@ SHARD_END_LEASE = Lease("shardId-1", checkpoint=ExtendedSequenceNumber("SHARD_EN
 @pytest.mark.parametrize(
     ("lease", "conditions"),
     [
-        pytest.param(OWNED, {"leaseCounter": n(3)}, id="a-lease-judged-gone-must-keep-its-counter"),
+        pytest.param(OWNED, {"leaseCounter": n(3), LOSSES: ABSENT}, id="a-lease-judged-gone-must-keep-its-counter"),
         pytest.param(
-            SHARD_END_LEASE, {"leaseCounter": n(7), "checkpoint": {"S": "SHARD_END"}},
+            SHARD_END_LEASE, {"leaseCounter": n(7), LOSSES: ABSENT, "checkpoint": {"S": "SHARD_END"}},
             id="a-lease-judged-finished-must-also-still-be-at-shard-end",
         ),
     ],
@@ -493,8 +535,8 @@ def test_a_cleanup_delete_holds_only_while_the_lease_is_as_the_snapshot_saw_it(l
 def test_a_cleanup_delete_renders_to_exactly_these_delete_item_arguments() -> None:
     assert render_delete(lease_writes.delete_if_unchanged(SHARD_END_LEASE)) == {
         "Key": {"leaseKey": {"S": "shardId-1"}},
-        "ConditionExpression": "#n0 = :v0 AND #n1 = :v1",
-        "ExpressionAttributeNames": {"#n0": "leaseCounter", "#n1": "checkpoint"},
+        "ConditionExpression": "#n0 = :v0 AND attribute_not_exists(#n1) AND #n2 = :v1",
+        "ExpressionAttributeNames": {"#n0": "leaseCounter", "#n1": LOSSES, "#n2": "checkpoint"},
         "ExpressionAttributeValues": {":v0": {"N": "7"}, ":v1": {"S": "SHARD_END"}},
     }
 
