@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import pickle
-import sys
 import threading
 import uuid
 from datetime import UTC, datetime, timedelta
@@ -390,31 +389,17 @@ def test_a_uri_that_is_neither_a_local_path_nor_s3_is_refused_by_name(uri: str) 
     assert raised.value.uri == uri
 
 
-def test_spark_reads_the_dataset_with_partition_columns_and_skips_staging_files(tmp_path, monkeypatch) -> None:
-    from pyspark.sql import SparkSession
-
-    monkeypatch.setenv("PYSPARK_PYTHON", sys.executable)
+def test_spark_reads_the_dataset_with_partition_columns_and_skips_staging_files(tmp_path, spark) -> None:
     sink = ParquetSink.from_uri(str(tmp_path / "dataset"))
     publish_batch(sink, 1, 3)
     publish_batch(sink, 1, 2, shard=OTHER_SHARD)
     (tmp_path / "dataset" / f"stream_name={STREAM}" / f"shard_id={SHARD}" / "_0f3a9c.9-0_12-0.parquet").write_bytes(b"P")
-    spark = (
-        SparkSession.builder.master("local[1]")
-        .appName("parquet-sink-test")
-        .config("spark.ui.enabled", "false")
-        .config("spark.driver.host", LOOPBACK)
-        .config("spark.driver.bindAddress", LOOPBACK)
-        .config("spark.sql.session.timeZone", "UTC")
-        .getOrCreate()
+    rows = (
+        spark.read.parquet(str(tmp_path / "dataset"))
+        .selectExpr("stream_name", "shard_id", "sequence_number", "data",
+                    "unix_millis(approximate_arrival_timestamp)")  # epoch millis: no session time zone involved
+        .collect()
     )
-    try:
-        rows = (
-            spark.read.parquet(str(tmp_path / "dataset"))
-            .selectExpr("stream_name", "shard_id", "sequence_number", "data", "unix_millis(approximate_arrival_timestamp)")
-            .collect()
-        )
-    finally:
-        spark.stop()
     arrival = int(ARRIVAL.timestamp() * 1000)
     assert sorted((stream, shard, int(number), bytes(data), millis) for stream, shard, number, data, millis in rows) == [
         (STREAM, SHARD, 1, b"payload 1", arrival + 1),
