@@ -41,6 +41,7 @@ SHARD_ID = "shardId"
 CLAIM_TOKEN = "claimToken"
 COMMITTED_BATCH_FILE = "committedBatchFile"
 UNREPORTED_LOSSES = "unreportedRetentionLosses"
+READ_THROUGH_MILLIS = "readThroughMillis"
 
 LEASE_ENTITY_TYPE = "LEASE"
 _THROUGHPUT_QUANTUM = Decimal("0.000001")
@@ -105,6 +106,8 @@ def lease_to_item(lease: Lease) -> Item:
         item[COMMITTED_BATCH_FILE] = string_value(lease.committed_batch_file)
     if lease.unreported_losses:
         item[UNREPORTED_LOSSES] = aged_out_ranges_value(lease.unreported_losses)
+    if lease.read_through_millis is not None:
+        item[READ_THROUGH_MILLIS] = number_value(lease.read_through_millis)
     return item
 
 
@@ -179,6 +182,7 @@ def lease_from_item(item: Mapping[str, AttributeValue]) -> Lease:
             claim_token=reader.string(CLAIM_TOKEN),
             committed_batch_file=reader.string(COMMITTED_BATCH_FILE),
             unreported_losses=reader.aged_out_ranges(UNREPORTED_LOSSES),
+            read_through_millis=reader.integer(READ_THROUGH_MILLIS),
         )
     except ValueError as error:  # a value the model itself rejects, e.g. an inverted hash range
         raise CorruptLeaseError(key, str(error)) from error

@@ -141,6 +141,9 @@ class Lease:
     # round's report removes exactly the ones it named (set DELETE), so a report lost with its
     # driver is made again by a later round.
     unreported_losses: frozenset[AgedOutRange] = field(default_factory=frozenset)
+    # And: the data time (epoch millis of arrival) through which the lease has been read, where the
+    # next round's throughput window starts (`lease_core.throughput`).
+    read_through_millis: int | None = None
 
     def __post_init__(self) -> None:
         if not self.lease_key:

@@ -97,15 +97,18 @@ class HeldLease:
             result = self._store.claim_lease(self._lease, self.claim_token)
             return self._renewed(self._lease.replace(claim_token=self.claim_token), result, "claim")
 
-    def renew(self, throughput_kbps: float | None = None) -> bool:
-        """Heartbeat; with `throughput_kbps`, also store the lease's throughput (§2.1). False once lost."""
+    def renew(self, throughput_kbps: float | None = None, read_through_millis: int | None = None) -> bool:
+        """Heartbeat; with `throughput_kbps`, also store the lease's throughput (§2.1) and the data
+        time `read_through_millis` it was measured through. False once lost."""
         with self._lock:
             if self._expire_locked():
                 return False
             if self._renewed_at is None:
                 self._lose_locked("renewed before it was claimed: claim() must succeed first")
                 return False
-            local = self._lease if throughput_kbps is None else self._lease.replace(throughput_kbps=throughput_kbps)
+            local = self._lease
+            if throughput_kbps is not None:
+                local = local.replace(throughput_kbps=throughput_kbps, read_through_millis=read_through_millis)
             return self._renewed(local, self._store.renew_lease(local), "renew")
 
     def fenced(self, write: Callable[[Lease], T]) -> T:

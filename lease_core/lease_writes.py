@@ -117,7 +117,8 @@ def _owner_switch_increment(lease: Lease, new_owner: str) -> tuple[tuple[str, in
 
 
 def renew(lease: Lease) -> LeaseUpdate:
-    """Heartbeat: counter-conditional +1, carrying throughput when the holder has a value.
+    """Heartbeat: counter-conditional +1, carrying throughput (and, ours, the data time the
+    throughput was measured through) when the holder has a value.
 
     Unless the holder already knows of a graceful handoff, the renew also requires that none is in
     progress, which is how the old owner learns about one (§2.4).
@@ -128,6 +129,8 @@ def renew(lease: Lease) -> LeaseUpdate:
     sets = [_next_counter(lease)]
     if lease.throughput_kbps is not None:
         sets.append((codec.THROUGHPUT_KBPS, codec.throughput_value(lease.throughput_kbps)))
+    if lease.read_through_millis is not None:
+        sets.append((codec.READ_THROUGH_MILLIS, codec.number_value(lease.read_through_millis)))
     return LeaseUpdate(lease.lease_key, conditions, tuple(sets))
 
 

@@ -1,10 +1,14 @@
 """Lease throughput for batch rounds (kcl-spec.md §7, adapted; DESIGN.md §4).
 
-KCL samples delivered bytes over a sliding window of one renewer interval and keeps an EMA that the
-renewer stores in `throughputKBps`. A batch slot knows exactly how many bytes it delivered for a
-lease and how long that took, so the window is the batch itself: raw = bytes / 1024 / seconds. The
-EMA across rounds keeps KCL's alpha and its "first value = raw" rule, so a lease with no traffic
-halves every round towards 0 just as KCL's halves every renewal.
+KCL's `throughputKBps` is an EMA of the bytes a worker delivered per second. An always-on worker
+delivers what arrives, so at steady state it is the rate at which data arrives on the shard: the
+load the lease puts on whoever holds it, which is what assignment balances. A batch round reads in
+bursts, so bytes over its reading seconds would measure how fast the round read, not the load. A
+round instead measures the arrival rate over the data time its read covered (`ArrivalWindow`):
+from where the previous round's read ended (the lease's `readThroughMillis`) to where this one's
+ended (the moment it reached the stream's tip, or the arrival time of the last record it read when
+a limit stopped it). The EMA across rounds keeps KCL's alpha and its "first value = raw" rule, so a
+lease with no traffic halves every round towards 0 just as KCL's halves every renewal.
 
 Rounding half-up to 6 decimals happens once, when the value is stored (`codec.throughput_value`);
 these functions never round, so a stored value is never rounded twice.
@@ -12,20 +16,43 @@ these functions never round, so a stored value is never rounded twice.
 
 from __future__ import annotations
 
-import math
+from dataclasses import dataclass
 
 DEFAULT_ALPHA = 0.5
 
 
-def batch_throughput_kbps(bytes_delivered: int, seconds: float) -> float:
-    """KB/s over one batch; a batch that took no measurable time delivered at rate 0, not infinity."""
-    if bytes_delivered < 0:
-        raise ValueError(f"bytes_delivered must be >= 0, got {bytes_delivered}")
-    if not math.isfinite(seconds) or seconds < 0:
-        raise ValueError(f"seconds must be a finite number >= 0, got {seconds}")
-    if seconds == 0:
-        return 0.0
-    return bytes_delivered / 1024 / seconds
+@dataclass(frozen=True)
+class ArrivalWindow:
+    """The stretch of data time (epoch milliseconds of arrival) one round's read of a lease covered."""
+
+    start_millis: int
+    end_millis: int
+
+    @property
+    def seconds(self) -> float:
+        return (self.end_millis - self.start_millis) / 1000
+
+
+def covered_window(
+    read_through_millis: int | None, first_arrival_millis: int | None, end_millis: int | None
+) -> ArrivalWindow | None:
+    """What a round's read covered, or None when it says nothing about the arrival rate.
+
+    It starts where the previous read ended (`read_through_millis`) or, for a lease never measured,
+    at the arrival of the first record this round read; it ends at `end_millis`. A window that is
+    empty or runs backwards (clocks of two hosts) measures nothing.
+    """
+    start = read_through_millis if read_through_millis is not None else first_arrival_millis
+    if start is None or end_millis is None or end_millis <= start:
+        return None
+    return ArrivalWindow(start, end_millis)
+
+
+def arrival_rate_kbps(bytes_landed: int, window: ArrivalWindow) -> float:
+    """KB/s that arrived on the lease over `window`: the bytes a round landed over the data time it covered."""
+    if bytes_landed < 0:
+        raise ValueError(f"bytes_landed must be >= 0, got {bytes_landed}")
+    return bytes_landed / 1024 / window.seconds
 
 
 def ema_throughput(previous_kbps: float | None, batch_kbps: float, alpha: float = DEFAULT_ALPHA) -> float:

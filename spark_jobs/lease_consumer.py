@@ -38,7 +38,7 @@ from lease_core.sequence import AT_TIMESTAMP, LATEST, SHARD_END, ExtendedSequenc
 from lease_core.shard_source import KinesisShardSource, child_shards_of
 from lease_core.shard_sync import LeaseKeyScheme
 from lease_core.shards import ChildShard
-from lease_core.throughput import batch_throughput_kbps, ema_throughput
+from lease_core.throughput import arrival_rate_kbps, covered_window, ema_throughput
 from spark_jobs.kinesis_records import KinesisRecord
 from spark_jobs.parquet_sink import PARTITION_COLUMNS, ParquetSink, Promotion, records_table, staged_path, visible_path
 from spark_jobs.round_report import LeaseReport, Outcome, RetentionLoss
@@ -80,6 +80,7 @@ class LeaseContext:
     at_timestamp: datetime | None
     budget: LeaseBudget
     clock: Callable[[], float] = time.monotonic
+    wall_clock_millis: Callable[[], int] = lambda: time.time_ns() // 1_000_000
 
 
 @dataclass
@@ -95,6 +96,16 @@ class _Tally:
     children: list[str] = field(default_factory=list)
     losses: list[RetentionLoss] = field(default_factory=list)
     unrecorded: set[AgedOutRange] = field(default_factory=set)  # met by a read, not yet written on the lease
+    first_arrival_millis: int | None = None  # of the records landed, for the throughput window
+    last_arrival_millis: int | None = None
+
+    def count_landed(self, records: Sequence[KinesisRecord]) -> None:
+        self.records += len(records)
+        self.bytes += sum(len(record.data) for record in records)
+        if records:
+            if self.first_arrival_millis is None:
+                self.first_arrival_millis = _epoch_millis(records[0].approximate_arrival_timestamp)
+            self.last_arrival_millis = _epoch_millis(records[-1].approximate_arrival_timestamp)
 
     def count_read(self, batch: ReadBatch, lease_key: str) -> None:
         self.calls += batch.get_records_calls
@@ -136,7 +147,7 @@ class LeaseConsumer:
             log.exception("lease %s failed unexpectedly", start.lease_key)
             outcome, detail = Outcome.FAILED, f"{type(error).__name__}: {error}"
         seconds = self.context.clock() - started
-        throughput = self._report_throughput(seconds) if outcome != Outcome.LOST else None
+        throughput = self._report_throughput(outcome) if outcome != Outcome.LOST else None
         tally = self._tally
         return LeaseReport(
             lease_key=start.lease_key,
@@ -362,8 +373,7 @@ class LeaseConsumer:
             self.held.require_held()
             self.context.sink.stage(staged, table)
             self._tally.files += 1
-        self._tally.records += len(records)
-        self._tally.bytes += sum(len(record.data) for record in records)
+        self._tally.count_landed(records)
         return staged
 
     def _staged(self, path: str) -> str:
@@ -386,12 +396,19 @@ class LeaseConsumer:
     def _path(self, start: ExtendedSequenceNumber, end: ExtendedSequenceNumber) -> str:
         return self.context.sink.batch_path(self.stream_name, self.shard_id, start, end)
 
-    def _report_throughput(self, seconds: float) -> float | None:
-        """Store the lease's new throughput with a last renewal (§7); None if that renewal failed."""
-        previous = self.held.lease.throughput_kbps
-        value = ema_throughput(previous, batch_throughput_kbps(self._tally.bytes, seconds))
+    def _report_throughput(self, outcome: str) -> float | None:
+        """Store the lease's new throughput with a last renewal (§7): the rate at which data arrived
+        over the data time this round's read covered (`lease_core.throughput`), which ends now when
+        the read reached the stream's tip and at the last record landed otherwise. None when the
+        round measured nothing, or that renewal failed."""
+        lease, tally = self.held.lease, self._tally
+        end = self.context.wall_clock_millis() if outcome == Outcome.CAUGHT_UP else tally.last_arrival_millis
+        window = covered_window(lease.read_through_millis, tally.first_arrival_millis, end)
+        if window is None:
+            return None
+        value = ema_throughput(lease.throughput_kbps, arrival_rate_kbps(tally.bytes, window))
         try:
-            return value if self.held.renew(throughput_kbps=value) else None
+            return value if self.held.renew(throughput_kbps=value, read_through_millis=window.end_millis) else None
         except LeaseCoreError:
             return None
 
@@ -422,6 +439,10 @@ def promote_committed_batch(sink: ParquetSink, lease: Lease) -> Promotion | None
         log.info("lease %s: promoted its last committed batch file %s, left staged by an earlier attempt",
                  lease.lease_key, visible)
     return promotion
+
+
+def _epoch_millis(moment: datetime) -> int:
+    return int(moment.timestamp() * 1000)
 
 
 def _left(limit: int | None, used: int) -> int | None:

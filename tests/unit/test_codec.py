@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from lease_core.codec import Item, is_lease_item, lease_from_item, lease_to_item, throughput_value
 from lease_core.errors import CorruptLeaseError
-from lease_core.lease import MAX_HASH_KEY, HashKeyRange, Lease, StreamIdentifier
+from lease_core.lease import MAX_HASH_KEY, AgedOutRange, HashKeyRange, Lease, StreamIdentifier
 from lease_core.sequence import LATEST, SHARD_END, TRIM_HORIZON, ExtendedSequenceNumber, Sentinel
 
 STREAM = StreamIdentifier("123456789012", "stream", 1)
@@ -47,6 +47,11 @@ ROUND_TRIP = [
     pytest.param(Lease("shardId-1", lease_owner="w", throughput_kbps=0.0), id="zero-throughput"),
     pytest.param(Lease("shardId-1", lease_owner="new", checkpoint_owner="old"), id="checkpoint-owner"),
     pytest.param(Lease.for_stream(STREAM, "shardId-4"), id="multi-stream"),
+    pytest.param(Lease("shardId-1", throughput_kbps=3.5, read_through_millis=1_763_900_000_123), id="read-through"),
+    pytest.param(
+        Lease("shardId-1", unreported_losses={AgedOutRange("5", "9", "2026-11-23T10:00:00+00:00"), AgedOutRange("20")}),
+        id="unreported-retention-losses",
+    ),
     pytest.param(
         Lease.for_stream(
             STREAM,
@@ -104,6 +109,10 @@ def leases(draw: st.DrawFn) -> Lease:
         # Stored values have at most 6 decimals, so generate exactly those.
         throughput_kbps=draw(st.one_of(st.none(), st.integers(0, 10**15).map(lambda n: n / 10**6))),
         checkpoint_owner=draw(owners),
+        read_through_millis=draw(st.one_of(st.none(), st.integers(0, 2**50))),
+        unreported_losses=draw(st.frozensets(st.builds(
+            AgedOutRange, st.integers(0, 10**60).map(str), st.one_of(st.none(), st.integers(0, 10**60).map(str))
+        ), max_size=2)),
     )
     if draw(st.booleans()):
         stream = StreamIdentifier(
@@ -316,6 +325,11 @@ CORRUPT = [
     pytest.param("startingHashKey", {"S": "399"}, HASH_KEYS, id="hash-start-equals-end"),
     pytest.param("endingHashKey", {"S": str(MAX_HASH_KEY + 1)}, ("endingHashKey",), id="hash-end-above-2^128-1"),
     pytest.param("streamName", {"S": "123456789012:stream:1"}, ("shardId",), id="streamName-without-shardId"),
+    pytest.param("readThroughMillis", {"N": "-5"}, ("readThroughMillis",), id="readThroughMillis-negative"),
+    pytest.param("unreportedRetentionLosses", {"SS": ["{}"]}, ("unreportedRetentionLosses",), id="loss-without-after"),
+    pytest.param("unreportedRetentionLosses", {"SS": ['{"after":5}']}, ("unreportedRetentionLosses",),
+                 id="loss-with-a-number"),
+    pytest.param("unreportedRetentionLosses", {"S": "x"}, ("unreportedRetentionLosses",), id="losses-S-not-SS"),
 ]
 
 

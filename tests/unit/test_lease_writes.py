@@ -102,6 +102,14 @@ WRITES = [
         id="renew-with-throughput",
     ),
     pytest.param(
+        lambda: lease_writes.renew(OWNED.replace(throughput_kbps=2.0, read_through_millis=1_763_900_000_000)),
+        Write(
+            {"leaseCounter": n(3), "checkpointOwner": ABSENT},
+            {"leaseCounter": n(4), "throughputKBps": {"N": "2.000000"}, "readThroughMillis": n(1_763_900_000_000)},
+        ),
+        id="renew-with-throughput-and-the-data-time-it-was-measured-through",
+    ),
+    pytest.param(
         lambda: lease_writes.renew(CLAIMED),
         Write({"leaseCounter": n(3), "checkpointOwner": ABSENT, "claimToken": s("attempt-1")}, {"leaseCounter": n(4)}),
         id="renew-of-a-claimed-lease-requires-its-token",

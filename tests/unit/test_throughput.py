@@ -1,42 +1,56 @@
-"""Lease throughput per batch (kcl-spec.md §7 adapted to rounds): KB/s over the batch, EMA across rounds."""
+"""Lease throughput (kcl-spec.md §7 adapted to rounds): the arrival rate over the data time a round covered, EMA across rounds."""
 
 from __future__ import annotations
 
 import pytest
 
 from lease_core.codec import throughput_value
-from lease_core.throughput import batch_throughput_kbps, ema_throughput
+from lease_core.throughput import ArrivalWindow, arrival_rate_kbps, covered_window, ema_throughput
 
 MIB = 1024 * 1024
 
 
+def window(seconds: float, start: int = 1_700_000_000_000) -> ArrivalWindow:
+    return ArrivalWindow(start, start + int(seconds * 1000))
+
+
 @pytest.mark.parametrize(
-    ("bytes_delivered", "seconds", "stored"),
+    ("bytes_landed", "seconds", "stored"),
     [
         pytest.param(5 * MIB, 60, "85.333333", id="kcl-five-1MiB-over-60s"),
         pytest.param(MIB, 60, "17.066667", id="kcl-one-1MiB-over-60s"),
         pytest.param(1000 * 1024 * MIB, 60, "17476266.666667", id="kcl-1000-GiB-over-60s"),
-        pytest.param(0, 60, "0.000000", id="no-records"),
-        pytest.param(MIB, 0, "0.000000", id="zero-seconds-is-zero-not-infinity"),
+        pytest.param(0, 60, "0.000000", id="nothing-arrived"),
         pytest.param(2048, 2, "1.000000", id="one-kb-per-second"),
     ],
 )
-def test_batch_throughput_is_kilobytes_per_second_of_the_batch(bytes_delivered, seconds, stored):
-    assert throughput_value(batch_throughput_kbps(bytes_delivered, seconds)) == {"N": stored}
+def test_the_arrival_rate_is_kilobytes_landed_per_second_of_data_time_covered(bytes_landed, seconds, stored):
+    assert throughput_value(arrival_rate_kbps(bytes_landed, window(seconds))) == {"N": stored}
 
 
 def test_kcl_examples_round_to_two_decimals_as_the_spec_quotes_them():
-    assert round(batch_throughput_kbps(5 * MIB, 60), 2) == 85.33
-    assert round(batch_throughput_kbps(MIB, 60), 2) == 17.07
+    assert round(arrival_rate_kbps(5 * MIB, window(60)), 2) == 85.33
+    assert round(arrival_rate_kbps(MIB, window(60)), 2) == 17.07
+
+
+def test_negative_bytes_are_rejected():
+    with pytest.raises(ValueError, match="bytes_landed"):
+        arrival_rate_kbps(-1, window(1))
 
 
 @pytest.mark.parametrize(
-    ("bytes_delivered", "seconds"),
-    [pytest.param(-1, 1, id="negative-bytes"), pytest.param(1, -1, id="negative-seconds"), pytest.param(1, float("nan"), id="nan-seconds")],
+    ("read_through", "first_arrival", "end", "expected"),
+    [
+        pytest.param(1_000, 5_000, 61_000, ArrivalWindow(1_000, 61_000), id="from-where-the-last-read-ended"),
+        pytest.param(None, 5_000, 65_000, ArrivalWindow(5_000, 65_000), id="never-measured-from-the-first-record"),
+        pytest.param(None, None, 65_000, None, id="never-measured-and-nothing-read"),
+        pytest.param(1_000, None, None, None, id="no-end-known"),
+        pytest.param(61_000, None, 61_000, None, id="empty-window"),
+        pytest.param(70_000, None, 61_000, None, id="backwards-window-between-two-hosts-clocks"),
+    ],
 )
-def test_impossible_measurements_are_rejected(bytes_delivered, seconds):
-    with pytest.raises(ValueError):
-        batch_throughput_kbps(bytes_delivered, seconds)
+def test_the_window_a_round_covered(read_through, first_arrival, end, expected):
+    assert covered_window(read_through, first_arrival, end) == expected
 
 
 @pytest.mark.parametrize(

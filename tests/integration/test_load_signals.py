@@ -1,0 +1,57 @@
+"""The figures a round reports for the next assignment measure load (DESIGN.md §4; kcl-spec.md §7).
+
+A lease's `throughputKBps` is the rate at which data arrives on it, measured over the data time the
+rounds' reads covered, end to end: not how fast a round happened to read it.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+from lease_core.throughput import ema_throughput
+from tests.support.kinesis import create_stream, kinesis_client
+from tests.support.pipeline import ConsumerPipeline
+
+RECORD_BYTES = 1000
+HOT_KEY, COLD_KEY = "1", str(2**127 + 1)  # explicit hash keys in the first and second shard of two
+
+
+@pytest.fixture
+def pipeline(unique_name: str, kinesis_endpoint: str, moto_endpoint: str, tmp_path: Path) -> ConsumerPipeline:
+    create_stream(kinesis_client(kinesis_endpoint), unique_name, 2)
+    return ConsumerPipeline(
+        unique_name, (unique_name,), kinesis_endpoint, moto_endpoint, str(tmp_path / "lake"),
+        settings={"initial_position_in_stream": "TRIM_HORIZON"},
+    )
+
+
+def put(pipeline: ConsumerPipeline, hot: int, cold: int) -> None:
+    for count, key in ((hot, HOT_KEY), (cold, COLD_KEY)):
+        records = [{"Data": b"x" * RECORD_BYTES, "PartitionKey": "p", "ExplicitHashKey": key} for _ in range(count)]
+        for start in range(0, len(records), 500):
+            result = pipeline.kinesis.put_records(StreamName=pipeline.streams[0], Records=records[start:start + 500])
+            assert result["FailedRecordCount"] == 0
+
+
+def test_a_leases_throughput_is_the_rate_data_arrives_on_it_over_the_data_time_the_rounds_covered(spark, pipeline):
+    put(pipeline, hot=300, cold=30)
+    first = pipeline.round(spark, workers=1)
+    before = pipeline.leases()
+    put(pipeline, hot=300, cold=30)
+    time.sleep(2)  # the second window spans this pause although no round reads during it
+    second = pipeline.round(spark, workers=1)
+    after = pipeline.leases()
+
+    landed = {lease.lease_key: lease.bytes for lease in second.slots[0].leases}
+    for key, lease in after.items():
+        window_seconds = (lease.read_through_millis - before[key].read_through_millis) / 1000
+        assert window_seconds >= 2
+        rate = landed[key] / 1024 / window_seconds
+        assert lease.throughput_kbps == pytest.approx(ema_throughput(before[key].throughput_kbps, rate), rel=1e-6)
+    hot, cold = sorted(after.values(), key=lambda lease: lease.throughput_kbps, reverse=True)
+    # Both windows end where each read reached the tip, a moment apart: the rates keep the 10:1 of the bytes.
+    assert 8 < hot.throughput_kbps / cold.throughput_kbps < 12.5
+    assert all(lease.outcome == "caught_up" for report in (first, second) for lease in report.slots[0].leases)
