@@ -1,31 +1,25 @@
-"""Worker metrics: CPU sampling in a slot, the KCL `WorkerMetricStats` item, and the leader's view of it.
+"""Worker metrics: a slot's own utilization, the KCL `WorkerMetricStats` item, and the leader's view of it.
 
-A Spark slot task is a KCL worker (`<app>-worker-<i>`, DESIGN.md §4). While it works, a
-`MetricRecorder` samples CPU utilization; at the end of its task the slot appends the interval's
-average to its item in `<app>-WorkerMetricStats` (kcl-spec.md §6.1-6.2). The leader reads all items
-and `active_workers` decides which slots take part in assignment, and with which metrics (§6.3,
-§5.6), counting freshness in rounds instead of KCL's 2 x 30 seconds.
+A Spark slot task is a KCL worker (`<app>-worker-<i>`, DESIGN.md §4). At the end of its task the slot
+appends its utilization for the round to its item in `<app>-WorkerMetricStats` (kcl-spec.md §6.1-6.2).
+The leader reads all items and `active_workers` decides which slots take part in assignment, and
+with which metrics (§6.3, §5.6), counting freshness in rounds instead of KCL's 2 x 30 seconds.
 
-CPU is measured relative to the container's limit when a cgroup sets one (cgroup v2 `cpu.max` /
-`cpu.stat`, or v1 `cpu.cfs_quota_us` / `cpu.cfs_period_us` / `cpuacct.usage`), so a slot pinned to
-2 CPUs on a 64-core host that uses both reads 100%, not 3%. Without a limit it is host CPU, as
-`psutil.cpu_percent` computes it.
+The utilization is the slot's own: the CPU time of its process over the data time its reads covered
+(`slot_utilization_percent`), never a host or container figure, which slots sharing a host (every
+slot of `local[*]`, several tasks per executor) would all report alike.
 """
 
 from __future__ import annotations
 
 import copy
 import threading
-import time
-from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from decimal import ROUND_HALF_UP, Decimal, InvalidOperation
-from pathlib import Path
 from typing import Any, Protocol
 
 import botocore.exceptions
-import psutil
 
 from lease_core import assignment_view
 from lease_core.assignment import WorkerLoad
@@ -38,7 +32,6 @@ CPU_METRIC = "C"
 NO_SAMPLE = assignment_view.NO_SAMPLE
 DEFAULT_OPERATING_RANGE_MAX = 100.0
 DEFAULT_KEEP = 10  # noOfPersistedMetricsPerWorkerMetrics
-MAX_RAW_SAMPLES = 300  # KCL's bounded in-memory queue per metric
 
 # KCL's attribute names (§6.1), and ours: `round` is the round number of the last write. KCL and its
 # tooling ignore attributes they do not know, so the item stays readable by them.
@@ -48,178 +41,31 @@ STATS = "sts"
 OPERATING_RANGE = "opr"
 ROUND = "round"
 
-DEFAULT_CGROUP_ROOT = Path("/sys/fs/cgroup")
-_V1_CPU_DIRS = ("cpu", "cpu,cpuacct", "cpuacct,cpu")
-_V1_CPUACCT_DIRS = ("cpuacct", "cpu,cpuacct", "cpuacct,cpu")
 _SIX_DECIMALS = Decimal("0.000001")
 
 
-# --- CPU sampling -------------------------------------------------------------------------------
+# --- A slot's utilization -----------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class CpuCounters:
-    """Cumulative CPU seconds used (`busy`) out of those available (`capacity`), from one source."""
+def slot_utilization_percent(cpu_seconds: float, covered_seconds: float | None) -> float | None:
+    """The share of one core a slot's leases need to be kept up with as their data arrives, 0..100.
 
-    source: str
-    busy_seconds: float
-    capacity_seconds: float
-
-
-def utilization_percent(previous: CpuCounters, current: CpuCounters) -> float | None:
-    """Busy share between two readings, 0..100; None when the readings cannot be compared."""
-    capacity = current.capacity_seconds - previous.capacity_seconds
-    busy = current.busy_seconds - previous.busy_seconds
-    if previous.source != current.source or capacity <= 0 or busy < 0:
-        return None  # source switched, no time passed, or a counter was reset
-    return min(100.0, busy / capacity * 100.0)
-
-
-def host_counters(cpu_times: Mapping[str, float]) -> CpuCounters:
-    """psutil.cpu_percent's arithmetic: guest time is already in user time, idle includes iowait."""
-    total = sum(cpu_times.values()) - cpu_times.get("guest", 0.0) - cpu_times.get("guest_nice", 0.0)
-    idle = cpu_times.get("idle", 0.0) + cpu_times.get("iowait", 0.0)
-    return CpuCounters("host", total - idle, total)
-
-
-def _psutil_cpu_times() -> Mapping[str, float]:
-    return psutil.cpu_times()._asdict()
-
-
-class CpuUtilizationSampler:
-    """Samples CPU utilization relative to the container's limit (cgroup v2, then v1), else the host's.
-
-    Each `sample()` returns the utilization since the previous call; the first call only takes the
-    baseline and returns None, as does any call whose counters cannot be read.
+    `cpu_seconds` is what the slot's own process spent in the round (every thread of its Python
+    worker: reading, parsing, transform, Parquet); `covered_seconds` the data time its reads covered
+    (the leases' throughput window, `lease_core.throughput`). An always-on KCL worker processes data
+    as it arrives, so this is the utilization it would show for the same leases. Capped at 100, as
+    KCL's is; six decimals, half up. None when the slot's reads covered no data time (it ran no
+    lease): then it publishes nothing and is a default-metric worker for the next round.
     """
-
-    def __init__(
-        self,
-        cgroup_root: Path = DEFAULT_CGROUP_ROOT,
-        clock: Callable[[], float] = time.monotonic,
-        host_cpu_times: Callable[[], Mapping[str, float]] = _psutil_cpu_times,
-    ) -> None:
-        self._root = cgroup_root
-        self._clock = clock
-        self._host_cpu_times = host_cpu_times
-        self._previous: CpuCounters | None = None
-
-    def sample(self) -> float | None:
-        current = self.read_counters()
-        previous, self._previous = self._previous, current
-        if previous is None or current is None:
-            return None
-        return utilization_percent(previous, current)
-
-    def read_counters(self) -> CpuCounters | None:
-        try:
-            limited = self._cgroup_v2() if (self._root / "cpu.max").exists() else self._cgroup_v1()
-            return limited if limited is not None else host_counters(self._host_cpu_times())
-        except (OSError, ValueError, KeyError, IndexError):  # unreadable or garbled cgroup files
-            return None
-
-    def _cgroup_v2(self) -> CpuCounters | None:
-        """`cpu.max` is "<quota|max> <period>"; `cpu.stat` has `usage_usec`. None: no limit."""
-        quota, period = (self._root / "cpu.max").read_text().split()[:2]
-        if quota == "max":
-            return None
-        stat = dict(line.split()[:2] for line in (self._root / "cpu.stat").read_text().splitlines() if line.strip())
-        usage_seconds = int(stat["usage_usec"]) / 1e6
-        return self._limited("cgroup-v2", usage_seconds, int(quota) / int(period))
-
-    def _cgroup_v1(self) -> CpuCounters | None:
-        """`cpu.cfs_quota_us` is -1 without a limit; `cpuacct.usage` counts nanoseconds."""
-        cpu_dir = self._first_dir(_V1_CPU_DIRS, "cpu.cfs_quota_us")
-        if cpu_dir is None:
-            return None
-        quota = int((cpu_dir / "cpu.cfs_quota_us").read_text())
-        if quota <= 0:
-            return None
-        period = int((cpu_dir / "cpu.cfs_period_us").read_text())
-        acct_dir = self._first_dir(_V1_CPUACCT_DIRS, "cpuacct.usage")
-        if acct_dir is None:
-            raise FileNotFoundError("cgroup v1 sets a CPU quota but has no cpuacct.usage")
-        usage_seconds = int((acct_dir / "cpuacct.usage").read_text()) / 1e9
-        return self._limited("cgroup-v1", usage_seconds, quota / period)
-
-    def _first_dir(self, names: Sequence[str], file_name: str) -> Path | None:
-        return next((self._root / name for name in names if (self._root / name / file_name).exists()), None)
-
-    def _limited(self, source: str, usage_seconds: float, cpus: float) -> CpuCounters:
-        if cpus <= 0:
-            raise ValueError(f"{source}: a CPU limit must be positive, got {cpus}")
-        # A limit changed between two samples skews that one interval; the result is clamped to 100.
-        return CpuCounters(source, usage_seconds, self._clock() * cpus)
-
-
-class Sampler(Protocol):
-    def sample(self) -> float | None: ...
-
-
-def interval_average(samples: Iterable[float]) -> float:
-    """KCL's reported value: mean rounded half-up to 6 decimals, or -1 when nothing was captured."""
-    values = list(samples)
-    if not values:
-        return NO_SAMPLE
-    return round_half_up(sum(values) / len(values))
+    if cpu_seconds < 0:
+        raise ValueError(f"cpu_seconds must be >= 0, got {cpu_seconds}")
+    if covered_seconds is None or covered_seconds <= 0:
+        return None
+    return round_half_up(min(100.0, cpu_seconds / covered_seconds * 100.0))
 
 
 def round_half_up(value: float) -> float:
     return float(Decimal(repr(value)).quantize(_SIX_DECIMALS, rounding=ROUND_HALF_UP))
-
-
-class MetricRecorder:
-    """Collects samples while a slot works: `with MetricRecorder(sampler) as recorder: ...; recorder.average()`.
-
-    Entering takes the baseline and starts a daemon thread sampling every `interval_seconds`;
-    leaving takes a last sample, so even work shorter than one interval yields a value.
-    """
-
-    def __init__(self, sampler: Sampler, interval_seconds: float = 1.0) -> None:
-        if interval_seconds <= 0:
-            raise ValueError(f"interval_seconds must be positive, got {interval_seconds}")
-        self._sampler = sampler
-        self._interval = interval_seconds
-        self._samples: deque[float] = deque(maxlen=MAX_RAW_SAMPLES)
-        self._lock = threading.Lock()
-        self._stopped = threading.Event()
-        self._thread: threading.Thread | None = None
-
-    def record(self) -> None:
-        """Take one sample now; a failed capture adds nothing (it becomes -1 only if all fail)."""
-        value = self._sampler.sample()
-        if value is not None:
-            with self._lock:
-                self._samples.append(value)
-
-    def average(self) -> float:
-        with self._lock:
-            return interval_average(self._samples)
-
-    def start(self) -> None:
-        self.record()
-        self._stopped.clear()
-        self._thread = threading.Thread(target=self._run, name="worker-metrics-sampler", daemon=True)
-        self._thread.start()
-
-    def stop(self) -> float:
-        self._stopped.set()
-        if self._thread is not None:
-            self._thread.join()
-            self._thread = None
-        self.record()
-        return self.average()
-
-    def _run(self) -> None:
-        while not self._stopped.wait(self._interval):
-            self.record()
-
-    def __enter__(self) -> MetricRecorder:
-        self.start()
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.stop()
 
 
 # --- The WorkerMetricStats item -------------------------------------------------------------------

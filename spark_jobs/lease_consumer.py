@@ -147,7 +147,7 @@ class LeaseConsumer:
             log.exception("lease %s failed unexpectedly", start.lease_key)
             outcome, detail = Outcome.FAILED, f"{type(error).__name__}: {error}"
         seconds = self.context.clock() - started
-        throughput = self._report_throughput(outcome) if outcome != Outcome.LOST else None
+        throughput, covered = self._report_throughput(outcome) if outcome != Outcome.LOST else (None, None)
         tally = self._tally
         return LeaseReport(
             lease_key=start.lease_key,
@@ -164,6 +164,7 @@ class LeaseConsumer:
             replayed_batches=tally.replayed,
             millis_behind_latest=tally.millis_behind_latest,
             throughput_kbps=throughput,
+            covered_seconds=covered,
             children_created=tuple(tally.children),
             retention_losses=tuple(tally.losses),
             get_records_calls=tally.calls,
@@ -396,21 +397,24 @@ class LeaseConsumer:
     def _path(self, start: ExtendedSequenceNumber, end: ExtendedSequenceNumber) -> str:
         return self.context.sink.batch_path(self.stream_name, self.shard_id, start, end)
 
-    def _report_throughput(self, outcome: str) -> float | None:
+    def _report_throughput(self, outcome: str) -> tuple[float | None, float | None]:
         """Store the lease's new throughput with a last renewal (§7): the rate at which data arrived
         over the data time this round's read covered (`lease_core.throughput`), which ends now when
-        the read reached the stream's tip and at the last record landed otherwise. None when the
-        round measured nothing, or that renewal failed."""
+        the read reached the stream's tip and at the last record landed otherwise.
+
+        (stored throughput, seconds of data time covered); None for what the round did not measure
+        or a renewal that failed to store."""
         lease, tally = self.held.lease, self._tally
         end = self.context.wall_clock_millis() if outcome == Outcome.CAUGHT_UP else tally.last_arrival_millis
         window = covered_window(lease.read_through_millis, tally.first_arrival_millis, end)
         if window is None:
-            return None
+            return None, None
         value = ema_throughput(lease.throughput_kbps, arrival_rate_kbps(tally.bytes, window))
         try:
-            return value if self.held.renew(throughput_kbps=value, read_through_millis=window.end_millis) else None
+            stored = self.held.renew(throughput_kbps=value, read_through_millis=window.end_millis)
         except LeaseCoreError:
-            return None
+            stored = False
+        return (value if stored else None), window.seconds
 
 
 def promote_committed_batch(sink: ParquetSink, lease: Lease) -> Promotion | None:

@@ -70,6 +70,7 @@ class LeaseReport:
     replayed_batches: int = 0
     millis_behind_latest: int | None = None
     throughput_kbps: float | None = None
+    covered_seconds: float | None = None  # the data time the throughput was measured over
     children_created: tuple[str, ...] = ()
     retention_losses: tuple[RetentionLoss, ...] = ()
     get_records_calls: int = 0
@@ -84,7 +85,7 @@ class SlotReport:
     worker_id: str
     attempt: int
     seconds: float
-    cpu_percent: float
+    cpu_percent: float  # the slot's utilization for the round (`slot_utilization_percent`); -1: none
     leases: tuple[LeaseReport, ...]
 
     @property

@@ -2,8 +2,8 @@
 
 DESIGN.md §1 and §4: find my leases through the owner index, claim each (counter-conditional
 renewal), heartbeat them at the renewer interval while working, read them on a thread pool, wait
-for parents that have not reached SHARD_END, and at the end publish the slot's CPU for the next
-assignment round. A lease that cannot be worked is reported, never silently skipped.
+for parents that have not reached SHARD_END, and at the end publish the slot's utilization (its
+own CPU time over the data time its reads covered) for the next assignment round. A lease that cannot be worked is reported, never silently skipped.
 
 Errors of one lease stay in its report; an error that stops the whole slot (the lease table cannot
 be read) propagates, and Spark retries the task. The retry claims the same leases again with a claim
@@ -28,12 +28,7 @@ from lease_core.lease import Lease, StreamIdentifier
 from lease_core.lease_holder import HeldLease, LeaseHeartbeat
 from lease_core.lease_lifecycle import parents_have_finished
 from lease_core.shard_sync import LeaseKeyScheme
-from lease_core.worker_metrics import (
-    CpuUtilizationSampler,
-    DynamoDBWorkerMetricsStore,
-    MetricRecorder,
-    publish_worker_metrics,
-)
+from lease_core.worker_metrics import NO_SAMPLE, DynamoDBWorkerMetricsStore, publish_worker_metrics, slot_utilization_percent
 from spark_jobs.consume_spec import ConsumeSpec
 from spark_jobs.lease_consumer import LeaseConsumer, LeaseContext, promote_committed_batch
 from spark_jobs.parquet_sink import ParquetSink
@@ -88,20 +83,23 @@ class SlotTask:
         )
 
     def run(self) -> SlotReport:
-        started = time.monotonic()
-        with MetricRecorder(CpuUtilizationSampler()) as cpu:
-            reports = self._work()
-        cpu_percent = cpu.average()
-        publish_worker_metrics(
-            self.metrics,
-            self.worker_id,
-            cpu_percent,
-            now=int(time.time() * 1000),
-            round=self.spec.round_number,
-            keep=self.config.no_of_persisted_metrics_per_worker_metrics,
-        )
+        started, cpu_started = time.monotonic(), time.process_time()
+        reports = self._work()
+        # The slot's own process (a Spark Python worker runs one task at a time): all its threads.
+        covered = max((report.covered_seconds for report in reports if report.covered_seconds), default=None)
+        utilization = slot_utilization_percent(time.process_time() - cpu_started, covered)
+        if utilization is not None:
+            publish_worker_metrics(
+                self.metrics,
+                self.worker_id,
+                utilization,
+                now=int(time.time() * 1000),
+                round=self.spec.round_number,
+                keep=self.config.no_of_persisted_metrics_per_worker_metrics,
+            )
         return SlotReport(
-            self.worker_id, self.attempt, round(time.monotonic() - started, 3), cpu_percent, tuple(reports)
+            self.worker_id, self.attempt, round(time.monotonic() - started, 3),
+            NO_SAMPLE if utilization is None else utilization, tuple(reports),
         )
 
     def _work(self) -> list[LeaseReport]:

@@ -55,3 +55,17 @@ def test_a_leases_throughput_is_the_rate_data_arrives_on_it_over_the_data_time_t
     # Both windows end where each read reached the tip, a moment apart: the rates keep the 10:1 of the bytes.
     assert 8 < hot.throughput_kbps / cold.throughput_kbps < 12.5
     assert all(lease.outcome == "caught_up" for report in (first, second) for lease in report.slots[0].leases)
+
+
+def test_each_slot_publishes_its_own_utilization_and_a_slot_that_read_no_lease_publishes_none(spark, pipeline):
+    put(pipeline, hot=300, cold=30)
+    report = pipeline.round(spark, workers=3)
+    by_slot = {slot.worker_id: slot for slot in report.slots}
+    idle = [worker for worker, slot in by_slot.items() if not slot.leases]
+    assert len(idle) == 1
+    assert by_slot[idle[0]].cpu_percent == -1 and pipeline.metrics.get(idle[0]) is None
+    for worker, slot in by_slot.items():
+        if slot.leases:
+            stored = pipeline.metrics.get(worker)
+            assert stored is not None and stored.round == report.round_number
+            assert stored.stats["C"] == (slot.cpu_percent,) and 0 <= slot.cpu_percent <= 100

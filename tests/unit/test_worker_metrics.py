@@ -1,257 +1,41 @@
-"""Worker metrics: cgroup-aware CPU sampling, the KCL item (kcl-spec.md §6.1-6.3) and the leader's view."""
+"""Worker metrics: a slot's own utilization, the KCL item (kcl-spec.md §6.1-6.3) and the leader's view."""
 
 from __future__ import annotations
-
-import threading
-from pathlib import Path
 
 import pytest
 
 from lease_core.assignment import WorkerLoad
 from lease_core.worker_metrics import (
-    CpuUtilizationSampler,
     InMemoryWorkerMetricsStore,
-    MetricRecorder,
     WorkerMetricStats,
     active_workers,
     ema,
-    interval_average,
     publish_worker_metrics,
+    slot_utilization_percent,
 )
 
 
-class FakeClock:
-    def __init__(self, now: float = 1000.0) -> None:
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now
-
-
-class FakeHost:
-    """psutil.cpu_times()-shaped cumulative seconds."""
-
-    def __init__(self) -> None:
-        self.times = {"user": 0.0, "system": 0.0, "idle": 0.0, "iowait": 0.0}
-
-    def __call__(self) -> dict[str, float]:
-        return dict(self.times)
-
-
-def write(root: Path, relative: str, text: str) -> None:
-    path = root / relative
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text)
-
-
-def cgroup_v2(root: Path, cpu_max: str, usage_usec: int) -> None:
-    write(root, "cpu.max", f"{cpu_max}\n")
-    write(root, "cpu.stat", f"usage_usec {usage_usec}\nuser_usec 1\nsystem_usec 1\n")
-
-
-def cgroup_v1(root: Path, quota: int, period: int, usage_ns: int, cpu_dir: str = "cpu", acct_dir: str = "cpuacct") -> None:
-    write(root, f"{cpu_dir}/cpu.cfs_quota_us", f"{quota}\n")
-    write(root, f"{cpu_dir}/cpu.cfs_period_us", f"{period}\n")
-    write(root, f"{acct_dir}/cpuacct.usage", f"{usage_ns}\n")
-
-
-def two_samples(root: Path, update, seconds: float = 1.0, host: FakeHost | None = None) -> tuple[float | None, float | None]:
-    clock = FakeClock()
-    sampler = CpuUtilizationSampler(root, clock=clock, host_cpu_times=host or FakeHost())
-    first = sampler.sample()
-    clock.now += seconds
-    update()
-    return first, sampler.sample()
-
-
-# --- CPU sampling ---------------------------------------------------------------------------------
+# --- A slot's utilization -------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize(
-    ("cpu_max", "used_seconds", "elapsed", "expected"),
+    ("cpu_seconds", "covered_seconds", "expected"),
     [
-        pytest.param("200000 100000", 1.0, 1.0, 50.0, id="2-cpus-1-cpu-second-in-1s-is-50"),
-        pytest.param("200000 100000", 2.0, 1.0, 100.0, id="2-cpus-fully-used-is-100"),
-        pytest.param("50000 100000", 0.25, 1.0, 50.0, id="half-a-cpu-quarter-used-is-50"),
-        pytest.param("400000 100000", 1.0, 2.0, 12.5, id="4-cpus-1-cpu-second-in-2s"),
-        pytest.param("100000 100000", 1.5, 1.0, 100.0, id="burst-over-the-limit-is-clamped-to-100"),
+        pytest.param(3.0, 60.0, 5.0, id="3-cpu-seconds-for-a-minute-of-data-is-5-percent-of-a-core"),
+        pytest.param(0.0, 60.0, 0.0, id="no-cpu"),
+        pytest.param(1.0, 3.0, 33.333333, id="six-decimals-half-up"),
+        pytest.param(90.0, 60.0, 100.0, id="more-than-a-core-is-capped-at-100-as-kcl"),
+        pytest.param(2.0, None, None, id="no-lease-read-no-figure"),
+        pytest.param(2.0, 0.0, None, id="no-data-time-covered-no-figure"),
     ],
 )
-def test_cgroup_v2_utilization_is_relative_to_the_quota(tmp_path, cpu_max, used_seconds, elapsed, expected):
-    cgroup_v2(tmp_path, cpu_max, 5_000_000)
-    first, second = two_samples(tmp_path, lambda: cgroup_v2(tmp_path, cpu_max, 5_000_000 + int(used_seconds * 1e6)), elapsed)
-    assert first is None, "the first sample only takes the baseline"
-    assert second == pytest.approx(expected)
+def test_a_slots_utilization_is_its_own_cpu_over_the_data_time_it_covered(cpu_seconds, covered_seconds, expected):
+    assert slot_utilization_percent(cpu_seconds, covered_seconds) == expected
 
 
-@pytest.mark.parametrize(
-    ("cpu_dir", "acct_dir"),
-    [
-        pytest.param("cpu", "cpuacct", id="separate-controllers"),
-        pytest.param("cpu,cpuacct", "cpu,cpuacct", id="joint-controller"),
-    ],
-)
-def test_cgroup_v1_utilization_is_relative_to_the_cfs_quota(tmp_path, cpu_dir, acct_dir):
-    cgroup_v1(tmp_path, 200_000, 100_000, 7_000_000_000, cpu_dir, acct_dir)
-    _, second = two_samples(tmp_path, lambda: cgroup_v1(tmp_path, 200_000, 100_000, 8_000_000_000, cpu_dir, acct_dir))
-    assert second == pytest.approx(50.0)
-
-
-def busy_host(host: FakeHost) -> FakeHost:
-    """Between the two samples the host spends 3 of 4 CPU-seconds busy: 75%."""
-    host.times = {"user": 10.0, "system": 10.0, "idle": 80.0, "iowait": 0.0}
-    return host
-
-
-@pytest.mark.parametrize(
-    "make_cgroup",
-    [
-        pytest.param(lambda root: cgroup_v2(root, "max 100000", 0), id="v2-max"),
-        pytest.param(lambda root: cgroup_v1(root, -1, 100_000, 0), id="v1-minus-one"),
-        pytest.param(lambda root: None, id="no-cgroup-files"),
-    ],
-)
-def test_without_a_limit_the_sampler_falls_back_to_host_cpu(tmp_path, make_cgroup):
-    make_cgroup(tmp_path)
-    host = busy_host(FakeHost())
-
-    def spend() -> None:
-        host.times = {"user": 12.0, "system": 11.0, "idle": 80.5, "iowait": 0.5}
-
-    _, second = two_samples(tmp_path, spend, host=host)
-    assert second == pytest.approx(75.0)
-
-
-def test_host_fallback_excludes_guest_time_already_counted_as_user(tmp_path):
-    host = FakeHost()
-    host.times = {"user": 0.0, "idle": 0.0, "guest": 0.0}
-
-    def spend() -> None:
-        host.times = {"user": 1.0, "idle": 1.0, "guest": 1.0}
-
-    assert two_samples(tmp_path, spend, host=host)[1] == pytest.approx(50.0)
-
-
-@pytest.mark.parametrize(
-    "break_files",
-    [
-        pytest.param(lambda root: (root / "cpu.stat").unlink(), id="v2-cpu-stat-missing"),
-        pytest.param(lambda root: (root / "cpu.stat").write_text("user_usec 5\n"), id="v2-no-usage-line"),
-        pytest.param(lambda root: (root / "cpu.max").write_text("garbage\n"), id="v2-garbled-cpu-max"),
-        pytest.param(lambda root: (root / "cpu.max").write_text("0 100000\n"), id="v2-zero-quota"),
-        pytest.param(lambda root: (root / "cpu.stat").write_text("usage_usec lots\n"), id="v2-usage-not-a-number"),
-    ],
-)
-def test_unreadable_cgroup_v2_files_give_no_sample(tmp_path, break_files):
-    cgroup_v2(tmp_path, "200000 100000", 0)
-    assert two_samples(tmp_path, lambda: break_files(tmp_path))[1] is None
-
-
-def test_cgroup_v1_quota_without_an_accounting_file_gives_no_sample(tmp_path):
-    cgroup_v1(tmp_path, 200_000, 100_000, 0)
-    assert two_samples(tmp_path, lambda: (tmp_path / "cpuacct" / "cpuacct.usage").unlink())[1] is None
-
-
-def test_a_reset_counter_gives_no_sample_rather_than_a_negative_one(tmp_path):
-    cgroup_v2(tmp_path, "200000 100000", 9_000_000)
-    assert two_samples(tmp_path, lambda: cgroup_v2(tmp_path, "200000 100000", 1_000_000))[1] is None
-
-
-def test_a_sampler_recovers_after_a_failed_capture(tmp_path):
-    clock = FakeClock()
-    sampler = CpuUtilizationSampler(tmp_path, clock=clock)
-    cgroup_v2(tmp_path, "100000 100000", 0)
-    sampler.sample()
-    (tmp_path / "cpu.stat").unlink()
-    clock.now += 1
-    assert sampler.sample() is None
-    cgroup_v2(tmp_path, "100000 100000", 500_000)
-    clock.now += 1
-    assert sampler.sample() is None, "a new baseline is needed after a failure"
-    cgroup_v2(tmp_path, "100000 100000", 800_000)
-    clock.now += 1
-    assert sampler.sample() == pytest.approx(30.0)
-
-
-def test_the_real_sampler_measures_something_between_0_and_100():
-    sampler = CpuUtilizationSampler()
-    sampler.sample()
-    sum(range(200_000))
-    value = sampler.sample()
-    assert value is None or 0 <= value <= 100
-
-
-# --- MetricRecorder ------------------------------------------------------------------------------
-
-
-class ScriptedSampler:
-    def __init__(self, *values: float | None) -> None:
-        self.values = list(values)
-        self.calls = 0
-
-    def sample(self) -> float | None:
-        self.calls += 1
-        return self.values.pop(0) if self.values else None
-
-
-@pytest.mark.parametrize(
-    ("samples", "expected"),
-    [
-        pytest.param([10.0, 20.0], 15.0, id="mean"),
-        pytest.param([], -1.0, id="nothing-captured-is-minus-one"),
-        pytest.param([1 / 3], 0.333333, id="six-decimals"),
-        pytest.param([0.0000005], 0.000001, id="half-up-not-half-even"),
-        pytest.param([0.0000025], 0.000003, id="half-up-on-an-even-digit"),
-    ],
-)
-def test_interval_average(samples, expected):
-    assert interval_average(samples) == expected
-
-
-def test_the_recorder_averages_captured_samples_and_skips_failed_captures():
-    recorder = MetricRecorder(ScriptedSampler(None, 40.0, None, 60.0))
-    for _ in range(4):
-        recorder.record()
-    assert recorder.average() == 50.0
-
-
-def test_a_recorder_that_captured_nothing_reports_minus_one():
-    with MetricRecorder(ScriptedSampler(), interval_seconds=60) as recorder:
-        pass
-    assert recorder.average() == -1.0
-
-
-def test_the_recorder_samples_at_start_and_end_of_short_work():
-    sampler = ScriptedSampler(None, 70.0)
-    with MetricRecorder(sampler, interval_seconds=60) as recorder:
-        pass
-    assert sampler.calls == 2 and recorder.average() == 70.0
-
-
-def test_the_recorder_thread_samples_periodically_until_stopped():
-    sampled = threading.Event()
-
-    class Counting(ScriptedSampler):
-        def sample(self) -> float | None:
-            if self.calls >= 3:
-                sampled.set()
-            super().sample()
-            return 25.0
-
-    sampler = Counting()
-    recorder = MetricRecorder(sampler, interval_seconds=0.01)
-    recorder.start()
-    assert sampled.wait(5)
-    assert recorder.stop() == 25.0
-    calls = sampler.calls
-    assert calls >= 5
-    threading.Event().wait(0.05)
-    assert sampler.calls == calls, "no sampling after stop"
-
-
-def test_a_non_positive_interval_is_rejected():
-    with pytest.raises(ValueError, match="interval_seconds"):
-        MetricRecorder(ScriptedSampler(), interval_seconds=0)
+def test_negative_cpu_time_is_rejected():
+    with pytest.raises(ValueError, match="cpu_seconds"):
+        slot_utilization_percent(-1.0, 60.0)
 
 
 # --- The item --------------------------------------------------------------------------------------
