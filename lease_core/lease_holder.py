@@ -262,6 +262,11 @@ class LeaseHeartbeat:
         self.renewals = 0
         self.failures = 0
 
+    def add(self, held: HeldLease) -> None:
+        """Renew `held` too from the next tick on (a lease taken up while the others are worked)."""
+        with self._mutex:
+            self._leases[held.lease_key] = held
+
     def release(self, held: HeldLease) -> None:
         """Stop renewing `held` (its work is done; the lease stays with its owner)."""
         with self._mutex:

@@ -190,22 +190,54 @@ class SlotTask:
         """Run every lease whose parents are done; re-check the waiting ones as work completes."""
         reports: list[LeaseReport] = []
         waiting = list(workable)
-        running: dict[Future[LeaseReport], HeldLease] = {}
+        running: dict[Future[LeaseReport], tuple[HeldLease, _Placement]] = {}
         with ThreadPoolExecutor(max_workers=self.spec.lease_threads, thread_name_prefix="lease") as pool:
             while True:
                 ready, waiting = self._split_ready(waiting)
                 for held, placement in ready:
-                    running[pool.submit(self._consume, held, placement)] = held
+                    running[pool.submit(self._consume, held, placement)] = (held, placement)
                 if not running:
                     break
                 done, _ = wait(running, timeout=PARENT_POLL_SECONDS, return_when=FIRST_COMPLETED)
                 for future in done:
-                    heartbeat.release(running.pop(future))
-                    reports.append(future.result())
+                    held, placement = running.pop(future)
+                    heartbeat.release(held)
+                    report = future.result()
+                    reports.append(report)
+                    if report.outcome == Outcome.SHARD_END:
+                        for child in self._take_up_children(held.lease, placement):
+                            heartbeat.add(child[0])
+                            waiting.append(child)
         for held, placement in waiting:
             heartbeat.release(held)
             reports.append(self._waiting_report(held, placement))
         return reports
+
+    def _take_up_children(self, parent: Lease, placement: _Placement) -> list[tuple[HeldLease, _Placement]]:
+        """The children of a parent this slot just ended that it takes up in this same round.
+
+        A child is taken when no slot owns it (it was created at this shard end, or by the slot that
+        ended its other parent) and every parent of it has finished; the leader's owner-conditional
+        assignment write makes exactly one slot get it. KCL workers pick children up within seconds;
+        without this, a child's records would wait for the next round. The lease stays with the slot
+        afterwards, as any assignment does.
+        """
+        taken = []
+        for child_id in sorted(parent.child_shard_ids):
+            child = self.store.get_lease(placement.scheme.lease_key(child_id), consistent=True)
+            if child is None or child.lease_owner is not None or child.is_at_shard_end:
+                continue
+            if not parents_have_finished(self.store, child, placement.scheme):
+                continue  # a merge's other parent is still being read: its slot takes the child up
+            assigned = self.store.assign_lease(child, self.worker_id)
+            if not assigned.applied or assigned.lease is None:
+                continue  # another slot that ended a parent took it
+            held = self._claim(assigned.lease)
+            if held.is_lost:
+                continue
+            log.info("lease %s: taken up in this round after its parent %s ended", child.lease_key, parent.lease_key)
+            taken.append((held, _Placement(placement.stream_name, child_id, placement.scheme)))
+        return taken
 
     def _split_ready(
         self, candidates: Iterable[tuple[HeldLease, _Placement]]

@@ -144,11 +144,19 @@ def test_a_reshard_during_a_round_ends_the_parent_and_its_children_follow(spark,
     control(spark_control_dir, "release", pipeline, parent).touch()
     job.join(timeout=120)
     report = holder["report"]
-    outcomes = {lease.shard_id: lease for slot in report.slots for lease in slot.leases}  # type: ignore[attr-defined]
+    reported = [lease for slot in report.slots for lease in slot.leases]  # type: ignore[attr-defined]
+    outcomes = {lease.shard_id: lease for lease in reported}
     assert outcomes[parent].outcome == Outcome.SHARD_END
     # A merge's other parent may reach its end in the same round and create the child first.
     created = {child for lease in outcomes.values() for child in lease.children_created}
     assert created == children
+    # A child is read in the round its parents end, once; a merge's child waits for its other parent's end.
+    every_parent_ended = reshard == "split" or outcomes[shards[2]].outcome == Outcome.SHARD_END
+    assert {lease.shard_id for lease in reported} & children == (children if every_parent_ended else set())
+    assert all([lease.shard_id for lease in reported].count(child) <= 1 for child in children)
+    landed = pipeline.landed()
+    for child in children & set(outcomes):
+        assert outcomes[child].records == sum(1 for record in landed if record.shard_id == child) > 0
     for _ in range(3):
         pipeline.round(spark, workers=2)
     assert_exactly_once(pipeline)
