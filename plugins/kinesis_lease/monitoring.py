@@ -89,7 +89,7 @@ def application_document(reads: ApplicationReads) -> dict[str, Any]:
             "pending_checkpoints": report.pending_checkpoints,
             "corrupt_items": list(report.corrupt_items),
         },
-        "workers": worker_documents(report.owners, reads.worker_metrics),
+        "workers": worker_documents(report.owners, reads.worker_metrics, reads.last_round),
         "leases": [lease_document(row, last_round_rows.get(row.lease_key)) for row in report.leases],
         "last_round": reads.last_round,
         "rounds": list(reversed(reads.rounds))[:ROUNDS_SHOWN],
@@ -108,7 +108,9 @@ def leader_document(holder: LockHolder | None) -> dict[str, Any] | None:
     }
 
 
-def worker_documents(owners: Sequence[OwnerRow], metrics: Sequence[WorkerMetricStats]) -> list[dict[str, Any]]:
+def worker_documents(
+    owners: Sequence[OwnerRow], metrics: Sequence[WorkerMetricStats], last_round: int | None = None
+) -> list[dict[str, Any]]:
     """One row per lease owner and per slot with metrics (a slot may hold no lease this round)."""
     by_owner = {row.owner: row for row in owners}
     by_worker = {stats.worker_id: stats for stats in metrics}
@@ -125,7 +127,7 @@ def worker_documents(owners: Sequence[OwnerRow], metrics: Sequence[WorkerMetricS
             "lease_share": row.lease_share,
             "throughput_share": row.throughput_share,
             "load": load(row),
-            **cpu_document(by_worker.get(name)),
+            **cpu_document(by_worker.get(name), last_round),
         })
     return workers
 
@@ -139,12 +141,15 @@ def _load_measure(owners: Sequence[OwnerRow]) -> Callable[[OwnerRow], float]:
     return lambda row: row.leases / most_leases if most_leases else 0.0
 
 
-def cpu_document(stats: WorkerMetricStats | None) -> dict[str, Any]:
-    """The slot's CPU history (oldest first) and latest sample; -1 (no sample) shows as null."""
+def cpu_document(stats: WorkerMetricStats | None, last_round: int | None = None) -> dict[str, Any]:
+    """The slot's utilization history (oldest first) and its figure for the last round; -1 (no
+    sample) shows as null, and so does the figure of a slot that read no lease in the last round
+    (it wrote nothing then: its latest value is an older round's)."""
     values = stats.stats.get(CPU_METRIC, ()) if stats else ()
     history = [None if value == NO_SAMPLE else value for value in values]
+    current = stats is not None and (last_round is None or stats.round == last_round)
     return {
-        "cpu_percent": history[-1] if history else None,
+        "cpu_percent": history[-1] if history and current else None,
         "cpu_history": history,
         "metrics_round": stats.round if stats else None,
     }
