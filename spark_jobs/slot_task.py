@@ -2,8 +2,9 @@
 
 DESIGN.md §1 and §4: find my leases through the owner index, claim each (counter-conditional
 renewal), heartbeat them at the renewer interval while working, read them on a thread pool, wait
-for parents that have not reached SHARD_END, and at the end publish the slot's utilization (its
-own CPU time over the data time its reads covered) for the next assignment round. A lease that cannot be worked is reported, never silently skipped.
+for parents that have not reached SHARD_END, take up the children of the parents it ends, and at the
+end publish the slot's utilization (its own CPU time over the data time its reads covered) for the
+next assignment round. A lease that cannot be worked is reported, never silently skipped.
 
 Errors of one lease stay in its report; an error that stops the whole slot (the lease table cannot
 be read) propagates, and Spark retries the task. The retry claims the same leases again with a claim
@@ -28,7 +29,12 @@ from lease_core.lease import Lease, StreamIdentifier
 from lease_core.lease_holder import HeldLease, LeaseHeartbeat
 from lease_core.lease_lifecycle import parents_have_finished
 from lease_core.shard_sync import LeaseKeyScheme
-from lease_core.worker_metrics import NO_SAMPLE, DynamoDBWorkerMetricsStore, publish_worker_metrics, slot_utilization_percent
+from lease_core.worker_metrics import (
+    NO_SAMPLE,
+    DynamoDBWorkerMetricsStore,
+    publish_worker_metrics,
+    slot_utilization_percent,
+)
 from spark_jobs.consume_spec import ConsumeSpec
 from spark_jobs.lease_consumer import LeaseConsumer, LeaseContext, promote_committed_batch
 from spark_jobs.parquet_sink import ParquetSink

@@ -8,9 +8,10 @@ import socket
 
 import pytest
 
+from lease_core.round_history import RoundHistory
 from lease_core.sequence import SHARD_END
 from tests.support.airflow_dag import DAG_FILE, load_dag_module, run_round
-from tests.support.kinesis import create_stream, kinesis_client, split_shard
+from tests.support.kinesis import create_stream, kinesis_client, merge_shards, split_shard
 from tests.support.pipeline import ConsumerPipeline, duplicates
 
 # The fixtures `dag` and `airflow_run_environment` (Spark `local[2,4]`) are in tests/e2e/conftest.py.
@@ -117,27 +118,31 @@ def test_every_operator_argument_that_comes_from_the_run_is_a_template_field(dag
 # --- end to end --------------------------------------------------------------------------------
 
 
-def test_two_scheduled_rounds_with_a_reshard_land_every_record_once(
+def test_a_split_and_a_merge_between_scheduled_rounds_are_read_with_their_children_in_the_next_round(
     dag, airflow_run_environment, unique_name, kinesis_endpoint, moto_endpoint, tmp_path
 ):
     kinesis = kinesis_client(kinesis_endpoint)
-    create_stream(kinesis, unique_name, 2)
+    create_stream(kinesis, unique_name, 3)
     ledger = ConsumerPipeline(unique_name, (unique_name,), kinesis_endpoint, moto_endpoint, str(tmp_path / "lake"))
     conf = {"streams": [unique_name], "application_name": unique_name, "num_workers": 2,
             "initial_position": "TRIM_HORIZON", "output_uri": str(tmp_path / "lake")}
     ledger.produce(300, hot_keys=2)
     first = run_round(dag, conf)
     assert set(first.values()) == {"success"}, first
-    split_shard(kinesis, unique_name, sorted(ledger.leases())[0])
+    shards = sorted(ledger.leases())
+    children = set(split_shard(kinesis, unique_name, shards[0])) | {merge_shards(kinesis, unique_name, shards[1], shards[2])}
     ledger.produce(200)
     second = run_round(dag, conf)
     assert set(second.values()) == {"success"}, second
-    third = run_round(dag, conf)
-    assert third["finalize_round"] == "success"
+    # The parents were read to their ends and every child in the same round: nothing is left over.
     landed = ledger.landed()
     assert duplicates(landed) == []
     assert sorted(landed, key=lambda r: r.data) == sorted(ledger.produced, key=lambda r: r.data)
-    assert any(lease.checkpoint == SHARD_END for lease in ledger.leases().values())
+    _, rows = RoundHistory(ledger.state).lease_rows()
+    assert sorted(row["lease_key"] for row in rows if row["lease_key"] in children) == sorted(children)
+    assert {key: lease.checkpoint for key, lease in ledger.leases().items() if key in shards} == {
+        shard: SHARD_END for shard in shards
+    }
     assert ledger.state.get("Leader") is None
 
 
