@@ -59,7 +59,7 @@ import boto3  # noqa: E402
 import botocore.exceptions  # noqa: E402
 
 from lease_core import aws  # noqa: E402
-from lease_core.assignment_round import AssignmentCoordinator, slot_ids  # noqa: E402
+from lease_core.assignment_round import AssignmentCoordinator, AssignmentReport, slot_ids  # noqa: E402
 from lease_core.config import ConsumerConfig  # noqa: E402
 from lease_core.coordinator_state import DynamoDBCoordinatorStateStore  # noqa: E402
 from lease_core.dynamodb_store import DynamoDBLeaseStore  # noqa: E402
@@ -221,6 +221,7 @@ class RoundTimes:
     assign: float
     consume: float
     report: RoundReport
+    assignment: AssignmentReport
 
     @property
     def full(self) -> float:
@@ -230,8 +231,11 @@ class RoundTimes:
 class Application:
     """One consumer application on the emulators: its tables, stores, and what a DAG run does."""
 
-    def __init__(self, label: str, moto_endpoint: str, kinesis_endpoint: str, output_uri: str) -> None:
+    def __init__(
+        self, label: str, moto_endpoint: str, kinesis_endpoint: str, output_uri: str, stream: str = STREAM, **settings: Any
+    ) -> None:
         self.output_uri = output_uri
+        self.stream = stream
         self.config = ConsumerConfig(
             application_name=f"bench-{label}-{uuid.uuid4().hex[:8]}",  # fresh tables every run
             aws_region=REGION,
@@ -239,6 +243,7 @@ class Application:
             aws_endpoint_url_kinesis=kinesis_endpoint,
             initial_position_in_stream="TRIM_HORIZON",
             table_status_poll_seconds=0.05,  # moto creates tables ACTIVE: no need for KCL's 10 s polls
+            **settings,
         )
         policy = aws.retry_policy(self.config)
         dynamodb = aws.client("dynamodb", self.config)
@@ -254,11 +259,11 @@ class Application:
 
     def round(self, spark: Any, workers: int) -> RoundTimes:
         """Shard sync, assignment and the consume step, each timed; a failed round stops the run."""
-        sync_seconds, _ = timed(lambda: sync_streams((STREAM,), self.config, self.store, self.source, self.state))
+        sync_seconds, _ = timed(lambda: sync_streams((self.stream,), self.config, self.store, self.source, self.state))
         coordinator = AssignmentCoordinator(self.store, self.metrics, self.state, self.config)
         assign_seconds, assignment = timed(lambda: coordinator.run(slot_ids(self.name, workers)))
         spec = ConsumeSpec(
-            streams=(STREAM,),
+            streams=(self.stream,),
             num_workers=workers,
             output_uri=self.output_uri,
             round_number=assignment.round_number,
@@ -267,7 +272,7 @@ class Application:
         consume_seconds, report = timed(lambda: run_round(spark, spec))
         if not report.succeeded:
             raise BenchmarkFailure(f"round {assignment.round_number} of {self.name} failed:\n{report.summary()}")
-        return RoundTimes(sync_seconds, assign_seconds, consume_seconds, report)
+        return RoundTimes(sync_seconds, assign_seconds, consume_seconds, report, assignment)
 
     def check_landed(self, written: set[Position]) -> None:
         """Exactly the written records are in the sink: none missing, none twice, none foreign."""

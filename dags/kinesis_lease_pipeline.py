@@ -97,7 +97,7 @@ with DAG(
                               description="The time AT_TIMESTAMP starts at (ISO 8601 with a zone)."),
         "output_uri": Param(_default("OUTPUT_URI", "/tmp/kinesis-lease/output"), type="string", minLength=1,
                             description="The Parquet dataset: a local path or s3://bucket/prefix."),
-        "lease_assignment_strategy": Param(_default("STRATEGY", "variance"), enum=["variance", "count", "makespan"],
+        "lease_assignment_strategy": Param(_default("STRATEGY", "makespan"), enum=["makespan", "variance", "count"],
                                            description="How leases are spread over the slots."),
         "max_records_per_lease": Param(None, type=["null", "integer"], minimum=1, description="Records per lease per round."),
         "max_bytes_per_lease": Param(None, type=["null", "integer"], minimum=1, description="Payload bytes per lease per round."),

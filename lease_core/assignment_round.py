@@ -27,7 +27,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 
 from lease_core.assignment import AssignmentInput, AssignmentPlan, AssignmentSettings
-from lease_core.assignment_strategies import decider_for
+from lease_core.assignment_strategies import balances_in_round, decider_for
 from lease_core.assignment_view import build_view
 from lease_core.config import ConsumerConfig
 from lease_core.coordinator_state import CoordinatorStateStore, update_record
@@ -258,7 +258,9 @@ class AssignmentCoordinator:
             leases=tuple(leases),
             workers=tuple(workers),
             up_for_grabs=up_for_grabs(leases, active, judgement.expired | judgement.finish_handoff),
-            balance=(round_number - 1) % self.config.variance_balancing_frequency == 0,
+            balance=balances_in_round(
+                self.config.lease_assignment_strategy, round_number, self.config.variance_balancing_frequency
+            ),
             settings=settings_of(self.config),
             blocked_on_handoff=judgement.blocked_on_handoff,
             seed=round_number,

@@ -22,3 +22,15 @@ def decider_for(strategy_name: str) -> AssignmentDecider:
     except KeyError:
         known = ", ".join(sorted(_DECIDERS))
         raise ValueError(f"unknown lease assignment strategy {strategy_name!r}; expected one of {known}") from None
+
+
+# KCL's deciders rebalance on every `variance_balancing_frequency`-th run of the assignment manager.
+# makespan rebalances in every round: a round's slowest slot sets its length, so the imbalance a
+# measurement reveals costs every round it is left in place, and a move is made only when it
+# lowers the largest load (and within `makespan_max_moves_per_round`).
+_BALANCES_EVERY_ROUND = frozenset({"makespan"})
+
+
+def balances_in_round(strategy_name: str, round_number: int, variance_balancing_frequency: int) -> bool:
+    """Whether assignment round `round_number` (from 1) runs the strategy's balancing phase."""
+    return strategy_name in _BALANCES_EVERY_ROUND or (round_number - 1) % variance_balancing_frequency == 0

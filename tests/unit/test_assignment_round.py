@@ -70,11 +70,21 @@ def test_the_round_number_and_lease_counters_are_remembered():
     assert record["leaseCounters"]["M"] == {key: {"N": "1"} for key in ("shardId-0", "shardId-1")}
 
 
-def test_balancing_runs_every_variance_balancing_frequency_rounds():
+@pytest.mark.parametrize(
+    ("strategy", "balanced"),
+    [
+        pytest.param("variance", [True, False, False, True], id="variance-every-third-round-as-kcl"),
+        pytest.param("count", [True, False, False, True], id="count-every-third-round-as-kcl"),
+        pytest.param("makespan", [True, True, True, True], id="makespan-every-round"),
+    ],
+)
+def test_balancing_runs_every_variance_balancing_frequency_rounds_except_makespan_which_balances_each_round(
+    strategy, balanced
+):
     store = InMemoryLeaseStore()
     leases(store, 1)
-    run = coordinator(store, variance_balancing_frequency=3)
-    assert [run.run(SLOTS).balanced for _ in range(4)] == [True, False, False, True]
+    run = coordinator(store, variance_balancing_frequency=3, lease_assignment_strategy=strategy)
+    assert [run.run(SLOTS).balanced for _ in range(4)] == balanced
 
 
 class StealingStore(InMemoryLeaseStore):
