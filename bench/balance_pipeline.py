@@ -48,6 +48,7 @@ from bench.consume_throughput import (  # noqa: E402
     Application,
     BenchmarkFailure,
     Position,
+    create_stream,
     machine_facts,
     prepare_environment,
     start_spark,
@@ -94,14 +95,9 @@ def balance_of(case: str, strategy: str, round_: int, report: RoundReport, worke
 # --- the stream ----------------------------------------------------------------------------------
 
 
-def create_stream(kinesis: Any, name: str) -> list[str]:
+def stream_of_shards(kinesis: Any, name: str) -> list[str]:
     """An ACTIVE stream of SHARDS shards; the starting hash key of each, in shard order."""
-    kinesis.create_stream(StreamName=name, ShardCount=SHARDS)
-    deadline = time.monotonic() + 30
-    while kinesis.describe_stream_summary(StreamName=name)["StreamDescriptionSummary"]["StreamStatus"] != "ACTIVE":
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"stream {name!r} not ACTIVE within 30 s")
-        time.sleep(0.05)
+    create_stream(kinesis, SHARDS, name)
     shards = sorted(kinesis.list_shards(StreamName=name)["Shards"], key=lambda shard: shard["ShardId"])
     return [shard["HashKeyRange"]["StartingHashKey"] for shard in shards]
 
@@ -177,7 +173,7 @@ def run(arguments: argparse.Namespace, stack: ExitStack) -> None:
     rows: list[Balance] = []
     for case, shares in CASES.items():
         stream = f"balance-{case}"
-        hash_keys = create_stream(kinesis, stream)
+        hash_keys = stream_of_shards(kinesis, stream)
         applications = {
             strategy: Application(f"{case}-{strategy}", moto.endpoint, mock.endpoint, str(scratch / case / strategy),
                                   stream=stream, lease_assignment_strategy=strategy)

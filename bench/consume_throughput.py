@@ -122,12 +122,12 @@ def timed(function: Callable[[], T]) -> tuple[float, T]:
 # --- the stream ----------------------------------------------------------------------------------
 
 
-def create_stream(kinesis: Any, shards: int) -> None:
-    kinesis.create_stream(StreamName=STREAM, ShardCount=shards)
+def create_stream(kinesis: Any, shards: int, name: str = STREAM) -> None:
+    kinesis.create_stream(StreamName=name, ShardCount=shards)
     deadline = time.monotonic() + 30
-    while kinesis.describe_stream_summary(StreamName=STREAM)["StreamDescriptionSummary"]["StreamStatus"] != "ACTIVE":
+    while kinesis.describe_stream_summary(StreamName=name)["StreamDescriptionSummary"]["StreamStatus"] != "ACTIVE":
         if time.monotonic() > deadline:
-            raise TimeoutError(f"stream {STREAM!r} not ACTIVE within 30 s")
+            raise TimeoutError(f"stream {name!r} not ACTIVE within 30 s")
         time.sleep(0.05)
 
 

@@ -13,7 +13,7 @@ from spark_jobs.slot_task import SlotTask
 from tests.support.airflow_dag import airflow_environment, run_environment, run_round
 from tests.support.fault_proxy import FaultProxy
 from tests.support.kinesis import create_stream, kinesis_client
-from tests.support.pipeline import ConsumerPipeline, duplicates
+from tests.support.pipeline import ConsumerPipeline, StreamRecord, duplicates
 
 
 @pytest.fixture(scope="module")
@@ -34,20 +34,26 @@ def rounds_through_the_proxy(
         yield
 
 
-def test_records_that_aged_out_unread_fail_the_run_after_the_rest_landed_and_the_next_round_is_clean(
-    dag, rounds_through_the_proxy, trim_proxy, moto_endpoint, unique_name, tmp_path
-):
-    proxy = trim_proxy
-    create_stream(kinesis_client(proxy.endpoint), unique_name, 1)
-    ledger = ConsumerPipeline(unique_name, (unique_name,), proxy.endpoint, moto_endpoint, str(tmp_path / "lake"))
-    conf = {"streams": [unique_name], "application_name": unique_name, "num_workers": 1,
+def read_once_then_trim(
+    dag: Any, proxy: FaultProxy, moto_endpoint: str, name: str, tmp_path: Any
+) -> tuple[ConsumerPipeline, dict[str, Any], list[StreamRecord]]:
+    """A one-shard stream read by one DAG run; then 40 more records, the first 20 of which age out."""
+    create_stream(kinesis_client(proxy.endpoint), name, 1)
+    ledger = ConsumerPipeline(name, (name,), proxy.endpoint, moto_endpoint, str(tmp_path / "lake"))
+    conf = {"streams": [name], "application_name": name, "num_workers": 1,
             "initial_position": "TRIM_HORIZON", "output_uri": str(tmp_path / "lake")}
     ledger.produce(30)
     assert set(run_round(dag, conf).values()) == {"success"}
-
     later = ledger.produce(40)
+    proxy.trim(name, later[20].shard_id, later[20].sequence_number)
+    return ledger, conf, later
+
+
+def test_records_that_aged_out_unread_fail_the_run_after_the_rest_landed_and_the_next_round_is_clean(
+    dag, rounds_through_the_proxy, trim_proxy, moto_endpoint, unique_name, tmp_path
+):
+    ledger, conf, later = read_once_then_trim(dag, trim_proxy, moto_endpoint, unique_name, tmp_path)
     first_kept = later[20]
-    proxy.trim(unique_name, first_kept.shard_id, first_kept.sequence_number)
     alerted = run_round(dag, conf)
 
     assert alerted["consume"] == "success" and alerted["release_leadership"] == "success"
@@ -66,17 +72,7 @@ def test_records_that_aged_out_unread_fail_the_run_after_the_rest_landed_and_the
 def test_a_loss_whose_driver_died_before_reporting_it_is_reported_by_the_next_run_even_on_an_idle_stream(
     dag, rounds_through_the_proxy, trim_proxy, moto_endpoint, unique_name, tmp_path
 ):
-    proxy = trim_proxy
-    create_stream(kinesis_client(proxy.endpoint), unique_name, 1)
-    ledger = ConsumerPipeline(unique_name, (unique_name,), proxy.endpoint, moto_endpoint, str(tmp_path / "lake"))
-    conf = {"streams": [unique_name], "application_name": unique_name, "num_workers": 1,
-            "initial_position": "TRIM_HORIZON", "output_uri": str(tmp_path / "lake")}
-    ledger.produce(30)
-    assert set(run_round(dag, conf).values()) == {"success"}
-
-    later = ledger.produce(40)
-    first_kept = later[20]
-    proxy.trim(unique_name, first_kept.shard_id, first_kept.sequence_number)
+    ledger, conf, later = read_once_then_trim(dag, trim_proxy, moto_endpoint, unique_name, tmp_path)
     # A round's only slot reads across the gap and commits past it; its driver dies before the report.
     ledger.sync()
     SlotTask(ledger.spec(1, ledger.assign(1).round_number), slot_index=0).run()
