@@ -54,7 +54,7 @@ from bench.consume_throughput import (  # noqa: E402
     start_spark,
 )
 from lease_core.emulators import kinesis_mock, moto_server  # noqa: E402
-from spark_jobs.round_report import RoundReport  # noqa: E402
+from spark_jobs.round_report import RoundReport, busiest_over_bound  # noqa: E402
 
 SHARDS = 8
 STRATEGIES = ("variance", "count", "makespan")
@@ -83,13 +83,12 @@ class Balance:
 
 
 def balance_of(case: str, strategy: str, round_: int, report: RoundReport, workers: int, moves: int) -> Balance:
-    leases = [lease for slot in report.slots for lease in slot.leases]
-    total = sum(lease.bytes for lease in leases)
-    bound = max(total / workers, max((lease.bytes for lease in leases), default=0))
-    busiest = max((slot.bytes for slot in report.slots), default=0)
+    slot_bytes = [slot.bytes for slot in report.slots] + [0] * (workers - len(report.slots))
+    lease_bytes = [lease.bytes for slot in report.slots for lease in slot.leases]
     seconds = [slot.seconds for slot in report.slots] + [0.0] * (workers - len(report.slots))
     mean = statistics.fmean(seconds)
-    return Balance(case, strategy, round_, busiest / bound if bound else 1.0, max(seconds) / mean if mean else 1.0, moves)
+    ratio = busiest_over_bound(slot_bytes, lease_bytes)
+    return Balance(case, strategy, round_, 1.0 if ratio is None else ratio, max(seconds) / mean if mean else 1.0, moves)
 
 
 # --- the stream ----------------------------------------------------------------------------------

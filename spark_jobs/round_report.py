@@ -212,6 +212,14 @@ class RoundReport:
         return "\n".join(lines)
 
 
+def busiest_over_bound(slot_bytes: Sequence[int], lease_bytes: Sequence[int]) -> float | None:
+    """How far the round's busiest slot is from perfect balance: the bytes it landed over the lower
+    bound max(total / W, the largest lease's bytes), which no assignment can beat. None when nothing
+    landed."""
+    bound = max(sum(slot_bytes) / len(slot_bytes), max(lease_bytes, default=0)) if slot_bytes else 0
+    return max(slot_bytes) / bound if bound else None
+
+
 def reported_losses(totals: Mapping[str, Any]) -> list[tuple[str, AgedOutRange]]:
     """The retention losses named by a report's totals (its JSON form), as (lease key, range)."""
     return [
