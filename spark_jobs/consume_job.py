@@ -26,22 +26,24 @@ import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 from lease_core.command_line import EXIT_FAILED, EXIT_OK, EXIT_USAGE, ArgumentParser, UsageError
 from lease_core import aws
-from lease_core.assignment_round import ROUND_KEY
+from lease_core.assignment_round import ROUND_KEY, slot_ids
 from lease_core.config import ConsumerConfig, load_config, parse_iso_timestamp
 from lease_core.coordinator_state import DynamoDBCoordinatorStateStore
 from lease_core.dynamodb_store import DynamoDBLeaseStore
 from lease_core.errors import ConfigurationError, LeaseCoreError, TableNotFoundError
 from lease_core.leader_lock import LeaderLock, LockHeartbeat
 from lease_core.leadership import release_quietly
+from lease_core.parent_watch import closing_lease_keys
 from lease_core.lease_lifecycle import forget_reported_losses
 from lease_core.shard_source import KinesisShardSource
+from lease_core.shard_sync import LeaseKeyScheme
 from lease_core.tables import TableAdministrator
 from spark_jobs.consume_spec import ConsumeSpec, settings_for_executors
 from spark_jobs.lease_consumer import LeaseBudget
@@ -242,7 +244,7 @@ def run_round(spark: Any, spec: ConsumeSpec, leadership: HandedOverLock | None =
     reports = []
     with _leader_heartbeat(spec, leadership, on_lost=lambda: _cancel_slots(spark)) as watch:
         try:
-            reports = slot_reports(spark, spec)
+            reports = slot_reports(spark, replace(spec, closing_parents=closing_parents(spec)))
         except Exception as error:  # Spark wraps executor failures in Py4J errors; keep the message
             failures.append(_first_line(error))
         recorded = recorded_losses(spec.config)
@@ -259,6 +261,25 @@ def run_round(spark: Any, spec: ConsumeSpec, leadership: HandedOverLock | None =
         leader_record_version=watch.record_version,
         recorded_losses=recorded,
     )
+
+
+def closing_parents(spec: ConsumeSpec) -> tuple[str, ...]:
+    """The leases of closed shards that the round's slots hold, for idle slots to wait on
+    (`lease_core.parent_watch`). Best effort: without them a split's children are all read by the
+    slot that ends the parent, which is correct, only less balanced."""
+    config = spec.config
+    source = KinesisShardSource(aws.client("kinesis", config), retry_policy=aws.retry_policy(config))
+    store = DynamoDBLeaseStore(aws.client("dynamodb", config), config.lease_table, retry_policy=aws.retry_policy(config))
+    try:
+        closed = set()
+        for stream in spec.streams:
+            scheme = LeaseKeyScheme(source.stream_identifier(stream) if spec.multi_stream else None)
+            closed.update(scheme.lease_key(shard.shard_id) for shard in source.list_shards(stream) if not shard.is_open)
+        leases = store.scan_leases().leases if closed else ()
+    except LeaseCoreError as error:
+        log.warning("closed shards could not be listed (%s); idle slots will not wait for their children", error)
+        return ()
+    return closing_lease_keys(leases, closed, slot_ids(spec.application_name, spec.num_workers))
 
 
 def recorded_losses(config: ConsumerConfig) -> list[RetentionLoss]:

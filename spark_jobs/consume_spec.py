@@ -35,6 +35,9 @@ class ConsumeSpec:
     lease_threads: int = 8
     transform: str | None = None
     settings: Mapping[str, Any] = field(default_factory=dict)
+    # Leases of closed shards the round's slots hold (the driver's look at round start): idle slots
+    # wait for them to end and take up their children (`lease_core.parent_watch`).
+    closing_parents: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if not self.streams:

@@ -28,6 +28,7 @@ from lease_core.errors import LeaseCoreError
 from lease_core.lease import Lease, StreamIdentifier
 from lease_core.lease_holder import HeldLease, LeaseHeartbeat
 from lease_core.lease_lifecycle import parents_have_finished
+from lease_core.parent_watch import ParentWatch
 from lease_core.shard_sync import LeaseKeyScheme
 from lease_core.worker_metrics import (
     NO_SAMPLE,
@@ -44,8 +45,18 @@ from spark_jobs.transform import load_transform
 log = logging.getLogger(__name__)
 
 PARENT_POLL_SECONDS = 1.0
+# How long the slot that ended a split's parent leaves its other children to slots out of work.
+OFFER_SECONDS = 2 * PARENT_POLL_SECONDS
 # Claims of one lease by one attempt while other attempts of its slot keep writing it.
 CLAIM_ATTEMPTS = 3
+
+
+@dataclass(frozen=True)
+class _Offer:
+    """Children of `parent` left for a slot out of work to take up, until `until` (monotonic seconds)."""
+
+    parent: Lease
+    until: float
 
 
 @dataclass(frozen=True)
@@ -193,17 +204,32 @@ class SlotTask:
     def _work_concurrently(
         self, workable: list[tuple[HeldLease, _Placement]], heartbeat: LeaseHeartbeat
     ) -> list[LeaseReport]:
-        """Run every lease whose parents are done; re-check the waiting ones as work completes."""
+        """Run every lease whose parents are done; re-check the waiting ones as work completes.
+
+        Out of work, the slot stays while a parent that another slot of the round reads is closing:
+        its children (ours waiting on it, or new ones nobody holds yet) are read in this round.
+        """
         reports: list[LeaseReport] = []
         waiting = list(workable)
         running: dict[Future[LeaseReport], tuple[HeldLease, _Placement]] = {}
+        offers: list[_Offer] = []
+        watch = self._parent_watch()
         with ThreadPoolExecutor(max_workers=self.spec.lease_threads, thread_name_prefix="lease") as pool:
             while True:
                 ready, waiting = self._split_ready(waiting)
                 for held, placement in ready:
                     running[pool.submit(self._consume, held, placement)] = (held, placement)
+                if not running and offers:
+                    offers = self._take_up_offered(offers, waiting, heartbeat, every=True)
+                    continue
                 if not running:
-                    break
+                    watch.watch(self._parent_keys(waiting))
+                    if not watch.in_flight:
+                        break
+                    time.sleep(PARENT_POLL_SECONDS)
+                    for parent in watch.poll(self.store):
+                        self._take_up(self._take_up_children(parent, limit=self._first_children), waiting, heartbeat)
+                    continue
                 done, _ = wait(running, timeout=PARENT_POLL_SECONDS, return_when=FIRST_COMPLETED)
                 for future in done:
                     held, placement = running.pop(future)
@@ -211,25 +237,72 @@ class SlotTask:
                     report = future.result()
                     reports.append(report)
                     if report.outcome == Outcome.SHARD_END:
-                        for child in self._take_up_children(held.lease, placement):
-                            heartbeat.add(child[0])
-                            waiting.append(child)
+                        self._take_up(self._take_up_children(held.lease, limit=self._first_children), waiting, heartbeat)
+                        offers.append(_Offer(held.lease, time.monotonic() + OFFER_SECONDS))
+                offers = self._take_up_offered(offers, waiting, heartbeat, every=False)
         for held, placement in waiting:
             heartbeat.release(held)
             reports.append(self._waiting_report(held, placement))
         return reports
 
-    def _take_up_children(self, parent: Lease, placement: _Placement) -> list[tuple[HeldLease, _Placement]]:
-        """The children of a parent this slot just ended that it takes up in this same round.
+    @property
+    def _first_children(self) -> int | None:
+        """How many children of an ended parent the slot takes at once; the rest are offered first."""
+        return 1 if self.spec.num_workers > 1 else None
+
+    def _parent_watch(self) -> ParentWatch:
+        slots = slot_ids(self.config.require_application_name(), self.spec.num_workers)
+        watch = ParentWatch(self.worker_id, slots, stale_after_seconds=2 * self.config.renewer_interval_millis / 1000)
+        watch.watch(self.spec.closing_parents)
+        return watch
+
+    @staticmethod
+    def _parent_keys(waiting: Iterable[tuple[HeldLease, _Placement]]) -> list[str]:
+        return [placement.scheme.lease_key(parent) for held, placement in waiting for parent in held.lease.parent_shard_ids]
+
+    @staticmethod
+    def _take_up(
+        taken: list[tuple[HeldLease, _Placement]],
+        waiting: list[tuple[HeldLease, _Placement]],
+        heartbeat: LeaseHeartbeat,
+    ) -> None:
+        for held, placement in taken:
+            heartbeat.add(held)
+            waiting.append((held, placement))
+
+    def _take_up_offered(
+        self,
+        offers: list[_Offer],
+        waiting: list[tuple[HeldLease, _Placement]],
+        heartbeat: LeaseHeartbeat,
+        every: bool,
+    ) -> list[_Offer]:
+        """Take up the children still unheld of offers that ran out (of all offers with `every`)."""
+        now, kept = time.monotonic(), []
+        for offer in offers:
+            if every or offer.until <= now:
+                self._take_up(self._take_up_children(offer.parent), waiting, heartbeat)
+            else:
+                kept.append(offer)
+        return kept
+
+    def _take_up_children(self, parent: Lease, limit: int | None = None) -> list[tuple[HeldLease, _Placement]]:
+        """Children of an ended parent that this slot takes up in this same round (at most `limit`).
 
         A child is taken when no slot owns it (it was created at this shard end, or by the slot that
         ended its other parent) and every parent of it has finished; the leader's owner-conditional
         assignment write makes exactly one slot get it. KCL workers pick children up within seconds;
         without this, a child's records would wait for the next round. The lease stays with the slot
-        afterwards, as any assignment does.
+        afterwards, as any assignment does. The slot that ended a split's parent takes one child and
+        offers the others for `OFFER_SECONDS` to slots that are out of work (`ParentWatch`).
         """
-        taken = []
+        placement = self._placement(parent)
+        if placement is None:
+            return []
+        taken: list[tuple[HeldLease, _Placement]] = []
         for child_id in sorted(parent.child_shard_ids):
+            if limit is not None and len(taken) >= limit:
+                break
             child = self.store.get_lease(placement.scheme.lease_key(child_id), consistent=True)
             if child is None or child.lease_owner is not None or child.is_at_shard_end:
                 continue

@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from lease_core.assignment_round import slot_ids
-from lease_core.sequence import SHARD_END
+from lease_core.sequence import SHARD_END, TRIM_HORIZON
+from lease_core.shard_sync import LeaseKeyScheme
 from lease_core.errors import LeadershipUnavailableError
 from lease_core.leader_lock import LEADER_KEY, LeaderLock
 from spark_jobs.consume_job import HandedOverLock, run_round
@@ -20,7 +21,7 @@ from spark_jobs.lease_consumer import LeaseBudget
 from spark_jobs.round_report import Outcome, RoundReport
 from spark_jobs.slot_task import SlotTask
 from tests.support.fault_proxy import FaultProxy, FaultRule
-from tests.support.kinesis import create_stream, merge_shards, split_shard
+from tests.support.kinesis import create_stream, merge_shards, shards_of, split_shard
 from tests.support.kpl import put_aggregate
 from tests.support.pipeline import ConsumerPipeline, StreamRecord, by_shard, duplicates, file_order
 
@@ -163,6 +164,66 @@ def test_a_reshard_during_a_round_ends_the_parent_and_its_children_follow(spark,
     published = file_order(Path(pipeline.output_uri) / f"stream_name={pipeline.streams[0]}")
     for child in children & set(published):
         assert published[parent][1] <= published[child][0]
+
+
+def _round_with_a_closing_parent(spark, pipeline, spark_control_dir, child_left_to_the_other_slot: bool):
+    """A round in which worker-0 reads a split parent slowly while worker-1 runs out of work.
+
+    With `child_left_to_the_other_slot`, the lower child's lease exists before the round and is
+    worker-1's (a child an earlier round created but could not read, then assigned): worker-1
+    waits for the parent another slot reads.
+    """
+    pipeline.produce(200)
+    pipeline.sync()
+    pipeline.assign(2)
+    worker_0, worker_1 = slot_ids(pipeline.application_name, 2)
+    parent = min(key for key, lease in pipeline.leases().items() if lease.lease_owner == worker_0)
+    lower, upper = split_shard(pipeline.kinesis, pipeline.streams[0], parent)
+    pipeline.produce(300)
+    if child_left_to_the_other_slot:
+        (shard,) = [shard for shard in shards_of(pipeline.kinesis, pipeline.streams[0]) if shard.shard_id == lower]
+        assert pipeline.store.create_lease_if_not_exists(
+            LeaseKeyScheme().new_lease(lower, TRIM_HORIZON, shard.parent_shard_ids, shard.hash_key_range)
+        )
+        assert pipeline.store.assign_lease(pipeline.leases()[lower], worker_1).applied
+    assignment = pipeline.assign(2)
+    for shard in (parent, lower, upper):  # a child's reader stays busy with it until the test lets go
+        control(spark_control_dir, "block", pipeline, shard).touch()
+    holder: dict[str, RoundReport] = {}
+    job = threading.Thread(
+        target=lambda: holder.update(report=pipeline.consume(spark, 2, assignment.round_number, transform=STEER))
+    )
+    job.start()
+    wait_for(control(spark_control_dir, "blocked", pipeline, parent))
+    time.sleep(3)  # worker-1 has read its own leases by now and waits on the parent
+    control(spark_control_dir, "release", pipeline, parent).touch()
+    for child in (lower, upper):  # both children are being read before either may finish
+        wait_for(control(spark_control_dir, "blocked", pipeline, child))
+    for child in (lower, upper):
+        control(spark_control_dir, "release", pipeline, child).touch()
+    job.join(timeout=120)
+    readers = {lease.shard_id: (lease.worker_id, lease.outcome) for slot in holder["report"].slots for lease in slot.leases}
+    assert readers[parent] == (worker_0, Outcome.SHARD_END)
+    for _ in range(2):
+        pipeline.round(spark, workers=2)
+    assert_exactly_once(pipeline)
+    return readers, lower, upper
+
+
+def test_a_slot_out_of_work_takes_up_a_child_of_a_parent_another_slot_ends_in_the_same_round(
+    spark, pipeline, spark_control_dir
+):
+    readers, lower, upper = _round_with_a_closing_parent(spark, pipeline, spark_control_dir, False)
+    # Whichever of the two gets to a child first takes it; each takes one.
+    assert sorted([readers[lower], readers[upper]]) == [(slot, Outcome.CAUGHT_UP) for slot in slot_ids(pipeline.application_name, 2)]
+
+
+def test_a_slot_whose_child_waits_on_a_parent_another_slot_reads_waits_and_reads_it_in_the_same_round(
+    spark, pipeline, spark_control_dir
+):
+    readers, lower, upper = _round_with_a_closing_parent(spark, pipeline, spark_control_dir, True)
+    worker_0, worker_1 = slot_ids(pipeline.application_name, 2)
+    assert readers[lower] == (worker_1, Outcome.CAUGHT_UP) and readers[upper] == (worker_0, Outcome.CAUGHT_UP)
 
 
 def test_a_slot_task_killed_in_the_middle_of_a_batch_is_retried_by_spark(spark, pipeline, spark_control_dir):

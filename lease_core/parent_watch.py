@@ -1,0 +1,84 @@
+"""Which closing parents other slots of a round are still reading: what an idle slot waits on.
+
+A slot that has run out of work does not have to end its task while another slot of the same round
+is still reading a closed shard: when that parent reaches SHARD_END its children become readable, and
+the idle slot can take one up (owner-conditional, so exactly one slot gets each) instead of leaving
+every child to the slot that ended the parent. A slot whose own children wait on a parent another
+slot reads waits the same way, instead of giving them up for a round.
+
+A parent counts as being read while a slot of this round other than the watcher owns it and its
+lease counter keeps moving: a slot renews every `renewer_interval_millis`, so a counter that stood
+still for `stale_after_seconds` (two renewals) means nobody reads it any more in this round.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Collection, Iterable
+from dataclasses import dataclass
+
+from lease_core.lease import Lease
+from lease_core.lease_store import LeaseStore
+
+
+def closing_lease_keys(leases: Iterable[Lease], closed_keys: Collection[str], slots: Collection[str]) -> tuple[str, ...]:
+    """Leases of closed shards that a slot of this round holds and has not read to SHARD_END."""
+    return tuple(sorted(
+        lease.lease_key
+        for lease in leases
+        if lease.lease_key in closed_keys and not lease.is_at_shard_end and lease.lease_owner in slots
+    ))
+
+
+@dataclass
+class _Seen:
+    counter: int
+    since: float
+
+
+class ParentWatch:
+    """Watches parent leases for the moment they end; forgets one nobody reads any more.
+
+    `poll` reads every watched lease once (strongly consistent) and returns those that reached
+    SHARD_END since the last poll; `in_flight` says whether any watched parent is still being read.
+    """
+
+    def __init__(
+        self,
+        watcher: str,
+        slots: Collection[str],
+        stale_after_seconds: float,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._watcher = watcher
+        self._slots = frozenset(slots)
+        self._stale_after = stale_after_seconds
+        self._clock = clock
+        self._watched: dict[str, _Seen | None] = {}
+
+    def watch(self, lease_keys: Iterable[str]) -> None:
+        for key in lease_keys:
+            self._watched.setdefault(key, None)
+
+    @property
+    def in_flight(self) -> bool:
+        return bool(self._watched)
+
+    def poll(self, store: LeaseStore) -> list[Lease]:
+        ended = []
+        for key in list(self._watched):
+            lease = store.get_lease(key, consistent=True)
+            if lease is not None and lease.is_at_shard_end:
+                ended.append(lease)
+            if lease is None or not self._read_elsewhere(key, lease):
+                del self._watched[key]
+        return ended
+
+    def _read_elsewhere(self, key: str, lease: Lease) -> bool:
+        if lease.is_at_shard_end or lease.lease_owner == self._watcher or lease.lease_owner not in self._slots:
+            return False
+        now, seen = self._clock(), self._watched[key]
+        if seen is None or seen.counter != lease.lease_counter:
+            self._watched[key] = _Seen(lease.lease_counter, now)
+            return True
+        return now - seen.since < self._stale_after
