@@ -41,7 +41,6 @@ import psutil
 
 from lease_core.emulators import EmulatorProcess, kinesis_mock, moto_server
 from spark_jobs.parquet_sink import ParquetSink
-from spark_jobs.round_report import busiest_over_bound
 
 REPOSITORY = Path(__file__).resolve().parents[1]
 
@@ -363,7 +362,7 @@ def print_consumed(consumed: Mapping[str, Any] | None, landed_so_far: int, produ
     totals = consumed["totals"]
     lag = totals["max_millis_behind_latest"]
     print(f"   landed {totals['records']} records in {totals['files']} file(s), {consumed['seconds']:.1f} s in Spark")
-    ratio = busiest_over_bound([slot["bytes"] for slot in consumed["slots"]], [row["bytes"] for row in consumed["leases"]])
+    ratio = totals.get("busiest_over_bound")
     if ratio is not None:
         print(f"   balance: the busiest slot landed {ratio:.2f}x the lower bound max(total / W, largest lease)")
     print(f"   lag: max MillisBehindLatest {lag} ms (kinesis-mock always reports 0); {backlog}")

@@ -143,6 +143,9 @@ class RoundReport:
                 (lease.millis_behind_latest for lease in leases if lease.millis_behind_latest is not None),
                 default=None,
             ),
+            "busiest_over_bound": _rounded(
+                busiest_over_bound([slot.bytes for slot in slots], [lease.bytes for lease in leases])
+            ),
         }
         return cls(
             application_name,
@@ -200,6 +203,9 @@ class RoundReport:
                 lines.append(f"      {lease.detail}")
         outcomes = ", ".join(f"{name} {count}" for name, count in self.totals["outcomes"].items()) or "none"
         lines.append(f"  outcomes: {outcomes}")
+        if self.totals.get("busiest_over_bound") is not None:
+            lines.append(f"  balance: the busiest slot landed {self.totals['busiest_over_bound']:.2f}x the lower bound "
+                         "max(total / slots, largest lease)")
         for loss in self.totals["retention_losses"]:
             lines.append(
                 f"  LOSS: {loss['lease_key']}: records after {loss['after']} aged out of the stream before they "
@@ -218,6 +224,10 @@ def busiest_over_bound(slot_bytes: Sequence[int], lease_bytes: Sequence[int]) ->
     landed."""
     bound = max(sum(slot_bytes) / len(slot_bytes), max(lease_bytes, default=0)) if slot_bytes else 0
     return max(slot_bytes) / bound if bound else None
+
+
+def _rounded(value: float | None) -> float | None:
+    return None if value is None else round(value, 3)
 
 
 def reported_losses(totals: Mapping[str, Any]) -> list[tuple[str, AgedOutRange]]:

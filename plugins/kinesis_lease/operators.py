@@ -448,6 +448,7 @@ class FinalizeRoundOperator(_LeaderStep):
             "retention_losses": len(totals.get("retention_losses", [])),
             "possibly_unread": len((self.shard_sync or {}).get("possibly_unread", [])),
             "moves": len(assignment.get("moves", [])),
+            "busiest_over_bound": totals.get("busiest_over_bound"),
             "slots": report.get("slots", []),
         }
         with self.leadership(access) as leadership:

@@ -57,7 +57,8 @@ def application(moto_endpoint: str) -> str:
         assert store.create_lease_if_not_exists(lease) and store.assign_lease(lease, owner).applied
     state = DynamoDBCoordinatorStateStore(store.client, fast_config(APPLICATION).coordinator_state_table, FAST_RETRIES)
     history = RoundHistory(state)
-    history.append({"round": 7, "run_id": "scheduled__7", "records": 1234, "bytes": 56789, "files": 3})
+    history.append({"round": 7, "run_id": "scheduled__7", "records": 1234, "bytes": 56789, "files": 3,
+                    "busiest_over_bound": 1.0712})
     history.record_lease_rows(7, [{"lease_key": "shardId-000", "records": 1234, "millis_behind_latest": 4500,
                                    "outcome": "caught_up", "worker_id": WORKER_0}])
     return APPLICATION
@@ -98,6 +99,7 @@ def test_a_signed_in_user_sees_load_bars_and_the_shards_of_an_application(server
     expect(frame.locator("tr[data-lease-key='shardId-002'] td").nth(1)).to_have_text(WORKER_1)
     expect(frame.locator("#leader")).to_have_text("none (no round has taken the lock)")
     expect(frame.locator("#rounds tr[data-round='7'] td").nth(2)).to_have_text("1,234")
+    expect(frame.locator("#rounds tr[data-round='7'] td").last).to_have_text("1.07x")
     page.close()
 
 

@@ -144,6 +144,8 @@ def test_a_split_and_a_merge_between_scheduled_rounds_are_read_with_their_childr
         shard: SHARD_END for shard in shards
     }
     assert ledger.state.get("Leader") is None
+    # Each kept round says how far its busiest slot was from the balance bound (the monitoring page's column).
+    assert [entry["busiest_over_bound"] >= 1.0 for entry in RoundHistory(ledger.state).rounds()] == [True, True]
 
 
 def test_an_idle_round_skips_the_consume_step_and_still_releases_leadership(

@@ -97,6 +97,10 @@
     return row;
   }
 
+  function balance(ratio) {
+    return ratio === null || ratio === undefined ? "-" : `${ratio.toFixed(2)}x`;
+  }
+
   function finishedAt(millis) {
     return millis ? new Date(millis).toISOString().replace("T", " ").slice(0, 19) : "-";
   }
@@ -116,6 +120,7 @@
       cell(number(round.failed_leases)),
       cell(number(round.retention_losses)),
       cell(number(round.moves)),
+      cell(balance(round.busiest_over_bound)),
     );
     return row;
   }
@@ -155,7 +160,15 @@
       const value = document.createElement("dd");
       value.textContent = number(round[key], key === "seconds" ? 1 : 0);
       return [term, value];
-    }));
+    }), ...balanceEntry(round));
+  }
+
+  function balanceEntry(round) {
+    const term = document.createElement("dt");
+    term.textContent = "busiest slot / bound";
+    const value = document.createElement("dd");
+    value.textContent = balance(round.busiest_over_bound);
+    return [term, value];
   }
 
   function showMessage(text) {
