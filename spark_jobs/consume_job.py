@@ -244,7 +244,7 @@ def run_round(spark: Any, spec: ConsumeSpec, leadership: HandedOverLock | None =
     reports = []
     with _leader_heartbeat(spec, leadership, on_lost=lambda: _cancel_slots(spark)) as watch:
         try:
-            reports = slot_reports(spark, replace(spec, closing_parents=closing_parents(spec)))
+            reports = slot_reports(spark, with_slot_concurrency(spark, spec))
         except Exception as error:  # Spark wraps executor failures in Py4J errors; keep the message
             failures.append(_first_line(error))
         recorded = recorded_losses(spec.config)
@@ -261,6 +261,17 @@ def run_round(spark: Any, spec: ConsumeSpec, leadership: HandedOverLock | None =
         leader_record_version=watch.record_version,
         recorded_losses=recorded,
     )
+
+
+def with_slot_concurrency(spark: Any, spec: ConsumeSpec) -> ConsumeSpec:
+    """`spec` with what lets slots out of work wait for other slots' closing parents: only when every
+    slot runs at once. With fewer task slots than slots (local[2] and four slots), the slots run in
+    waves, and a waiting slot would keep a later one from starting."""
+    together = spark.sparkContext.defaultParallelism >= spec.num_workers
+    if not together:
+        log.info("%d slot(s) on %d task slot(s) run in waves: a slot out of work ends its task instead of "
+                 "waiting for children of other slots' parents", spec.num_workers, spark.sparkContext.defaultParallelism)
+    return replace(spec, slots_run_together=together, closing_parents=closing_parents(spec) if together else ())
 
 
 def closing_parents(spec: ConsumeSpec) -> tuple[str, ...]:

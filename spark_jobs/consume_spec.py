@@ -35,8 +35,10 @@ class ConsumeSpec:
     lease_threads: int = 8
     transform: str | None = None
     settings: Mapping[str, Any] = field(default_factory=dict)
-    # Leases of closed shards the round's slots hold (the driver's look at round start): idle slots
-    # wait for them to end and take up their children (`lease_core.parent_watch`).
+    # Whether every slot of the round runs at once (enough task slots), and the leases of closed shards
+    # the round's slots hold (the driver's look at round start): then slots out of work wait for those
+    # to end and take up their children (`lease_core.parent_watch`).
+    slots_run_together: bool = False
     closing_parents: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:

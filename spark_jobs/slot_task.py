@@ -223,7 +223,8 @@ class SlotTask:
                     offers = self._take_up_offered(offers, waiting, heartbeat, every=True)
                     continue
                 if not running:
-                    watch.watch(self._parent_keys(waiting))
+                    if self.spec.slots_run_together:
+                        watch.watch(self._parent_keys(waiting))
                     if not watch.in_flight:
                         break
                     time.sleep(PARENT_POLL_SECONDS)
@@ -238,7 +239,8 @@ class SlotTask:
                     reports.append(report)
                     if report.outcome == Outcome.SHARD_END:
                         self._take_up(self._take_up_children(held.lease, limit=self._first_children), waiting, heartbeat)
-                        offers.append(_Offer(held.lease, time.monotonic() + OFFER_SECONDS))
+                        if self._first_children is not None:
+                            offers.append(_Offer(held.lease, time.monotonic() + OFFER_SECONDS))
                 offers = self._take_up_offered(offers, waiting, heartbeat, every=False)
         for held, placement in waiting:
             heartbeat.release(held)
@@ -247,8 +249,9 @@ class SlotTask:
 
     @property
     def _first_children(self) -> int | None:
-        """How many children of an ended parent the slot takes at once; the rest are offered first."""
-        return 1 if self.spec.num_workers > 1 else None
+        """How many children of an ended parent the slot takes at once; the rest are offered to slots
+        out of work first, when there can be any (every slot runs at once)."""
+        return 1 if self.spec.num_workers > 1 and self.spec.slots_run_together else None
 
     def _parent_watch(self) -> ParentWatch:
         slots = slot_ids(self.config.require_application_name(), self.spec.num_workers)

@@ -16,7 +16,7 @@ from lease_core.sequence import SHARD_END, TRIM_HORIZON
 from lease_core.shard_sync import LeaseKeyScheme
 from lease_core.errors import LeadershipUnavailableError
 from lease_core.leader_lock import LEADER_KEY, LeaderLock
-from spark_jobs.consume_job import HandedOverLock, run_round
+from spark_jobs.consume_job import HandedOverLock, run_round, with_slot_concurrency
 from spark_jobs.lease_consumer import LeaseBudget
 from spark_jobs.round_report import Outcome, RoundReport
 from spark_jobs.slot_task import SlotTask
@@ -224,6 +224,21 @@ def test_a_slot_whose_child_waits_on_a_parent_another_slot_reads_waits_and_reads
     readers, lower, upper = _round_with_a_closing_parent(spark, pipeline, spark_control_dir, True)
     worker_0, worker_1 = slot_ids(pipeline.application_name, 2)
     assert readers[lower] == (worker_1, Outcome.CAUGHT_UP) and readers[upper] == (worker_0, Outcome.CAUGHT_UP)
+
+
+def test_slots_wait_for_other_slots_parents_only_when_every_slot_runs_at_once(spark, pipeline):
+    pipeline.produce(40)
+    pipeline.sync()
+    pipeline.assign(2)
+    worker_0 = slot_ids(pipeline.application_name, 2)[0]
+    parent = min(key for key, lease in pipeline.leases().items() if lease.lease_owner == worker_0)
+    split_shard(pipeline.kinesis, pipeline.streams[0], parent)
+    task_slots = spark.sparkContext.defaultParallelism
+    together = with_slot_concurrency(spark, pipeline.spec(task_slots, 1))
+    assert together.slots_run_together and together.closing_parents == (parent,)
+    # One slot more than Spark runs at once: the slots run in waves, and a waiting slot would hold up the next.
+    in_waves = with_slot_concurrency(spark, pipeline.spec(task_slots + 1, 1))
+    assert not in_waves.slots_run_together and in_waves.closing_parents == ()
 
 
 def test_a_slot_task_killed_in_the_middle_of_a_batch_is_retried_by_spark(spark, pipeline, spark_control_dir):
