@@ -1,7 +1,8 @@
 """The main job on the embedded default (DESIGN.md §8): the real DAG, operators and Spark job on loopback.
 
 Starts moto (DynamoDB, S3) and kinesis-mock (Kinesis), points Airflow (in-process, SQLite, a
-throwaway AIRFLOW_HOME) and Spark (`local[*,4]`, spark-submit) at them, creates a 4-shard stream and
+throwaway AIRFLOW_HOME) and Spark (`local[3,4]`, every slot at once; spark-submit) at them, creates
+a 4-shard stream and
 then, with a producer whose partition keys are skewed (a few hot keys carry most records):
 
     produce, round 1, split the hottest shard, produce, round 2,
@@ -51,7 +52,9 @@ WORKERS = 3
 # The DAG's default: it equalises the slots' measured load from the second round on (bench/balance_pipeline.py).
 STRATEGY = "makespan"
 REGION = "us-east-1"
-SPARK_MASTER = "local[*,4]"  # ",4": Spark retries a failed slot task (plain local[*] never does)
+# Every slot at once, as a fleet of W workers runs (with fewer task slots they run in waves);
+# ",4": Spark retries a failed slot task (plain local[N] never does).
+SPARK_MASTER = f"local[{WORKERS},4]"
 BATCHES = (4000, 3000, 3000)
 # The hot keys and their share of the records; every other record gets a key of its own. On 4
 # uniform shards customer-3 and customer-5 hash into the top shard, one in each half of its range

@@ -227,9 +227,11 @@ class SlotTask:
                         watch.watch(self._parent_keys(waiting))
                     if not watch.in_flight:
                         break
-                    time.sleep(PARENT_POLL_SECONDS)
-                    for parent in watch.poll(self.store):
-                        self._take_up(self._take_up_children(parent, limit=self._first_children), waiting, heartbeat)
+                    taken = [child for parent in watch.poll(self.store)
+                             for child in self._take_up_children(parent, limit=self._first_children)]
+                    self._take_up(taken, waiting, heartbeat)
+                    if not taken:
+                        time.sleep(PARENT_POLL_SECONDS)
                     continue
                 done, _ = wait(running, timeout=PARENT_POLL_SECONDS, return_when=FIRST_COMPLETED)
                 for future in done:
