@@ -267,11 +267,24 @@ def with_slot_concurrency(spark: Any, spec: ConsumeSpec) -> ConsumeSpec:
     """`spec` with what lets slots out of work wait for other slots' closing parents: only when every
     slot runs at once. With fewer task slots than slots (local[2] and four slots), the slots run in
     waves, and a waiting slot would keep a later one from starting."""
-    together = spark.sparkContext.defaultParallelism >= spec.num_workers
+    task_slots = concurrent_task_slots(spark)
+    together = task_slots is not None and task_slots >= spec.num_workers
     if not together:
-        log.info("%d slot(s) on %d task slot(s) run in waves: a slot out of work ends its task instead of "
-                 "waiting for children of other slots' parents", spec.num_workers, spark.sparkContext.defaultParallelism)
+        log.info("%d slot(s) on %s task slot(s) may run in waves: a slot out of work ends its task instead of "
+                 "waiting for children of other slots' parents", spec.num_workers, task_slots or "an unknown number of")
     return replace(spec, slots_run_together=together, closing_parents=closing_parents(spec) if together else ())
+
+
+def concurrent_task_slots(spark: Any) -> int | None:
+    """How many tasks Spark can run at once now (executor cores over `spark.task.cpus`, as barrier
+    stages count them), or None when it cannot say. Not `defaultParallelism`: a setting can change
+    that figure, and on a cluster it is at least 2 whatever the cores."""
+    try:
+        context = spark.sparkContext._jsc.sc()
+        return int(context.maxNumConcurrentTasks(context.resourceProfileManager().defaultResourceProfile()))
+    except Exception as error:  # an internal Spark API: without it, slots are assumed to run in waves
+        log.info("Spark did not say how many tasks it runs at once (%s)", error)
+        return None
 
 
 def closing_parents(spec: ConsumeSpec) -> tuple[str, ...]:
@@ -286,8 +299,8 @@ def closing_parents(spec: ConsumeSpec) -> tuple[str, ...]:
         for stream in spec.streams:
             scheme = LeaseKeyScheme(source.stream_identifier(stream) if spec.multi_stream else None)
             closed.update(scheme.lease_key(shard.shard_id) for shard in source.list_shards(stream) if not shard.is_open)
-        leases = store.scan_leases().leases if closed else ()
-    except LeaseCoreError as error:
+        leases = store.get_leases(closed)
+    except Exception as error:  # best effort: it must never keep the round's slots from running
         log.warning("closed shards could not be listed (%s); idle slots will not wait for their children", error)
         return ()
     return closing_lease_keys(leases, closed, slot_ids(spec.application_name, spec.num_workers))

@@ -76,6 +76,7 @@ class SlotTask:
         self.attempt = attempt
         # Orders this slot's attempts (Spark's attempt numbers restart with each driver): the newest wins.
         self.started_millis = time.time_ns() // 1_000_000
+        self._superseded = False  # a lease of this attempt was lost: take nothing more up
         policy = aws.retry_policy(self.config)
         self.store = DynamoDBLeaseStore(
             aws.client("dynamodb", self.config),
@@ -160,6 +161,7 @@ class SlotTask:
             if fresh is None or fresh.lease_owner != self.worker_id or fresh.is_in_handoff:
                 return held
             if attempt_started_millis(fresh.claim_token) > self.started_millis:
+                self._superseded = True
                 return held  # a newer attempt of this slot holds it: this one is the zombie
             lease = fresh
         return held
@@ -223,15 +225,8 @@ class SlotTask:
                     offers = self._take_up_offered(offers, waiting, heartbeat, every=True)
                     continue
                 if not running:
-                    if self.spec.slots_run_together:
-                        watch.watch(self._parent_keys(waiting))
-                    if not watch.in_flight:
+                    if not self._wait_for_parents(watch, waiting, heartbeat):
                         break
-                    taken = [child for parent in watch.poll(self.store)
-                             for child in self._take_up_children(parent, limit=self._first_children)]
-                    self._take_up(taken, waiting, heartbeat)
-                    if not taken:
-                        time.sleep(PARENT_POLL_SECONDS)
                     continue
                 done, _ = wait(running, timeout=PARENT_POLL_SECONDS, return_when=FIRST_COMPLETED)
                 for future in done:
@@ -239,6 +234,7 @@ class SlotTask:
                     heartbeat.release(held)
                     report = future.result()
                     reports.append(report)
+                    self._superseded = self._superseded or report.outcome == Outcome.LOST
                     if report.outcome == Outcome.SHARD_END:
                         self._take_up(self._take_up_children(held.lease, limit=self._first_children), waiting, heartbeat)
                         if self._first_children is not None:
@@ -249,6 +245,33 @@ class SlotTask:
             reports.append(self._waiting_report(held, placement))
         return reports
 
+    def _wait_for_parents(
+        self, watch: ParentWatch, waiting: list[tuple[HeldLease, _Placement]], heartbeat: LeaseHeartbeat
+    ) -> bool:
+        """Out of work: poll the closing parents other slots read once, take up a child of those
+        that ended, and pause; False when there is nothing (left) to wait for.
+
+        An attempt that lost a lease (to a newer attempt of its slot, most likely) takes nothing more
+        up; waiting is an optimization, so a failed read of the table ends it instead of the slot.
+        """
+        if self._superseded:
+            watch.stop()
+        elif self.spec.slots_run_together:
+            watch.watch(self._parent_keys(waiting))
+        if not watch.in_flight:
+            return False
+        try:
+            taken = [child for parent in watch.poll(self.store)
+                     for child in self._take_up_children(parent, limit=self._first_children)]
+        except LeaseCoreError as error:
+            log.warning("%s stops waiting for other slots' closing parents: %s", self.worker_id, error)
+            watch.stop()
+            return True
+        self._take_up(taken, waiting, heartbeat)
+        if not taken:
+            time.sleep(PARENT_POLL_SECONDS)
+        return True
+
     @property
     def _first_children(self) -> int | None:
         """How many children of an ended parent the slot takes at once; the rest are offered to slots
@@ -257,7 +280,9 @@ class SlotTask:
 
     def _parent_watch(self) -> ParentWatch:
         slots = slot_ids(self.config.require_application_name(), self.spec.num_workers)
-        watch = ParentWatch(self.worker_id, slots, stale_after_seconds=2 * self.config.renewer_interval_millis / 1000)
+        # A failover time without a renewal is KCL's expiry; a poll more, for the poll's own delay.
+        stale_after = self.config.failover_time_millis / 1000 + PARENT_POLL_SECONDS
+        watch = ParentWatch(self.worker_id, slots, stale_after_seconds=stale_after)
         watch.watch(self.spec.closing_parents)
         return watch
 

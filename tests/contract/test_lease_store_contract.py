@@ -154,6 +154,16 @@ def test_list_by_owner_returns_exactly_that_owners_leases(store):
     assert store.list_leases_for_owner("worker-z") == []
 
 
+def test_get_leases_reads_the_named_leases_that_exist_and_skips_what_is_not_a_readable_lease(store):
+    for n in range(3):
+        owned(store, f"shardId-{n}", owner="worker-a")
+    put_raw_item(store, {"leaseKey": {"S": "Leader"}, "entityType": {"S": "LEADER"}})
+    put_raw_item(store, {"leaseKey": {"S": "shardId-bad"}, "leaseCounter": {"N": "1"}})
+    keys = ["shardId-2", "shardId-0", "shardId-0", "shardId-missing", "Leader", "shardId-bad"]
+    assert [lease.lease_key for lease in store.get_leases(keys)] == ["shardId-0", "shardId-2"]
+    assert store.get_leases([]) == []
+
+
 def test_table_emptiness_ignores_non_lease_items(store):
     assert store.is_lease_table_empty()
     put_raw_item(store, {"leaseKey": {"S": "Leader"}, "entityType": {"S": "LEADER"}})

@@ -16,7 +16,7 @@ from lease_core.sequence import SHARD_END, TRIM_HORIZON
 from lease_core.shard_sync import LeaseKeyScheme
 from lease_core.errors import LeadershipUnavailableError
 from lease_core.leader_lock import LEADER_KEY, LeaderLock
-from spark_jobs.consume_job import HandedOverLock, run_round, with_slot_concurrency
+from spark_jobs.consume_job import HandedOverLock, concurrent_task_slots, run_round, with_slot_concurrency
 from spark_jobs.lease_consumer import LeaseBudget
 from spark_jobs.round_report import Outcome, RoundReport
 from spark_jobs.slot_task import SlotTask
@@ -226,6 +226,37 @@ def test_a_slot_whose_child_waits_on_a_parent_another_slot_reads_waits_and_reads
     assert readers[lower] == (worker_1, Outcome.CAUGHT_UP) and readers[upper] == (worker_0, Outcome.CAUGHT_UP)
 
 
+@pytest.mark.parametrize("child_holder", [0, 1], ids=["child-in-the-parents-slot", "child-in-the-other-slot"])
+def test_a_child_whose_parent_stops_at_a_limit_waits_for_the_next_round_and_the_round_ends(spark, pipeline, child_holder):
+    pipeline.produce(200)
+    pipeline.sync()
+    pipeline.assign(2)
+    slots = slot_ids(pipeline.application_name, 2)
+    parent = min(key for key, lease in pipeline.leases().items() if lease.lease_owner == slots[0])
+    lower, _ = split_shard(pipeline.kinesis, pipeline.streams[0], parent)
+    (shard,) = [shard for shard in shards_of(pipeline.kinesis, pipeline.streams[0]) if shard.shard_id == lower]
+    assert pipeline.store.create_lease_if_not_exists(
+        LeaseKeyScheme().new_lease(lower, TRIM_HORIZON, shard.parent_shard_ids, shard.hash_key_range)
+    )
+    assert pipeline.store.assign_lease(pipeline.leases()[lower], slots[child_holder]).applied
+    round_number = pipeline.assign(2).round_number
+    holder: dict[str, RoundReport] = {}
+    job = threading.Thread(
+        target=lambda: holder.update(report=pipeline.consume(spark, 2, round_number, budget=LeaseBudget(max_records=10)))
+    )
+    job.start()
+    # A slot lets go of a parent nobody reads any more (its own, or one whose counter stood still for a
+    # failover time, 6 s here): the round ends.
+    job.join(timeout=120)
+    assert not job.is_alive(), "the round never ended"
+    readers = {lease.shard_id: (lease.worker_id, lease.outcome) for slot in holder["report"].slots for lease in slot.leases}
+    assert readers[parent] == (slots[0], Outcome.LIMIT)
+    assert readers[lower] == (slots[child_holder], Outcome.WAITING_FOR_PARENTS)
+    for _ in range(8):
+        pipeline.round(spark, workers=2, budget=LeaseBudget(max_records=100))
+    assert_exactly_once(pipeline)
+
+
 def test_slots_wait_for_other_slots_parents_only_when_every_slot_runs_at_once(spark, pipeline):
     pipeline.produce(40)
     pipeline.sync()
@@ -233,11 +264,11 @@ def test_slots_wait_for_other_slots_parents_only_when_every_slot_runs_at_once(sp
     worker_0 = slot_ids(pipeline.application_name, 2)[0]
     parent = min(key for key, lease in pipeline.leases().items() if lease.lease_owner == worker_0)
     split_shard(pipeline.kinesis, pipeline.streams[0], parent)
-    task_slots = spark.sparkContext.defaultParallelism
-    together = with_slot_concurrency(spark, pipeline.spec(task_slots, 1))
+    assert concurrent_task_slots(spark) == 2  # the session's master is local[2,4]
+    together = with_slot_concurrency(spark, pipeline.spec(2, 1))
     assert together.slots_run_together and together.closing_parents == (parent,)
     # One slot more than Spark runs at once: the slots run in waves, and a waiting slot would hold up the next.
-    in_waves = with_slot_concurrency(spark, pipeline.spec(task_slots + 1, 1))
+    in_waves = with_slot_concurrency(spark, pipeline.spec(3, 1))
     assert not in_waves.slots_run_together and in_waves.closing_parents == ()
 
 

@@ -97,6 +97,39 @@ def test_a_deleted_parent_is_not_waited_for_and_a_key_watched_twice_is_read_once
     assert watch.poll(store) == [] and not watch.in_flight
 
 
+def test_a_parent_let_go_is_never_watched_again_so_the_wait_ends():
+    watch, store, clock = watching(parent())
+    watch.poll(store)
+    clock.now += STALE_AFTER
+    assert watch.poll(store) == [] and not watch.in_flight
+    renewed(store, "shardId-0")  # moving again, but this slot already stopped waiting for it
+    watch.watch(["shardId-0"])
+    assert not watch.in_flight
+
+
+def test_a_parent_that_itself_waits_on_its_parents_is_renewed_not_read_and_is_not_waited_for():
+    grandparent = Lease("shardId-8", lease_owner=SLOTS[2], checkpoint=READING)
+    waiting = parent().replace(parent_shard_ids=frozenset({"shardId-8"}))
+    watch, store, _ = watching(waiting)
+    assert store.create_lease_if_not_exists(grandparent)
+    assert watch.poll(store) == [] and not watch.in_flight
+
+
+def test_a_parent_whose_own_parents_have_finished_is_waited_for():
+    finished = Lease("shardId-8", checkpoint=SHARD_END)
+    child_of_finished = parent().replace(parent_shard_ids=frozenset({"shardId-8", "shardId-9"}))
+    watch, store, _ = watching(child_of_finished)
+    assert store.create_lease_if_not_exists(finished)
+    assert watch.poll(store) == [] and watch.in_flight
+
+
+def test_stop_lets_go_of_every_parent():
+    watch, store, _ = watching(parent(), parent(key="shardId-3"))
+    watch.stop()
+    watch.watch(["shardId-0"])
+    assert not watch.in_flight and watch.poll(store) == []
+
+
 def test_a_parent_already_at_shard_end_is_returned_at_the_first_poll():
     watch, store, _ = watching(parent(checkpoint=SHARD_END), Lease("shardId-5", checkpoint=TRIM_HORIZON))
     assert [lease.lease_key for lease in watch.poll(store)] == ["shardId-0"]
