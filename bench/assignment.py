@@ -25,11 +25,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from lease_core.assignment import AssignmentInput, AssignmentPlan  # noqa: E402
-from lease_core.assignment_strategies import decider_for  # noqa: E402
-from lease_core.lease import Lease  # noqa: E402
-from lease_core.makespan_assignment import lower_bound  # noqa: E402
-from tests.support.assignment import apply_plan, default_worker, lease, loads_after, snapshot  # noqa: E402
+from lease_core.assignment import AssignmentInput, AssignmentPlan
+from lease_core.assignment_strategies import decider_for
+from lease_core.lease import Lease
+from lease_core.makespan_assignment import lower_bound
+from tests.support.assignment import apply_plan, default_worker, lease, loads_after, snapshot
 
 SIZES = [(1_000, 32), (100_000, 1_000)]
 ROUNDS = 3
@@ -50,7 +50,9 @@ def round_snapshot(leases: tuple[Lease, ...], workers: int, seed: int, budget: i
     return snapshot(list(leases), slots, balance=True, seed=seed, max_moves_per_round=budget)
 
 
-def run_case(count: int, workers: int, strategy: str, budgets: list[int | None], results: multiprocessing.Queue) -> None:
+def run_case(
+    count: int, workers: int, strategy: str, budgets: list[int | None], results: multiprocessing.Queue
+) -> None:
     """Child process: play the rounds, reporting (round, max/mean, max/LB, moved, seconds) after each."""
     leases, moved = zipf_leases(count, workers), 0
     for number, budget in enumerate(budgets, start=1):
@@ -94,16 +96,20 @@ def print_case(name: str, rows: list[tuple] | str) -> None:
 
 
 def main() -> None:
-    header = f"{'strategy':<14}" + "".join(
-        f"{'r' + str(n) + ' max/mean':>13}{'max/LB':>9}{'moved':>9}" for n in REPORTED_ROUNDS
-    ) + f"{'ms/round':>12}"
+    header = (
+        f"{'strategy':<14}"
+        + "".join(f"{'r' + str(n) + ' max/mean':>13}{'max/LB':>9}{'moved':>9}" for n in REPORTED_ROUNDS)
+        + f"{'ms/round':>12}"
+    )
     for count, workers in SIZES:
         leases = zipf_leases(count, workers)
         start = round_snapshot(leases, workers, 0, None)
         loads = list(loads_after(start, AssignmentPlan(moves=())).values())
-        print(f"\n{count:,} leases x {workers:,} workers; LB = {lower_bound(start):.1f} KB/s; "
-              f"round-robin start: max/mean {max(loads) / (sum(loads) / len(loads)):.3f}, "
-              f"max/LB {max(loads) / lower_bound(start):.3f}")
+        print(
+            f"\n{count:,} leases x {workers:,} workers; LB = {lower_bound(start):.1f} KB/s; "
+            f"round-robin start: max/mean {max(loads) / (sum(loads) / len(loads)):.3f}, "
+            f"max/LB {max(loads) / lower_bound(start):.3f}"
+        )
         print(header)
         print("-" * len(header))
         variance = play(count, workers, "variance", [None] * ROUNDS)

@@ -101,11 +101,16 @@ def stream_of_shards(kinesis: Any, name: str) -> list[str]:
     return [shard["HashKeyRange"]["StartingHashKey"] for shard in shards]
 
 
-def put_round(kinesis: Any, stream: str, hash_keys: Sequence[str], shares: Sequence[float], records: int) -> set[Position]:
+def put_round(
+    kinesis: Any, stream: str, hash_keys: Sequence[str], shares: Sequence[float], records: int
+) -> set[Position]:
     """The round's records, `shares` percent of them on each shard; what was written."""
     pending = [
-        {"Data": f"{stream}-{time.time_ns()}-{shard}-{index}".encode().ljust(PAYLOAD_BYTES, b"."),
-         "PartitionKey": "p", "ExplicitHashKey": hash_key}
+        {
+            "Data": f"{stream}-{time.time_ns()}-{shard}-{index}".encode().ljust(PAYLOAD_BYTES, b"."),
+            "PartitionKey": "p",
+            "ExplicitHashKey": hash_key,
+        }
         for shard, (hash_key, share) in enumerate(zip(hash_keys, shares))
         for index in range(round(records * share / 100))
     ]
@@ -128,13 +133,17 @@ def print_rounds(rows: list[Balance]) -> None:
     print("| case | round | strategy | busiest / LB | slowest / mean | moves |")
     print("|---|---:|---|---:|---:|---:|")
     for row in rows:
-        print(f"| {row.case} | {row.round} | {row.strategy} | {row.busiest_over_bound:.2f} | "
-              f"{row.slowest_over_mean:.2f} | {row.moves} |")
+        print(
+            f"| {row.case} | {row.round} | {row.strategy} | {row.busiest_over_bound:.2f} | "
+            f"{row.slowest_over_mean:.2f} | {row.moves} |"
+        )
 
 
 def print_summary(rows: list[Balance]) -> None:
-    print(f"| case | strategy | worst busiest / LB from round 2 | mean from round 2 | rounds <= {GOAL:.2f} | "
-          "moves from round 3 |")
+    print(
+        f"| case | strategy | worst busiest / LB from round 2 | mean from round 2 | rounds <= {GOAL:.2f} | "
+        "moves from round 3 |"
+    )
     print("|---|---|---:|---:|---:|---:|")
     for case in CASES:
         for strategy in STRATEGIES:
@@ -143,8 +152,10 @@ def print_summary(rows: list[Balance]) -> None:
                 continue
             ratios = [row.busiest_over_bound for row in later]
             churn = sum(row.moves for row in later if row.round >= 3)
-            print(f"| {case} | {strategy} | {max(ratios):.2f} | {statistics.fmean(ratios):.2f} | "
-                  f"{sum(ratio <= GOAL for ratio in ratios)}/{len(ratios)} | {churn} |")
+            print(
+                f"| {case} | {strategy} | {max(ratios):.2f} | {statistics.fmean(ratios):.2f} | "
+                f"{sum(ratio <= GOAL for ratio in ratios)}/{len(ratios)} | {churn} |"
+            )
 
 
 # --- the run --------------------------------------------------------------------------------------
@@ -174,8 +185,14 @@ def run(arguments: argparse.Namespace, stack: ExitStack) -> None:
         stream = f"balance-{case}"
         hash_keys = stream_of_shards(kinesis, stream)
         applications = {
-            strategy: Application(f"{case}-{strategy}", moto.endpoint, mock.endpoint, str(scratch / case / strategy),
-                                  stream=stream, lease_assignment_strategy=strategy)
+            strategy: Application(
+                f"{case}-{strategy}",
+                moto.endpoint,
+                mock.endpoint,
+                str(scratch / case / strategy),
+                stream=stream,
+                lease_assignment_strategy=strategy,
+            )
             for strategy in STRATEGIES
         }
         written: set[Position] = set()
@@ -183,11 +200,16 @@ def run(arguments: argparse.Namespace, stack: ExitStack) -> None:
             written |= put_round(kinesis, stream, hash_keys, shares, arguments.records)
             for strategy, application in applications.items():
                 times = application.round(spark, arguments.workers)
-                rows.append(balance_of(case, strategy, round_, times.report, arguments.workers, len(times.assignment.moves)))
+                rows.append(
+                    balance_of(case, strategy, round_, times.report, arguments.workers, len(times.assignment.moves))
+                )
         for application in applications.values():
             application.check_landed(written)
-    print(f"\n{arguments.rounds} rounds of {arguments.records:,} records of {PAYLOAD_BYTES} B per case, W={arguments.workers}; "
-          "every application landed exactly the records written\n")
+    print(
+        f"\n{arguments.rounds} rounds of {arguments.records:,} records of {PAYLOAD_BYTES} B per case, "
+        f"W={arguments.workers}; "
+        "every application landed exactly the records written\n"
+    )
     print_rounds(rows)
     print()
     print_summary(rows)

@@ -19,7 +19,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.chaos.campaign import main  # noqa: E402  (bench/chaos/, the package beside this file)
+from bench.chaos.campaign import main
 
 if __name__ == "__main__":
     sys.exit(main())

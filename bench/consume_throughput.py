@@ -232,7 +232,13 @@ class Application:
     """One consumer application on the emulators: its tables, stores, and what a DAG run does."""
 
     def __init__(
-        self, label: str, moto_endpoint: str, kinesis_endpoint: str, output_uri: str, stream: str = STREAM, **settings: Any
+        self,
+        label: str,
+        moto_endpoint: str,
+        kinesis_endpoint: str,
+        output_uri: str,
+        stream: str = STREAM,
+        **settings: Any,
     ) -> None:
         self.output_uri = output_uri
         self.stream = stream
@@ -361,8 +367,14 @@ def measure_baseline(kinesis: Any, written: set[Position], measurements: Measure
     measurements.add("boto3 loop, 1 thread (baseline)", seconds)
 
 
-def measure_job(spark: Any, endpoints: tuple[str, str], output: Path, workers: int, written: set[Position],
-                measurements: Measurements) -> Application:
+def measure_job(
+    spark: Any,
+    endpoints: tuple[str, str],
+    output: Path,
+    workers: int,
+    written: set[Position],
+    measurements: Measurements,
+) -> Application:
     """A fresh application with W slots, one full round, checked against what was written."""
     application = Application(f"w{workers}", *endpoints, str(output))
     times = application.round(spark, workers)
@@ -389,8 +401,10 @@ def run(arguments: argparse.Namespace, stack: ExitStack) -> None:
     kinesis = boto3.client("kinesis", endpoint_url=mock.endpoint, region_name=REGION)
     create_stream(kinesis, arguments.shards)
     put_seconds, written = timed(lambda: put_all(kinesis, arguments.records))
-    print(f"stream {STREAM}: {arguments.shards} shards, {len(written):,} records of {PAYLOAD_BYTES} B "
-          f"put in {put_seconds:.1f} s ({len(written) / put_seconds:,.0f} records/s)")
+    print(
+        f"stream {STREAM}: {arguments.shards} shards, {len(written):,} records of {PAYLOAD_BYTES} B "
+        f"put in {put_seconds:.1f} s ({len(written) / put_seconds:,.0f} records/s)"
+    )
 
     endpoints = (moto.endpoint, mock.endpoint)
     spark = start_spark()

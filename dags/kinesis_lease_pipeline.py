@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import os
 import sys
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 try:  # Airflow puts its plugins folder on sys.path; a bare `python` parsing this file may not.
@@ -33,7 +33,6 @@ except ImportError:
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "plugins"))
 
 from airflow.sdk import DAG, Asset, Param, TriggerRule
-
 from kinesis_lease.operators import (
     EnsureLeaseTablesOperator,
     FinalizeRoundOperator,
@@ -75,7 +74,7 @@ with DAG(
     description="Batch-incremental Kinesis consumer: shard sync, lease assignment and an exactly-once Spark round",
     doc_md=__doc__,
     schedule=_schedule(),
-    start_date=datetime(2026, 1, 1, tzinfo=timezone.utc),
+    start_date=datetime(2026, 1, 1, tzinfo=UTC),
     catchup=False,
     max_active_runs=1,
     default_args={"retries": 2, "retry_delay": timedelta(seconds=20), "retry_exponential_backoff": True},
@@ -84,25 +83,58 @@ with DAG(
     params={
         "streams": Param(
             [name.strip() for name in _default("STREAMS", "orders").split(",") if name.strip()],
-            type="array", items={"type": "string", "minLength": 1}, minItems=1,
+            type="array",
+            items={"type": "string", "minLength": 1},
+            minItems=1,
             description="Kinesis streams to consume; more than one selects multi-stream lease keys.",
         ),
-        "application_name": Param(_default("APPLICATION", "kinesis-lease-app"), type="string", minLength=1,
-                                  description="The KCL application: lease table name and slot prefix."),
-        "num_workers": Param(int(_default("WORKERS", "2")), type="integer", minimum=1, maximum=1000,
-                             description="Slot tasks of the consume step (the round's parallelism)."),
-        "initial_position": Param(_default("INITIAL_POSITION", "LATEST"), enum=["LATEST", "TRIM_HORIZON", "AT_TIMESTAMP"],
-                                  description="Where leases created by shard sync start."),
-        "at_timestamp": Param(None, type=["null", "string"], format="date-time",
-                              description="The time AT_TIMESTAMP starts at (ISO 8601 with a zone)."),
-        "output_uri": Param(_default("OUTPUT_URI", "/tmp/kinesis-lease/output"), type="string", minLength=1,
-                            description="The Parquet dataset: a local path or s3://bucket/prefix."),
-        "lease_assignment_strategy": Param(_default("STRATEGY", "makespan"), enum=["makespan", "variance", "count"],
-                                           description="How leases are spread over the slots."),
-        "max_records_per_lease": Param(None, type=["null", "integer"], minimum=1, description="Records per lease per round."),
-        "max_bytes_per_lease": Param(None, type=["null", "integer"], minimum=1, description="Payload bytes per lease per round."),
-        "max_seconds_per_lease": Param(None, type=["null", "number"], exclusiveMinimum=0, description="Reading time per lease per round."),
-        "mode": Param("live", enum=["live", "backfill"], description="live: the scheduled round; backfill: replay [start, end)."),
+        "application_name": Param(
+            _default("APPLICATION", "kinesis-lease-app"),
+            type="string",
+            minLength=1,
+            description="The KCL application: lease table name and slot prefix.",
+        ),
+        "num_workers": Param(
+            int(_default("WORKERS", "2")),
+            type="integer",
+            minimum=1,
+            maximum=1000,
+            description="Slot tasks of the consume step (the round's parallelism).",
+        ),
+        "initial_position": Param(
+            _default("INITIAL_POSITION", "LATEST"),
+            enum=["LATEST", "TRIM_HORIZON", "AT_TIMESTAMP"],
+            description="Where leases created by shard sync start.",
+        ),
+        "at_timestamp": Param(
+            None,
+            type=["null", "string"],
+            format="date-time",
+            description="The time AT_TIMESTAMP starts at (ISO 8601 with a zone).",
+        ),
+        "output_uri": Param(
+            _default("OUTPUT_URI", "/tmp/kinesis-lease/output"),
+            type="string",
+            minLength=1,
+            description="The Parquet dataset: a local path or s3://bucket/prefix.",
+        ),
+        "lease_assignment_strategy": Param(
+            _default("STRATEGY", "makespan"),
+            enum=["makespan", "variance", "count"],
+            description="How leases are spread over the slots.",
+        ),
+        "max_records_per_lease": Param(
+            None, type=["null", "integer"], minimum=1, description="Records per lease per round."
+        ),
+        "max_bytes_per_lease": Param(
+            None, type=["null", "integer"], minimum=1, description="Payload bytes per lease per round."
+        ),
+        "max_seconds_per_lease": Param(
+            None, type=["null", "number"], exclusiveMinimum=0, description="Reading time per lease per round."
+        ),
+        "mode": Param(
+            "live", enum=["live", "backfill"], description="live: the scheduled round; backfill: replay [start, end)."
+        ),
         "start": Param(None, type=["null", "string"], format="date-time", description="Backfill window start."),
         "end": Param(None, type=["null", "string"], format="date-time", description="Backfill window end (exclusive)."),
     },

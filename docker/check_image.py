@@ -68,7 +68,8 @@ def problems(requirements: Path) -> Iterator[str]:
     if pyspark.__version__ != importlib.metadata.version("pyspark"):
         yield f"pyspark's files say {pyspark.__version__}: another distribution overwrote them"
     client_files = [
-        file for file in importlib.metadata.distribution("pyspark-client").files or ()
+        file
+        for file in importlib.metadata.distribution("pyspark-client").files or ()
         if not file.parts[0].endswith(".dist-info")
     ]
     if client_files:
@@ -91,7 +92,7 @@ def problems(requirements: Path) -> Iterator[str]:
     if python is None or Path(python).resolve() != Path(sys.executable).resolve():
         yield f"PYSPARK_PYTHON={os.environ.get('PYSPARK_PYTHON')} is not this Python ({sys.executable})"
     java = shutil.which("java")
-    if java is None or subprocess.run([java, "-version"], capture_output=True).returncode != 0:
+    if java is None or subprocess.run([java, "-version"], capture_output=True, check=False).returncode != 0:
         yield "no Java runtime answers `java -version`"
 
     for module in MODULES:

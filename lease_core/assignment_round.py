@@ -29,9 +29,9 @@ from dataclasses import asdict, dataclass, field
 from lease_core.assignment import AssignmentInput, AssignmentPlan, AssignmentSettings
 from lease_core.assignment_strategies import balances_in_round, decider_for
 from lease_core.assignment_view import build_view
+from lease_core.codec import Item
 from lease_core.config import ConsumerConfig
 from lease_core.coordinator_state import CoordinatorStateStore, update_record
-from lease_core.codec import Item
 from lease_core.lease import Lease
 from lease_core.lease_store import LeaseStore
 from lease_core.worker_metrics import CPU_METRIC, WorkerMetricsStore, active_workers
@@ -128,7 +128,9 @@ class RoundSnapshot:
         if item is None:
             return cls()
         handoffs = {
-            key: HandoffSeen(value["M"]["leaseOwner"]["S"], value["M"]["checkpointOwner"]["S"], int(value["M"]["since"]["N"]))
+            key: HandoffSeen(
+                value["M"]["leaseOwner"]["S"], value["M"]["checkpointOwner"]["S"], int(value["M"]["since"]["N"])
+            )
             for key, value in item.get("handoffs", {}).get("M", {}).items()
         }
         return cls(
@@ -144,26 +146,40 @@ class RoundSnapshot:
             "round": {"N": str(self.round_number)},
             "assignedAt": {"N": str(self.assigned_at_millis)},
             "leaseCounters": {"M": {key: {"N": str(counter)} for key, counter in self.lease_counters.items()}},
-            "handoffs": {"M": {
-                key: {"M": {"leaseOwner": {"S": seen.lease_owner}, "checkpointOwner": {"S": seen.checkpoint_owner},
-                            "since": {"N": str(seen.since_millis)}}}
-                for key, seen in self.handoffs.items()
-            }},
+            "handoffs": {
+                "M": {
+                    key: {
+                        "M": {
+                            "leaseOwner": {"S": seen.lease_owner},
+                            "checkpointOwner": {"S": seen.checkpoint_owner},
+                            "since": {"N": str(seen.since_millis)},
+                        }
+                    }
+                    for key, seen in self.handoffs.items()
+                }
+            },
         }
         if self.round_owner is not None:
             item["roundOwner"] = {"S": self.round_owner}
         return item
 
-    def next(self, round_number: int, round_owner: str | None, now_millis: int, leases: Sequence[Lease]) -> RoundSnapshot:
+    def next(
+        self, round_number: int, round_owner: str | None, now_millis: int, leases: Sequence[Lease]
+    ) -> RoundSnapshot:
         """The snapshot of a round assigned now; a handoff keeps its `since` while its pair is unchanged."""
         handoffs = {}
         for lease in leases:
             if lease.lease_owner is None or lease.checkpoint_owner is None:
                 continue
             seen = self.handoffs.get(lease.lease_key)
-            unchanged = seen is not None and (seen.lease_owner, seen.checkpoint_owner) == (lease.lease_owner, lease.checkpoint_owner)
+            unchanged = seen is not None and (seen.lease_owner, seen.checkpoint_owner) == (
+                lease.lease_owner,
+                lease.checkpoint_owner,
+            )
             handoffs[lease.lease_key] = HandoffSeen(
-                lease.lease_owner, lease.checkpoint_owner, seen.since_millis if seen is not None and unchanged else now_millis
+                lease.lease_owner,
+                lease.checkpoint_owner,
+                seen.since_millis if seen is not None and unchanged else now_millis,
             )
         counters = {lease.lease_key: lease.lease_counter for lease in leases}
         return RoundSnapshot(round_number, now_millis, round_owner, counters, handoffs)
@@ -195,7 +211,8 @@ def judge_leases(
         return counter == lease.lease_counter and silent_for > failover_time_millis
 
     expired = {
-        lease.lease_key for lease in leases
+        lease.lease_key
+        for lease in leases
         if lease.actual_owner in running_workers and not lease.is_at_shard_end and stopped_renewing(lease)
     }
     finish, blocked = set(), set()
@@ -251,8 +268,12 @@ class AssignmentCoordinator:
         workers, notes = active_workers(worker_ids, stored, round_number)
         active = {worker.worker_id for worker in workers}
         judgement = judge_leases(
-            leases, previous, running_workers, self.clock_millis(),
-            self.config.failover_time_millis, self.config.graceful_lease_handoff_timeout_millis,
+            leases,
+            previous,
+            running_workers,
+            self.clock_millis(),
+            self.config.failover_time_millis,
+            self.config.graceful_lease_handoff_timeout_millis,
         )
         snapshot = AssignmentInput(
             leases=tuple(leases),
@@ -308,7 +329,16 @@ class AssignmentCoordinator:
                 else self.store.assign_lease(lease, move.to_owner)
             )
             reason = "handoff finished" if move.lease_key in finishing_handoff else move.reason
-            rows.append(MoveRow(move.lease_key, move.from_owner, move.to_owner, reason, "handoff" if handoff else "assign", result.applied))
+            rows.append(
+                MoveRow(
+                    move.lease_key,
+                    move.from_owner,
+                    move.to_owner,
+                    reason,
+                    "handoff" if handoff else "assign",
+                    result.applied,
+                )
+            )
         return tuple(rows)
 
     def _finish_handoffs(
@@ -333,7 +363,9 @@ class AssignmentCoordinator:
 
         def change(record: Item | None) -> Item | None:
             stored = RoundSnapshot.from_item(record)
-            if stored.round_number > round_number or (stored.round_number == round_number and stored.round_owner != round_owner):
+            if stored.round_number > round_number or (
+                stored.round_number == round_number and stored.round_owner != round_owner
+            ):
                 return None
             return previous.next(round_number, round_owner, now, leases).to_item()
 
@@ -352,7 +384,9 @@ def _worker_rows(
     for move in moves:
         if move.applied:
             after[move.lease_key] = move.to_owner
-    cpu = {worker.worker_id: view.metric_values.get(worker.worker_id, {}).get(CPU_METRIC) for worker in snapshot.workers}
+    cpu = {
+        worker.worker_id: view.metric_values.get(worker.worker_id, {}).get(CPU_METRIC) for worker in snapshot.workers
+    }
 
     def load(owners: Mapping[str, str | None], worker: str) -> float:
         return round(sum(view.lease_throughput[key] for key, owner in owners.items() if owner == worker), 3)

@@ -6,6 +6,7 @@ own resolution applies (`AWS_ENDPOINT_URL_<SERVICE>`, `AWS_ENDPOINT_URL`, then A
 
 from __future__ import annotations
 
+import functools
 import threading
 from collections.abc import Callable
 from typing import Any, TypeVar
@@ -47,7 +48,8 @@ TRANSPORT_ERRORS = (
 
 def error_code(error: BaseException) -> str | None:
     if isinstance(error, botocore.exceptions.ClientError):
-        return error.response.get("Error", {}).get("Code")
+        code = error.response.get("Error", {}).get("Code")
+        return None if code is None else str(code)
     return None
 
 
@@ -81,15 +83,12 @@ def retry_policy(config: ConsumerConfig) -> RetryPolicy:
 
 
 _SESSION_LOCK = threading.Lock()
-_default_session: boto3.Session | None = None
 
 
+@functools.cache
 def _shared_session() -> boto3.Session:
     """One default session per process: creating one costs 50-200 ms (measured), a slot needs three clients."""
-    global _default_session
-    if _default_session is None:
-        _default_session = boto3.Session()
-    return _default_session
+    return boto3.Session()
 
 
 def client(service: str, config: ConsumerConfig, session: boto3.Session | None = None) -> Any:

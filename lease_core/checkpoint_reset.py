@@ -58,8 +58,8 @@ from typing import Any
 from lease_core import lease_writes
 from lease_core.errors import CorruptLeaseError, LeaseCoreError
 from lease_core.leader_lock import LeaderLock
-from lease_core.lease import Lease
 from lease_core.leadership import hold
+from lease_core.lease import Lease
 from lease_core.lease_store import LeaseScan, LeaseStore, WriteResult
 from lease_core.lease_writes import LeaseUpdate
 from lease_core.pending_batch import PendingBatch
@@ -278,21 +278,29 @@ class DiscardedBatch:
         """What keeping or deleting the batch's file means after a reset of `checkpoint` to `target`."""
         pending = describe_position(self.pending_checkpoint)
         if self.batch is None:
-            why = f"its description is unreadable ({self.unreadable})" if self.unreadable else (
-                "it carries no batch description of ours (another application's state, or none)"
+            why = (
+                f"its description is unreadable ({self.unreadable})"
+                if self.unreadable
+                else ("it carries no batch description of ours (another application's state, or none)")
             )
-            return (f"the prepared batch up to {pending} is discarded; {why}, so its output file, if any, is not known",)
+            return (
+                f"the prepared batch up to {pending} is discarded; {why}, so its output file, if any, is not known",
+            )
         if self.batch.path is None:
             return ("the batch wrote no file (it had no rows to write)",)
         # The consume job makes a batch's file visible only after committing it, which this reset fences.
-        notes = ["its file (a path relative to the consume job's output URI) is never made visible: at most it "
-                 "was staged under a `_staged-` name, which readers skip"]
+        notes = [
+            "its file (a path relative to the consume job's output URI) is never made visible: at most it "
+            "was staged under a `_staged-` name, which readers skip"
+        ]
         after_target = compare_positions(target, self.pending_checkpoint)
         if after_target is None or after_target < 0:
             notes.append(f"its records after {render_position(target)} will be read and landed again, once")
         if (compare_positions(target, checkpoint) or 0) > 0:
-            kept = "all of its records" if after_target is not None and after_target >= 0 else (
-                f"its records up to {render_position(target)}"
+            kept = (
+                "all of its records"
+                if after_target is not None and after_target >= 0
+                else (f"its records up to {render_position(target)}")
             )
             notes.append(f"{kept} will not be read again and are not in the sink: they are lost, by request")
         return tuple(notes)
@@ -347,9 +355,12 @@ def plan_reset(lease: Lease, target: ExtendedSequenceNumber) -> ResetPlan:
         raise ResetUsageError(f"{target} is not a reset target; the target is {TARGET_FORMS}")
     comparison = compare_positions(target, lease.checkpoint)
     direction = (
-        Direction.UNKNOWN if comparison is None
-        else Direction.UNCHANGED if comparison == 0
-        else Direction.BACKWARD if comparison < 0
+        Direction.UNKNOWN
+        if comparison is None
+        else Direction.UNCHANGED
+        if comparison == 0
+        else Direction.BACKWARD
+        if comparison < 0
         else Direction.FORWARD
     )
     return ResetPlan(lease, target, direction, DiscardedBatch.of(lease))
@@ -433,8 +444,12 @@ class CheckpointReset:
                 raise LeaseNotFoundError(table, str(selector), " (it was deleted during the reset)")
             if result.applied or _is_our_write(plan, result):
                 return ResetReport(table, plan, result.lease, attempt)
-            log.info("lease %s changed under the reset (counter %d, now %d); reading it again",
-                     key, lease.lease_counter, result.lease.lease_counter)
+            log.info(
+                "lease %s changed under the reset (counter %d, now %d); reading it again",
+                key,
+                lease.lease_counter,
+                result.lease.lease_counter,
+            )
         raise CheckpointResetError(
             key,
             f"its counter changed before each of {self.attempts} attempts to write it (a worker is still "

@@ -22,7 +22,6 @@ import sys
 import uuid
 from collections.abc import Callable, Sequence
 
-from lease_core.command_line import EXIT_FAILED, EXIT_OK, EXIT_USAGE, ArgumentParser, UsageError
 from lease_core import aws
 from lease_core.assignment_round import AssignmentCoordinator, AssignmentReport, slot_ids
 from lease_core.checkpoint_reset import (
@@ -35,6 +34,7 @@ from lease_core.checkpoint_reset import (
     parse_target,
     render_position,
 )
+from lease_core.command_line import EXIT_FAILED, EXIT_OK, EXIT_USAGE, ArgumentParser, UsageError
 from lease_core.config import ConsumerConfig, load_config
 from lease_core.coordinator_state import CoordinatorStateStore, DynamoDBCoordinatorStateStore
 from lease_core.dynamodb_store import DynamoDBLeaseStore
@@ -62,17 +62,27 @@ def build_parser() -> argparse.ArgumentParser:
     status = commands.add_parser("status", help="leases per owner with counts, throughput and checkpoints")
     status.add_argument("--json", action="store_true", help="print the report as JSON")
     sync = commands.add_parser("sync", help="one full shard sync of the given streams now (no auditor)")
-    sync.add_argument("--stream", action="append", required=True, dest="streams", metavar="NAME",
-                      help="stream to sync; more than one selects multi-stream mode")
-    sync.add_argument("--initial-position", choices=["TRIM_HORIZON", "LATEST", "AT_TIMESTAMP"],
-                      help="where new leases start (default: initial_position_in_stream)")
+    sync.add_argument(
+        "--stream",
+        action="append",
+        required=True,
+        dest="streams",
+        metavar="NAME",
+        help="stream to sync; more than one selects multi-stream mode",
+    )
+    sync.add_argument(
+        "--initial-position",
+        choices=["TRIM_HORIZON", "LATEST", "AT_TIMESTAMP"],
+        help="where new leases start (default: initial_position_in_stream)",
+    )
     sync.add_argument("--timestamp", metavar="ISO8601", help="the time AT_TIMESTAMP starts at")
     sync.add_argument("--json", action="store_true", help="print the report as JSON")
     assign = commands.add_parser("assign", help="one lease-assignment round now, as the leader")
     workers = assign.add_mutually_exclusive_group(required=True)
     workers.add_argument("--worker", action="append", dest="workers", metavar="ID", help="an active worker id")
-    workers.add_argument("--workers", type=int, dest="slot_count", metavar="N",
-                         help="the round's slots <app>-worker-0..N-1")
+    workers.add_argument(
+        "--workers", type=int, dest="slot_count", metavar="N", help="the round's slots <app>-worker-0..N-1"
+    )
     assign.add_argument("--json", action="store_true", help="print the report as JSON")
     _add_reset_parser(commands)
     teardown = commands.add_parser("teardown", help="delete the application's three tables")
@@ -106,7 +116,7 @@ Exit status: 0 reset; 1 no such lease, SHARD_END, leader lock held, or the lease
 """
 
 
-def _add_reset_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def _add_reset_parser(commands: argparse._SubParsersAction[ArgumentParser]) -> None:
     reset = commands.add_parser(
         "reset",
         help="move one lease's checkpoint (replay or skip), holding the leader lock",
@@ -114,9 +124,14 @@ def _add_reset_parser(commands: argparse._SubParsersAction[argparse.ArgumentPars
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     reset.add_argument("--shard", required=True, metavar="SHARD_ID", help="the shard whose lease to reset")
-    reset.add_argument("--stream", metavar="NAME",
-                       help="multi-stream tables only: the stream, by name or as <account>:<stream>:<epoch>")
-    reset.add_argument("--to", required=True, dest="target", metavar="POSITION", help=f"the new checkpoint: {TARGET_FORMS}")
+    reset.add_argument(
+        "--stream",
+        metavar="NAME",
+        help="multi-stream tables only: the stream, by name or as <account>:<stream>:<epoch>",
+    )
+    reset.add_argument(
+        "--to", required=True, dest="target", metavar="POSITION", help=f"the new checkpoint: {TARGET_FORMS}"
+    )
     reset.add_argument("--json", action="store_true", help="print the result as JSON")
     reset.add_argument("--yes", action="store_true", help="confirm the reset")
 
@@ -223,20 +238,30 @@ def render_sync_report(report: ShardSyncReport) -> str:
         path = "empty lease table" if result.table_was_empty else "existing leases"
         lines.append(f"{result.stream_name}: {result.shards_listed} shard(s) listed ({path}, {mode})")
         if result.listing_incomplete is not None:
-            lines.append(f"  WARNING: nothing created or deleted: the listing is incomplete ({result.listing_incomplete})")
+            lines.append(
+                f"  WARNING: nothing created or deleted: the listing is incomplete ({result.listing_incomplete})"
+            )
         lines += [f"  created  {key}" for key in result.created]
         if result.skipped_inconsistent:
             lines.append(f"  skipped (parent still open): {', '.join(result.skipped_inconsistent)}")
-        lines += [f"  kept     {key} (not listed, but Kinesis still has its shard)" for key in cleanup.unlisted_existing]
-        lines += [f"  kept     {key} (not listed; Kinesis is asked about it once per "
-                  "garbage_lease_cleanup_interval_millis)" for key in cleanup.unlisted_unprobed]
+        lines += [
+            f"  kept     {key} (not listed, but Kinesis still has its shard)" for key in cleanup.unlisted_existing
+        ]
+        lines += [
+            f"  kept     {key} (not listed; Kinesis is asked about it once per garbage_lease_cleanup_interval_millis)"
+            for key in cleanup.unlisted_unprobed
+        ]
     lines += [f"deleted  {key}" for key in report.deleted]
     lines += [f"kept     {key} (changed since it was judged; judged again next sync)" for key in report.changed]
-    lines += [f"WARNING: {key} was deleted before reaching SHARD_END; its records may have expired unread"
-              for key in report.possibly_unread]
+    lines += [
+        f"WARNING: {key} was deleted before reaching SHARD_END; its records may have expired unread"
+        for key in report.possibly_unread
+    ]
     if report.former_streams is not None:
-        lines += [f"former stream {stream} pending deletion since {since} ms"
-                  for stream, since in sorted(report.former_streams.pending.items())]
+        lines += [
+            f"former stream {stream} pending deletion since {since} ms"
+            for stream, since in sorted(report.former_streams.pending.items())
+        ]
     lines.append(f"{len(report.created)} lease(s) created, {len(report.deleted)} deleted")
     return "\n".join(lines)
 
@@ -245,7 +270,9 @@ def run_assign(arguments: argparse.Namespace, config: ConsumerConfig) -> int:
     if arguments.slot_count is not None and arguments.slot_count < 1:
         raise UsageError("--workers must be at least 1")
     worker_ids = arguments.workers or slot_ids(config.require_application_name(), arguments.slot_count)
-    metrics = DynamoDBWorkerMetricsStore(aws.client("dynamodb", config), config.worker_metrics_table, aws.retry_policy(config))
+    metrics = DynamoDBWorkerMetricsStore(
+        aws.client("dynamodb", config), config.worker_metrics_table, aws.retry_policy(config)
+    )
     with hold(_leader_lock(config, "assign"), "leasectl assign", acquire=True, release=True) as leadership:
         store, state = _fenced_stores(config, leadership)
         report = AssignmentCoordinator(store, metrics, state, config).run(worker_ids)
@@ -261,11 +288,17 @@ def render_assignment_report(report: AssignmentReport) -> str:
     ]
     for move in report.moves:
         outcome = "" if move.applied else "  (lost: the lease changed meanwhile)"
-        lines.append(f"  {move.write:<7} {move.lease_key}  {move.from_owner or '-'} -> {move.to_owner}  [{move.reason}]{outcome}")
+        lines.append(
+            f"  {move.write:<7} {move.lease_key}  {move.from_owner or '-'} -> {move.to_owner}  [{move.reason}]{outcome}"
+        )
     rows = [
-        (row.worker_id, f"{row.leases_before} -> {row.leases_after}",
-         f"{row.load_before_kbps:.3f} -> {row.load_after_kbps:.3f}",
-         "-" if row.cpu_percent is None else f"{row.cpu_percent:.1f}", row.note or "")
+        (
+            row.worker_id,
+            f"{row.leases_before} -> {row.leases_after}",
+            f"{row.load_before_kbps:.3f} -> {row.load_after_kbps:.3f}",
+            "-" if row.cpu_percent is None else f"{row.cpu_percent:.1f}",
+            row.note or "",
+        )
         for row in report.workers
     ]
     header = ("WORKER", "LEASES", "PROJECTED KB/S", "CPU %", "NOTE")
@@ -303,7 +336,8 @@ def render_reset_report(report: ResetReport) -> str:
     before = plan.before
     lines = [
         f"reset lease {before.lease_key} of table {report.table_name} (owner {after.lease_owner or '(none)'}): "
-        f"checkpoint {render_position(before.checkpoint)} -> {render_position(after.checkpoint)} ({plan.direction.value})",
+        f"checkpoint {render_position(before.checkpoint)} -> {render_position(after.checkpoint)} "
+        f"({plan.direction.value})",
         f"  lease counter {before.lease_counter} -> {after.lease_counter}: a worker still holding the lease is "
         "fenced (its next renewal or checkpoint fails)",
     ]
@@ -313,8 +347,10 @@ def render_reset_report(report: ResetReport) -> str:
         if batch is None:
             lines.append(f"  discarded the prepared checkpoint {pending}")
         else:
-            lines.append(f"  discarded the prepared batch ({render_position(batch.start)}, {pending}]: "
-                         f"{batch.records} record(s), file {batch.path or '(none)'}")
+            lines.append(
+                f"  discarded the prepared batch ({render_position(batch.start)}, {pending}]: "
+                f"{batch.records} record(s), file {batch.path or '(none)'}"
+            )
         lines += [f"    {note}" for note in plan.batch_notes()]
     lines += [f"WARNING: {warning}" for warning in plan.warnings()]
     if report.attempts > 1:
@@ -335,7 +371,9 @@ def run_teardown(arguments: argparse.Namespace, config: ConsumerConfig) -> int:
         lock = _leader_lock(config, "teardown")
         try:
             with hold(lock, "leasectl teardown", acquire=True, release=False) as leadership:
-                deleted += administrator.delete_tables(roles=("lease", "worker_metrics"), before_delete=leadership.ensure_held)
+                deleted += administrator.delete_tables(
+                    roles=("lease", "worker_metrics"), before_delete=leadership.ensure_held
+                )
         except LeaseCoreError:
             release_quietly(lock)  # a refused teardown (deletion protection, ...) must not block every round
             raise

@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from decimal import ROUND_HALF_UP, Context, Decimal, InvalidOperation
-from typing import Any
+from typing import Any, Literal, overload
 
 from lease_core.errors import CorruptLeaseError, InvalidSequenceNumberError
 from lease_core.lease import AgedOutRange, HashKeyRange, Lease
@@ -168,9 +168,7 @@ def lease_from_item(item: Mapping[str, AttributeValue]) -> Lease:
             lease_counter=reader.integer(LEASE_COUNTER, required=True),
             checkpoint=reader.sequence(CHECKPOINT, CHECKPOINT_SUB_SEQUENCE, required=True),
             pending_checkpoint=reader.sequence(PENDING_CHECKPOINT, PENDING_CHECKPOINT_SUB_SEQUENCE),
-            pending_checkpoint_state=reader.binary(PENDING_CHECKPOINT_STATE)
-            if PENDING_CHECKPOINT in item
-            else None,
+            pending_checkpoint_state=reader.binary(PENDING_CHECKPOINT_STATE) if PENDING_CHECKPOINT in item else None,
             owner_switches_since_checkpoint=reader.integer(OWNER_SWITCHES) or 0,
             parent_shard_ids=reader.string_set(PARENT_SHARD_IDS),
             child_shard_ids=reader.string_set(CHILD_SHARD_IDS),
@@ -211,6 +209,10 @@ class _ItemReader:
             raise CorruptLeaseError(self._key, f"attribute {name!r} must be of type {type_code}, found {found}")
         return value[type_code]
 
+    @overload
+    def string(self, name: str, required: Literal[True]) -> str: ...
+    @overload
+    def string(self, name: str, required: bool = False) -> str | None: ...
     def string(self, name: str, required: bool = False) -> str | None:
         value = self._raw(name, "S", required)
         if value == "" and required:
@@ -218,6 +220,10 @@ class _ItemReader:
         # KCL never writes empty strings; treat an optional one written by other tooling as absent.
         return value or None
 
+    @overload
+    def integer(self, name: str, required: Literal[True]) -> int: ...
+    @overload
+    def integer(self, name: str, required: bool = False) -> int | None: ...
     def integer(self, name: str, required: bool = False) -> int | None:
         raw = self._raw(name, "N", required)
         if raw is None:
@@ -256,6 +262,10 @@ class _ItemReader:
         except ValueError as error:
             raise CorruptLeaseError(self._key, f"attribute {name!r}: {error}") from None
 
+    @overload
+    def sequence(self, name: str, sub_name: str, required: Literal[True]) -> ExtendedSequenceNumber: ...
+    @overload
+    def sequence(self, name: str, sub_name: str, required: bool = False) -> ExtendedSequenceNumber | None: ...
     def sequence(self, name: str, sub_name: str, required: bool = False) -> ExtendedSequenceNumber | None:
         sequence_number = self.string(name, required)
         if sequence_number is None:
@@ -277,7 +287,9 @@ class _ItemReader:
         try:
             return HashKeyRange.from_strings(start, end)
         except ValueError as error:
-            raise CorruptLeaseError(self._key, f"attributes {STARTING_HASH_KEY!r}/{ENDING_HASH_KEY!r}: {error}") from None
+            raise CorruptLeaseError(
+                self._key, f"attributes {STARTING_HASH_KEY!r}/{ENDING_HASH_KEY!r}: {error}"
+            ) from None
 
     def multi_stream(self) -> tuple[str | None, str | None]:
         stream_name, shard_id = self.string(STREAM_NAME), self.string(SHARD_ID)

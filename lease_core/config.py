@@ -179,9 +179,7 @@ _AT_LEAST_ONE = _Bounds(1)
 _PERCENTAGE = _Bounds(1, 100)
 
 
-def _setting(
-    default: Any, doc: str, kcl_name: str | None, *checks: _Check, batch_note: str | None = None
-) -> Any:
+def _setting(default: Any, doc: str, kcl_name: str | None, *checks: _Check, batch_note: str | None = None) -> Any:
     """A dataclass field with the metadata `describe()` and validation read."""
     return field(
         default=default,
@@ -668,7 +666,7 @@ def _accept_optional_str(value: object) -> str | None:
 def _accept_tags(value: object) -> Tags:
     # The stored form is a tuple of pairs; dataclasses.replace hands it back to the constructor.
     try:
-        tags = dict(value) if isinstance(value, tuple) else value  # type: ignore[arg-type]
+        tags = dict(value) if isinstance(value, tuple) else value
     except (TypeError, ValueError):
         raise _expected("a table of string tags", value) from None
     if isinstance(tags, Mapping) and all(
@@ -734,7 +732,8 @@ def load_config(
     ):
         settings[setting.key] = setting  # later sources win
     try:
-        return ConsumerConfig(**{key: setting.value for key, setting in settings.items()})
+        values: dict[str, Any] = {key: setting.value for key, setting in settings.items()}
+        return ConsumerConfig(**values)
     except ConfigurationError as error:
         if error.key not in settings:
             raise
@@ -786,9 +785,7 @@ def _env_settings(environ: Mapping[str, str]) -> list[_Setting]:
 
 def _override_settings(overrides: Sequence[str] | Mapping[str, object]) -> list[_Setting]:
     if isinstance(overrides, Mapping):
-        return [
-            _mapped_setting(_known_key(key, _KEYS, "overrides"), value) for key, value in overrides.items()
-        ]
+        return [_mapped_setting(_known_key(key, _KEYS, "overrides"), value) for key, value in overrides.items()]
     # A bare string is a Sequence[str] too: read it as one override, not one per character.
     return [_assignment(text) for text in ([overrides] if isinstance(overrides, str) else overrides)]
 

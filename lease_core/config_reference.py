@@ -57,8 +57,7 @@ def render_reference() -> str:
     lines = [
         BEGIN_MARKER,
         "",
-        f"Environment variable of a key: `{ENV_PREFIX}` + the key in upper case "
-        f"(`{ENV_PREFIX}FAILOVER_TIME_MILLIS`).",
+        f"Environment variable of a key: `{ENV_PREFIX}` + the key in upper case (`{ENV_PREFIX}FAILOVER_TIME_MILLIS`).",
         "",
         "| " + " | ".join(COLUMNS) + " |",
         "|" + "|".join("---" for _ in COLUMNS) + "|",
@@ -75,7 +74,7 @@ def with_reference(document: str) -> str:
     end = document.find(END_MARKER)
     if start < 0 or end < start:
         raise UsageError("the document has no settings-reference markers (or they are out of order)")
-    return document[:start] + render_reference() + document[end + len(END_MARKER):]
+    return document[:start] + render_reference() + document[end + len(END_MARKER) :]
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -102,8 +101,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         path.write_text(current, encoding="utf-8")
         return EXIT_OK
     if current != document:
-        print(f"config_reference: {path} is out of date; run python -m lease_core.config_reference --write {path}",
-              file=sys.stderr)
+        print(
+            f"config_reference: {path} is out of date; run python -m lease_core.config_reference --write {path}",
+            file=sys.stderr,
+        )
         return EXIT_FAILED
     return EXIT_OK
 

@@ -104,6 +104,7 @@ def remember_consumed_stream(
         log.warning(
             "the lease table has leases but %r records no stream yet: stream %s is remembered as the stream "
             "this application consumes from now on, and a sync against any other stream will be refused",
-            state.table_name, requested,
+            state.table_name,
+            requested,
         )
     return ConsumedStream(requested, check)

@@ -42,6 +42,7 @@ class CoordinatorStateStore(Protocol):
     def put(self, key: str, attributes: Item, expected: Expectations | None = None) -> bool:
         """Write the whole record; with `expected`, only if the stored record matches (absent = must not exist)."""
         ...
+
     def delete(self, key: str, expected: Expectations | None = None) -> bool: ...
 
 
@@ -87,7 +88,7 @@ class DynamoDBCoordinatorStateStore:
         self.table_name = table_name
         self._caller = AwsCaller("dynamodb", retry_policy or RetryPolicy())
 
-    def _call(self, operation: str, function: Callable[[], Any]) -> Any:
+    def _call(self, operation: str, function: Callable[[], T]) -> T:
         return self._caller.call(operation, function, table_name=self.table_name)
 
     def get(self, key: str) -> Item | None:
@@ -95,11 +96,14 @@ class DynamoDBCoordinatorStateStore:
             "GetItem",
             lambda: self.client.get_item(TableName=self.table_name, Key={KEY: {"S": key}}, ConsistentRead=True),
         )
-        return response.get("Item")
+        item: Item | None = response.get("Item")
+        return item
 
     def put(self, key: str, attributes: Item, expected: Expectations | None = None) -> bool:
         item = {**attributes, KEY: {"S": key}}
-        return self._conditional("PutItem", lambda extra: self.client.put_item(TableName=self.table_name, Item=item, **extra), expected)
+        return self._conditional(
+            "PutItem", lambda extra: self.client.put_item(TableName=self.table_name, Item=item, **extra), expected
+        )
 
     def delete(self, key: str, expected: Expectations | None = None) -> bool:
         return self._conditional(
@@ -108,7 +112,9 @@ class DynamoDBCoordinatorStateStore:
             expected,
         )
 
-    def _conditional(self, operation: str, call: Callable[[dict[str, Any]], Any], expected: Expectations | None) -> bool:
+    def _conditional(
+        self, operation: str, call: Callable[[dict[str, Any]], Any], expected: Expectations | None
+    ) -> bool:
         extra = _condition_arguments(expected)
 
         def attempt() -> bool:

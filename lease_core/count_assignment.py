@@ -60,12 +60,12 @@ def _assign_up_for_grabs(
     """Fill workers in ascending count order up to target; what is left spills over to the next run."""
     waiting = [key for key in snapshot.up_for_grabs if key in owners and key not in snapshot.blocked_on_handoff]
     workers = iter(_by_count(leases_of))
-    current = next(workers)
+    current: str | None = next(workers)
     for index, lease_key in enumerate(waiting):
-        while len(leases_of[current]) >= target:
+        while current is not None and len(leases_of[current]) >= target:
             current = next(workers, None)
-            if current is None:
-                return tuple(waiting[index:])
+        if current is None:
+            return tuple(waiting[index:])
         _move(lease_key, current, leases_of, owners)
     return ()
 

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import functools
 import time
 import uuid
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import Any, TypeVar
 
 import botocore.exceptions
 
@@ -15,9 +16,18 @@ from lease_core.aws import TRANSPORT_ERRORS, AwsCaller, error_code, may_have_bee
 from lease_core.codec import Item
 from lease_core.errors import DependencyError, IndexNotFoundError, LeaseCoreError, TableNotFoundError
 from lease_core.lease_store import ConditionalLeaseStore, ItemWrite
-from lease_core.lease_writes import AttributeEquals, AttributeExists, Condition, LeaseDelete, LeaseTransaction, LeaseUpdate
+from lease_core.lease_writes import (
+    AttributeEquals,
+    AttributeExists,
+    Condition,
+    LeaseDelete,
+    LeaseTransaction,
+    LeaseUpdate,
+)
 from lease_core.retry import RetryPolicy
 from lease_core.scan_segments import SEGMENT_COUNT_CACHE_SECONDS, scan_segment_count
+
+T = TypeVar("T")
 
 OWNER_INDEX_NAME = "LeaseOwnerToLeaseKeyIndex"
 BATCH_GET_LIMIT = 100
@@ -111,7 +121,7 @@ class DynamoDBLeaseStore(ConditionalLeaseStore):
         self._monotonic = monotonic
         self._segments: tuple[int, float] | None = None  # (count, computed at)
 
-    def _call(self, operation: str, function: Callable[[], Any]) -> Any:
+    def _call(self, operation: str, function: Callable[[], T]) -> T:
         return self._caller.call(operation, function, table_name=self.table_name)
 
     def _key(self, lease_key: str) -> Item:
@@ -141,18 +151,20 @@ class DynamoDBLeaseStore(ConditionalLeaseStore):
                 TableName=self.table_name, Key=self._key(lease_key), ConsistentRead=consistent
             ),
         )
-        return response.get("Item")
+        item: Item | None = response.get("Item")
+        return item
 
     def _update_item(self, update: LeaseUpdate) -> ItemWrite:
         arguments = render_update(update)
 
         def update_item() -> Item:
-            return self.client.update_item(
+            written: Item = self.client.update_item(
                 TableName=self.table_name,
                 ReturnValues="ALL_NEW",
                 ReturnValuesOnConditionCheckFailure="ALL_OLD",
                 **arguments,
             )["Attributes"]
+            return written
 
         return self._conditionally("UpdateItem", update_item)
 
@@ -193,12 +205,28 @@ class DynamoDBLeaseStore(ConditionalLeaseStore):
         return self._call(operation, attempt)
 
     def _transact_items(self, transaction: LeaseTransaction) -> tuple[bool, dict[str, Item | None]]:
-        items = [{"Update": {"TableName": self.table_name, "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
-                             **render_update(update)}} for update in transaction.updates]
-        items += [{"Put": {"TableName": self.table_name, "Item": codec.lease_to_item(create.lease),
-                           "ConditionExpression": "attribute_not_exists(#k)",
-                           "ExpressionAttributeNames": {"#k": codec.LEASE_KEY},
-                           "ReturnValuesOnConditionCheckFailure": "ALL_OLD"}} for create in transaction.creates]
+        items = [
+            {
+                "Update": {
+                    "TableName": self.table_name,
+                    "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
+                    **render_update(update),
+                }
+            }
+            for update in transaction.updates
+        ]
+        items += [
+            {
+                "Put": {
+                    "TableName": self.table_name,
+                    "Item": codec.lease_to_item(create.lease),
+                    "ConditionExpression": "attribute_not_exists(#k)",
+                    "ExpressionAttributeNames": {"#k": codec.LEASE_KEY},
+                    "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
+                }
+            }
+            for create in transaction.creates
+        ]
         # One token for every retry of this call: DynamoDB applies a repeated request once (10 minutes).
         token = uuid.uuid4().hex
 
@@ -285,7 +313,10 @@ class DynamoDBLeaseStore(ConditionalLeaseStore):
         except botocore.exceptions.ClientError as error:
             message = error.response.get("Error", {}).get("Message", "")
             # DynamoDB answers ValidationException; moto answers ResourceNotFoundException.
-            if error_code(error) in {"ValidationException", "ResourceNotFoundException"} and OWNER_INDEX_NAME in message:
+            if (
+                error_code(error) in {"ValidationException", "ResourceNotFoundException"}
+                and OWNER_INDEX_NAME in message
+            ):
                 raise IndexNotFoundError(self.table_name, OWNER_INDEX_NAME) from error
             raise
 
@@ -303,7 +334,7 @@ class DynamoDBLeaseStore(ConditionalLeaseStore):
         retry = 0
         while pending:
             request = pending
-            response = self._call("BatchGetItem", lambda: self.client.batch_get_item(RequestItems=request))
+            response = self._call("BatchGetItem", functools.partial(self.client.batch_get_item, RequestItems=request))
             yield from response.get("Responses", {}).get(self.table_name, [])
             pending = response.get("UnprocessedKeys") or {}
             if pending:

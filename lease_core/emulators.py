@@ -27,13 +27,15 @@ from pathlib import Path
 from typing import Any
 
 LOOPBACK = "127.0.0.1"
-KINESIS_MOCK_HOME = Path(__file__).resolve().parents[1] / "packaging" / "kinesis-mock" / "node_modules" / "kinesis-local"
+KINESIS_MOCK_HOME = (
+    Path(__file__).resolve().parents[1] / "packaging" / "kinesis-mock" / "node_modules" / "kinesis-local"
+)
 
 
 def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
         probe.bind((LOOPBACK, 0))
-        return probe.getsockname()[1]
+        return int(probe.getsockname()[1])
 
 
 def wait_for_http(url: str, timeout_seconds: float, process: subprocess.Popen[bytes] | None = None) -> None:
@@ -56,8 +58,16 @@ def wait_for_http(url: str, timeout_seconds: float, process: subprocess.Popen[by
 class EmulatorProcess:
     """A child process serving on a loopback port; stopped by PID, waited for, never left behind."""
 
-    def __init__(self, command: list[str], port: int, health_path: str, env: dict[str, str] | None = None,
-                 cwd: str | None = None, startup_seconds: float = 60.0, stop_grace_seconds: float = 10.0) -> None:
+    def __init__(
+        self,
+        command: list[str],
+        port: int,
+        health_path: str,
+        env: dict[str, str] | None = None,
+        cwd: str | None = None,
+        startup_seconds: float = 60.0,
+        stop_grace_seconds: float = 10.0,
+    ) -> None:
         self.port = port
         self.endpoint = f"http://{LOOPBACK}:{port}"
         self._command = command
@@ -109,7 +119,9 @@ def moto_server(port: int | None = None, extra_env: dict[str, str] | None = None
     """A moto server (DynamoDB and S3) with serialised requests, on a free loopback port."""
     port = port or free_port()
     command = [sys.executable, "-m", "lease_core.emulators", "moto", "--port", str(port)]
-    return EmulatorProcess(command, port, "/moto-api/", env={**os.environ, "PYTHONUNBUFFERED": "1", **(extra_env or {})})
+    return EmulatorProcess(
+        command, port, "/moto-api/", env={**os.environ, "PYTHONUNBUFFERED": "1", **(extra_env or {})}
+    )
 
 
 def kinesis_mock(
@@ -120,9 +132,7 @@ def kinesis_mock(
 ) -> EmulatorProcess:
     """kinesis-mock on a free loopback port, with fast stream operations for tests and the demo."""
     if not (KINESIS_MOCK_HOME / "main.js").exists():
-        raise FileNotFoundError(
-            f"kinesis-mock is not installed at {KINESIS_MOCK_HOME}; run scripts/bootstrap.sh first"
-        )
+        raise FileNotFoundError(f"kinesis-mock is not installed at {KINESIS_MOCK_HOME}; run scripts/bootstrap.sh first")
     port = port or free_port()
     env = {
         **os.environ,
@@ -131,16 +141,16 @@ def kinesis_mock(
         "LOG_LEVEL": "WARN",
         "SHARD_LIMIT": str(shard_limit),
         "SHOULD_PERSIST_DATA": "false",
-        **{
-            name: reshard_duration
-            for name in (
+        **dict.fromkeys(
+            (
                 "CREATE_STREAM_DURATION",
                 "DELETE_STREAM_DURATION",
                 "SPLIT_SHARD_DURATION",
                 "MERGE_SHARDS_DURATION",
                 "UPDATE_SHARD_COUNT_DURATION",
-            )
-        },
+            ),
+            reshard_duration,
+        ),
         **(extra_env or {}),
     }
     # kinesis-mock does not exit on SIGTERM (measured: the full grace period every time), and it

@@ -50,10 +50,7 @@ class TableNotReadyError(LeaseCoreError):
         self.waited_seconds = waited_seconds
 
     def __str__(self) -> str:
-        return (
-            f"DynamoDB table {self.table_name!r} is still {self.status} after "
-            f"{self.waited_seconds:.0f} s of waiting"
-        )
+        return f"DynamoDB table {self.table_name!r} is still {self.status} after {self.waited_seconds:.0f} s of waiting"
 
 
 class TableProtectedError(LeaseCoreError):

@@ -72,7 +72,9 @@ class GarbageProbe:
             log.info(
                 "stream %s: %d shard(s) missing from the listing; Kinesis is asked about them again "
                 "after %d ms (garbage_lease_cleanup_interval_millis)",
-                stream_key, len(shard_ids), (last or 0) + self.interval_millis - now,
+                stream_key,
+                len(shard_ids),
+                (last or 0) + self.interval_millis - now,
             )
             return {}
         answers = {shard_id: self.source.shard_exists(stream_name, shard_id) for shard_id in sorted(shard_ids)}

@@ -44,7 +44,7 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from types import TracebackType
 
 from lease_core.codec import Item
@@ -131,7 +131,9 @@ class SharedObservation:
     @classmethod
     def from_item(cls, item: Item) -> SharedObservation | None:
         try:
-            return cls(item[OBSERVED_VERSION]["S"], int(item[FIRST_SEEN_AT]["N"]), item.get(OBSERVER_NAME, {}).get("S", ""))
+            return cls(
+                item[OBSERVED_VERSION]["S"], int(item[FIRST_SEEN_AT]["N"]), item.get(OBSERVER_NAME, {}).get("S", "")
+            )
         except (KeyError, ValueError):
             return None  # unreadable evidence is no evidence: it is rewritten at the next observation
 
@@ -144,7 +146,7 @@ class SharedObservation:
 
 
 def _utc(millis: int) -> str:
-    return datetime.fromtimestamp(millis / 1000, tz=timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+    return datetime.fromtimestamp(millis / 1000, tz=UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
 class LeaderLock:
@@ -230,8 +232,12 @@ class LeaderLock:
                 return self.heartbeat()
             if not self._observed_expired(holder, now):
                 return False
-            log.info("taking over the leader lock of %s (version %s unchanged for longer than %d ms)",
-                     holder.owner_name, holder.record_version_number, holder.lease_duration_millis)
+            log.info(
+                "taking over the leader lock of %s (version %s unchanged for longer than %d ms)",
+                holder.owner_name,
+                holder.record_version_number,
+                holder.lease_duration_millis,
+            )
             return self._write(now, {KEY: {"S": LEADER_KEY}, **_version_expectation(holder)})
 
     def heartbeat(self) -> bool:
@@ -403,7 +409,9 @@ class LockHeartbeat:
         if not self.lock.is_held:
             self.lost.set()
             return
-        self._thread = threading.Thread(target=self._run, name=f"leader-lock-heartbeat-{self.lock.owner_name}", daemon=True)
+        self._thread = threading.Thread(
+            target=self._run, name=f"leader-lock-heartbeat-{self.lock.owner_name}", daemon=True
+        )
         self._thread.start()
 
     def stop(self) -> None:

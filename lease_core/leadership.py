@@ -31,10 +31,16 @@ from lease_core.retry import RetryPolicy
 log = logging.getLogger(__name__)
 
 # Everything else a store offers is a write, and is fenced: a method added later is fenced by default.
-_LEASE_STORE_READS = frozenset({
-    "get_lease", "scan_leases", "list_leases", "list_lease_keys_for_owner", "list_leases_for_owner",
-    "is_lease_table_empty",
-})
+_LEASE_STORE_READS = frozenset(
+    {
+        "get_lease",
+        "scan_leases",
+        "list_leases",
+        "list_lease_keys_for_owner",
+        "list_leases_for_owner",
+        "is_lease_table_empty",
+    }
+)
 _STATE_STORE_READS = frozenset({"get"})
 
 

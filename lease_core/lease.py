@@ -10,9 +10,10 @@ from __future__ import annotations
 import dataclasses
 import json
 from dataclasses import dataclass, field
+from typing import Any
 
 from lease_core.errors import CheckpointOrderError
-from lease_core.sequence import ExtendedSequenceNumber, TRIM_HORIZON
+from lease_core.sequence import TRIM_HORIZON, ExtendedSequenceNumber
 
 MAX_HASH_KEY = 2**128 - 1
 
@@ -149,7 +150,9 @@ class Lease:
         if not self.lease_key:
             raise ValueError("lease_key must be a non-empty string")
         if "" in (self.lease_owner, self.checkpoint_owner, self.claim_token, self.committed_batch_file):
-            raise ValueError(f"lease {self.lease_key!r}: owners, tokens and files are absent (None), never empty strings")
+            raise ValueError(
+                f"lease {self.lease_key!r}: owners, tokens and files are absent (None), never empty strings"
+            )
         if self.lease_counter < 0:
             raise ValueError(f"lease {self.lease_key!r}: lease_counter must be >= 0")
         if self.pending_checkpoint_state is not None and self.pending_checkpoint is None:
@@ -162,11 +165,9 @@ class Lease:
         object.__setattr__(self, "unreported_losses", frozenset(self.unreported_losses))
 
     @classmethod
-    def for_stream(cls, stream: StreamIdentifier, shard_id: str, **fields: object) -> Lease:
+    def for_stream(cls, stream: StreamIdentifier, shard_id: str, **fields: Any) -> Lease:
         """A multi-stream lease: key `<stream id>:<shardId>` plus the `streamName`/`shardId` attributes."""
-        return cls(
-            lease_key=stream.lease_key(shard_id), stream_name=stream.serialize(), shard_id=shard_id, **fields
-        )
+        return cls(lease_key=stream.lease_key(shard_id), stream_name=stream.serialize(), shard_id=shard_id, **fields)
 
     @property
     def is_multi_stream(self) -> bool:
@@ -185,7 +186,7 @@ class Lease:
     def is_at_shard_end(self) -> bool:
         return self.checkpoint.is_shard_end
 
-    def replace(self, **changes: object) -> Lease:
+    def replace(self, **changes: Any) -> Lease:
         return dataclasses.replace(self, **changes)
 
     def with_checkpoint(self, value: ExtendedSequenceNumber, batch_file: str | None = None) -> Lease:

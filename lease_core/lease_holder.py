@@ -141,7 +141,10 @@ class HeldLease:
         return self._update(lambda lease: lease.with_pending_checkpoint(value, state), "prepare", losses)
 
     def commit(
-        self, value: ExtendedSequenceNumber, batch_file: str | None = None, losses: frozenset[AgedOutRange] = frozenset()
+        self,
+        value: ExtendedSequenceNumber,
+        batch_file: str | None = None,
+        losses: frozenset[AgedOutRange] = frozenset(),
     ) -> Lease:
         """Checkpoint at `value`, clearing the pending checkpoint (§10.2); `batch_file` is the output
         file of the batch it commits, if it wrote one; `losses` as for `prepare`."""
@@ -231,7 +234,10 @@ def _why_lost(what: str, result: WriteResult, local_token: str | None) -> str:
     if stored is None:
         return f"the {what} found the lease deleted"
     if stored.is_in_handoff:
-        return f"the {what} condition failed: the lease is being handed from {stored.checkpoint_owner} to {stored.lease_owner}"
+        return (
+            f"the {what} condition failed: the lease is being handed from {stored.checkpoint_owner} "
+            f"to {stored.lease_owner}"
+        )
     if stored.claim_token is not None and stored.claim_token != local_token:
         return (
             f"the {what} condition failed: the table has owner {stored.lease_owner or '(none)'} at counter "

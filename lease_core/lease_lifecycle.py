@@ -46,9 +46,7 @@ def blocking_parents(lease: Lease, leases_by_key: Mapping[str, Lease], scheme: L
     finished, and a parent that was never leased (trimmed) has nothing left to read.
     """
     parent_keys = (scheme.lease_key(parent_id) for parent_id in lease.parent_shard_ids)
-    return frozenset(
-        key for key in parent_keys if key in leases_by_key and not leases_by_key[key].is_at_shard_end
-    )
+    return frozenset(key for key in parent_keys if key in leases_by_key and not leases_by_key[key].is_at_shard_end)
 
 
 def parents_have_finished(store: LeaseStore, lease: Lease, scheme: LeaseKeyScheme) -> bool:
@@ -126,11 +124,16 @@ def create_child_leases(
         for key, stored in result.conflicts:
             if key == parent.lease_key:
                 raise LeaseLostError(parent.lease_key, _why_children_refused(parent, stored))
-        log.info("child leases of %s changed while they were created (%s); looking again",
-                 parent.lease_key, ", ".join(key for key, _ in result.conflicts) or "a concurrent transaction")
+        log.info(
+            "child leases of %s changed while they were created (%s); looking again",
+            parent.lease_key,
+            ", ".join(key for key, _ in result.conflicts) or "a concurrent transaction",
+        )
     raise DependencyError(
-        "dynamodb", "TransactWriteItems",
-        f"the child leases of {parent.lease_key} kept changing during {CHILD_CREATION_ATTEMPTS} attempts to create them",
+        "dynamodb",
+        "TransactWriteItems",
+        f"the child leases of {parent.lease_key} kept changing during {CHILD_CREATION_ATTEMPTS} attempts "
+        "to create them",
         CHILD_CREATION_ATTEMPTS,
     )
 
@@ -145,9 +148,7 @@ def _why_children_refused(parent: Lease, stored: Lease | None) -> str:
     )
 
 
-def _merge_deferral_reason(
-    store: LeaseStore, parent: Lease, child: ChildShard, scheme: LeaseKeyScheme
-) -> str | None:
+def _merge_deferral_reason(store: LeaseStore, parent: Lease, child: ChildShard, scheme: LeaseKeyScheme) -> str | None:
     """Why a merge's child cannot be created yet, or None when it can."""
     if len(child.parent_shard_ids) != 2:
         raise InvalidShardLineageError(
@@ -289,9 +290,7 @@ def _has_completed(
 ) -> bool:
     """§8.3: every child lease exists and has started reading, and no parent lease of `lease` is left."""
     children = [by_key.get(scheme.lease_key(child_id)) for child_id in child_ids]
-    children_started = all(
-        child is not None and child.checkpoint.sentinel not in _NOT_STARTED for child in children
-    )
+    children_started = all(child is not None and child.checkpoint.sentinel not in _NOT_STARTED for child in children)
     parents_gone = not any(scheme.lease_key(parent_id) in by_key for parent_id in lease.parent_shard_ids)
     return children_started and parents_gone
 
@@ -331,8 +330,11 @@ def apply_cleanup(store: LeaseStore, plan: CleanupPlan) -> CleanupOutcome:
     for deletion in plan.deletions:
         result = store.delete_lease_if_unchanged(deletion.lease)
         if result.lost_to_a_change:
-            log.info("lease %s changed since cleanup judged it (%s); it is judged again next round",
-                     deletion.lease_key, deletion.reason.value)
+            log.info(
+                "lease %s changed since cleanup judged it (%s); it is judged again next round",
+                deletion.lease_key,
+                deletion.reason.value,
+            )
             changed.append(deletion.lease_key)
             continue
         deleted.append(deletion)
@@ -366,4 +368,6 @@ def forget_reported_losses(store: LeaseStore, reported: Iterable[tuple[str, Aged
     by_lease: dict[str, set[AgedOutRange]] = {}
     for lease_key, aged_out in reported:
         by_lease.setdefault(lease_key, set()).add(aged_out)
-    return tuple(key for key, ranges in sorted(by_lease.items()) if store.forget_reported_losses(key, frozenset(ranges)))
+    return tuple(
+        key for key, ranges in sorted(by_lease.items()) if store.forget_reported_losses(key, frozenset(ranges))
+    )

@@ -179,7 +179,7 @@ class ConditionalLeaseStore(abc.ABC):
         leases, corrupt = _decode_all(self._get_items(self.list_lease_keys_for_owner(owner)))
         for error in corrupt:
             log.warning("skipping an unreadable lease-table item: %s", error)
-        return sorted((lease for lease in leases if lease.lease_owner == owner), key=lambda l: l.lease_key)
+        return sorted((lease for lease in leases if lease.lease_owner == owner), key=lambda lease: lease.lease_key)
 
     def get_leases(self, lease_keys: Iterable[str]) -> list[Lease]:
         """The leases among `lease_keys` that exist, by key, read in batches (not a scan)."""
@@ -263,7 +263,9 @@ class ConditionalLeaseStore(abc.ABC):
         applied, conflicts = self._transact_items(transaction)
         return TransactionResult(
             applied,
-            tuple((key, None if item is None else codec.lease_from_item(item)) for key, item in sorted(conflicts.items())),
+            tuple(
+                (key, None if item is None else codec.lease_from_item(item)) for key, item in sorted(conflicts.items())
+            ),
         )
 
 

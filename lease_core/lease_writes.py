@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 from dataclasses import dataclass
+from typing import Any
 
 from lease_core import codec
 from lease_core.codec import AttributeValue
@@ -143,7 +144,7 @@ def claim(lease: Lease, token: str) -> LeaseUpdate:
     """
     renewal = renew(lease.replace(claim_token=None))
     return dataclasses.replace(
-        renewal, set_attributes=renewal.set_attributes + ((codec.CLAIM_TOKEN, codec.string_value(token)),)
+        renewal, set_attributes=(*renewal.set_attributes, (codec.CLAIM_TOKEN, codec.string_value(token)))
     )
 
 
@@ -160,7 +161,7 @@ def take(lease: Lease, new_owner: str) -> LeaseUpdate:
 
 def evict(lease: Lease) -> LeaseUpdate:
     """Drop the owner (or, during a handoff, only the checkpoint owner); fences the holder by ADD 1."""
-    removes = (codec.CHECKPOINT_OWNER,)
+    removes: tuple[str, ...] = (codec.CHECKPOINT_OWNER,)
     if lease.checkpoint_owner is None:
         removes = (codec.LEASE_OWNER, codec.CHECKPOINT_OWNER)
     return LeaseUpdate(
@@ -204,7 +205,9 @@ def update(lease: Lease, losses: frozenset[AgedOutRange] = frozenset()) -> Lease
     name, value = _next_counter(lease)
     sets[name] = value
     added = ((codec.UNREPORTED_LOSSES, codec.aged_out_ranges_value(losses)),) if losses else ()
-    return LeaseUpdate(lease.lease_key, _holder_conditions(lease), tuple(sets.items()), tuple(removes), add_to_sets=added)
+    return LeaseUpdate(
+        lease.lease_key, _holder_conditions(lease), tuple(sets.items()), tuple(removes), add_to_sets=added
+    )
 
 
 def forget_reported_losses(lease_key: str, losses: frozenset[AgedOutRange]) -> LeaseUpdate:
@@ -250,7 +253,7 @@ def assign(lease: Lease, new_owner: str) -> LeaseUpdate:
         ),
         ((codec.LEASE_OWNER, codec.string_value(new_owner)),),
         remove_attributes=(codec.CHECKPOINT_OWNER,),
-        add_numbers=((codec.LEASE_COUNTER, 1),) + _owner_switch_increment(lease, new_owner),
+        add_numbers=((codec.LEASE_COUNTER, 1), *_owner_switch_increment(lease, new_owner)),
     )
 
 
@@ -279,7 +282,9 @@ def update_meta(lease: Lease, field: MetaField) -> LeaseUpdate:
     if field is MetaField.CHILD_SHARDS:
         if not lease.child_shard_ids:
             raise ValueError(f"lease {lease.lease_key!r} has no child shard ids to write")
-        sets = ((codec.CHILD_SHARD_IDS, codec.string_set_value(lease.child_shard_ids)),)
+        sets: tuple[tuple[str, dict[str, Any]], ...] = (
+            (codec.CHILD_SHARD_IDS, codec.string_set_value(lease.child_shard_ids)),
+        )
     else:
         attributes = codec.hash_key_range_attributes(lease)
         if not attributes:
@@ -303,9 +308,14 @@ def create_children(parent: Lease, child_shard_ids: frozenset[str], creates: tup
     if not child_shard_ids:
         raise ValueError(f"lease {parent.lease_key!r}: a shard end without children creates no child leases")
     recorded = parent.with_child_shard_ids(child_shard_ids).child_shard_ids
-    conditions = _holder_conditions(parent) + (AttributeEquals(codec.LEASE_OWNER, codec.string_value(parent.lease_owner)),)
+    conditions = (
+        *_holder_conditions(parent),
+        AttributeEquals(codec.LEASE_OWNER, codec.string_value(parent.lease_owner)),
+    )
     return LeaseTransaction(
-        updates=(LeaseUpdate(parent.lease_key, conditions, ((codec.CHILD_SHARD_IDS, codec.string_set_value(recorded)),)),),
+        updates=(
+            LeaseUpdate(parent.lease_key, conditions, ((codec.CHILD_SHARD_IDS, codec.string_set_value(recorded)),)),
+        ),
         creates=tuple(LeaseCreate(child) for child in creates),
     )
 

@@ -85,7 +85,9 @@ class _Loads:
         spillover = []
         # Equal loads go to the worker with fewer leases: before any throughput is measured every
         # lease weighs 0, and a tie broken by name alone would stack them all on one worker.
-        heap = [(load, len(self.held[worker]), worker) for worker, load in self.load.items() if self._fits(worker, 0.0, 1)]
+        heap = [
+            (load, len(self.held[worker]), worker) for worker, load in self.load.items() if self._fits(worker, 0.0, 1)
+        ]
         heapq.heapify(heap)
         # Largest first; the given order (longest waiting first) breaks ties.
         for key in sorted(self.waiting, key=lambda key: -self.throughput[key]):
@@ -134,9 +136,7 @@ class _Loads:
         if not self._fits(receiver, 0.0, 1):
             return None
         candidates = _nearest(self.held[donor], gap / 2, self.snapshot.blocked_on_handoff)
-        useful = [
-            (t, key) for t, key in candidates if 0 < t < gap and self._fits(receiver, t, 1)
-        ]
+        useful = [(t, key) for t, key in candidates if 0 < t < gap and self._fits(receiver, t, 1)]
         return min(useful, key=lambda pair: (-_pair_max_drop(pair[0], gap), pair[1]), default=None)
 
     def _best_swap(self, donor: str, receiver: str, gap: float) -> tuple[float, str, str] | None:

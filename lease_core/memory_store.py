@@ -14,7 +14,14 @@ from decimal import Decimal
 from lease_core import codec
 from lease_core.codec import AttributeValue, Item
 from lease_core.lease_store import ConditionalLeaseStore, ItemWrite
-from lease_core.lease_writes import AttributeAbsent, AttributeExists, Condition, LeaseDelete, LeaseTransaction, LeaseUpdate
+from lease_core.lease_writes import (
+    AttributeAbsent,
+    AttributeExists,
+    Condition,
+    LeaseDelete,
+    LeaseTransaction,
+    LeaseUpdate,
+)
 
 
 class InMemoryLeaseStore(ConditionalLeaseStore):

@@ -25,13 +25,17 @@ from lease_core.lease_store import LeaseStore
 from lease_core.shard_sync import LeaseKeyScheme
 
 
-def closing_lease_keys(leases: Iterable[Lease], closed_keys: Collection[str], slots: Collection[str]) -> tuple[str, ...]:
+def closing_lease_keys(
+    leases: Iterable[Lease], closed_keys: Collection[str], slots: Collection[str]
+) -> tuple[str, ...]:
     """Leases of closed shards that a slot of this round holds and has not read to SHARD_END."""
-    return tuple(sorted(
-        lease.lease_key
-        for lease in leases
-        if lease.lease_key in closed_keys and not lease.is_at_shard_end and lease.lease_owner in slots
-    ))
+    return tuple(
+        sorted(
+            lease.lease_key
+            for lease in leases
+            if lease.lease_key in closed_keys and not lease.is_at_shard_end and lease.lease_owner in slots
+        )
+    )
 
 
 @dataclass

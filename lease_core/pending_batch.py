@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from typing import Any
 
 from lease_core.errors import CorruptLeaseError
 from lease_core.lease import HashKeyRange, Lease
@@ -105,10 +106,10 @@ def _child(child: ChildShard) -> dict[str, object]:
     }
 
 
-def _parse_child(raw: dict[str, object]) -> ChildShard:
-    starting, ending = raw["hash_key_range"]  # type: ignore[misc]
+def _parse_child(raw: dict[str, Any]) -> ChildShard:
+    starting, ending = raw["hash_key_range"]
     return ChildShard(
         shard_id=str(raw["shard_id"]),
-        parent_shard_ids=frozenset(raw["parents"]),  # type: ignore[arg-type]
+        parent_shard_ids=frozenset(raw["parents"]),
         hash_key_range=HashKeyRange.from_strings(starting, ending),
     )

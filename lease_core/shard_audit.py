@@ -234,7 +234,10 @@ class ShardSyncAuditor:
         if decision.hole is not None:
             log.info(
                 "stream %s: hash-range hole %s seen %d time(s) in a row (threshold %d)",
-                stream_key, decision.hole, decision.consecutive_holes, threshold,
+                stream_key,
+                decision.hole,
+                decision.consecutive_holes,
+                threshold,
             )
         return decision
 

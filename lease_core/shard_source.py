@@ -13,6 +13,7 @@ A listing is never proof that a shard is gone: cleanup asks about one shard at a
 
 from __future__ import annotations
 
+import itertools
 import time
 from collections.abc import Callable, Iterable
 from typing import Any, Protocol, TypeVar
@@ -89,7 +90,7 @@ def hash_space_gap(shards: Iterable[Shard]) -> str | None:
     first, last = ordered[0], ordered[-1]
     if first.hash_key_range.starting_hash_key != 0:
         return f"hash keys 0..{first.hash_key_range.starting_hash_key - 1} before {first.shard_id} are not covered"
-    for previous, following in zip(ordered, ordered[1:]):
+    for previous, following in itertools.pairwise(ordered):
         problem = _seam_problem(previous, following)
         if problem is not None:
             return problem
@@ -243,7 +244,8 @@ class KinesisShardSource:
 
         def call() -> dict[str, Any]:
             try:
-                return self.client.list_shards(**arguments)
+                page: dict[str, Any] = self.client.list_shards(**arguments)
+                return page
             except botocore.exceptions.ClientError as error:
                 signal = _LISTING_SIGNALS.get(error_code(error) or "")
                 if signal is None:
@@ -264,7 +266,10 @@ class KinesisShardSource:
     def _describe_summary(self, stream_name: str) -> dict[str, Any]:
         def call() -> dict[str, Any]:
             try:
-                return self.client.describe_stream_summary(StreamName=stream_name)["StreamDescriptionSummary"]
+                summary: dict[str, Any] = self.client.describe_stream_summary(StreamName=stream_name)[
+                    "StreamDescriptionSummary"
+                ]
+                return summary
             except botocore.exceptions.ClientError as error:
                 if error_code(error) == "ResourceNotFoundException":
                     raise StreamNotFoundError(stream_name) from error
@@ -274,4 +279,3 @@ class KinesisShardSource:
 
     def _stream_status(self, stream_name: str) -> str:
         return str(self._describe_summary(stream_name)["StreamStatus"])
-

@@ -102,7 +102,9 @@ def plan_for_existing_leases(
         if not planner.is_descendant(shard.shard_id):
             planner.planned[shard.shard_id] = initial_position.checkpoint
     leases = [
-        scheme.new_lease(shard_id, checkpoint, planner.shards[shard_id].parent_shard_ids, planner.shards[shard_id].hash_key_range)
+        scheme.new_lease(
+            shard_id, checkpoint, planner.shards[shard_id].parent_shard_ids, planner.shards[shard_id].hash_key_range
+        )
         for shard_id, checkpoint in planner.planned.items()
     ]
     return order_parents_first(leases, shards, scheme)

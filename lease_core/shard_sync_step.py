@@ -154,5 +154,8 @@ def sync_streams(
         config.wait_period_to_delete_former_streams_millis,
     )
     return ShardSyncReport(
-        True, tuple(result for result, _ in outcomes), tuple(cleanup for _, cleanup in outcomes), cleaner.run(identifiers)
+        True,
+        tuple(result for result, _ in outcomes),
+        tuple(cleanup for _, cleanup in outcomes),
+        cleaner.run(identifiers),
     )

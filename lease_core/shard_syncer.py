@@ -75,7 +75,8 @@ class ShardSyncer:
             # Checked before the leases are even listed, as KCL does: the sync must not half-run.
             raise InconsistentShardsError(stream_name, tuple(sorted(inconsistent)))
         incomplete = None if table_was_empty else self._incomplete_listing_reason(stream_name, shards, inconsistent)
-        created, existed = [], []
+        created: list[str] = []
+        existed: list[str] = []
         # Parents first: a crash part-way never leaves a child without its parent.
         for lease in () if incomplete else self._plan(shards, table_was_empty, inconsistent, scheme):
             (created if self.store.create_lease_if_not_exists(lease) else existed).append(lease.lease_key)
@@ -113,6 +114,8 @@ class ShardSyncer:
         if gap is not None:
             log.warning(
                 "stream %s: the shard listing's open shards do not cover the hash key space (%s); "
-                "nothing is created or deleted for this stream this round", stream_name, gap,
+                "nothing is created or deleted for this stream this round",
+                stream_name,
+                gap,
             )
         return gap

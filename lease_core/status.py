@@ -112,7 +112,13 @@ def render_status(report: StatusReport) -> str:
     lines += _table(
         ("OWNER", "LEASES", "SHARE", "KB/S", "KB/S SHARE"),
         [
-            (row.owner, str(row.leases), f"{row.lease_share:.1%}", f"{row.throughput_kbps:.3f}", f"{row.throughput_share:.1%}")
+            (
+                row.owner,
+                str(row.leases),
+                f"{row.lease_share:.1%}",
+                f"{row.throughput_kbps:.3f}",
+                f"{row.throughput_share:.1%}",
+            )
             for row in report.owners
         ],
     )
@@ -134,7 +140,10 @@ def render_status(report: StatusReport) -> str:
             ],
         )
     for row in report.leases:
-        lines += [f"UNREPORTED LOSS: lease {row.lease_key}: {loss} (the next round reports it)" for loss in row.unreported_losses]
+        lines += [
+            f"UNREPORTED LOSS: lease {row.lease_key}: {loss} (the next round reports it)"
+            for loss in row.unreported_losses
+        ]
     for problem in report.corrupt_items:
         lines.append(f"WARNING: {problem}")
     return "\n".join(lines)

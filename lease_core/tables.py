@@ -78,7 +78,8 @@ class TableAdministrator:
 
         def call() -> dict[str, Any] | None:
             try:
-                return self.client.describe_table(TableName=table_name)["Table"]
+                table: dict[str, Any] = self.client.describe_table(TableName=table_name)["Table"]
+                return table
             except botocore.exceptions.ClientError as error:
                 if error_code(error) == "ResourceNotFoundException":
                     return None
@@ -263,7 +264,7 @@ def _has_owner_index(description: dict[str, Any]) -> bool:
 def _readiness(description: dict[str, Any], layout: TableLayout) -> str:
     """READY, or the status that is still being waited for."""
     if description["TableStatus"] not in READY_STATUSES:
-        return description["TableStatus"]
+        return str(description["TableStatus"])
     for index in description.get("GlobalSecondaryIndexes", []):
         if layout.owner_index and index["IndexName"] == OWNER_INDEX_NAME and index.get("IndexStatus") != "ACTIVE":
             return f"index {OWNER_INDEX_NAME} {index.get('IndexStatus')}"

@@ -17,16 +17,18 @@ import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from decimal import ROUND_HALF_UP, Decimal, InvalidOperation
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 import botocore.exceptions
 
 from lease_core import assignment_view
-from lease_core.assignment import WorkerLoad
+from lease_core.assignment import THROUGHPUT_METRIC, WorkerLoad
 from lease_core.aws import AwsCaller, error_code
 from lease_core.codec import AttributeValue, Item
 from lease_core.memory_store import values_equal
 from lease_core.retry import RetryPolicy
+
+T = TypeVar("T")
 
 CPU_METRIC = "C"
 NO_SAMPLE = assignment_view.NO_SAMPLE
@@ -97,14 +99,16 @@ class WorkerMetricStats:
 
     @property
     def is_default_metric_worker(self) -> bool:
-        return (not self.stats and not self.operating_range) or assignment_view.THROUGHPUT_METRIC in self.stats
+        return (not self.stats and not self.operating_range) or THROUGHPUT_METRIC in self.stats
 
     def appended(
         self, value: float, now: int, round: int, keep: int = DEFAULT_KEEP, metric: str = CPU_METRIC
     ) -> WorkerMetricStats:
         """This item after one more reporting interval of `metric` (0..100, or -1 for no sample)."""
         if value != NO_SAMPLE and not 0 <= value <= 100:
-            raise ValueError(f"worker {self.worker_id!r}: metric {metric!r} value must be in [0, 100] or -1, got {value}")
+            raise ValueError(
+                f"worker {self.worker_id!r}: metric {metric!r} value must be in [0, 100] or -1, got {value}"
+            )
         if keep < 1:
             raise ValueError(f"keep must be at least 1, got {keep}")
         values = (*self.stats.get(metric, ()), value)[-keep:]
@@ -135,7 +139,9 @@ class WorkerMetricStats:
 
     def is_failing(self) -> bool:
         """The latest interval of some metric had no sample (an older -1 is fine)."""
-        return not self.is_default_metric_worker and any(values and values[-1] == NO_SAMPLE for values in self.stats.values())
+        return not self.is_default_metric_worker and any(
+            values and values[-1] == NO_SAMPLE for values in self.stats.values()
+        )
 
     def is_fresh(self, current_round: int, max_rounds_old: int = 1) -> bool:
         """Written this round or within `max_rounds_old` rounds before it; an item without `round` is not."""
@@ -188,9 +194,10 @@ class _StatsReader:
     def __init__(self, item: Mapping[str, AttributeValue]) -> None:
         self._item = item
         raw = item.get(WORKER_ID)
-        self.worker_id = raw.get("S") if isinstance(raw, dict) else None
-        if not isinstance(self.worker_id, str) or not self.worker_id:
+        worker_id = raw.get("S") if isinstance(raw, dict) else None
+        if not isinstance(worker_id, str) or not worker_id:
             raise ValueError(f"worker metrics item: attribute {WORKER_ID!r} must be a non-empty string (S)")
+        self.worker_id: str = worker_id
 
     def _error(self, name: str, problem: str) -> ValueError:
         return ValueError(f"worker metrics item {self.worker_id!r}: attribute {name!r} {problem}")
@@ -222,7 +229,9 @@ class _StatsReader:
             return {}
         lists = self._typed(name, self._item[name], "M")
         return {
-            metric: tuple(float(self._decimal(name, self._typed(name, entry, "N"))) for entry in self._typed(name, values, "L"))
+            metric: tuple(
+                float(self._decimal(name, self._typed(name, entry, "N"))) for entry in self._typed(name, values, "L")
+            )
             for metric, values in lists.items()
         }
 
@@ -238,6 +247,7 @@ class WorkerMetricsStore(Protocol):
     def put(self, stats: WorkerMetricStats) -> None:
         """Upsert `lut`, `sts`, `opr` and `round`; absent values and attributes of others are left alone (§6.2)."""
         ...
+
     def delete_if_unchanged(self, worker_id: str, lut: int) -> bool:
         """Delete the item only if it exists and still has this `lut` (the leader's stale-entry cleanup, §6.3)."""
         ...
@@ -287,7 +297,7 @@ class DynamoDBWorkerMetricsStore:
         self._caller = AwsCaller("dynamodb", retry_policy or RetryPolicy())
         self._page_limit = {"Limit": page_size} if page_size else {}
 
-    def _call(self, operation: str, function: Callable[[], Any]) -> Any:
+    def _call(self, operation: str, function: Callable[[], T]) -> T:
         return self._caller.call(operation, function, table_name=self.table_name)
 
     def get(self, worker_id: str) -> WorkerMetricStats | None:

@@ -34,8 +34,8 @@ class KinesisLeasePlugin(AirflowPlugin):
         },
     ]
 
-    @property  # type: ignore[override]
-    def fastapi_apps(self) -> list[dict[str, Any]]:
+    @property
+    def fastapi_apps(self) -> list[dict[str, Any]]:  # type: ignore[override]  # a property: imported lazily
         """Imported when asked for, which only the API server does: every task process loads the plugins,
         and importing the app (FastAPI, Airflow's core API security) costs them 1.5-2.5 s each (measured)."""
         from kinesis_lease.ui_app import app

@@ -200,7 +200,9 @@ def list_shards(kinesis: Any, stream: str) -> list[dict[str, Any]]:
 
 def open_shards(kinesis: Any, stream: str) -> list[dict[str, Any]]:
     """The open shards in hash-key order (a closed shard has an ending sequence number)."""
-    shards = [shard for shard in list_shards(kinesis, stream) if "EndingSequenceNumber" not in shard["SequenceNumberRange"]]
+    shards = [
+        shard for shard in list_shards(kinesis, stream) if "EndingSequenceNumber" not in shard["SequenceNumberRange"]
+    ]
     return sorted(shards, key=lambda shard: int(shard["HashKeyRange"]["StartingHashKey"]))
 
 
@@ -229,13 +231,15 @@ def split_hottest(kinesis: Any, stream: str, load: Counter[str]) -> None:
     kinesis.split_shard(StreamName=stream, ShardToSplit=shard_id, NewStartingHashKey=str((low + high) // 2 + 1))
     wait_until_active(kinesis, stream)
     children = ", ".join(short(child) for child in children_of(kinesis, stream, shard_id))
-    print(f"\n>> split the hottest shard {short(shard_id)} ({load[shard_id]} records of the last batch) into {children}")
+    print(
+        f"\n>> split the hottest shard {short(shard_id)} ({load[shard_id]} records of the last batch) into {children}"
+    )
 
 
 def merge_coldest(kinesis: Any, stream: str, load: Counter[str]) -> None:
     """Merge the two adjacent open shards that together took the fewest records of the last batch."""
     shards = open_shards(kinesis, stream)
-    lower, upper = min(zip(shards, shards[1:]), key=lambda pair: load[pair[0]["ShardId"]] + load[pair[1]["ShardId"]])
+    lower, upper = min(itertools.pairwise(shards), key=lambda pair: load[pair[0]["ShardId"]] + load[pair[1]["ShardId"]])
     kinesis.merge_shards(StreamName=stream, ShardToMerge=lower["ShardId"], AdjacentShardToMerge=upper["ShardId"])
     wait_until_active(kinesis, stream)
     (child,) = children_of(kinesis, stream, lower["ShardId"])
@@ -247,7 +251,9 @@ def merge_coldest(kinesis: Any, stream: str, load: Counter[str]) -> None:
 
 def print_batch(count: int, load: Counter[str]) -> None:
     spread = ", ".join(f"{short(shard)}: {records}" for shard, records in sorted(load.items()))
-    print(f"\n>> produced {count} records (~{sum(HOT_KEYS.values()):.0%} on {len(HOT_KEYS)} hot keys); per shard {spread}")
+    print(
+        f"\n>> produced {count} records (~{sum(HOT_KEYS.values()):.0%} on {len(HOT_KEYS)} hot keys); per shard {spread}"
+    )
 
 
 # --- Airflow ---------------------------------------------------------------------------------------
@@ -261,11 +267,18 @@ def airflow_environment(home: Path, moto: str, kinesis: str) -> dict[str, str]:
         "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
         "AIRFLOW__CORE__DAGS_FOLDER": str(REPOSITORY / "dags"),
         "AIRFLOW__CORE__PLUGINS_FOLDER": str(REPOSITORY / "plugins"),
-        "AIRFLOW_CONN_AWS_DEFAULT": json.dumps({
-            "conn_type": "aws", "login": "embedded", "password": "embedded",
-            "extra": {"region_name": REGION, "endpoint_url": moto,
-                      "service_config": {"kinesis": {"endpoint_url": kinesis}}},
-        }),
+        "AIRFLOW_CONN_AWS_DEFAULT": json.dumps(
+            {
+                "conn_type": "aws",
+                "login": "embedded",
+                "password": "embedded",
+                "extra": {
+                    "region_name": REGION,
+                    "endpoint_url": moto,
+                    "service_config": {"kinesis": {"endpoint_url": kinesis}},
+                },
+            }
+        ),
         "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps({"conn_type": "spark", "host": SPARK_MASTER}),
         "PATH": f"{venv_bin}{os.pathsep}{os.environ.get('PATH', '')}",  # spark-submit from the venv
         "PYSPARK_PYTHON": sys.executable,
@@ -282,13 +295,15 @@ def prepare_airflow(home: Path, moto: str, kinesis: str) -> None:
         os.environ.pop(variable, None)
     os.environ.update(airflow_environment(home, moto, kinesis))
     airflow = Path(sys.executable).with_name("airflow")
-    migration = subprocess.run([str(airflow), "db", "migrate"], capture_output=True, text=True)
+    migration = subprocess.run([str(airflow), "db", "migrate"], capture_output=True, text=True, check=False)
     if migration.returncode != 0:
         raise RuntimeError(f"airflow db migrate failed:\n{migration.stderr[-2000:]}")
 
 
 def load_dag() -> Any:
-    spec = importlib.util.spec_from_file_location("kinesis_lease_pipeline", REPOSITORY / "dags" / "kinesis_lease_pipeline.py")
+    spec = importlib.util.spec_from_file_location(
+        "kinesis_lease_pipeline", REPOSITORY / "dags" / "kinesis_lease_pipeline.py"
+    )
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -335,8 +350,10 @@ def task_states(states: Mapping[str, str]) -> str:
     by_state: dict[str, list[str]] = {}
     for task_id, state in states.items():
         by_state.setdefault(state, []).append(task_id)
-    return "; ".join(f"{state} {len(tasks)}" + ("" if state == "success" else f" ({', '.join(tasks)})")
-                     for state, tasks in by_state.items())
+    return "; ".join(
+        f"{state} {len(tasks)}" + ("" if state == "success" else f" ({', '.join(tasks)})")
+        for state, tasks in by_state.items()
+    )
 
 
 def print_assignment(assignment: Mapping[str, Any], consumed: Mapping[str, Any] | None) -> None:
@@ -346,11 +363,14 @@ def print_assignment(assignment: Mapping[str, Any], consumed: Mapping[str, Any] 
     print(f"   {'worker':<24}{'leases':>10}{'projected KB/s':>18}   consumed this round (records, outcome)")
     rows = (consumed or {}).get("leases", [])
     for worker in assignment["workers"]:
-        leases = ", ".join(
-            f"{short(row['shard_id'])}: {row['records']} {row['outcome']}"
-            for row in sorted(rows, key=lambda row: row["shard_id"])
-            if row["worker_id"] == worker["worker_id"]
-        ) or "-"
+        leases = (
+            ", ".join(
+                f"{short(row['shard_id'])}: {row['records']} {row['outcome']}"
+                for row in sorted(rows, key=lambda row: row["shard_id"])
+                if row["worker_id"] == worker["worker_id"]
+            )
+            or "-"
+        )
         counts = f"{worker['leases_before']} -> {worker['leases_after']}"
         load = f"{worker['load_before_kbps']:.1f} -> {worker['load_after_kbps']:.1f}"
         note = f"  [{worker['note']}]" if worker["note"] else ""
@@ -388,10 +408,15 @@ def exactly_once(produced: list[StreamRecord], landed: list[StreamRecord], round
     failed = [result.number for result in rounds if not result.succeeded]
     passed = duplicated == missing == unexpected == 0 and not failed
     print("\n== exactly-once check over the whole Parquet dataset")
-    print(f"   produced {len(produced)}, landed {len(landed)}, duplicated {duplicated}, missing {missing}, "
-          f"unexpected {unexpected}, failed rounds {failed or 'none'}")
-    print("   PASS: every produced record landed exactly once" if passed
-          else "   FAIL: the dataset does not hold every produced record exactly once, or a round failed")
+    print(
+        f"   produced {len(produced)}, landed {len(landed)}, duplicated {duplicated}, missing {missing}, "
+        f"unexpected {unexpected}, failed rounds {failed or 'none'}"
+    )
+    print(
+        "   PASS: every produced record landed exactly once"
+        if passed
+        else "   FAIL: the dataset does not hold every produced record exactly once, or a round failed"
+    )
     return passed
 
 
@@ -404,8 +429,11 @@ class EmbeddedDemo:
         self.producer = SkewedProducer(kinesis, STREAM)
         self.rounds: list[RoundResult] = []
         self.conf = {
-            "streams": [STREAM], "application_name": APPLICATION, "num_workers": WORKERS,
-            "initial_position": "TRIM_HORIZON", "output_uri": self.output_uri,
+            "streams": [STREAM],
+            "application_name": APPLICATION,
+            "num_workers": WORKERS,
+            "initial_position": "TRIM_HORIZON",
+            "output_uri": self.output_uri,
             "lease_assignment_strategy": STRATEGY,
         }
 
@@ -446,10 +474,18 @@ def run_demo(workdir: Path) -> bool:
         prepare_airflow(workdir / "airflow", moto.endpoint, kinesis.endpoint)
         with output_to(workdir / "rounds.log"):
             dag = load_dag()
-        print(f"Airflow: metadata DB (SQLite) migrated and DAG {dag.dag_id} loaded in {time.monotonic() - started:.1f} s; "
-              f"Spark master {SPARK_MASTER}")
-        client = boto3.client("kinesis", endpoint_url=kinesis.endpoint, region_name=REGION,
-                              aws_access_key_id="embedded", aws_secret_access_key="embedded")
+        print(
+            f"Airflow: metadata DB (SQLite) migrated and DAG {dag.dag_id} loaded in "
+            f"{time.monotonic() - started:.1f} s; "
+            f"Spark master {SPARK_MASTER}"
+        )
+        client = boto3.client(
+            "kinesis",
+            endpoint_url=kinesis.endpoint,
+            region_name=REGION,
+            aws_access_key_id="embedded",
+            aws_secret_access_key="embedded",
+        )
         return EmbeddedDemo(dag, client, workdir).run()
 
 

@@ -27,21 +27,21 @@ import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from lease_core.command_line import EXIT_FAILED, EXIT_OK, EXIT_USAGE, ArgumentParser, UsageError
 from lease_core import aws
 from lease_core.assignment_round import ROUND_KEY, slot_ids
+from lease_core.command_line import EXIT_FAILED, EXIT_OK, EXIT_USAGE, ArgumentParser, UsageError
 from lease_core.config import ConsumerConfig, load_config, parse_iso_timestamp
 from lease_core.coordinator_state import DynamoDBCoordinatorStateStore
 from lease_core.dynamodb_store import DynamoDBLeaseStore
 from lease_core.errors import ConfigurationError, LeaseCoreError, TableNotFoundError
 from lease_core.leader_lock import LeaderLock, LockHeartbeat
 from lease_core.leadership import release_quietly
-from lease_core.parent_watch import closing_lease_keys
 from lease_core.lease_lifecycle import forget_reported_losses
+from lease_core.parent_watch import closing_lease_keys
 from lease_core.shard_source import KinesisShardSource
 from lease_core.shard_sync import LeaseKeyScheme
 from lease_core.tables import TableAdministrator
@@ -58,32 +58,63 @@ log = logging.getLogger(__name__)
 def build_parser() -> argparse.ArgumentParser:
     parser = ArgumentParser(prog="consume_job", description="One consume round of a Kinesis lease application.")
     parser.add_argument("--application-name", help="the application (lease table) name; or set application_name")
-    parser.add_argument("--stream", action="append", required=True, dest="streams", metavar="NAME",
-                        help="stream to consume; more than one selects multi-stream mode")
-    parser.add_argument("--workers", type=_positive_int, required=True, metavar="W",
-                        help="slot tasks <app>-worker-0..W-1 (the round's parallelism)")
+    parser.add_argument(
+        "--stream",
+        action="append",
+        required=True,
+        dest="streams",
+        metavar="NAME",
+        help="stream to consume; more than one selects multi-stream mode",
+    )
+    parser.add_argument(
+        "--workers",
+        type=_positive_int,
+        required=True,
+        metavar="W",
+        help="slot tasks <app>-worker-0..W-1 (the round's parallelism)",
+    )
     parser.add_argument("--output-uri", required=True, help="the Parquet dataset: a local path or s3://bucket/prefix")
     parser.add_argument("--report-uri", help="where to write the JSON round report (local path or s3://...)")
     parser.add_argument("--max-records-per-lease", type=_positive_int, help="records per lease per round")
     parser.add_argument("--max-bytes-per-lease", type=_positive_int, help="payload bytes per lease per round")
     parser.add_argument("--max-seconds-per-lease", type=_positive_float, help="reading time per lease per round")
-    parser.add_argument("--max-records-per-file", type=_positive_int, default=LeaseBudget.file_max_records,
-                        help="records per output file (one file per batch)")
-    parser.add_argument("--max-bytes-per-file", type=_positive_int, default=LeaseBudget.file_max_bytes,
-                        help="payload bytes per output file")
-    parser.add_argument("--stop-at-arrival", metavar="ISO8601",
-                        help="do not read records that arrived at or after this time (a backfill window's end)")
+    parser.add_argument(
+        "--max-records-per-file",
+        type=_positive_int,
+        default=LeaseBudget.file_max_records,
+        help="records per output file (one file per batch)",
+    )
+    parser.add_argument(
+        "--max-bytes-per-file",
+        type=_positive_int,
+        default=LeaseBudget.file_max_bytes,
+        help="payload bytes per output file",
+    )
+    parser.add_argument(
+        "--stop-at-arrival",
+        metavar="ISO8601",
+        help="do not read records that arrived at or after this time (a backfill window's end)",
+    )
     parser.add_argument("--lease-threads", type=_positive_int, default=8, help="leases read at once per slot")
-    parser.add_argument("--transform", metavar="MODULE:FUNCTION",
-                        help="a function pyarrow.Table -> pyarrow.Table applied to each batch before it is written")
-    parser.add_argument("--round", type=int, dest="round_number",
-                        help="the round number (default: the last assignment round in the coordinator state)")
+    parser.add_argument(
+        "--transform",
+        metavar="MODULE:FUNCTION",
+        help="a function pyarrow.Table -> pyarrow.Table applied to each batch before it is written",
+    )
+    parser.add_argument(
+        "--round",
+        type=int,
+        dest="round_number",
+        help="the round number (default: the last assignment round in the coordinator state)",
+    )
     parser.add_argument("--leader-owner", help="owner name of the leader lock the round's leader handed over")
-    parser.add_argument("--leader-record-version",
-                        help="record version of that lock (default: whatever version the owner wrote last)")
+    parser.add_argument(
+        "--leader-record-version", help="record version of that lock (default: whatever version the owner wrote last)"
+    )
     parser.add_argument("--config", metavar="FILE", help="TOML configuration file")
-    parser.add_argument("--set", metavar="KEY=VALUE", action="append", default=[], dest="overrides",
-                        help="override a setting")
+    parser.add_argument(
+        "--set", metavar="KEY=VALUE", action="append", default=[], dest="overrides", help="override a setting"
+    )
     return parser
 
 
@@ -143,7 +174,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         try:
             write_report(arguments.report_uri, report, config)
         except (LeaseCoreError, OSError) as error:
-            print(f"consume_job: the round report could not be written to {arguments.report_uri}: {error}", file=sys.stderr)
+            print(
+                f"consume_job: the round report could not be written to {arguments.report_uri}: {error}",
+                file=sys.stderr,
+            )
             return EXIT_FAILED
     if leadership is None:
         try:
@@ -223,7 +257,9 @@ def check_prerequisites(config: ConsumerConfig, streams: Sequence[str], output_u
     source = KinesisShardSource(aws.client("kinesis", config), retry_policy=aws.retry_policy(config))
     for stream in streams:
         source.stream_identifier(stream)  # raises StreamNotFoundError / StreamNotActiveError
-    ParquetSink.from_uri(output_uri, s3_endpoint_url=config.aws_endpoint_url_s3, region=config.aws_region).check_writable()
+    ParquetSink.from_uri(
+        output_uri, s3_endpoint_url=config.aws_endpoint_url_s3, region=config.aws_region
+    ).check_writable()
     load_transform(transform)
 
 
@@ -238,7 +274,7 @@ def current_round(config: ConsumerConfig) -> int:
 
 def run_round(spark: Any, spec: ConsumeSpec, leadership: HandedOverLock | None = None) -> RoundReport:
     """The slots on `spark`, the leader lock kept alive meanwhile; the folded report."""
-    started_at = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    started_at = datetime.now(UTC).isoformat(timespec="seconds")
     started = time.monotonic()
     failures: list[str] = []
     reports = []
@@ -270,8 +306,12 @@ def with_slot_concurrency(spark: Any, spec: ConsumeSpec) -> ConsumeSpec:
     task_slots = concurrent_task_slots(spark)
     together = task_slots is not None and task_slots >= spec.num_workers
     if not together:
-        log.info("%d slot(s) on %s task slot(s) may run in waves: a slot out of work ends its task instead of "
-                 "waiting for children of other slots' parents", spec.num_workers, task_slots or "an unknown number of")
+        log.info(
+            "%d slot(s) on %s task slot(s) may run in waves: a slot out of work ends its task instead of "
+            "waiting for children of other slots' parents",
+            spec.num_workers,
+            task_slots or "an unknown number of",
+        )
     return replace(spec, slots_run_together=together, closing_parents=closing_parents(spec) if together else ())
 
 
@@ -293,9 +333,11 @@ def closing_parents(spec: ConsumeSpec) -> tuple[str, ...]:
     slot that ends the parent, which is correct, only less balanced."""
     config = spec.config
     source = KinesisShardSource(aws.client("kinesis", config), retry_policy=aws.retry_policy(config))
-    store = DynamoDBLeaseStore(aws.client("dynamodb", config), config.lease_table, retry_policy=aws.retry_policy(config))
+    store = DynamoDBLeaseStore(
+        aws.client("dynamodb", config), config.lease_table, retry_policy=aws.retry_policy(config)
+    )
     try:
-        closed = set()
+        closed: set[str] = set()
         for stream in spec.streams:
             scheme = LeaseKeyScheme(source.stream_identifier(stream) if spec.multi_stream else None)
             closed.update(scheme.lease_key(shard.shard_id) for shard in source.list_shards(stream) if not shard.is_open)
@@ -310,21 +352,30 @@ def recorded_losses(config: ConsumerConfig) -> list[RetentionLoss]:
     """The retention losses the lease table carries: this round's, and earlier rounds' whose report
     was never kept (their driver died first). Best effort: a failed scan leaves them on the leases
     for the next round's report."""
-    store = DynamoDBLeaseStore(aws.client("dynamodb", config), config.lease_table, retry_policy=aws.retry_policy(config))
+    store = DynamoDBLeaseStore(
+        aws.client("dynamodb", config), config.lease_table, retry_policy=aws.retry_policy(config)
+    )
     try:
         leases = store.scan_leases().leases
     except LeaseCoreError as error:
-        log.warning("the lease table could not be scanned for unreported retention losses (%s); the next "
-                    "round reports them", error)
+        log.warning(
+            "the lease table could not be scanned for unreported retention losses (%s); the next round reports them",
+            error,
+        )
         return []
-    return [RetentionLoss.of(lease.lease_key, aged_out)
-            for lease in leases for aged_out in sorted(lease.unreported_losses, key=lambda loss: loss.after)]
+    return [
+        RetentionLoss.of(lease.lease_key, aged_out)
+        for lease in leases
+        for aged_out in sorted(lease.unreported_losses, key=lambda loss: loss.after)
+    ]
 
 
 def forget_kept_losses(config: ConsumerConfig, report: RoundReport) -> None:
     """A round run by hand is its own last step: once its report is kept, its retention losses leave
     the leases (as `FinalizeRoundOperator` does for a DAG's round)."""
-    store = DynamoDBLeaseStore(aws.client("dynamodb", config), config.lease_table, retry_policy=aws.retry_policy(config))
+    store = DynamoDBLeaseStore(
+        aws.client("dynamodb", config), config.lease_table, retry_policy=aws.retry_policy(config)
+    )
     forget_reported_losses(store, report.reported_losses())
 
 
@@ -364,7 +415,11 @@ def _leader_heartbeat(
     state = DynamoDBCoordinatorStateStore(
         aws.client("dynamodb", config), config.coordinator_state_table, retry_policy=aws.retry_policy(config)
     )
-    owner = leadership.owner if leadership is not None else f"consume_job/{socket.gethostname()}/{os.getpid()}/{uuid.uuid4().hex[:8]}"
+    owner = (
+        leadership.owner
+        if leadership is not None
+        else f"consume_job/{socket.gethostname()}/{os.getpid()}/{uuid.uuid4().hex[:8]}"
+    )
     lock = LeaderLock(state, owner, config.leader_lease_duration_millis, config.leader_heartbeat_period_millis)
     if leadership is None:
         held = lock.try_acquire()
@@ -397,7 +452,8 @@ def write_report(uri: str, report: RoundReport, config: ConsumerConfig) -> None:
             raise ConfigurationError("report_uri", f"an S3 report URI needs a bucket and a key, got {uri!r}")
         client = aws.client("s3", config)
         aws.AwsCaller("s3", aws.retry_policy(config)).call(
-            "PutObject", lambda: client.put_object(Bucket=bucket, Key=key, Body=document, ContentType="application/json")
+            "PutObject",
+            lambda: client.put_object(Bucket=bucket, Key=key, Body=document, ContentType="application/json"),
         )
         return
     path = Path(uri.removeprefix("file://"))

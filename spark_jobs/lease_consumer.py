@@ -123,7 +123,13 @@ class _Tally:
 
 class LeaseConsumer:
     def __init__(
-        self, held: HeldLease, stream_name: str, shard_id: str, scheme: LeaseKeyScheme, worker_id: str, context: LeaseContext
+        self,
+        held: HeldLease,
+        stream_name: str,
+        shard_id: str,
+        scheme: LeaseKeyScheme,
+        worker_id: str,
+        context: LeaseContext,
     ) -> None:
         self.held = held
         self.stream_name = stream_name
@@ -322,8 +328,13 @@ class LeaseConsumer:
         """Commit `end`, naming the batch's staged file, then make the file visible."""
         self._recording(lambda losses: self.held.commit(end, batch_file=staged, losses=losses))
         if staged is not None and self.context.sink.promote(staged) is Promotion.MISSING:
-            log.warning("lease %s: the file %s of the batch just committed was deleted before it could be made "
-                        "visible; its records are not in %s", self.held.lease_key, staged, self.context.sink.uri)
+            log.warning(
+                "lease %s: the file %s of the batch just committed was deleted before it could be made "
+                "visible; its records are not in %s",
+                self.held.lease_key,
+                staged,
+                self.context.sink.uri,
+            )
 
     def _finish_shard(self, children: Sequence[ChildShard]) -> bool:
         """Create the child leases, then commit SHARD_END; False when the merge must wait (§3.8).
@@ -351,7 +362,10 @@ class LeaseConsumer:
     # --- reading and writing -------------------------------------------------------------------
 
     def _reader(
-        self, start: ExtendedSequenceNumber, start_inclusive: bool = False, read_before_start: ExtendedSequenceNumber | None = None
+        self,
+        start: ExtendedSequenceNumber,
+        start_inclusive: bool = False,
+        read_before_start: ExtendedSequenceNumber | None = None,
     ) -> ShardReader:
         return ShardReader(
             self.context.kinesis,
@@ -431,17 +445,26 @@ def promote_committed_batch(sink: ParquetSink, lease: Lease) -> Promotion | None
     try:
         visible = visible_path(staged)
     except ValueError:
-        log.warning("lease %s: committedBatchFile %r is not a staged file name of ours; ignored", lease.lease_key, staged)
+        log.warning(
+            "lease %s: committedBatchFile %r is not a staged file name of ours; ignored", lease.lease_key, staged
+        )
         return None
     if sink.exists(visible):
         return None
     promotion = sink.promote(staged)
     if promotion is Promotion.MISSING:
-        log.warning("lease %s: its last committed batch file %s is neither staged nor visible in %s (deleted?)",
-                    lease.lease_key, visible, sink.uri)
+        log.warning(
+            "lease %s: its last committed batch file %s is neither staged nor visible in %s (deleted?)",
+            lease.lease_key,
+            visible,
+            sink.uri,
+        )
     else:
-        log.info("lease %s: promoted its last committed batch file %s, left staged by an earlier attempt",
-                 lease.lease_key, visible)
+        log.info(
+            "lease %s: promoted its last committed batch file %s, left staged by an earlier attempt",
+            lease.lease_key,
+            visible,
+        )
     return promotion
 
 

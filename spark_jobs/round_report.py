@@ -129,7 +129,9 @@ class RoundReport:
         """`recorded_losses`: the retention losses the lease table still carries at the end of the
         round, earlier rounds' whose report was never kept included; with the slots' own, each once."""
         leases = [lease for slot in slots for lease in slot.leases]
-        losses = list(dict.fromkeys([loss for lease in leases for loss in lease.retention_losses] + list(recorded_losses)))
+        losses = list(
+            dict.fromkeys([loss for lease in leases for loss in lease.retention_losses] + list(recorded_losses))
+        )
         totals = {
             "leases": len(leases),
             "records": sum(lease.records for lease in leases),
@@ -193,7 +195,7 @@ class RoundReport:
                 f"{slot.seconds:>8.1f} {_cpu(slot.cpu_percent):>6}"
             )
         lines.append(f"  {'lease':<40} {'outcome':<20} {'records':>8} {'behind ms':>10}  checkpoint")
-        for lease in sorted((lease for slot in self.slots for lease in slot.leases), key=lambda l: l.lease_key):
+        for lease in sorted((lease for slot in self.slots for lease in slot.leases), key=lambda lease: lease.lease_key):
             behind = "-" if lease.millis_behind_latest is None else str(lease.millis_behind_latest)
             lines.append(
                 f"  {lease.lease_key:<40} {lease.outcome:<20} {lease.records:>8} {behind:>10}  "
@@ -204,8 +206,10 @@ class RoundReport:
         outcomes = ", ".join(f"{name} {count}" for name, count in self.totals["outcomes"].items()) or "none"
         lines.append(f"  outcomes: {outcomes}")
         if self.totals.get("busiest_over_bound") is not None:
-            lines.append(f"  balance: the busiest slot landed {self.totals['busiest_over_bound']:.2f}x the lower bound "
-                         "max(total / slots, largest lease)")
+            lines.append(
+                f"  balance: the busiest slot landed {self.totals['busiest_over_bound']:.2f}x the lower bound "
+                "max(total / slots, largest lease)"
+            )
         for loss in self.totals["retention_losses"]:
             lines.append(
                 f"  LOSS: {loss['lease_key']}: records after {loss['after']} aged out of the stream before they "
@@ -233,7 +237,10 @@ def _rounded(value: float | None) -> float | None:
 def reported_losses(totals: Mapping[str, Any]) -> list[tuple[str, AgedOutRange]]:
     """The retention losses named by a report's totals (its JSON form), as (lease key, range)."""
     return [
-        (loss["lease_key"], AgedOutRange(loss["after"], loss.get("first_available"), loss.get("first_available_arrival")))
+        (
+            loss["lease_key"],
+            AgedOutRange(loss["after"], loss.get("first_available"), loss.get("first_available_arrival")),
+        )
         for loss in totals.get("retention_losses", [])
     ]
 

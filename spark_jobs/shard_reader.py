@@ -28,7 +28,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any, Literal
 
 import botocore.exceptions
@@ -156,7 +156,7 @@ def _user_record(fields: Mapping[str, Any]) -> KinesisRecord:
 
 
 def _utc(moment: datetime) -> datetime:
-    return moment.astimezone(timezone.utc)
+    return moment.astimezone(UTC)
 
 
 @dataclass(frozen=True)
@@ -236,8 +236,8 @@ class ShardReader:
     `start_inclusive` delivers the record at `start` too (a replay of a prepared batch from its first
     record); `read_before_start` must then name the position read before it, which a gap that took
     `start` itself is reported after. Throttled GetRecords calls back off by the retry policy's
-    delays through `sleep` (so a fake clock sees them) and end the batch gracefully once the policy's attempts are spent; 5xx and transport
-    failures are retried by `AwsCaller` and then raise `DependencyError`.
+    delays through `sleep` (so a fake clock sees them) and end the batch gracefully once the policy's
+    attempts are spent; 5xx and transport failures are retried by `AwsCaller` and then raise `DependencyError`.
     """
 
     def __init__(
@@ -278,7 +278,9 @@ class ShardReader:
         # Detected, not yet on a batch; it comes before every buffered record (fetches fill an empty buffer).
         self._unreported_gap: RetentionGap | None = None
         if start_inclusive and read_before_start is None:
-            raise ValueError(f"shard {shard_id}: an inclusive start needs read_before_start, what a gap is reported after")
+            raise ValueError(
+                f"shard {shard_id}: an inclusive start needs read_before_start, what a gap is reported after"
+            )
         # What a gap before the first record is reported after: an inclusive start is not read yet.
         self._fetched_through = read_before_start if start_inclusive and read_before_start is not None else start
         self._last_raw_sequence_number: int | None = None  # a re-open starts at it: it is dropped

@@ -116,8 +116,11 @@ class SlotTask:
                 keep=self.config.no_of_persisted_metrics_per_worker_metrics,
             )
         return SlotReport(
-            self.worker_id, self.attempt, round(time.monotonic() - started, 3),
-            NO_SAMPLE if utilization is None else utilization, tuple(reports),
+            self.worker_id,
+            self.attempt,
+            round(time.monotonic() - started, 3),
+            NO_SAMPLE if utilization is None else utilization,
+            tuple(reports),
         )
 
     def _work(self) -> list[LeaseReport]:
@@ -199,7 +202,13 @@ class SlotTask:
     def _untouched(self, lease: Lease, placement: _Placement, outcome: str, detail: str | None) -> LeaseReport:
         checkpoint = str(lease.checkpoint)
         return LeaseReport(
-            lease.lease_key, placement.stream_name, placement.shard_id, self.worker_id, outcome, checkpoint, checkpoint,
+            lease.lease_key,
+            placement.stream_name,
+            placement.shard_id,
+            self.worker_id,
+            outcome,
+            checkpoint,
+            checkpoint,
             detail=detail,
         )
 
@@ -236,7 +245,9 @@ class SlotTask:
                     reports.append(report)
                     self._superseded = self._superseded or report.outcome == Outcome.LOST
                     if report.outcome == Outcome.SHARD_END:
-                        self._take_up(self._take_up_children(held.lease, limit=self._first_children), waiting, heartbeat)
+                        self._take_up(
+                            self._take_up_children(held.lease, limit=self._first_children), waiting, heartbeat
+                        )
                         if self._first_children is not None:
                             offers.append(_Offer(held.lease, time.monotonic() + OFFER_SECONDS))
                 offers = self._take_up_offered(offers, waiting, heartbeat, every=False)
@@ -261,8 +272,11 @@ class SlotTask:
         if not watch.in_flight:
             return False
         try:
-            taken = [child for parent in watch.poll(self.store)
-                     for child in self._take_up_children(parent, limit=self._first_children)]
+            taken = [
+                child
+                for parent in watch.poll(self.store)
+                for child in self._take_up_children(parent, limit=self._first_children)
+            ]
         except LeaseCoreError as error:
             log.warning("%s stops waiting for other slots' closing parents: %s", self.worker_id, error)
             watch.stop()
@@ -288,7 +302,9 @@ class SlotTask:
 
     @staticmethod
     def _parent_keys(waiting: Iterable[tuple[HeldLease, _Placement]]) -> list[str]:
-        return [placement.scheme.lease_key(parent) for held, placement in waiting for parent in held.lease.parent_shard_ids]
+        return [
+            placement.scheme.lease_key(parent) for held, placement in waiting for parent in held.lease.parent_shard_ids
+        ]
 
     @staticmethod
     def _take_up(
@@ -351,20 +367,25 @@ class SlotTask:
     def _split_ready(
         self, candidates: Iterable[tuple[HeldLease, _Placement]]
     ) -> tuple[list[tuple[HeldLease, _Placement]], list[tuple[HeldLease, _Placement]]]:
-        ready, waiting = [], []
+        ready: list[tuple[HeldLease, _Placement]] = []
+        waiting: list[tuple[HeldLease, _Placement]] = []
         for held, placement in candidates:
             finished = held.is_lost or parents_have_finished(self.store, held.lease, placement.scheme)
             (ready if finished else waiting).append((held, placement))
         return ready, waiting
 
     def _consume(self, held: HeldLease, placement: _Placement) -> LeaseReport:
-        consumer = LeaseConsumer(held, placement.stream_name, placement.shard_id, placement.scheme, self.worker_id, self.context)
+        consumer = LeaseConsumer(
+            held, placement.stream_name, placement.shard_id, placement.scheme, self.worker_id, self.context
+        )
         return consumer.run()
 
     def _waiting_report(self, held: HeldLease, placement: _Placement) -> LeaseReport:
         lease = held.lease
         parents = ", ".join(sorted(lease.parent_shard_ids))
-        return self._untouched(lease, placement, Outcome.WAITING_FOR_PARENTS, f"parent shard(s) {parents} not at SHARD_END")
+        return self._untouched(
+            lease, placement, Outcome.WAITING_FOR_PARENTS, f"parent shard(s) {parents} not at SHARD_END"
+        )
 
 
 def attempt_started_millis(claim_token: str | None) -> int:

@@ -2,8 +2,8 @@ from __future__ import annotations
 
 import itertools
 import os
-import sys
 import re
+import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path

@@ -33,15 +33,24 @@ import tempfile
 import time
 import uuid
 from collections import Counter, defaultdict
-from dataclasses import replace
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from bench.chaos.processes import stop_leftovers
 from bench.chaos.producer import ProducedRecord, Producer
 from bench.chaos.rounds import RoundResult, RoundRun
-from bench.chaos.schedule import FAULT_KINDS, LEADER_DEATH, MERGE, RETENTION_TRIM, SPLIT, Fault, RoundPlan, build_schedule
+from bench.chaos.schedule import (
+    FAULT_KINDS,
+    LEADER_DEATH,
+    MERGE,
+    RETENTION_TRIM,
+    SPLIT,
+    Fault,
+    RoundPlan,
+    build_schedule,
+)
 from bench.chaos.stack import Stack, prepare_environment
 from bench.chaos.verdict import Verdict, check_records, read_landed, reported_losses, stuck_leases
 
@@ -60,14 +69,26 @@ MAX_EXTRA_ROUNDS = 3
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="bench/chaos.py", description=__doc__.split("\n\n")[0])
     parser.add_argument("--seed", type=int, default=1, help="the schedule's seed (default 1)")
-    parser.add_argument("--minutes", type=float, default=20.0,
-                        help="wall-time budget of the whole run, drain included (default 20)")
-    parser.add_argument("--faults", type=int, default=250,
-                        help="faults to schedule (default 250; a few find nothing to act on and are dropped)")
-    parser.add_argument("--kinds", type=_kinds, default=FAULT_KINDS, metavar="KIND,KIND",
-                        help=f"inject only these kinds (to reproduce one); default all: {','.join(FAULT_KINDS)}")
+    parser.add_argument(
+        "--minutes", type=float, default=20.0, help="wall-time budget of the whole run, drain included (default 20)"
+    )
+    parser.add_argument(
+        "--faults",
+        type=int,
+        default=250,
+        help="faults to schedule (default 250; a few find nothing to act on and are dropped)",
+    )
+    parser.add_argument(
+        "--kinds",
+        type=_kinds,
+        default=FAULT_KINDS,
+        metavar="KIND,KIND",
+        help=f"inject only these kinds (to reproduce one); default all: {','.join(FAULT_KINDS)}",
+    )
     parser.add_argument("--rate", type=float, default=40.0, help="records per second the producer writes (default 40)")
-    parser.add_argument("--workdir", type=Path, help="where logs, reports and the dataset go (default: a temporary directory)")
+    parser.add_argument(
+        "--workdir", type=Path, help="where logs, reports and the dataset go (default: a temporary directory)"
+    )
     parser.add_argument("--keep", action="store_true", help="keep the working directory")
     parser.add_argument("--summary", type=Path, help="also write the result as JSON here")
     return parser
@@ -90,12 +111,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     workdir = arguments.workdir or Path(tempfile.mkdtemp(prefix="kinesis-chaos-"))
     workdir.mkdir(parents=True, exist_ok=True)
     previous = signal.signal(signal.SIGTERM, _interrupt)
-    campaign = Campaign(arguments.seed, arguments.minutes * 60, arguments.faults, arguments.rate, workdir, arguments.kinds)
+    campaign = Campaign(
+        arguments.seed, arguments.minutes * 60, arguments.faults, arguments.rate, workdir, arguments.kinds
+    )
     try:
         result = campaign.run()
     except KeyboardInterrupt:
-        print(f"bench/chaos.py: interrupted; every process it started is stopped; working directory: {workdir}",
-              file=sys.stderr)
+        print(
+            f"bench/chaos.py: interrupted; every process it started is stopped; working directory: {workdir}",
+            file=sys.stderr,
+        )
         return 130
     finally:
         signal.signal(signal.SIGTERM, previous)
@@ -117,8 +142,15 @@ def _interrupt(signum: int, frame: Any) -> None:
 
 
 class Campaign:
-    def __init__(self, seed: int, budget_seconds: float, faults: int, rate: float, workdir: Path,
-                 kinds: tuple[str, ...] = FAULT_KINDS) -> None:
+    def __init__(
+        self,
+        seed: int,
+        budget_seconds: float,
+        faults: int,
+        rate: float,
+        workdir: Path,
+        kinds: tuple[str, ...] = FAULT_KINDS,
+    ) -> None:
         self.seed = seed
         self.kinds = kinds
         self.budget_seconds = budget_seconds
@@ -169,10 +201,14 @@ class Campaign:
     # --- the run ---------------------------------------------------------------------------------
 
     def run(self) -> CampaignResult:
-        expected = max(1, int((self.budget_seconds - STARTUP_SECONDS - self.drain_reserve_seconds) / ROUND_SECONDS_ESTIMATE))
+        expected = max(
+            1, int((self.budget_seconds - STARTUP_SECONDS - self.drain_reserve_seconds) / ROUND_SECONDS_ESTIMATE)
+        )
         schedule = build_schedule(self.rng, self.faults, expected, self.kinds)
-        self._say(f"chaos campaign: seed {self.seed}, {self.faults} faults over {len(schedule.rounds)} planned rounds, "
-                  f"budget {self.budget_seconds / 60:.1f} min, workdir {self.workdir}")
+        self._say(
+            f"chaos campaign: seed {self.seed}, {self.faults} faults over {len(schedule.rounds)} planned rounds, "
+            f"budget {self.budget_seconds / 60:.1f} min, workdir {self.workdir}"
+        )
         drained, verdict = 0, Verdict()
         with Stack(self.workdir, self.run_id, APPLICATION, STREAM) as stack:
             self.stack = stack
@@ -185,8 +221,14 @@ class Campaign:
             finally:
                 self.producer.stop()
         self._judge_final_outcomes(verdict)
-        self.log.write("final outcomes:\n" + "".join(
-            f"  round {i.round} {i.short()}: {i.detail} => {i.outcome}\n" for r in self.results for i in r.injections))
+        self.log.write(
+            "final outcomes:\n"
+            + "".join(
+                f"  round {i.round} {i.short()}: {i.detail} => {i.outcome}\n"
+                for r in self.results
+                for i in r.injections
+            )
+        )
         self.log.flush()
         return CampaignResult(self, verdict, drained, deferred)
 
@@ -230,7 +272,9 @@ class Campaign:
                     injection.outcome += f", {suffix}"
         self._say(result.line())
         for injection in result.injections:
-            self.log.write(f"  round {injection.round} {injection.short()}: {injection.detail} => {injection.outcome}\n")
+            self.log.write(
+                f"  round {injection.round} {injection.short()}: {injection.detail} => {injection.outcome}\n"
+            )
         self.log.write(f"  leader: {result.leading}\n")
         self.log.flush()
         return result
@@ -239,8 +283,9 @@ class Campaign:
         """Clean rounds until every lease is caught up or finished; the rounds run and what is still stuck."""
         stuck: list[str] = ["not drained yet"]
         for drained in range(1, MAX_DRAIN_ROUNDS + 1):
-            result = self._round(RoundRun(self, RoundPlan(len(self.results) + 1, DRAIN_WORKERS, (),
-                                                          f"{self.rng.getrandbits(32):08x}")))
+            result = self._round(
+                RoundRun(self, RoundPlan(len(self.results) + 1, DRAIN_WORKERS, (), f"{self.rng.getrandbits(32):08x}"))
+            )
             stuck = self._stuck()
             if result.succeeded and not stuck:
                 return drained, []
@@ -253,13 +298,23 @@ class Campaign:
         leader = self.stack.state_store().get(LEADER_KEY)
         holder = None if leader is None else LockHolder.from_item(leader, 0).owner_name
         slots = {f"{APPLICATION}-worker-{index}" for index in range(DRAIN_WORKERS)}
-        return stuck_leases(self.stack.lease_store().list_leases(), shards_of(self.stack.kinesis(), STREAM),
-                            self.produced_by_shard(), slots, holder)
+        return stuck_leases(
+            self.stack.lease_store().list_leases(),
+            shards_of(self.stack.kinesis(), STREAM),
+            self.produced_by_shard(),
+            slots,
+            holder,
+        )
 
     def _verdict(self, stuck: list[str]) -> Verdict:
         reports = [report for result in self.results for attempt in result.attempts if (report := attempt.report())]
-        verdict = check_records(self.producer.records(), self.producer.uncertain, read_landed(self.stack.output_uri),
-                                self.trims, reported_losses(reports))
+        verdict = check_records(
+            self.producer.records(),
+            self.producer.uncertain,
+            read_landed(self.stack.output_uri),
+            self.trims,
+            reported_losses(reports),
+        )
         verdict.stuck = stuck
         self.final_leases = {lease.lease_key: lease for lease in self.stack.lease_store().list_leases()}
         return verdict
@@ -274,8 +329,9 @@ class Campaign:
             if injection.kind in (SPLIT, MERGE):
                 parents = [self.final_leases.get(parent) for parent in injection.evidence["parents"]]
                 ended = all(lease is None or lease.is_at_shard_end for lease in parents)
-                injection.outcome = ("parent ended, children read" if ended and settled
-                                     else "VIOLATION: parent or children not settled")
+                injection.outcome = (
+                    "parent ended, children read" if ended and settled else "VIOLATION: parent or children not settled"
+                )
             elif injection.kind == RETENTION_TRIM:
                 shard, before = injection.evidence["shard"], int(injection.evidence["before"])
                 mine = {key for key in aged | silent if key[0] == shard and int(key[1]) < before} - counted
@@ -338,8 +394,12 @@ class CampaignResult:
             "",
             f"chaos campaign seed {campaign.seed}: {len(self.injections)} faults injected in {fault_rounds} rounds, "
             f"then {self.drained} drain round(s); {ok}/{len(campaign.results)} rounds succeeded; "
-            f"wall time {self.seconds / 60:.1f} min" + (f"; {self.never_injected} scheduled fault(s) not injected "
-                                                       "(budget or nothing to act on)" if self.never_injected else ""),
+            f"wall time {self.seconds / 60:.1f} min"
+            + (
+                f"; {self.never_injected} scheduled fault(s) not injected (budget or nothing to act on)"
+                if self.never_injected
+                else ""
+            ),
             "",
             self.table(),
             "",
@@ -360,8 +420,15 @@ class CampaignResult:
             "drain_rounds": self.drained,
             "injected": self.injected(),
             "injections": [
-                {"round": i.round, "kind": i.kind, "variant": i.fault.variant, "at": i.at, "detail": i.detail,
-                 "outcome": i.outcome} for i in self.injections
+                {
+                    "round": i.round,
+                    "kind": i.kind,
+                    "variant": i.fault.variant,
+                    "at": i.at,
+                    "detail": i.detail,
+                    "outcome": i.outcome,
+                }
+                for i in self.injections
             ],
             "verdict": self.verdict.summary(),
             "violations": self.violations,

@@ -9,6 +9,7 @@ once, at the end, over everything (`verdict`).
 
 from __future__ import annotations
 
+import itertools
 import json
 import sys
 import time
@@ -107,9 +108,16 @@ def worker_sigkill(run: RoundRun, fault: Fault) -> Injection | None:
     attempt.process.kill([worker])
     attempt.killed.append("worker")
     where = "inside a batch (between its prepare and its commit)" if note.in_batch else "between batches"
-    return _new(run, fault, f"SIGKILL Python worker {worker.pid} of {attempt.label}: slot {note.slot}, task attempt "
-                f"{note.task_attempt}, {where}", attempt=attempt.number, slot=note.slot, task_attempt=note.task_attempt,
-                in_batch=note.in_batch)
+    return _new(
+        run,
+        fault,
+        f"SIGKILL Python worker {worker.pid} of {attempt.label}: slot {note.slot}, task attempt "
+        f"{note.task_attempt}, {where}",
+        attempt=attempt.number,
+        slot=note.slot,
+        task_attempt=note.task_attempt,
+        in_batch=note.in_batch,
+    )
 
 
 def driver_kill(run: RoundRun, fault: Fault) -> Injection | None:
@@ -132,8 +140,13 @@ def twin_attempt(run: RoundRun, fault: Fault) -> Injection:
 
     beside = [attempt.label for attempt in run.live_main_line()]
     twin = run.start_attempt(TWIN_SAME_OWNER if fault.variant == "same_owner" else TWIN_BY_HAND)
-    return _new(run, fault, f"{twin.label} started beside {', '.join(beside) or 'no running try'}", twin=twin.number,
-                beside=len(beside))
+    return _new(
+        run,
+        fault,
+        f"{twin.label} started beside {', '.join(beside) or 'no running try'}",
+        twin=twin.number,
+        beside=len(beside),
+    )
 
 
 def airflow_retry(run: RoundRun, fault: Fault) -> Injection:
@@ -152,7 +165,13 @@ def airflow_retry(run: RoundRun, fault: Fault) -> Injection:
     else:
         how = f"{target.label} had ended (exit {target.process.returncode})"
     retry = run.start_attempt(RETRY)
-    return _new(run, fault, f"{how}; {retry.label} started", retry=retry.number, killed=target.process.returncode is None or "airflow" in target.killed)
+    return _new(
+        run,
+        fault,
+        f"{how}; {retry.label} started",
+        retry=retry.number,
+        killed=target.process.returncode is None or "airflow" in target.killed,
+    )
 
 
 # --- the leader --------------------------------------------------------------------------------
@@ -162,9 +181,20 @@ def leader_death(run: RoundRun, fault: Fault) -> Injection:
     """A leader process takes the lock, syncs and assigns, and is SIGKILLed `delay` s after it holds it."""
     owner = f"chaos/{run.campaign.seed}/dying-leader-{run.plan.number}/{run.plan.token}"
     settings = run.stack.control_settings()
-    command = [sys.executable, "-m", "bench.chaos.dying_leader", "--owner", owner, "--stream", run.stack.stream,
-               "--workers", str(run.plan.workers), "--set", f"application_name={settings['application_name']}",
-               *set_arguments(settings)]
+    command = [
+        sys.executable,
+        "-m",
+        "bench.chaos.dying_leader",
+        "--owner",
+        owner,
+        "--stream",
+        run.stack.stream,
+        "--workers",
+        str(run.plan.workers),
+        "--set",
+        f"application_name={settings['application_name']}",
+        *set_arguments(settings),
+    ]
     log = run.campaign.workdir / "rounds" / f"round-{run.plan.number:03d}" / "dying-leader.log"
     leader = TrackedProcess(f"dying leader of round {run.plan.number}", command, run.stack.process_env(), log)
     deadline = time.monotonic() + LEADER_HOLDING_TIMEOUT_SECONDS
@@ -176,9 +206,16 @@ def leader_death(run: RoundRun, fault: Fault) -> Injection:
     leader.kill(leader.refresh())
     killed_at = time.monotonic()
     leader.wait(10)
-    injection = _new(run, fault, f"leader {owner} SIGKILLed {fault.delay:.1f} s after it held the lock ({phase})"
-                     if held else f"leader {owner} never held the lock: {leader.output()[-300:]!r}",
-                     owner=owner, killed_at=killed_at, held=held)
+    injection = _new(
+        run,
+        fault,
+        f"leader {owner} SIGKILLed {fault.delay:.1f} s after it held the lock ({phase})"
+        if held
+        else f"leader {owner} never held the lock: {leader.output()[-300:]!r}",
+        owner=owner,
+        killed_at=killed_at,
+        held=held,
+    )
     injection.at = 0.0
     return injection
 
@@ -199,12 +236,16 @@ def judge_leader_deaths(run: RoundRun, taking: Taking) -> None:
         injection.detail += f"; the round took the lock over {waited:.1f} s after the kill"
         if not any(owner in refusal for refusal in taking.refusals):
             injection.outcome = "VIOLATION: not refused naming the dead holder"
-            run.campaign.violation(f"round {run.plan.number}: the lock of dead leader {owner} was not refused naming "
-                                   f"it (refusals: {taking.refusals})")
+            run.campaign.violation(
+                f"round {run.plan.number}: the lock of dead leader {owner} was not refused naming "
+                f"it (refusals: {taking.refusals})"
+            )
         elif waited < 0.9 * lease_seconds:
             injection.outcome = "VIOLATION: taken over too early"
-            run.campaign.violation(f"round {run.plan.number}: the dead leader's lock was taken over {waited:.1f} s after "
-                                   f"its death, before its lease duration ({lease_seconds:.0f} s)")
+            run.campaign.violation(
+                f"round {run.plan.number}: the dead leader's lock was taken over {waited:.1f} s after "
+                f"its death, before its lease duration ({lease_seconds:.0f} s)"
+            )
         else:
             injection.outcome = "refused: holder named, taken over after the lease duration"
 
@@ -220,10 +261,15 @@ def reshard(run: RoundRun, fault: Fault) -> Injection | None:
     up generations faster than rounds (one generation each) can drain them.
     """
     kinesis, stream = run.stack.kinesis(), run.stack.stream
-    read = {lease.lease_key for lease in run.stack.lease_store().list_leases()
-            if not lease.is_at_shard_end and not lease.checkpoint.is_sentinel}
-    open_shards = sorted((shard for shard in shards_of(kinesis, stream) if shard.is_open),
-                         key=lambda shard: shard.hash_key_range.starting_hash_key)
+    read = {
+        lease.lease_key
+        for lease in run.stack.lease_store().list_leases()
+        if not lease.is_at_shard_end and not lease.checkpoint.is_sentinel
+    }
+    open_shards = sorted(
+        (shard for shard in shards_of(kinesis, stream) if shard.is_open),
+        key=lambda shard: shard.hash_key_range.starting_hash_key,
+    )
     running = bool(run.live_main_line())
     when = "while a try ran" if running else "after the tries ended"
     if fault.kind == SPLIT:
@@ -232,20 +278,35 @@ def reshard(run: RoundRun, fault: Fault) -> Injection | None:
             return None
         parent = _choose(candidates, fault.pick)
         children = split_shard(kinesis, stream, parent.shard_id)
-        return _new(run, fault, f"split {parent.shard_id} -> {', '.join(children)} {when}",
-                    parents=[parent.shard_id], children=list(children), running=running)
+        return _new(
+            run,
+            fault,
+            f"split {parent.shard_id} -> {', '.join(children)} {when}",
+            parents=[parent.shard_id],
+            children=list(children),
+            running=running,
+        )
     pairs = [(left, right) for left, right in _adjacent_pairs(open_shards) if {left.shard_id, right.shard_id} <= read]
     if not pairs:
         return None
     left, right = _choose(pairs, fault.pick)
     child = merge_shards(kinesis, stream, left.shard_id, right.shard_id)
-    return _new(run, fault, f"merge {left.shard_id} + {right.shard_id} -> {child} {when}",
-                parents=[left.shard_id, right.shard_id], children=[child], running=running)
+    return _new(
+        run,
+        fault,
+        f"merge {left.shard_id} + {right.shard_id} -> {child} {when}",
+        parents=[left.shard_id, right.shard_id],
+        children=[child],
+        running=running,
+    )
 
 
 def _adjacent_pairs(shards: list[Shard]) -> list[tuple[Shard, Shard]]:
-    return [(left, right) for left, right in zip(shards, shards[1:])
-            if left.hash_key_range.ending_hash_key + 1 == right.hash_key_range.starting_hash_key]
+    return [
+        (left, right)
+        for left, right in itertools.pairwise(shards)
+        if left.hash_key_range.ending_hash_key + 1 == right.hash_key_range.starting_hash_key
+    ]
 
 
 def retention_trim(run: RoundRun, fault: Fault) -> Injection | None:
@@ -256,13 +317,22 @@ def retention_trim(run: RoundRun, fault: Fault) -> Injection | None:
     read are not a loss it could see. `depth` says how many of its unread records age out.
     """
     produced = run.campaign.produced_by_shard()
-    leases = [lease for lease in run.stack.lease_store().list_leases()
-              if not lease.is_at_shard_end and not lease.checkpoint.is_sentinel and produced.get(lease.lease_key)]
+    leases = [
+        lease
+        for lease in run.stack.lease_store().list_leases()
+        if not lease.is_at_shard_end and not lease.checkpoint.is_sentinel and produced.get(lease.lease_key)
+    ]
     if not leases:
         return None
-    unread_of = {lease.lease_key: [r for r in produced[lease.lease_key]
-                                   if int(r.sequence_number) > int(lease.checkpoint.sequence_number)] for lease in leases}
-    pool = sorted([lease for lease in leases if unread_of[lease.lease_key]] or leases, key=lambda lease: lease.lease_key)
+    unread_of = {
+        lease.lease_key: [
+            r for r in produced[lease.lease_key] if int(r.sequence_number) > int(lease.checkpoint.sequence_number)
+        ]
+        for lease in leases
+    }
+    pool = sorted(
+        [lease for lease in leases if unread_of[lease.lease_key]] or leases, key=lambda lease: lease.lease_key
+    )
     lease = _choose(pool, fault.pick)
     shard, unread = lease.lease_key, unread_of[lease.lease_key]
     if unread:
@@ -276,8 +346,15 @@ def retention_trim(run: RoundRun, fault: Fault) -> Injection | None:
     assert run.stack.kinesis_proxy is not None
     run.stack.kinesis_proxy.trim(run.stack.stream, shard, before, mode=fault.variant)
     run.campaign.trims[shard] = before
-    return _new(run, fault, f"trim horizon of {shard} moved to …{before[-8:]} ({fault.variant}): {index} unread "
-                f"record(s) behind checkpoint …{str(lease.checkpoint)[-8:]} age out", shard=shard, before=before, at_risk=index)
+    return _new(
+        run,
+        fault,
+        f"trim horizon of {shard} moved to …{before[-8:]} ({fault.variant}): {index} unread "
+        f"record(s) behind checkpoint …{str(lease.checkpoint)[-8:]} age out",
+        shard=shard,
+        before=before,
+        at_risk=index,
+    )
 
 
 # --- the data plane's calls ----------------------------------------------------------------------
@@ -308,8 +385,12 @@ def _proxies(run: RoundRun) -> list[Any]:
 
 
 def _failed_calls(run: RoundRun) -> int:
-    return sum(count for proxy in _proxies(run) for name, count in proxy.stats().items()
-               if name.partition(":")[0] in PROXY_FAULT_KINDS)
+    return sum(
+        count
+        for proxy in _proxies(run)
+        for name, count in proxy.stats().items()
+        if name.partition(":")[0] in PROXY_FAULT_KINDS
+    )
 
 
 # --- the operator --------------------------------------------------------------------------------
@@ -322,17 +403,27 @@ def reset_during_round(run: RoundRun, fault: Fault) -> Injection | None:
     discards a prepared batch and fences the lease's holder. While the round holds the leader lock
     it must be refused, naming the holder.
     """
-    leases = sorted((lease for lease in run.stack.lease_store().list_leases() if not lease.is_at_shard_end),
-                    key=lambda lease: lease.lease_key)
+    leases = sorted(
+        (lease for lease in run.stack.lease_store().list_leases() if not lease.is_at_shard_end),
+        key=lambda lease: lease.lease_key,
+    )
     if not leases:
         return None
     # An operator resets a lease that looks stuck: one with a prepared batch, if there is one.
     lease = _choose([lease for lease in leases if lease.pending_checkpoint is not None] or leases, fault.pick)
-    process = TrackedProcess(f"reset in round {run.plan.number}", _reset_command(run, lease.lease_key, str(lease.checkpoint)),
-                             run.stack.process_env(), run.campaign.workdir / "rounds" / f"round-{run.plan.number:03d}"
-                             / f"reset-{len(run.injections) + 1}.log")
-    injection = _new(run, fault, f"leasectl reset {lease.lease_key} --to {str(lease.checkpoint)[-12:]}",
-                     lease=lease.lease_key, running=[attempt.label for attempt in run.live_main_line()])
+    process = TrackedProcess(
+        f"reset in round {run.plan.number}",
+        _reset_command(run, lease.lease_key, str(lease.checkpoint)),
+        run.stack.process_env(),
+        run.campaign.workdir / "rounds" / f"round-{run.plan.number:03d}" / f"reset-{len(run.injections) + 1}.log",
+    )
+    injection = _new(
+        run,
+        fault,
+        f"leasectl reset {lease.lease_key} --to {str(lease.checkpoint)[-12:]}",
+        lease=lease.lease_key,
+        running=[attempt.label for attempt in run.live_main_line()],
+    )
     run.resets.append((injection, process))
     if fault.variant == "retry_after_round":
         run.after_round.append(injection)
@@ -341,8 +432,19 @@ def reset_during_round(run: RoundRun, fault: Fault) -> Injection | None:
 
 def _reset_command(run: RoundRun, lease_key: str, target: str) -> list[str]:
     settings = run.stack.control_settings()
-    return [str(LEASECTL), "--app", settings["application_name"], *set_arguments(settings),
-            "reset", "--shard", lease_key, "--to", target, "--yes", "--json"]
+    return [
+        str(LEASECTL),
+        "--app",
+        settings["application_name"],
+        *set_arguments(settings),
+        "reset",
+        "--shard",
+        lease_key,
+        "--to",
+        target,
+        "--yes",
+        "--json",
+    ]
 
 
 def judge_reset_during_round(run: RoundRun, injection: Injection, process: TrackedProcess) -> None:
@@ -354,9 +456,13 @@ def judge_reset_during_round(run: RoundRun, injection: Injection, process: Track
     elif code == 0 and not injection.evidence["running"]:
         injection.outcome = "applied: no try held the round's lock"
     else:
-        injection.outcome = f"VIOLATION: exit {code} while {', '.join(injection.evidence['running']) or 'the round'} held the lock"
-        run.campaign.violation(f"round {run.plan.number}: {injection.detail} exited {code} while the round held the "
-                               f"leader lock {run.owner}: {output.strip()[-400:]}")
+        injection.outcome = (
+            f"VIOLATION: exit {code} while {', '.join(injection.evidence['running']) or 'the round'} held the lock"
+        )
+        run.campaign.violation(
+            f"round {run.plan.number}: {injection.detail} exited {code} while the round held the "
+            f"leader lock {run.owner}: {output.strip()[-400:]}"
+        )
 
 
 def reset_after_round(run: RoundRun, injection: Injection) -> None:
@@ -375,27 +481,38 @@ def reset_after_round(run: RoundRun, injection: Injection) -> None:
         injection.outcome += ", after the round the lease had finished"
         return
     command = _reset_command(run, lease.lease_key, str(lease.checkpoint))
-    completed = subprocess.run(command, env=run.stack.process_env(), capture_output=True, text=True, timeout=120)
+    completed = subprocess.run(
+        command, env=run.stack.process_env(), capture_output=True, text=True, timeout=120, check=False
+    )
     if completed.returncode != 0:
         injection.outcome += ", VIOLATION: refused after the round"
-        run.campaign.violation(f"round {run.plan.number}: leasectl reset {lease.lease_key} after the round (lock "
-                               f"released) exited {completed.returncode}: {completed.stderr.strip()[-400:]}")
+        run.campaign.violation(
+            f"round {run.plan.number}: leasectl reset {lease.lease_key} after the round (lock "
+            f"released) exited {completed.returncode}: {completed.stderr.strip()[-400:]}"
+        )
         return
     discarded = json.loads(completed.stdout).get("discarded_batch")
     path = discarded.get("path") if discarded else None
     injection.evidence["discarded"] = discarded
     if path is None:
-        injection.outcome += ", reset after the round" + (" (discarded a prepared batch without a file)" if discarded else "")
+        injection.outcome += ", reset after the round" + (
+            " (discarded a prepared batch without a file)" if discarded else ""
+        )
         return
     visible = Path(run.stack.output_uri) / path
     if visible.exists():
         injection.outcome += ", VIOLATION: the discarded batch's file is visible"
-        run.campaign.violation(f"round {run.plan.number}: leasectl reset {lease.lease_key} discarded the prepared "
-                               f"batch {path}, and that uncommitted batch's file is visible in the dataset")
+        run.campaign.violation(
+            f"round {run.plan.number}: leasectl reset {lease.lease_key} discarded the prepared "
+            f"batch {path}, and that uncommitted batch's file is visible in the dataset"
+        )
     committed = {other.committed_batch_file for other in store.list_leases() if other.committed_batch_file}
     root = Path(run.stack.output_uri)
-    staged = [copy for copy in visible.parent.glob(f"{STAGED_PREFIX}*.{visible.name}")
-              if str(copy.relative_to(root)) not in committed]
+    staged = [
+        copy
+        for copy in visible.parent.glob(f"{STAGED_PREFIX}*.{visible.name}")
+        if str(copy.relative_to(root)) not in committed
+    ]
     for copy in staged:
         _delete(copy)
     injection.detail += f"; reset after the round, discarded batch {path}, {len(staged)} staged copy(ies) deleted"
@@ -439,20 +556,28 @@ def _judge_worker_sigkill(run: RoundRun, injection: Injection, succeeded: bool) 
     report, slot = attempt.report(), injection.evidence["slot"]
     where = "mid-batch" if injection.evidence["in_batch"] else "between batches"
     if report is None:
-        later = attempt.killed[attempt.killed.index("worker") + 1:]
-        injection.outcome = (f"killed {where}, the try was killed later too" if later
-                             else f"killed {where}, the try ended without a report (exit {attempt.process.returncode})")
+        later = attempt.killed[attempt.killed.index("worker") + 1 :]
+        injection.outcome = (
+            f"killed {where}, the try was killed later too"
+            if later
+            else f"killed {where}, the try ended without a report (exit {attempt.process.returncode})"
+        )
         return
     slot_report = next((s for s in report["slots"] if s["worker_id"].endswith(f"-worker-{slot}")), None)
     if slot_report is None and report.get("leadership_lost"):
         injection.outcome = f"killed {where}, the try had lost its lock and stopped its slots"
         return
     if slot_report is None or slot_report["attempt"] <= injection.evidence["task_attempt"]:
-        injection.outcome = f"killed {where}, slot not retried (try exit {attempt.process.returncode}), {_round_word(succeeded)}"
+        injection.outcome = (
+            f"killed {where}, slot not retried (try exit {attempt.process.returncode}), {_round_word(succeeded)}"
+        )
         return
     redid = any(lease["replayed_batches"] for lease in slot_report["leases"])
-    injection.outcome = (f"killed {where}, Spark retried the slot" + (", which redid the prepared batch" if redid else "")
-                         + f", {_round_word(succeeded)}")
+    injection.outcome = (
+        f"killed {where}, Spark retried the slot"
+        + (", which redid the prepared batch" if redid else "")
+        + f", {_round_word(succeeded)}"
+    )
 
 
 def _judge_driver_kill(run: RoundRun, injection: Injection, succeeded: bool) -> None:
@@ -461,8 +586,11 @@ def _judge_driver_kill(run: RoundRun, injection: Injection, succeeded: bool) -> 
 
 def _judge_retry(run: RoundRun, injection: Injection, succeeded: bool) -> None:
     retry = _attempt(run, injection.evidence["retry"])
-    injection.outcome = ("retry resumed the lock and finished the round" if retry.process.returncode == 0
-                         else f"retry failed (exit {retry.process.returncode})")
+    injection.outcome = (
+        "retry resumed the lock and finished the round"
+        if retry.process.returncode == 0
+        else f"retry failed (exit {retry.process.returncode})"
+    )
 
 
 def _judge_by_round(run: RoundRun, injection: Injection, succeeded: bool) -> None:
@@ -476,18 +604,28 @@ def _judge_twin(run: RoundRun, injection: Injection, succeeded: bool) -> None:
         if code == 1 and run.owner in output:
             injection.outcome = "refused: holder named"
             return
-        overlapping = [a for a in run.attempts if a.main_line and a.process.returncode == 0
-                       and _overlap(a, twin) and not (a.report() or {}).get("leadership_lost")]
+        overlapping = [
+            a
+            for a in run.attempts
+            if a.main_line
+            and a.process.returncode == 0
+            and _overlap(a, twin)
+            and not (a.report() or {}).get("leadership_lost")
+        ]
         if code == 0 and overlapping:
             injection.outcome = "VIOLATION: ran beside the round"
-            run.campaign.violation(f"round {run.plan.number}: {twin.label} ran to the end beside "
-                                   f"{', '.join(a.label for a in overlapping)}, which held the round's lock")
+            run.campaign.violation(
+                f"round {run.plan.number}: {twin.label} ran to the end beside "
+                f"{', '.join(a.label for a in overlapping)}, which held the round's lock"
+            )
         elif code == 0:
             injection.outcome = "ran: the round's lock had expired (no try heartbeating it)"
         else:
             injection.outcome = f"exit {code} without naming the round's lock holder"
-            run.campaign.violation(f"round {run.plan.number}: {twin.label} exited {code} without naming the holder "
-                                   f"{run.owner}: {output.strip()[-300:]}")
+            run.campaign.violation(
+                f"round {run.plan.number}: {twin.label} exited {code} without naming the holder "
+                f"{run.owner}: {output.strip()[-300:]}"
+            )
         return
     others = [a for a in run.attempts if a.main_line and a is not twin and _overlap(a, twin)]
     if not others:

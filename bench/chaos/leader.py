@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping, Sequence
-from typing import Any
 from dataclasses import dataclass, field
+from typing import Any
 
 from lease_core import aws
 from lease_core.assignment_round import AssignmentCoordinator, AssignmentReport, slot_ids
@@ -34,18 +34,24 @@ class LockNeverFreed(RuntimeError):
 
 
 def leader_lock(config: ConsumerConfig, owner: str) -> LeaderLock:
-    state = DynamoDBCoordinatorStateStore(aws.client("dynamodb", config), config.coordinator_state_table, aws.retry_policy(config))
+    state = DynamoDBCoordinatorStateStore(
+        aws.client("dynamodb", config), config.coordinator_state_table, aws.retry_policy(config)
+    )
     return LeaderLock(state, owner, config.leader_lease_duration_millis, config.leader_heartbeat_period_millis)
 
 
-def lead(config: ConsumerConfig, owner: str, streams: Sequence[str], workers: int) -> tuple[ShardSyncReport, AssignmentReport]:
+def lead(
+    config: ConsumerConfig, owner: str, streams: Sequence[str], workers: int
+) -> tuple[ShardSyncReport, AssignmentReport]:
     """Shard sync and one assignment round under the lock `owner` already holds (resumed by name)."""
     dynamodb = aws.client("dynamodb", config)
     with hold(leader_lock(config, owner), "chaos leader", acquire=False, release=False) as leadership:
         policy = leadership.retry_policy(aws.retry_policy(config))
         store = leadership.lease_store(DynamoDBLeaseStore(dynamodb, config.lease_table, retry_policy=policy))
         state = leadership.state_store(DynamoDBCoordinatorStateStore(dynamodb, config.coordinator_state_table, policy))
-        metrics = DynamoDBWorkerMetricsStore(dynamodb, config.worker_metrics_table, retry_policy=aws.retry_policy(config))
+        metrics = DynamoDBWorkerMetricsStore(
+            dynamodb, config.worker_metrics_table, retry_policy=aws.retry_policy(config)
+        )
         source = KinesisShardSource(aws.client("kinesis", config), retry_policy=aws.retry_policy(config))
         synced = sync_streams(streams, config, store, source, state)
         assigned = AssignmentCoordinator(store, metrics, state, config).run(
@@ -67,10 +73,12 @@ def finalize(config: ConsumerConfig, owner: str, report: Mapping[str, Any]) -> t
 def describe(synced: ShardSyncReport, assigned: AssignmentReport) -> str:
     """The leader's steps in one line, for the campaign log."""
     incomplete = [result.stream_name for result in synced.streams if result.listing_incomplete is not None]
-    return (f"sync created {list(synced.created)} deleted {list(synced.deleted)} changed {list(synced.changed)}"
-            + (f" INCOMPLETE LISTING {incomplete}" if incomplete else "")
-            + f"; assignment round {assigned.round_number}: {len(assigned.moves)} move(s), "
-            f"{assigned.lost_conditions} lost condition(s), spillover {list(assigned.spillover)}")
+    return (
+        f"sync created {list(synced.created)} deleted {list(synced.deleted)} changed {list(synced.changed)}"
+        + (f" INCOMPLETE LISTING {incomplete}" if incomplete else "")
+        + f"; assignment round {assigned.round_number}: {len(assigned.moves)} move(s), "
+        f"{assigned.lost_conditions} lost condition(s), spillover {list(assigned.spillover)}"
+    )
 
 
 @dataclass

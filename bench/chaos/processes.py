@@ -28,16 +28,22 @@ STOP_GRACE_SECONDS = 5.0
 class TrackedProcess:
     """A process started by the campaign and the descendants seen so far (children outlive parents)."""
 
-    def __init__(self, label: str, command: Sequence[str], env: dict[str, str], log_path: Path,
-                 cwd: Path | None = None) -> None:
+    def __init__(
+        self, label: str, command: Sequence[str], env: dict[str, str], log_path: Path, cwd: Path | None = None
+    ) -> None:
         self.label = label
         self.log_path = log_path
         log_path.parent.mkdir(parents=True, exist_ok=True)
         self._log = log_path.open("wb")
         self.started = time.monotonic()
         self.popen = subprocess.Popen(
-            list(command), env=env, cwd=cwd or log_path.parent, stdin=subprocess.DEVNULL, stdout=self._log,
-            stderr=subprocess.STDOUT, start_new_session=True,
+            list(command),
+            env=env,
+            cwd=cwd or log_path.parent,
+            stdin=subprocess.DEVNULL,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
         )
         self._seen: dict[int, psutil.Process] = {}
         self.refresh()
@@ -107,16 +113,26 @@ class TrackedProcess:
 class ConsumeAttempt(TrackedProcess):
     """One `spark-submit` of the consume job: its driver JVM, Python driver and slot workers."""
 
-    def __init__(self, label: str, command: Sequence[str], env: dict[str, str], log_path: Path,
-                 report_path: Path, leader_owner: str | None) -> None:
+    def __init__(
+        self,
+        label: str,
+        command: Sequence[str],
+        env: dict[str, str],
+        log_path: Path,
+        report_path: Path,
+        leader_owner: str | None,
+    ) -> None:
         super().__init__(label, command, env, log_path)
         self.report_path = report_path
         self.leader_owner = leader_owner
 
     def driver_jvm(self) -> list[psutil.Process]:
         """The JVM running SparkSubmit (not the short-lived launcher JVM that builds its command line)."""
-        return [process for process in self.find("org.apache.spark.deploy.SparkSubmit")
-                if "org.apache.spark.launcher.Main" not in _cmdline(process)]
+        return [
+            process
+            for process in self.find("org.apache.spark.deploy.SparkSubmit")
+            if "org.apache.spark.launcher.Main" not in _cmdline(process)
+        ]
 
     def python_driver(self) -> list[psutil.Process]:
         return [process for process in self.find("consume_job.py") if "java" not in process.name()]

@@ -96,7 +96,9 @@ class Producer:
                     if "ErrorCode" in result:
                         refused.append(entry)
                     else:
-                        self._records.append(ProducedRecord(result["ShardId"], result["SequenceNumber"], entry["Data"], now))
+                        self._records.append(
+                            ProducedRecord(result["ShardId"], result["SequenceNumber"], entry["Data"], now)
+                        )
             if refused:
                 time.sleep(0.05)
                 pending = refused + pending

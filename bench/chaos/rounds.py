@@ -8,10 +8,10 @@
 The timeline counts from the start of try 1. A fault fires `delay` seconds after its anchor (the
 start of try 1, or the first moment a slot's Python worker has run a batch: `schedule.ANCHORS`);
 one that finds nothing to act on (no shard being read to split, no lease read yet to trim) looks
-again every second while a try runs. When every try has ended first, a fault that needs a running try (a worker kill, a driver kill),
-or one meant for the slots' batches when no batch ran, is deferred to the next round (once: a
-fault deferred twice is dropped and counted as not injected); the others fire at once, while the
-round still holds its lock.
+again every second while a try runs. When every try has ended first, a fault that needs a running
+try (a worker kill, a driver kill), or one meant for the slots' batches when no batch ran, is
+deferred to the next round (once: a fault deferred twice is dropped and counted as not injected);
+the others fire at once, while the round still holds its lock.
 """
 
 from __future__ import annotations
@@ -29,8 +29,8 @@ from bench.chaos.leader import Taking, describe, finalize, lead, release, take
 from bench.chaos.processes import ConsumeAttempt, TrackedProcess
 from bench.chaos.schedule import ANCHORS, DRIVER_KILL, LEADER_DEATH, WORKER_SIGKILL, Fault, RoundPlan
 from bench.chaos.stack import REPOSITORY, set_arguments
-from lease_core.errors import LeaseCoreError
 from bench.chaos.transforms import WorkerNote, worker_note
+from lease_core.errors import LeaseCoreError
 
 if TYPE_CHECKING:
     from bench.chaos.campaign import Campaign
@@ -44,12 +44,18 @@ TRANSFORM = "bench.chaos.transforms:pace"
 # Spark-submit options: local mode with task retries (plain local[N] never retries a task), loopback,
 # no UI, quiet logs, a JVM tuned for start-up time (it is started once per try).
 SPARK_OPTIONS = [
-    "--master", "local[2,4]",
-    "--conf", "spark.ui.enabled=false",
-    "--conf", "spark.log.level=WARN",
-    "--conf", "spark.driver.host=127.0.0.1",
-    "--conf", "spark.driver.bindAddress=127.0.0.1",
-    "--driver-java-options", "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC",
+    "--master",
+    "local[2,4]",
+    "--conf",
+    "spark.ui.enabled=false",
+    "--conf",
+    "spark.log.level=WARN",
+    "--conf",
+    "spark.driver.host=127.0.0.1",
+    "--conf",
+    "spark.driver.bindAddress=127.0.0.1",
+    "--driver-java-options",
+    "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC",
 ]
 # What fires only while a try of the round runs (and is deferred to the next round otherwise).
 NEEDS_A_RUNNING_TRY = frozenset({WORKER_SIGKILL, DRIVER_KILL})
@@ -103,8 +109,10 @@ class RoundResult:
         state = "ok" if self.succeeded else "FAILED"
         error = f" ({self.error})" if self.error else ""
         lock = "" if self.release == "released" else f" | lock at the teardown: {self.release}"
-        return (f"round {self.number:>3} W={self.workers} {state}{error} in {self.seconds:5.1f} s | {tries} | "
-                f"faults: {faults}{lock}")
+        return (
+            f"round {self.number:>3} W={self.workers} {state}{error} in {self.seconds:5.1f} s | {tries} | "
+            f"faults: {faults}{lock}"
+        )
 
 
 class RoundRun:
@@ -153,8 +161,18 @@ class RoundRun:
         for injection in self.injections:
             injections.judge(self, injection, succeeded)
         return RoundResult(
-            self.plan.number, self.plan.workers, self.owner, self.assignment_round, self.attempts, self.injections,
-            succeeded, round(time.monotonic() - self.started, 1), released, taking, error, self.leading,
+            self.plan.number,
+            self.plan.workers,
+            self.owner,
+            self.assignment_round,
+            self.attempts,
+            self.injections,
+            succeeded,
+            round(time.monotonic() - self.started, 1),
+            released,
+            taking,
+            error,
+            self.leading,
         )
 
     def now(self) -> float:
@@ -195,12 +213,13 @@ class RoundRun:
             if not pending and not live and not self.resets:
                 return
             if now > ROUND_TIMEOUT_SECONDS:
-                raise TimeoutError(f"the round still ran after {ROUND_TIMEOUT_SECONDS:.0f} s: "
-                                   + ", ".join(a.label for a in live))
+                raise TimeoutError(
+                    f"the round still ran after {ROUND_TIMEOUT_SECONDS:.0f} s: " + ", ".join(a.label for a in live)
+                )
             time.sleep(POLL_SECONDS)
 
     def _due(self, fault: Fault, now: float, first_batch_at: float | None, live: list[Attempt]) -> str:
-        """"fire", "wait" or "defer" for `fault` at `now`."""
+        """ "fire", "wait" or "defer" for `fault` at `now`."""
         if fault.kind in NEEDS_A_RUNNING_TRY and not any(attempt.main_line for attempt in live):
             return "defer"
         if not live:
@@ -242,7 +261,9 @@ class RoundRun:
         try:
             forgotten = finalize(self.config, self.owner, report)
         except LeaseCoreError as error:
-            self.campaign.note(f"round {self.plan.number}: finalize could not run ({error}); the losses stay on the leases")
+            self.campaign.note(
+                f"round {self.plan.number}: finalize could not run ({error}); the losses stay on the leases"
+            )
             return
         if forgotten:
             self.campaign.note(f"round {self.plan.number}: finalize kept the report's losses of {', '.join(forgotten)}")
@@ -271,8 +292,14 @@ class RoundRun:
         report = directory / f"try-{number}.json"
         owner = None if role == TWIN_BY_HAND else self.owner
         command = self.consume_command(report, owner)
-        process = ConsumeAttempt(f"round {self.plan.number} try {number}", command, self.stack.process_env(),
-                                 directory / f"try-{number}.log", report, owner)
+        process = ConsumeAttempt(
+            f"round {self.plan.number} try {number}",
+            command,
+            self.stack.process_env(),
+            directory / f"try-{number}.log",
+            report,
+            owner,
+        )
         attempt = Attempt(number, role, process, self.now())
         self.attempts.append(attempt)
         return attempt
@@ -280,11 +307,25 @@ class RoundRun:
     def consume_command(self, report: Path, owner: str | None) -> list[str]:
         spark_submit = str(Path(sys.executable).with_name("spark-submit"))
         command = [
-            spark_submit, *SPARK_OPTIONS, str(REPOSITORY / "spark_jobs" / "consume_job.py"),
-            "--application-name", self.stack.application, "--stream", self.stack.stream,
-            "--workers", str(self.plan.workers), "--output-uri", self.stack.output_uri, "--report-uri", str(report),
-            "--max-records-per-file", str(MAX_RECORDS_PER_FILE), "--max-seconds-per-lease", str(MAX_SECONDS_PER_LEASE),
-            "--transform", TRANSFORM,
+            spark_submit,
+            *SPARK_OPTIONS,
+            str(REPOSITORY / "spark_jobs" / "consume_job.py"),
+            "--application-name",
+            self.stack.application,
+            "--stream",
+            self.stack.stream,
+            "--workers",
+            str(self.plan.workers),
+            "--output-uri",
+            self.stack.output_uri,
+            "--report-uri",
+            str(report),
+            "--max-records-per-file",
+            str(MAX_RECORDS_PER_FILE),
+            "--max-seconds-per-lease",
+            str(MAX_SECONDS_PER_LEASE),
+            "--transform",
+            TRANSFORM,
         ]
         if self.assignment_round is not None:
             command += ["--round", str(self.assignment_round)]

@@ -165,7 +165,9 @@ def build_schedule(
                 break
             chosen.append(rng.choices(options, weights=[FAULT_WEIGHTS[kind] for kind in options])[0])
         faults_of_round = tuple(_fault(rng, kind) for kind in chosen)
-        rounds.append(RoundPlan(len(rounds) + 1, rng.choice(WORKER_CHOICES), faults_of_round, f"{rng.getrandbits(32):08x}"))
+        rounds.append(
+            RoundPlan(len(rounds) + 1, rng.choice(WORKER_CHOICES), faults_of_round, f"{rng.getrandbits(32):08x}")
+        )
         planned += len(chosen)
     return Schedule(tuple(rounds))
 

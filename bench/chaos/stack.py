@@ -18,13 +18,13 @@ from typing import Any
 
 import boto3
 
+from bench.chaos.processes import RUN_MARKER
 from lease_core import aws
 from lease_core.config import ConsumerConfig, load_config
 from lease_core.coordinator_state import DynamoDBCoordinatorStateStore
 from lease_core.dynamodb_store import DynamoDBLeaseStore
 from lease_core.emulators import kinesis_mock, moto_server
 from lease_core.tables import TableAdministrator
-from bench.chaos.processes import RUN_MARKER
 from tests.support.fault_proxy import FaultProxy
 from tests.support.kinesis import create_stream
 
@@ -64,8 +64,14 @@ def prepare_environment() -> None:
         PYSPARK_DRIVER_PYTHON=sys.executable,
         SPARK_LOCAL_IP="127.0.0.1",
     )
-    for name in ("AWS_SESSION_TOKEN", "AWS_PROFILE", "AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_DYNAMODB",
-                 "AWS_ENDPOINT_URL_KINESIS", "AWS_ENDPOINT_URL_S3"):
+    for name in (
+        "AWS_SESSION_TOKEN",
+        "AWS_PROFILE",
+        "AWS_ENDPOINT_URL",
+        "AWS_ENDPOINT_URL_DYNAMODB",
+        "AWS_ENDPOINT_URL_KINESIS",
+        "AWS_ENDPOINT_URL_S3",
+    ):
         os.environ.pop(name, None)
     for name in [name for name in os.environ if name.startswith("KINESIS_LEASE_")]:
         os.environ.pop(name)
@@ -107,7 +113,9 @@ class Stack:
         self.kinesis_proxy = self._exit.enter_context(FaultProxy(self.kinesis_endpoint, seed=1))
         self.dynamodb_proxy = self._exit.enter_context(FaultProxy(self.dynamodb_endpoint, seed=2))
         create_stream(self.kinesis(), self.stream, INITIAL_SHARDS)
-        TableAdministrator(self.dynamodb(), self.control_config(), retry_policy=aws.retry_policy(self.control_config())).ensure_tables()
+        TableAdministrator(
+            self.dynamodb(), self.control_config(), retry_policy=aws.retry_policy(self.control_config())
+        ).ensure_tables()
 
     # --- clients and settings of the control plane (straight to the emulators) -------------------
 
@@ -139,8 +147,9 @@ class Stack:
 
     def lease_store(self) -> DynamoDBLeaseStore:
         config = self.control_config()
-        return DynamoDBLeaseStore(self.dynamodb(), config.lease_table, retry_policy=aws.retry_policy(config),
-                                  consistent_reads=True)
+        return DynamoDBLeaseStore(
+            self.dynamodb(), config.lease_table, retry_policy=aws.retry_policy(config), consistent_reads=True
+        )
 
     def state_store(self) -> DynamoDBCoordinatorStateStore:
         config = self.control_config()

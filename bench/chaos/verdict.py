@@ -58,38 +58,58 @@ class Verdict:
 
     @property
     def clean(self) -> bool:
-        return not (self.duplicated or self.lost or self.silently_aged_out or self.unexpected or self.changed
-                    or self.unfounded_losses or self.stuck)
+        return not (
+            self.duplicated
+            or self.lost
+            or self.silently_aged_out
+            or self.unexpected
+            or self.changed
+            or self.unfounded_losses
+            or self.stuck
+        )
 
     def violations(self) -> list[str]:
         lines = []
         if self.duplicated:
-            lines.append(f"{len(self.duplicated)} record(s) duplicated: "
-                         + ", ".join(f"{_key(key)} x{count}" for key, count in self.duplicated[:SHOWN]))
+            lines.append(
+                f"{len(self.duplicated)} record(s) duplicated: "
+                + ", ".join(f"{_key(key)} x{count}" for key, count in self.duplicated[:SHOWN])
+            )
         if self.lost:
             lines.append(f"{len(self.lost)} record(s) lost (never trimmed): " + _records(self.lost))
         if self.silently_aged_out:
             edge = [record for record in self.silently_aged_out if record.sequence_number in self.loss_bounds]
-            lines.append(f"{len(self.silently_aged_out)} record(s) aged out without a round report naming the loss "
-                         f"({len(edge)} of them the `after` record of a reported loss, which the loss does not cover; "
-                         f"{len(self.silently_aged_out) - len(edge)} in no reported loss at all): "
-                         + _records(self.silently_aged_out))
+            lines.append(
+                f"{len(self.silently_aged_out)} record(s) aged out without a round report naming the loss "
+                f"({len(edge)} of them the `after` record of a reported loss, which the loss does not cover; "
+                f"{len(self.silently_aged_out) - len(edge)} in no reported loss at all): "
+                + _records(self.silently_aged_out)
+            )
         if self.unexpected:
-            lines.append(f"{len(self.unexpected)} landed record(s) never produced: " + ", ".join(map(_key, self.unexpected[:SHOWN])))
+            lines.append(
+                f"{len(self.unexpected)} landed record(s) never produced: "
+                + ", ".join(map(_key, self.unexpected[:SHOWN]))
+            )
         if self.changed:
-            lines.append(f"{len(self.changed)} landed record(s) with another payload than produced: "
-                         + ", ".join(map(_key, self.changed[:SHOWN])))
+            lines.append(
+                f"{len(self.changed)} landed record(s) with another payload than produced: "
+                + ", ".join(map(_key, self.changed[:SHOWN]))
+            )
         if self.unfounded_losses:
-            lines.append(f"{len(self.unfounded_losses)} retention loss(es) reported where none was injected: "
-                         + ", ".join(f"{loss.lease_key} after {loss.after}" for loss in self.unfounded_losses[:SHOWN]))
+            lines.append(
+                f"{len(self.unfounded_losses)} retention loss(es) reported where none was injected: "
+                + ", ".join(f"{loss.lease_key} after {loss.after}" for loss in self.unfounded_losses[:SHOWN])
+            )
         lines += [f"stuck: {item}" for item in self.stuck]
         return lines
 
     def summary(self) -> str:
-        return (f"produced {self.produced}, landed {self.landed_rows} rows, duplicated {len(self.duplicated)}, "
-                f"lost {len(self.lost) + len(self.silently_aged_out)}, retention losses injected and reported "
-                f"{len(self.aged_out)}, unexpected {len(self.unexpected) + len(self.changed)}, "
-                f"stuck {len(self.stuck)}")
+        return (
+            f"produced {self.produced}, landed {self.landed_rows} rows, duplicated {len(self.duplicated)}, "
+            f"lost {len(self.lost) + len(self.silently_aged_out)}, retention losses injected and reported "
+            f"{len(self.aged_out)}, unexpected {len(self.unexpected) + len(self.changed)}, "
+            f"stuck {len(self.stuck)}"
+        )
 
 
 def read_landed(output_uri: str) -> list[tuple[Key, bytes]]:
@@ -97,7 +117,9 @@ def read_landed(output_uri: str) -> list[tuple[Key, bytes]]:
     table = dataset.to_table(columns=["shard_id", "sequence_number", "sub_sequence_number", "data"]).to_pydict()
     return [
         ((str(shard), sequence, int(sub)), data)
-        for shard, sequence, sub, data in zip(table["shard_id"], table["sequence_number"], table["sub_sequence_number"], table["data"])
+        for shard, sequence, sub, data in zip(
+            table["shard_id"], table["sequence_number"], table["sub_sequence_number"], table["data"]
+        )
     ]
 
 
@@ -138,8 +160,11 @@ def check_records(
         (verdict.aged_out if naming else verdict.silently_aged_out).append(record)
         explained.update(naming)
     verdict.unfounded_losses = sorted(
-        (loss for loss in {loss for items in losses.values() for loss in items}
-         if loss.lease_key not in trims and loss not in explained),
+        (
+            loss
+            for loss in {loss for items in losses.values() for loss in items}
+            if loss.lease_key not in trims and loss not in explained
+        ),
         key=lambda loss: (loss.lease_key, loss.after),
     )
     return verdict
@@ -171,7 +196,9 @@ def stuck_leases(
             stuck.append(f"{name}: its shard is closed but the lease is not at SHARD_END")
             continue
         newest = produced.get(lease.lease_key)
-        if newest and (lease.checkpoint.is_sentinel or int(lease.checkpoint.sequence_number) < int(newest[-1].sequence_number)):
+        if newest and (
+            lease.checkpoint.is_sentinel or int(lease.checkpoint.sequence_number) < int(newest[-1].sequence_number)
+        ):
             stuck.append(f"{name} is behind the newest record of its shard ({newest[-1].sequence_number})")
     return stuck
 
@@ -179,7 +206,8 @@ def stuck_leases(
 def reported_losses(reports: Iterable[Mapping[str, Any]]) -> list[ReportedLoss]:
     return [
         ReportedLoss(loss["lease_key"], loss["after"], loss.get("first_available"))
-        for report in reports for loss in report.get("totals", {}).get("retention_losses", [])
+        for report in reports
+        for loss in report.get("totals", {}).get("retention_losses", [])
     ]
 
 
@@ -189,5 +217,7 @@ def _key(key: Key) -> str:
 
 
 def _records(records: Sequence[ProducedRecord]) -> str:
-    shown = ", ".join(f"{record.shard_id}/{record.sequence_number} ({record.payload.decode()})" for record in records[:SHOWN])
+    shown = ", ".join(
+        f"{record.shard_id}/{record.sequence_number} ({record.payload.decode()})" for record in records[:SHOWN]
+    )
     return shown + (f", ... ({len(records) - SHOWN} more)" if len(records) > SHOWN else "")

@@ -57,9 +57,7 @@ def read_application(client: Any, config: ConsumerConfig) -> ApplicationReads:
     )
     state = DynamoDBCoordinatorStateStore(client, config.coordinator_state_table, policy)
     metrics = DynamoDBWorkerMetricsStore(client, config.worker_metrics_table, retry_policy=policy)
-    lock = LeaderLock(
-        state, MONITOR_OWNER, config.leader_lease_duration_millis, config.leader_heartbeat_period_millis
-    )
+    lock = LeaderLock(state, MONITOR_OWNER, config.leader_lease_duration_millis, config.leader_heartbeat_period_millis)
     history = RoundHistory(state)
     scan = leases.scan_leases()  # first, so an application without tables is reported by its lease table
     worker_metrics = tuple(metrics.list_all())
@@ -119,16 +117,18 @@ def worker_documents(
     workers = []
     for name in names:
         row = by_owner.get(name) or OwnerRow(name, leases=0, throughput_kbps=0.0, lease_share=0.0, throughput_share=0.0)
-        workers.append({
-            "worker_id": name,
-            "unassigned": name == UNASSIGNED,
-            "leases": row.leases,
-            "throughput_kbps": row.throughput_kbps,
-            "lease_share": row.lease_share,
-            "throughput_share": row.throughput_share,
-            "load": load(row),
-            **cpu_document(by_worker.get(name), last_round),
-        })
+        workers.append(
+            {
+                "worker_id": name,
+                "unassigned": name == UNASSIGNED,
+                "leases": row.leases,
+                "throughput_kbps": row.throughput_kbps,
+                "lease_share": row.lease_share,
+                "throughput_share": row.throughput_share,
+                "load": load(row),
+                **cpu_document(by_worker.get(name), last_round),
+            }
+        )
     return workers
 
 

@@ -14,6 +14,7 @@ round number and replaces the round's history entry.
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import json
 import os
@@ -57,7 +58,9 @@ from spark_jobs.shard_reader import ReadLimits, ShardReader
 
 # The job file of the installed `spark_jobs` package (imported above), wherever the plugins folder is
 # mounted: in a checkout, an image or a deployment, the job and the code its executors import match.
-CONSUME_JOB = str(Path(importlib.util.find_spec("spark_jobs.consume_job").origin).resolve())
+_CONSUME_JOB_SPEC = importlib.util.find_spec("spark_jobs.consume_job")
+assert _CONSUME_JOB_SPEC is not None and _CONSUME_JOB_SPEC.origin is not None, "spark_jobs is not installed"
+CONSUME_JOB = str(Path(_CONSUME_JOB_SPEC.origin).resolve())
 IDLE_CHECK_THREADS = 16
 
 
@@ -95,7 +98,9 @@ class _LeaseStep(BaseOperator):
     def state_store(access: AwsAccess, retry_policy: RetryPolicy | None = None) -> DynamoDBCoordinatorStateStore:
         config = access.config
         return DynamoDBCoordinatorStateStore(
-            access.client("dynamodb"), config.coordinator_state_table, retry_policy=retry_policy or aws.retry_policy(config)
+            access.client("dynamodb"),
+            config.coordinator_state_table,
+            retry_policy=retry_policy or aws.retry_policy(config),
         )
 
     def leader_lock(self, access: AwsAccess, owner: str) -> LeaderLock:
@@ -128,8 +133,15 @@ class EnsureLeaseTablesOperator(_LeaseStep):
     """Creates the lease, worker-metrics and coordinator-state tables if they are missing."""
 
     def run(self, access: AwsAccess, context: Any) -> dict[str, Any]:
-        administrator = TableAdministrator(access.client("dynamodb"), access.config, retry_policy=aws.retry_policy(access.config))
-        return {"tables": [{"name": r.name, "role": r.role, "created": r.created, "status": r.status} for r in administrator.ensure_tables()]}
+        administrator = TableAdministrator(
+            access.client("dynamodb"), access.config, retry_policy=aws.retry_policy(access.config)
+        )
+        return {
+            "tables": [
+                {"name": r.name, "role": r.role, "created": r.created, "status": r.status}
+                for r in administrator.ensure_tables()
+            ]
+        }
 
 
 class _LeaderStep(_LeaseStep):
@@ -142,7 +154,9 @@ class _LeaderStep(_LeaseStep):
     @contextmanager
     def leadership(self, access: AwsAccess) -> Iterator[Leadership]:
         """The round's lock, resumed from an earlier step and heartbeaten while this step works."""
-        with hold(self.leader_lock(access, self.leader_owner), self.task_id, acquire=False, release=False) as leadership:
+        with hold(
+            self.leader_lock(access, self.leader_owner), self.task_id, acquire=False, release=False
+        ) as leadership:
             yield leadership
 
     def fenced_stores(self, access: AwsAccess, leadership: Leadership) -> tuple[LeaseStore, CoordinatorStateStore]:
@@ -186,7 +200,9 @@ class ShardSyncOperator(_LeaderStep):
         return {**report.to_dict(), "audits": audits}
 
     @staticmethod
-    def _audit(access: AwsAccess, names: list[str], store: Any, state: Any, source: KinesisShardSource) -> dict[str, Any]:
+    def _audit(
+        access: AwsAccess, names: list[str], store: Any, state: Any, source: KinesisShardSource
+    ) -> dict[str, Any]:
         auditor = ShardSyncAuditor(store, state, lambda: int(time.time() * 1000))
         threshold = access.config.leases_recovery_auditor_inconsistency_confidence_threshold
         audits = {}
@@ -196,8 +212,12 @@ class ShardSyncOperator(_LeaderStep):
                 key, scheme = identifier.serialize(), LeaseKeyScheme(identifier)
             else:
                 key, scheme = name, LeaseKeyScheme()
-            decision = auditor.audit(key, scheme, lambda name=name: source.list_shards(name), threshold)
-            audits[name] = {"reason": decision.reason.value, "hole": decision.hole, "consecutive_holes": decision.consecutive_holes}
+            decision = auditor.audit(key, scheme, functools.partial(source.list_shards, name), threshold)
+            audits[name] = {
+                "reason": decision.reason.value,
+                "hole": decision.hole,
+                "consecutive_holes": decision.consecutive_holes,
+            }
         return audits
 
 
@@ -212,11 +232,15 @@ class LeaseAssignmentOperator(_LeaderStep):
 
     def run(self, access: AwsAccess, context: Any) -> dict[str, Any]:
         config = access.config
-        metrics = DynamoDBWorkerMetricsStore(access.client("dynamodb"), config.worker_metrics_table, retry_policy=aws.retry_policy(config))
+        metrics = DynamoDBWorkerMetricsStore(
+            access.client("dynamodb"), config.worker_metrics_table, retry_policy=aws.retry_policy(config)
+        )
         with self.leadership(access) as leadership:
             store, state = self.fenced_stores(access, leadership)
             coordinator = AssignmentCoordinator(store, metrics, state, config)
-            report = coordinator.run(slot_ids(config.require_application_name(), int(self.num_workers)), round_owner=self.leader_owner)
+            report = coordinator.run(
+                slot_ids(config.require_application_name(), int(self.num_workers)), round_owner=self.leader_owner
+            )
         return report.to_dict()
 
 
@@ -259,9 +283,13 @@ def _work_for(lease: Lease, streams: list[str], kinesis: Any, access: AwsAccess)
     stream, shard = _stream_and_shard(lease, streams)
     timestamp = access.config.initial_position_timestamp
     reader = ShardReader(
-        kinesis, stream, shard, lease.checkpoint,
+        kinesis,
+        stream,
+        shard,
+        lease.checkpoint,
         at_timestamp=None if timestamp is None else parse_iso_timestamp(timestamp),
-        retry_policy=aws.retry_policy(access.config), min_call_interval_seconds=0,
+        retry_policy=aws.retry_policy(access.config),
+        min_call_interval_seconds=0,
     )
     batch = reader.read(ReadLimits(max_records=1))
     if batch.records:
@@ -285,8 +313,16 @@ class KinesisConsumeOperator(SparkSubmitOperator):
     """
 
     template_fields: Sequence[str] = (
-        *SparkSubmitOperator.template_fields, "settings", "streams", "num_workers", "output_uri", "limits",
-        "stop_at_arrival", "leader_owner", "round_number", "report_uri",
+        *SparkSubmitOperator.template_fields,
+        "settings",
+        "streams",
+        "num_workers",
+        "output_uri",
+        "limits",
+        "stop_at_arrival",
+        "leader_owner",
+        "round_number",
+        "report_uri",
     )
 
     def __init__(
@@ -318,7 +354,7 @@ class KinesisConsumeOperator(SparkSubmitOperator):
         self.report_uri = report_uri
         self.aws_conn_id = aws_conn_id
 
-    def execute(self, context: Any) -> dict[str, Any]:
+    def execute(self, context: Any) -> dict[str, Any]:  # type: ignore[override]  # XCom: the round's figures
         with airflow_outcomes():
             access = aws_access(self.aws_conn_id, dict(self.settings))
             self.application_args = self._arguments(access)
@@ -332,9 +368,18 @@ class KinesisConsumeOperator(SparkSubmitOperator):
 
     def _arguments(self, access: AwsAccess) -> list[str]:
         config = access.config
-        arguments = ["--workers", str(int(self.num_workers)), "--output-uri", self.output_uri,
-                     "--report-uri", self.report_uri, "--leader-owner", self.leader_owner,
-                     "--round", str(int(self.round_number))]
+        arguments = [
+            "--workers",
+            str(int(self.num_workers)),
+            "--output-uri",
+            self.output_uri,
+            "--report-uri",
+            self.report_uri,
+            "--leader-owner",
+            self.leader_owner,
+            "--round",
+            str(int(self.round_number)),
+        ]
         for name in stream_names(self.streams):
             arguments += ["--stream", name]
         for key, value in (self.limits or {}).items():
@@ -366,7 +411,7 @@ def _setting_text(value: Any) -> str:
 
 def read_report(access: AwsAccess, uri: str) -> dict[str, Any]:
     if uri.startswith("s3://"):
-        bucket, _, key = uri[len("s3://"):].partition("/")
+        bucket, _, key = uri[len("s3://") :].partition("/")
         body = access.client("s3").get_object(Bucket=bucket, Key=key)["Body"].read()
         return json.loads(body)
     return json.loads(Path(uri.removeprefix("file://")).read_text())
@@ -375,21 +420,47 @@ def read_report(access: AwsAccess, uri: str) -> dict[str, Any]:
 def round_totals(report: Mapping[str, Any]) -> dict[str, Any]:
     """The report's figures that fit XCom: totals, per-slot load, per-lease rows (no long texts)."""
     slots = [
-        {"worker_id": slot["worker_id"], "leases": len(slot["leases"]), "attempt": slot["attempt"],
-         "records": sum(lease["records"] for lease in slot["leases"]),
-         "bytes": sum(lease["bytes"] for lease in slot["leases"]),
-         "seconds": slot["seconds"], "cpu_percent": slot["cpu_percent"]}
+        {
+            "worker_id": slot["worker_id"],
+            "leases": len(slot["leases"]),
+            "attempt": slot["attempt"],
+            "records": sum(lease["records"] for lease in slot["leases"]),
+            "bytes": sum(lease["bytes"] for lease in slot["leases"]),
+            "seconds": slot["seconds"],
+            "cpu_percent": slot["cpu_percent"],
+        }
         for slot in report["slots"]
     ]
     leases = [
-        {key: lease[key] for key in ("lease_key", "stream_name", "shard_id", "worker_id", "outcome", "records",
-                                     "bytes", "seconds", "start", "end", "millis_behind_latest", "throughput_kbps")}
-        for slot in report["slots"] for lease in slot["leases"]
+        {
+            key: lease[key]
+            for key in (
+                "lease_key",
+                "stream_name",
+                "shard_id",
+                "worker_id",
+                "outcome",
+                "records",
+                "bytes",
+                "seconds",
+                "start",
+                "end",
+                "millis_behind_latest",
+                "throughput_kbps",
+            )
+        }
+        for slot in report["slots"]
+        for lease in slot["leases"]
     ]
     return {
-        "application_name": report["application_name"], "round_number": report["round_number"],
-        "seconds": report["seconds"], "succeeded": report["succeeded"], "totals": report["totals"],
-        "slot_failures": report["slot_failures"], "slots": slots, "leases": leases,
+        "application_name": report["application_name"],
+        "round_number": report["round_number"],
+        "seconds": report["seconds"],
+        "succeeded": report["succeeded"],
+        "totals": report["totals"],
+        "slot_failures": report["slot_failures"],
+        "slots": slots,
+        "leases": leases,
     }
 
 
@@ -460,7 +531,9 @@ class FinalizeRoundOperator(_LeaderStep):
             # Kept now (history, and this task's failure below): the leases need not carry them any more.
             forget_reported_losses(store, reported_losses(totals))
         for outlet in self.outlets:
-            context["outlet_events"][outlet].extra = {key: summary[key] for key in ("round", "records", "bytes", "files", "consumed")}
+            context["outlet_events"][outlet].extra = {
+                key: summary[key] for key in ("round", "records", "bytes", "files", "consumed")
+            }
         if losses:
             raise RecordsLostError(losses)
         return summary

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 from lease_core.config import COORDINATOR_STATE_TABLE_SUFFIX, WORKER_METRICS_TABLE_SUFFIX, parse_iso_timestamp
@@ -61,7 +61,9 @@ def plan_round(params: Mapping[str, Any]) -> RoundPlan:
     if not isinstance(workers, int) or isinstance(workers, bool) or workers < 1:
         raise ConfigurationError("num_workers", f"must be an integer of at least 1, got {workers!r}")
     if mode == "live":
-        return RoundPlan(mode, application, streams, workers, output_uri, {**settings, "application_name": application}, None, limits)
+        return RoundPlan(
+            mode, application, streams, workers, output_uri, {**settings, "application_name": application}, None, limits
+        )
     start, end = _window(params)
     window = _window_name(start, end)
     backfill_application = _backfill_application(application, window)
@@ -71,7 +73,14 @@ def plan_round(params: Mapping[str, Any]) -> RoundPlan:
         initial_position_timestamp=start.isoformat(),
     )
     return RoundPlan(
-        mode, backfill_application, streams, workers, f"{output_uri}-backfill/{window}", settings, end.isoformat(), limits
+        mode,
+        backfill_application,
+        streams,
+        workers,
+        f"{output_uri}-backfill/{window}",
+        settings,
+        end.isoformat(),
+        limits,
     )
 
 
@@ -98,7 +107,7 @@ def _window(params: Mapping[str, Any]) -> tuple[datetime, datetime]:
         if not text:
             raise ConfigurationError(key, "is required for a backfill (an ISO 8601 time with a time zone)")
         try:
-            moments.append(parse_iso_timestamp(str(text)).astimezone(timezone.utc))
+            moments.append(parse_iso_timestamp(str(text)).astimezone(UTC))
         except ValueError as error:
             raise ConfigurationError(key, str(error)) from None
     start, end = moments

@@ -21,8 +21,13 @@ from tests.support.stores import FAST_RETRIES, dynamodb_store, fast_config
 
 CHROMIUM = "/usr/bin/chromium"  # Debian's package; Playwright never downloads a browser here
 CHROMIUM_ARGS = [
-    "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-    "--disable-component-update", "--disable-sync", "--no-first-run",
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
 ]
 APPLICATION = "browser-app"
 WORKER_0, WORKER_1 = f"{APPLICATION}-worker-0", f"{APPLICATION}-worker-1"
@@ -57,10 +62,28 @@ def application(moto_endpoint: str) -> str:
         assert store.create_lease_if_not_exists(lease) and store.assign_lease(lease, owner).applied
     state = DynamoDBCoordinatorStateStore(store.client, fast_config(APPLICATION).coordinator_state_table, FAST_RETRIES)
     history = RoundHistory(state)
-    history.append({"round": 7, "run_id": "scheduled__7", "records": 1234, "bytes": 56789, "files": 3,
-                    "busiest_over_bound": 1.0712})
-    history.record_lease_rows(7, [{"lease_key": "shardId-000", "records": 1234, "millis_behind_latest": 4500,
-                                   "outcome": "caught_up", "worker_id": WORKER_0}])
+    history.append(
+        {
+            "round": 7,
+            "run_id": "scheduled__7",
+            "records": 1234,
+            "bytes": 56789,
+            "files": 3,
+            "busiest_over_bound": 1.0712,
+        }
+    )
+    history.record_lease_rows(
+        7,
+        [
+            {
+                "lease_key": "shardId-000",
+                "records": 1234,
+                "millis_behind_latest": 4500,
+                "outcome": "caught_up",
+                "worker_id": WORKER_0,
+            }
+        ],
+    )
     return APPLICATION
 
 

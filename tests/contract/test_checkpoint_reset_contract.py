@@ -3,13 +3,18 @@
 from __future__ import annotations
 
 import dataclasses
-
 from dataclasses import dataclass
 
 import boto3
 import pytest
 
-from lease_core.checkpoint_reset import CheckpointReset, CheckpointResetError, Direction, LeaseNotFoundError, LeaseSelector
+from lease_core.checkpoint_reset import (
+    CheckpointReset,
+    CheckpointResetError,
+    Direction,
+    LeaseNotFoundError,
+    LeaseSelector,
+)
 from lease_core.coordinator_state import (
     CoordinatorStateStore,
     DynamoDBCoordinatorStateStore,
@@ -58,7 +63,7 @@ def tables(request: pytest.FixtureRequest, unique_name: str) -> Tables:
     return Tables(store, DynamoDBCoordinatorStateStore(client, f"{unique_name}-CoordinatorState", FAST_RETRIES))
 
 
-def owned(tables: Tables, checkpoint: ESN = ESN("500"), lease: Lease | None = None) -> Lease:
+def owned(tables: Tables, checkpoint: ESN = ExtendedSequenceNumber("500"), lease: Lease | None = None) -> Lease:
     """A lease assigned to OWNER at `checkpoint`, with throughput on record; the owner's fresh copy."""
     lease = lease or Lease(KEY, checkpoint=checkpoint)
     assert tables.store.create_lease_if_not_exists(lease)
@@ -70,7 +75,9 @@ def owned(tables: Tables, checkpoint: ESN = ESN("500"), lease: Lease | None = No
 
 
 def with_prepared_batch(tables: Tables, lease: Lease, end: ESN) -> tuple[Lease, PendingBatch]:
-    batch = PendingBatch(lease.checkpoint, end, None, f"stream_name=s/shard_id={KEY}/{lease.checkpoint}_{end}.parquet", 30)
+    batch = PendingBatch(
+        lease.checkpoint, end, None, f"stream_name=s/shard_id={KEY}/{lease.checkpoint}_{end}.parquet", 30
+    )
     result = tables.store.prepare_checkpoint(lease, end, batch.encode())
     assert result.applied and result.lease is not None
     return result.lease, batch
@@ -85,7 +92,9 @@ def test_a_reset_rewrites_the_checkpoint_removes_the_pending_fields_and_raises_t
     assert item["leaseCounter"] == {"N": str(lease.lease_counter + 2)}
     assert not set(PENDING_FIELDS) & set(item)
     assert (item["leaseOwner"], item["throughputKBps"], item["ownerSwitchesSinceCheckpoint"]) == (
-        {"S": OWNER}, {"N": "12.500000"}, {"N": "0"}
+        {"S": OWNER},
+        {"N": "12.500000"},
+        {"N": "0"},
     )
     assert (report.plan.before, report.after, report.attempts) == (lease, tables.stored(), 1)
     assert report.plan.direction is Direction.BACKWARD
@@ -129,7 +138,9 @@ class CounterMovesBeforeWrites:
         return self._store.reset_checkpoint(lease, value)
 
 
-def test_a_counter_change_between_read_and_write_loses_the_first_attempt_and_the_retry_applies_on_the_fresh_lease(tables):
+def test_a_counter_change_between_read_and_write_loses_the_first_attempt_and_the_retry_applies_on_the_fresh_lease(
+    tables,
+):
     lease = owned(tables)
     interfering = CounterMovesBeforeWrites(tables.store, times=1)
     report = tables.reset(ESN("100"), store=interfering)

@@ -131,7 +131,7 @@ def test_a_record_that_changes_under_every_attempt_raises_a_retryable_conflict(s
         state.put("History", {"items": {"S": "someone else"}, "version": {"S": f"theirs-{next(versions)}"}})
         return {"items": {"S": "mine"}}
 
-    with pytest.raises(CoordinatorStateConflictError, match="'History'.*3 attempts") as raised:
+    with pytest.raises(CoordinatorStateConflictError, match=r"'History'.*3 attempts") as raised:
         update_record(state, "History", change, attempts=3)
     assert raised.value.retryable and state.get("History")["items"] == {"S": "someone else"}
 

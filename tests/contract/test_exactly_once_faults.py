@@ -91,11 +91,17 @@ class PromoteFails:
 
 
 def three_rows() -> pa.Table:
-    arrival = dt.datetime(2024, 1, 1, tzinfo=dt.timezone.utc)
+    arrival = dt.datetime(2024, 1, 1, tzinfo=dt.UTC)
     return pa.Table.from_pylist(
         [
-            {"sequence_number": str(n), "sub_sequence_number": 0, "partition_key": "k",
-             "approximate_arrival_timestamp": arrival, "data": b"x", "explicit_hash_key": None}
+            {
+                "sequence_number": str(n),
+                "sub_sequence_number": 0,
+                "partition_key": "k",
+                "approximate_arrival_timestamp": arrival,
+                "data": b"x",
+                "explicit_hash_key": None,
+            }
             for n in (101, 102, 103)
         ],
         schema=FILE_SCHEMA,
@@ -115,8 +121,14 @@ def test_cleanup_never_deletes_a_finished_lease_whose_committed_batch_file_was_n
     ranges = (HashKeyRange(0, half), HashKeyRange(half + 1, 2**128 - 1))
     children = tuple(ChildShard(child, frozenset({PARENT}), hash_range) for child, hash_range in zip(CHILDREN, ranges))
     for child in children:  # created by shard sync, assigned to another slot for this round
-        owned(store, child.shard_id, OTHER_SLOT, checkpoint=TRIM_HORIZON, parent_shard_ids=frozenset({PARENT}),
-              hash_key_range=child.hash_key_range)
+        owned(
+            store,
+            child.shard_id,
+            OTHER_SLOT,
+            checkpoint=TRIM_HORIZON,
+            parent_shard_ids=frozenset({PARENT}),
+            hash_key_range=child.hash_key_range,
+        )
 
     sink = ParquetSink.from_uri(str(tmp_path / "lake"))
     checkpoint = ESN("100")
@@ -130,8 +142,14 @@ def test_cleanup_never_deletes_a_finished_lease_whose_committed_batch_file_was_n
     held = HeldLease(store, prepared, DURATION, claim_token=f"{SLOT}/attempt-0")
     assert held.claim()
     context = LeaseContext(
-        store=store, kinesis=None, sink=PromoteFails(sink),  # type: ignore[arg-type]
-        transform_spec=None, transform=None, retry_policy=FAST_RETRIES, at_timestamp=None, budget=LeaseBudget(),
+        store=store,
+        kinesis=None,
+        sink=PromoteFails(sink),  # type: ignore[arg-type]
+        transform_spec=None,
+        transform=None,
+        retry_policy=FAST_RETRIES,
+        at_timestamp=None,
+        budget=LeaseBudget(),
     )
     LeaseConsumer(held, "stream", PARENT, SINGLE, SLOT, context).run()  # fails at the promotion
 

@@ -40,8 +40,17 @@ def state(moto_endpoint, unique_name) -> DynamoDBCoordinatorStateStore:
 def contenders(state: DynamoDBCoordinatorStateStore, race: int) -> list[tuple[LeaderLock, FakeClock]]:
     clocks = [FakeClock() for _ in range(CONTENDERS)]
     return [
-        (LeaderLock(state, f"race{race}-worker-{n}", lease_duration_millis=LEASE, heartbeat_period_millis=LEASE // 4,
-                    monotonic_millis=clock, wall_clock_millis=STILL_WALL_CLOCK), clock)
+        (
+            LeaderLock(
+                state,
+                f"race{race}-worker-{n}",
+                lease_duration_millis=LEASE,
+                heartbeat_period_millis=LEASE // 4,
+                monotonic_millis=clock,
+                wall_clock_millis=STILL_WALL_CLOCK,
+            ),
+            clock,
+        )
         for n, clock in enumerate(clocks)
     ]
 
@@ -69,8 +78,13 @@ def test_exactly_one_of_eight_contenders_acquires_an_empty_table(state, race_num
 
 @pytest.mark.parametrize("race_number", range(ROUNDS), ids=lambda n: f"race-{n}")
 def test_exactly_one_of_eight_observers_takes_over_a_dead_holders_lock(state, race_number):
-    dead = LeaderLock(state, f"race{race_number}-dead-leader", lease_duration_millis=LEASE,
-                      heartbeat_period_millis=LEASE // 4, wall_clock_millis=STILL_WALL_CLOCK)
+    dead = LeaderLock(
+        state,
+        f"race{race_number}-dead-leader",
+        lease_duration_millis=LEASE,
+        heartbeat_period_millis=LEASE // 4,
+        wall_clock_millis=STILL_WALL_CLOCK,
+    )
     assert dead.try_acquire()
     dead_version = dead.record_version_number
     observers = contenders(state, race_number)
@@ -90,16 +104,32 @@ def test_exactly_one_of_eight_observers_takes_over_a_dead_holders_lock(state, ra
 def test_exactly_one_of_eight_fresh_processes_takes_over_on_the_shared_sighting_alone(state, race_number):
     """Each contender is a new process that reads once: only the shared sighting says the lock is expired."""
     wall = FakeClock()
-    dead = LeaderLock(state, f"race{race_number}-dead-round", lease_duration_millis=LEASE,
-                      heartbeat_period_millis=LEASE // 4, wall_clock_millis=wall)
+    dead = LeaderLock(
+        state,
+        f"race{race_number}-dead-round",
+        lease_duration_millis=LEASE,
+        heartbeat_period_millis=LEASE // 4,
+        wall_clock_millis=wall,
+    )
     assert dead.try_acquire()
-    sighting = LeaderLock(state, f"race{race_number}-observer", lease_duration_millis=LEASE,
-                          heartbeat_period_millis=LEASE // 4, wall_clock_millis=wall)
+    sighting = LeaderLock(
+        state,
+        f"race{race_number}-observer",
+        lease_duration_millis=LEASE,
+        heartbeat_period_millis=LEASE // 4,
+        wall_clock_millis=wall,
+    )
     assert not sighting.try_acquire()
     wall.now = LEASE + 1
     locks = [
-        LeaderLock(state, f"race{race_number}-round-{n}", lease_duration_millis=LEASE,
-                   heartbeat_period_millis=LEASE // 4, monotonic_millis=FakeClock(), wall_clock_millis=wall)
+        LeaderLock(
+            state,
+            f"race{race_number}-round-{n}",
+            lease_duration_millis=LEASE,
+            heartbeat_period_millis=LEASE // 4,
+            monotonic_millis=FakeClock(),
+            wall_clock_millis=wall,
+        )
         for n in range(CONTENDERS)
     ]
     (winner,) = race(locks)

@@ -8,7 +8,7 @@ import time
 import pytest
 
 from lease_core.errors import LeaseLostError
-from lease_core.lease import Lease
+from lease_core.lease import AgedOutRange, Lease
 from lease_core.lease_holder import HeldLease, LeaseHeartbeat
 from lease_core.lease_store import ConditionalLeaseStore, WriteResult
 from lease_core.memory_store import InMemoryLeaseStore
@@ -244,7 +244,7 @@ def test_a_claim_never_adopts_a_checkpoint_another_attempt_committed_since_the_l
 
 
 def test_a_lost_answer_is_not_assumed_for_a_write_that_was_sent_once(store):
-    first, second = twin_attempts(store)
+    first, _second = twin_attempts(store)
     first_view = first.lease
     # Even were the stored item exactly what the older attempt's renewal would have written (owner,
     # counter + 1), a request sent once cannot have been applied unseen.

@@ -314,9 +314,7 @@ def test_a_stale_owner_is_fenced_out_of_checkpoint_after_reassignment(store):
 
 def test_shard_end_checkpoint_and_child_ids_are_written_by_update(store):
     lease = owned(store)
-    result = store.update_lease(
-        lease.with_checkpoint(SHARD_END).with_child_shard_ids({"shardId-2", "shardId-3"})
-    )
+    result = store.update_lease(lease.with_checkpoint(SHARD_END).with_child_shard_ids({"shardId-2", "shardId-3"}))
     assert result.applied and result.lease.is_at_shard_end
     assert raw_item(store, lease.lease_key)["childShardIds"] == {"SS": ["shardId-2", "shardId-3"]}
 
@@ -433,8 +431,10 @@ def test_checkpoints_add_the_losses_they_move_past_to_the_leases_unreported_ones
     prepared = store.update_lease(lease.with_pending_checkpoint(ESN("12")), frozenset({FIRST_GAP})).lease
     committed = store.update_lease(prepared.with_checkpoint(ESN("25")), frozenset({SECOND_GAP}))
     assert committed.applied
-    assert committed.lease.unreported_losses == {FIRST_GAP, SECOND_GAP} == stored(store, lease.lease_key).unreported_losses
-    (kind, values), = raw_item(store, lease.lease_key)["unreportedRetentionLosses"].items()
+    assert (
+        committed.lease.unreported_losses == {FIRST_GAP, SECOND_GAP} == stored(store, lease.lease_key).unreported_losses
+    )
+    ((kind, values),) = raw_item(store, lease.lease_key)["unreportedRetentionLosses"].items()
     assert (kind, set(values)) == ("SS", {FIRST_GAP.encode(), SECOND_GAP.encode()})
 
 
@@ -465,9 +465,14 @@ def test_cleanup_never_deletes_a_lease_that_carries_unreported_losses(store):
 
 
 def test_a_corrupt_unreported_loss_is_named_when_the_lease_is_read(store):
-    put_raw_item(store, {
-        "leaseKey": {"S": "shardId-1"}, "leaseCounter": {"N": "1"}, "checkpoint": {"S": "TRIM_HORIZON"},
-        "unreportedRetentionLosses": {"SS": ["after 5"]},
-    })
+    put_raw_item(
+        store,
+        {
+            "leaseKey": {"S": "shardId-1"},
+            "leaseCounter": {"N": "1"},
+            "checkpoint": {"S": "TRIM_HORIZON"},
+            "unreportedRetentionLosses": {"SS": ["after 5"]},
+        },
+    )
     with pytest.raises(CorruptLeaseError, match="unreportedRetentionLosses"):
         store.get_lease("shardId-1", consistent=True)

@@ -10,6 +10,7 @@ import pytest
 
 from lease_core.coordinator_state import DynamoDBCoordinatorStateStore
 from lease_core.dynamodb_store import DynamoDBLeaseStore
+from lease_core.errors import LeaseLostError
 from lease_core.lease import Lease
 from lease_core.lease_lifecycle import (
     CleanupOutcome,
@@ -21,7 +22,6 @@ from lease_core.lease_lifecycle import (
 from lease_core.sequence import SHARD_END, TRIM_HORIZON, ExtendedSequenceNumber
 from lease_core.shard_audit import AuditReason, ShardSyncAuditor
 from lease_core.shard_sync import LeaseKeyScheme
-from lease_core.errors import LeaseLostError
 from lease_core.shards import ChildShard, Shard
 from tests.support.faults import AnswerLostClient
 from tests.support.lineage import LineageBuilder, shard_id

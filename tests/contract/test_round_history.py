@@ -46,10 +46,13 @@ def test_a_history_keeps_at_least_one_round():
         RoundHistory(InMemoryCoordinatorStateStore(), keep=0)
 
 
-@pytest.mark.parametrize(("retried", "expected_runs"), [
-    pytest.param("run-b", ["run-a", "run-b"], id="the-latest-run"),
-    pytest.param("run-a", ["run-a", "run-b"], id="an-earlier-run-keeps-its-place"),
-])
+@pytest.mark.parametrize(
+    ("retried", "expected_runs"),
+    [
+        pytest.param("run-b", ["run-a", "run-b"], id="the-latest-run"),
+        pytest.param("run-a", ["run-a", "run-b"], id="an-earlier-run-keeps-its-place"),
+    ],
+)
 def test_a_retried_append_of_a_kept_run_replaces_its_entry_instead_of_adding_one(state, retried, expected_runs):
     history = RoundHistory(state)
     history.append({"run_id": "run-a", "round": 1, "finished_at": 1})
@@ -68,10 +71,13 @@ def test_summaries_without_a_run_id_are_each_kept_as_rounds_of_their_own(state):
     assert history.rounds() == [{"round": 1}, {"round": 1}]
 
 
-@pytest.mark.parametrize("summary", [
-    pytest.param({"run_id": "run-b", "round": 2}, id="with-run-id"),
-    pytest.param({"round": 2}, id="without-run-id"),
-])
+@pytest.mark.parametrize(
+    "summary",
+    [
+        pytest.param({"run_id": "run-b", "round": 2}, id="with-run-id"),
+        pytest.param({"round": 2}, id="without-run-id"),
+    ],
+)
 def test_an_append_whose_answer_was_lost_is_kept_once(moto_endpoint, unique_name, summary):
     client = boto3.client("dynamodb", endpoint_url=moto_endpoint, region_name="us-east-1")
     config = fast_config(unique_name)
@@ -84,11 +90,14 @@ def test_an_append_whose_answer_was_lost_is_kept_once(moto_endpoint, unique_name
     assert history.rounds() == [{"run_id": "run-a", "round": 1}, summary]
 
 
-@pytest.mark.parametrize(("first", "second", "kept"), [
-    pytest.param(1, 2, (2, "second"), id="a-newer-round-replaces"),
-    pytest.param(2, 2, (2, "second"), id="the-same-round-replaces"),
-    pytest.param(3, 2, (3, "first"), id="an-older-round-is-ignored"),
-])
+@pytest.mark.parametrize(
+    ("first", "second", "kept"),
+    [
+        pytest.param(1, 2, (2, "second"), id="a-newer-round-replaces"),
+        pytest.param(2, 2, (2, "second"), id="the-same-round-replaces"),
+        pytest.param(3, 2, (3, "first"), id="an-older-round-is-ignored"),
+    ],
+)
 def test_lease_rows_are_kept_for_the_newest_round_recorded(state, first, second, kept):
     history = RoundHistory(state)
     assert history.lease_rows() == (None, [])

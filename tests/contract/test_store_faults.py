@@ -9,8 +9,8 @@ import pytest
 from lease_core.dynamodb_store import DynamoDBLeaseStore
 from lease_core.errors import DependencyError, IndexNotFoundError, TableNotFoundError, ThrottledError
 from lease_core.lease import Lease
-from lease_core.retry import RetryPolicy
 from lease_core.lease_holder import HeldLease
+from lease_core.retry import RetryPolicy
 from tests.support.faults import AnswerLostClient, FaultInjectingClient, client_error
 from tests.support.stores import FAST_RETRIES, dynamodb_store
 
@@ -23,7 +23,9 @@ class RecordingSleep:
         self.delays.append(seconds)
 
 
-def faulty_store(endpoint: str, name: str, fault, attempts: int = 4) -> tuple[DynamoDBLeaseStore, FaultInjectingClient, RecordingSleep]:
+def faulty_store(
+    endpoint: str, name: str, fault, attempts: int = 4
+) -> tuple[DynamoDBLeaseStore, FaultInjectingClient, RecordingSleep]:
     healthy = dynamodb_store(endpoint, name)
     client = FaultInjectingClient(healthy.client, fault)
     sleep = RecordingSleep()
@@ -121,20 +123,30 @@ def test_a_lease_table_without_the_owner_index_says_so(moto_endpoint, dynamodb_c
 @pytest.mark.parametrize(
     ("error", "retried"),
     [
-        pytest.param(client_error("ProvisionedThroughputExceededException", "UpdateItem"), False, id="throttled-was-refused"),
-        pytest.param(botocore.exceptions.ConnectTimeoutError(endpoint_url="http://127.0.0.1:1"), False, id="never-sent"),
-        pytest.param(client_error("InternalServerError", "UpdateItem", status=500), True, id="server-error-may-have-applied"),
+        pytest.param(
+            client_error("ProvisionedThroughputExceededException", "UpdateItem"), False, id="throttled-was-refused"
+        ),
+        pytest.param(
+            botocore.exceptions.ConnectTimeoutError(endpoint_url="http://127.0.0.1:1"), False, id="never-sent"
+        ),
+        pytest.param(
+            client_error("InternalServerError", "UpdateItem", status=500), True, id="server-error-may-have-applied"
+        ),
         pytest.param(botocore.exceptions.ReadTimeoutError(endpoint_url="http://127.0.0.1:1"), True, id="answer-lost"),
     ],
 )
-def test_a_write_says_it_was_sent_again_only_after_an_attempt_that_may_have_been_applied(moto_endpoint, unique_name, error, retried):
+def test_a_write_says_it_was_sent_again_only_after_an_attempt_that_may_have_been_applied(
+    moto_endpoint, unique_name, error, retried
+):
     store, _, _ = faulty_store(moto_endpoint, unique_name, first_calls_fail("update_item", 1, error))
     store.create_lease_if_not_exists(Lease("shardId-0"))
     result = store.renew_lease(store.get_lease("shardId-0"))
     assert (result.applied, result.retried) == (True, retried)
 
 
-def test_a_renewal_whose_answer_was_lost_is_recognised_by_its_holder_through_the_stores_retry(moto_endpoint, unique_name):
+def test_a_renewal_whose_answer_was_lost_is_recognised_by_its_holder_through_the_stores_retry(
+    moto_endpoint, unique_name
+):
     healthy = dynamodb_store(moto_endpoint, unique_name)
     healthy.create_lease_if_not_exists(Lease("shardId-0"))
     owned = healthy.assign_lease(healthy.get_lease("shardId-0", consistent=True), "app-worker-0").lease

@@ -24,7 +24,7 @@ from lease_core.sequence import TRIM_HORIZON, ExtendedSequenceNumber
 from tests.support.stores import dynamodb_store
 
 WORKERS = ("worker-0", "worker-1", "worker-2")
-ACTORS = WORKERS + ("leader",)
+ACTORS = (*WORKERS, "leader")
 _keys = itertools.count()
 
 step = st.tuples(
@@ -74,7 +74,7 @@ def run_interleaving(store: ConditionalLeaseStore, steps) -> None:
     key = f"shardId-{next(_keys):012d}"
     assert store.create_lease_if_not_exists(Lease(key, checkpoint=TRIM_HORIZON))
     stored = store.get_lease(key, consistent=True)
-    local = {actor: stored for actor in ACTORS}
+    local = dict.fromkeys(ACTORS, stored)
     applied_fencing_writes = 0
     for actor, operation, target, delta in steps:
         before = store.get_lease(key, consistent=True)
@@ -150,8 +150,9 @@ def test_two_writers_with_the_same_counter_never_both_win(shared_dynamodb_store)
         local = store.get_lease(key, consistent=True)
         barrier = threading.Barrier(2)
 
-        def write(position: str) -> bool:
+        def write(position: str, barrier: threading.Barrier = barrier, local: Lease | None = local) -> bool:
             barrier.wait()
+            assert local is not None
             return store.checkpoint(local, ExtendedSequenceNumber(position)).applied
 
         with ThreadPoolExecutor(max_workers=2) as pool:

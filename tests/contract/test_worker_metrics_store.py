@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from lease_core.worker_metrics import DynamoDBWorkerMetricsStore, InMemoryWorkerMetricsStore, WorkerMetricStats
 from lease_core.errors import TableNotFoundError
+from lease_core.worker_metrics import DynamoDBWorkerMetricsStore, InMemoryWorkerMetricsStore, WorkerMetricStats
 from tests.support.faults import FaultInjectingClient, client_error
 from tests.support.stores import FAST_RETRIES, dynamodb_store
 
@@ -65,7 +65,7 @@ def test_list_all_returns_every_worker(store):
 
 def test_a_corrupt_item_fails_loudly_naming_the_worker(store):
     raw_put(store, {"wid": {"S": "app-worker-0"}, "lut": {"S": "yesterday"}})
-    with pytest.raises(ValueError, match="'app-worker-0'.*'lut'"):
+    with pytest.raises(ValueError, match=r"'app-worker-0'.*'lut'"):
         store.get("app-worker-0")
 
 
@@ -86,7 +86,9 @@ def test_deleting_a_missing_worker_reports_false(store):
 def test_the_dynamodb_scan_follows_every_page(moto_endpoint, unique_name):
     lease_store = dynamodb_store(moto_endpoint, unique_name)
     client = FaultInjectingClient(lease_store.client, lambda method, number: None)
-    store = DynamoDBWorkerMetricsStore(client, f"{unique_name}-WorkerMetricStats", retry_policy=FAST_RETRIES, page_size=2)
+    store = DynamoDBWorkerMetricsStore(
+        client, f"{unique_name}-WorkerMetricStats", retry_policy=FAST_RETRIES, page_size=2
+    )
     for n in range(7):
         store.put(cpu(f"app-worker-{n}"))
     assert sorted(stats.worker_id for stats in store.list_all()) == [f"app-worker-{n}" for n in range(7)]
@@ -97,7 +99,9 @@ def test_a_throttled_write_is_retried_and_lands_once(moto_endpoint, unique_name)
     lease_store = dynamodb_store(moto_endpoint, unique_name)
     throttle_first = lambda method, number: client_error("ThrottlingException", "UpdateItem") if number == 1 else None  # noqa: E731
     store = DynamoDBWorkerMetricsStore(
-        FaultInjectingClient(lease_store.client, throttle_first), f"{unique_name}-WorkerMetricStats", retry_policy=FAST_RETRIES
+        FaultInjectingClient(lease_store.client, throttle_first),
+        f"{unique_name}-WorkerMetricStats",
+        retry_policy=FAST_RETRIES,
     )
     store.put(cpu("app-worker-0"))
     assert store.get("app-worker-0") == cpu("app-worker-0")

@@ -24,7 +24,7 @@ import uuid
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -91,7 +91,11 @@ class RecordedRun:
 
 @pytest.fixture(scope="module")
 def proxies(moto_endpoint: str, kinesis_endpoint: str) -> Iterator[dict[str, FaultProxy]]:
-    with FaultProxy(moto_endpoint) as dynamodb, FaultProxy(moto_endpoint) as s3, FaultProxy(kinesis_endpoint) as kinesis:
+    with (
+        FaultProxy(moto_endpoint) as dynamodb,
+        FaultProxy(moto_endpoint) as s3,
+        FaultProxy(kinesis_endpoint) as kinesis,
+    ):
         yield {"dynamodb": dynamodb, "s3": s3, "kinesis": kinesis}
 
 
@@ -99,10 +103,14 @@ def proxies(moto_endpoint: str, kinesis_endpoint: str) -> Iterator[dict[str, Fau
 def proxied_environment(proxies: dict[str, FaultProxy], airflow_metadata_db: None) -> Iterator[None]:
     """The AWS connection through the proxies, Spark, and the table options; every variable restored after."""
     variables = run_environment(
-        proxies["kinesis"].endpoint, proxies["dynamodb"].endpoint, LOCAL_SPARK_CONNECTION,
+        proxies["kinesis"].endpoint,
+        proxies["dynamodb"].endpoint,
+        LOCAL_SPARK_CONNECTION,
         # Table options a deployment may set: their calls (TagResource, UpdateContinuousBackups) must be allowed.
-        extra={"KINESIS_LEASE_TAGS": json.dumps({"team": "data", "cost-center": "lake"}),
-               "KINESIS_LEASE_LEASE_TABLE_PITR_ENABLED": "true"},
+        extra={
+            "KINESIS_LEASE_TAGS": json.dumps({"team": "data", "cost-center": "lake"}),
+            "KINESIS_LEASE_LEASE_TABLE_PITR_ENABLED": "true",
+        },
         s3_endpoint=proxies["s3"].endpoint,
     )
     with airflow_environment(variables):
@@ -147,8 +155,17 @@ def recorded_run(
     dag = load_dag_module("kinesis_lease_pipeline_iam_policy").dag
 
     def run(name: str, **conf: Any) -> None:
-        rounds[name] = run_round(dag, {"streams": [stream], "application_name": application, "num_workers": 2,
-                                       "initial_position": "TRIM_HORIZON", "output_uri": output, **conf})
+        rounds[name] = run_round(
+            dag,
+            {
+                "streams": [stream],
+                "application_name": application,
+                "num_workers": 2,
+                "initial_position": "TRIM_HORIZON",
+                "output_uri": output,
+                **conf,
+            },
+        )
 
     rounds: dict[str, dict[str, str]] = {}
     serial = [0]
@@ -156,7 +173,7 @@ def recorded_run(
     # every shard, the split's children included (which the hash-range check refuses): the window
     # starts on a whole second after the stream's creation.
     time.sleep(1.1)
-    window_start = datetime.now(timezone.utc).replace(microsecond=0)
+    window_start = datetime.now(UTC).replace(microsecond=0)
     produced = produce(kinesis, stream, 120, serial)
     run("first")
     split_shard(kinesis, stream, sorted(shard.shard_id for shard in shards_of(kinesis, stream))[0])
@@ -165,28 +182,62 @@ def recorded_run(
     run("cleanup")  # nothing new to read: shard sync deletes the finished parent, the consume step is skipped
     run("idle")
     time.sleep(1.1)
-    window_end = datetime.now(timezone.utc).replace(microsecond=0)
+    window_end = datetime.now(UTC).replace(microsecond=0)
     run("backfill", mode="backfill", start=window_start.isoformat(), end=window_end.isoformat())
     backfill_application = f"{application}-backfill-{window_start:%Y%m%dT%H%M%SZ}-{window_end:%Y%m%dT%H%M%SZ}"
 
     from kinesis_lease.ui_app import application_overview
 
     monitored = [application_overview(name) for name in (application, backfill_application)]
-    checkpoints = [item["checkpoint"]["S"] for item in dynamodb.scan(TableName=application, ConsistentRead=True)["Items"]]
+    checkpoints = [
+        item["checkpoint"]["S"] for item in dynamodb.scan(TableName=application, ConsistentRead=True)["Items"]
+    ]
     teardown = [
-        cli.main(["--app", name, "--set", f"aws_endpoint_url_dynamodb={proxies['dynamodb'].endpoint}",
-                  "--set", f"aws_region={REGION}", "--set", "table_status_poll_seconds=0.05", "teardown", "--yes"])
+        cli.main(
+            [
+                "--app",
+                name,
+                "--set",
+                f"aws_endpoint_url_dynamodb={proxies['dynamodb'].endpoint}",
+                "--set",
+                f"aws_region={REGION}",
+                "--set",
+                "table_status_poll_seconds=0.05",
+                "teardown",
+                "--yes",
+            ]
+        )
         for name in (application, backfill_application)
     ]
     table = ParquetSink.from_uri(output, s3_endpoint_url=moto_endpoint, region=REGION).read_dataset()
     calls = [call for proxy in proxies.values() for call in proxy.calls()]
-    return RecordedRun(application, backfill_application, stream, bucket, rounds, monitored, teardown, calls,
-                       produced, table.column("data").to_pylist(), checkpoints)
+    return RecordedRun(
+        application,
+        backfill_application,
+        stream,
+        bucket,
+        rounds,
+        monitored,
+        teardown,
+        calls,
+        produced,
+        table.column("data").to_pylist(),
+        checkpoints,
+    )
 
 
 def policy_for(run: RecordedRun) -> Policy:
-    return load_policy(POLICY_FILE, {"Region": REGION, "Account": ACCOUNT, "Application": run.application,
-                                     "Stream": run.stream, "Bucket": run.bucket, "Prefix": PREFIX})
+    return load_policy(
+        POLICY_FILE,
+        {
+            "Region": REGION,
+            "Account": ACCOUNT,
+            "Application": run.application,
+            "Stream": run.stream,
+            "Bucket": run.bucket,
+            "Prefix": PREFIX,
+        },
+    )
 
 
 def requests_of(run: RecordedRun) -> list[IamRequest]:
@@ -248,26 +299,64 @@ def test_the_policy_names_every_action_and_resource_explicitly_with_exactly_the_
 
 # --- the evaluator -------------------------------------------------------------------------------
 
-SAMPLE = parse_policy({
-    "Version": "2012-10-17",
-    "Statement": [
-        {"Sid": "Items", "Effect": "Allow", "Action": ["dynamodb:GetItem", "dynamodb:Put*"],
-         "Resource": "arn:aws:dynamodb:r:1:table/app-backfill-????Z"},
-        {"Sid": "Index", "Effect": "Allow", "Action": "dynamodb:Query", "Resource": "arn:aws:dynamodb:r:1:table/app/index/*"},
-        {"Sid": "List", "Effect": "Allow", "Action": "s3:ListBucket", "Resource": "arn:aws:s3:::b",
-         "Condition": {"StringLike": {"s3:prefix": "lake/*"}}},
-    ],
-})
+SAMPLE = parse_policy(
+    {
+        "Version": "2012-10-17",
+        "Statement": [
+            {
+                "Sid": "Items",
+                "Effect": "Allow",
+                "Action": ["dynamodb:GetItem", "dynamodb:Put*"],
+                "Resource": "arn:aws:dynamodb:r:1:table/app-backfill-????Z",
+            },
+            {
+                "Sid": "Index",
+                "Effect": "Allow",
+                "Action": "dynamodb:Query",
+                "Resource": "arn:aws:dynamodb:r:1:table/app/index/*",
+            },
+            {
+                "Sid": "List",
+                "Effect": "Allow",
+                "Action": "s3:ListBucket",
+                "Resource": "arn:aws:s3:::b",
+                "Condition": {"StringLike": {"s3:prefix": "lake/*"}},
+            },
+        ],
+    }
+)
 
 EVALUATOR_CASES = [
-    pytest.param(IamRequest("dynamodb:GetItem", "arn:aws:dynamodb:r:1:table/app-backfill-2026Z"), True, id="exact-action-question-marks"),
-    pytest.param(IamRequest("DynamoDB:putitem", "arn:aws:dynamodb:r:1:table/app-backfill-2026Z"), True, id="action-glob-any-case"),
-    pytest.param(IamRequest("dynamodb:GetItem", "arn:aws:dynamodb:r:1:table/app-backfill-2026Z-WorkerMetricStats"), False, id="question-marks-are-one-character"),
-    pytest.param(IamRequest("dynamodb:GetItem", "arn:aws:dynamodb:r:1:table/APP-backfill-2026Z"), False, id="arns-are-case-sensitive"),
-    pytest.param(IamRequest("dynamodb:DeleteItem", "arn:aws:dynamodb:r:1:table/app-backfill-2026Z"), False, id="action-not-granted"),
+    pytest.param(
+        IamRequest("dynamodb:GetItem", "arn:aws:dynamodb:r:1:table/app-backfill-2026Z"),
+        True,
+        id="exact-action-question-marks",
+    ),
+    pytest.param(
+        IamRequest("DynamoDB:putitem", "arn:aws:dynamodb:r:1:table/app-backfill-2026Z"), True, id="action-glob-any-case"
+    ),
+    pytest.param(
+        IamRequest("dynamodb:GetItem", "arn:aws:dynamodb:r:1:table/app-backfill-2026Z-WorkerMetricStats"),
+        False,
+        id="question-marks-are-one-character",
+    ),
+    pytest.param(
+        IamRequest("dynamodb:GetItem", "arn:aws:dynamodb:r:1:table/APP-backfill-2026Z"),
+        False,
+        id="arns-are-case-sensitive",
+    ),
+    pytest.param(
+        IamRequest("dynamodb:DeleteItem", "arn:aws:dynamodb:r:1:table/app-backfill-2026Z"),
+        False,
+        id="action-not-granted",
+    ),
     pytest.param(IamRequest("dynamodb:Query", "arn:aws:dynamodb:r:1:table/app/index/Owner"), True, id="index-arn"),
-    pytest.param(IamRequest("dynamodb:Query", "arn:aws:dynamodb:r:1:table/app"), False, id="index-grant-is-not-the-table"),
-    pytest.param(IamRequest("dynamodb:Query", "arn:aws:dynamodb:r:1:table/app/index/a/b"), True, id="star-spans-slashes"),
+    pytest.param(
+        IamRequest("dynamodb:Query", "arn:aws:dynamodb:r:1:table/app"), False, id="index-grant-is-not-the-table"
+    ),
+    pytest.param(
+        IamRequest("dynamodb:Query", "arn:aws:dynamodb:r:1:table/app/index/a/b"), True, id="star-spans-slashes"
+    ),
     pytest.param(IamRequest("s3:ListBucket", "arn:aws:s3:::b", {"s3:prefix": "lake/x/"}), True, id="condition-holds"),
     pytest.param(IamRequest("s3:ListBucket", "arn:aws:s3:::b", {"s3:prefix": "other/"}), False, id="condition-fails"),
     pytest.param(IamRequest("s3:ListBucket", "arn:aws:s3:::b"), False, id="condition-key-absent"),
@@ -284,27 +373,62 @@ def test_only_star_and_question_mark_are_wildcards_in_an_arn():
 
 
 MAPPING_CASES = [
-    pytest.param(RecordedCall("dynamodb", "Query", 200, tables=("t",), index="i"),
-                 [("dynamodb:Query", "arn:aws:dynamodb:r:1:table/t/index/i")], id="query-on-index"),
-    pytest.param(RecordedCall("dynamodb", "CreateTable", 200, tables=("t",), parameters=("TableName", "Tags")),
-                 [("dynamodb:CreateTable", "arn:aws:dynamodb:r:1:table/t"), ("dynamodb:TagResource", "arn:aws:dynamodb:r:1:table/t")],
-                 id="create-table-with-tags"),
-    pytest.param(RecordedCall("dynamodb", "BatchGetItem", 200, tables=("a", "b")),
-                 [("dynamodb:BatchGetItem", "arn:aws:dynamodb:r:1:table/a"), ("dynamodb:BatchGetItem", "arn:aws:dynamodb:r:1:table/b")],
-                 id="batch-per-table"),
-    pytest.param(RecordedCall("dynamodb", "TransactWriteItems", 200, tables=("t", "u"),
-                              transaction=(("Update", "t"), ("Put", "t"), ("Put", "t"), ("ConditionCheck", "u"))),
-                 [("dynamodb:UpdateItem", "arn:aws:dynamodb:r:1:table/t"), ("dynamodb:PutItem", "arn:aws:dynamodb:r:1:table/t"),
-                  ("dynamodb:ConditionCheckItem", "arn:aws:dynamodb:r:1:table/u")],
-                 id="transaction-item-by-item"),
-    pytest.param(RecordedCall("kinesis", "GetRecords", 200, stream="s"),
-                 [("kinesis:GetRecords", "arn:aws:kinesis:r:1:stream/s")], id="get-records-on-the-iterator-s-stream"),
-    pytest.param(RecordedCall("s3", "HeadObject", 404, method="HEAD", bucket="b", key="p/k"),
-                 [("s3:GetObject", "arn:aws:s3:::b/p/k")], id="head-object-is-get-object"),
-    pytest.param(RecordedCall("s3", "UploadPart", 200, method="PUT", bucket="b", key="p/k", query=(("partNumber", "1"),)),
-                 [("s3:PutObject", "arn:aws:s3:::b/p/k")], id="upload-part-is-put-object"),
-    pytest.param(RecordedCall("s3", "HeadBucket", 200, method="HEAD", bucket="b"),
-                 [("s3:ListBucket", "arn:aws:s3:::b")], id="head-bucket-is-list-bucket"),
+    pytest.param(
+        RecordedCall("dynamodb", "Query", 200, tables=("t",), index="i"),
+        [("dynamodb:Query", "arn:aws:dynamodb:r:1:table/t/index/i")],
+        id="query-on-index",
+    ),
+    pytest.param(
+        RecordedCall("dynamodb", "CreateTable", 200, tables=("t",), parameters=("TableName", "Tags")),
+        [
+            ("dynamodb:CreateTable", "arn:aws:dynamodb:r:1:table/t"),
+            ("dynamodb:TagResource", "arn:aws:dynamodb:r:1:table/t"),
+        ],
+        id="create-table-with-tags",
+    ),
+    pytest.param(
+        RecordedCall("dynamodb", "BatchGetItem", 200, tables=("a", "b")),
+        [
+            ("dynamodb:BatchGetItem", "arn:aws:dynamodb:r:1:table/a"),
+            ("dynamodb:BatchGetItem", "arn:aws:dynamodb:r:1:table/b"),
+        ],
+        id="batch-per-table",
+    ),
+    pytest.param(
+        RecordedCall(
+            "dynamodb",
+            "TransactWriteItems",
+            200,
+            tables=("t", "u"),
+            transaction=(("Update", "t"), ("Put", "t"), ("Put", "t"), ("ConditionCheck", "u")),
+        ),
+        [
+            ("dynamodb:UpdateItem", "arn:aws:dynamodb:r:1:table/t"),
+            ("dynamodb:PutItem", "arn:aws:dynamodb:r:1:table/t"),
+            ("dynamodb:ConditionCheckItem", "arn:aws:dynamodb:r:1:table/u"),
+        ],
+        id="transaction-item-by-item",
+    ),
+    pytest.param(
+        RecordedCall("kinesis", "GetRecords", 200, stream="s"),
+        [("kinesis:GetRecords", "arn:aws:kinesis:r:1:stream/s")],
+        id="get-records-on-the-iterator-s-stream",
+    ),
+    pytest.param(
+        RecordedCall("s3", "HeadObject", 404, method="HEAD", bucket="b", key="p/k"),
+        [("s3:GetObject", "arn:aws:s3:::b/p/k")],
+        id="head-object-is-get-object",
+    ),
+    pytest.param(
+        RecordedCall("s3", "UploadPart", 200, method="PUT", bucket="b", key="p/k", query=(("partNumber", "1"),)),
+        [("s3:PutObject", "arn:aws:s3:::b/p/k")],
+        id="upload-part-is-put-object",
+    ),
+    pytest.param(
+        RecordedCall("s3", "HeadBucket", 200, method="HEAD", bucket="b"),
+        [("s3:ListBucket", "arn:aws:s3:::b")],
+        id="head-bucket-is-list-bucket",
+    ),
 ]
 
 
@@ -314,8 +438,14 @@ def test_a_recorded_call_maps_to_the_iam_actions_and_resources_aws_authorizes(ca
 
 
 def test_a_list_objects_call_carries_its_prefix_as_the_s3_prefix_condition_key():
-    call = RecordedCall("s3", "ListObjectsV2", 200, method="GET", bucket="b",
-                        query=(("delimiter", "/"), ("list-type", "2"), ("prefix", "lake/x/")))
+    call = RecordedCall(
+        "s3",
+        "ListObjectsV2",
+        200,
+        method="GET",
+        bucket="b",
+        query=(("delimiter", "/"), ("list-type", "2"), ("prefix", "lake/x/")),
+    )
     (request,) = iam_requests(call, "r", "1")
     assert request.context == {"s3:prefix": "lake/x/", "s3:delimiter": "/"}
 
@@ -325,8 +455,16 @@ def test_a_list_objects_call_carries_its_prefix_as_the_s3_prefix_condition_key()
     [
         pytest.param({"Sid": "D", "Effect": "Deny", "Action": "s3:*", "Resource": "*"}, id="deny"),
         pytest.param({"Sid": "N", "Effect": "Allow", "NotAction": "s3:*", "Resource": "*"}, id="not-action"),
-        pytest.param({"Sid": "C", "Effect": "Allow", "Action": "s3:GetObject", "Resource": "*",
-                      "Condition": {"ArnLike": {"aws:SourceArn": "x"}}}, id="unmodelled-condition"),
+        pytest.param(
+            {
+                "Sid": "C",
+                "Effect": "Allow",
+                "Action": "s3:GetObject",
+                "Resource": "*",
+                "Condition": {"ArnLike": {"aws:SourceArn": "x"}},
+            },
+            id="unmodelled-condition",
+        ),
         pytest.param({"Effect": "Allow", "Action": "s3:GetObject", "Resource": "*"}, id="no-sid"),
     ],
 )
@@ -337,7 +475,20 @@ def test_a_policy_using_what_the_evaluator_does_not_model_is_refused(statement):
 
 def test_an_unknown_placeholder_is_refused(tmp_path):
     path = tmp_path / "policy.json"
-    path.write_text(json.dumps({"Version": "2012-10-17", "Statement": [
-        {"Sid": "A", "Effect": "Allow", "Action": "s3:GetObject", "Resource": "arn:aws:s3:::${Bucket}/${Nope}/*"}]}))
+    path.write_text(
+        json.dumps(
+            {
+                "Version": "2012-10-17",
+                "Statement": [
+                    {
+                        "Sid": "A",
+                        "Effect": "Allow",
+                        "Action": "s3:GetObject",
+                        "Resource": "arn:aws:s3:::${Bucket}/${Nope}/*",
+                    }
+                ],
+            }
+        )
+    )
     with pytest.raises(PolicyError, match="Nope"):
         load_policy(path, {"Bucket": "b"})

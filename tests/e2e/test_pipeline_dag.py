@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import socket
+from datetime import UTC
 
 import pytest
 
@@ -44,7 +45,9 @@ def test_the_schedule_runs_one_round_at_a_time_without_catchup_and_with_retries(
 
 
 def test_leadership_is_released_whatever_happened_and_a_failed_round_fails_the_run(dag):
-    take, finalize, release = (dag.get_task(name) for name in ("take_leadership", "finalize_round", "release_leadership"))
+    take, _finalize, release = (
+        dag.get_task(name) for name in ("take_leadership", "finalize_round", "release_leadership")
+    )
     assert take.is_setup and release.is_teardown and not release.on_failure_fail_dagrun
     assert release.trigger_rule == "all_done_setup_success"
     assert {task.task_id for task in dag.leaves} == {"release_leadership"}
@@ -103,8 +106,19 @@ TEMPLATED = {
     "sync_shards": {"settings", "leader_owner", "streams"},
     "assign_leases": {"settings", "leader_owner", "num_workers"},
     "check_idle": {"settings", "streams"},
-    "consume": {"settings", "streams", "num_workers", "output_uri", "limits", "stop_at_arrival", "leader_owner",
-                "round_number", "report_uri", "application_args", "conf"},
+    "consume": {
+        "settings",
+        "streams",
+        "num_workers",
+        "output_uri",
+        "limits",
+        "stop_at_arrival",
+        "leader_owner",
+        "round_number",
+        "report_uri",
+        "application_args",
+        "conf",
+    },
     "finalize_round": {"settings", "leader_owner", "round_report", "assignment", "shard_sync"},
     "release_leadership": {"settings", "leader_owner"},
 }
@@ -124,13 +138,20 @@ def test_a_split_and_a_merge_between_scheduled_rounds_are_read_with_their_childr
     kinesis = kinesis_client(kinesis_endpoint)
     create_stream(kinesis, unique_name, 3)
     ledger = ConsumerPipeline(unique_name, (unique_name,), kinesis_endpoint, moto_endpoint, str(tmp_path / "lake"))
-    conf = {"streams": [unique_name], "application_name": unique_name, "num_workers": 2,
-            "initial_position": "TRIM_HORIZON", "output_uri": str(tmp_path / "lake")}
+    conf = {
+        "streams": [unique_name],
+        "application_name": unique_name,
+        "num_workers": 2,
+        "initial_position": "TRIM_HORIZON",
+        "output_uri": str(tmp_path / "lake"),
+    }
     ledger.produce(300, hot_keys=2)
     first = run_round(dag, conf)
     assert set(first.values()) == {"success"}, first
     shards = sorted(ledger.leases())
-    children = set(split_shard(kinesis, unique_name, shards[0])) | {merge_shards(kinesis, unique_name, shards[1], shards[2])}
+    children = set(split_shard(kinesis, unique_name, shards[0])) | {
+        merge_shards(kinesis, unique_name, shards[1], shards[2])
+    }
     ledger.produce(200)
     second = run_round(dag, conf)
     assert set(second.values()) == {"success"}, second
@@ -140,9 +161,9 @@ def test_a_split_and_a_merge_between_scheduled_rounds_are_read_with_their_childr
     assert sorted(landed, key=lambda r: r.data) == sorted(ledger.produced, key=lambda r: r.data)
     _, rows = RoundHistory(ledger.state).lease_rows()
     assert sorted(row["lease_key"] for row in rows if row["lease_key"] in children) == sorted(children)
-    assert {key: lease.checkpoint for key, lease in ledger.leases().items() if key in shards} == {
-        shard: SHARD_END for shard in shards
-    }
+    assert {key: lease.checkpoint for key, lease in ledger.leases().items() if key in shards} == dict.fromkeys(
+        shards, SHARD_END
+    )
     assert ledger.state.get("Leader") is None
     # Each kept round says how far its busiest slot was from the balance bound (the monitoring page's column).
     assert [entry["busiest_over_bound"] >= 1.0 for entry in RoundHistory(ledger.state).rounds()] == [True, True]
@@ -152,8 +173,13 @@ def test_an_idle_round_skips_the_consume_step_and_still_releases_leadership(
     dag, airflow_run_environment, unique_name, kinesis_endpoint, moto_endpoint, tmp_path
 ):
     create_stream(kinesis_client(kinesis_endpoint), unique_name, 1)
-    conf = {"streams": [unique_name], "application_name": unique_name, "num_workers": 1,
-            "initial_position": "TRIM_HORIZON", "output_uri": str(tmp_path / "lake")}
+    conf = {
+        "streams": [unique_name],
+        "application_name": unique_name,
+        "num_workers": 1,
+        "initial_position": "TRIM_HORIZON",
+        "output_uri": str(tmp_path / "lake"),
+    }
     states = run_round(dag, conf)
     assert (states["check_idle"], states["consume"]) == ("skipped", "skipped")
     assert (states["finalize_round"], states["release_leadership"]) == ("success", "success")
@@ -163,25 +189,34 @@ def test_a_backfill_replays_its_window_into_its_own_namespace_and_is_idempotent(
     dag, airflow_run_environment, unique_name, kinesis_endpoint, moto_endpoint, tmp_path
 ):
     import time
-    from datetime import datetime, timedelta, timezone
+    from datetime import datetime, timedelta
 
     create_stream(kinesis_client(kinesis_endpoint), unique_name, 1)
     live = ConsumerPipeline(unique_name, (unique_name,), kinesis_endpoint, moto_endpoint, str(tmp_path / "lake"))
-    start = datetime.now(timezone.utc).replace(microsecond=0) - timedelta(seconds=1)
+    start = datetime.now(UTC).replace(microsecond=0) - timedelta(seconds=1)
     inside = live.produce(40)
     time.sleep(2.2)
-    end = datetime.now(timezone.utc).replace(microsecond=0)
+    end = datetime.now(UTC).replace(microsecond=0)
     time.sleep(1.2)
     live.produce(15)  # after the window
-    conf = {"streams": [unique_name], "application_name": unique_name, "num_workers": 1,
-            "output_uri": str(tmp_path / "lake"), "mode": "backfill",
-            "start": start.isoformat(), "end": end.isoformat()}
+    conf = {
+        "streams": [unique_name],
+        "application_name": unique_name,
+        "num_workers": 1,
+        "output_uri": str(tmp_path / "lake"),
+        "mode": "backfill",
+        "start": start.isoformat(),
+        "end": end.isoformat(),
+    }
     for _ in range(2):
         states = run_round(dag, conf)
         assert states["finalize_round"] == "success", states
     window = f"{start:%Y%m%dT%H%M%SZ}-{end:%Y%m%dT%H%M%SZ}"
     backfill = ConsumerPipeline(
-        f"{unique_name}-backfill-{window}", (unique_name,), kinesis_endpoint, moto_endpoint,
+        f"{unique_name}-backfill-{window}",
+        (unique_name,),
+        kinesis_endpoint,
+        moto_endpoint,
         str(tmp_path / "lake") + f"-backfill/{window}",
     )
     landed = backfill.landed()

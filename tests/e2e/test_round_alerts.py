@@ -25,8 +25,11 @@ def trim_proxy(kinesis_endpoint: str) -> Iterator[FaultProxy]:
 
 @pytest.fixture(scope="module")
 def rounds_through_the_proxy(
-    trim_proxy: FaultProxy, moto_endpoint: str, spark_connection: dict[str, Any],
-    spark_submit_environment: dict[str, str], airflow_metadata_db: None,
+    trim_proxy: FaultProxy,
+    moto_endpoint: str,
+    spark_connection: dict[str, Any],
+    spark_submit_environment: dict[str, str],
+    airflow_metadata_db: None,
 ) -> Iterator[None]:
     """The DAG's Kinesis calls, the Spark executors' included, go through `trim_proxy`."""
     variables = run_environment(trim_proxy.endpoint, moto_endpoint, spark_connection, spark_submit_environment)
@@ -40,8 +43,13 @@ def read_once_then_trim(
     """A one-shard stream read by one DAG run; then 40 more records, the first 20 of which age out."""
     create_stream(kinesis_client(proxy.endpoint), name, 1)
     ledger = ConsumerPipeline(name, (name,), proxy.endpoint, moto_endpoint, str(tmp_path / "lake"))
-    conf = {"streams": [name], "application_name": name, "num_workers": 1,
-            "initial_position": "TRIM_HORIZON", "output_uri": str(tmp_path / "lake")}
+    conf = {
+        "streams": [name],
+        "application_name": name,
+        "num_workers": 1,
+        "initial_position": "TRIM_HORIZON",
+        "output_uri": str(tmp_path / "lake"),
+    }
     ledger.produce(30)
     assert set(run_round(dag, conf).values()) == {"success"}
     later = ledger.produce(40)

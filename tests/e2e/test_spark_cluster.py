@@ -58,8 +58,13 @@ def test_rounds_on_the_cluster_land_every_record_once_with_executors_on_both_wor
 ):
     create_stream(kinesis_client(kinesis_endpoint), unique_name, 2)
     ledger = ConsumerPipeline(unique_name, (unique_name,), kinesis_endpoint, moto_endpoint, str(tmp_path / "lake"))
-    conf = {"streams": [unique_name], "application_name": unique_name, "num_workers": 2,
-            "initial_position": "TRIM_HORIZON", "output_uri": str(tmp_path / "lake")}
+    conf = {
+        "streams": [unique_name],
+        "application_name": unique_name,
+        "num_workers": 2,
+        "initial_position": "TRIM_HORIZON",
+        "output_uri": str(tmp_path / "lake"),
+    }
     ledger.produce(240, hot_keys=2)
     first = run_round(dag, conf)
     assert set(first.values()) == {"success"}, first
@@ -76,7 +81,9 @@ def test_rounds_on_the_cluster_land_every_record_once_with_executors_on_both_wor
     assert [app["state"] for app in applications] == ["FINISHED", "FINISHED"], applications
     for app in applications:
         for worker in range(len(spark_cluster.workers)):
-            assert _executor_dirs(spark_cluster, worker, app["id"]), f"no executor of {app['id']} on worker {worker + 1}"
+            assert _executor_dirs(spark_cluster, worker, app["id"]), (
+                f"no executor of {app['id']} on worker {worker + 1}"
+            )
     slot_workers = {worker for app in applications for worker in _workers_that_ran_tasks(spark_cluster, app["id"])}
     assert slot_workers == {0, 1}, f"slot tasks ran on workers {slot_workers} only"
 

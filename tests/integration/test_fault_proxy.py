@@ -126,7 +126,9 @@ def test_throttling_putitem_gives_botocore_the_dynamodb_throttling_code_while_ge
     dynamodb_proxy.set_faults([FaultRule("throttle", 1.0, "PutItem")])
 
     assert error_of(lambda: client.put_item(TableName=table, Item=item("a"))) == (
-        "ProvisionedThroughputExceededException", 400)
+        "ProvisionedThroughputExceededException",
+        400,
+    )
     assert stored(client, table, "a") is None
 
 
@@ -138,7 +140,9 @@ def test_throttling_getrecords_gives_botocore_the_kinesis_throttling_code_while_
     iterator = client.get_shard_iterator(StreamName=stream[0], ShardId=SHARD, ShardIteratorType="TRIM_HORIZON")
 
     assert error_of(lambda: client.get_records(ShardIterator=iterator["ShardIterator"])) == (
-        "ProvisionedThroughputExceededException", 400)
+        "ProvisionedThroughputExceededException",
+        400,
+    )
 
 
 @pytest.mark.parametrize(
@@ -206,8 +210,11 @@ def test_stats_count_forwarded_requests_and_each_injected_fault_by_kind_and_oper
 ) -> None:
     client = dynamodb(dynamodb_proxy.endpoint)
     dynamodb_proxy.set_faults([FaultRule("throttle", 1.0, "GetItem"), FaultRule("drop_request", 1.0, "PutItem")])
-    for call in (lambda: stored(client, table, "a"), lambda: stored(client, table, "b"),
-                 lambda: client.put_item(TableName=table, Item=item("a"))):
+    for call in (
+        lambda: stored(client, table, "a"),
+        lambda: stored(client, table, "b"),
+        lambda: client.put_item(TableName=table, Item=item("a")),
+    ):
         with pytest.raises((botocore.exceptions.ClientError, botocore.exceptions.ConnectionClosedError)):
             call()
     dynamodb_proxy.set_faults([])
@@ -223,8 +230,10 @@ def test_after_a_trim_trim_horizon_starts_at_the_trim_point(
     name, sequences = stream
     kinesis_proxy.trim(name, SHARD, sequences[TRIM_POINT], mode)
 
-    assert first_sequence_number(kinesis(kinesis_proxy.endpoint), name, ShardIteratorType="TRIM_HORIZON") == (
-        sequences[TRIM_POINT])
+    assert (
+        first_sequence_number(kinesis(kinesis_proxy.endpoint), name, ShardIteratorType="TRIM_HORIZON")
+        == (sequences[TRIM_POINT])
+    )
     assert kinesis_proxy.stats()["trim_rewrite:GetShardIterator"] == 1
 
 
@@ -246,9 +255,10 @@ def test_a_sequence_number_iterator_after_a_trim_starts_where_the_retained_recor
     kinesis_proxy.trim(name, SHARD, sequences[TRIM_POINT], mode)
     client = kinesis(kinesis_proxy.endpoint)
 
-    assert first_sequence_number(
-        client, name, ShardIteratorType=iterator_type, StartingSequenceNumber=sequences[start]
-    ) == sequences[first]
+    assert (
+        first_sequence_number(client, name, ShardIteratorType=iterator_type, StartingSequenceNumber=sequences[start])
+        == sequences[first]
+    )
 
 
 @pytest.mark.parametrize("iterator_type", ["AT_SEQUENCE_NUMBER", "AFTER_SEQUENCE_NUMBER"])
@@ -260,9 +270,11 @@ def test_reject_mode_refuses_an_aged_out_sequence_number_even_when_the_stream_is
     kinesis_proxy.trim(name, SHARD, sequences[TRIM_POINT])
     client = kinesis(kinesis_proxy.endpoint)
 
-    assert error_of(lambda: client.get_shard_iterator(
-        StreamARN=arn, ShardId=SHARD, ShardIteratorType=iterator_type, StartingSequenceNumber=sequences[1]
-    )) == ("InvalidArgumentException", 400)
+    assert error_of(
+        lambda: client.get_shard_iterator(
+            StreamARN=arn, ShardId=SHARD, ShardIteratorType=iterator_type, StartingSequenceNumber=sequences[1]
+        )
+    ) == ("InvalidArgumentException", 400)
     assert kinesis_proxy.stats() == {"trim_reject:GetShardIterator": 1}
 
 
@@ -332,18 +344,31 @@ def test_dynamodb_calls_are_recorded_with_their_tables_index_and_parameters(
     client.create_table(
         TableName=unique_name,
         KeySchema=[{"AttributeName": "key", "KeyType": "HASH"}],
-        AttributeDefinitions=[{"AttributeName": "key", "AttributeType": "S"},
-                              {"AttributeName": "owner", "AttributeType": "S"}],
-        GlobalSecondaryIndexes=[{"IndexName": "owners", "KeySchema": [{"AttributeName": "owner", "KeyType": "HASH"}],
-                                 "Projection": {"ProjectionType": "KEYS_ONLY"}}],
+        AttributeDefinitions=[
+            {"AttributeName": "key", "AttributeType": "S"},
+            {"AttributeName": "owner", "AttributeType": "S"},
+        ],
+        GlobalSecondaryIndexes=[
+            {
+                "IndexName": "owners",
+                "KeySchema": [{"AttributeName": "owner", "KeyType": "HASH"}],
+                "Projection": {"ProjectionType": "KEYS_ONLY"},
+            }
+        ],
         BillingMode="PAY_PER_REQUEST",
         Tags=[{"Key": "team", "Value": "data"}],
     )
     create_table(dynamodb(moto_endpoint), f"{unique_name}-other")
-    client.query(TableName=unique_name, IndexName="owners", KeyConditionExpression="#o = :o",
-                 ExpressionAttributeNames={"#o": "owner"}, ExpressionAttributeValues={":o": {"S": "w"}})
-    client.batch_get_item(RequestItems={name: {"Keys": [{"key": {"S": "a"}}]}
-                                        for name in (unique_name, f"{unique_name}-other")})
+    client.query(
+        TableName=unique_name,
+        IndexName="owners",
+        KeyConditionExpression="#o = :o",
+        ExpressionAttributeNames={"#o": "owner"},
+        ExpressionAttributeValues={":o": {"S": "w"}},
+    )
+    client.batch_get_item(
+        RequestItems={name: {"Keys": [{"key": {"S": "a"}}]} for name in (unique_name, f"{unique_name}-other")}
+    )
     with pytest.raises(client.exceptions.ResourceNotFoundException):
         client.describe_table(TableName=f"{unique_name}-missing")
 
@@ -389,8 +414,12 @@ def test_s3_rest_calls_are_recorded_as_the_s3_operations_their_method_key_and_qu
     client.list_objects_v2(Bucket=bucket, Prefix="lake/", Delimiter="/")
     upload = client.create_multipart_upload(Bucket=bucket, Key="lake/big")["UploadId"]
     part = client.upload_part(Bucket=bucket, Key="lake/big", UploadId=upload, PartNumber=1, Body=b"x")
-    client.complete_multipart_upload(Bucket=bucket, Key="lake/big", UploadId=upload,
-                                     MultipartUpload={"Parts": [{"ETag": part["ETag"], "PartNumber": 1}]})
+    client.complete_multipart_upload(
+        Bucket=bucket,
+        Key="lake/big",
+        UploadId=upload,
+        MultipartUpload={"Parts": [{"ETag": part["ETag"], "PartNumber": 1}]},
+    )
     aborted = client.create_multipart_upload(Bucket=bucket, Key="lake/gone")["UploadId"]
     client.abort_multipart_upload(Bucket=bucket, Key="lake/gone", UploadId=aborted)
     client.delete_object(Bucket=bucket, Key="lake/big")
@@ -418,20 +447,30 @@ def test_head_is_relayed_with_the_object_s_length_and_no_body_so_pyarrow_can_sta
     s3(moto_endpoint).put_object(Bucket=bucket, Key="lake/file", Body=b"12345")
     head = s3(s3_proxy.endpoint).head_object(Bucket=bucket, Key="lake/file")
     host = s3_proxy.endpoint.removeprefix("http://")
-    filesystem = pafs.S3FileSystem(access_key="testing", secret_key="testing", region="us-east-1",
-                                   scheme="http", endpoint_override=host)
+    filesystem = pafs.S3FileSystem(
+        access_key="testing", secret_key="testing", region="us-east-1", scheme="http", endpoint_override=host
+    )
 
     assert head["ContentLength"] == 5
     assert filesystem.get_file_info(f"{bucket}/lake/file").size == 5
-    assert s3(s3_proxy.endpoint).get_object(Bucket=bucket, Key="lake/file")["Body"].read() == b"12345"  # connection still in step
+    assert (
+        s3(s3_proxy.endpoint).get_object(Bucket=bucket, Key="lake/file")["Body"].read() == b"12345"
+    )  # connection still in step
     assert [call.operation for call in s3_proxy.calls()] == ["HeadObject", "HeadObject", "GetObject"]
 
 
-def test_a_chunked_request_body_reaches_the_upstream_whole(s3_proxy: FaultProxy, moto_endpoint: str, bucket: str) -> None:
+def test_a_chunked_request_body_reaches_the_upstream_whole(
+    s3_proxy: FaultProxy, moto_endpoint: str, bucket: str
+) -> None:
     host, port = s3_proxy.endpoint.removeprefix("http://").split(":")
     connection = http.client.HTTPConnection(host, int(port), timeout=10)
-    connection.request("PUT", f"/{bucket}/chunked", body=iter([b"hello ", b"chunked ", b"world"]),
-                       headers={"Transfer-Encoding": "chunked"}, encode_chunked=True)
+    connection.request(
+        "PUT",
+        f"/{bucket}/chunked",
+        body=iter([b"hello ", b"chunked ", b"world"]),
+        headers={"Transfer-Encoding": "chunked"},
+        encode_chunked=True,
+    )
     assert connection.getresponse().status == 200
     connection.close()
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import dataclasses
 import threading
 import time
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -30,7 +30,11 @@ ESN = ExtendedSequenceNumber
 def pipeline(unique_name: str, kinesis_endpoint: str, moto_endpoint: str, tmp_path: Path) -> ConsumerPipeline:
     create_stream(kinesis_client(kinesis_endpoint), unique_name, 1)
     return ConsumerPipeline(
-        unique_name, (unique_name,), kinesis_endpoint, moto_endpoint, str(tmp_path / "lake"),
+        unique_name,
+        (unique_name,),
+        kinesis_endpoint,
+        moto_endpoint,
+        str(tmp_path / "lake"),
         settings={"initial_position_in_stream": "TRIM_HORIZON"},
     )
 
@@ -109,8 +113,8 @@ def test_a_foreign_prepared_batch_after_latest_cannot_be_replayed_and_says_so(pi
 def test_a_backfill_window_end_stops_before_the_first_later_record(pipeline):
     early = pipeline.produce(25)
     lease = owned_lease(pipeline)
-    window_end = datetime.now(timezone.utc) + timedelta(seconds=1)
-    time.sleep(max(0.0, (window_end - datetime.now(timezone.utc)).total_seconds()) + 1.1)
+    window_end = datetime.now(UTC) + timedelta(seconds=1)
+    time.sleep(max(0.0, (window_end - datetime.now(UTC)).total_seconds()) + 1.1)
     pipeline.produce(10)
     report = run_slot(pipeline, LeaseBudget(stop_at_arrival=window_end))[lease.lease_key]
     assert report.outcome == Outcome.WINDOW_END
@@ -118,11 +122,17 @@ def test_a_backfill_window_end_stops_before_the_first_later_record(pipeline):
     assert pipeline.leases()[lease.lease_key].checkpoint == ESN(early[-1].sequence_number)
 
 
-def test_a_merged_parent_waits_at_its_end_until_the_other_parent_has_a_lease(unique_name, kinesis_endpoint, moto_endpoint, tmp_path):
+def test_a_merged_parent_waits_at_its_end_until_the_other_parent_has_a_lease(
+    unique_name, kinesis_endpoint, moto_endpoint, tmp_path
+):
     kinesis = kinesis_client(kinesis_endpoint)
     create_stream(kinesis, unique_name, 2)
     pipeline = ConsumerPipeline(
-        unique_name, (unique_name,), kinesis_endpoint, moto_endpoint, str(tmp_path / "lake"),
+        unique_name,
+        (unique_name,),
+        kinesis_endpoint,
+        moto_endpoint,
+        str(tmp_path / "lake"),
         settings={"initial_position_in_stream": "TRIM_HORIZON"},
     )
     produced = pipeline.produce(40)
@@ -148,11 +158,17 @@ def test_a_merged_parent_waits_at_its_end_until_the_other_parent_has_a_lease(uni
     assert sorted(pipeline.landed(), key=lambda r: r.data) == sorted(pipeline.produced, key=lambda r: r.data)
 
 
-def test_a_child_whose_parent_is_unfinished_waits_and_is_reported(unique_name, kinesis_endpoint, moto_endpoint, tmp_path):
+def test_a_child_whose_parent_is_unfinished_waits_and_is_reported(
+    unique_name, kinesis_endpoint, moto_endpoint, tmp_path
+):
     kinesis = kinesis_client(kinesis_endpoint)
     create_stream(kinesis, unique_name, 1)
     pipeline = ConsumerPipeline(
-        unique_name, (unique_name,), kinesis_endpoint, moto_endpoint, str(tmp_path / "lake"),
+        unique_name,
+        (unique_name,),
+        kinesis_endpoint,
+        moto_endpoint,
+        str(tmp_path / "lake"),
         settings={"initial_position_in_stream": "TRIM_HORIZON"},
     )
     pipeline.sync()

@@ -54,8 +54,10 @@ def test_status_names_retention_losses_that_no_kept_round_report_has_named_yet(m
     lease = store.assign_lease(store.get_lease("shardId-0"), "worker-0").lease
     store.update_lease(lease.with_checkpoint(ExtendedSequenceNumber("900")), frozenset({AgedOutRange("500", "700")}))
     text = leasectl("--app", unique_name, "status", endpoint=moto_endpoint).stdout
-    assert ("UNREPORTED LOSS: lease shardId-0: records after 500 aged out unread (first still available: 700) "
-            "(the next round reports it)") in text.splitlines()
+    assert (
+        "UNREPORTED LOSS: lease shardId-0: records after 500 aged out unread (first still available: 700) "
+        "(the next round reports it)"
+    ) in text.splitlines()
     report = json.loads(leasectl("--app", unique_name, "status", "--json", endpoint=moto_endpoint).stdout)
     assert [lease["unreported_losses"] for lease in report["leases"]] == [
         ["records after 500 aged out unread (first still available: 700)"]
@@ -69,7 +71,9 @@ def test_status_flags_a_corrupt_item_without_hiding_the_other_leases(moto_endpoi
     result = leasectl("--app", unique_name, "status", endpoint=moto_endpoint)
     assert result.returncode == 0
     assert "1 lease(s)" in result.stdout
-    assert "WARNING: lease item 'shardId-x' is not a valid KCL lease: attribute 'checkpoint' is missing" in result.stdout
+    assert (
+        "WARNING: lease item 'shardId-x' is not a valid KCL lease: attribute 'checkpoint' is missing" in result.stdout
+    )
 
 
 def test_endpoints_come_from_the_generic_variable_or_from_configuration(moto_endpoint, unique_name, tmp_path):
@@ -105,10 +109,22 @@ def test_status_of_a_missing_table_fails_naming_the_table(moto_endpoint, unique_
         pytest.param(("--app", "demo-app", "frobnicate"), "invalid choice", id="unknown-command"),
         pytest.param(("status",), "'application_name': is required", id="no-application"),
         pytest.param(("--app", "x", "status"), "'application_name'", id="application-name-too-short"),
-        pytest.param(("--app", "demo-app", "--set", "failover_time_millis=soon", "status"), "'failover_time_millis'", id="bad-value"),
-        pytest.param(("--app", "demo-app", "--set", "failover_time_milis=5", "status"), "did you mean 'failover_time_millis'", id="misspelt-key"),
-        pytest.param(("--app", "demo-app", "--set", "dampening_percentage", "status"), "key=value", id="override-without-value"),
-        pytest.param(("--app", "demo-app", "--config", "/nonexistent.toml", "status"), "'config_file'", id="missing-config-file"),
+        pytest.param(
+            ("--app", "demo-app", "--set", "failover_time_millis=soon", "status"),
+            "'failover_time_millis'",
+            id="bad-value",
+        ),
+        pytest.param(
+            ("--app", "demo-app", "--set", "failover_time_milis=5", "status"),
+            "did you mean 'failover_time_millis'",
+            id="misspelt-key",
+        ),
+        pytest.param(
+            ("--app", "demo-app", "--set", "dampening_percentage", "status"), "key=value", id="override-without-value"
+        ),
+        pytest.param(
+            ("--app", "demo-app", "--config", "/nonexistent.toml", "status"), "'config_file'", id="missing-config-file"
+        ),
     ],
 )
 def test_usage_and_configuration_errors_exit_2_naming_the_problem(arguments, message):

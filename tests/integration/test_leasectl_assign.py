@@ -34,7 +34,10 @@ def test_assign_spreads_unassigned_leases_over_the_slots_and_reports_before_and_
         (f"{unique_name}-worker-0", 0, 2),
         (f"{unique_name}-worker-1", 0, 2),
     ]
-    assert {lease.lease_owner for lease in store.list_leases()} == {f"{unique_name}-worker-0", f"{unique_name}-worker-1"}
+    assert {lease.lease_owner for lease in store.list_leases()} == {
+        f"{unique_name}-worker-0",
+        f"{unique_name}-worker-1",
+    }
     text = leasectl("--app", unique_name, "assign", "--workers", "2", moto=moto_endpoint)
     assert "assignment round 2" in text.stdout and "0 move(s)" in text.stdout
 
@@ -45,7 +48,9 @@ def test_a_listed_worker_with_cpu_metrics_and_an_unlisted_owner(moto_endpoint, u
     metrics = DynamoDBWorkerMetricsStore(client, f"{unique_name}-WorkerMetricStats")
     metrics.put(WorkerMetricStats("hot", 1, {"C": (90.0, 95.0)}, {"C": (100.0,)}, round=1))
     metrics.put(WorkerMetricStats("cool", 1, {"C": (10.0, 12.0)}, {"C": (100.0,)}, round=1))
-    result = leasectl("--app", unique_name, "assign", "--worker", "hot", "--worker", "cool", "--json", moto=moto_endpoint)
+    result = leasectl(
+        "--app", unique_name, "assign", "--worker", "hot", "--worker", "cool", "--json", moto=moto_endpoint
+    )
     assert result.returncode == 0, result.stderr
     report = json.loads(result.stdout)
     assert store.get_lease("shardId-0").lease_owner == "cool", "the unlisted owner's lease went to the coolest worker"
@@ -55,7 +60,9 @@ def test_a_listed_worker_with_cpu_metrics_and_an_unlisted_owner(moto_endpoint, u
 def test_assign_refuses_while_another_leader_holds_the_lock(moto_endpoint, unique_name):
     seeded(moto_endpoint, unique_name, [None], [1.0])
     client = boto3.client("dynamodb", endpoint_url=moto_endpoint, region_name="us-east-1")
-    assert LeaderLock(DynamoDBCoordinatorStateStore(client, f"{unique_name}-CoordinatorState"), "airflow-round-7").try_acquire()
+    assert LeaderLock(
+        DynamoDBCoordinatorStateStore(client, f"{unique_name}-CoordinatorState"), "airflow-round-7"
+    ).try_acquire()
     result = leasectl("--app", unique_name, "assign", "--workers", "2", moto=moto_endpoint)
     assert result.returncode == 1 and "'airflow-round-7'" in result.stderr
 
@@ -63,5 +70,14 @@ def test_assign_refuses_while_another_leader_holds_the_lock(moto_endpoint, uniqu
 def test_assign_usage_errors_exit_2(moto_endpoint, unique_name):
     assert leasectl("--app", unique_name, "assign", moto=moto_endpoint).returncode == 2
     assert leasectl("--app", unique_name, "assign", "--workers", "0", moto=moto_endpoint).returncode == 2
-    bad = leasectl("--app", unique_name, "--set", "lease_assignment_strategy=random", "assign", "--workers", "2", moto=moto_endpoint)
+    bad = leasectl(
+        "--app",
+        unique_name,
+        "--set",
+        "lease_assignment_strategy=random",
+        "assign",
+        "--workers",
+        "2",
+        moto=moto_endpoint,
+    )
     assert bad.returncode == 2 and "'lease_assignment_strategy'" in bad.stderr

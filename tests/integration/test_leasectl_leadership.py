@@ -39,7 +39,9 @@ def die_holding_the_lock(moto_endpoint: str, app: str, owner: str) -> None:
         f"lock = LeaderLock(DynamoDBCoordinatorStateStore(client, sys.argv[2]), sys.argv[3], {LEASE_MILLIS}, 500)\n"
         "os._exit(0 if lock.try_acquire() else 3)\n"
     )
-    done = subprocess.run([sys.executable, "-c", program, moto_endpoint, f"{app}-CoordinatorState", owner], timeout=60)
+    done = subprocess.run(
+        [sys.executable, "-c", program, moto_endpoint, f"{app}-CoordinatorState", owner], timeout=60, check=False
+    )
     assert done.returncode == 0
 
 
@@ -60,7 +62,10 @@ def test_the_first_command_a_lease_after_a_dead_holder_was_first_seen_takes_the_
     time.sleep(LEASE_MILLIS / 1000 + 0.5)
     taken = run_leasectl("--app", unique_name, *SHORT_LOCK, "assign", "--workers", "2", dynamodb=moto_endpoint)
     assert taken.returncode == 0, taken.stderr
-    assert {lease.lease_owner for lease in store.list_leases()} == {f"{unique_name}-worker-0", f"{unique_name}-worker-1"}
+    assert {lease.lease_owner for lease in store.list_leases()} == {
+        f"{unique_name}-worker-0",
+        f"{unique_name}-worker-1",
+    }
     assert state_store(moto_endpoint, unique_name).get(LEADER_KEY) is None, "the command releases what it took"
 
 
@@ -79,8 +84,15 @@ def test_a_command_never_writes_while_a_live_round_holds_the_lock(moto_endpoint,
     state = state_store(moto_endpoint, unique_name)
     round_lock = LeaderLock(state, "kinesis_lease_pipeline/scheduled__live")
     assert round_lock.try_acquire()
-    result = run_leasectl("--app", unique_name, "--set", "aws_region=us-east-1", *command, dynamodb=moto_endpoint,
-                          kinesis="http://127.0.0.1:9")  # sync must refuse before it lists anything
+    result = run_leasectl(
+        "--app",
+        unique_name,
+        "--set",
+        "aws_region=us-east-1",
+        *command,
+        dynamodb=moto_endpoint,
+        kinesis="http://127.0.0.1:9",
+    )  # sync must refuse before it lists anything
     assert result.returncode == 1, result.stdout
     assert "'kinesis_lease_pipeline/scheduled__live'" in result.stderr
     assert {lease.lease_key: lease for lease in store.list_leases()} == before

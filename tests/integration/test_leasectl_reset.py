@@ -37,7 +37,9 @@ def leader_state(moto_endpoint: str, app: str) -> DynamoDBCoordinatorStateStore:
     return DynamoDBCoordinatorStateStore(client, f"{app}-CoordinatorState", FAST_RETRIES)
 
 
-def seeded(moto_endpoint: str, app: str, checkpoint: ESN = ESN("500"), prepared: ESN | None = None) -> DynamoDBLeaseStore:
+def seeded(
+    moto_endpoint: str, app: str, checkpoint: ESN = ExtendedSequenceNumber("500"), prepared: ESN | None = None
+) -> DynamoDBLeaseStore:
     """The application's tables with one lease owned by OWNER at `checkpoint`, maybe with a prepared batch."""
     store = dynamodb_store(moto_endpoint, app)
     assert store.create_lease_if_not_exists(Lease(KEY, checkpoint=checkpoint))
@@ -57,10 +59,17 @@ def stored(store: DynamoDBLeaseStore) -> Lease:
 def test_reset_rewinds_the_checkpoint_and_reports_it_and_the_discarded_batch_as_json(moto_endpoint, unique_name):
     store = seeded(moto_endpoint, unique_name, prepared=ESN("800"))
     before = stored(store)
-    result = leasectl("--app", unique_name, "reset", "--shard", KEY, "--to", "100:2", "--json", "--yes", moto=moto_endpoint)
+    result = leasectl(
+        "--app", unique_name, "reset", "--shard", KEY, "--to", "100:2", "--json", "--yes", moto=moto_endpoint
+    )
     assert result.returncode == 0, result.stderr
     report = json.loads(result.stdout)
-    assert (report["table"], report["lease_key"], report["shard_id"], report["lease_owner"]) == (unique_name, KEY, KEY, OWNER)
+    assert (report["table"], report["lease_key"], report["shard_id"], report["lease_owner"]) == (
+        unique_name,
+        KEY,
+        KEY,
+        OWNER,
+    )
     assert report["before"] == {
         "checkpoint": {"sequence_number": "500", "sub_sequence_number": 0},
         "pending_checkpoint": {"sequence_number": "800", "sub_sequence_number": 0},
@@ -74,7 +83,10 @@ def test_reset_rewinds_the_checkpoint_and_reports_it_and_the_discarded_batch_as_
     assert (report["direction"], report["attempts"]) == ("backward", 1)
     batch = report["discarded_batch"]
     assert (batch["path"], batch["records"], batch["start"]["sequence_number"], batch["end"]["sequence_number"]) == (
-        BATCH_FILE, 30, "500", "800"
+        BATCH_FILE,
+        30,
+        "500",
+        "800",
     )
     assert any("is never made visible" in note for note in batch["notes"])
     (warning,) = report["warnings"]
@@ -102,14 +114,19 @@ def test_reset_without_yes_exits_2_saying_what_it_would_reset_and_changes_nothin
     before = stored(store)
     result = leasectl("--app", unique_name, "reset", "--shard", KEY, "--to", "TRIM_HORIZON", moto=moto_endpoint)
     assert result.returncode == 2
-    assert f"reset would set the checkpoint of shard '{KEY}' in lease table '{unique_name}' to TRIM_HORIZON" in result.stderr
+    assert (
+        f"reset would set the checkpoint of shard '{KEY}' in lease table '{unique_name}' to TRIM_HORIZON"
+        in result.stderr
+    )
     assert "add --yes to confirm" in result.stderr
     assert stored(store) == before
 
 
 def test_reset_of_an_unknown_shard_exits_1_naming_it(moto_endpoint, unique_name):
     seeded(moto_endpoint, unique_name)
-    result = leasectl("--app", unique_name, "reset", "--shard", "shardId-000000000042", "--to", "100", "--yes", moto=moto_endpoint)
+    result = leasectl(
+        "--app", unique_name, "reset", "--shard", "shardId-000000000042", "--to", "100", "--yes", moto=moto_endpoint
+    )
     assert result.returncode == 1
     assert f"lease table '{unique_name}' has no lease for shard 'shardId-000000000042'" in result.stderr
 
@@ -124,7 +141,9 @@ def test_reset_of_a_lease_at_shard_end_is_refused_with_exit_1_and_changes_nothin
     assert stored(store) == before
 
 
-def test_reset_while_someone_else_holds_the_leader_lock_exits_1_naming_the_holder_and_changes_nothing(moto_endpoint, unique_name):
+def test_reset_while_someone_else_holds_the_leader_lock_exits_1_naming_the_holder_and_changes_nothing(
+    moto_endpoint, unique_name
+):
     store = seeded(moto_endpoint, unique_name)
     before = stored(store)
     round_lock = LeaderLock(leader_state(moto_endpoint, unique_name), "kinesis_lease_pipeline/scheduled__2026-07-01")
@@ -139,7 +158,9 @@ def test_reset_while_someone_else_holds_the_leader_lock_exits_1_naming_the_holde
 @pytest.mark.parametrize(
     ("arguments", "message"),
     [
-        pytest.param(("--shard", KEY, "--to", "AT_TIMESTAMP", "--yes"), "initial_position_timestamp", id="at-timestamp"),
+        pytest.param(
+            ("--shard", KEY, "--to", "AT_TIMESTAMP", "--yes"), "initial_position_timestamp", id="at-timestamp"
+        ),
         pytest.param(("--shard", KEY, "--to", "SHARD_END", "--yes"), "SHARD_END is not a reset target", id="shard-end"),
         pytest.param(("--shard", KEY, "--to", "49590x", "--yes"), "'49590x' is not a sequence number", id="not-digits"),
         pytest.param(("--shard", KEY, "--to", "4959:-1", "--yes"), "sub-sequence number", id="bad-sub-sequence-number"),
@@ -160,7 +181,9 @@ def test_reset_in_a_multi_stream_table_needs_the_stream(moto_endpoint, unique_na
     store.create_lease_if_not_exists(Lease.for_stream(orders, KEY, checkpoint=ESN("500")))
     without = leasectl("--app", unique_name, "reset", "--shard", KEY, "--to", "100", "--yes", moto=moto_endpoint)
     assert without.returncode == 2 and "multi-stream" in without.stderr and "--stream is required" in without.stderr
-    done = leasectl("--app", unique_name, "reset", "--shard", KEY, "--stream", "orders", "--to", "100", "--yes", moto=moto_endpoint)
+    done = leasectl(
+        "--app", unique_name, "reset", "--shard", KEY, "--stream", "orders", "--to", "100", "--yes", moto=moto_endpoint
+    )
     assert done.returncode == 0, done.stderr
     assert store.get_lease(orders.lease_key(KEY), consistent=True).checkpoint == ESN("100")
 
@@ -172,7 +195,11 @@ def test_reset_in_a_multi_stream_table_needs_the_stream(moto_endpoint, unique_na
 def pipeline(unique_name: str, kinesis_endpoint: str, moto_endpoint: str, tmp_path: Path) -> ConsumerPipeline:
     create_stream(kinesis_client(kinesis_endpoint), unique_name, 1)
     return ConsumerPipeline(
-        unique_name, (unique_name,), kinesis_endpoint, moto_endpoint, str(tmp_path / "lake"),
+        unique_name,
+        (unique_name,),
+        kinesis_endpoint,
+        moto_endpoint,
+        str(tmp_path / "lake"),
         settings={"initial_position_in_stream": "TRIM_HORIZON"},
     )
 
@@ -185,8 +212,17 @@ def test_after_a_rewind_the_next_batch_starts_right_after_the_new_checkpoint_and
     first = SlotTask(pipeline.spec(1, 1), slot_index=0).run().leases[0]
     assert (first.outcome, first.records) == (Outcome.CAUGHT_UP, 30)
     rewound_to = produced[9].sequence_number
-    reset = leasectl("--app", pipeline.application_name, "reset", "--shard", key, "--to", rewound_to, "--yes",
-                     moto=pipeline.dynamodb_endpoint)
+    reset = leasectl(
+        "--app",
+        pipeline.application_name,
+        "reset",
+        "--shard",
+        key,
+        "--to",
+        rewound_to,
+        "--yes",
+        moto=pipeline.dynamodb_endpoint,
+    )
     assert reset.returncode == 0, reset.stderr
     second = SlotTask(pipeline.spec(1, 2), slot_index=0).run().leases[0]
     assert (second.outcome, second.start, second.records) == (Outcome.CAUGHT_UP, rewound_to, 20)

@@ -38,7 +38,13 @@ def seed(kinesis_endpoint, unique_name) -> dict[int, str]:
     [
         pytest.param("LATEST", (), [6], "LATEST", id="latest-creates-6"),
         pytest.param("TRIM_HORIZON", (), [0, 1], "TRIM_HORIZON", id="trim-horizon-creates-0-and-1"),
-        pytest.param("AT_TIMESTAMP", ("--timestamp", "2026-01-01T00:00:00Z"), [0, 1], "AT_TIMESTAMP", id="at-timestamp-creates-0-and-1"),
+        pytest.param(
+            "AT_TIMESTAMP",
+            ("--timestamp", "2026-01-01T00:00:00Z"),
+            [0, 1],
+            "AT_TIMESTAMP",
+            id="at-timestamp-creates-0-and-1",
+        ),
     ],
 )
 def test_sync_reproduces_kcl_choices_on_the_real_seed_lineage(
@@ -47,23 +53,49 @@ def test_sync_reproduces_kcl_choices_on_the_real_seed_lineage(
     store = dynamodb_store(moto_endpoint, unique_name)
     for name in (4, 5, 7):
         store.create_lease_if_not_exists(Lease(seed[name], checkpoint=ExtendedSequenceNumber("1")))
-    report = sync_json(unique_name, "--stream", unique_name, "--initial-position", position, *extra,
-                       moto=moto_endpoint, kinesis=kinesis_endpoint)
+    report = sync_json(
+        unique_name,
+        "--stream",
+        unique_name,
+        "--initial-position",
+        position,
+        *extra,
+        moto=moto_endpoint,
+        kinesis=kinesis_endpoint,
+    )
     assert report["created"] == [seed[name] for name in expected_seed_names]
     for name in expected_seed_names:
         lease = store.get_lease(seed[name])
         assert lease.checkpoint.sequence_number == checkpoint
         assert lease.lease_owner is None and lease.lease_counter == 0
-    assert sync_json(unique_name, "--stream", unique_name, "--initial-position", position, *extra,
-                     moto=moto_endpoint, kinesis=kinesis_endpoint)["created"] == [], "a second sync creates nothing"
+    assert (
+        sync_json(
+            unique_name,
+            "--stream",
+            unique_name,
+            "--initial-position",
+            position,
+            *extra,
+            moto=moto_endpoint,
+            kinesis=kinesis_endpoint,
+        )["created"]
+        == []
+    ), "a second sync creates nothing"
 
 
 def test_an_empty_table_at_latest_gets_the_open_shards_with_their_parents_recorded(
     moto_endpoint, kinesis_endpoint, unique_name, seed
 ):
     store = dynamodb_store(moto_endpoint, unique_name)
-    report = sync_json(unique_name, "--stream", unique_name, "--initial-position", "LATEST",
-                       moto=moto_endpoint, kinesis=kinesis_endpoint)
+    report = sync_json(
+        unique_name,
+        "--stream",
+        unique_name,
+        "--initial-position",
+        "LATEST",
+        moto=moto_endpoint,
+        kinesis=kinesis_endpoint,
+    )
     assert sorted(report["created"]) == sorted(seed[name] for name in (4, 8, 9, 10))
     assert report["streams"][0]["table_was_empty"] is True
     assert store.get_lease(seed[8]).parent_shard_ids == {seed[6], seed[7]}
@@ -74,12 +106,22 @@ def test_a_finished_parent_is_cleaned_up_once_its_children_have_started(moto_end
     client = kinesis_client(kinesis_endpoint)
     create_stream(client, unique_name, 1)
     store = dynamodb_store(moto_endpoint, unique_name)
-    sync_json(unique_name, "--stream", unique_name, "--initial-position", "TRIM_HORIZON", moto=moto_endpoint, kinesis=kinesis_endpoint)
+    sync_json(
+        unique_name,
+        "--stream",
+        unique_name,
+        "--initial-position",
+        "TRIM_HORIZON",
+        moto=moto_endpoint,
+        kinesis=kinesis_endpoint,
+    )
     low, high = split_shard(client, unique_name, "shardId-000000000000")
     parent = store.get_lease("shardId-000000000000")
     store.update_lease(parent.with_checkpoint(ExtendedSequenceNumber("SHARD_END")).with_child_shard_ids({low, high}))
     for child in (low, high):
-        store.create_lease_if_not_exists(Lease(child, checkpoint=ExtendedSequenceNumber("5"), parent_shard_ids={"shardId-000000000000"}))
+        store.create_lease_if_not_exists(
+            Lease(child, checkpoint=ExtendedSequenceNumber("5"), parent_shard_ids={"shardId-000000000000"})
+        )
     report = sync_json(unique_name, "--stream", unique_name, moto=moto_endpoint, kinesis=kinesis_endpoint)
     assert report["deleted"] == ["shardId-000000000000"] and report["possibly_unread"] == []
     assert store.get_lease("shardId-000000000000") is None
@@ -110,8 +152,18 @@ def test_several_streams_select_multi_stream_keys(moto_endpoint, kinesis_endpoin
     create_stream(client, first, 2)
     create_stream(client, second, 1)
     dynamodb_store(moto_endpoint, unique_name)
-    result = leasectl("--app", unique_name, "sync", "--stream", first, "--stream", second, "--json",
-                      moto=moto_endpoint, kinesis=kinesis_endpoint)
+    result = leasectl(
+        "--app",
+        unique_name,
+        "sync",
+        "--stream",
+        first,
+        "--stream",
+        second,
+        "--json",
+        moto=moto_endpoint,
+        kinesis=kinesis_endpoint,
+    )
     assert result.returncode == 0, result.stderr
     created = json.loads(result.stdout)["created"]
     assert len(created) == 3
@@ -122,13 +174,27 @@ def test_several_streams_select_multi_stream_keys(moto_endpoint, kinesis_endpoin
 @pytest.mark.parametrize(
     ("arguments", "status", "message"),
     [
-        pytest.param(("--stream", "no-such-stream"), 1, "Kinesis stream 'no-such-stream' does not exist", id="unknown-stream"),
-        pytest.param(("--stream", "s", "--initial-position", "AT_TIMESTAMP", "--timestamp", "last tuesday"), 2, "'initial_position_timestamp'", id="bad-timestamp"),
-        pytest.param(("--stream", "s", "--initial-position", "AT_TIMESTAMP"), 2, "AT_TIMESTAMP needs initial_position_timestamp", id="timestamp-missing"),
+        pytest.param(
+            ("--stream", "no-such-stream"), 1, "Kinesis stream 'no-such-stream' does not exist", id="unknown-stream"
+        ),
+        pytest.param(
+            ("--stream", "s", "--initial-position", "AT_TIMESTAMP", "--timestamp", "last tuesday"),
+            2,
+            "'initial_position_timestamp'",
+            id="bad-timestamp",
+        ),
+        pytest.param(
+            ("--stream", "s", "--initial-position", "AT_TIMESTAMP"),
+            2,
+            "AT_TIMESTAMP needs initial_position_timestamp",
+            id="timestamp-missing",
+        ),
         pytest.param(("--initial-position", "LATEST"), 2, "--stream", id="no-stream"),
     ],
 )
-def test_bad_sync_input_is_refused_naming_the_problem(moto_endpoint, kinesis_endpoint, unique_name, arguments, status, message):
+def test_bad_sync_input_is_refused_naming_the_problem(
+    moto_endpoint, kinesis_endpoint, unique_name, arguments, status, message
+):
     dynamodb_store(moto_endpoint, unique_name)
     result = leasectl("--app", unique_name, "sync", *arguments, moto=moto_endpoint, kinesis=kinesis_endpoint)
     assert result.returncode == status

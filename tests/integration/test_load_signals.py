@@ -23,7 +23,11 @@ HOT_KEY, COLD_KEY = "1", str(2**127 + 1)  # explicit hash keys in the first and 
 def pipeline(unique_name: str, kinesis_endpoint: str, moto_endpoint: str, tmp_path: Path) -> ConsumerPipeline:
     create_stream(kinesis_client(kinesis_endpoint), unique_name, 2)
     return ConsumerPipeline(
-        unique_name, (unique_name,), kinesis_endpoint, moto_endpoint, str(tmp_path / "lake"),
+        unique_name,
+        (unique_name,),
+        kinesis_endpoint,
+        moto_endpoint,
+        str(tmp_path / "lake"),
         settings={"initial_position_in_stream": "TRIM_HORIZON"},
     )
 
@@ -32,7 +36,7 @@ def put(pipeline: ConsumerPipeline, hot: int, cold: int) -> None:
     for count, key in ((hot, HOT_KEY), (cold, COLD_KEY)):
         records = [{"Data": b"x" * RECORD_BYTES, "PartitionKey": "p", "ExplicitHashKey": key} for _ in range(count)]
         for start in range(0, len(records), 500):
-            result = pipeline.kinesis.put_records(StreamName=pipeline.streams[0], Records=records[start:start + 500])
+            result = pipeline.kinesis.put_records(StreamName=pipeline.streams[0], Records=records[start : start + 500])
             assert result["FailedRecordCount"] == 0
 
 

@@ -16,8 +16,8 @@ from urllib.parse import quote
 import pytest
 
 from lease_core.coordinator_state import DynamoDBCoordinatorStateStore
-from lease_core.lease import Lease
 from lease_core.leader_lock import LeaderLock
+from lease_core.lease import Lease
 from lease_core.round_history import RoundHistory
 from lease_core.sequence import ExtendedSequenceNumber
 from lease_core.worker_metrics import DynamoDBWorkerMetricsStore, publish_worker_metrics
@@ -61,8 +61,12 @@ def application(moto_endpoint: str) -> str:
     leases = [
         (Lease("shardId-000", ExtendedSequenceNumber("100"), throughput_kbps=300.0), f"{name}-worker-0"),
         (Lease("shardId-001", ExtendedSequenceNumber("200"), throughput_kbps=100.0), f"{name}-worker-0"),
-        (Lease("shardId-002", ExtendedSequenceNumber("300"), parent_shard_ids={"shardId-000"}, throughput_kbps=200.0),
-         f"{name}-worker-1"),
+        (
+            Lease(
+                "shardId-002", ExtendedSequenceNumber("300"), parent_shard_ids={"shardId-000"}, throughput_kbps=200.0
+            ),
+            f"{name}-worker-1",
+        ),
         (Lease("shardId-003", ExtendedSequenceNumber("TRIM_HORIZON")), None),
     ]
     for lease, owner in leases:
@@ -78,21 +82,45 @@ def application(moto_endpoint: str) -> str:
     history = RoundHistory(state)
     history.append(round_summary(1, "scheduled__round-1", records=40))
     history.append(round_summary(2, "manual__round-2", records=75))
-    history.record_lease_rows(2, [
-        {"lease_key": "shardId-000", "records": 50, "millis_behind_latest": 1200, "outcome": "caught_up",
-         "worker_id": f"{name}-worker-0"},
-        {"lease_key": "shardId-002", "records": 25, "millis_behind_latest": 0, "outcome": "limit",
-         "worker_id": f"{name}-worker-1"},
-    ])
+    history.record_lease_rows(
+        2,
+        [
+            {
+                "lease_key": "shardId-000",
+                "records": 50,
+                "millis_behind_latest": 1200,
+                "outcome": "caught_up",
+                "worker_id": f"{name}-worker-0",
+            },
+            {
+                "lease_key": "shardId-002",
+                "records": 25,
+                "millis_behind_latest": 0,
+                "outcome": "limit",
+                "worker_id": f"{name}-worker-1",
+            },
+        ],
+    )
     return name
 
 
 def round_summary(number: int, run_id: str, records: int) -> dict[str, Any]:
     """A summary as the finalize step writes it."""
     return {
-        "round": number, "run_id": run_id, "finished_at": 1_800_000_000_000 + number, "consumed": True,
-        "records": records, "bytes": records * 100, "files": 2, "seconds": 3.5, "max_millis_behind_latest": 1200,
-        "lost_leases": 0, "failed_leases": 1, "retention_losses": 0, "moves": 1, "slots": [],
+        "round": number,
+        "run_id": run_id,
+        "finished_at": 1_800_000_000_000 + number,
+        "consumed": True,
+        "records": records,
+        "bytes": records * 100,
+        "files": 2,
+        "seconds": 3.5,
+        "max_millis_behind_latest": 1200,
+        "lost_leases": 0,
+        "failed_leases": 1,
+        "retention_losses": 0,
+        "moves": 1,
+        "slots": [],
     }
 
 
@@ -102,7 +130,9 @@ def get(server: AirflowServer, path: str, token: str) -> tuple[int, Any]:
 
 def trigger(server: AirflowServer, run_id: str, conf: dict[str, Any]) -> None:
     status, body = http_json(
-        "POST", f"{server.base_url}/api/v2/dags/{DAG_ID}/dagRuns", server.token("admin"),
+        "POST",
+        f"{server.base_url}/api/v2/dags/{DAG_ID}/dagRuns",
+        server.token("admin"),
         {"dag_run_id": run_id, "logical_date": None, "conf": conf},
     )
     assert status == 200, body
@@ -120,7 +150,7 @@ PROTECTED_PATHS = [
 
 @pytest.mark.parametrize("path", PROTECTED_PATHS)
 def test_a_request_without_credentials_is_refused_with_401(server, path):
-    status, headers, body = http_get(server.base_url + PREFIX + path, {"Accept": "application/json"})
+    status, _headers, body = http_get(server.base_url + PREFIX + path, {"Accept": "application/json"})
     assert (status, body) == (401, b'{"detail":"Not authenticated"}')
 
 
@@ -133,15 +163,18 @@ def test_a_forged_token_is_refused_with_403(server, path):
 def test_a_browser_without_a_session_is_sent_to_the_airflow_login_page_and_back(server):
     status, headers, body = http_get(server.base_url + PREFIX + "/?application=monitored-app", {"Accept": "text/html"})
     assert status == 303 and body == b""
-    assert headers["location"] == "/auth/login?next=" + quote(f"{server.base_url}{PREFIX}/?application=monitored-app", safe="")
+    assert headers["location"] == "/auth/login?next=" + quote(
+        f"{server.base_url}{PREFIX}/?application=monitored-app", safe=""
+    )
 
 
 def test_the_plugin_adds_a_navigation_entry_and_a_dag_run_view(server, token):
     status, body = http_json("GET", server.base_url + "/api/v2/plugins", token)
     assert status == 200
     (plugin,) = [plugin for plugin in body["plugins"] if plugin["name"] == "kinesis_lease"]
-    assert plugin["fastapi_apps"] == [{"app": "fastapi.applications.FastAPI", "url_prefix": PREFIX,
-                                       "name": "Kinesis lease monitoring"}]
+    assert plugin["fastapi_apps"] == [
+        {"app": "fastapi.applications.FastAPI", "url_prefix": PREFIX, "name": "Kinesis lease monitoring"}
+    ]
     views = {view["destination"]: view["href"] for view in plugin["external_views"]}
     assert views == {"nav": "kinesis-lease/", "dag_run": "kinesis-lease/dag-runs/{DAG_ID}/{RUN_ID}"}
 
@@ -150,11 +183,15 @@ def test_the_page_and_its_assets_are_served_to_a_signed_in_user(server, token):
     status, _, page = http_get(server.base_url + PREFIX + "/", {"Authorization": f"Bearer {token}"})
     assert status == 200
     assert b'data-base="/kinesis-lease" data-view="application"' in page
-    status, headers, _ = http_get(server.base_url + PREFIX + "/static/monitoring.js", {"Authorization": f"Bearer {token}"})
+    status, headers, _ = http_get(
+        server.base_url + PREFIX + "/static/monitoring.js", {"Authorization": f"Bearer {token}"}
+    )
     assert status == 200 and headers["content-type"].startswith("text/javascript")
 
 
-def test_the_overview_shows_each_worker_with_its_load_leases_and_its_cpu_of_the_last_round_only(server, token, application):
+def test_the_overview_shows_each_worker_with_its_load_leases_and_its_cpu_of_the_last_round_only(
+    server, token, application
+):
     status, overview = get(server, f"/api/applications/{application}", token)
     assert status == 200, overview
     workers = {worker["worker_id"]: worker for worker in overview["workers"]}
@@ -166,24 +203,44 @@ def test_the_overview_shows_each_worker_with_its_load_leases_and_its_cpu_of_the_
         f"{application}-worker-2": (0, 0.0, 0.0, None),
         "(unassigned)": (1, 0.0, 0.0, None),
     }
-    assert workers["(unassigned)"]["unassigned"] and workers[f"{application}-worker-0"]["throughput_share"] == pytest.approx(2 / 3)
+    assert workers["(unassigned)"]["unassigned"] and workers[f"{application}-worker-0"][
+        "throughput_share"
+    ] == pytest.approx(2 / 3)
 
 
 def test_the_overview_shows_each_shards_owner_checkpoint_throughput_and_last_round_lag(server, token, application):
     _, overview = get(server, f"/api/applications/{application}", token)
     rows = {
-        lease["lease_key"]: (lease["owner"], lease["checkpoint"], lease["throughput_kbps"], lease["parent_shard_ids"],
-                             lease["last_round"])
+        lease["lease_key"]: (
+            lease["owner"],
+            lease["checkpoint"],
+            lease["throughput_kbps"],
+            lease["parent_shard_ids"],
+            lease["last_round"],
+        )
         for lease in overview["leases"]
     }
     assert rows == {
-        "shardId-000": (f"{application}-worker-0", "100", 300.0, [],
-                        {"records": 50, "millis_behind_latest": 1200, "outcome": "caught_up",
-                         "worker_id": f"{application}-worker-0"}),
+        "shardId-000": (
+            f"{application}-worker-0",
+            "100",
+            300.0,
+            [],
+            {
+                "records": 50,
+                "millis_behind_latest": 1200,
+                "outcome": "caught_up",
+                "worker_id": f"{application}-worker-0",
+            },
+        ),
         "shardId-001": (f"{application}-worker-0", "200", 100.0, [], None),
-        "shardId-002": (f"{application}-worker-1", "300", 200.0, ["shardId-000"],
-                        {"records": 25, "millis_behind_latest": 0, "outcome": "limit",
-                         "worker_id": f"{application}-worker-1"}),
+        "shardId-002": (
+            f"{application}-worker-1",
+            "300",
+            200.0,
+            ["shardId-000"],
+            {"records": 25, "millis_behind_latest": 0, "outcome": "limit", "worker_id": f"{application}-worker-1"},
+        ),
         "shardId-003": (None, "TRIM_HORIZON", None, [], None),
     }
     assert overview["summary"]["lease_count"] == 4 and overview["last_round"] == 2
@@ -193,8 +250,11 @@ def test_the_overview_shows_the_leader_and_the_last_rounds_newest_first(server, 
     _, overview = get(server, f"/api/applications/{application}", token)
     assert overview["leader"]["owner"] == LEADER and not overview["leader"]["released"]
     assert [(entry["round"], entry["records"]) for entry in overview["rounds"]] == [(2, 75), (1, 40)]
-    assert overview["tables"] == {"lease": application, "worker_metrics": f"{application}-WorkerMetricStats",
-                                  "coordinator_state": f"{application}-CoordinatorState"}
+    assert overview["tables"] == {
+        "lease": application,
+        "worker_metrics": f"{application}-WorkerMetricStats",
+        "coordinator_state": f"{application}-CoordinatorState",
+    }
 
 
 def test_before_leases_report_throughput_the_load_follows_lease_counts(server, token, moto_endpoint, unique_name):
@@ -203,15 +263,20 @@ def test_before_leases_report_throughput_the_load_follows_lease_counts(server, t
         lease = Lease(key)
         assert store.create_lease_if_not_exists(lease) and store.assign_lease(lease, owner).applied
     _, overview = get(server, f"/api/applications/{unique_name}", token)
-    assert [(worker["worker_id"], worker["load"]) for worker in overview["workers"]] == [("worker-a", 1.0), ("worker-b", 0.5)]
+    assert [(worker["worker_id"], worker["load"]) for worker in overview["workers"]] == [
+        ("worker-a", 1.0),
+        ("worker-b", 0.5),
+    ]
     assert overview["leader"] is None and overview["rounds"] == [] and overview["last_round"] is None
 
 
 def test_an_application_without_tables_is_a_404_naming_its_lease_table(server, token):
     status, body = get(server, "/api/applications/never-initialised", token)
     assert status == 404
-    assert body == {"table": "never-initialised",
-                    "detail": "DynamoDB table 'never-initialised' does not exist; run `leasectl init` to create the tables"}
+    assert body == {
+        "table": "never-initialised",
+        "detail": "DynamoDB table 'never-initialised' does not exist; run `leasectl init` to create the tables",
+    }
 
 
 def test_an_invalid_application_name_is_a_422_naming_the_setting(server, token):
@@ -231,7 +296,10 @@ def test_a_dynamodb_failure_is_a_502_naming_the_failed_call(server, token, proxy
 
 
 def test_the_default_application_is_the_pipeline_dags_param_default(server, token):
-    assert get(server, "/api/default-application", token) == (200, {"dag_id": DAG_ID, "application": DEFAULT_APPLICATION})
+    assert get(server, "/api/default-application", token) == (
+        200,
+        {"dag_id": DAG_ID, "application": DEFAULT_APPLICATION},
+    )
 
 
 def test_a_dag_run_shows_the_application_of_its_conf_and_the_round_it_wrote(server, token, application):
@@ -249,8 +317,12 @@ def test_a_dag_run_without_conf_shows_the_default_application(server, token):
 
 
 def test_a_backfill_run_shows_the_application_the_backfill_consumes_as(server, token, application):
-    conf = {"application_name": application, "mode": "backfill",
-            "start": "2026-11-01T00:00:00+00:00", "end": "2026-11-02T00:00:00+00:00"}
+    conf = {
+        "application_name": application,
+        "mode": "backfill",
+        "start": "2026-11-01T00:00:00+00:00",
+        "end": "2026-11-02T00:00:00+00:00",
+    }
     trigger(server, "manual__backfill", conf)
     status, body = get(server, f"/api/dag-runs/{DAG_ID}/manual__backfill", token)
     assert status == 404

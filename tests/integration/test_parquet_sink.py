@@ -212,7 +212,9 @@ def test_publish_reports_the_file_and_exists_and_row_count_see_it(sink: ParquetS
     assert sink.row_count(path) == 3
 
 
-def test_staging_a_batch_again_replaces_the_staged_file_with_identical_bytes_and_no_duplicate_rows(sink: ParquetSink) -> None:
+def test_staging_a_batch_again_replaces_the_staged_file_with_identical_bytes_and_no_duplicate_rows(
+    sink: ParquetSink,
+) -> None:
     staged = staged_path(sink.batch_path(STREAM, SHARD, position("0"), position("3")), "attempt-0")
     first = sink.stage(staged, batch(1, 3))
     with sink.filesystem.open_input_file(f"{sink.root}/{staged}") as file:
@@ -393,15 +395,20 @@ def test_spark_reads_the_dataset_with_partition_columns_and_skips_staging_files(
     sink = ParquetSink.from_uri(str(tmp_path / "dataset"))
     publish_batch(sink, 1, 3)
     publish_batch(sink, 1, 2, shard=OTHER_SHARD)
-    (tmp_path / "dataset" / f"stream_name={STREAM}" / f"shard_id={SHARD}" / "_0f3a9c.9-0_12-0.parquet").write_bytes(b"P")
+    (tmp_path / "dataset" / f"stream_name={STREAM}" / f"shard_id={SHARD}" / "_0f3a9c.9-0_12-0.parquet").write_bytes(
+        b"P"
+    )
     rows = (
         spark.read.parquet(str(tmp_path / "dataset"))
-        .selectExpr("stream_name", "shard_id", "sequence_number", "data",
-                    "unix_millis(approximate_arrival_timestamp)")  # epoch millis: no session time zone involved
+        .selectExpr(
+            "stream_name", "shard_id", "sequence_number", "data", "unix_millis(approximate_arrival_timestamp)"
+        )  # epoch millis: no session time zone involved
         .collect()
     )
     arrival = int(ARRIVAL.timestamp() * 1000)
-    assert sorted((stream, shard, int(number), bytes(data), millis) for stream, shard, number, data, millis in rows) == [
+    assert sorted(
+        (stream, shard, int(number), bytes(data), millis) for stream, shard, number, data, millis in rows
+    ) == [
         (STREAM, SHARD, 1, b"payload 1", arrival + 1),
         (STREAM, SHARD, 2, b"payload 2", arrival + 2),
         (STREAM, SHARD, 3, b"payload 3", arrival + 3),

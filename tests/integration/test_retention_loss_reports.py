@@ -26,7 +26,11 @@ STEER = "tests.support.spark_transforms:steer"
 def pipeline(unique_name: str, kinesis_endpoint: str, moto_endpoint: str, tmp_path: Path) -> ConsumerPipeline:
     create_stream(kinesis_client(kinesis_endpoint), unique_name, 1)
     return ConsumerPipeline(
-        unique_name, (unique_name,), kinesis_endpoint, moto_endpoint, str(tmp_path / "lake"),
+        unique_name,
+        (unique_name,),
+        kinesis_endpoint,
+        moto_endpoint,
+        str(tmp_path / "lake"),
         settings={"initial_position_in_stream": "TRIM_HORIZON", "failover_time_millis": 6000},
     )
 

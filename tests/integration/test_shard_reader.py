@@ -12,8 +12,9 @@ kinesis-mock 0.6.2 habits these tests rely on (measured here):
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Iterator
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -131,7 +132,7 @@ def test_every_record_is_read_once_in_order_from_the_trim_horizon(kinesis, uniqu
     records = records_of(batches)
     assert positions(records) == plain(sequence_numbers)
     assert sorted(record.data for record in records) == sorted(f"record-{index}".encode() for index in range(40))
-    assert all(record.approximate_arrival_timestamp.tzinfo is timezone.utc for record in records)
+    assert all(record.approximate_arrival_timestamp.tzinfo is UTC for record in records)
 
 
 @pytest.mark.parametrize(
@@ -155,7 +156,7 @@ def test_a_latest_start_reads_only_records_put_after_the_first_read(kinesis, uni
 
 def test_an_at_timestamp_start_before_the_first_record_reads_every_record(kinesis, unique_name):
     shard_id, sequence_numbers = one_shard_stream(kinesis, unique_name, 5)
-    an_hour_ago = datetime.now(timezone.utc) - timedelta(hours=1)
+    an_hour_ago = datetime.now(UTC) - timedelta(hours=1)
     at_timestamp = reader(kinesis, unique_name, shard_id, AT_TIMESTAMP, at_timestamp=an_hour_ago)
     assert positions(at_timestamp.read(NO_LIMITS).records) == plain(sequence_numbers)
 
@@ -176,7 +177,12 @@ def test_batches_cut_by_a_limit_continue_into_exactly_the_full_sequence(kinesis,
     shard_id, sequence_numbers = one_shard_stream(kinesis, unique_name, 30)
     clock = FakeClock()
     limited = reader(
-        kinesis, unique_name, shard_id, clock=clock, sleep=clock.sleep, min_call_interval_seconds=0.2,
+        kinesis,
+        unique_name,
+        shard_id,
+        clock=clock,
+        sleep=clock.sleep,
+        min_call_interval_seconds=0.2,
         get_records_limit=4,
     )
     batches = read_until_caught_up(limited, lambda: limits(clock))
@@ -457,7 +463,7 @@ def test_get_records_calls_of_one_reader_are_at_least_the_minimum_interval_apart
     )
     batches = read_until_caught_up(paced, lambda: ReadLimits(max_records=3))
     assert positions(records_of(batches)) == plain(sequence_numbers)
-    gaps = [later - earlier for earlier, later in zip(call_times, call_times[1:])]
+    gaps = [later - earlier for earlier, later in itertools.pairwise(call_times)]
     assert len(gaps) >= 5 and min(gaps) >= 0.2 - 1e-9
 
 
@@ -545,7 +551,7 @@ def test_an_accepted_checkpoint_whose_record_aged_out_is_reported_as_a_gap(kines
     batch = reader(accepting, unique_name, shard_id, start).read(NO_LIMITS)
     assert positions(batch.records) == plain(sequence_numbers)
     arrival = first_record(kinesis, unique_name, shard_id)["ApproximateArrivalTimestamp"]
-    assert batch.gap == RetentionGap(start, sequence_numbers[0], arrival.astimezone(timezone.utc))
+    assert batch.gap == RetentionGap(start, sequence_numbers[0], arrival.astimezone(UTC))
 
 
 def test_a_checkpoint_refused_on_a_shard_that_is_empty_now_is_a_gap_with_nothing_available(kinesis, unique_name):

@@ -14,7 +14,7 @@ import math
 import time
 import uuid
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -50,7 +50,7 @@ def at_timestamp(moment: datetime) -> InitialPositionInStream:
 
 
 def now() -> datetime:
-    return datetime.now(timezone.utc)
+    return datetime.now(UTC)
 
 
 def wait_for_the_next_second(after_epoch: float) -> None:
@@ -298,9 +298,9 @@ def test_throttled_pages_are_retried_without_restarting_the_listing(kinesis, wid
     # Calls 2 and 3 are the second page: it is retried in place, then the third page follows.
     client = FaultInjectingClient(
         kinesis,
-        lambda method, call: client_error("LimitExceededException", "ListShards")
-        if method == "list_shards" and call in (2, 3)
-        else None,
+        lambda method, call: (
+            client_error("LimitExceededException", "ListShards") if method == "list_shards" and call in (2, 3) else None
+        ),
     )
     retry_sleeps = Sleeps()
     shards = source(client, retry_sleeps=retry_sleeps, page_size=10).list_shards(wide_stream)
@@ -319,9 +319,9 @@ def test_throttling_that_outlasts_the_retry_policy_surfaces_as_throttled(kinesis
 def test_an_expired_next_token_restarts_the_listing_from_the_first_page(kinesis, wide_stream):
     client = FaultInjectingClient(
         kinesis,
-        lambda method, call: client_error("ExpiredNextTokenException", "ListShards")
-        if method == "list_shards" and call == 2
-        else None,
+        lambda method, call: (
+            client_error("ExpiredNextTokenException", "ListShards") if method == "list_shards" and call == 2 else None
+        ),
     )
     shards = source(client, page_size=10).list_shards(wide_stream)
     assert ids(shards) == [shard_id(index) for index in range(WIDE_SHARD_COUNT)]
@@ -331,9 +331,11 @@ def test_an_expired_next_token_restarts_the_listing_from_the_first_page(kinesis,
 def test_next_tokens_that_keep_expiring_give_up_after_a_few_restarts(kinesis, wide_stream):
     client = FaultInjectingClient(
         kinesis,
-        lambda method, call: client_error("ExpiredNextTokenException", "ListShards")
-        if method == "list_shards" and call % 2 == 0
-        else None,
+        lambda method, call: (
+            client_error("ExpiredNextTokenException", "ListShards")
+            if method == "list_shards" and call % 2 == 0
+            else None
+        ),
     )
     with pytest.raises(DependencyError, match="ExpiredNextTokenException") as raised:
         source(client, page_size=10).list_shards(wide_stream)
@@ -345,9 +347,7 @@ def test_next_tokens_that_keep_expiring_give_up_after_a_few_restarts(kinesis, wi
 
 
 @pytest.mark.parametrize("account_id", ["123456789012", None], ids=["signed-account", "default-account"])
-def test_the_stream_identifier_carries_the_account_and_the_creation_second(
-    kinesis_endpoint, unique_name, account_id
-):
+def test_the_stream_identifier_carries_the_account_and_the_creation_second(kinesis_endpoint, unique_name, account_id):
     client = kinesis_client(kinesis_endpoint, account_id=account_id)
     before = time.time()
     create_stream(client, unique_name, 1)
@@ -398,9 +398,11 @@ def test_a_shard_question_about_a_stream_in_use_is_reported_with_the_status_it_i
 def test_a_throttled_shard_question_is_retried(kinesis, wide_stream):
     client = FaultInjectingClient(
         kinesis,
-        lambda method, call: client_error("LimitExceededException", "GetShardIterator")
-        if method == "get_shard_iterator" and call == 1
-        else None,
+        lambda method, call: (
+            client_error("LimitExceededException", "GetShardIterator")
+            if method == "get_shard_iterator" and call == 1
+            else None
+        ),
     )
     assert source(client).shard_exists(wide_stream, shard_id(3)) is True
     assert client.calls["get_shard_iterator"] == 2

@@ -47,7 +47,9 @@ class ReopeningClient(FaultInjectingClient):
         return page
 
 
-def test_children_of_an_open_parent_stop_the_sync_unless_told_to_ignore_them(moto_endpoint, kinesis_endpoint, unique_name):
+def test_children_of_an_open_parent_stop_the_sync_unless_told_to_ignore_them(
+    moto_endpoint, kinesis_endpoint, unique_name
+):
     client = kinesis_client(kinesis_endpoint)
     seed = build_seed_lineage(client, unique_name)
     store = dynamodb_store(moto_endpoint, unique_name)
@@ -58,7 +60,10 @@ def test_children_of_an_open_parent_stop_the_sync_unless_told_to_ignore_them(mot
         sync_streams([unique_name], config, store, source, state_store(moto_endpoint, unique_name))
     assert [lease.lease_key for lease in store.list_leases()] == [seed[4]], "nothing was created"
     report = sync_streams(
-        [unique_name], config.with_overrides(ignore_unexpected_child_shards=True), store, source,
+        [unique_name],
+        config.with_overrides(ignore_unexpected_child_shards=True),
+        store,
+        source,
         state_store(moto_endpoint, unique_name),
     )
     assert seed[9] not in report.created and seed[10] not in report.created
@@ -99,7 +104,7 @@ def test_a_single_stream_sync_refuses_a_table_of_multi_stream_leases(moto_endpoi
     source = KinesisShardSource(client, retry_policy=FAST_RETRIES)
     state = state_store(moto_endpoint, unique_name)
     sync_streams([first, second], fast_config(unique_name), store, source, state)
-    with pytest.raises(ConfigurationError, match="'multi_stream'.*holds multi-stream leases"):
+    with pytest.raises(ConfigurationError, match=r"'multi_stream'.*holds multi-stream leases"):
         sync_streams([first], fast_config(unique_name), store, source, state)
     assert len(store.list_leases()) == 2, "nothing was deleted"
 

@@ -68,7 +68,13 @@ def test_provisioned_billing_gives_table_and_index_the_configured_capacity(dynam
         initial_lease_table_write_capacity=3,
     ).ensure_tables()
     lease = dynamodb_client.describe_table(TableName=unique_name)["Table"]
-    capacity = lambda d: (d["ProvisionedThroughput"]["ReadCapacityUnits"], d["ProvisionedThroughput"]["WriteCapacityUnits"])  # noqa: E731
+
+    def capacity(d):
+        return (
+            d["ProvisionedThroughput"]["ReadCapacityUnits"],
+            d["ProvisionedThroughput"]["WriteCapacityUnits"],
+        )
+
     assert capacity(lease) == (7, 3)
     assert capacity(lease["GlobalSecondaryIndexes"][0]) == (7, 3)
 
@@ -82,7 +88,10 @@ def test_pitr_tags_and_deletion_protection_are_applied_when_configured(dynamodb_
         tags={"team": "data", "env": "test"},
     ).ensure_tables()
     backups = dynamodb_client.describe_continuous_backups(TableName=unique_name)
-    assert backups["ContinuousBackupsDescription"]["PointInTimeRecoveryDescription"]["PointInTimeRecoveryStatus"] == "ENABLED"
+    assert (
+        backups["ContinuousBackupsDescription"]["PointInTimeRecoveryDescription"]["PointInTimeRecoveryStatus"]
+        == "ENABLED"
+    )
     lease = dynamodb_client.describe_table(TableName=unique_name)["Table"]
     assert lease["DeletionProtectionEnabled"] is True
     tags = dynamodb_client.list_tags_of_resource(ResourceArn=lease["TableArn"])["Tags"]

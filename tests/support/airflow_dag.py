@@ -55,10 +55,14 @@ def run_environment(
     if s3_endpoint is not None:
         service_config["s3"] = {"endpoint_url": s3_endpoint}
     return {
-        "AIRFLOW_CONN_AWS_DEFAULT": json.dumps({
-            "conn_type": "aws", "login": "testing", "password": "testing",
-            "extra": {"region_name": "us-east-1", "endpoint_url": moto_endpoint, "service_config": service_config},
-        }),
+        "AIRFLOW_CONN_AWS_DEFAULT": json.dumps(
+            {
+                "conn_type": "aws",
+                "login": "testing",
+                "password": "testing",
+                "extra": {"region_name": "us-east-1", "endpoint_url": moto_endpoint, "service_config": service_config},
+            }
+        ),
         "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps(dict(spark_connection)),
         "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
         "PYSPARK_PYTHON": sys.executable,

@@ -22,7 +22,7 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -159,10 +159,12 @@ def _migrated_database() -> Path:
 
 def _run_cli(arguments: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     result = subprocess.run(
-        [str(AIRFLOW), *arguments], env=env, capture_output=True, text=True, timeout=CLI_TIMEOUT_SECONDS
+        [str(AIRFLOW), *arguments], env=env, capture_output=True, text=True, timeout=CLI_TIMEOUT_SECONDS, check=False
     )
     if result.returncode != 0:
-        raise RuntimeError(f"airflow {' '.join(arguments)} failed ({result.returncode}):\n{result.stdout}\n{result.stderr}")
+        raise RuntimeError(
+            f"airflow {' '.join(arguments)} failed ({result.returncode}):\n{result.stdout}\n{result.stderr}"
+        )
     return result
 
 
@@ -186,14 +188,10 @@ def _stop_group(process: subprocess.Popen[bytes]) -> None:
         os.killpg(process.pid, signal.SIGTERM)
     except ProcessLookupError:
         return
-    try:
+    with suppress(subprocess.TimeoutExpired):
         process.wait(timeout=STOP_GRACE_SECONDS)
-    except subprocess.TimeoutExpired:
-        pass
-    try:
+    with suppress(ProcessLookupError):
         os.killpg(process.pid, signal.SIGKILL)  # workers that outlived the server process, if any
-    except ProcessLookupError:
-        pass
     process.wait(timeout=10)
 
 

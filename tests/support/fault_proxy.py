@@ -30,6 +30,7 @@ AT_SEQUENCE_NUMBER `before`.
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import json
 import random
@@ -55,8 +56,18 @@ IDLE_CONNECTION_SECONDS = 60.0
 # Hop-by-hop headers describe one connection, so they are never relayed; Host and lengths are rewritten.
 # Expect: 100-continue is answered by this proxy's own server; the body is relayed whole.
 NOT_RELAYED = frozenset(
-    {"connection", "keep-alive", "proxy-connection", "te", "trailer", "transfer-encoding", "upgrade",
-     "content-length", "host", "expect"}
+    {
+        "connection",
+        "keep-alive",
+        "proxy-connection",
+        "te",
+        "trailer",
+        "transfer-encoding",
+        "upgrade",
+        "content-length",
+        "host",
+        "expect",
+    }
 )
 
 Headers = list[tuple[str, str]]
@@ -191,12 +202,18 @@ def s3_operation(method: str, key: str | None, query: dict[str, str], headers: d
     """The S3 API operation a REST request is (path-style: /bucket/key), by method, key and query."""
     if key is None:
         bucket_operations = {
-            "HEAD": "HeadBucket", "PUT": "CreateBucket", "DELETE": "DeleteBucket",
+            "HEAD": "HeadBucket",
+            "PUT": "CreateBucket",
+            "DELETE": "DeleteBucket",
             "POST": "DeleteObjects" if "delete" in query else "PostBucket",
         }
         if method == "GET":
-            for name, operation in (("location", "GetBucketLocation"), ("uploads", "ListMultipartUploads"),
-                                    ("versions", "ListObjectVersions"), ("list-type", "ListObjectsV2")):
+            for name, operation in (
+                ("location", "GetBucketLocation"),
+                ("uploads", "ListMultipartUploads"),
+                ("versions", "ListObjectVersions"),
+                ("list-type", "ListObjectsV2"),
+            ):
                 if name in query:
                     return operation
             return "ListObjects"
@@ -212,7 +229,13 @@ def s3_operation(method: str, key: str | None, query: dict[str, str], headers: d
             return "PutObjectTagging"
         return "CopyObject" if "x-amz-copy-source" in headers else "PutObject"
     if method == "POST":
-        return "CreateMultipartUpload" if "uploads" in query else "CompleteMultipartUpload" if "uploadId" in query else "PostObject"
+        return (
+            "CreateMultipartUpload"
+            if "uploads" in query
+            else "CompleteMultipartUpload"
+            if "uploadId" in query
+            else "PostObject"
+        )
     if method == "DELETE":
         return "AbortMultipartUpload" if "uploadId" in query else "DeleteObject"
     return f"{method}Object"
@@ -222,11 +245,15 @@ def fault_response(kind: str, service: ServiceShape, request: dict[str, Any]) ->
     if kind == "server_error":
         return error_response(500, service, service.server_error_type, "Internal service error (injected)")
     if service is KINESIS:
-        message = (f"Rate exceeded for shard {request.get('ShardId', '(from iterator)')} in stream "
-                   f"{stream_name_of(request) or '(from iterator)'} (injected).")
+        message = (
+            f"Rate exceeded for shard {request.get('ShardId', '(from iterator)')} in stream "
+            f"{stream_name_of(request) or '(from iterator)'} (injected)."
+        )
     else:
-        message = ("The level of configured provisioned throughput for the table was exceeded. "
-                   "Consider increasing your provisioning level with the UpdateTable API. (injected)")
+        message = (
+            "The level of configured provisioned throughput for the table was exceeded. "
+            "Consider increasing your provisioning level with the UpdateTable API. (injected)"
+        )
     return error_response(400, service, service.throttle_type, message)
 
 
@@ -241,8 +268,10 @@ def apply_trim(request: dict[str, Any], trim: Trim) -> dict[str, Any] | HttpResp
         return request
     if trim.mode == "skip":
         return at_trim_point
-    message = (f"StartingSequenceNumber {starting} used in GetShardIterator on shard {request.get('ShardId')} in "
-               f"stream {stream_name_of(request)} is no longer available (older than the trim horizon)")
+    message = (
+        f"StartingSequenceNumber {starting} used in GetShardIterator on shard {request.get('ShardId')} in "
+        f"stream {stream_name_of(request)} is no longer available (older than the trim horizon)"
+    )
     return error_response(400, KINESIS, "InvalidArgumentException", message)
 
 
@@ -275,7 +304,9 @@ class FaultProxy:
 
     def start(self) -> FaultProxy:
         self._thread = threading.Thread(
-            target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, name=f"fault-proxy {self.endpoint}",
+            target=self._server.serve_forever,
+            kwargs={"poll_interval": 0.05},
+            name=f"fault-proxy {self.endpoint}",
             daemon=True,
         )
         self._thread.start()
@@ -434,15 +465,21 @@ class FaultProxy:
         )
         try:
             upstream.putrequest(request.method, request.path, skip_host=True, skip_accept_encoding=True)
-            for name, value in [*request.headers, ("Host", self._upstream_netloc),
-                                ("Content-Length", str(len(request.body)))]:
+            for name, value in [
+                *request.headers,
+                ("Host", self._upstream_netloc),
+                ("Content-Length", str(len(request.body))),
+            ]:
                 upstream.putheader(name, value)
             upstream.endheaders(request.body)
             response = upstream.getresponse()
             headers = [(name, value) for name, value in response.getheaders() if name.lower() not in NOT_RELAYED]
             announced = response.getheader("Content-Length") if request.method == "HEAD" else None
             return HttpResponse(
-                response.status, headers, response.read(), response.reason,
+                response.status,
+                headers,
+                response.read(),
+                response.reason,
                 content_length=None if announced is None else int(announced),
             )
         except OSError as error:
@@ -487,10 +524,8 @@ class _ProxyServer(ThreadingHTTPServer):
         with self._open_lock:
             connections = list(self._open)
         for connection in connections:
-            try:
+            with contextlib.suppress(OSError):  # the client or the handler closed it first
                 connection.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass  # the client or the handler closed it first
 
 
 class _ProxyHandler(BaseHTTPRequestHandler):

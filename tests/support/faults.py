@@ -8,7 +8,9 @@ from typing import Any
 import botocore.exceptions
 
 
-def client_error(code: str, operation: str, status: int = 400, message: str = "injected") -> botocore.exceptions.ClientError:
+def client_error(
+    code: str, operation: str, status: int = 400, message: str = "injected"
+) -> botocore.exceptions.ClientError:
     return botocore.exceptions.ClientError(
         {"Error": {"Code": code, "Message": message}, "ResponseMetadata": {"HTTPStatusCode": status}}, operation
     )

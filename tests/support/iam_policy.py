@@ -19,7 +19,7 @@ import json
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -58,7 +58,7 @@ S3_BUCKET_ACTIONS = {
 }
 
 
-@lru_cache(maxsize=None)
+@cache
 def _glob(pattern: str, ignore_case: bool) -> re.Pattern[str]:
     """IAM's wildcards: `*` any run of characters (`/` and `:` included), `?` one character, nothing else special."""
     body = "".join(".*" if char == "*" else "." if char == "?" else re.escape(char) for char in pattern)
@@ -212,7 +212,9 @@ def _statement(entry: Mapping[str, Any]) -> Statement:
         if operator not in _CONDITION_OPERATORS:
             raise PolicyError(f"{sid}: condition operator {operator} is not modelled")
         conditions[operator] = {key: _strings(sid, key, value) for key, value in keys.items()}
-    return Statement(sid, _strings(sid, "Action", entry.get("Action")), _strings(sid, "Resource", entry.get("Resource")), conditions)
+    return Statement(
+        sid, _strings(sid, "Action", entry.get("Action")), _strings(sid, "Resource", entry.get("Resource")), conditions
+    )
 
 
 def _strings(sid: str, name: str, value: Any) -> tuple[str, ...]:
@@ -286,5 +288,9 @@ def _describe(call: RecordedCall) -> str:
         target = "/".join(part for part in (call.bucket, call.key) if part)
         query = "&".join(f"{name}={value}" for name, value in call.query if name not in ("uploadId",))
         return f"s3 {call.operation} {call.method} /{target}{'?' + query if query else ''} -> {call.status}"
-    names = [*call.tables, *([f"index {call.index}"] if call.index else []), *([f"stream {call.stream}"] if call.stream else [])]
+    names = [
+        *call.tables,
+        *([f"index {call.index}"] if call.index else []),
+        *([f"stream {call.stream}"] if call.stream else []),
+    ]
     return f"{call.service} {call.operation} {', '.join(names)} -> {call.status}"

@@ -92,16 +92,13 @@ def merge_shards(client: Any, stream: str, shard_to_merge: str, adjacent_shard: 
     return child.shard_id
 
 
-def put_records(
-    client: Any, stream: str, count: int, partition_key: str | None = None
-) -> dict[str, list[str]]:
+def put_records(client: Any, stream: str, count: int, partition_key: str | None = None) -> dict[str, list[str]]:
     """Write `count` records (keys `key-<i>` unless one `partition_key` is given); sequence numbers by shard.
 
     Records kinesis-mock refuses (per-shard throughput) are written again until all are in.
     """
     pending = [
-        {"Data": f"record-{index}".encode(), "PartitionKey": partition_key or f"key-{index}"}
-        for index in range(count)
+        {"Data": f"record-{index}".encode(), "PartitionKey": partition_key or f"key-{index}"} for index in range(count)
     ]
     written: dict[str, list[str]] = {}
     while pending:

@@ -33,8 +33,12 @@ class LineageBuilder:
         shard = self._shards[closed_id]
         self._sequence += 1000
         self._shards[closed_id] = Shard(
-            shard.shard_id, shard.hash_key_range, shard.starting_sequence_number,
-            shard.parent_shard_id, shard.adjacent_parent_shard_id, str(self._sequence),
+            shard.shard_id,
+            shard.hash_key_range,
+            shard.starting_sequence_number,
+            shard.parent_shard_id,
+            shard.adjacent_parent_shard_id,
+            str(self._sequence),
         )
 
     def split(self, parent_id: str) -> tuple[str, str]:

@@ -76,7 +76,9 @@ class ConsumerPipeline:
         TableAdministrator(self.dynamodb, self.config, retry_policy=FAST_RETRIES).ensure_tables()
         self.store = DynamoDBLeaseStore(self.dynamodb, self.config.lease_table, retry_policy=FAST_RETRIES)
         self.state = DynamoDBCoordinatorStateStore(self.dynamodb, self.config.coordinator_state_table, FAST_RETRIES)
-        self.metrics = DynamoDBWorkerMetricsStore(self.dynamodb, self.config.worker_metrics_table, retry_policy=FAST_RETRIES)
+        self.metrics = DynamoDBWorkerMetricsStore(
+            self.dynamodb, self.config.worker_metrics_table, retry_policy=FAST_RETRIES
+        )
 
     # --- producing -----------------------------------------------------------------------------
 
@@ -114,7 +116,9 @@ class ConsumerPipeline:
         coordinator = AssignmentCoordinator(self.store, self.metrics, self.state, self.config)
         return coordinator.run(slot_ids(self.application_name, workers))
 
-    def spec(self, workers: int, round_number: int, budget: LeaseBudget | None = None, transform: str | None = None) -> ConsumeSpec:
+    def spec(
+        self, workers: int, round_number: int, budget: LeaseBudget | None = None, transform: str | None = None
+    ) -> ConsumeSpec:
         settings = self.config.with_overrides(
             aws_endpoint_url_kinesis=self.data_plane_kinesis or self.kinesis_endpoint,
             aws_endpoint_url_dynamodb=self.data_plane_dynamodb or self.dynamodb_endpoint,
@@ -166,7 +170,10 @@ def by_shard(records: list[StreamRecord]) -> dict[str, list[StreamRecord]]:
     shards: dict[str, list[StreamRecord]] = defaultdict(list)
     for record in records:
         shards[record.shard_id].append(record)
-    return {shard: sorted(items, key=lambda r: (int(r.sequence_number), r.sub_sequence_number)) for shard, items in shards.items()}
+    return {
+        shard: sorted(items, key=lambda r: (int(r.sequence_number), r.sub_sequence_number))
+        for shard, items in shards.items()
+    }
 
 
 def file_order(output_dir: Path) -> dict[str, tuple[float, float]]:

@@ -14,6 +14,7 @@ the application, as on a real cluster whose workers are other machines.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import socket
@@ -28,7 +29,6 @@ from types import TracebackType
 from typing import Any
 
 import psutil
-
 import pyspark
 
 SPARK_HOME = Path(pyspark.__file__).resolve().parent
@@ -88,17 +88,33 @@ class SparkStandaloneCluster:
         self.stop_timeout_seconds = stop_timeout_seconds
         ports = _free_ports(2 + 2 * workers)
         self.master_port, self.master_webui_port = ports[:2]
-        self.worker_ports, self.worker_webui_ports = ports[2:2 + workers], ports[2 + workers:]
+        self.worker_ports, self.worker_webui_ports = ports[2 : 2 + workers], ports[2 + workers :]
         self.worker_work_dirs = [self.directory / f"worker-{index}" for index in range(1, workers + 1)]
         self.master = SparkDaemon(
-            MASTER_CLASS, 1, ("--host", HOST, "--port", str(self.master_port), "--webui-port", str(self.master_webui_port))
+            MASTER_CLASS,
+            1,
+            ("--host", HOST, "--port", str(self.master_port), "--webui-port", str(self.master_webui_port)),
         )
         self.workers = [
-            SparkDaemon(WORKER_CLASS, index + 1, (
-                "--host", HOST, "--port", str(self.worker_ports[index]), "--webui-port", str(self.worker_webui_ports[index]),
-                "--cores", str(cores_per_worker), "--memory", memory_per_worker,
-                "--work-dir", str(self.worker_work_dirs[index]), self.master_url,
-            ))
+            SparkDaemon(
+                WORKER_CLASS,
+                index + 1,
+                (
+                    "--host",
+                    HOST,
+                    "--port",
+                    str(self.worker_ports[index]),
+                    "--webui-port",
+                    str(self.worker_webui_ports[index]),
+                    "--cores",
+                    str(cores_per_worker),
+                    "--memory",
+                    memory_per_worker,
+                    "--work-dir",
+                    str(self.worker_work_dirs[index]),
+                    self.master_url,
+                ),
+            )
             for index in range(workers)
         ]
         self.environment = self._daemon_environment(environment or {})
@@ -130,14 +146,18 @@ class SparkStandaloneCluster:
         self.start()
         return self
 
-    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None) -> None:
+    def __exit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None
+    ) -> None:
         self.stop()
 
     def start(self) -> None:
         """Start the master, then the workers at once; return when the master lists them all ALIVE."""
         for folder in ("pids", "logs", "conf", "local", *(path.name for path in self.worker_work_dirs)):
             (self.directory / folder).mkdir(parents=True, exist_ok=True)
-        (self.conf_dir / "spark-defaults.conf").write_text("".join(f"{key} {value}\n" for key, value in SPARK_DEFAULTS.items()))
+        (self.conf_dir / "spark-defaults.conf").write_text(
+            "".join(f"{key} {value}\n" for key, value in SPARK_DEFAULTS.items())
+        )
         launches: list[subprocess.Popen[str]] = []
         try:
             launches.append(self._launch(self.master))
@@ -159,7 +179,10 @@ class SparkStandaloneCluster:
     def _launch(self, daemon: SparkDaemon) -> subprocess.Popen[str]:
         return subprocess.Popen(
             ["bash", str(SPARK_DAEMON), "start", daemon.command, str(daemon.instance), *daemon.arguments],
-            env=self.environment, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+            env=self.environment,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
             start_new_session=True,  # a Ctrl-C in the terminal reaches pytest, which stops the cluster
         )
 
@@ -237,14 +260,16 @@ class SparkStandaloneCluster:
             if self.pid_file(daemon).exists():
                 subprocess.run(
                     ["bash", str(SPARK_DAEMON), "stop", daemon.command, str(daemon.instance)],
-                    env=self.environment, capture_output=True, text=True, timeout=self.stop_timeout_seconds,
+                    env=self.environment,
+                    capture_output=True,
+                    text=True,
+                    timeout=self.stop_timeout_seconds,
+                    check=False,
                 )
         _, alive = psutil.wait_procs(started, timeout=self.stop_timeout_seconds)
         for process in alive:  # psutil refuses to signal a PID that was reused meanwhile
-            try:
+            with contextlib.suppress(psutil.NoSuchProcess):
                 process.kill()
-            except psutil.NoSuchProcess:
-                pass
         _, still_alive = psutil.wait_procs(alive, timeout=5)
         self.stopped_pids = [process.pid for process in started]
         if still_alive:

@@ -17,7 +17,9 @@ SLOTS = slot_ids("app", 2)
 
 def coordinator(store, metrics=None, state=None, **settings) -> AssignmentCoordinator:
     config = ConsumerConfig(application_name="app", **settings)
-    return AssignmentCoordinator(store, metrics or InMemoryWorkerMetricsStore(), state or InMemoryCoordinatorStateStore(), config, lambda: 1_000)
+    return AssignmentCoordinator(
+        store, metrics or InMemoryWorkerMetricsStore(), state or InMemoryCoordinatorStateStore(), config, lambda: 1_000
+    )
 
 
 def leases(store, count: int, owner: str | None = None, kbps: float | None = None) -> None:
@@ -154,7 +156,9 @@ def test_a_handoff_from_a_slot_that_is_running_and_renewing_is_left_alone_until_
     store, state, clock = InMemoryLeaseStore(), InMemoryCoordinatorStateStore(), Clock()
     leases(store, 1, owner=SLOTS[0], kbps=10.0)
     hand_over(store, "shardId-0", SLOTS[0], SLOTS[1])
-    run = timed_coordinator(store, state, clock, failover_time_millis=10_000, graceful_lease_handoff_timeout_millis=30_000)
+    run = timed_coordinator(
+        store, state, clock, failover_time_millis=10_000, graceful_lease_handoff_timeout_millis=30_000
+    )
     running = frozenset({SLOTS[0]})
     for _ in range(4):  # the old owner keeps renewing while it finishes its batch
         assert not any(move.lease_key == "shardId-0" for move in run.run(SLOTS, running_workers=running).moves)
@@ -180,7 +184,9 @@ def test_a_handoff_whose_running_old_owner_stopped_renewing_is_finished_after_th
     run.run(SLOTS, running_workers=running)  # the snapshot holds the lease's counter
     clock.now += silent_for
     report = run.run(SLOTS, running_workers=running)
-    assert [(move.reason, move.write) for move in report.moves] == ([("handoff finished", "assign")] if finished else [])
+    assert [(move.reason, move.write) for move in report.moves] == (
+        [("handoff finished", "assign")] if finished else []
+    )
     assert store.get_lease("shardId-0").is_in_handoff is not finished
 
 

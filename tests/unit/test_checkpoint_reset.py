@@ -33,7 +33,7 @@ ORDERS_AGAIN = StreamIdentifier("123456789012", "orders", 2)
 CLICKS = StreamIdentifier("123456789012", "clicks", 1)
 
 
-def owned(checkpoint: ESN = ESN("500"), **fields) -> Lease:
+def owned(checkpoint: ESN = ExtendedSequenceNumber("500"), **fields) -> Lease:
     return Lease(KEY, checkpoint=checkpoint, lease_owner="app-worker-0", lease_counter=7, **fields)
 
 
@@ -50,7 +50,11 @@ def prepared(checkpoint: ESN, pending: ESN, path: str | None = "stream_name=s/sh
     [
         pytest.param("TRIM_HORIZON", TRIM_HORIZON, id="trim-horizon"),
         pytest.param("LATEST", LATEST, id="latest"),
-        pytest.param("49590338271490256608559692538361571095921575989136588898", ESN("49590338271490256608559692538361571095921575989136588898"), id="kinesis-sequence-number"),
+        pytest.param(
+            "49590338271490256608559692538361571095921575989136588898",
+            ESN("49590338271490256608559692538361571095921575989136588898"),
+            id="kinesis-sequence-number",
+        ),
         pytest.param("0", ESN("0"), id="zero"),
         pytest.param("4959:3", ESN("4959", 3), id="with-sub-sequence-number"),
         pytest.param("4959/3", ESN("4959", 3), id="status-syntax-with-slash"),
@@ -115,7 +119,9 @@ MULTI = scan(
     [
         pytest.param(SINGLE, LeaseSelector(KEY), KEY, id="single-stream-by-shard-id"),
         pytest.param(MULTI, LeaseSelector(KEY, "orders"), ORDERS.lease_key(KEY), id="multi-stream-by-stream-name"),
-        pytest.param(MULTI, LeaseSelector(KEY, ORDERS.serialize()), ORDERS.lease_key(KEY), id="multi-stream-by-stream-identifier"),
+        pytest.param(
+            MULTI, LeaseSelector(KEY, ORDERS.serialize()), ORDERS.lease_key(KEY), id="multi-stream-by-stream-identifier"
+        ),
         pytest.param(
             scan(Lease.for_stream(ORDERS, KEY), Lease.for_stream(ORDERS_AGAIN, KEY)),
             LeaseSelector(KEY, ORDERS_AGAIN.serialize()),
@@ -131,14 +137,38 @@ def test_the_lease_is_found_by_shard_and_in_a_multi_stream_table_by_stream(lease
 @pytest.mark.parametrize(
     ("leases", "selector", "error", "message"),
     [
-        pytest.param(SINGLE, LeaseSelector("shardId-000000000009"), LeaseNotFoundError,
-                     "lease table 'app' has no lease for shard 'shardId-000000000009'", id="unknown-shard"),
+        pytest.param(
+            SINGLE,
+            LeaseSelector("shardId-000000000009"),
+            LeaseNotFoundError,
+            "lease table 'app' has no lease for shard 'shardId-000000000009'",
+            id="unknown-shard",
+        ),
         pytest.param(scan(), LeaseSelector(KEY), LeaseNotFoundError, "has no lease", id="empty-table"),
-        pytest.param(scan(), LeaseSelector(KEY, "orders"), LeaseNotFoundError, "has no lease", id="empty-table-with-stream"),
-        pytest.param(MULTI, LeaseSelector(KEY, "payments"), LeaseNotFoundError,
-                     "no lease for shard 'shardId-000000000001' of stream 'payments'", id="unknown-stream"),
-        pytest.param(MULTI, LeaseSelector(KEY), ResetUsageError, "multi-stream .* --stream is required", id="multi-stream-without-stream"),
-        pytest.param(SINGLE, LeaseSelector(KEY, "orders"), ResetUsageError, "single-stream .* leave out --stream", id="single-stream-with-stream"),
+        pytest.param(
+            scan(), LeaseSelector(KEY, "orders"), LeaseNotFoundError, "has no lease", id="empty-table-with-stream"
+        ),
+        pytest.param(
+            MULTI,
+            LeaseSelector(KEY, "payments"),
+            LeaseNotFoundError,
+            "no lease for shard 'shardId-000000000001' of stream 'payments'",
+            id="unknown-stream",
+        ),
+        pytest.param(
+            MULTI,
+            LeaseSelector(KEY),
+            ResetUsageError,
+            "multi-stream .* --stream is required",
+            id="multi-stream-without-stream",
+        ),
+        pytest.param(
+            SINGLE,
+            LeaseSelector(KEY, "orders"),
+            ResetUsageError,
+            "single-stream .* leave out --stream",
+            id="single-stream-with-stream",
+        ),
         pytest.param(
             scan(Lease.for_stream(ORDERS, KEY), Lease.for_stream(ORDERS_AGAIN, KEY)),
             LeaseSelector(KEY, "orders"),
@@ -184,12 +214,14 @@ def test_a_selector_without_a_usable_shard_or_stream_is_a_usage_error(shard, str
 
 
 def test_a_lease_at_shard_end_is_refused_saying_a_backfill_replays_a_finished_shard():
-    with pytest.raises(CheckpointResetError, match="SHARD_END: the shard is finished.*backfill") as refused:
+    with pytest.raises(CheckpointResetError, match=r"SHARD_END: the shard is finished.*backfill") as refused:
         plan_reset(owned(SHARD_END), ESN("100"))
     assert refused.value.lease_key == KEY and not refused.value.retryable
 
 
-@pytest.mark.parametrize("target", [pytest.param(SHARD_END, id="shard-end"), pytest.param(AT_TIMESTAMP, id="at-timestamp")])
+@pytest.mark.parametrize(
+    "target", [pytest.param(SHARD_END, id="shard-end"), pytest.param(AT_TIMESTAMP, id="at-timestamp")]
+)
 def test_a_target_no_reset_may_write_is_refused_by_the_decision_too(target):
     with pytest.raises(ResetUsageError, match="is not a reset target"):
         plan_reset(owned(), target)
@@ -237,13 +269,19 @@ def test_positions_compare_in_reading_order(a, b, order):
         pytest.param(owned(ESN("500"), throughput_kbps=12.5, owner_switches_since_checkpoint=2), id="committed"),
         pytest.param(prepared(ESN("500"), ESN("800")), id="with-prepared-batch"),
         pytest.param(
-            owned(ESN("500"), checkpoint_owner="app-worker-1", parent_shard_ids={"shardId-000000000000"},
-                  hash_key_range=HashKeyRange(0, 99)),
+            owned(
+                ESN("500"),
+                checkpoint_owner="app-worker-1",
+                parent_shard_ids={"shardId-000000000000"},
+                hash_key_range=HashKeyRange(0, 99),
+            ),
             id="in-handoff-with-parents-and-range",
         ),
     ],
 )
-def test_the_write_is_a_counter_conditional_checkpoint_that_removes_the_pending_fields_raises_the_counter_by_two_and_keeps_the_owner(lease):
+def test_the_write_is_a_counter_conditional_checkpoint_without_pending_fields_two_counts_up_same_owner(
+    lease,
+):
     write = plan_reset(lease, ESN("100", 4)).write
     sets = dict(write.set_attributes)
     assert write.lease_key == KEY
@@ -273,10 +311,22 @@ def test_the_write_of_a_multi_stream_lease_keeps_its_stream_and_shard():
 @pytest.mark.parametrize(
     ("current", "target", "fragments"),
     [
-        pytest.param(ESN("500"), ESN("100"), ("moving backwards from 500 to 100", "duplicates in the sink"), id="backward"),
-        pytest.param(ESN("500"), TRIM_HORIZON, ("to TRIM_HORIZON (the oldest record still in the stream)", "landed again"), id="to-trim-horizon"),
+        pytest.param(
+            ESN("500"), ESN("100"), ("moving backwards from 500 to 100", "duplicates in the sink"), id="backward"
+        ),
+        pytest.param(
+            ESN("500"),
+            TRIM_HORIZON,
+            ("to TRIM_HORIZON (the oldest record still in the stream)", "landed again"),
+            id="to-trim-horizon",
+        ),
         pytest.param(ESN("500"), ESN("900"), ("moving forward from 500 to 900", "never be landed (loss"), id="forward"),
-        pytest.param(ESN("500"), LATEST, ("LATEST (the newest record when the next round opens the shard)", "loss"), id="to-latest"),
+        pytest.param(
+            ESN("500"),
+            LATEST,
+            ("LATEST (the newest record when the next round opens the shard)", "loss"),
+            id="to-latest",
+        ),
         pytest.param(AT_TIMESTAMP, ESN("100"), ("is not known here", "twice", "never"), id="unknown"),
     ],
 )
@@ -308,14 +358,30 @@ def test_a_prepared_batch_of_ours_is_reported_with_its_range_records_and_file():
 @pytest.mark.parametrize(
     ("target", "present", "absent"),
     [
-        pytest.param(ESN("100"), ("is never made visible", "after 100 will be read and landed again, once"),
-                     ("lost",), id="rewind-relands-the-whole-batch"),
-        pytest.param(ESN("500"), ("after 500 will be read and landed again",), ("lost",), id="same-checkpoint-relands-the-batch"),
-        pytest.param(ESN("650"), ("after 650 will be read and landed again", "its records up to 650 will not be read again"),
-                     (), id="into-the-batch-splits-it"),
-        pytest.param(ESN("800"), ("all of its records will not be read again and are not in the sink",),
-                     ("landed again",), id="to-the-batch-end-loses-it"),
-        pytest.param(LATEST, ("all of its records will not be read again",), ("landed again",), id="to-latest-loses-it"),
+        pytest.param(
+            ESN("100"),
+            ("is never made visible", "after 100 will be read and landed again, once"),
+            ("lost",),
+            id="rewind-relands-the-whole-batch",
+        ),
+        pytest.param(
+            ESN("500"), ("after 500 will be read and landed again",), ("lost",), id="same-checkpoint-relands-the-batch"
+        ),
+        pytest.param(
+            ESN("650"),
+            ("after 650 will be read and landed again", "its records up to 650 will not be read again"),
+            (),
+            id="into-the-batch-splits-it",
+        ),
+        pytest.param(
+            ESN("800"),
+            ("all of its records will not be read again and are not in the sink",),
+            ("landed again",),
+            id="to-the-batch-end-loses-it",
+        ),
+        pytest.param(
+            LATEST, ("all of its records will not be read again",), ("landed again",), id="to-latest-loses-it"
+        ),
     ],
 )
 def test_the_notes_on_a_discarded_batch_say_where_its_records_end_up(target, present, absent):
@@ -331,10 +397,14 @@ def test_the_notes_on_a_discarded_batch_say_where_its_records_end_up(target, pre
     [
         pytest.param(b"state of a KCL application", "no batch description of ours", False, id="foreign-state"),
         pytest.param(None, "no batch description of ours", False, id="no-state"),
-        pytest.param(f'{{"format": "{STATE_FORMAT}"}}'.encode(), "its description is unreadable", True, id="ours-but-unreadable"),
+        pytest.param(
+            f'{{"format": "{STATE_FORMAT}"}}'.encode(), "its description is unreadable", True, id="ours-but-unreadable"
+        ),
     ],
 )
-def test_a_pending_checkpoint_without_a_readable_description_is_reported_with_its_output_unknown(state, note, unreadable):
+def test_a_pending_checkpoint_without_a_readable_description_is_reported_with_its_output_unknown(
+    state, note, unreadable
+):
     lease = owned(ESN("500"), pending_checkpoint=ESN("800"), pending_checkpoint_state=state)
     plan = plan_reset(lease, ESN("100"))
     assert plan.discarded is not None

@@ -96,24 +96,29 @@ def hash_key_ranges(draw: st.DrawFn) -> HashKeyRange:
 @st.composite
 def leases(draw: st.DrawFn) -> Lease:
     pending = draw(st.one_of(st.none(), extended_sequence_numbers))
-    fields: dict[str, Any] = dict(
-        checkpoint=draw(extended_sequence_numbers),
-        lease_owner=draw(owners),
-        lease_counter=draw(st.integers(0, 2**63)),
-        pending_checkpoint=pending,
-        pending_checkpoint_state=None if pending is None else draw(st.one_of(st.none(), st.binary(max_size=64))),
-        owner_switches_since_checkpoint=draw(st.integers(0, 1000)),
-        parent_shard_ids=draw(st.frozensets(shard_ids, max_size=2)),
-        child_shard_ids=draw(st.frozensets(shard_ids, max_size=3)),
-        hash_key_range=draw(st.one_of(st.none(), hash_key_ranges())),
+    fields: dict[str, Any] = {
+        "checkpoint": draw(extended_sequence_numbers),
+        "lease_owner": draw(owners),
+        "lease_counter": draw(st.integers(0, 2**63)),
+        "pending_checkpoint": pending,
+        "pending_checkpoint_state": None if pending is None else draw(st.one_of(st.none(), st.binary(max_size=64))),
+        "owner_switches_since_checkpoint": draw(st.integers(0, 1000)),
+        "parent_shard_ids": draw(st.frozensets(shard_ids, max_size=2)),
+        "child_shard_ids": draw(st.frozensets(shard_ids, max_size=3)),
+        "hash_key_range": draw(st.one_of(st.none(), hash_key_ranges())),
         # Stored values have at most 6 decimals, so generate exactly those.
-        throughput_kbps=draw(st.one_of(st.none(), st.integers(0, 10**15).map(lambda n: n / 10**6))),
-        checkpoint_owner=draw(owners),
-        read_through_millis=draw(st.one_of(st.none(), st.integers(0, 2**50))),
-        unreported_losses=draw(st.frozensets(st.builds(
-            AgedOutRange, st.integers(0, 10**60).map(str), st.one_of(st.none(), st.integers(0, 10**60).map(str))
-        ), max_size=2)),
-    )
+        "throughput_kbps": draw(st.one_of(st.none(), st.integers(0, 10**15).map(lambda n: n / 10**6))),
+        "checkpoint_owner": draw(owners),
+        "read_through_millis": draw(st.one_of(st.none(), st.integers(0, 2**50))),
+        "unreported_losses": draw(
+            st.frozensets(
+                st.builds(
+                    AgedOutRange, st.integers(0, 10**60).map(str), st.one_of(st.none(), st.integers(0, 10**60).map(str))
+                ),
+                max_size=2,
+            )
+        ),
+    }
     if draw(st.booleans()):
         stream = StreamIdentifier(
             draw(st.from_regex(r"[0-9]{12}", fullmatch=True)),
@@ -312,7 +317,12 @@ CORRUPT = [
     pytest.param("leaseOwner", "worker-a", ("leaseOwner",), id="leaseOwner-not-an-attribute-value"),
     pytest.param("checkpoint", {"S": "abc"}, ("checkpoint",), id="checkpoint-abc"),
     pytest.param("checkpoint", {"S": ""}, ("checkpoint",), id="checkpoint-empty-string"),
-    pytest.param("checkpointSubSequenceNumber", {"N": "-1"}, ("checkpointSubSequenceNumber", "checkpoint"), id="negative-sub-sequence"),
+    pytest.param(
+        "checkpointSubSequenceNumber",
+        {"N": "-1"},
+        ("checkpointSubSequenceNumber", "checkpoint"),
+        id="negative-sub-sequence",
+    ),
     pytest.param("pendingCheckpoint", {"S": "later"}, ("pendingCheckpoint",), id="pendingCheckpoint-not-a-number"),
     pytest.param("pendingCheckpointState", {"N": "0"}, ("pendingCheckpointState",), id="pending-state-of-type-N"),
     pytest.param("parentShardId", {"S": "shardId-0"}, ("parentShardId",), id="parentShardId-S-not-SS"),
@@ -327,8 +337,9 @@ CORRUPT = [
     pytest.param("streamName", {"S": "123456789012:stream:1"}, ("shardId",), id="streamName-without-shardId"),
     pytest.param("readThroughMillis", {"N": "-5"}, ("readThroughMillis",), id="readThroughMillis-negative"),
     pytest.param("unreportedRetentionLosses", {"SS": ["{}"]}, ("unreportedRetentionLosses",), id="loss-without-after"),
-    pytest.param("unreportedRetentionLosses", {"SS": ['{"after":5}']}, ("unreportedRetentionLosses",),
-                 id="loss-with-a-number"),
+    pytest.param(
+        "unreportedRetentionLosses", {"SS": ['{"after":5}']}, ("unreportedRetentionLosses",), id="loss-with-a-number"
+    ),
     pytest.param("unreportedRetentionLosses", {"S": "x"}, ("unreportedRetentionLosses",), id="losses-S-not-SS"),
 ]
 

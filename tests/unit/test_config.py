@@ -196,44 +196,140 @@ def test_text_that_does_not_fit_the_type_is_rejected_naming_the_key_and_source(
 
 
 BAD_VALUES = [
-    pytest.param({"failover_time_millis": 0}, "failover_time_millis", "must be greater than 0, got 0", id="failover-zero"),
+    pytest.param(
+        {"failover_time_millis": 0}, "failover_time_millis", "must be greater than 0, got 0", id="failover-zero"
+    ),
     pytest.param({"epsilon_millis": -1}, "epsilon_millis", "must be at least 0, got -1", id="epsilon-negative"),
-    pytest.param({"max_leases_for_worker": 0}, "max_leases_for_worker", "must be at least 1, got 0", id="max-leases-zero"),
-    pytest.param({"max_leases_to_steal_at_one_time": 0}, "max_leases_to_steal_at_one_time", "at least 1", id="steal-zero"),
+    pytest.param(
+        {"max_leases_for_worker": 0}, "max_leases_for_worker", "must be at least 1, got 0", id="max-leases-zero"
+    ),
+    pytest.param(
+        {"max_leases_to_steal_at_one_time": 0}, "max_leases_to_steal_at_one_time", "at least 1", id="steal-zero"
+    ),
     pytest.param({"max_lease_renewal_threads": 0}, "max_lease_renewal_threads", "at least 1", id="threads-zero"),
-    pytest.param({"initial_lease_table_read_capacity": 0}, "initial_lease_table_read_capacity", "at least 1", id="rcu-zero"),
-    pytest.param({"initial_lease_table_write_capacity": 0}, "initial_lease_table_write_capacity", "at least 1", id="wcu-zero"),
-    pytest.param({"lease_table_scan_total_segments": 1_000_001}, "lease_table_scan_total_segments", "between 0 and 1000000", id="segments-too-many"),
-    pytest.param({"table_creation_timeout_seconds": 0}, "table_creation_timeout_seconds", "greater than 0", id="timeout-zero"),
-    pytest.param({"table_status_poll_seconds": -1.0}, "table_status_poll_seconds", "greater than 0", id="poll-negative"),
-    pytest.param({"dampening_percentage": 0}, "dampening_percentage", "must be between 1 and 100, got 0", id="dampening-zero"),
-    pytest.param({"rebalance_threshold_percentage": 101}, "rebalance_threshold_percentage", "between 1 and 100, got 101", id="threshold-over-100"),
-    pytest.param({"max_throughput_per_host_kbps": 0.0}, "max_throughput_per_host_kbps", "greater than 0", id="throughput-zero"),
-    pytest.param({"variance_balancing_frequency": 0}, "variance_balancing_frequency", "at least 1", id="frequency-zero"),
-    pytest.param({"worker_metrics_ema_alpha": 0.0}, "worker_metrics_ema_alpha", "greater than 0 and at most 1", id="alpha-zero"),
-    pytest.param({"worker_metrics_ema_alpha": 1.5}, "worker_metrics_ema_alpha", "greater than 0 and at most 1", id="alpha-over-one"),
-    pytest.param({"no_of_persisted_metrics_per_worker_metrics": 0}, "no_of_persisted_metrics_per_worker_metrics", "at least 1", id="persisted-zero"),
-    pytest.param({"graceful_lease_handoff_timeout_millis": -1}, "graceful_lease_handoff_timeout_millis", "at least 0", id="handoff-negative"),
-    pytest.param({"leader_lease_duration_millis": 0}, "leader_lease_duration_millis", "greater than 0", id="leader-lease-zero"),
+    pytest.param(
+        {"initial_lease_table_read_capacity": 0}, "initial_lease_table_read_capacity", "at least 1", id="rcu-zero"
+    ),
+    pytest.param(
+        {"initial_lease_table_write_capacity": 0}, "initial_lease_table_write_capacity", "at least 1", id="wcu-zero"
+    ),
+    pytest.param(
+        {"lease_table_scan_total_segments": 1_000_001},
+        "lease_table_scan_total_segments",
+        "between 0 and 1000000",
+        id="segments-too-many",
+    ),
+    pytest.param(
+        {"table_creation_timeout_seconds": 0}, "table_creation_timeout_seconds", "greater than 0", id="timeout-zero"
+    ),
+    pytest.param(
+        {"table_status_poll_seconds": -1.0}, "table_status_poll_seconds", "greater than 0", id="poll-negative"
+    ),
+    pytest.param(
+        {"dampening_percentage": 0}, "dampening_percentage", "must be between 1 and 100, got 0", id="dampening-zero"
+    ),
+    pytest.param(
+        {"rebalance_threshold_percentage": 101},
+        "rebalance_threshold_percentage",
+        "between 1 and 100, got 101",
+        id="threshold-over-100",
+    ),
+    pytest.param(
+        {"max_throughput_per_host_kbps": 0.0}, "max_throughput_per_host_kbps", "greater than 0", id="throughput-zero"
+    ),
+    pytest.param(
+        {"variance_balancing_frequency": 0}, "variance_balancing_frequency", "at least 1", id="frequency-zero"
+    ),
+    pytest.param(
+        {"worker_metrics_ema_alpha": 0.0}, "worker_metrics_ema_alpha", "greater than 0 and at most 1", id="alpha-zero"
+    ),
+    pytest.param(
+        {"worker_metrics_ema_alpha": 1.5},
+        "worker_metrics_ema_alpha",
+        "greater than 0 and at most 1",
+        id="alpha-over-one",
+    ),
+    pytest.param(
+        {"no_of_persisted_metrics_per_worker_metrics": 0},
+        "no_of_persisted_metrics_per_worker_metrics",
+        "at least 1",
+        id="persisted-zero",
+    ),
+    pytest.param(
+        {"graceful_lease_handoff_timeout_millis": -1},
+        "graceful_lease_handoff_timeout_millis",
+        "at least 0",
+        id="handoff-negative",
+    ),
+    pytest.param(
+        {"leader_lease_duration_millis": 0}, "leader_lease_duration_millis", "greater than 0", id="leader-lease-zero"
+    ),
     pytest.param({"dependency_retry_attempts": 0}, "dependency_retry_attempts", "at least 1", id="attempts-zero"),
-    pytest.param({"dependency_retry_base_millis": 0}, "dependency_retry_base_millis", "at least 1", id="retry-base-zero"),
-    pytest.param({"billing_mode": "ON_DEMAND"}, "billing_mode", "one of 'PAY_PER_REQUEST', 'PROVISIONED'", id="billing-enum"),
-    pytest.param({"lease_assignment_strategy": "random"}, "lease_assignment_strategy", "one of 'variance', 'count', 'makespan'", id="strategy-enum"),
-    pytest.param({"aws_endpoint_url_dynamodb": "localhost:8000"}, "aws_endpoint_url_dynamodb", "http:// or https://", id="endpoint-no-scheme"),
-    pytest.param({"aws_endpoint_url_kinesis": "ftp://host"}, "aws_endpoint_url_kinesis", "http:// or https://", id="endpoint-bad-scheme"),
-    pytest.param({"aws_endpoint_url_s3": "http://"}, "aws_endpoint_url_s3", "http:// or https://", id="endpoint-no-host"),
-    pytest.param({"application_name": "my app"}, "application_name", "DynamoDB table name", id="application-name-chars"),
+    pytest.param(
+        {"dependency_retry_base_millis": 0}, "dependency_retry_base_millis", "at least 1", id="retry-base-zero"
+    ),
+    pytest.param(
+        {"billing_mode": "ON_DEMAND"}, "billing_mode", "one of 'PAY_PER_REQUEST', 'PROVISIONED'", id="billing-enum"
+    ),
+    pytest.param(
+        {"lease_assignment_strategy": "random"},
+        "lease_assignment_strategy",
+        "one of 'variance', 'count', 'makespan'",
+        id="strategy-enum",
+    ),
+    pytest.param(
+        {"aws_endpoint_url_dynamodb": "localhost:8000"},
+        "aws_endpoint_url_dynamodb",
+        "http:// or https://",
+        id="endpoint-no-scheme",
+    ),
+    pytest.param(
+        {"aws_endpoint_url_kinesis": "ftp://host"},
+        "aws_endpoint_url_kinesis",
+        "http:// or https://",
+        id="endpoint-bad-scheme",
+    ),
+    pytest.param(
+        {"aws_endpoint_url_s3": "http://"}, "aws_endpoint_url_s3", "http:// or https://", id="endpoint-no-host"
+    ),
+    pytest.param(
+        {"application_name": "my app"}, "application_name", "DynamoDB table name", id="application-name-chars"
+    ),
     pytest.param({"lease_table_name": "ab"}, "lease_table_name", "DynamoDB table name", id="lease-table-too-short"),
     pytest.param({"aws_region": "EU West"}, "aws_region", "AWS region", id="region"),
     # cross-field rules name the key being checked
-    pytest.param({"epsilon_millis": 3333}, "epsilon_millis", "less than failover_time_millis // 3 (3333)", id="epsilon-vs-failover"),
-    pytest.param({"failover_time_millis": 90, "epsilon_millis": 30}, "epsilon_millis", "(30), got 30", id="epsilon-vs-small-failover"),
-    pytest.param({"leader_heartbeat_period_millis": 40000}, "leader_heartbeat_period_millis", "less than leader_lease_duration_millis // 3 (40000)", id="heartbeat-vs-lease"),
-    pytest.param({"dependency_retry_max_millis": 49}, "dependency_retry_max_millis", "at least dependency_retry_base_millis (50)", id="retry-max-vs-base"),
+    pytest.param(
+        {"epsilon_millis": 3333},
+        "epsilon_millis",
+        "less than failover_time_millis // 3 (3333)",
+        id="epsilon-vs-failover",
+    ),
+    pytest.param(
+        {"failover_time_millis": 90, "epsilon_millis": 30},
+        "epsilon_millis",
+        "(30), got 30",
+        id="epsilon-vs-small-failover",
+    ),
+    pytest.param(
+        {"leader_heartbeat_period_millis": 40000},
+        "leader_heartbeat_period_millis",
+        "less than leader_lease_duration_millis // 3 (40000)",
+        id="heartbeat-vs-lease",
+    ),
+    pytest.param(
+        {"dependency_retry_max_millis": 49},
+        "dependency_retry_max_millis",
+        "at least dependency_retry_base_millis (50)",
+        id="retry-max-vs-base",
+    ),
     # wrong types
-    pytest.param({"failover_time_millis": True}, "failover_time_millis", "expected an integer, got True", id="bool-is-not-int"),
+    pytest.param(
+        {"failover_time_millis": True}, "failover_time_millis", "expected an integer, got True", id="bool-is-not-int"
+    ),
     pytest.param({"failover_time_millis": 1.5}, "failover_time_millis", "expected an integer", id="float-is-not-int"),
-    pytest.param({"worker_metrics_ema_alpha": False}, "worker_metrics_ema_alpha", "expected a number", id="bool-is-not-float"),
+    pytest.param(
+        {"worker_metrics_ema_alpha": False}, "worker_metrics_ema_alpha", "expected a number", id="bool-is-not-float"
+    ),
     pytest.param({"consistent_reads": 1}, "consistent_reads", "expected a boolean", id="int-is-not-bool"),
     pytest.param({"billing_mode": 3}, "billing_mode", "expected a string", id="int-is-not-str"),
     pytest.param({"tags": {"": "x"}}, "tags", "non-empty keys", id="tags-empty-key"),
@@ -453,7 +549,10 @@ def test_describe_covers_every_field_with_a_doc() -> None:
 
 def test_describe_gives_defaults_kcl_names_and_allowed_values() -> None:
     rows = {row.key: row for row in ConsumerConfig.describe()}
-    assert (rows["failover_time_millis"].default, rows["failover_time_millis"].kcl_name) == (10000, "failoverTimeMillis")
+    assert (rows["failover_time_millis"].default, rows["failover_time_millis"].kcl_name) == (
+        10000,
+        "failoverTimeMillis",
+    )
     assert rows["aws_region"].kcl_name is None
     assert rows["dampening_percentage"].allowed == "between 1 and 100"
     assert rows["epsilon_millis"].allowed == "at least 0 and less than failover_time_millis // 3"

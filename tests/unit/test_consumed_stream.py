@@ -31,7 +31,8 @@ def test_a_stream_that_may_be_synced(remembered, table_has_leases, expected):
         pytest.param(stream_description("payments"), False, id="another-stream"),
         pytest.param(stream_description("orders", CREATED_MILLIS + 1), True, id="the-same-name-created-again"),
         pytest.param(
-            StreamDescription("orders", "arn:aws:kinesis:eu-west-1:123456789012:stream/orders", CREATED_MILLIS), False,
+            StreamDescription("orders", "arn:aws:kinesis:eu-west-1:123456789012:stream/orders", CREATED_MILLIS),
+            False,
             id="the-same-name-in-another-region",
         ),
     ],

@@ -37,20 +37,20 @@ CASES = [
         id="up-for-grabs-fill-fewest-leases-first-up-to-target",
     ),
     pytest.param(
-        snapshot(
-            [lease(f"u{i}") for i in range(3)], ABC[:2], up_for_grabs=("u0", "u1", "u2"), max_leases_for_worker=1
-        ),
+        snapshot([lease(f"u{i}") for i in range(3)], ABC[:2], up_for_grabs=("u0", "u1", "u2"), max_leases_for_worker=1),
         {"a": 1, "b": 1},
         ("u2",),
         id="max-leases-for-worker-spills-over",
     ),
     pytest.param(
-        snapshot([lease("x", "gone"), lease("y", "gone")] + held("a", 1), ABC[:2], up_for_grabs=("x", "y")),
+        snapshot([lease("x", "gone"), lease("y", "gone"), *held("a", 1)], ABC[:2], up_for_grabs=("x", "y")),
         {"a": 1, "b": 2},
         (),
         id="dead-owner-leases-reassigned",
     ),
-    pytest.param(snapshot(held("a", *[1] * 6), ABC, balance=True), {"a": 2, "b": 2, "c": 2}, (), id="two-pointer-balancing"),
+    pytest.param(
+        snapshot(held("a", *[1] * 6), ABC, balance=True), {"a": 2, "b": 2, "c": 2}, (), id="two-pointer-balancing"
+    ),
     pytest.param(
         snapshot(held("a", *[1] * 7), ABC, balance=True),
         {"a": 3, "b": 3, "c": 1},

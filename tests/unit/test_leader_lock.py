@@ -46,8 +46,13 @@ class Contender:
         self.clock = FakeClock()
         versions = itertools.count()
         self.lock = LeaderLock(
-            state, name, lease_duration_millis=lease, heartbeat_period_millis=lease // 4,
-            monotonic_millis=self.clock, new_version=lambda: f"{prefix}-v{next(versions)}", wall_clock_millis=wall,
+            state,
+            name,
+            lease_duration_millis=lease,
+            heartbeat_period_millis=lease // 4,
+            monotonic_millis=self.clock,
+            new_version=lambda: f"{prefix}-v{next(versions)}",
+            wall_clock_millis=wall,
         )
 
 
@@ -78,7 +83,9 @@ def test_acquire_on_an_empty_table_writes_the_lock_client_attributes(state):
     assert a.lock.try_acquire()
     assert a.lock.is_held
     assert state.get(LEADER_KEY) == {
-        "key": {"S": "Leader"}, "ownerName": {"S": "a"}, "leaseDuration": {"S": "1000"},
+        "key": {"S": "Leader"},
+        "ownerName": {"S": "a"},
+        "leaseDuration": {"S": "1000"},
         "recordVersionNumber": {"S": "a-v0"},
     }
     assert a.lock.holder() == LockHolder("a", "a-v0", 1000)
@@ -175,8 +182,12 @@ ROUND_LEASE = 120_000  # the default leader lease duration
 def new_process(state, name: str, wall: FakeClock, started_at: int = 0) -> LeaderLock:
     """A lock as a fresh process builds it: a monotonic clock with an arbitrary origin, the shared wall clock."""
     return LeaderLock(
-        state, name, lease_duration_millis=ROUND_LEASE, heartbeat_period_millis=ROUND_LEASE // 4,
-        monotonic_millis=FakeClock(started_at), wall_clock_millis=wall,
+        state,
+        name,
+        lease_duration_millis=ROUND_LEASE,
+        heartbeat_period_millis=ROUND_LEASE // 4,
+        monotonic_millis=FakeClock(started_at),
+        wall_clock_millis=wall,
     )
 
 
@@ -222,8 +233,9 @@ def test_a_heartbeat_between_sightings_restarts_the_shared_observation(state):
 def test_a_live_holder_heartbeating_on_time_is_never_taken_over_by_processes_trying_every_minute(state):
     wall = FakeClock(0)
     holder_clock = FakeClock(0)
-    holder = LeaderLock(state, "dag/run-A", ROUND_LEASE, ROUND_LEASE // 4, monotonic_millis=holder_clock,
-                        wall_clock_millis=wall)
+    holder = LeaderLock(
+        state, "dag/run-A", ROUND_LEASE, ROUND_LEASE // 4, monotonic_millis=holder_clock, wall_clock_millis=wall
+    )
     assert holder.try_acquire()
     for minute in range(1, 60):
         wall.now += MINUTE // 2
@@ -348,7 +360,10 @@ def test_a_lock_never_acquired_cannot_heartbeat_or_release(state):
 
 
 def test_a_later_step_resumes_the_lock_from_its_handed_over_version(state):
-    first, later = Contender(state, "round-1", prefix="acquire-step"), Contender(state, "round-1", prefix="consume-step")
+    first, later = (
+        Contender(state, "round-1", prefix="acquire-step"),
+        Contender(state, "round-1", prefix="consume-step"),
+    )
     first.lock.try_acquire()
     assert later.lock.resume(first.lock.record_version_number)
     assert later.lock.is_held
@@ -411,7 +426,10 @@ RELEASED_ITEMS = [
 
 @pytest.mark.parametrize("extra", RELEASED_ITEMS)
 def test_a_lock_marked_released_is_acquired_at_once(state, extra):
-    state.put(LEADER_KEY, {"ownerName": {"S": "kcl-worker"}, "leaseDuration": {"S": "120000"}, "isReleased": {"S": "1"}, **extra})
+    state.put(
+        LEADER_KEY,
+        {"ownerName": {"S": "kcl-worker"}, "leaseDuration": {"S": "120000"}, "isReleased": {"S": "1"}, **extra},
+    )
     (b,) = contenders(state, "b")
     assert b.lock.holder().is_released
     assert b.lock.try_acquire()

@@ -46,8 +46,14 @@ def lease_store_methods() -> list[str]:
     return [name for name, _ in inspect.getmembers(LeaseStore, inspect.isfunction) if not name.startswith("_")]
 
 
-READS = {"get_lease", "scan_leases", "list_leases", "list_lease_keys_for_owner", "list_leases_for_owner",
-         "is_lease_table_empty"}
+READS = {
+    "get_lease",
+    "scan_leases",
+    "list_leases",
+    "list_lease_keys_for_owner",
+    "list_leases_for_owner",
+    "is_lease_table_empty",
+}
 
 
 @pytest.mark.parametrize("method", sorted(set(lease_store_methods()) - READS))
@@ -69,8 +75,11 @@ def _arguments(method: str) -> tuple[object, ...]:
     table = {
         "create_lease_if_not_exists": (Lease("shardId-1"),),
         "delete_lease": ("shardId-0",),
-        "take_lease": (lease, "w1"), "assign_lease": (lease, "w1"), "initiate_graceful_handoff": (lease, "w1"),
-        "checkpoint": (lease, TRIM_HORIZON), "prepare_checkpoint": (lease, TRIM_HORIZON),
+        "take_lease": (lease, "w1"),
+        "assign_lease": (lease, "w1"),
+        "initiate_graceful_handoff": (lease, "w1"),
+        "checkpoint": (lease, TRIM_HORIZON),
+        "prepare_checkpoint": (lease, TRIM_HORIZON),
         "reset_checkpoint": (lease, TRIM_HORIZON),
     }
     if method == "update_lease_meta":

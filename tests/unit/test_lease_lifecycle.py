@@ -141,7 +141,7 @@ def test_a_split_creates_both_children_at_trim_horizon_and_records_them_on_the_p
 
 
 def test_running_child_creation_again_creates_nothing_and_keeps_the_children():
-    parent_shard, children = split_children()
+    _parent_shard, children = split_children()
     parent = held(0)
     store = store_with(parent)
     create_child_leases(store, parent, children, SINGLE)
@@ -320,84 +320,174 @@ def expect(*deletions: tuple[str, CleanupReason, bool], **fields) -> Expected:
 
 CLEANUP_CASES = [
     pytest.param(
-        [FINISHED_PARENT, lease(1, READING, [0]), lease(2, SHARD_END, [0])], split_lineage(), True, {},
-        expect(deleted(0, COMPLETED)), id="children-all-started-parent-deleted",
+        [FINISHED_PARENT, lease(1, READING, [0]), lease(2, SHARD_END, [0])],
+        split_lineage(),
+        True,
+        {},
+        expect(deleted(0, COMPLETED)),
+        id="children-all-started-parent-deleted",
     ),
     pytest.param(
-        [FINISHED_PARENT, lease(1, READING, [0])], split_lineage(), True, {},
-        expect(), id="a-child-lease-not-created-yet-parent-stays",
+        [FINISHED_PARENT, lease(1, READING, [0])],
+        split_lineage(),
+        True,
+        {},
+        expect(),
+        id="a-child-lease-not-created-yet-parent-stays",
     ),
     pytest.param(
-        [FINISHED_PARENT, lease(1, READING, [0]), lease(2, TRIM_HORIZON, [0])], split_lineage(), True, {},
-        expect(), id="a-child-still-at-trim-horizon-parent-stays",
+        [FINISHED_PARENT, lease(1, READING, [0]), lease(2, TRIM_HORIZON, [0])],
+        split_lineage(),
+        True,
+        {},
+        expect(),
+        id="a-child-still-at-trim-horizon-parent-stays",
     ),
     pytest.param(
-        [FINISHED_PARENT, lease(1, READING, [0]), lease(2, AT_TIMESTAMP, [0])], split_lineage(), True, {},
-        expect(), id="a-child-still-at-at-timestamp-parent-stays",
+        [FINISHED_PARENT, lease(1, READING, [0]), lease(2, AT_TIMESTAMP, [0])],
+        split_lineage(),
+        True,
+        {},
+        expect(),
+        id="a-child-still-at-at-timestamp-parent-stays",
     ),
     pytest.param(
-        [FINISHED_PARENT, lease(1, SHARD_END, [0], [3, 4]), lease(2, READING, [0]),
-         lease(3, READING, [1]), lease(4, LATEST, [1])], split_lineage(), True, {},
-        expect(deleted(0, COMPLETED)), id="own-parent-lease-present-waits-for-a-later-round",
+        [
+            FINISHED_PARENT,
+            lease(1, SHARD_END, [0], [3, 4]),
+            lease(2, READING, [0]),
+            lease(3, READING, [1]),
+            lease(4, LATEST, [1]),
+        ],
+        split_lineage(),
+        True,
+        {},
+        expect(deleted(0, COMPLETED)),
+        id="own-parent-lease-present-waits-for-a-later-round",
     ),
     pytest.param(
-        [UNRECORDED_PARENT, lease(1, READING, [0]), lease(2, TRIM_HORIZON, [0])], split_lineage(), True, {},
-        expect(records={S(0): frozenset({S(1), S(2)})}), id="child-ids-learned-from-the-listing-are-recorded",
+        [UNRECORDED_PARENT, lease(1, READING, [0]), lease(2, TRIM_HORIZON, [0])],
+        split_lineage(),
+        True,
+        {},
+        expect(records={S(0): frozenset({S(1), S(2)})}),
+        id="child-ids-learned-from-the-listing-are-recorded",
     ),
     pytest.param(
-        [UNRECORDED_PARENT, lease(1, READING, [0]), lease(2, READING, [0])], split_lineage(), True, {},
-        expect(deleted(0, COMPLETED)), id="child-ids-learned-from-the-listing-complete-the-parent",
+        [UNRECORDED_PARENT, lease(1, READING, [0]), lease(2, READING, [0])],
+        split_lineage(),
+        True,
+        {},
+        expect(deleted(0, COMPLETED)),
+        id="child-ids-learned-from-the-listing-complete-the-parent",
     ),
     pytest.param(
-        [lease(0, READING), lease(1, TRIM_HORIZON, [0])], split_lineage(), True, {},
-        expect(), id="a-lease-still-reading-stays",
+        [lease(0, READING), lease(1, TRIM_HORIZON, [0])],
+        split_lineage(),
+        True,
+        {},
+        expect(),
+        id="a-lease-still-reading-stays",
     ),
     pytest.param(
-        [FINISHED_PARENT, lease(1, READING, [0]), lease(2, READING, [0])], split_lineage(), False, {},
-        expect(), id="completed-cleanup-disabled",
+        [FINISHED_PARENT, lease(1, READING, [0]), lease(2, READING, [0])],
+        split_lineage(),
+        False,
+        {},
+        expect(),
+        id="completed-cleanup-disabled",
     ),
     pytest.param(
-        [lease(0, READING), lease(1, TRIM_HORIZON, [0])], listing_without(0), True, {},
-        expect(unlisted_unprobed=(S(0),)), id="unlisted-and-not-asked-about-stays",
+        [lease(0, READING), lease(1, TRIM_HORIZON, [0])],
+        listing_without(0),
+        True,
+        {},
+        expect(unlisted_unprobed=(S(0),)),
+        id="unlisted-and-not-asked-about-stays",
     ),
     pytest.param(
-        [lease(0, READING), lease(1, TRIM_HORIZON, [0])], listing_without(0), True, {S(0): True},
-        expect(unlisted_existing=(S(0),)), id="unlisted-but-kinesis-knows-the-shard-stays",
+        [lease(0, READING), lease(1, TRIM_HORIZON, [0])],
+        listing_without(0),
+        True,
+        {S(0): True},
+        expect(unlisted_existing=(S(0),)),
+        id="unlisted-but-kinesis-knows-the-shard-stays",
     ),
     pytest.param(
-        [lease(0, READING), lease(1, TRIM_HORIZON, [0])], listing_without(0), True, {S(0): False},
-        expect(deleted(0, GONE, unread=True)), id="shard-gone-before-shard-end-deleted-as-possibly-unread",
+        [lease(0, READING), lease(1, TRIM_HORIZON, [0])],
+        listing_without(0),
+        True,
+        {S(0): False},
+        expect(deleted(0, GONE, unread=True)),
+        id="shard-gone-before-shard-end-deleted-as-possibly-unread",
     ),
     pytest.param(
-        [lease(0, SHARD_END), lease(1, TRIM_HORIZON, [0])], listing_without(0), True, {S(0): False},
-        expect(deleted(0, GONE)), id="shard-gone-at-shard-end-deleted-without-loss",
+        [lease(0, SHARD_END), lease(1, TRIM_HORIZON, [0])],
+        listing_without(0),
+        True,
+        {S(0): False},
+        expect(deleted(0, GONE)),
+        id="shard-gone-at-shard-end-deleted-without-loss",
     ),
     pytest.param(
-        [lease(0, READING), lease(1, TRIM_HORIZON, [0])], listing_without(0), False, {S(0): False},
-        expect(deleted(0, GONE, unread=True)), id="shard-gone-deleted-even-with-completed-cleanup-disabled",
+        [lease(0, READING), lease(1, TRIM_HORIZON, [0])],
+        listing_without(0),
+        False,
+        {S(0): False},
+        expect(deleted(0, GONE, unread=True)),
+        id="shard-gone-deleted-even-with-completed-cleanup-disabled",
     ),
     pytest.param(
-        [UNRECORDED_PARENT], listing_without(1, 2, 3, 4), True, {S(1): False},
-        expect(), id="shard-end-without-known-children-stays",
+        [UNRECORDED_PARENT],
+        listing_without(1, 2, 3, 4),
+        True,
+        {S(1): False},
+        expect(),
+        id="shard-end-without-known-children-stays",
     ),
     pytest.param(
-        [lease(0, SHARD_END, children=[1, 2]), lease(1, READING, [0]), lease(2, READING, [0])], listing_without(0),
-        True, {}, expect(deleted(0, COMPLETED)), id="unlisted-but-completed-is-deleted-as-completed",
+        [lease(0, SHARD_END, children=[1, 2]), lease(1, READING, [0]), lease(2, READING, [0])],
+        listing_without(0),
+        True,
+        {},
+        expect(deleted(0, COMPLETED)),
+        id="unlisted-but-completed-is-deleted-as-completed",
     ),
     pytest.param(
         [FINISHED_PARENT, lease(1, READING, [0]), lease(2, READING, [0]), lease(9, READING), lease(5, SHARD_END)],
-        None, True, {}, expect(deleted(0, COMPLETED)), id="no-full-listing-only-recorded-children-decide",
+        None,
+        True,
+        {},
+        expect(deleted(0, COMPLETED)),
+        id="no-full-listing-only-recorded-children-decide",
     ),
     pytest.param(
-        [lease(9, READING)], [], True, {}, expect(), id="an-empty-listing-names-no-unlisted-lease",
+        [lease(9, READING)],
+        [],
+        True,
+        {},
+        expect(),
+        id="an-empty-listing-names-no-unlisted-lease",
     ),
     pytest.param(
-        [FINISHED_PARENT.replace(unreported_losses={AgedOutRange("5")}), lease(1, READING, [0]), lease(2, READING, [0])],
-        split_lineage(), True, {}, expect(), id="a-finished-lease-carrying-unreported-losses-stays",
+        [
+            FINISHED_PARENT.replace(unreported_losses={AgedOutRange("5")}),
+            lease(1, READING, [0]),
+            lease(2, READING, [0]),
+        ],
+        split_lineage(),
+        True,
+        {},
+        expect(),
+        id="a-finished-lease-carrying-unreported-losses-stays",
     ),
     pytest.param(
         [lease(0, SHARD_END).replace(unreported_losses={AgedOutRange("5")}), lease(1, TRIM_HORIZON, [0])],
-        listing_without(0), True, {S(0): False}, expect(), id="a-gone-lease-carrying-unreported-losses-stays",
+        listing_without(0),
+        True,
+        {S(0): False},
+        expect(),
+        id="a-gone-lease-carrying-unreported-losses-stays",
     ),
 ]
 
@@ -456,7 +546,11 @@ def test_apply_cleanup_records_child_ids_deletes_leases_and_counts_them(caplog):
         outcome = apply_cleanup(store, plan)
 
     assert outcome == CleanupOutcome(
-        child_ids_recorded=1, completed_deleted=1, garbage_deleted=1, possibly_unread=(S(6),), deleted=(S(5), S(6)),
+        child_ids_recorded=1,
+        completed_deleted=1,
+        garbage_deleted=1,
+        possibly_unread=(S(6),),
+        deleted=(S(5), S(6)),
         unlisted_unprobed=(S(9),),
     )
     assert stored(store, S(0)).child_shard_ids == {S(1), S(2)}
@@ -479,10 +573,17 @@ def test_apply_cleanup_counts_a_lease_already_gone_as_deleted():
     ("change", "reason"),
     [
         pytest.param(lambda store, key: store.renew_lease(stored(store, key)), GONE, id="renewed-after-the-snapshot"),
-        pytest.param(lambda store, key: store.assign_lease(stored(store, key), "worker-1"), GONE, id="assigned-after-the-snapshot"),
-        pytest.param(lambda store, key: store.checkpoint(stored(store, key), READING), GONE, id="checkpointed-after-the-snapshot"),
         pytest.param(
-            lambda store, key: store.reset_checkpoint(stored(store, key), TRIM_HORIZON), COMPLETED,
+            lambda store, key: store.assign_lease(stored(store, key), "worker-1"),
+            GONE,
+            id="assigned-after-the-snapshot",
+        ),
+        pytest.param(
+            lambda store, key: store.checkpoint(stored(store, key), READING), GONE, id="checkpointed-after-the-snapshot"
+        ),
+        pytest.param(
+            lambda store, key: store.reset_checkpoint(stored(store, key), TRIM_HORIZON),
+            COMPLETED,
             id="reset-from-shard-end-after-the-snapshot",
         ),
     ],
@@ -518,10 +619,12 @@ def test_a_split_parent_is_cleaned_up_only_after_both_children_started():
 
 # --- retention losses carried until reported ---------------------------------------------------------
 
+
 def test_forgetting_a_reports_losses_removes_them_lease_by_lease_and_skips_leases_gone_since():
     early, late, kept = AgedOutRange("5", "9"), AgedOutRange("30", None), AgedOutRange("50", "60")
-    store = store_with(lease(0, READING).replace(unreported_losses={early, late}), lease(1, READING).replace(
-        unreported_losses={kept}))
+    store = store_with(
+        lease(0, READING).replace(unreported_losses={early, late}), lease(1, READING).replace(unreported_losses={kept})
+    )
     written = forget_reported_losses(store, [(S(0), early), (S(0), late), (S(9), early)])
     assert written == (S(0),)
     assert (stored(store, S(0)).unreported_losses, stored(store, S(1)).unreported_losses) == (frozenset(), {kept})

@@ -84,9 +84,7 @@ BACKWARDS = [
 
 
 @pytest.mark.parametrize(("current", "requested"), BACKWARDS)
-def test_a_checkpoint_never_moves_backwards(
-    current: ExtendedSequenceNumber, requested: ExtendedSequenceNumber
-) -> None:
+def test_a_checkpoint_never_moves_backwards(current: ExtendedSequenceNumber, requested: ExtendedSequenceNumber) -> None:
     with pytest.raises(CheckpointOrderError) as caught:
         Lease("shardId-7", checkpoint=current).with_checkpoint(requested)
     assert (caught.value.lease_key, caught.value.current, caught.value.requested) == (

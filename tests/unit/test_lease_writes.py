@@ -483,7 +483,9 @@ def test_a_complex_update_renders_its_names_and_values_through_placeholders() ->
     text = arguments["UpdateExpression"] + " " + arguments["ConditionExpression"]
     names, values = arguments["ExpressionAttributeNames"], arguments["ExpressionAttributeValues"]
     assert placeholders(text, "#") == set(names) and placeholders(text, ":") == set(values)
-    assert set(names.values()) == {"leaseCounter", "pendingCheckpointState", FILE} | {a for a, _ in update.set_attributes}
+    assert set(names.values()) == {"leaseCounter", "pendingCheckpointState", FILE} | {
+        a for a, _ in update.set_attributes
+    }
     assert {"S": "123456789012:stream:1"} in values.values() and {"N": "7"} in values.values()
     assert arguments["Key"] == {"leaseKey": {"S": "123456789012:stream:1:shardId-4"}}
     for attribute in names.values():
@@ -529,7 +531,8 @@ SHARD_END_LEASE = Lease("shardId-1", checkpoint=ExtendedSequenceNumber("SHARD_EN
     [
         pytest.param(OWNED, {"leaseCounter": n(3), LOSSES: ABSENT}, id="a-lease-judged-gone-must-keep-its-counter"),
         pytest.param(
-            SHARD_END_LEASE, {"leaseCounter": n(7), LOSSES: ABSENT, "checkpoint": {"S": "SHARD_END"}},
+            SHARD_END_LEASE,
+            {"leaseCounter": n(7), LOSSES: ABSENT, "checkpoint": {"S": "SHARD_END"}},
             id="a-lease-judged-finished-must-also-still-be-at-shard-end",
         ),
     ],

@@ -9,7 +9,7 @@ from lease_core.makespan_assignment import MakespanAssignment, lower_bound
 from tests.support.assignment import default_worker, held, lease, loads_after, single_owner_violations, snapshot
 
 AB = [default_worker("a"), default_worker("b")]
-ABC = AB + [default_worker("c")]
+ABC = [*AB, default_worker("c")]
 
 REACHES_LOWER_BOUND = [
     pytest.param(snapshot(held("a", 4, 4, 2, 2), AB, balance=True), 6.0, id="two-workers-even-split"),
@@ -64,19 +64,21 @@ CASES = [
         id="unassigned-lease-goes-to-least-loaded-worker",
     ),
     pytest.param(
-        snapshot([lease("x", "gone", 3), lease("y", "gone", 2)] + held("a", 4), AB, up_for_grabs=("x", "y")),
+        snapshot([lease("x", "gone", 3), lease("y", "gone", 2), *held("a", 4)], AB, up_for_grabs=("x", "y")),
         {"a": 4, "b": 5},
         (),
         id="dead-owner-leases-reassigned",
     ),
     pytest.param(
-        snapshot([lease(f"u{i}", None, 1) for i in range(3)], AB, up_for_grabs=("u0", "u1", "u2"), max_leases_for_worker=1),
+        snapshot(
+            [lease(f"u{i}", None, 1) for i in range(3)], AB, up_for_grabs=("u0", "u1", "u2"), max_leases_for_worker=1
+        ),
         {"a": 1, "b": 1},
         ("u2",),
         id="max-leases-for-worker-spills-over",
     ),
     pytest.param(
-        snapshot(held("a", 8) + [lease("u", None, 5)], AB[:1], up_for_grabs=("u",), max_throughput_per_host_kbps=10),
+        snapshot([*held("a", 8), lease("u", None, 5)], AB[:1], up_for_grabs=("u",), max_throughput_per_host_kbps=10),
         {"a": 8},
         ("u",),
         id="max-throughput-per-host-is-strict",
@@ -88,7 +90,9 @@ CASES = [
         (),
         id="blocked-on-handoff-never-moved",
     ),
-    pytest.param(snapshot(held("a", 4) + held("b", 4), AB, balance=True), {"a": 4, "b": 4}, (), id="balanced-fleet-no-moves"),
+    pytest.param(
+        snapshot(held("a", 4) + held("b", 4), AB, balance=True), {"a": 4, "b": 4}, (), id="balanced-fleet-no-moves"
+    ),
 ]
 
 

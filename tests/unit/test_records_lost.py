@@ -5,12 +5,16 @@ from __future__ import annotations
 import pickle
 
 import pytest
-
 from kinesis_lease.operators import records_lost
+
 from lease_core.errors import LeaseCoreError, RecordsLostError
 
-AGED_OUT = {"lease_key": "shardId-000000000001", "after": "49600000000000000001", "first_available": "49600000000000000090",
-            "first_available_arrival": None}
+AGED_OUT = {
+    "lease_key": "shardId-000000000001",
+    "after": "49600000000000000001",
+    "first_available": "49600000000000000090",
+    "first_available_arrival": None,
+}
 
 
 @pytest.mark.parametrize(
@@ -19,21 +23,30 @@ AGED_OUT = {"lease_key": "shardId-000000000001", "after": "49600000000000000001"
         pytest.param({"retention_losses": []}, {"possibly_unread": []}, (), id="nothing-lost"),
         pytest.param({}, {}, (), id="idle-round-without-report"),
         pytest.param(
-            {"retention_losses": [AGED_OUT]}, {},
-            ("lease shardId-000000000001: records after 49600000000000000001 aged out of the stream before they "
-             "were read (first still available: 49600000000000000090)",),
+            {"retention_losses": [AGED_OUT]},
+            {},
+            (
+                "lease shardId-000000000001: records after 49600000000000000001 aged out of the stream before they "
+                "were read (first still available: 49600000000000000090)",
+            ),
             id="retention-gap",
         ),
         pytest.param(
-            {"retention_losses": [{**AGED_OUT, "first_available": None}]}, {},
-            ("lease shardId-000000000001: records after 49600000000000000001 aged out of the stream before they "
-             "were read (first still available: none)",),
+            {"retention_losses": [{**AGED_OUT, "first_available": None}]},
+            {},
+            (
+                "lease shardId-000000000001: records after 49600000000000000001 aged out of the stream before they "
+                "were read (first still available: none)",
+            ),
             id="retention-gap-with-nothing-left",
         ),
         pytest.param(
-            {}, {"possibly_unread": ["shardId-000000000007"]},
-            ("lease shardId-000000000007: its shard no longer exists and the lease never reached SHARD_END, so its "
-             "last records may have expired unread",),
+            {},
+            {"possibly_unread": ["shardId-000000000007"]},
+            (
+                "lease shardId-000000000007: its shard no longer exists and the lease never reached SHARD_END, so its "
+                "last records may have expired unread",
+            ),
             id="lease-deleted-before-shard-end",
         ),
     ],

@@ -20,8 +20,8 @@ from lease_core.errors import (
     CoordinatorStateConflictError,
     CorruptLeaseError,
     DependencyError,
-    InconsistentShardsError,
     IncompleteShardListError,
+    InconsistentShardsError,
     IndexNotFoundError,
     InvalidSequenceNumberError,
     InvalidShardLineageError,
@@ -37,8 +37,8 @@ from lease_core.errors import (
     TableNotFoundError,
     TableNotReadyError,
     TableProtectedError,
-    TransformError,
     ThrottledError,
+    TransformError,
 )
 from lease_core.retry import RetryPolicy
 
@@ -166,9 +166,7 @@ RETRYABILITY = [
     pytest.param(client_error("AccessDeniedException"), False, id="access-denied"),
     pytest.param(client_error("ResourceNotFoundException"), False, id="resource-not-found"),
     pytest.param(botocore.exceptions.EndpointConnectionError(endpoint_url="http://127.0.0.1:1"), True, id="endpoint"),
-    pytest.param(
-        botocore.exceptions.ReadTimeoutError(endpoint_url="http://127.0.0.1:1"), True, id="read-timeout"
-    ),
+    pytest.param(botocore.exceptions.ReadTimeoutError(endpoint_url="http://127.0.0.1:1"), True, id="read-timeout"),
     pytest.param(ValueError("not from AWS"), False, id="plain-exception"),
 ]
 
@@ -255,12 +253,22 @@ INSTANCES = [
     pytest.param(IncompleteShardListError("orders", "gap after 99"), id="IncompleteShardListError"),
     pytest.param(InconsistentShardsError("orders", ("shardId-9",)), id="InconsistentShardsError"),
     pytest.param(InvalidShardLineageError("shardId-1", "merged child names 1 parent"), id="InvalidShardLineageError"),
-    pytest.param(StreamMismatchError("app-CoordinatorState", "'orders' (arn-1)", "'payments' (arn-2)", False), id="StreamMismatchError"),
-    pytest.param(StreamMismatchError("app-CoordinatorState", "'orders' (arn-1)", "'orders' (arn-1)", True), id="StreamMismatchError-recreated"),
+    pytest.param(
+        StreamMismatchError("app-CoordinatorState", "'orders' (arn-1)", "'payments' (arn-2)", False),
+        id="StreamMismatchError",
+    ),
+    pytest.param(
+        StreamMismatchError("app-CoordinatorState", "'orders' (arn-1)", "'orders' (arn-1)", True),
+        id="StreamMismatchError-recreated",
+    ),
     pytest.param(LeadershipUnavailableError("leader-host-1"), id="LeadershipUnavailableError"),
-    pytest.param(LeadershipUnavailableError("dag/run-1", "takes it over after 12:00"), id="LeadershipUnavailableError-detail"),
+    pytest.param(
+        LeadershipUnavailableError("dag/run-1", "takes it over after 12:00"), id="LeadershipUnavailableError-detail"
+    ),
     pytest.param(LeadershipLostError("dag/run-1", "sync_shards"), id="LeadershipLostError"),
-    pytest.param(CoordinatorStateConflictError("app-CoordinatorState", "RoundHistory", 5), id="CoordinatorStateConflictError"),
+    pytest.param(
+        CoordinatorStateConflictError("app-CoordinatorState", "RoundHistory", 5), id="CoordinatorStateConflictError"
+    ),
     pytest.param(LeaseLostError("shardId-1", "the renew condition failed"), id="LeaseLostError"),
     pytest.param(RecordsLostError(("lease shardId-1: records aged out",)), id="RecordsLostError"),
     pytest.param(SinkError("s3://lake/orders", "bucket 'lake' does not exist"), id="SinkError"),
@@ -268,9 +276,7 @@ INSTANCES = [
     pytest.param(TransformError("my_module:clean", "raised KeyError: 'id'"), id="TransformError"),
 ]
 
-ERROR_CLASSES = [
-    cls for _, cls in inspect.getmembers(errors, inspect.isclass) if issubclass(cls, LeaseCoreError)
-]
+ERROR_CLASSES = [cls for _, cls in inspect.getmembers(errors, inspect.isclass) if issubclass(cls, LeaseCoreError)]
 
 
 def test_the_pickling_table_covers_every_error_class() -> None:
@@ -297,9 +303,7 @@ RETRYABLE_CLASSES = {
 }
 
 
-@pytest.mark.parametrize(
-    "cls", [cls for cls in ERROR_CLASSES if cls is not SinkError], ids=lambda cls: cls.__name__
-)
+@pytest.mark.parametrize("cls", [cls for cls in ERROR_CLASSES if cls is not SinkError], ids=lambda cls: cls.__name__)
 def test_only_dependency_throttling_and_not_ready_errors_are_retryable(cls: type[LeaseCoreError]) -> None:
     assert cls.retryable is (cls in RETRYABLE_CLASSES)
 

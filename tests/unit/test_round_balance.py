@@ -11,7 +11,9 @@ from spark_jobs.round_report import busiest_over_bound
     ("slot_bytes", "lease_bytes", "expected"),
     [
         pytest.param([50, 50], [25, 25, 25, 25], 1.0, id="perfect-split"),
-        pytest.param([55, 15, 15, 15], [30, 25, 15, 15, 15], 55 / 30, id="hot-pair-on-one-slot-against-the-largest-lease"),
+        pytest.param(
+            [55, 15, 15, 15], [30, 25, 15, 15, 15], 55 / 30, id="hot-pair-on-one-slot-against-the-largest-lease"
+        ),
         pytest.param([60, 40], [60, 40], 1.0, id="the-largest-lease-bounds-the-round"),
         pytest.param([100, 0, 0, 0], [100], 1.0, id="one-lease-cannot-be-split"),
         pytest.param([0, 0], [], None, id="nothing-landed"),

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import pytest
-
 from kinesis_lease.round_plan import RoundPlan, plan_round
+
 from lease_core.config import ConsumerConfig
 from lease_core.errors import ConfigurationError
 
@@ -12,53 +12,94 @@ START, END = "2026-11-20T00:00:00Z", "2026-11-21T00:00:00Z"
 
 
 def backfill(start: str, end: str, application: str = "app") -> RoundPlan:
-    return plan_round({"mode": "backfill", "application_name": application, "streams": "s", "num_workers": 1,
-                       "output_uri": "s3://bucket/lake", "start": start, "end": end})
+    return plan_round(
+        {
+            "mode": "backfill",
+            "application_name": application,
+            "streams": "s",
+            "num_workers": 1,
+            "output_uri": "s3://bucket/lake",
+            "start": start,
+            "end": end,
+        }
+    )
 
 
-@pytest.mark.parametrize(("first", "second"), [
-    pytest.param((START, END), ("2026-11-20T00:00:00.000001Z", END), id="start-1us-later"),
-    pytest.param((START, END), (START, "2026-11-21T00:00:00.5Z"), id="end-half-a-second-later"),
-    pytest.param(("2026-11-20T00:00:00.25Z", END), ("2026-11-20T00:00:00.250001Z", END), id="both-fractional-1us-apart"),
-    pytest.param(("2026-11-20T00:00:00.5Z", END), (START, "2026-11-21T00:00:00.5Z"), id="fraction-on-the-other-bound"),
-])
+@pytest.mark.parametrize(
+    ("first", "second"),
+    [
+        pytest.param((START, END), ("2026-11-20T00:00:00.000001Z", END), id="start-1us-later"),
+        pytest.param((START, END), (START, "2026-11-21T00:00:00.5Z"), id="end-half-a-second-later"),
+        pytest.param(
+            ("2026-11-20T00:00:00.25Z", END), ("2026-11-20T00:00:00.250001Z", END), id="both-fractional-1us-apart"
+        ),
+        pytest.param(
+            ("2026-11-20T00:00:00.5Z", END), (START, "2026-11-21T00:00:00.5Z"), id="fraction-on-the-other-bound"
+        ),
+    ],
+)
 def test_backfill_windows_that_differ_by_less_than_a_second_get_different_namespaces(first, second):
     one, other = backfill(*first), backfill(*second)
     assert one.application_name != other.application_name
     assert one.output_uri != other.output_uri
 
 
-@pytest.mark.parametrize(("start", "end", "window"), [
-    pytest.param(START, END, "20261120T000000Z-20261121T000000Z", id="whole-seconds"),
-    pytest.param("2026-11-20T01:00:00+01:00", "2026-11-20T00:00:30.000Z", "20261120T000000Z-20261120T000030Z",
-                 id="whole-seconds-written-with-offset-and-zero-fraction"),
-    pytest.param("2026-11-20T00:00:00.5Z", END, "20261120T000000.500000Z-20261121T000000.000000Z", id="fractional-start"),
-    pytest.param(START, "2026-11-20T00:00:00.000001Z", "20261120T000000.000000Z-20261120T000000.000001Z",
-                 id="fractional-end"),
-])
+@pytest.mark.parametrize(
+    ("start", "end", "window"),
+    [
+        pytest.param(START, END, "20261120T000000Z-20261121T000000Z", id="whole-seconds"),
+        pytest.param(
+            "2026-11-20T01:00:00+01:00",
+            "2026-11-20T00:00:30.000Z",
+            "20261120T000000Z-20261120T000030Z",
+            id="whole-seconds-written-with-offset-and-zero-fraction",
+        ),
+        pytest.param(
+            "2026-11-20T00:00:00.5Z", END, "20261120T000000.500000Z-20261121T000000.000000Z", id="fractional-start"
+        ),
+        pytest.param(
+            START, "2026-11-20T00:00:00.000001Z", "20261120T000000.000000Z-20261120T000000.000001Z", id="fractional-end"
+        ),
+    ],
+)
 def test_a_window_names_its_namespace_in_seconds_with_microseconds_only_when_a_bound_has_a_fraction(start, end, window):
     plan = backfill(start, end)
     assert (plan.application_name, plan.output_uri) == (f"app-backfill-{window}", f"s3://bucket/lake-backfill/{window}")
     assert plan.settings["application_name"] == plan.application_name
 
 
-@pytest.mark.parametrize(("written", "rewritten"), [
-    pytest.param((START, END), ("2026-11-20T01:00:00+01:00", "2026-11-20T16:00:00-08:00"), id="other-offsets"),
-    pytest.param(("2026-11-20T00:00:00.5Z", END), ("2026-11-20T00:00:00.500000+00:00", "2026-11-21T00:00:00.000Z"),
-                 id="other-fraction-digits"),
-])
+@pytest.mark.parametrize(
+    ("written", "rewritten"),
+    [
+        pytest.param((START, END), ("2026-11-20T01:00:00+01:00", "2026-11-20T16:00:00-08:00"), id="other-offsets"),
+        pytest.param(
+            ("2026-11-20T00:00:00.5Z", END),
+            ("2026-11-20T00:00:00.500000+00:00", "2026-11-21T00:00:00.000Z"),
+            id="other-fraction-digits",
+        ),
+    ],
+)
 def test_the_same_window_maps_to_the_same_namespace_however_its_instants_are_written(written, rewritten):
     assert backfill(*written) == backfill(*rewritten)
 
 
-@pytest.mark.parametrize(("start", "suffix"), [
-    pytest.param(START, "-backfill-20261120T000000Z-20261121T000000Z", id="whole-seconds"),
-    pytest.param("2026-11-20T00:00:00.5Z", "-backfill-20261120T000000.500000Z-20261121T000000.000000Z", id="fractional"),
-])
-def test_a_backfill_takes_the_longest_application_name_whose_tables_fit_dynamodb_and_refuses_a_longer_one(start, suffix):
+@pytest.mark.parametrize(
+    ("start", "suffix"),
+    [
+        pytest.param(START, "-backfill-20261120T000000Z-20261121T000000Z", id="whole-seconds"),
+        pytest.param(
+            "2026-11-20T00:00:00.5Z", "-backfill-20261120T000000.500000Z-20261121T000000.000000Z", id="fractional"
+        ),
+    ],
+)
+def test_a_backfill_takes_the_longest_application_name_whose_tables_fit_dynamodb_and_refuses_a_longer_one(
+    start, suffix
+):
     longest = 255 - len("-WorkerMetricStats") - len(suffix)
     plan = backfill(start, END, application="a" * longest)
-    assert ConsumerConfig(application_name=plan.application_name).worker_metrics_table.endswith(suffix + "-WorkerMetricStats")
+    assert ConsumerConfig(application_name=plan.application_name).worker_metrics_table.endswith(
+        suffix + "-WorkerMetricStats"
+    )
     with pytest.raises(ConfigurationError, match="too long for a backfill") as refused:
         backfill(start, END, application="a" * (longest + 1))
     assert refused.value.key == "application_name"

@@ -70,7 +70,7 @@ class DescribeTableClient:
         self.failing = False
         self.describe_calls = 0
 
-    def describe_table(self, TableName: str) -> dict[str, Any]:  # noqa: N803 - boto3's argument name
+    def describe_table(self, TableName: str) -> dict[str, Any]:
         self.describe_calls += 1
         if self.failing:
             raise botocore.exceptions.ClientError(

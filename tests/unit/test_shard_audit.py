@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -56,12 +58,14 @@ HOLE_CASES = [
     pytest.param(leases_over(Q0, Q1, Q2), HashRangeHole(Q0, Q2), id="missing-end"),
     pytest.param(leases_over(R(0, 100), R(50, 200), R(150, 180), R(201, MAX)), None, id="overlapping-ranges-merged"),
     pytest.param(
-        leases_over(R(0, 100), R(50, 200), R(300, MAX)), HashRangeHole(R(0, 200), R(300, MAX)),
+        leases_over(R(0, 100), R(50, 200), R(300, MAX)),
+        HashRangeHole(R(0, 200), R(300, MAX)),
         id="hole-after-merged-overlap-names-the-merged-run",
     ),
     pytest.param(
-        leases_over(Q0, Q1, Q3) + [Lease(S(9), checkpoint=SHARD_END, hash_key_range=Q2)],
-        HashRangeHole(R(0, 2 * QUARTER - 1), Q3), id="shard-end-leases-do-not-cover",
+        [*leases_over(Q0, Q1, Q3), Lease(S(9), checkpoint=SHARD_END, hash_key_range=Q2)],
+        HashRangeHole(R(0, 2 * QUARTER - 1), Q3),
+        id="shard-end-leases-do-not-cover",
     ),
     pytest.param(leases_over(R(0, MAX), checkpoint=SHARD_END), HashRangeHole(), id="only-shard-end-leases-is-a-hole"),
     pytest.param(leases_over(Q0, None, Q2, Q3), HashRangeHole(Q0, Q2), id="leases-without-range-are-ignored"),
@@ -76,8 +80,8 @@ def test_find_hash_range_hole(leases, expected):
 
 
 def partition(cuts: list[int]) -> list[HashKeyRange]:
-    bounds = [0] + sorted(cuts) + [MAX + 1]
-    return [R(start, end - 1) for start, end in zip(bounds, bounds[1:])]
+    bounds = [0, *sorted(cuts), MAX + 1]
+    return [R(start, end - 1) for start, end in itertools.pairwise(bounds)]
 
 
 # Even cut points keep every range at least two keys wide, as a range needs start < end.
@@ -146,12 +150,49 @@ def seen(hole: HashRangeHole | None, times: int) -> AuditorRecord:
         pytest.param(seen(HOLE, 1), None, 3, 0, AuditDecision(True, AuditReason.NO_LEASES), id="no-leases-syncs-now"),
         pytest.param(None, None, 3, 4, AuditDecision(False, AuditReason.NO_HOLE), id="no-hole-no-sync"),
         pytest.param(seen(HOLE, 2), None, 3, 4, AuditDecision(False, AuditReason.NO_HOLE), id="closed-hole-resets"),
-        pytest.param(None, HOLE, 3, 3, AuditDecision(False, AuditReason.HOLE_UNCONFIRMED, str(HOLE), 1), id="first-sighting"),
-        pytest.param(seen(HOLE, 1), HOLE, 3, 3, AuditDecision(False, AuditReason.HOLE_UNCONFIRMED, str(HOLE), 2), id="second-sighting"),
-        pytest.param(seen(HOLE, 2), HOLE, 3, 3, AuditDecision(True, AuditReason.HOLE_CONFIRMED, str(HOLE), 3), id="third-sighting-syncs"),
-        pytest.param(seen(OTHER_HOLE, 2), HOLE, 3, 3, AuditDecision(False, AuditReason.HOLE_UNCONFIRMED, str(HOLE), 1), id="different-hole-restarts"),
-        pytest.param(seen(HOLE, 0), HOLE, 3, 3, AuditDecision(False, AuditReason.HOLE_UNCONFIRMED, str(HOLE), 1), id="after-a-sync-counting-restarts"),
-        pytest.param(None, HOLE, 1, 3, AuditDecision(True, AuditReason.HOLE_CONFIRMED, str(HOLE), 1), id="threshold-one-syncs-at-once"),
+        pytest.param(
+            None, HOLE, 3, 3, AuditDecision(False, AuditReason.HOLE_UNCONFIRMED, str(HOLE), 1), id="first-sighting"
+        ),
+        pytest.param(
+            seen(HOLE, 1),
+            HOLE,
+            3,
+            3,
+            AuditDecision(False, AuditReason.HOLE_UNCONFIRMED, str(HOLE), 2),
+            id="second-sighting",
+        ),
+        pytest.param(
+            seen(HOLE, 2),
+            HOLE,
+            3,
+            3,
+            AuditDecision(True, AuditReason.HOLE_CONFIRMED, str(HOLE), 3),
+            id="third-sighting-syncs",
+        ),
+        pytest.param(
+            seen(OTHER_HOLE, 2),
+            HOLE,
+            3,
+            3,
+            AuditDecision(False, AuditReason.HOLE_UNCONFIRMED, str(HOLE), 1),
+            id="different-hole-restarts",
+        ),
+        pytest.param(
+            seen(HOLE, 0),
+            HOLE,
+            3,
+            3,
+            AuditDecision(False, AuditReason.HOLE_UNCONFIRMED, str(HOLE), 1),
+            id="after-a-sync-counting-restarts",
+        ),
+        pytest.param(
+            None,
+            HOLE,
+            1,
+            3,
+            AuditDecision(True, AuditReason.HOLE_CONFIRMED, str(HOLE), 1),
+            id="threshold-one-syncs-at-once",
+        ),
     ],
 )
 def test_decide_audit(previous, hole, threshold, lease_count, expected):
@@ -161,8 +202,12 @@ def test_decide_audit(previous, hole, threshold, lease_count, expected):
 @pytest.mark.parametrize(
     ("decision", "expected"),
     [
-        pytest.param(AuditDecision(False, AuditReason.HOLE_UNCONFIRMED, "h", 2), AuditorRecord("h", 2, 7), id="keeps-count"),
-        pytest.param(AuditDecision(True, AuditReason.HOLE_CONFIRMED, "h", 3), AuditorRecord("h", 0, 7), id="sync-resets-count"),
+        pytest.param(
+            AuditDecision(False, AuditReason.HOLE_UNCONFIRMED, "h", 2), AuditorRecord("h", 2, 7), id="keeps-count"
+        ),
+        pytest.param(
+            AuditDecision(True, AuditReason.HOLE_CONFIRMED, "h", 3), AuditorRecord("h", 0, 7), id="sync-resets-count"
+        ),
         pytest.param(AuditDecision(False, AuditReason.NO_HOLE), AuditorRecord(None, 0, 7), id="no-hole-forgets"),
         pytest.param(AuditDecision(True, AuditReason.NO_LEASES), AuditorRecord(None, 0, 7), id="no-leases-forgets"),
     ],
@@ -179,8 +224,16 @@ def test_a_threshold_below_one_is_refused():
 @pytest.mark.parametrize(
     ("record", "item"),
     [
-        pytest.param(AuditorRecord("h", 2, 1700000000123), {"hole": {"S": "h"}, "consecutiveHoles": {"N": "2"}, "updatedAt": {"N": "1700000000123"}}, id="with-hole"),
-        pytest.param(AuditorRecord(None, 0, 5), {"consecutiveHoles": {"N": "0"}, "updatedAt": {"N": "5"}}, id="hole-absent-when-none"),
+        pytest.param(
+            AuditorRecord("h", 2, 1700000000123),
+            {"hole": {"S": "h"}, "consecutiveHoles": {"N": "2"}, "updatedAt": {"N": "1700000000123"}},
+            id="with-hole",
+        ),
+        pytest.param(
+            AuditorRecord(None, 0, 5),
+            {"consecutiveHoles": {"N": "0"}, "updatedAt": {"N": "5"}},
+            id="hole-absent-when-none",
+        ),
     ],
 )
 def test_auditor_records_as_coordinator_state_items(record, item):
@@ -268,7 +321,7 @@ def test_missing_ranges_are_filled_from_one_listing_and_persisted():
 
     assert auditor.audit("orders", SINGLE, listing, threshold=3) == AuditDecision(False, AuditReason.NO_HOLE)
     assert len(calls) == 1
-    assert [lease.hash_key_range for lease in sorted(store.list_leases(), key=lambda l: l.lease_key)] == [
+    assert [lease.hash_key_range for lease in sorted(store.list_leases(), key=lambda lease: lease.lease_key)] == [
         shard.hash_key_range for shard in shards
     ]
 

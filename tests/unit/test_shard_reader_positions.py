@@ -5,7 +5,7 @@ iterator with the last records and reports 9223372036854775807 as every ending s
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
 
 import pytest
@@ -115,7 +115,7 @@ def test_a_plain_record_is_one_user_record_at_sub_sequence_zero_in_utc():
     assert record.position == ExtendedSequenceNumber(SEQUENCE, 0)
     assert (record.data, record.partition_key, record.explicit_hash_key) == (b"payload", "key", None)
     assert record.approximate_arrival_timestamp == ARRIVAL
-    assert record.approximate_arrival_timestamp.tzinfo is timezone.utc
+    assert record.approximate_arrival_timestamp.tzinfo is UTC
 
 
 def test_an_aggregate_becomes_its_user_records_with_raw_data_in_order():
@@ -159,7 +159,7 @@ class ClosedShardLikeKinesis:
         assert arguments["ShardIteratorType"] == "TRIM_HORIZON"
         return {"ShardIterator": "0"}
 
-    def get_records(self, ShardIterator: str, Limit: int) -> dict[str, Any]:  # noqa: N803 (boto3's names)
+    def get_records(self, ShardIterator: str, Limit: int) -> dict[str, Any]:
         self.get_records_calls += 1
         index = int(ShardIterator)
         if index == len(self.records):

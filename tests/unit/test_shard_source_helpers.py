@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import pytest
 
@@ -85,7 +85,7 @@ def test_child_shards_of_finds_shards_naming_it_as_a_parent(shard_id: str, child
     assert [child.shard_id for child in child_shards_of(LINEAGE, shard_id)] == children
 
 
-MOMENT = datetime(2026, 11, 1, 12, 0, tzinfo=timezone.utc)
+MOMENT = datetime(2026, 11, 1, 12, 0, tzinfo=UTC)
 
 
 @pytest.mark.parametrize(

@@ -82,7 +82,9 @@ def without(*numbers: int):
     ("listing", "described"),
     [
         pytest.param(without(3), "after shardId-000000000002 are not covered", id="the-last-open-shard-missing"),
-        pytest.param(without(1), "between shardId-000000000000 and shardId-000000000002", id="a-middle-open-shard-missing"),
+        pytest.param(
+            without(1), "between shardId-000000000000 and shardId-000000000002", id="a-middle-open-shard-missing"
+        ),
         pytest.param(lambda shards: shards + shards[2:3], "overlap", id="an-open-shard-listed-twice"),
         pytest.param(lambda shards: [], "no shards were listed", id="an-empty-listing"),
     ],
@@ -124,7 +126,9 @@ def test_an_incomplete_listing_does_not_even_finish_a_completed_parent():
 )
 def test_an_unlisted_lease_stays_while_kinesis_knows_its_shard_and_goes_once_it_says_gone(checkpoint, possibly_unread):
     # Shard 0 is closed and still in Kinesis, but the listing (stale) misses it; shard 9 is not in Kinesis.
-    app = application(split_of_shard_0(), *leased(0), *leased(1, 2, checkpoint=TRIM_HORIZON), *leased(9, checkpoint=checkpoint))
+    app = application(
+        split_of_shard_0(), *leased(0), *leased(1, 2, checkpoint=TRIM_HORIZON), *leased(9, checkpoint=checkpoint)
+    )
     app.source.listing = without(0)
 
     report = app.sync()
@@ -201,12 +205,16 @@ def test_a_table_with_leases_but_no_record_adopts_the_stream_and_says_so(caplog)
     ("prepare", "stream", "words"),
     [
         pytest.param(
-            lambda source: source.create_stream("payments", quarters()[:1]), "payments",
-            ("'orders'", "'payments'", "another application name"), id="another-stream",
+            lambda source: source.create_stream("payments", quarters()[:1]),
+            "payments",
+            ("'orders'", "'payments'", "another application name"),
+            id="another-stream",
         ),
         pytest.param(
-            lambda source: source.create_stream("orders", quarters(), CREATED_MILLIS + 60_000), "orders",
-            ("created again", "2023-11-14T22:13:20.000+00:00", "2023-11-14T22:14:20.000+00:00"), id="the-stream-created-again",
+            lambda source: source.create_stream("orders", quarters(), CREATED_MILLIS + 60_000),
+            "orders",
+            ("created again", "2023-11-14T22:13:20.000+00:00", "2023-11-14T22:14:20.000+00:00"),
+            id="the-stream-created-again",
         ),
     ],
 )

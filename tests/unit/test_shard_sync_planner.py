@@ -26,8 +26,16 @@ def planned(leases: list[Lease]) -> list[tuple[str, str]]:
     ("initial_position", "expected"),
     [
         pytest.param(InitialPosition.LATEST, [(S(6), "LATEST")], id="latest-creates-6"),
-        pytest.param(InitialPosition.TRIM_HORIZON, [(S(0), "TRIM_HORIZON"), (S(1), "TRIM_HORIZON")], id="trim-horizon-creates-0-and-1"),
-        pytest.param(InitialPosition.AT_TIMESTAMP, [(S(0), "AT_TIMESTAMP"), (S(1), "AT_TIMESTAMP")], id="at-timestamp-creates-0-and-1"),
+        pytest.param(
+            InitialPosition.TRIM_HORIZON,
+            [(S(0), "TRIM_HORIZON"), (S(1), "TRIM_HORIZON")],
+            id="trim-horizon-creates-0-and-1",
+        ),
+        pytest.param(
+            InitialPosition.AT_TIMESTAMP,
+            [(S(0), "AT_TIMESTAMP"), (S(1), "AT_TIMESTAMP")],
+            id="at-timestamp-creates-0-and-1",
+        ),
     ],
 )
 def test_the_seed_example_with_leases_4_5_7_present(initial_position, expected):
@@ -38,12 +46,41 @@ def test_the_seed_example_with_leases_4_5_7_present(initial_position, expected):
 @pytest.mark.parametrize(
     ("leased", "initial_position", "expected"),
     [
-        pytest.param(set(), InitialPosition.LATEST, [(S(4), "LATEST"), (S(8), "LATEST"), (S(9), "LATEST"), (S(10), "LATEST")], id="no-leases-latest-takes-open-shards"),
-        pytest.param(set(), InitialPosition.TRIM_HORIZON, [(S(0), "TRIM_HORIZON"), (S(1), "TRIM_HORIZON"), (S(2), "TRIM_HORIZON"), (S(3), "TRIM_HORIZON"), (S(4), "TRIM_HORIZON"), (S(5), "TRIM_HORIZON")], id="no-leases-trim-horizon-takes-roots"),
+        pytest.param(
+            set(),
+            InitialPosition.LATEST,
+            [(S(4), "LATEST"), (S(8), "LATEST"), (S(9), "LATEST"), (S(10), "LATEST")],
+            id="no-leases-latest-takes-open-shards",
+        ),
+        pytest.param(
+            set(),
+            InitialPosition.TRIM_HORIZON,
+            [
+                (S(0), "TRIM_HORIZON"),
+                (S(1), "TRIM_HORIZON"),
+                (S(2), "TRIM_HORIZON"),
+                (S(3), "TRIM_HORIZON"),
+                (S(4), "TRIM_HORIZON"),
+                (S(5), "TRIM_HORIZON"),
+            ],
+            id="no-leases-trim-horizon-takes-roots",
+        ),
         pytest.param({S(8), S(4), S(9), S(10)}, InitialPosition.TRIM_HORIZON, [], id="every-open-shard-leased"),
-        pytest.param({S(6)}, InitialPosition.LATEST, [(S(7), "LATEST"), (S(4), "LATEST"), (S(9), "LATEST"), (S(10), "LATEST")], id="leased-6-latest-sibling-parent-7"),
-        pytest.param({S(6)}, InitialPosition.TRIM_HORIZON, [(S(2), "TRIM_HORIZON"), (S(3), "TRIM_HORIZON"), (S(4), "TRIM_HORIZON"), (S(5), "TRIM_HORIZON")], id="leased-6-trim-horizon-roots-of-7"),
-        pytest.param({S(0), S(1), S(2), S(3), S(4), S(5)}, InitialPosition.LATEST, [], id="all-roots-leased-children-wait"),
+        pytest.param(
+            {S(6)},
+            InitialPosition.LATEST,
+            [(S(7), "LATEST"), (S(4), "LATEST"), (S(9), "LATEST"), (S(10), "LATEST")],
+            id="leased-6-latest-sibling-parent-7",
+        ),
+        pytest.param(
+            {S(6)},
+            InitialPosition.TRIM_HORIZON,
+            [(S(2), "TRIM_HORIZON"), (S(3), "TRIM_HORIZON"), (S(4), "TRIM_HORIZON"), (S(5), "TRIM_HORIZON")],
+            id="leased-6-trim-horizon-roots-of-7",
+        ),
+        pytest.param(
+            {S(0), S(1), S(2), S(3), S(4), S(5)}, InitialPosition.LATEST, [], id="all-roots-leased-children-wait"
+        ),
     ],
 )
 def test_non_empty_table_choices(leased, initial_position, expected):
@@ -95,7 +132,9 @@ def test_trimmed_parents_are_ignored_and_the_child_is_a_root():
 
 @pytest.mark.parametrize("initial_position", list(InitialPosition), ids=lambda position: position.name)
 def test_a_leased_parent_missing_from_a_partial_listing_still_makes_its_children_wait(initial_position):
-    partial = [shard for shard in seed_lineage() if shard.shard_id != S(5)]  # 5 is leased and closed: 9, 10 split from it
+    partial = [
+        shard for shard in seed_lineage() if shard.shard_id != S(5)
+    ]  # 5 is leased and closed: 9, 10 split from it
     plan = plan_for_existing_leases(partial, {S(4), S(5), S(8)}, initial_position)
     assert planned(plan) == []
 
@@ -103,8 +142,17 @@ def test_a_leased_parent_missing_from_a_partial_listing_still_makes_its_children
 def open_parent_lineage() -> list[Shard]:
     shards = seed_lineage()
     # Shard 5 still open although its children 9 and 10 exist: what §3.3 calls inconsistent.
-    return [Shard(s.shard_id, s.hash_key_range, s.starting_sequence_number, s.parent_shard_id, s.adjacent_parent_shard_id,
-                  None if s.shard_id == S(5) else s.ending_sequence_number) for s in shards]
+    return [
+        Shard(
+            s.shard_id,
+            s.hash_key_range,
+            s.starting_sequence_number,
+            s.parent_shard_id,
+            s.adjacent_parent_shard_id,
+            None if s.shard_id == S(5) else s.ending_sequence_number,
+        )
+        for s in shards
+    ]
 
 
 def test_children_of_an_open_parent_are_inconsistent():
@@ -113,7 +161,9 @@ def test_children_of_an_open_parent_are_inconsistent():
 
 
 def test_ignored_inconsistent_children_get_no_lease():
-    plan = plan_for_existing_leases(open_parent_lineage(), {S(4), S(8)}, InitialPosition.LATEST, skipped_shard_ids={S(9), S(10)})
+    plan = plan_for_existing_leases(
+        open_parent_lineage(), {S(4), S(8)}, InitialPosition.LATEST, skipped_shard_ids={S(9), S(10)}
+    )
     assert planned(plan) == [(S(5), "LATEST")]
 
 

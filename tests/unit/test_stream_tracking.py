@@ -72,7 +72,9 @@ def test_a_pending_time_written_by_another_round_meanwhile_is_kept_not_overwritt
         update_record(state, FORMER_STREAMS_KEY, lambda record: {"pending": {"M": {B: {"N": "400"}}}})
 
     state = InterleavingStateStore(FORMER_STREAMS_KEY, other_round)
-    cleaner = FormerStreamsCleaner(former_stream_table(), state, lambda stream: True, lambda: 1_000, DEFERRED_DELETION, HOUR)
+    cleaner = FormerStreamsCleaner(
+        former_stream_table(), state, lambda stream: True, lambda: 1_000, DEFERRED_DELETION, HOUR
+    )
 
     outcome = cleaner.run([StreamIdentifier.parse(A)])
 
@@ -97,8 +99,14 @@ def test_a_former_streams_lease_changed_since_it_was_listed_is_kept_and_reported
     store = WorkedOnAfterListing(f"{B}:shardId-1")
     for lease in former_stream_table().list_leases():
         store.create_lease_if_not_exists(lease)
-    cleaner = FormerStreamsCleaner(store, InMemoryCoordinatorStateStore(), lambda stream: stream.serialize() != B,
-                                   lambda: 1_000, DEFERRED_DELETION, HOUR)
+    cleaner = FormerStreamsCleaner(
+        store,
+        InMemoryCoordinatorStateStore(),
+        lambda stream: stream.serialize() != B,
+        lambda: 1_000,
+        DEFERRED_DELETION,
+        HOUR,
+    )
 
     outcome = cleaner.run([StreamIdentifier.parse(A)])
 

@@ -112,7 +112,7 @@ def test_an_exception_from_the_transform_becomes_a_transform_error_with_its_type
 
 def test_a_result_that_is_not_a_table_is_refused() -> None:
     spec = "tests.support.transforms:row_count"
-    with pytest.raises(TransformError, match="returned an object of type 'int', not a pyarrow.Table"):
+    with pytest.raises(TransformError, match=r"returned an object of type 'int', not a pyarrow\.Table"):
         apply_transform(spec, load(spec), BATCH)
 
 

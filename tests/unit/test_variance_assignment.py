@@ -21,6 +21,7 @@ from tests.support.assignment import (
     snapshot,
 )
 
+
 # Two CPU workers within ±10% of their 80% average; `a` reports 84 against an operating range of
 # `range_a`, and each holds twenty leases of 1 KB/s, so one lease adds 4 points of CPU to `b`.
 def near_average(range_a: float = 80.0, **settings: object) -> AssignmentInput:
@@ -53,7 +54,7 @@ CASES = [
     ),
     pytest.param(
         snapshot(
-            [lease("x", "gone", 5.0), lease("y", "gone", 5.0)] + held("a", 5.0),
+            [lease("x", "gone", 5.0), lease("y", "gone", 5.0), *held("a", 5.0)],
             [default_worker("a"), default_worker("b")],
             up_for_grabs=("x", "y"),
         ),

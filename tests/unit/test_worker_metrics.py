@@ -14,7 +14,6 @@ from lease_core.worker_metrics import (
     slot_utilization_percent,
 )
 
-
 # --- A slot's utilization -------------------------------------------------------------------------
 
 
@@ -61,7 +60,10 @@ def test_the_item_uses_kcl_attribute_names_and_types_plus_our_round():
     [
         pytest.param(cpu_worker([12.5, -1, 40.123456]), id="cpu-worker"),
         pytest.param(WorkerMetricStats("app-worker-1", 17, round=3), id="default-metric-worker"),
-        pytest.param(WorkerMetricStats("app-worker-2", 17, stats={"C": (1.0,)}, operating_range={"C": (100.0,)}), id="written-by-kcl-without-round"),
+        pytest.param(
+            WorkerMetricStats("app-worker-2", 17, stats={"C": (1.0,)}, operating_range={"C": (100.0,)}),
+            id="written-by-kcl-without-round",
+        ),
         pytest.param(WorkerMetricStats("app-worker-3"), id="no-lut"),
     ],
 )
@@ -70,7 +72,12 @@ def test_items_round_trip(stats):
 
 
 def test_an_item_with_kcl_3_5_attributes_decodes_and_ignores_them():
-    item = cpu_worker([5.0]).to_item() | {"sup": {"N": "1"}, "slu": {"N": "1"}, "entityType": {"S": "WORKER_METRIC_STATS"}, "properties": {"M": {}}}
+    item = cpu_worker([5.0]).to_item() | {
+        "sup": {"N": "1"},
+        "slu": {"N": "1"},
+        "entityType": {"S": "WORKER_METRIC_STATS"},
+        "properties": {"M": {}},
+    }
     assert WorkerMetricStats.from_item(item) == cpu_worker([5.0])
 
 
@@ -84,7 +91,9 @@ def test_an_item_with_kcl_3_5_attributes_decodes_and_ignores_them():
         pytest.param({"round": {"N": "x"}}, "'round' is not a number", id="round-not-a-number"),
         pytest.param({"sts": {"L": []}}, "'app-worker-0': attribute 'sts' must be of type M", id="sts-not-a-map"),
         pytest.param({"sts": {"M": {"C": {"SS": ["1"]}}}}, "'sts' must be of type L", id="sts-entry-not-a-list"),
-        pytest.param({"opr": {"M": {"C": {"L": [{"S": "100"}]}}}}, "'opr' must be of type N", id="opr-value-not-a-number"),
+        pytest.param(
+            {"opr": {"M": {"C": {"L": [{"S": "100"}]}}}}, "'opr' must be of type N", id="opr-value-not-a-number"
+        ),
         pytest.param({"sts": {"M": {"C": {"L": [{"N": "NaN"}]}}}}, "'sts' must be finite", id="sts-nan"),
     ],
 )
@@ -108,13 +117,17 @@ def test_appending_keeps_only_the_last_ten_values_oldest_first():
 
 
 def test_appending_keeps_other_metrics_and_an_existing_operating_range():
-    stats = WorkerMetricStats("w", 1, {"C": (1.0,), "M": (2.0,)}, {"C": (80.0,), "M": (90.0,)}).appended(-1, now=2, round=2, keep=2)
+    stats = WorkerMetricStats("w", 1, {"C": (1.0,), "M": (2.0,)}, {"C": (80.0,), "M": (90.0,)}).appended(
+        -1, now=2, round=2, keep=2
+    )
     assert stats.stats == {"C": (1.0, -1.0), "M": (2.0,)} and stats.operating_range == {"C": (80.0,), "M": (90.0,)}
 
 
-@pytest.mark.parametrize("value", [pytest.param(100.5, id="above-100"), pytest.param(-0.5, id="negative-not-minus-one")])
+@pytest.mark.parametrize(
+    "value", [pytest.param(100.5, id="above-100"), pytest.param(-0.5, id="negative-not-minus-one")]
+)
 def test_appending_an_out_of_range_value_is_rejected(value):
-    with pytest.raises(ValueError, match="'w'.*'C'"):
+    with pytest.raises(ValueError, match=r"'w'.*'C'"):
         WorkerMetricStats("w").appended(value, now=1, round=1)
 
 
@@ -160,7 +173,11 @@ def test_validity(stats, valid):
         pytest.param(cpu_worker([10, 20]), False, id="all-sampled"),
         pytest.param(cpu_worker([10, -1]), True, id="latest-missing"),
         pytest.param(cpu_worker([-1, 10]), False, id="older-missing-is-fine"),
-        pytest.param(WorkerMetricStats("w", 1, {"C": (10.0,), "M": (-1.0,)}, {"C": (100.0,), "M": (100.0,)}), True, id="any-metric"),
+        pytest.param(
+            WorkerMetricStats("w", 1, {"C": (10.0,), "M": (-1.0,)}, {"C": (100.0,), "M": (100.0,)}),
+            True,
+            id="any-metric",
+        ),
         pytest.param(WorkerMetricStats("w", 1), False, id="default-metric-worker"),
     ],
 )
@@ -199,7 +216,9 @@ SLOTS = ["app-worker-0", "app-worker-1"]
 @pytest.mark.parametrize(
     ("stored", "expected_loads", "expected_notes"),
     [
-        pytest.param({}, [WorkerLoad("app-worker-0"), WorkerLoad("app-worker-1")], {}, id="no-metrics-balanced-by-throughput"),
+        pytest.param(
+            {}, [WorkerLoad("app-worker-0"), WorkerLoad("app-worker-1")], {}, id="no-metrics-balanced-by-throughput"
+        ),
         pytest.param(
             {"app-worker-0": cpu_worker([40, 60], round_=9)},
             [WorkerLoad("app-worker-0", {"C": (40.0, 60.0)}, {"C": 100.0}), WorkerLoad("app-worker-1")],
@@ -256,7 +275,10 @@ def test_active_workers(stored, expected_loads, expected_notes):
 
 
 def test_a_slot_is_excluded_exactly_when_it_has_no_load():
-    stored = {"app-worker-0": cpu_worker([1, -1], round_=10), "app-worker-1": cpu_worker([1], round_=1, worker_id="app-worker-1")}
+    stored = {
+        "app-worker-0": cpu_worker([1, -1], round_=10),
+        "app-worker-1": cpu_worker([1], round_=1, worker_id="app-worker-1"),
+    }
     loads, notes = active_workers(SLOTS, stored, current_round=10)
     assert [load.worker_id for load in loads] == ["app-worker-1"] and set(notes) == set(SLOTS)
     assert all(load.is_default_metric_worker for load in loads)
