@@ -59,15 +59,15 @@ import boto3  # noqa: E402
 import botocore.exceptions  # noqa: E402
 
 from lease_core import aws  # noqa: E402
-from lease_core.assignment_round import AssignmentCoordinator, AssignmentReport, slot_ids  # noqa: E402
-from lease_core.config import ConsumerConfig  # noqa: E402
-from lease_core.coordinator_state import DynamoDBCoordinatorStateStore  # noqa: E402
-from lease_core.dynamodb_store import DynamoDBLeaseStore  # noqa: E402
+from lease_core.config.settings import ConsumerConfig  # noqa: E402
 from lease_core.emulators import KINESIS_MOCK_HOME, kinesis_mock, moto_server  # noqa: E402
-from lease_core.shard_source import KinesisShardSource  # noqa: E402
-from lease_core.shard_sync_step import sync_streams  # noqa: E402
-from lease_core.tables import TableAdministrator  # noqa: E402
-from lease_core.worker_metrics import DynamoDBWorkerMetricsStore  # noqa: E402
+from lease_core.leader.assignment_round import AssignmentCoordinator, AssignmentReport, slot_ids  # noqa: E402
+from lease_core.metrics.worker_metrics import DynamoDBWorkerMetricsStore  # noqa: E402
+from lease_core.retrieval.shard_source import KinesisShardSource  # noqa: E402
+from lease_core.store.coordinator_state import DynamoDBCoordinatorStateStore  # noqa: E402
+from lease_core.store.dynamodb_store import DynamoDBLeaseStore  # noqa: E402
+from lease_core.store.tables import TableAdministrator  # noqa: E402
+from lease_core.sync.step import sync_streams  # noqa: E402
 from spark_jobs.consume_job import run_round  # noqa: E402
 from spark_jobs.consume_spec import ConsumeSpec  # noqa: E402
 from spark_jobs.parquet_sink import ParquetSink  # noqa: E402

@@ -47,7 +47,7 @@ from kinesis_lease.operators import (
 
 DAG_ID = "kinesis_lease_pipeline"
 # Not under KINESIS_LEASE_: that prefix belongs to the consumer's settings, and every name under it
-# must be a setting (lease_core.config refuses unknown ones).
+# must be a setting (lease_core.config.settings refuses unknown ones).
 ENV_PREFIX = "KINESIS_PIPELINE_"
 # The dataset the consume step lands records in; its events carry the round's figures.
 OUTPUT = Asset(name="kinesis_lease_pipeline_output", uri="kinesis-lease://kinesis_lease_pipeline/output")

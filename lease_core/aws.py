@@ -15,7 +15,7 @@ import boto3
 import botocore.config
 import botocore.exceptions
 
-from lease_core.config import ConsumerConfig
+from lease_core.config.settings import ConsumerConfig
 from lease_core.errors import AccessError, DependencyError, TableNotFoundError, ThrottledError
 from lease_core.retry import RetryPolicy
 

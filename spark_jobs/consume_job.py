@@ -32,19 +32,19 @@ from pathlib import Path
 from typing import Any
 
 from lease_core import aws
-from lease_core.assignment_round import ROUND_KEY, slot_ids
-from lease_core.command_line import EXIT_FAILED, EXIT_OK, EXIT_USAGE, ArgumentParser, UsageError
-from lease_core.config import ConsumerConfig, load_config, parse_iso_timestamp
-from lease_core.coordinator_state import DynamoDBCoordinatorStateStore
-from lease_core.dynamodb_store import DynamoDBLeaseStore
+from lease_core.config.settings import ConsumerConfig, load_config, parse_iso_timestamp
 from lease_core.errors import ConfigurationError, LeaseCoreError, TableNotFoundError
-from lease_core.leader_lock import LeaderLock, LockHeartbeat
-from lease_core.leadership import release_quietly
-from lease_core.lease_lifecycle import forget_reported_losses
-from lease_core.parent_watch import closing_lease_keys
-from lease_core.shard_source import KinesisShardSource
-from lease_core.shard_sync import LeaseKeyScheme
-from lease_core.tables import TableAdministrator
+from lease_core.leader.assignment_round import ROUND_KEY, slot_ids
+from lease_core.leader.leader_lock import LeaderLock, LockHeartbeat
+from lease_core.leader.leadership import release_quietly
+from lease_core.lifecycle.lease_lifecycle import forget_reported_losses
+from lease_core.lifecycle.parent_watch import closing_lease_keys
+from lease_core.model.lease_keys import LeaseKeyScheme
+from lease_core.ops.command_line import EXIT_FAILED, EXIT_OK, EXIT_USAGE, ArgumentParser, UsageError
+from lease_core.retrieval.shard_source import KinesisShardSource
+from lease_core.store.coordinator_state import DynamoDBCoordinatorStateStore
+from lease_core.store.dynamodb_store import DynamoDBLeaseStore
+from lease_core.store.tables import TableAdministrator
 from spark_jobs.consume_spec import ConsumeSpec, settings_for_executors
 from spark_jobs.lease_consumer import LeaseBudget
 from spark_jobs.parquet_sink import ParquetSink
@@ -329,7 +329,7 @@ def concurrent_task_slots(spark: Any) -> int | None:
 
 def closing_parents(spec: ConsumeSpec) -> tuple[str, ...]:
     """The leases of closed shards that the round's slots hold, for idle slots to wait on
-    (`lease_core.parent_watch`). Best effort: without them a split's children are all read by the
+    (`lease_core.lifecycle.parent_watch`). Best effort: without them a split's children are all read by the
     slot that ends the parent, which is correct, only less balanced."""
     config = spec.config
     source = KinesisShardSource(aws.client("kinesis", config), retry_policy=aws.retry_policy(config))

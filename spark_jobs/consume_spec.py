@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from lease_core.config import ConsumerConfig, load_config, parse_iso_timestamp
-from lease_core.shard_sync_step import is_multi_stream
+from lease_core.config.settings import ConsumerConfig, load_config, parse_iso_timestamp
+from lease_core.sync.step import is_multi_stream
 from spark_jobs.lease_consumer import LeaseBudget
 
 # boto3's endpoint variables, most specific first. The driver resolves them into the configuration
@@ -37,7 +37,7 @@ class ConsumeSpec:
     settings: Mapping[str, Any] = field(default_factory=dict)
     # Whether every slot of the round runs at once (enough task slots), and the leases of closed shards
     # the round's slots hold (the driver's look at round start): then slots out of work wait for those
-    # to end and take up their children (`lease_core.parent_watch`).
+    # to end and take up their children (`lease_core.lifecycle.parent_watch`).
     slots_run_together: bool = False
     closing_parents: tuple[str, ...] = ()
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
-from lease_core.sequence import ExtendedSequenceNumber
+from lease_core.model.sequence import ExtendedSequenceNumber
 
 
 @dataclass(frozen=True)

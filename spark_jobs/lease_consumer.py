@@ -28,17 +28,17 @@ from typing import Any
 import pyarrow as pa
 
 from lease_core.errors import ConfigurationError, CorruptLeaseError, DependencyError, LeaseCoreError, LeaseLostError
-from lease_core.lease import AgedOutRange, Lease
-from lease_core.lease_holder import HeldLease
-from lease_core.lease_lifecycle import create_child_leases
-from lease_core.lease_store import LeaseStore
-from lease_core.pending_batch import PendingBatch
+from lease_core.lifecycle.lease_holder import HeldLease
+from lease_core.lifecycle.lease_lifecycle import create_child_leases
+from lease_core.metrics.throughput import arrival_rate_kbps, covered_window, ema_throughput
+from lease_core.model.lease import AgedOutRange, Lease
+from lease_core.model.lease_keys import LeaseKeyScheme
+from lease_core.model.pending_batch import PendingBatch
+from lease_core.model.sequence import AT_TIMESTAMP, LATEST, SHARD_END, ExtendedSequenceNumber
+from lease_core.model.shards import ChildShard
+from lease_core.retrieval.shard_source import KinesisShardSource, child_shards_of
 from lease_core.retry import RetryPolicy
-from lease_core.sequence import AT_TIMESTAMP, LATEST, SHARD_END, ExtendedSequenceNumber
-from lease_core.shard_source import KinesisShardSource, child_shards_of
-from lease_core.shard_sync import LeaseKeyScheme
-from lease_core.shards import ChildShard
-from lease_core.throughput import arrival_rate_kbps, covered_window, ema_throughput
+from lease_core.store.lease_store import LeaseStore
 from spark_jobs.kinesis_records import KinesisRecord
 from spark_jobs.parquet_sink import PARTITION_COLUMNS, ParquetSink, Promotion, records_table, staged_path, visible_path
 from spark_jobs.round_report import LeaseReport, Outcome, RetentionLoss
@@ -413,7 +413,7 @@ class LeaseConsumer:
 
     def _report_throughput(self, outcome: str) -> tuple[float | None, float | None]:
         """Store the lease's new throughput with a last renewal (§7): the rate at which data arrived
-        over the data time this round's read covered (`lease_core.throughput`), which ends now when
+        over the data time this round's read covered (`lease_core.metrics.throughput`), which ends now when
         the read reached the stream's tip and at the last record landed otherwise.
 
         (stored throughput, seconds of data time covered); None for what the round did not measure

@@ -48,7 +48,7 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from lease_core.errors import SinkError
-from lease_core.sequence import ExtendedSequenceNumber
+from lease_core.model.sequence import ExtendedSequenceNumber
 from spark_jobs.kinesis_records import KinesisRecord
 
 PARTITION_COLUMNS = ("stream_name", "shard_id")

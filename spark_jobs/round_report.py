@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from lease_core.lease import AgedOutRange
+from lease_core.model.lease import AgedOutRange
 
 
 class Outcome:

@@ -36,9 +36,9 @@ from aws_kinesis_agg.deaggregator import iter_deaggregate_records
 
 from lease_core.aws import THROTTLING_CODES, AwsCaller, error_code
 from lease_core.errors import DependencyError, InvalidSequenceNumberError, StreamNotFoundError
+from lease_core.model.sequence import SHARD_END, ExtendedSequenceNumber, Sentinel
+from lease_core.model.shards import ChildShard
 from lease_core.retry import RetryPolicy
-from lease_core.sequence import SHARD_END, ExtendedSequenceNumber, Sentinel
-from lease_core.shards import ChildShard
 from spark_jobs.kinesis_records import KinesisRecord
 
 StopReason = Literal["tip", "records", "bytes", "time", "stop_at", "shard_end", "throttled", "gap"]

@@ -21,21 +21,21 @@ from dataclasses import dataclass
 from typing import Any
 
 from lease_core import aws
-from lease_core.assignment_round import slot_ids
-from lease_core.config import ConsumerConfig
-from lease_core.dynamodb_store import DynamoDBLeaseStore
+from lease_core.config.settings import ConsumerConfig
 from lease_core.errors import LeaseCoreError
-from lease_core.lease import Lease, StreamIdentifier
-from lease_core.lease_holder import HeldLease, LeaseHeartbeat
-from lease_core.lease_lifecycle import parents_have_finished
-from lease_core.parent_watch import ParentWatch
-from lease_core.shard_sync import LeaseKeyScheme
-from lease_core.worker_metrics import (
+from lease_core.leader.assignment_round import slot_ids
+from lease_core.lifecycle.lease_holder import HeldLease, LeaseHeartbeat
+from lease_core.lifecycle.lease_lifecycle import parents_have_finished
+from lease_core.lifecycle.parent_watch import ParentWatch
+from lease_core.metrics.worker_metrics import (
     NO_SAMPLE,
     DynamoDBWorkerMetricsStore,
     publish_worker_metrics,
     slot_utilization_percent,
 )
+from lease_core.model.lease import Lease, StreamIdentifier
+from lease_core.model.lease_keys import LeaseKeyScheme
+from lease_core.store.dynamodb_store import DynamoDBLeaseStore
 from spark_jobs.consume_spec import ConsumeSpec
 from spark_jobs.lease_consumer import LeaseConsumer, LeaseContext, promote_committed_batch
 from spark_jobs.parquet_sink import ParquetSink

@@ -292,7 +292,7 @@ class Campaign:
         return MAX_DRAIN_ROUNDS, stuck
 
     def _stuck(self) -> list[str]:
-        from lease_core.leader_lock import LEADER_KEY, LockHolder
+        from lease_core.leader.leader_lock import LEADER_KEY, LockHolder
         from tests.support.kinesis import shards_of
 
         leader = self.stack.state_store().get(LEADER_KEY)

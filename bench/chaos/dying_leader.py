@@ -14,8 +14,8 @@ import sys
 import threading
 
 from bench.chaos.leader import lead, leader_lock
-from lease_core.config import load_config
-from lease_core.leader_lock import LockHeartbeat
+from lease_core.config.settings import load_config
+from lease_core.leader.leader_lock import LockHeartbeat
 
 
 def main(argv: list[str] | None = None) -> int:

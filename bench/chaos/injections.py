@@ -32,7 +32,7 @@ from bench.chaos.schedule import (
     Fault,
 )
 from bench.chaos.stack import set_arguments
-from lease_core.shards import Shard
+from lease_core.model.shards import Shard
 from spark_jobs.parquet_sink import STAGED_PREFIX
 from tests.support.fault_proxy import FAULT_KINDS as PROXY_FAULT_KINDS
 from tests.support.fault_proxy import FaultRule

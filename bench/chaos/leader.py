@@ -14,16 +14,16 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from lease_core import aws
-from lease_core.assignment_round import AssignmentCoordinator, AssignmentReport, slot_ids
-from lease_core.config import ConsumerConfig
-from lease_core.coordinator_state import DynamoDBCoordinatorStateStore
-from lease_core.dynamodb_store import DynamoDBLeaseStore
-from lease_core.leader_lock import LeaderLock
-from lease_core.leadership import hold
-from lease_core.lease_lifecycle import forget_reported_losses
-from lease_core.shard_source import KinesisShardSource
-from lease_core.shard_sync_step import ShardSyncReport, sync_streams
-from lease_core.worker_metrics import DynamoDBWorkerMetricsStore
+from lease_core.config.settings import ConsumerConfig
+from lease_core.leader.assignment_round import AssignmentCoordinator, AssignmentReport, slot_ids
+from lease_core.leader.leader_lock import LeaderLock
+from lease_core.leader.leadership import hold
+from lease_core.lifecycle.lease_lifecycle import forget_reported_losses
+from lease_core.metrics.worker_metrics import DynamoDBWorkerMetricsStore
+from lease_core.retrieval.shard_source import KinesisShardSource
+from lease_core.store.coordinator_state import DynamoDBCoordinatorStateStore
+from lease_core.store.dynamodb_store import DynamoDBLeaseStore
+from lease_core.sync.step import ShardSyncReport, sync_streams
 from spark_jobs.round_report import reported_losses
 
 TAKE_POLL_SECONDS = 0.5

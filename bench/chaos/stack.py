@@ -20,11 +20,11 @@ import boto3
 
 from bench.chaos.processes import RUN_MARKER
 from lease_core import aws
-from lease_core.config import ConsumerConfig, load_config
-from lease_core.coordinator_state import DynamoDBCoordinatorStateStore
-from lease_core.dynamodb_store import DynamoDBLeaseStore
+from lease_core.config.settings import ConsumerConfig, load_config
 from lease_core.emulators import kinesis_mock, moto_server
-from lease_core.tables import TableAdministrator
+from lease_core.store.coordinator_state import DynamoDBCoordinatorStateStore
+from lease_core.store.dynamodb_store import DynamoDBLeaseStore
+from lease_core.store.tables import TableAdministrator
 from tests.support.fault_proxy import FaultProxy
 from tests.support.kinesis import create_stream
 

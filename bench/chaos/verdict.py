@@ -23,8 +23,8 @@ from typing import Any
 import pyarrow.dataset as ds
 
 from bench.chaos.producer import ProducedRecord
-from lease_core.lease import Lease
-from lease_core.shards import Shard
+from lease_core.model.lease import Lease
+from lease_core.model.shards import Shard
 
 Key = tuple[str, str, int]  # shard id, sequence number, sub-sequence number
 SHOWN = 20

@@ -18,7 +18,7 @@ import boto3
 from airflow.providers.amazon.aws.hooks.base_aws import AwsBaseHook
 
 from lease_core import aws
-from lease_core.config import ConsumerConfig, load_config
+from lease_core.config.settings import ConsumerConfig, load_config
 
 SERVICES = ("dynamodb", "kinesis", "s3")
 

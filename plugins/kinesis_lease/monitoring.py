@@ -18,14 +18,14 @@ from typing import Any
 
 from kinesis_lease.round_plan import plan_round
 from lease_core import aws
-from lease_core.config import ConsumerConfig
-from lease_core.coordinator_state import DynamoDBCoordinatorStateStore
-from lease_core.dynamodb_store import DynamoDBLeaseStore
-from lease_core.leader_lock import LeaderLock, LockHolder
-from lease_core.lease_store import LeaseScan
-from lease_core.round_history import RoundHistory
-from lease_core.status import UNASSIGNED, LeaseRow, OwnerRow, status_report
-from lease_core.worker_metrics import CPU_METRIC, NO_SAMPLE, DynamoDBWorkerMetricsStore, WorkerMetricStats
+from lease_core.config.settings import ConsumerConfig
+from lease_core.leader.leader_lock import LeaderLock, LockHolder
+from lease_core.leader.round_history import RoundHistory
+from lease_core.metrics.worker_metrics import CPU_METRIC, NO_SAMPLE, DynamoDBWorkerMetricsStore, WorkerMetricStats
+from lease_core.ops.status import UNASSIGNED, LeaseRow, OwnerRow, status_report
+from lease_core.store.coordinator_state import DynamoDBCoordinatorStateStore
+from lease_core.store.dynamodb_store import DynamoDBLeaseStore
+from lease_core.store.lease_store import LeaseScan
 
 ROUNDS_SHOWN = 10
 # The lock is only read: the name never writes, it is what LeaderLock requires of a contender.

@@ -7,7 +7,7 @@ XCom. `settings` is a mapping of consumer configuration keys (application_name i
 that run under the round's leadership take `leader_owner`, unique to the DAG run's execution
 (`<dag>/<run id>/<leader token>`), resume the lock
 under that name, keep it alive with a background heartbeat while they work, and write only through
-stores that check it before every write (`lease_core.leadership`): a step that loses the lock stops
+stores that check it before every write (`lease_core.leader.leadership`): a step that loses the lock stops
 before its next write. Every step is safe to retry: a new try resumes the same lock, keeps the same
 round number and replaces the round's history entry.
 """
@@ -35,24 +35,24 @@ from kinesis_lease.aws_connection import AwsAccess, aws_access
 from kinesis_lease.errors import airflow_outcomes
 from kinesis_lease.round_plan import plan_round, stream_names
 from lease_core import aws
-from lease_core.assignment_round import AssignmentCoordinator, slot_ids
-from lease_core.config import parse_iso_timestamp
-from lease_core.coordinator_state import CoordinatorStateStore, DynamoDBCoordinatorStateStore
-from lease_core.dynamodb_store import DynamoDBLeaseStore
+from lease_core.config.settings import parse_iso_timestamp
 from lease_core.errors import RecordsLostError
-from lease_core.leader_lock import LeaderLock
-from lease_core.leadership import Leadership, hold
-from lease_core.lease import Lease, StreamIdentifier
-from lease_core.lease_lifecycle import forget_reported_losses
-from lease_core.lease_store import LeaseStore
+from lease_core.leader.assignment_round import AssignmentCoordinator, slot_ids
+from lease_core.leader.leader_lock import LeaderLock
+from lease_core.leader.leadership import Leadership, hold
+from lease_core.leader.round_history import RoundHistory
+from lease_core.lifecycle.lease_lifecycle import forget_reported_losses
+from lease_core.metrics.worker_metrics import DynamoDBWorkerMetricsStore
+from lease_core.model.lease import Lease, StreamIdentifier
+from lease_core.model.lease_keys import LeaseKeyScheme
+from lease_core.retrieval.shard_source import KinesisShardSource
 from lease_core.retry import RetryPolicy
-from lease_core.round_history import RoundHistory
-from lease_core.shard_audit import ShardSyncAuditor
-from lease_core.shard_source import KinesisShardSource
-from lease_core.shard_sync import LeaseKeyScheme
-from lease_core.shard_sync_step import is_multi_stream, sync_streams
-from lease_core.tables import TableAdministrator
-from lease_core.worker_metrics import DynamoDBWorkerMetricsStore
+from lease_core.store.coordinator_state import CoordinatorStateStore, DynamoDBCoordinatorStateStore
+from lease_core.store.dynamodb_store import DynamoDBLeaseStore
+from lease_core.store.lease_store import LeaseStore
+from lease_core.store.tables import TableAdministrator
+from lease_core.sync.audit import ShardSyncAuditor
+from lease_core.sync.step import is_multi_stream, sync_streams
 from spark_jobs.round_report import reported_losses
 from spark_jobs.shard_reader import ReadLimits, ShardReader
 

@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from lease_core.config import COORDINATOR_STATE_TABLE_SUFFIX, WORKER_METRICS_TABLE_SUFFIX, parse_iso_timestamp
+from lease_core.config.settings import COORDINATOR_STATE_TABLE_SUFFIX, WORKER_METRICS_TABLE_SUFFIX, parse_iso_timestamp
 from lease_core.errors import ConfigurationError
 
 MODES = ("live", "backfill")

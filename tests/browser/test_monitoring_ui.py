@@ -12,10 +12,10 @@ from collections.abc import Iterator
 import pytest
 from playwright.sync_api import Browser, FrameLocator, Page, expect, sync_playwright
 
-from lease_core.coordinator_state import DynamoDBCoordinatorStateStore
-from lease_core.lease import Lease
-from lease_core.round_history import RoundHistory
-from lease_core.sequence import ExtendedSequenceNumber
+from lease_core.leader.round_history import RoundHistory
+from lease_core.model.lease import Lease
+from lease_core.model.sequence import ExtendedSequenceNumber
+from lease_core.store.coordinator_state import DynamoDBCoordinatorStateStore
 from tests.support.airflow_server import PASSWORDS, AirflowServer, airflow_api_server
 from tests.support.stores import FAST_RETRIES, dynamodb_store, fast_config
 

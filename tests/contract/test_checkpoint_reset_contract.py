@@ -8,26 +8,26 @@ from dataclasses import dataclass
 import boto3
 import pytest
 
-from lease_core.checkpoint_reset import (
+from lease_core.errors import LeadershipUnavailableError, LeaseLostError
+from lease_core.leader.leader_lock import LEADER_KEY, LeaderLock
+from lease_core.lifecycle.lease_holder import HeldLease
+from lease_core.model.lease import Lease, StreamIdentifier
+from lease_core.model.pending_batch import PendingBatch
+from lease_core.model.sequence import SHARD_END, TRIM_HORIZON, ExtendedSequenceNumber
+from lease_core.ops.checkpoint_reset import (
     CheckpointReset,
     CheckpointResetError,
     Direction,
     LeaseNotFoundError,
     LeaseSelector,
 )
-from lease_core.coordinator_state import (
+from lease_core.store.coordinator_state import (
     CoordinatorStateStore,
     DynamoDBCoordinatorStateStore,
     InMemoryCoordinatorStateStore,
 )
-from lease_core.errors import LeadershipUnavailableError, LeaseLostError
-from lease_core.leader_lock import LEADER_KEY, LeaderLock
-from lease_core.lease import Lease, StreamIdentifier
-from lease_core.lease_holder import HeldLease
-from lease_core.lease_store import ConditionalLeaseStore, WriteResult
-from lease_core.memory_store import InMemoryLeaseStore
-from lease_core.pending_batch import PendingBatch
-from lease_core.sequence import SHARD_END, TRIM_HORIZON, ExtendedSequenceNumber
+from lease_core.store.lease_store import ConditionalLeaseStore, WriteResult
+from lease_core.store.memory_store import InMemoryLeaseStore
 from tests.support.stores import FAST_RETRIES, dynamodb_store, raw_item
 
 ESN = ExtendedSequenceNumber

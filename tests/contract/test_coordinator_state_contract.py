@@ -7,14 +7,14 @@ import itertools
 import boto3
 import pytest
 
-from lease_core.coordinator_state import (
+from lease_core.errors import CoordinatorStateConflictError
+from lease_core.store.coordinator_state import (
     DynamoDBCoordinatorStateStore,
     InMemoryCoordinatorStateStore,
     decide_and_record,
     update_record,
 )
-from lease_core.errors import CoordinatorStateConflictError
-from lease_core.tables import TableAdministrator
+from lease_core.store.tables import TableAdministrator
 from tests.support.faults import AnswerLostClient
 from tests.support.stores import FAST_RETRIES, fast_config
 

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from lease_core.dynamodb_store import DynamoDBLeaseStore
-from lease_core.lease import Lease
+from lease_core.model.lease import Lease
+from lease_core.store.dynamodb_store import DynamoDBLeaseStore
 from tests.support.faults import FaultInjectingClient
 from tests.support.stores import FAST_RETRIES, dynamodb_store
 

@@ -11,15 +11,15 @@ from types import SimpleNamespace
 import botocore.exceptions
 import pyarrow as pa
 
-from lease_core.dynamodb_store import DynamoDBLeaseStore
-from lease_core.lease import HashKeyRange, Lease
-from lease_core.lease_holder import HeldLease
-from lease_core.lease_lifecycle import apply_cleanup, create_child_leases, plan_lease_cleanup
-from lease_core.memory_store import InMemoryLeaseStore
-from lease_core.pending_batch import PendingBatch
-from lease_core.sequence import SHARD_END, TRIM_HORIZON, ExtendedSequenceNumber
-from lease_core.shard_sync import LeaseKeyScheme
-from lease_core.shards import ChildShard
+from lease_core.lifecycle.lease_holder import HeldLease
+from lease_core.lifecycle.lease_lifecycle import apply_cleanup, create_child_leases, plan_lease_cleanup
+from lease_core.model.lease import HashKeyRange, Lease
+from lease_core.model.lease_keys import LeaseKeyScheme
+from lease_core.model.pending_batch import PendingBatch
+from lease_core.model.sequence import SHARD_END, TRIM_HORIZON, ExtendedSequenceNumber
+from lease_core.model.shards import ChildShard
+from lease_core.store.dynamodb_store import DynamoDBLeaseStore
+from lease_core.store.memory_store import InMemoryLeaseStore
 from spark_jobs.lease_consumer import LeaseBudget, LeaseConsumer, LeaseContext, promote_committed_batch
 from spark_jobs.parquet_sink import FILE_SCHEMA, ParquetSink, staged_path, visible_path
 from spark_jobs.slot_task import SlotTask

@@ -8,8 +8,8 @@ from concurrent.futures import ThreadPoolExecutor
 import boto3
 import pytest
 
-from lease_core.coordinator_state import DynamoDBCoordinatorStateStore
-from lease_core.leader_lock import LEADER_KEY, LeaderLock
+from lease_core.leader.leader_lock import LEADER_KEY, LeaderLock
+from lease_core.store.coordinator_state import DynamoDBCoordinatorStateStore
 from tests.support.stores import FAST_RETRIES, dynamodb_store
 
 CONTENDERS = 8

@@ -8,11 +8,11 @@ import time
 import pytest
 
 from lease_core.errors import LeaseLostError
-from lease_core.lease import AgedOutRange, Lease
-from lease_core.lease_holder import HeldLease, LeaseHeartbeat
-from lease_core.lease_store import ConditionalLeaseStore, WriteResult
-from lease_core.memory_store import InMemoryLeaseStore
-from lease_core.sequence import TRIM_HORIZON, ExtendedSequenceNumber
+from lease_core.lifecycle.lease_holder import HeldLease, LeaseHeartbeat
+from lease_core.model.lease import AgedOutRange, Lease
+from lease_core.model.sequence import TRIM_HORIZON, ExtendedSequenceNumber
+from lease_core.store.lease_store import ConditionalLeaseStore, WriteResult
+from lease_core.store.memory_store import InMemoryLeaseStore
 from tests.support.stores import dynamodb_store
 
 ESN = ExtendedSequenceNumber

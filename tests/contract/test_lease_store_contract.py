@@ -8,11 +8,11 @@ from __future__ import annotations
 import pytest
 
 from lease_core.errors import CheckpointOrderError, CorruptLeaseError
-from lease_core.lease import AgedOutRange, HashKeyRange, Lease, StreamIdentifier
-from lease_core.lease_store import ConditionalLeaseStore, WriteResult
-from lease_core.lease_writes import MetaField
-from lease_core.memory_store import InMemoryLeaseStore
-from lease_core.sequence import LATEST, SHARD_END, TRIM_HORIZON, ExtendedSequenceNumber
+from lease_core.model.lease import AgedOutRange, HashKeyRange, Lease, StreamIdentifier
+from lease_core.model.sequence import LATEST, SHARD_END, TRIM_HORIZON, ExtendedSequenceNumber
+from lease_core.store.lease_store import ConditionalLeaseStore, WriteResult
+from lease_core.store.lease_writes import MetaField
+from lease_core.store.memory_store import InMemoryLeaseStore
 from tests.support.stores import dynamodb_store, put_raw_item, raw_item
 
 ESN = ExtendedSequenceNumber

@@ -8,21 +8,21 @@ from __future__ import annotations
 
 import pytest
 
-from lease_core.coordinator_state import DynamoDBCoordinatorStateStore
-from lease_core.dynamodb_store import DynamoDBLeaseStore
 from lease_core.errors import LeaseLostError
-from lease_core.lease import Lease
-from lease_core.lease_lifecycle import (
+from lease_core.lifecycle.lease_lifecycle import (
     CleanupOutcome,
     apply_cleanup,
     create_child_leases,
     parents_have_finished,
     plan_lease_cleanup,
 )
-from lease_core.sequence import SHARD_END, TRIM_HORIZON, ExtendedSequenceNumber
-from lease_core.shard_audit import AuditReason, ShardSyncAuditor
-from lease_core.shard_sync import LeaseKeyScheme
-from lease_core.shards import ChildShard, Shard
+from lease_core.model.lease import Lease
+from lease_core.model.lease_keys import LeaseKeyScheme
+from lease_core.model.sequence import SHARD_END, TRIM_HORIZON, ExtendedSequenceNumber
+from lease_core.model.shards import ChildShard, Shard
+from lease_core.store.coordinator_state import DynamoDBCoordinatorStateStore
+from lease_core.store.dynamodb_store import DynamoDBLeaseStore
+from lease_core.sync.audit import AuditReason, ShardSyncAuditor
 from tests.support.faults import AnswerLostClient
 from tests.support.lineage import LineageBuilder, shard_id
 from tests.support.stores import FAST_RETRIES, dynamodb_store, raw_item

@@ -8,9 +8,9 @@ import uuid
 import boto3
 import pytest
 
-from lease_core.coordinator_state import DynamoDBCoordinatorStateStore, InMemoryCoordinatorStateStore
-from lease_core.round_history import HISTORY_KEY, LAST_ROUND_KEY, RoundHistory
-from lease_core.tables import TableAdministrator
+from lease_core.leader.round_history import HISTORY_KEY, LAST_ROUND_KEY, RoundHistory
+from lease_core.store.coordinator_state import DynamoDBCoordinatorStateStore, InMemoryCoordinatorStateStore
+from lease_core.store.tables import TableAdministrator
 from tests.support.faults import AnswerLostClient
 from tests.support.stores import FAST_RETRIES, dynamodb_store, fast_config
 

@@ -6,11 +6,11 @@ import boto3
 import botocore.exceptions
 import pytest
 
-from lease_core.dynamodb_store import DynamoDBLeaseStore
 from lease_core.errors import DependencyError, IndexNotFoundError, TableNotFoundError, ThrottledError
-from lease_core.lease import Lease
-from lease_core.lease_holder import HeldLease
+from lease_core.lifecycle.lease_holder import HeldLease
+from lease_core.model.lease import Lease
 from lease_core.retry import RetryPolicy
+from lease_core.store.dynamodb_store import DynamoDBLeaseStore
 from tests.support.faults import AnswerLostClient, FaultInjectingClient, client_error
 from tests.support.stores import FAST_RETRIES, dynamodb_store
 

@@ -17,10 +17,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from lease_core.lease import Lease
-from lease_core.lease_store import ConditionalLeaseStore
-from lease_core.memory_store import InMemoryLeaseStore
-from lease_core.sequence import TRIM_HORIZON, ExtendedSequenceNumber
+from lease_core.model.lease import Lease
+from lease_core.model.sequence import TRIM_HORIZON, ExtendedSequenceNumber
+from lease_core.store.lease_store import ConditionalLeaseStore
+from lease_core.store.memory_store import InMemoryLeaseStore
 from tests.support.stores import dynamodb_store
 
 WORKERS = ("worker-0", "worker-1", "worker-2")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from lease_core.errors import TableNotFoundError
-from lease_core.worker_metrics import DynamoDBWorkerMetricsStore, InMemoryWorkerMetricsStore, WorkerMetricStats
+from lease_core.metrics.worker_metrics import DynamoDBWorkerMetricsStore, InMemoryWorkerMetricsStore, WorkerMetricStats
 from tests.support.faults import FaultInjectingClient, client_error
 from tests.support.stores import FAST_RETRIES, dynamodb_store
 

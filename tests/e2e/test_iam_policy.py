@@ -31,8 +31,8 @@ from typing import Any
 import boto3
 import pytest
 
-from lease_core import cli
-from lease_core.sequence import SHARD_END
+from lease_core.model.sequence import SHARD_END
+from lease_core.ops import cli
 from spark_jobs.parquet_sink import ParquetSink
 from tests.support.airflow_dag import (
     LOCAL_SPARK_CONNECTION,

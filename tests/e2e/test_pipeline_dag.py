@@ -9,8 +9,8 @@ from datetime import UTC
 
 import pytest
 
-from lease_core.round_history import RoundHistory
-from lease_core.sequence import SHARD_END
+from lease_core.leader.round_history import RoundHistory
+from lease_core.model.sequence import SHARD_END
 from tests.support.airflow_dag import DAG_FILE, load_dag_module, run_round
 from tests.support.kinesis import create_stream, kinesis_client, merge_shards, split_shard
 from tests.support.pipeline import ConsumerPipeline, duplicates

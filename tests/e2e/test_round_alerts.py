@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from lease_core.round_history import RoundHistory
+from lease_core.leader.round_history import RoundHistory
 from spark_jobs.slot_task import SlotTask
 from tests.support.airflow_dag import airflow_environment, run_environment, run_round
 from tests.support.fault_proxy import FaultProxy

@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from lease_core.assignment_round import slot_ids
 from lease_core.errors import LeadershipUnavailableError
-from lease_core.leader_lock import LEADER_KEY, LeaderLock
-from lease_core.sequence import SHARD_END, TRIM_HORIZON
-from lease_core.shard_sync import LeaseKeyScheme
+from lease_core.leader.assignment_round import slot_ids
+from lease_core.leader.leader_lock import LEADER_KEY, LeaderLock
+from lease_core.model.lease_keys import LeaseKeyScheme
+from lease_core.model.sequence import SHARD_END, TRIM_HORIZON
 from spark_jobs.consume_job import HandedOverLock, concurrent_task_slots, run_round, with_slot_concurrency
 from spark_jobs.lease_consumer import LeaseBudget
 from spark_jobs.round_report import Outcome, RoundReport

@@ -334,7 +334,7 @@ def test_the_dag_parsed_with_the_stack_environment_takes_its_defaults_from_it(se
 @pytest.mark.parametrize("name", (*AIRFLOW_SERVICES, *SPARK_WORKERS))
 def test_the_consumer_settings_accept_the_environment_of_every_service_that_runs_lease_core(services, name):
     """lease_core reads KINESIS_LEASE_* variables as settings and refuses unknown ones: none may be a stray name."""
-    from lease_core.config import load_config
+    from lease_core.config.settings import load_config
 
     load_config(environ=environment(services[name]))
 
@@ -472,7 +472,7 @@ def test_the_build_context_leaves_out_what_no_image_needs(path):
 @pytest.mark.parametrize(
     "path",
     [
-        pytest.param("lease_core/lease.py", id="a-package-module"),
+        pytest.param("lease_core/model/lease.py", id="a-package-module"),
         pytest.param("packaging/pyspark-client-provided/pyproject.toml", id="the-pyspark-client-stand-in"),
         pytest.param("packaging/kinesis-mock/package-lock.json", id="the-kinesis-mock-lock"),
     ],

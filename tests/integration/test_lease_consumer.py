@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from lease_core.assignment_round import slot_ids
-from lease_core.lease import Lease
-from lease_core.pending_batch import PendingBatch
-from lease_core.sequence import LATEST, SHARD_END, TRIM_HORIZON, ExtendedSequenceNumber
+from lease_core.leader.assignment_round import slot_ids
+from lease_core.model.lease import Lease
+from lease_core.model.pending_batch import PendingBatch
+from lease_core.model.sequence import LATEST, SHARD_END, TRIM_HORIZON, ExtendedSequenceNumber
 from spark_jobs.lease_consumer import LeaseBudget
 from spark_jobs.parquet_sink import ParquetSink, records_table, staged_path, visible_path
 from spark_jobs.round_report import LeaseReport, Outcome

@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from lease_core.lease import AgedOutRange, Lease
-from lease_core.sequence import ExtendedSequenceNumber
+from lease_core.model.lease import AgedOutRange, Lease
+from lease_core.model.sequence import ExtendedSequenceNumber
 from tests.support.leasectl import run_leasectl
 from tests.support.stores import dynamodb_store
 

@@ -6,10 +6,10 @@ import json
 
 import boto3
 
-from lease_core.coordinator_state import DynamoDBCoordinatorStateStore
-from lease_core.leader_lock import LeaderLock
-from lease_core.lease import Lease
-from lease_core.worker_metrics import DynamoDBWorkerMetricsStore, WorkerMetricStats
+from lease_core.leader.leader_lock import LeaderLock
+from lease_core.metrics.worker_metrics import DynamoDBWorkerMetricsStore, WorkerMetricStats
+from lease_core.model.lease import Lease
+from lease_core.store.coordinator_state import DynamoDBCoordinatorStateStore
 from tests.support.leasectl import run_leasectl
 from tests.support.stores import dynamodb_store
 

@@ -14,9 +14,9 @@ import time
 import boto3
 import pytest
 
-from lease_core.coordinator_state import DynamoDBCoordinatorStateStore
-from lease_core.leader_lock import LEADER_KEY, LeaderLock
-from lease_core.lease import Lease
+from lease_core.leader.leader_lock import LEADER_KEY, LeaderLock
+from lease_core.model.lease import Lease
+from lease_core.store.coordinator_state import DynamoDBCoordinatorStateStore
 from tests.support.leasectl import run_leasectl
 from tests.support.stores import dynamodb_store
 
@@ -33,8 +33,8 @@ def die_holding_the_lock(moto_endpoint: str, app: str, owner: str) -> None:
     """A separate process acquires the lock and exits without releasing it (as a killed one would)."""
     program = (
         "import os, sys, boto3\n"
-        "from lease_core.coordinator_state import DynamoDBCoordinatorStateStore\n"
-        "from lease_core.leader_lock import LeaderLock\n"
+        "from lease_core.store.coordinator_state import DynamoDBCoordinatorStateStore\n"
+        "from lease_core.leader.leader_lock import LeaderLock\n"
         "client = boto3.client('dynamodb', endpoint_url=sys.argv[1], region_name='us-east-1')\n"
         f"lock = LeaderLock(DynamoDBCoordinatorStateStore(client, sys.argv[2]), sys.argv[3], {LEASE_MILLIS}, 500)\n"
         "os._exit(0 if lock.try_acquire() else 3)\n"

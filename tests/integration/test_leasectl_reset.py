@@ -9,12 +9,12 @@ from pathlib import Path
 import boto3
 import pytest
 
-from lease_core.coordinator_state import DynamoDBCoordinatorStateStore
-from lease_core.dynamodb_store import DynamoDBLeaseStore
-from lease_core.leader_lock import LEADER_KEY, LeaderLock
-from lease_core.lease import Lease, StreamIdentifier
-from lease_core.pending_batch import PendingBatch
-from lease_core.sequence import SHARD_END, ExtendedSequenceNumber
+from lease_core.leader.leader_lock import LEADER_KEY, LeaderLock
+from lease_core.model.lease import Lease, StreamIdentifier
+from lease_core.model.pending_batch import PendingBatch
+from lease_core.model.sequence import SHARD_END, ExtendedSequenceNumber
+from lease_core.store.coordinator_state import DynamoDBCoordinatorStateStore
+from lease_core.store.dynamodb_store import DynamoDBLeaseStore
 from spark_jobs.round_report import Outcome
 from spark_jobs.slot_task import SlotTask
 from tests.support.kinesis import create_stream, kinesis_client

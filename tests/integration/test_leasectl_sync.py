@@ -11,8 +11,8 @@ import json
 
 import pytest
 
-from lease_core.lease import Lease
-from lease_core.sequence import ExtendedSequenceNumber
+from lease_core.model.lease import Lease
+from lease_core.model.sequence import ExtendedSequenceNumber
 from tests.support.kinesis import build_seed_lineage, create_stream, kinesis_client, split_shard
 from tests.support.leasectl import run_leasectl
 from tests.support.stores import dynamodb_store, raw_item

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from lease_core.throughput import ema_throughput
+from lease_core.metrics.throughput import ema_throughput
 from tests.support.kinesis import create_stream, kinesis_client
 from tests.support.pipeline import ConsumerPipeline
 

@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 
 from lease_core.emulators import LOOPBACK, free_port
 from lease_core.errors import SinkError
-from lease_core.sequence import AT_TIMESTAMP, LATEST, SHARD_END, TRIM_HORIZON, ExtendedSequenceNumber, Sentinel
+from lease_core.model.sequence import AT_TIMESTAMP, LATEST, SHARD_END, TRIM_HORIZON, ExtendedSequenceNumber, Sentinel
 from spark_jobs.kinesis_records import KinesisRecord
 from spark_jobs.parquet_sink import (
     DATASET_SCHEMA,

@@ -20,9 +20,9 @@ from typing import Any
 import pytest
 
 from lease_core.errors import AccessError, DependencyError, InvalidSequenceNumberError, StreamNotFoundError
+from lease_core.model.sequence import AT_TIMESTAMP, LATEST, SHARD_END, TRIM_HORIZON, ExtendedSequenceNumber
+from lease_core.model.shards import ChildShard, Shard
 from lease_core.retry import RetryPolicy
-from lease_core.sequence import AT_TIMESTAMP, LATEST, SHARD_END, TRIM_HORIZON, ExtendedSequenceNumber
-from lease_core.shards import ChildShard, Shard
 from spark_jobs.kinesis_records import KinesisRecord
 from spark_jobs.shard_reader import ReadBatch, ReadLimits, RetentionGap, ShardReader
 from tests.support.fault_proxy import FaultProxy

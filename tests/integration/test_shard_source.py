@@ -26,10 +26,10 @@ from lease_core.errors import (
     StreamNotFoundError,
     ThrottledError,
 )
-from lease_core.lease import StreamIdentifier
+from lease_core.model.lease import StreamIdentifier
+from lease_core.model.shards import InitialPosition, InitialPositionInStream, Shard
+from lease_core.retrieval.shard_source import FILTERED_LISTING_ATTEMPTS, LISTING_RESTARTS, KinesisShardSource
 from lease_core.retry import RetryPolicy
-from lease_core.shard_source import FILTERED_LISTING_ATTEMPTS, LISTING_RESTARTS, KinesisShardSource
-from lease_core.shards import InitialPosition, InitialPositionInStream, Shard
 from tests.support.faults import FaultInjectingClient, client_error
 from tests.support.kinesis import (
     SEED_LINEAGE_PARENTS,

@@ -5,12 +5,12 @@ from __future__ import annotations
 import boto3
 import pytest
 
-from lease_core.coordinator_state import DynamoDBCoordinatorStateStore
 from lease_core.errors import ConfigurationError, InconsistentShardsError, StreamMismatchError
-from lease_core.lease import Lease
-from lease_core.sequence import TRIM_HORIZON, ExtendedSequenceNumber
-from lease_core.shard_source import KinesisShardSource
-from lease_core.shard_sync_step import sync_streams
+from lease_core.model.lease import Lease
+from lease_core.model.sequence import TRIM_HORIZON, ExtendedSequenceNumber
+from lease_core.retrieval.shard_source import KinesisShardSource
+from lease_core.store.coordinator_state import DynamoDBCoordinatorStateStore
+from lease_core.sync.step import sync_streams
 from tests.support.faults import FaultInjectingClient
 from tests.support.kinesis import build_seed_lineage, create_stream, kinesis_client, split_shard, wait_until_gone
 from tests.support.stores import FAST_RETRIES, dynamodb_store, fast_config

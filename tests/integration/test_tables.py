@@ -7,7 +7,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from lease_core.errors import TableNotReadyError, TableProtectedError
-from lease_core.tables import TableAdministrator
+from lease_core.store.tables import TableAdministrator
 from tests.support.faults import FaultInjectingClient
 from tests.support.stores import FAST_RETRIES, fast_config
 

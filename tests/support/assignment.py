@@ -4,14 +4,14 @@ from __future__ import annotations
 
 from collections import Counter
 
-from lease_core.assignment import (
+from lease_core.assignment.decision import (
     AssignmentInput,
     AssignmentPlan,
     AssignmentSettings,
     WorkerLoad,
     projected_owners,
 )
-from lease_core.lease import Lease
+from lease_core.model.lease import Lease
 
 
 def lease(key: str, owner: str | None = None, throughput: float | None = None, **fields: object) -> Lease:

@@ -11,8 +11,8 @@ from typing import Any
 
 import boto3
 
-from lease_core.shard_source import child_shards_of
-from lease_core.shards import Shard
+from lease_core.model.shards import Shard
+from lease_core.retrieval.shard_source import child_shards_of
 
 ACTIVE_TIMEOUT_SECONDS = 10.0
 PUT_RECORDS_LIMIT = 500

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from lease_core.lease import MAX_HASH_KEY, HashKeyRange
-from lease_core.shards import Shard
+from lease_core.model.lease import MAX_HASH_KEY, HashKeyRange
+from lease_core.model.shards import Shard
 
 
 def shard_id(n: int) -> str:

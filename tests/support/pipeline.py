@@ -18,15 +18,15 @@ from typing import Any
 
 import boto3
 
-from lease_core.assignment_round import AssignmentCoordinator, AssignmentReport, slot_ids
-from lease_core.coordinator_state import DynamoDBCoordinatorStateStore
-from lease_core.dynamodb_store import DynamoDBLeaseStore
-from lease_core.lease import Lease
-from lease_core.lease_lifecycle import forget_reported_losses
-from lease_core.shard_source import KinesisShardSource
-from lease_core.shard_sync_step import ShardSyncReport, sync_streams
-from lease_core.tables import TableAdministrator
-from lease_core.worker_metrics import DynamoDBWorkerMetricsStore
+from lease_core.leader.assignment_round import AssignmentCoordinator, AssignmentReport, slot_ids
+from lease_core.lifecycle.lease_lifecycle import forget_reported_losses
+from lease_core.metrics.worker_metrics import DynamoDBWorkerMetricsStore
+from lease_core.model.lease import Lease
+from lease_core.retrieval.shard_source import KinesisShardSource
+from lease_core.store.coordinator_state import DynamoDBCoordinatorStateStore
+from lease_core.store.dynamodb_store import DynamoDBLeaseStore
+from lease_core.store.tables import TableAdministrator
+from lease_core.sync.step import ShardSyncReport, sync_streams
 from spark_jobs.consume_job import run_round
 from spark_jobs.consume_spec import ConsumeSpec
 from spark_jobs.lease_consumer import LeaseBudget

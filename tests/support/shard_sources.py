@@ -6,8 +6,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from lease_core.errors import StreamNotFoundError
-from lease_core.lease import StreamIdentifier
-from lease_core.shards import InitialPositionInStream, Shard, StreamDescription
+from lease_core.model.lease import StreamIdentifier
+from lease_core.model.shards import InitialPositionInStream, Shard, StreamDescription
 
 ACCOUNT = "123456789012"
 CREATED_MILLIS = 1_700_000_000_000

@@ -7,14 +7,14 @@ from typing import Any
 
 import boto3
 
-from lease_core.codec import Item
-from lease_core.config import ConsumerConfig
-from lease_core.coordinator_state import InMemoryCoordinatorStateStore
-from lease_core.dynamodb_store import DynamoDBLeaseStore
-from lease_core.lease_store import ConditionalLeaseStore
-from lease_core.memory_store import InMemoryLeaseStore
+from lease_core.config.settings import ConsumerConfig
 from lease_core.retry import RetryPolicy
-from lease_core.tables import TableAdministrator
+from lease_core.store.codec import Item
+from lease_core.store.coordinator_state import InMemoryCoordinatorStateStore
+from lease_core.store.dynamodb_store import DynamoDBLeaseStore
+from lease_core.store.lease_store import ConditionalLeaseStore
+from lease_core.store.memory_store import InMemoryLeaseStore
+from lease_core.store.tables import TableAdministrator
 
 FAST_RETRIES = RetryPolicy(attempts=4, base_millis=1, max_millis=5)
 

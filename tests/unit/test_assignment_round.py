@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from lease_core.assignment_round import ROUND_KEY, AssignmentCoordinator, slot_ids
-from lease_core.config import ConsumerConfig
-from lease_core.coordinator_state import InMemoryCoordinatorStateStore
-from lease_core.lease import Lease
-from lease_core.lease_store import WriteResult
-from lease_core.memory_store import InMemoryLeaseStore
-from lease_core.worker_metrics import InMemoryWorkerMetricsStore, WorkerMetricStats
+from lease_core.config.settings import ConsumerConfig
+from lease_core.leader.assignment_round import ROUND_KEY, AssignmentCoordinator, slot_ids
+from lease_core.metrics.worker_metrics import InMemoryWorkerMetricsStore, WorkerMetricStats
+from lease_core.model.lease import Lease
+from lease_core.store.coordinator_state import InMemoryCoordinatorStateStore
+from lease_core.store.lease_store import WriteResult
+from lease_core.store.memory_store import InMemoryLeaseStore
 
 SLOTS = slot_ids("app", 2)
 

@@ -11,9 +11,9 @@ from dataclasses import dataclass
 
 import pytest
 
-from lease_core.assignment import AssignmentPlan
-from lease_core.assignment_strategies import decider_for
-from lease_core.lease import Lease
+from lease_core.assignment.decision import AssignmentPlan
+from lease_core.assignment.strategies import decider_for
+from lease_core.model.lease import Lease
 from tests.support.assignment import apply_plan, default_worker, lease, loads_after, single_owner_violations, snapshot
 
 ROUNDS = 10

@@ -6,7 +6,11 @@ import pickle
 
 import pytest
 
-from lease_core.checkpoint_reset import (
+from lease_core.errors import CorruptLeaseError
+from lease_core.model.lease import HashKeyRange, Lease, StreamIdentifier
+from lease_core.model.pending_batch import STATE_FORMAT, PendingBatch
+from lease_core.model.sequence import AT_TIMESTAMP, LATEST, SHARD_END, TRIM_HORIZON, ExtendedSequenceNumber
+from lease_core.ops.checkpoint_reset import (
     CheckpointResetError,
     Direction,
     LeaseNotFoundError,
@@ -18,12 +22,8 @@ from lease_core.checkpoint_reset import (
     render_position,
     select_lease,
 )
-from lease_core.errors import CorruptLeaseError
-from lease_core.lease import HashKeyRange, Lease, StreamIdentifier
-from lease_core.lease_store import LeaseScan
-from lease_core.lease_writes import AttributeEquals
-from lease_core.pending_batch import STATE_FORMAT, PendingBatch
-from lease_core.sequence import AT_TIMESTAMP, LATEST, SHARD_END, TRIM_HORIZON, ExtendedSequenceNumber
+from lease_core.store.lease_store import LeaseScan
+from lease_core.store.lease_writes import AttributeEquals
 
 ESN = ExtendedSequenceNumber
 KEY = "shardId-000000000001"

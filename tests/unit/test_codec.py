@@ -10,10 +10,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from lease_core.codec import Item, is_lease_item, lease_from_item, lease_to_item, throughput_value
 from lease_core.errors import CorruptLeaseError
-from lease_core.lease import MAX_HASH_KEY, AgedOutRange, HashKeyRange, Lease, StreamIdentifier
-from lease_core.sequence import LATEST, SHARD_END, TRIM_HORIZON, ExtendedSequenceNumber, Sentinel
+from lease_core.model.lease import MAX_HASH_KEY, AgedOutRange, HashKeyRange, Lease, StreamIdentifier
+from lease_core.model.sequence import LATEST, SHARD_END, TRIM_HORIZON, ExtendedSequenceNumber, Sentinel
+from lease_core.store.codec import Item, is_lease_item, lease_from_item, lease_to_item, throughput_value
 
 STREAM = StreamIdentifier("123456789012", "stream", 1)
 SEQ = "49590338271490256608559692538361571095921575989136588898"

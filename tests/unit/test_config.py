@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from lease_core.config import ENV_PREFIX, ConsumerConfig, load_config
+from lease_core.config.settings import ENV_PREFIX, ConsumerConfig, load_config
 from lease_core.errors import ConfigurationError
 
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from lease_core.consumed_stream import StreamCheck, check_stream, from_item, to_item
 from lease_core.errors import StreamMismatchError
-from lease_core.shards import StreamDescription
+from lease_core.model.shards import StreamDescription
+from lease_core.sync.consumed_stream import StreamCheck, check_stream, from_item, to_item
 from tests.support.shard_sources import CREATED_MILLIS, stream_description
 
 ORDERS = stream_description("orders")

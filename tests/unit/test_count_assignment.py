@@ -6,8 +6,8 @@ from collections import Counter
 
 import pytest
 
-from lease_core.assignment import AssignmentInput, projected_owners
-from lease_core.count_assignment import CountAssignment, count_target
+from lease_core.assignment.count import CountAssignment, count_target
+from lease_core.assignment.decision import AssignmentInput, projected_owners
 from tests.support.assignment import default_worker, held, lease, single_owner_violations, snapshot
 
 TARGETS = [

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from lease_core import config_reference
-from lease_core.config import ConsumerConfig, load_config
+from lease_core.config.settings import ConsumerConfig, load_config
+from lease_core.ops import config_reference
 
 REPOSITORY = Path(__file__).resolve().parents[2]
 CONFIGURATION = REPOSITORY / "docs" / "configuration.md"
@@ -64,7 +64,7 @@ def test_the_documented_kcl_name_is_the_code_one(setting):
 def test_the_generated_reference_is_current():
     document = CONFIGURATION.read_text(encoding="utf-8")
     assert config_reference.with_reference(document) == document, (
-        "run: python -m lease_core.config_reference --write docs/configuration.md"
+        "run: python -m lease_core.ops.config_reference --write docs/configuration.md"
     )
 
 

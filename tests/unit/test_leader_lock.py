@@ -7,8 +7,8 @@ import time
 
 import pytest
 
-from lease_core.coordinator_state import InMemoryCoordinatorStateStore
-from lease_core.leader_lock import LEADER_KEY, LeaderLock, LeadershipFailures, LockHeartbeat, LockHolder
+from lease_core.leader.leader_lock import LEADER_KEY, LeaderLock, LeadershipFailures, LockHeartbeat, LockHolder
+from lease_core.store.coordinator_state import InMemoryCoordinatorStateStore
 
 LEASE = 1000
 HEARTBEAT = 250

@@ -6,14 +6,14 @@ import inspect
 
 import pytest
 
-from lease_core.coordinator_state import InMemoryCoordinatorStateStore
 from lease_core.errors import LeadershipLostError, LeadershipUnavailableError
-from lease_core.leader_lock import LEADER_KEY, LeaderLock
-from lease_core.leadership import hold
-from lease_core.lease import Lease
-from lease_core.lease_store import LeaseStore
-from lease_core.memory_store import InMemoryLeaseStore
-from lease_core.sequence import TRIM_HORIZON
+from lease_core.leader.leader_lock import LEADER_KEY, LeaderLock
+from lease_core.leader.leadership import hold
+from lease_core.model.lease import Lease
+from lease_core.model.sequence import TRIM_HORIZON
+from lease_core.store.coordinator_state import InMemoryCoordinatorStateStore
+from lease_core.store.lease_store import LeaseStore
+from lease_core.store.memory_store import InMemoryLeaseStore
 
 
 class FakeClock:
@@ -83,7 +83,7 @@ def _arguments(method: str) -> tuple[object, ...]:
         "reset_checkpoint": (lease, TRIM_HORIZON),
     }
     if method == "update_lease_meta":
-        from lease_core.lease_writes import MetaField
+        from lease_core.store.lease_writes import MetaField
 
         return lease, MetaField.CHILD_SHARDS
     return table.get(method, (lease,))

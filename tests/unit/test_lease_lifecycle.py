@@ -12,8 +12,7 @@ from dataclasses import dataclass, field
 import pytest
 
 from lease_core.errors import InvalidShardLineageError, LeaseLostError
-from lease_core.lease import AgedOutRange, HashKeyRange, Lease, StreamIdentifier
-from lease_core.lease_lifecycle import (
+from lease_core.lifecycle.lease_lifecycle import (
     ChildIdsRecord,
     ChildLeaseOutcome,
     CleanupOutcome,
@@ -28,10 +27,11 @@ from lease_core.lease_lifecycle import (
     plan_lease_cleanup,
     unlisted_leases,
 )
-from lease_core.memory_store import InMemoryLeaseStore
-from lease_core.sequence import AT_TIMESTAMP, LATEST, SHARD_END, TRIM_HORIZON, ExtendedSequenceNumber
-from lease_core.shard_sync import LeaseKeyScheme
-from lease_core.shards import ChildShard, Shard
+from lease_core.model.lease import AgedOutRange, HashKeyRange, Lease, StreamIdentifier
+from lease_core.model.lease_keys import LeaseKeyScheme
+from lease_core.model.sequence import AT_TIMESTAMP, LATEST, SHARD_END, TRIM_HORIZON, ExtendedSequenceNumber
+from lease_core.model.shards import ChildShard, Shard
+from lease_core.store.memory_store import InMemoryLeaseStore
 from tests.support.lineage import LineageBuilder, shard_id
 
 S = shard_id
@@ -542,7 +542,7 @@ def test_apply_cleanup_records_child_ids_deletes_leases_and_counts_them(caplog):
         unlisted_unprobed=(S(9),),
     )
 
-    with caplog.at_level(logging.WARNING, logger="lease_core.lease_lifecycle"):
+    with caplog.at_level(logging.WARNING, logger="lease_core.lifecycle.lease_lifecycle"):
         outcome = apply_cleanup(store, plan)
 
     assert outcome == CleanupOutcome(

@@ -7,14 +7,14 @@ from typing import Any
 import pytest
 
 from lease_core.errors import CheckpointOrderError
-from lease_core.lease import (
+from lease_core.model.lease import (
     MAX_HASH_KEY,
     HashKeyRange,
     Lease,
     StreamIdentifier,
     split_multi_stream_lease_key,
 )
-from lease_core.sequence import AT_TIMESTAMP, LATEST, SHARD_END, TRIM_HORIZON, ExtendedSequenceNumber
+from lease_core.model.sequence import AT_TIMESTAMP, LATEST, SHARD_END, TRIM_HORIZON, ExtendedSequenceNumber
 
 PREPARED = Lease(
     "shardId-1",

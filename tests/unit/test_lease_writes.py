@@ -9,17 +9,17 @@ from typing import Any
 
 import pytest
 
-from lease_core import lease_writes
-from lease_core.dynamodb_store import render_delete, render_update
-from lease_core.lease import AgedOutRange, HashKeyRange, Lease, StreamIdentifier
-from lease_core.lease_writes import (
+from lease_core.model.lease import AgedOutRange, HashKeyRange, Lease, StreamIdentifier
+from lease_core.model.sequence import ExtendedSequenceNumber
+from lease_core.store import lease_writes
+from lease_core.store.dynamodb_store import render_delete, render_update
+from lease_core.store.lease_writes import (
     AttributeAbsent,
     AttributeEquals,
     AttributeExists,
     LeaseUpdate,
     MetaField,
 )
-from lease_core.sequence import ExtendedSequenceNumber
 
 EXISTS = "exists"
 ABSENT = "absent"

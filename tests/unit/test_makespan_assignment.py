@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from lease_core.assignment import AssignmentInput
-from lease_core.makespan_assignment import MakespanAssignment, lower_bound
+from lease_core.assignment.decision import AssignmentInput
+from lease_core.assignment.makespan import MakespanAssignment, lower_bound
 from tests.support.assignment import default_worker, held, lease, loads_after, single_owner_violations, snapshot
 
 AB = [default_worker("a"), default_worker("b")]

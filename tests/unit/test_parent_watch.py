@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from lease_core.lease import Lease
-from lease_core.memory_store import InMemoryLeaseStore
-from lease_core.parent_watch import ParentWatch, closing_lease_keys
-from lease_core.sequence import SHARD_END, TRIM_HORIZON, ExtendedSequenceNumber
+from lease_core.lifecycle.parent_watch import ParentWatch, closing_lease_keys
+from lease_core.model.lease import Lease
+from lease_core.model.sequence import SHARD_END, TRIM_HORIZON, ExtendedSequenceNumber
+from lease_core.store.memory_store import InMemoryLeaseStore
 
 SLOTS = ("app-worker-0", "app-worker-1", "app-worker-2")
 ME, OTHER = SLOTS[1], SLOTS[0]

@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 
 from lease_core.errors import CorruptLeaseError
-from lease_core.lease import HashKeyRange, Lease
-from lease_core.pending_batch import PendingBatch
-from lease_core.sequence import LATEST, SHARD_END, ExtendedSequenceNumber
-from lease_core.shards import ChildShard
+from lease_core.model.lease import HashKeyRange, Lease
+from lease_core.model.pending_batch import PendingBatch
+from lease_core.model.sequence import LATEST, SHARD_END, ExtendedSequenceNumber
+from lease_core.model.shards import ChildShard
 
 ESN = ExtendedSequenceNumber
 CHILDREN = (

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from kinesis_lease.round_plan import RoundPlan, plan_round
 
-from lease_core.config import ConsumerConfig
+from lease_core.config.settings import ConsumerConfig
 from lease_core.errors import ConfigurationError
 
 START, END = "2026-11-20T00:00:00Z", "2026-11-21T00:00:00Z"

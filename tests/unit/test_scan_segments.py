@@ -7,9 +7,9 @@ from typing import Any
 import botocore.exceptions
 import pytest
 
-from lease_core.dynamodb_store import DynamoDBLeaseStore
 from lease_core.retry import RetryPolicy
-from lease_core.scan_segments import scan_segment_count
+from lease_core.store.dynamodb_store import DynamoDBLeaseStore
+from lease_core.store.scan_segments import scan_segment_count
 
 KIB, MIB, GIB = 1024, 1024**2, 1024**3
 TWO_HOURS = 2 * 60 * 60

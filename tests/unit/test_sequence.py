@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from lease_core.errors import InvalidSequenceNumberError
-from lease_core.sequence import (
+from lease_core.model.sequence import (
     AT_TIMESTAMP,
     LATEST,
     SHARD_END,

@@ -8,11 +8,13 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from lease_core.coordinator_state import InMemoryCoordinatorStateStore, update_record
-from lease_core.lease import MAX_HASH_KEY, HashKeyRange, Lease, StreamIdentifier
-from lease_core.memory_store import InMemoryLeaseStore
-from lease_core.sequence import SHARD_END, ExtendedSequenceNumber
-from lease_core.shard_audit import (
+from lease_core.model.lease import MAX_HASH_KEY, HashKeyRange, Lease, StreamIdentifier
+from lease_core.model.lease_keys import LeaseKeyScheme
+from lease_core.model.sequence import SHARD_END, ExtendedSequenceNumber
+from lease_core.model.shards import Shard
+from lease_core.store.coordinator_state import InMemoryCoordinatorStateStore, update_record
+from lease_core.store.memory_store import InMemoryLeaseStore
+from lease_core.sync.audit import (
     AuditDecision,
     AuditorRecord,
     AuditReason,
@@ -22,8 +24,6 @@ from lease_core.shard_audit import (
     fill_missing_hash_ranges,
     find_hash_range_hole,
 )
-from lease_core.shard_sync import LeaseKeyScheme
-from lease_core.shards import Shard
 from tests.support.lineage import LineageBuilder, shard_id
 from tests.support.stores import InterleavingStateStore
 

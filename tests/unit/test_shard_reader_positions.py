@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
-from lease_core.lease import HashKeyRange
-from lease_core.sequence import AT_TIMESTAMP, LATEST, SHARD_END, TRIM_HORIZON, ExtendedSequenceNumber
-from lease_core.shards import ChildShard
+from lease_core.model.lease import HashKeyRange
+from lease_core.model.sequence import AT_TIMESTAMP, LATEST, SHARD_END, TRIM_HORIZON, ExtendedSequenceNumber
+from lease_core.model.shards import ChildShard
 from spark_jobs.shard_reader import IteratorSpec, ReadLimits, ShardReader, start_spec, user_records
 from tests.support.kpl import aggregate
 

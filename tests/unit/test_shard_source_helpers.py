@@ -6,9 +6,9 @@ from datetime import UTC, datetime
 
 import pytest
 
-from lease_core.lease import MAX_HASH_KEY, HashKeyRange
-from lease_core.shard_source import account_id_of, child_shards_of, hash_space_gap, shard_filter
-from lease_core.shards import InitialPosition, InitialPositionInStream, Shard
+from lease_core.model.lease import MAX_HASH_KEY, HashKeyRange
+from lease_core.model.shards import InitialPosition, InitialPositionInStream, Shard
+from lease_core.retrieval.shard_source import account_id_of, child_shards_of, hash_space_gap, shard_filter
 
 HALF = 2**127
 

@@ -11,16 +11,16 @@ from dataclasses import dataclass
 
 import pytest
 
-from lease_core.config import ConsumerConfig
-from lease_core.consumed_stream import RECORD_KEY
-from lease_core.coordinator_state import InMemoryCoordinatorStateStore
+from lease_core.config.settings import ConsumerConfig
 from lease_core.errors import StreamMismatchError
-from lease_core.garbage_probe import GarbageProbe
-from lease_core.lease import Lease
-from lease_core.memory_store import InMemoryLeaseStore
-from lease_core.sequence import SHARD_END, TRIM_HORIZON, ExtendedSequenceNumber
-from lease_core.shard_sync_step import ShardSyncReport, sync_streams
-from lease_core.shards import Shard
+from lease_core.model.lease import Lease
+from lease_core.model.sequence import SHARD_END, TRIM_HORIZON, ExtendedSequenceNumber
+from lease_core.model.shards import Shard
+from lease_core.store.coordinator_state import InMemoryCoordinatorStateStore
+from lease_core.store.memory_store import InMemoryLeaseStore
+from lease_core.sync.consumed_stream import RECORD_KEY
+from lease_core.sync.garbage_probe import GarbageProbe
+from lease_core.sync.step import ShardSyncReport, sync_streams
 from tests.support.lineage import LineageBuilder, shard_id
 from tests.support.shard_sources import CREATED_MILLIS, FakeShardSource
 
@@ -95,7 +95,7 @@ def test_a_listing_whose_open_shards_leave_a_gap_creates_and_deletes_nothing_and
     before = app.store.list_leases()
     app.source.listing = listing
 
-    with caplog.at_level(logging.WARNING, logger="lease_core.shard_syncer"):
+    with caplog.at_level(logging.WARNING, logger="lease_core.sync.syncer"):
         report = app.sync()
 
     assert (report.created, report.deleted, report.possibly_unread) == ((), (), ())
@@ -194,7 +194,7 @@ def test_the_first_sync_records_the_stream_and_later_syncs_match_it():
 
 def test_a_table_with_leases_but_no_record_adopts_the_stream_and_says_so(caplog):
     app = application(quarters(), *leased(0, 1, 2, 3))
-    with caplog.at_level(logging.WARNING, logger="lease_core.consumed_stream"):
+    with caplog.at_level(logging.WARNING, logger="lease_core.sync.consumed_stream"):
         report = app.sync()
     assert report.to_dict()["consumed_stream"]["check"] == "adopted"
     assert "remembered as the stream this application consumes" in caplog.text

@@ -4,15 +4,15 @@ from __future__ import annotations
 
 import pytest
 
-from lease_core.lease import Lease, StreamIdentifier
-from lease_core.sequence import AT_TIMESTAMP, LATEST, TRIM_HORIZON
-from lease_core.shard_sync import (
+from lease_core.model.lease import Lease, StreamIdentifier
+from lease_core.model.sequence import AT_TIMESTAMP, LATEST, TRIM_HORIZON
+from lease_core.model.shards import InitialPosition, Shard
+from lease_core.sync.planner import (
     LeaseKeyScheme,
     inconsistent_shards,
     plan_for_empty_table,
     plan_for_existing_leases,
 )
-from lease_core.shards import InitialPosition, Shard
 from tests.support.lineage import LineageBuilder, seed_lineage, shard_id
 
 S = shard_id

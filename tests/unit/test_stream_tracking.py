@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from lease_core.coordinator_state import InMemoryCoordinatorStateStore, update_record
-from lease_core.lease import Lease, StreamIdentifier
-from lease_core.memory_store import InMemoryLeaseStore
-from lease_core.stream_tracking import (
+from lease_core.model.lease import Lease, StreamIdentifier
+from lease_core.store.coordinator_state import InMemoryCoordinatorStateStore, update_record
+from lease_core.store.memory_store import InMemoryLeaseStore
+from lease_core.sync.stream_tracking import (
     DEFERRED_DELETION,
     FORMER_STREAMS_KEY,
     NO_DELETION,

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from lease_core.codec import throughput_value
-from lease_core.throughput import ArrivalWindow, arrival_rate_kbps, covered_window, ema_throughput
+from lease_core.metrics.throughput import ArrivalWindow, arrival_rate_kbps, covered_window, ema_throughput
+from lease_core.store.codec import throughput_value
 
 MIB = 1024 * 1024
 

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import pytest
 
-from lease_core.assignment import AssignmentInput
-from lease_core.assignment_view import build_view, ema
-from lease_core.variance_assignment import VarianceAssignment
+from lease_core.assignment.decision import AssignmentInput
+from lease_core.assignment.variance import VarianceAssignment
+from lease_core.assignment.view import build_view, ema
 from tests.support.assignment import (
     cpu_worker,
     default_worker,

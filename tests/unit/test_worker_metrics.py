@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from lease_core.assignment import WorkerLoad
-from lease_core.worker_metrics import (
+from lease_core.assignment.decision import WorkerLoad
+from lease_core.metrics.worker_metrics import (
     InMemoryWorkerMetricsStore,
     WorkerMetricStats,
     active_workers,

@@ -1,0 +1,405 @@
+"""One assignment round of the leader: load, decide, write, remember (kcl-spec.md §5.2, DESIGN.md §4).
+
+The round's workers are the slots `<app>-worker-0..W-1` (or any listed ids). A lease whose actual
+owner is not an active slot is up for grabs. The decider is chosen by `lease_assignment_strategy`;
+its plan is written lease by lease with `assign_lease` (owner-conditional, fences the previous
+owner), or with a graceful handoff when the current owner is a slot that is running right now.
+Lost conditions are counted, not raised.
+
+What the leader remembers between rounds is a `RoundSnapshot` in the coordinator-state table: the
+round number and who assigned it, when, every lease's counter, and since when each handoff has been
+in progress. KCL's leader watches counters between its runs to find dead workers (kcl-spec.md §5.2
+step 5); a batch leader compares with the snapshot instead (`judge_leases`):
+- a lease whose actual owner says it is running (`running_workers`) but whose counter has not moved
+  since a snapshot older than the failover time is expired, like an unowned one;
+- a handoff always finishes: when its checkpoint owner is not running, has stopped renewing, or has
+  held the handoff longer than the handoff timeout plus the failover time, the lease is assigned
+  plainly (clearing `checkpointOwner`), to where the decider places it; between rounds no slot runs,
+  so every handoff found then is finished.
+A retry of the same round (the same `round_owner`, e.g. an Airflow retry of the assign step) keeps
+its round number.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+
+from lease_core.assignment.decision import AssignmentInput, AssignmentPlan, AssignmentSettings
+from lease_core.assignment.strategies import balances_in_round, decider_for
+from lease_core.assignment.view import build_view
+from lease_core.config.settings import ConsumerConfig
+from lease_core.metrics.worker_metrics import CPU_METRIC, WorkerMetricsStore, active_workers
+from lease_core.model.lease import Lease
+from lease_core.store.codec import Item
+from lease_core.store.coordinator_state import CoordinatorStateStore, update_record
+from lease_core.store.lease_store import LeaseStore
+
+ROUND_KEY = "AssignmentRound"
+
+
+def slot_ids(application_name: str, count: int) -> list[str]:
+    """The worker ids of a round with `count` slots."""
+    return [f"{application_name}-worker-{index}" for index in range(count)]
+
+
+@dataclass(frozen=True)
+class WorkerRow:
+    worker_id: str
+    leases_before: int
+    leases_after: int
+    load_before_kbps: float
+    load_after_kbps: float
+    cpu_percent: float | None
+    note: str | None
+
+
+@dataclass(frozen=True)
+class MoveRow:
+    lease_key: str
+    from_owner: str | None
+    to_owner: str
+    reason: str
+    write: str  # "assign" or "handoff"
+    applied: bool
+
+
+@dataclass(frozen=True)
+class AssignmentReport:
+    strategy: str
+    round_number: int
+    balanced: bool
+    moves: tuple[MoveRow, ...]
+    workers: tuple[WorkerRow, ...]
+    spillover: tuple[str, ...]
+    lost_conditions: int
+    excluded_workers: Mapping[str, str]
+
+    def to_dict(self) -> dict[str, object]:
+        return asdict(self)
+
+
+def settings_of(config: ConsumerConfig) -> AssignmentSettings:
+    return AssignmentSettings(
+        rebalance_threshold_percentage=config.rebalance_threshold_percentage,
+        dampening_percentage=config.dampening_percentage,
+        allow_throughput_overshoot=config.allow_throughput_overshoot,
+        max_throughput_per_host_kbps=config.max_throughput_per_host_kbps,
+        max_leases_for_worker=config.max_leases_for_worker,
+        worker_metrics_ema_alpha=config.worker_metrics_ema_alpha,
+        max_moves_per_round=config.makespan_max_moves_per_round or None,
+    )
+
+
+def up_for_grabs(leases: Sequence[Lease], active: set[str], expired: frozenset[str] = frozenset()) -> tuple[str, ...]:
+    """Leases with no actual owner first (never owned), then those of slots that are not active or
+    that stopped renewing them (`expired`)."""
+    unowned = sorted(lease.lease_key for lease in leases if lease.actual_owner is None)
+    orphaned = sorted(
+        lease.lease_key
+        for lease in leases
+        if lease.actual_owner is not None and (lease.actual_owner not in active or lease.lease_key in expired)
+    )
+    return (*unowned, *orphaned)
+
+
+@dataclass(frozen=True)
+class HandoffSeen:
+    """A handoff in progress as a round saw it, and since when (epoch ms) it has been seen so."""
+
+    lease_owner: str
+    checkpoint_owner: str
+    since_millis: int
+
+
+@dataclass(frozen=True)
+class RoundSnapshot:
+    """What the leader remembers of the last assignment round (the `AssignmentRound` record)."""
+
+    round_number: int = 0
+    assigned_at_millis: int = 0
+    round_owner: str | None = None
+    lease_counters: Mapping[str, int] = field(default_factory=dict)
+    handoffs: Mapping[str, HandoffSeen] = field(default_factory=dict)
+
+    @classmethod
+    def from_item(cls, item: Item | None) -> RoundSnapshot:
+        if item is None:
+            return cls()
+        handoffs = {
+            key: HandoffSeen(
+                value["M"]["leaseOwner"]["S"], value["M"]["checkpointOwner"]["S"], int(value["M"]["since"]["N"])
+            )
+            for key, value in item.get("handoffs", {}).get("M", {}).items()
+        }
+        return cls(
+            round_number=int(item["round"]["N"]) if "round" in item else 0,
+            assigned_at_millis=int(item["assignedAt"]["N"]) if "assignedAt" in item else 0,
+            round_owner=item["roundOwner"]["S"] if "roundOwner" in item else None,
+            lease_counters={key: int(value["N"]) for key, value in item.get("leaseCounters", {}).get("M", {}).items()},
+            handoffs=handoffs,
+        )
+
+    def to_item(self) -> Item:
+        item: Item = {
+            "round": {"N": str(self.round_number)},
+            "assignedAt": {"N": str(self.assigned_at_millis)},
+            "leaseCounters": {"M": {key: {"N": str(counter)} for key, counter in self.lease_counters.items()}},
+            "handoffs": {
+                "M": {
+                    key: {
+                        "M": {
+                            "leaseOwner": {"S": seen.lease_owner},
+                            "checkpointOwner": {"S": seen.checkpoint_owner},
+                            "since": {"N": str(seen.since_millis)},
+                        }
+                    }
+                    for key, seen in self.handoffs.items()
+                }
+            },
+        }
+        if self.round_owner is not None:
+            item["roundOwner"] = {"S": self.round_owner}
+        return item
+
+    def next(
+        self, round_number: int, round_owner: str | None, now_millis: int, leases: Sequence[Lease]
+    ) -> RoundSnapshot:
+        """The snapshot of a round assigned now; a handoff keeps its `since` while its pair is unchanged."""
+        handoffs = {}
+        for lease in leases:
+            if lease.lease_owner is None or lease.checkpoint_owner is None:
+                continue
+            seen = self.handoffs.get(lease.lease_key)
+            unchanged = seen is not None and (seen.lease_owner, seen.checkpoint_owner) == (
+                lease.lease_owner,
+                lease.checkpoint_owner,
+            )
+            handoffs[lease.lease_key] = HandoffSeen(
+                lease.lease_owner,
+                lease.checkpoint_owner,
+                seen.since_millis if seen is not None and unchanged else now_millis,
+            )
+        counters = {lease.lease_key: lease.lease_counter for lease in leases}
+        return RoundSnapshot(round_number, now_millis, round_owner, counters, handoffs)
+
+
+@dataclass(frozen=True)
+class LeaseJudgement:
+    """expired: owned by a running worker that stopped renewing them. finish_handoff: handoffs to
+    finish with a plain assignment. blocked_on_handoff: handoffs still in progress, left alone."""
+
+    expired: frozenset[str] = frozenset()
+    finish_handoff: frozenset[str] = frozenset()
+    blocked_on_handoff: frozenset[str] = frozenset()
+
+
+def judge_leases(
+    leases: Sequence[Lease],
+    previous: RoundSnapshot,
+    running_workers: frozenset[str],
+    now_millis: int,
+    failover_time_millis: int,
+    handoff_timeout_millis: int,
+) -> LeaseJudgement:
+    """Pure: which leases the round must treat as expired, which handoffs it finishes (module doc)."""
+    silent_for = now_millis - previous.assigned_at_millis
+
+    def stopped_renewing(lease: Lease) -> bool:
+        counter = previous.lease_counters.get(lease.lease_key)
+        return counter == lease.lease_counter and silent_for > failover_time_millis
+
+    expired = {
+        lease.lease_key
+        for lease in leases
+        if lease.actual_owner in running_workers and not lease.is_at_shard_end and stopped_renewing(lease)
+    }
+    finish, blocked = set(), set()
+    for lease in leases:
+        if not lease.is_in_handoff:
+            continue
+        seen = previous.handoffs.get(lease.lease_key)
+        stuck = (
+            seen is not None
+            and (seen.lease_owner, seen.checkpoint_owner) == (lease.lease_owner, lease.checkpoint_owner)
+            and now_millis - seen.since_millis > handoff_timeout_millis + failover_time_millis
+        )
+        if lease.checkpoint_owner not in running_workers or lease.lease_key in expired or stuck:
+            finish.add(lease.lease_key)
+        else:
+            blocked.add(lease.lease_key)
+    return LeaseJudgement(frozenset(expired - finish), frozenset(finish), frozenset(blocked))
+
+
+class AssignmentCoordinator:
+    def __init__(
+        self,
+        store: LeaseStore,
+        metrics: WorkerMetricsStore,
+        state: CoordinatorStateStore,
+        config: ConsumerConfig,
+        clock_millis: Callable[[], int] = lambda: int(time.time() * 1000),
+    ) -> None:
+        self.store = store
+        self.metrics = metrics
+        self.state = state
+        self.config = config
+        self.clock_millis = clock_millis
+
+    def run(
+        self,
+        worker_ids: Sequence[str],
+        running_workers: frozenset[str] = frozenset(),
+        round_owner: str | None = None,
+    ) -> AssignmentReport:
+        """One assignment round for `worker_ids`; `running_workers` are slots working right now.
+
+        `round_owner` names the round (the DAG run's leader owner); a second run with the same owner
+        is a retry of the same round and keeps its number.
+        """
+        if not worker_ids:
+            raise ValueError("an assignment round needs at least one worker")
+        previous = RoundSnapshot.from_item(self.state.get(ROUND_KEY))
+        retry = round_owner is not None and previous.round_owner == round_owner
+        round_number = previous.round_number if retry else previous.round_number + 1
+        leases = self.store.list_leases()
+        stored = {worker: stats for worker in worker_ids if (stats := self.metrics.get(worker)) is not None}
+        workers, notes = active_workers(worker_ids, stored, round_number)
+        active = {worker.worker_id for worker in workers}
+        judgement = judge_leases(
+            leases,
+            previous,
+            running_workers,
+            self.clock_millis(),
+            self.config.failover_time_millis,
+            self.config.graceful_lease_handoff_timeout_millis,
+        )
+        snapshot = AssignmentInput(
+            leases=tuple(leases),
+            workers=tuple(workers),
+            up_for_grabs=up_for_grabs(leases, active, judgement.expired | judgement.finish_handoff),
+            balance=balances_in_round(
+                self.config.lease_assignment_strategy, round_number, self.config.variance_balancing_frequency
+            ),
+            settings=settings_of(self.config),
+            blocked_on_handoff=judgement.blocked_on_handoff,
+            seed=round_number,
+        )
+        plan = decider_for(self.config.lease_assignment_strategy).decide(snapshot)
+        by_key = {lease.lease_key: lease for lease in leases}
+        moves = self._write(plan, by_key, snapshot, running_workers, judgement.finish_handoff)
+        moves += self._finish_handoffs(judgement.finish_handoff - {move.lease_key for move in moves}, by_key, active)
+        self._remember(previous, round_number, round_owner)
+        return AssignmentReport(
+            strategy=self.config.lease_assignment_strategy,
+            round_number=round_number,
+            balanced=snapshot.balance,
+            moves=moves,
+            workers=_worker_rows(snapshot, moves, notes, worker_ids),
+            spillover=plan.spillover,
+            lost_conditions=sum(not move.applied for move in moves),
+            excluded_workers={worker: notes[worker] for worker in worker_ids if worker not in active},
+        )
+
+    def _write(
+        self,
+        plan: AssignmentPlan,
+        by_key: Mapping[str, Lease],
+        snapshot: AssignmentInput,
+        running_workers: frozenset[str],
+        finishing_handoff: frozenset[str],
+    ) -> tuple[MoveRow, ...]:
+        grabs = set(snapshot.up_for_grabs)
+        rows = []
+        for move in plan.moves:
+            lease = by_key[move.lease_key]
+            handoff = (
+                self.config.graceful_lease_handoff_enabled
+                and lease.actual_owner in running_workers
+                and move.lease_key not in grabs
+                and not lease.is_at_shard_end
+                and not lease.is_in_handoff
+            )
+            # Between rounds no slot is running, so there is nobody to hand off from: a plain assign
+            # fences any zombie attempt of the previous round through the counter.
+            result = (
+                self.store.initiate_graceful_handoff(lease, move.to_owner)
+                if handoff
+                else self.store.assign_lease(lease, move.to_owner)
+            )
+            reason = "handoff finished" if move.lease_key in finishing_handoff else move.reason
+            rows.append(
+                MoveRow(
+                    move.lease_key,
+                    move.from_owner,
+                    move.to_owner,
+                    reason,
+                    "handoff" if handoff else "assign",
+                    result.applied,
+                )
+            )
+        return tuple(rows)
+
+    def _finish_handoffs(
+        self, keys: frozenset[str], by_key: Mapping[str, Lease], active: set[str]
+    ) -> tuple[MoveRow, ...]:
+        """Handoffs the plan left where they are: assigned plainly, which clears `checkpointOwner` so
+        that the lease is read again; to the owner the decider saw (the old one) when it is an active
+        slot, else to the handoff's target (the decider could not place it: limits reached)."""
+        rows = []
+        for key in sorted(keys):
+            lease = by_key[key]
+            owner = lease.actual_owner if lease.actual_owner in active else lease.lease_owner
+            assert owner is not None  # a lease in handoff has both owners
+            result = self.store.assign_lease(lease, owner)
+            rows.append(MoveRow(key, lease.checkpoint_owner, owner, "handoff finished", "assign", result.applied))
+        return tuple(rows)
+
+    def _remember(self, previous: RoundSnapshot, round_number: int, round_owner: str | None) -> None:
+        """Keep the round's snapshot, unless a newer round was assigned meanwhile (conditional write)."""
+        leases = self.store.list_leases()
+        now = self.clock_millis()
+
+        def change(record: Item | None) -> Item | None:
+            stored = RoundSnapshot.from_item(record)
+            if stored.round_number > round_number or (
+                stored.round_number == round_number and stored.round_owner != round_owner
+            ):
+                return None
+            return previous.next(round_number, round_owner, now, leases).to_item()
+
+        update_record(self.state, ROUND_KEY, change)
+
+
+def _worker_rows(
+    snapshot: AssignmentInput,
+    moves: tuple[MoveRow, ...],
+    notes: Mapping[str, str],
+    worker_ids: Sequence[str],
+) -> tuple[WorkerRow, ...]:
+    view = build_view(snapshot)
+    before = {lease.lease_key: lease.actual_owner for lease in snapshot.leases}
+    after = dict(before)
+    for move in moves:
+        if move.applied:
+            after[move.lease_key] = move.to_owner
+    cpu = {
+        worker.worker_id: view.metric_values.get(worker.worker_id, {}).get(CPU_METRIC) for worker in snapshot.workers
+    }
+
+    def load(owners: Mapping[str, str | None], worker: str) -> float:
+        return round(sum(view.lease_throughput[key] for key, owner in owners.items() if owner == worker), 3)
+
+    return tuple(
+        WorkerRow(
+            worker_id=worker,
+            leases_before=sum(owner == worker for owner in before.values()),
+            leases_after=sum(owner == worker for owner in after.values()),
+            load_before_kbps=load(before, worker),
+            load_after_kbps=load(after, worker),
+            cpu_percent=cpu.get(worker),
+            note=notes.get(worker),
+        )
+        for worker in worker_ids
+    )

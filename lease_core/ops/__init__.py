@@ -1,0 +1,1 @@
+"""Operator tools: the leasectl command line, status, checkpoint reset, the configuration reference."""

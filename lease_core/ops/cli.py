@@ -1,0 +1,400 @@
+"""`leasectl`: operate an application's lease tables from the command line.
+
+    leasectl [--app APP] [--config FILE] [--set KEY=VALUE ...] COMMAND
+
+The commands that write for the application as a whole (`sync`, `assign`, `reset`, `teardown`)
+hold the application's leader lock while they write, like a round, so they never run beside one;
+they fail naming the holder (and when a dead holder's lock can be taken over) when it is held, and
+stop before their next write if they lose it. `reset` moves one lease's checkpoint; its rules are in
+`lease_core.ops.checkpoint_reset`.
+
+Exit status: 0 on success, 1 when AWS or the tables say no, 2 for usage and configuration errors.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import socket
+import sys
+import uuid
+from collections.abc import Callable, Sequence
+
+from lease_core import aws
+from lease_core.config.settings import ConsumerConfig, load_config
+from lease_core.errors import ConfigurationError, LeaseCoreError
+from lease_core.leader.assignment_round import AssignmentCoordinator, AssignmentReport, slot_ids
+from lease_core.leader.leader_lock import LeaderLock
+from lease_core.leader.leadership import Leadership, hold, release_quietly
+from lease_core.metrics.worker_metrics import DynamoDBWorkerMetricsStore
+from lease_core.ops.checkpoint_reset import (
+    TARGET_FORMS,
+    CheckpointReset,
+    LeaseSelector,
+    ResetReport,
+    ResetUsageError,
+    describe_position,
+    parse_target,
+    render_position,
+)
+from lease_core.ops.command_line import EXIT_FAILED, EXIT_OK, EXIT_USAGE, ArgumentParser, UsageError
+from lease_core.ops.status import render_status, status_report
+from lease_core.retrieval.shard_source import KinesisShardSource
+from lease_core.retry import RetryPolicy
+from lease_core.store.coordinator_state import CoordinatorStateStore, DynamoDBCoordinatorStateStore
+from lease_core.store.dynamodb_store import DynamoDBLeaseStore
+from lease_core.store.lease_store import LeaseStore
+from lease_core.store.tables import TableAdministrator
+from lease_core.sync.step import ShardSyncReport, sync_streams
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = ArgumentParser(prog="leasectl", description="Operate the KCL-compatible lease tables of an application.")
+    parser.add_argument("--app", help="application name (the lease table's name unless lease_table_name is set)")
+    parser.add_argument("--config", metavar="FILE", help="TOML configuration file")
+    parser.add_argument(
+        "--set", metavar="KEY=VALUE", action="append", default=[], dest="overrides", help="override a setting"
+    )
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    commands.add_parser("init", help="create the lease, worker-metrics and coordinator-state tables")
+    status = commands.add_parser("status", help="leases per owner with counts, throughput and checkpoints")
+    status.add_argument("--json", action="store_true", help="print the report as JSON")
+    sync = commands.add_parser("sync", help="one full shard sync of the given streams now (no auditor)")
+    sync.add_argument(
+        "--stream",
+        action="append",
+        required=True,
+        dest="streams",
+        metavar="NAME",
+        help="stream to sync; more than one selects multi-stream mode",
+    )
+    sync.add_argument(
+        "--initial-position",
+        choices=["TRIM_HORIZON", "LATEST", "AT_TIMESTAMP"],
+        help="where new leases start (default: initial_position_in_stream)",
+    )
+    sync.add_argument("--timestamp", metavar="ISO8601", help="the time AT_TIMESTAMP starts at")
+    sync.add_argument("--json", action="store_true", help="print the report as JSON")
+    assign = commands.add_parser("assign", help="one lease-assignment round now, as the leader")
+    workers = assign.add_mutually_exclusive_group(required=True)
+    workers.add_argument("--worker", action="append", dest="workers", metavar="ID", help="an active worker id")
+    workers.add_argument(
+        "--workers", type=int, dest="slot_count", metavar="N", help="the round's slots <app>-worker-0..N-1"
+    )
+    assign.add_argument("--json", action="store_true", help="print the report as JSON")
+    _add_reset_parser(commands)
+    teardown = commands.add_parser("teardown", help="delete the application's three tables")
+    teardown.add_argument("--yes", action="store_true", help="confirm the deletion")
+    return parser
+
+
+RESET_DESCRIPTION = """\
+Move one lease's checkpoint: replay a shard from an earlier point, or skip ahead.
+
+The lease's next batch starts right after the new checkpoint. TRIM_HORIZON replays every record
+still in the stream; LATEST skips to the newest record when the next round opens the shard; a
+sequence number is the last record to count as landed (a record of this shard, written as Kinesis
+writes it; ':<k>' resumes inside a KPL aggregate after its sub-record k). It is not checked
+against Kinesis: the lease's next read fails if Kinesis refuses it for the shard. AT_TIMESTAMP is
+not offered: the lease would store only the sentinel and be read from the configured
+initial_position_timestamp. SHARD_END is never a target, and a lease at SHARD_END is refused (its
+children depend on it being finished; replay a finished shard with a backfill).
+
+A single-stream table is keyed by shard id (no --stream); in a multi-stream table --stream is
+required (a name, or <account>:<stream>:<epoch> when a name is ambiguous). The reset holds the
+application's leader lock, so no round runs meanwhile (it fails if someone else holds it). It
+writes the checkpoint conditional on the lease counter, removes the pending checkpoint and raises
+the counter by 2, so a worker still holding the lease is fenced; the owner stays. Moving backwards
+lands records again (duplicates, by request); moving forward never lands the records skipped
+(loss, by request). A discarded prepared batch is reported with its output file, which the
+consume job never makes visible (it promotes a batch's file only after committing the batch).
+
+Exit status: 0 reset; 1 no such lease, SHARD_END, leader lock held, or the lease kept changing;
+2 usage.
+"""
+
+
+def _add_reset_parser(commands: argparse._SubParsersAction[ArgumentParser]) -> None:
+    reset = commands.add_parser(
+        "reset",
+        help="move one lease's checkpoint (replay or skip), holding the leader lock",
+        description=RESET_DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    reset.add_argument("--shard", required=True, metavar="SHARD_ID", help="the shard whose lease to reset")
+    reset.add_argument(
+        "--stream",
+        metavar="NAME",
+        help="multi-stream tables only: the stream, by name or as <account>:<stream>:<epoch>",
+    )
+    reset.add_argument(
+        "--to", required=True, dest="target", metavar="POSITION", help=f"the new checkpoint: {TARGET_FORMS}"
+    )
+    reset.add_argument("--json", action="store_true", help="print the result as JSON")
+    reset.add_argument("--yes", action="store_true", help="confirm the reset")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    try:
+        arguments = build_parser().parse_args(argv)
+        config = _load(arguments)
+        return COMMANDS[arguments.command](arguments, config)
+    except (UsageError, ConfigurationError) as error:
+        print(f"leasectl: {error}", file=sys.stderr)
+        return EXIT_USAGE
+    except LeaseCoreError as error:
+        print(f"leasectl: {error}", file=sys.stderr)
+        return EXIT_FAILED
+
+
+def _load(arguments: argparse.Namespace) -> ConsumerConfig:
+    overrides = list(arguments.overrides)
+    if arguments.app is not None:
+        overrides.append(f"application_name={arguments.app}")
+    # Command options are overrides too, so they are validated (and named) like any setting.
+    if getattr(arguments, "initial_position", None):
+        overrides.append(f"initial_position_in_stream={arguments.initial_position}")
+    if getattr(arguments, "timestamp", None):
+        overrides.append(f"initial_position_timestamp={arguments.timestamp}")
+    config = load_config(arguments.config, overrides=overrides)
+    config.require_application_name()
+    return config
+
+
+def _administrator(config: ConsumerConfig) -> TableAdministrator:
+    return TableAdministrator(aws.client("dynamodb", config), config, retry_policy=aws.retry_policy(config))
+
+
+def run_init(arguments: argparse.Namespace, config: ConsumerConfig) -> int:
+    for report in _administrator(config).ensure_tables():
+        verb = "created" if report.created else "exists "
+        print(f"{verb}  {report.name}  ({report.role}, {report.status})")
+    return EXIT_OK
+
+
+def _lease_store(config: ConsumerConfig, retry_policy: RetryPolicy | None = None) -> DynamoDBLeaseStore:
+    return DynamoDBLeaseStore(
+        aws.client("dynamodb", config),
+        config.lease_table,
+        retry_policy=retry_policy or aws.retry_policy(config),
+        consistent_reads=config.consistent_reads,
+        scan_total_segments=config.lease_table_scan_total_segments,
+    )
+
+
+def run_status(arguments: argparse.Namespace, config: ConsumerConfig) -> int:
+    report = status_report(config.lease_table, _lease_store(config).scan_leases())
+    print(json.dumps(report.to_dict(), indent=2) if arguments.json else render_status(report))
+    return EXIT_OK
+
+
+def _state_store(config: ConsumerConfig, retry_policy: RetryPolicy | None = None) -> DynamoDBCoordinatorStateStore:
+    return DynamoDBCoordinatorStateStore(
+        aws.client("dynamodb", config), config.coordinator_state_table, retry_policy or aws.retry_policy(config)
+    )
+
+
+def _fenced_stores(config: ConsumerConfig, leadership: Leadership) -> tuple[LeaseStore, CoordinatorStateStore]:
+    """The stores of a command that holds the lock: every write and every retry checks it first."""
+    policy = leadership.retry_policy(aws.retry_policy(config))
+    return (
+        leadership.lease_store(_lease_store(config, policy)),
+        leadership.state_store(_state_store(config, policy)),
+    )
+
+
+def _leader_lock(config: ConsumerConfig, command: str) -> LeaderLock:
+    """The application's leader lock under an owner name unique to this process (containers repeat
+    host names and process ids, hence the random part)."""
+    return LeaderLock(
+        _state_store(config),
+        f"leasectl-{command}/{socket.gethostname()}/{os.getpid()}/{uuid.uuid4().hex[:8]}",
+        config.leader_lease_duration_millis,
+        config.leader_heartbeat_period_millis,
+    )
+
+
+def run_sync(arguments: argparse.Namespace, config: ConsumerConfig) -> int:
+    source = KinesisShardSource(aws.client("kinesis", config), retry_policy=aws.retry_policy(config))
+    with hold(_leader_lock(config, "sync"), "leasectl sync", acquire=True, release=True) as leadership:
+        store, state = _fenced_stores(config, leadership)
+        report = sync_streams(arguments.streams, config, store, source, state)
+    if arguments.json:
+        print(json.dumps(report.to_dict(), indent=2))
+    else:
+        print(render_sync_report(report))
+    return EXIT_OK
+
+
+def render_sync_report(report: ShardSyncReport) -> str:
+    mode = "multi-stream" if report.multi_stream else "single-stream"
+    lines = []
+    if report.consumed_stream is not None:
+        lines.append(f"stream {report.consumed_stream.stream} ({report.consumed_stream.check.value})")
+    for result, cleanup in zip(report.streams, report.cleanups):
+        path = "empty lease table" if result.table_was_empty else "existing leases"
+        lines.append(f"{result.stream_name}: {result.shards_listed} shard(s) listed ({path}, {mode})")
+        if result.listing_incomplete is not None:
+            lines.append(
+                f"  WARNING: nothing created or deleted: the listing is incomplete ({result.listing_incomplete})"
+            )
+        lines += [f"  created  {key}" for key in result.created]
+        if result.skipped_inconsistent:
+            lines.append(f"  skipped (parent still open): {', '.join(result.skipped_inconsistent)}")
+        lines += [
+            f"  kept     {key} (not listed, but Kinesis still has its shard)" for key in cleanup.unlisted_existing
+        ]
+        lines += [
+            f"  kept     {key} (not listed; Kinesis is asked about it once per garbage_lease_cleanup_interval_millis)"
+            for key in cleanup.unlisted_unprobed
+        ]
+    lines += [f"deleted  {key}" for key in report.deleted]
+    lines += [f"kept     {key} (changed since it was judged; judged again next sync)" for key in report.changed]
+    lines += [
+        f"WARNING: {key} was deleted before reaching SHARD_END; its records may have expired unread"
+        for key in report.possibly_unread
+    ]
+    if report.former_streams is not None:
+        lines += [
+            f"former stream {stream} pending deletion since {since} ms"
+            for stream, since in sorted(report.former_streams.pending.items())
+        ]
+    lines.append(f"{len(report.created)} lease(s) created, {len(report.deleted)} deleted")
+    return "\n".join(lines)
+
+
+def run_assign(arguments: argparse.Namespace, config: ConsumerConfig) -> int:
+    if arguments.slot_count is not None and arguments.slot_count < 1:
+        raise UsageError("--workers must be at least 1")
+    worker_ids = arguments.workers or slot_ids(config.require_application_name(), arguments.slot_count)
+    metrics = DynamoDBWorkerMetricsStore(
+        aws.client("dynamodb", config), config.worker_metrics_table, aws.retry_policy(config)
+    )
+    with hold(_leader_lock(config, "assign"), "leasectl assign", acquire=True, release=True) as leadership:
+        store, state = _fenced_stores(config, leadership)
+        report = AssignmentCoordinator(store, metrics, state, config).run(worker_ids)
+    print(json.dumps(report.to_dict(), indent=2) if arguments.json else render_assignment_report(report))
+    return EXIT_OK
+
+
+def render_assignment_report(report: AssignmentReport) -> str:
+    lines = [
+        f"assignment round {report.round_number} ({report.strategy}, "
+        f"{'with' if report.balanced else 'without'} balancing): {len(report.moves)} move(s), "
+        f"{report.lost_conditions} lost condition(s)"
+    ]
+    for move in report.moves:
+        outcome = "" if move.applied else "  (lost: the lease changed meanwhile)"
+        lines.append(
+            f"  {move.write:<7} {move.lease_key}  {move.from_owner or '-'} -> {move.to_owner}  [{move.reason}]{outcome}"
+        )
+    rows = [
+        (
+            row.worker_id,
+            f"{row.leases_before} -> {row.leases_after}",
+            f"{row.load_before_kbps:.3f} -> {row.load_after_kbps:.3f}",
+            "-" if row.cpu_percent is None else f"{row.cpu_percent:.1f}",
+            row.note or "",
+        )
+        for row in report.workers
+    ]
+    header = ("WORKER", "LEASES", "PROJECTED KB/S", "CPU %", "NOTE")
+    widths = [max(len(cell) for cell in column) for column in zip(header, *rows)]
+    lines.append("")
+    lines += ["  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in (header, *rows)]
+    if report.spillover:
+        lines.append(f"not assigned this round (limits reached): {', '.join(report.spillover)}")
+    return "\n".join(lines)
+
+
+def run_reset(arguments: argparse.Namespace, config: ConsumerConfig) -> int:
+    try:
+        target = parse_target(arguments.target)
+        selector = LeaseSelector(arguments.shard, arguments.stream)
+    except ResetUsageError as error:
+        raise UsageError(str(error)) from None
+    if not arguments.yes:
+        raise UsageError(
+            f"reset would set the checkpoint of {selector} in lease table {config.lease_table!r} to "
+            f"{describe_position(target)}, discard its prepared batch if it has one, and fence its holder; "
+            "moving backwards lands records again, moving forward skips them (see `leasectl status` for the "
+            "current checkpoint); add --yes to confirm"
+        )
+    try:
+        report = CheckpointReset(_lease_store(config), _leader_lock(config, "reset")).run(selector, target)
+    except ResetUsageError as error:
+        raise UsageError(str(error)) from None
+    print(json.dumps(report.to_dict(), indent=2) if arguments.json else render_reset_report(report))
+    return EXIT_OK
+
+
+def render_reset_report(report: ResetReport) -> str:
+    plan, after = report.plan, report.after
+    before = plan.before
+    lines = [
+        f"reset lease {before.lease_key} of table {report.table_name} (owner {after.lease_owner or '(none)'}): "
+        f"checkpoint {render_position(before.checkpoint)} -> {render_position(after.checkpoint)} "
+        f"({plan.direction.value})",
+        f"  lease counter {before.lease_counter} -> {after.lease_counter}: a worker still holding the lease is "
+        "fenced (its next renewal or checkpoint fails)",
+    ]
+    if plan.discarded is not None:
+        batch = plan.discarded.batch
+        pending = render_position(plan.discarded.pending_checkpoint)
+        if batch is None:
+            lines.append(f"  discarded the prepared checkpoint {pending}")
+        else:
+            lines.append(
+                f"  discarded the prepared batch ({render_position(batch.start)}, {pending}]: "
+                f"{batch.records} record(s), file {batch.path or '(none)'}"
+            )
+        lines += [f"    {note}" for note in plan.batch_notes()]
+    lines += [f"WARNING: {warning}" for warning in plan.warnings()]
+    if report.attempts > 1:
+        lines.append(f"(written at attempt {report.attempts}: the lease changed while it was being reset)")
+    return "\n".join(lines)
+
+
+def run_teardown(arguments: argparse.Namespace, config: ConsumerConfig) -> int:
+    if not arguments.yes:
+        raise UsageError(
+            f"teardown deletes every lease and checkpoint of {config.application_name!r}; add --yes to confirm"
+        )
+    administrator = _administrator(config)
+    deleted: list[str] = []
+    if administrator.describe(config.coordinator_state_table) is not None:
+        # Under the lock, so never beside a round; the lock's own table goes last, once the others
+        # are gone (the lock is never released: nobody can take it before that table is deleted).
+        lock = _leader_lock(config, "teardown")
+        try:
+            with hold(lock, "leasectl teardown", acquire=True, release=False) as leadership:
+                deleted += administrator.delete_tables(
+                    roles=("lease", "worker_metrics"), before_delete=leadership.ensure_held
+                )
+        except LeaseCoreError:
+            release_quietly(lock)  # a refused teardown (deletion protection, ...) must not block every round
+            raise
+    # Without a coordinator-state table no round can hold the lock (or run: its first step recreates it).
+    deleted += administrator.delete_tables()
+    for name in deleted:
+        print(f"deleted  {name}")
+    if not deleted:
+        print(f"no tables of {config.application_name!r} exist")
+    return EXIT_OK
+
+
+COMMANDS: dict[str, Callable[[argparse.Namespace, ConsumerConfig], int]] = {
+    "init": run_init,
+    "status": run_status,
+    "sync": run_sync,
+    "assign": run_assign,
+    "reset": run_reset,
+    "teardown": run_teardown,
+}
+
+
+def console_main() -> None:
+    sys.exit(main())

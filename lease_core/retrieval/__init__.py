@@ -1,0 +1,1 @@
+"""Reading Kinesis: the shard listing."""

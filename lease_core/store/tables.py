@@ -1,0 +1,271 @@
+"""The three DynamoDB tables of an application, as KCL 3.0-3.4 lays them out (kcl-spec.md §1.6-1.7, §6).
+
+- the lease table: hash key `leaseKey` (S) and the GSI `LeaseOwnerToLeaseKeyIndex`
+  (`leaseOwner` HASH, `leaseKey` RANGE, KEYS_ONLY);
+- `<app>-WorkerMetricStats`: hash key `wid` (S);
+- `<app>-CoordinatorState`: hash key `key` (S).
+
+Creation is idempotent and safe under concurrent creators: an existing table is kept, losing a
+creation race counts as success, and every caller waits for ACTIVE. Billing mode, deletion
+protection, point-in-time recovery and tags apply to all three tables alike.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Collection
+from dataclasses import dataclass
+from typing import Any
+
+import botocore.exceptions
+
+from lease_core.aws import AwsCaller, error_code
+from lease_core.config.settings import ConsumerConfig
+from lease_core.errors import TableNotReadyError, TableProtectedError
+from lease_core.retry import RetryPolicy
+from lease_core.store.dynamodb_store import OWNER_INDEX_NAME
+
+READY_STATUSES = frozenset({"ACTIVE", "UPDATING"})
+
+
+@dataclass(frozen=True)
+class TableLayout:
+    """What one table looks like: its name, hash key and whether it carries the owner index."""
+
+    role: str
+    name: str
+    hash_key: str
+    owner_index: bool = False
+
+
+@dataclass(frozen=True)
+class TableReport:
+    role: str
+    name: str
+    created: bool
+    status: str
+
+
+def application_tables(config: ConsumerConfig) -> tuple[TableLayout, ...]:
+    return (
+        TableLayout("lease", config.lease_table, "leaseKey", owner_index=True),
+        TableLayout("worker_metrics", config.worker_metrics_table, "wid"),
+        TableLayout("coordinator_state", config.coordinator_state_table, "key"),
+    )
+
+
+class TableAdministrator:
+    """Creates, waits for and deletes an application's tables."""
+
+    def __init__(
+        self,
+        client: Any,
+        config: ConsumerConfig,
+        retry_policy: RetryPolicy | None = None,
+        sleep: Callable[[float], None] = time.sleep,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.client = client
+        self.config = config
+        self._caller = AwsCaller("dynamodb", retry_policy or RetryPolicy())
+        self._sleep = sleep
+        self._monotonic = monotonic
+
+    # --- reading state ----------------------------------------------------------------------
+
+    def describe(self, table_name: str) -> dict[str, Any] | None:
+        """DescribeTable's `Table`, or None when the table does not exist."""
+
+        def call() -> dict[str, Any] | None:
+            try:
+                table: dict[str, Any] = self.client.describe_table(TableName=table_name)["Table"]
+                return table
+            except botocore.exceptions.ClientError as error:
+                if error_code(error) == "ResourceNotFoundException":
+                    return None
+                raise
+
+        return self._caller.call("DescribeTable", call)
+
+    # --- creating ---------------------------------------------------------------------------
+
+    def ensure_tables(self) -> list[TableReport]:
+        """Create whatever is missing, add a missing owner index, and wait until all are ready."""
+        reports = []
+        for layout in application_tables(self.config):
+            created = self._create_if_missing(layout)
+            description = self._wait_until_ready(layout)
+            if layout.owner_index and not _has_owner_index(description):
+                self._add_owner_index(layout, description)
+                description = self._wait_until_ready(layout)
+            if self.config.lease_table_pitr_enabled:
+                self._enable_pitr(layout.name)
+            reports.append(TableReport(layout.role, layout.name, created, description["TableStatus"]))
+        return reports
+
+    def _create_if_missing(self, layout: TableLayout) -> bool:
+        if self.describe(layout.name) is not None:
+            return False
+
+        def create() -> bool:
+            try:
+                self.client.create_table(**self.create_table_arguments(layout))
+            except botocore.exceptions.ClientError as error:
+                if error_code(error) == "ResourceInUseException":
+                    return False  # another creator won the race; its table is as good as ours
+                raise
+            return True
+
+        return self._caller.call("CreateTable", create)
+
+    def create_table_arguments(self, layout: TableLayout) -> dict[str, Any]:
+        attributes = [{"AttributeName": layout.hash_key, "AttributeType": "S"}]
+        arguments: dict[str, Any] = {
+            "TableName": layout.name,
+            "KeySchema": [{"AttributeName": layout.hash_key, "KeyType": "HASH"}],
+            "AttributeDefinitions": attributes,
+            "DeletionProtectionEnabled": self.config.lease_table_deletion_protection_enabled,
+            **self._billing(),
+        }
+        if layout.owner_index:
+            attributes.append({"AttributeName": "leaseOwner", "AttributeType": "S"})
+            arguments["GlobalSecondaryIndexes"] = [self._owner_index(self._capacity())]
+        if self.config.tags:
+            arguments["Tags"] = [{"Key": key, "Value": value} for key, value in sorted(dict(self.config.tags).items())]
+        return arguments
+
+    def _capacity(self) -> dict[str, int] | None:
+        if self.config.billing_mode != "PROVISIONED":
+            return None
+        return {
+            "ReadCapacityUnits": self.config.initial_lease_table_read_capacity,
+            "WriteCapacityUnits": self.config.initial_lease_table_write_capacity,
+        }
+
+    def _billing(self) -> dict[str, Any]:
+        capacity = self._capacity()
+        if capacity is None:
+            return {"BillingMode": "PAY_PER_REQUEST"}
+        return {"BillingMode": "PROVISIONED", "ProvisionedThroughput": capacity}
+
+    @staticmethod
+    def _owner_index(capacity: dict[str, int] | None) -> dict[str, Any]:
+        index: dict[str, Any] = {
+            "IndexName": OWNER_INDEX_NAME,
+            "KeySchema": [
+                {"AttributeName": "leaseOwner", "KeyType": "HASH"},
+                {"AttributeName": "leaseKey", "KeyType": "RANGE"},
+            ],
+            "Projection": {"ProjectionType": "KEYS_ONLY"},
+        }
+        if capacity is not None:
+            index["ProvisionedThroughput"] = capacity
+        return index
+
+    def _add_owner_index(self, layout: TableLayout, description: dict[str, Any]) -> None:
+        """A KCL 2.x lease table has no owner index: add it, with the table's capacity if provisioned."""
+        throughput = description.get("ProvisionedThroughput") or {}
+        provisioned = description.get("BillingModeSummary", {}).get("BillingMode", "PROVISIONED") == "PROVISIONED"
+        capacity = (
+            {key: throughput[key] for key in ("ReadCapacityUnits", "WriteCapacityUnits")}
+            if provisioned and throughput.get("ReadCapacityUnits")
+            else None
+        )
+
+        def update() -> None:
+            try:
+                self.client.update_table(
+                    TableName=layout.name,
+                    AttributeDefinitions=[
+                        {"AttributeName": "leaseKey", "AttributeType": "S"},
+                        {"AttributeName": "leaseOwner", "AttributeType": "S"},
+                    ],
+                    GlobalSecondaryIndexUpdates=[{"Create": self._owner_index(capacity)}],
+                )
+            except botocore.exceptions.ClientError as error:
+                message = error.response.get("Error", {}).get("Message", "")
+                if error_code(error) != "ResourceInUseException" and "already exists" not in message:
+                    raise
+                # Another creator is adding the same index; waiting for it covers both cases.
+
+        self._caller.call("UpdateTable", update)
+
+    def _enable_pitr(self, table_name: str) -> None:
+        self._caller.call(
+            "UpdateContinuousBackups",
+            lambda: self.client.update_continuous_backups(
+                TableName=table_name,
+                PointInTimeRecoverySpecification={"PointInTimeRecoveryEnabled": True},
+            ),
+        )
+
+    def _wait_until_ready(self, layout: TableLayout) -> dict[str, Any]:
+        """Poll until the table is ACTIVE/UPDATING and its owner index (if any) ACTIVE (§1.6-1.7)."""
+        started = self._monotonic()
+        while True:
+            description = self.describe(layout.name)
+            status = "MISSING" if description is None else _readiness(description, layout)
+            if status == "READY":
+                assert description is not None
+                return description
+            waited = self._monotonic() - started
+            if waited >= self.config.table_creation_timeout_seconds:
+                raise TableNotReadyError(layout.name, status, waited)
+            self._sleep(self.config.table_status_poll_seconds)
+
+    # --- deleting ---------------------------------------------------------------------------
+
+    def delete_tables(
+        self, roles: Collection[str] | None = None, before_delete: Callable[[], None] = lambda: None
+    ) -> list[str]:
+        """Delete the application's tables (those of `roles` only, when given); returns the names that
+        existed. Protected tables refuse. `before_delete` runs before each DeleteTable call (a
+        caller holding the leader lock checks it is still held)."""
+        existing = []
+        for layout in application_tables(self.config):
+            if roles is not None and layout.role not in roles:
+                continue
+            description = self.describe(layout.name)
+            if description is None:
+                continue
+            if description.get("DeletionProtectionEnabled"):
+                raise TableProtectedError(layout.name)
+            existing.append(layout.name)
+        for name in existing:
+            before_delete()
+            self._delete(name)
+        for name in existing:
+            self._wait_until_deleted(name)
+        return existing
+
+    def _delete(self, table_name: str) -> None:
+        def delete() -> None:
+            try:
+                self.client.delete_table(TableName=table_name)
+            except botocore.exceptions.ClientError as error:
+                if error_code(error) != "ResourceNotFoundException":
+                    raise
+
+        self._caller.call("DeleteTable", delete)
+
+    def _wait_until_deleted(self, table_name: str) -> None:
+        started = self._monotonic()
+        while (description := self.describe(table_name)) is not None:
+            waited = self._monotonic() - started
+            if waited >= self.config.table_creation_timeout_seconds:
+                raise TableNotReadyError(table_name, description.get("TableStatus", "?"), waited)
+            self._sleep(self.config.table_status_poll_seconds)
+
+
+def _has_owner_index(description: dict[str, Any]) -> bool:
+    return any(index["IndexName"] == OWNER_INDEX_NAME for index in description.get("GlobalSecondaryIndexes", []))
+
+
+def _readiness(description: dict[str, Any], layout: TableLayout) -> str:
+    """READY, or the status that is still being waited for."""
+    if description["TableStatus"] not in READY_STATUSES:
+        return str(description["TableStatus"])
+    for index in description.get("GlobalSecondaryIndexes", []):
+        if layout.owner_index and index["IndexName"] == OWNER_INDEX_NAME and index.get("IndexStatus") != "ACTIVE":
+            return f"index {OWNER_INDEX_NAME} {index.get('IndexStatus')}"
+    return "READY"

@@ -1,0 +1,161 @@
+"""The leader's shard-sync step of a round: sync every configured stream, then tidy the lease table.
+
+Single-stream mode syncs one stream with bare shard-id lease keys, once it has checked that the
+stream is the one the application consumes (`consumed_stream`). Multi-stream mode (more than one
+stream, or `multi_stream = true`) keys leases by stream identifier, syncs each configured stream,
+and applies the former-streams strategy to streams that are no longer configured.
+
+Cleanup deletes a lease only when it has provably finished, or when Kinesis says its shard does not
+exist (`lease_lifecycle`, `garbage_probe`); a stream whose listing does not cover the hash key
+space is left exactly as it is for the round.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+
+from lease_core.config.settings import ConsumerConfig
+from lease_core.errors import ConfigurationError
+from lease_core.lifecycle.lease_lifecycle import CleanupOutcome, apply_cleanup, plan_lease_cleanup, unlisted_leases
+from lease_core.model.lease import Lease
+from lease_core.model.lease_keys import LeaseKeyScheme
+from lease_core.retrieval.shard_source import ShardSource
+from lease_core.store.coordinator_state import CoordinatorStateStore
+from lease_core.store.lease_store import LeaseStore
+from lease_core.sync.consumed_stream import ConsumedStream, remember_consumed_stream
+from lease_core.sync.garbage_probe import GarbageProbe
+from lease_core.sync.stream_tracking import FormerStreamsCleaner, FormerStreamsOutcome, stream_exists_via
+from lease_core.sync.syncer import ShardSyncer, StreamSyncResult, initial_position_of
+
+
+@dataclass(frozen=True)
+class ShardSyncReport:
+    """What the step did. consumed_stream: single-stream mode only."""
+
+    multi_stream: bool
+    streams: tuple[StreamSyncResult, ...]
+    cleanups: tuple[CleanupOutcome, ...]
+    former_streams: FormerStreamsOutcome | None = None
+    consumed_stream: ConsumedStream | None = None
+
+    @property
+    def created(self) -> tuple[str, ...]:
+        return tuple(key for result in self.streams for key in result.created)
+
+    @property
+    def deleted(self) -> tuple[str, ...]:
+        former = self.former_streams.deleted_leases.values() if self.former_streams else ()
+        cleaned = (key for cleanup in self.cleanups for key in cleanup.deleted)
+        return (*cleaned, *(key for keys in former for key in keys))
+
+    @property
+    def changed(self) -> tuple[str, ...]:
+        """Leases planned for deletion but kept: they changed after the snapshot that judged them."""
+        former = self.former_streams.changed_leases.values() if self.former_streams else ()
+        cleaned = (key for cleanup in self.cleanups for key in cleanup.changed)
+        return (*cleaned, *(key for keys in former for key in keys))
+
+    @property
+    def possibly_unread(self) -> tuple[str, ...]:
+        """Leases deleted before they reached SHARD_END because Kinesis says their shard is gone: potential loss."""
+        return tuple(key for cleanup in self.cleanups for key in cleanup.possibly_unread)
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "multi_stream": self.multi_stream,
+            "streams": [
+                {**result.to_dict(), "cleanup": asdict(cleanup)} for result, cleanup in zip(self.streams, self.cleanups)
+            ],
+            "created": list(self.created),
+            "deleted": list(self.deleted),
+            "changed": list(self.changed),
+            "possibly_unread": list(self.possibly_unread),
+            "former_streams_pending": dict(self.former_streams.pending) if self.former_streams else {},
+            "consumed_stream": self.consumed_stream.to_dict() if self.consumed_stream else None,
+        }
+
+
+def is_multi_stream(config: ConsumerConfig, stream_names: Sequence[str]) -> bool:
+    return config.multi_stream or len(stream_names) > 1
+
+
+def _require_matching_lease_mode(leases: Sequence[Lease], multi_stream: bool) -> None:
+    """Refuse to sync a table whose leases were keyed in the other mode: the keys would not match
+    the shards, and cleanup would take every lease for garbage."""
+    for lease in leases:
+        if lease.is_multi_stream != multi_stream:
+            found = "multi-stream" if lease.is_multi_stream else "single-stream"
+            raise ConfigurationError(
+                "multi_stream",
+                f"the lease table holds {found} leases (e.g. {lease.lease_key!r}) but this sync runs in "
+                f"{'multi' if multi_stream else 'single'}-stream mode; set multi_stream = "
+                f"{str(lease.is_multi_stream).lower()} (several --stream options also select multi-stream mode)",
+            )
+
+
+class _StreamStep:
+    """Sync one stream, then clean up its leases from what the sync listed and Kinesis answered."""
+
+    def __init__(
+        self,
+        config: ConsumerConfig,
+        store: LeaseStore,
+        source: ShardSource,
+        state: CoordinatorStateStore,
+        clock_millis: Callable[[], int],
+    ) -> None:
+        self.store = store
+        self.syncer = ShardSyncer(store, source, initial_position_of(config), config.ignore_unexpected_child_shards)
+        self.probe = GarbageProbe(source, state, clock_millis, config.garbage_lease_cleanup_interval_millis)
+        self.cleanup_on_completion = config.cleanup_leases_upon_shard_completion
+
+    def run(self, stream_name: str, stream_key: str, scheme: LeaseKeyScheme) -> tuple[StreamSyncResult, CleanupOutcome]:
+        """`stream_key` names the stream in the coordinator state: its name, or its serialized identifier."""
+        result = self.syncer.sync(stream_name, scheme)
+        if result.listing_incomplete is not None:
+            return result, CleanupOutcome()
+        leases = self.store.list_leases()
+        unlisted = {scheme.shard_id_of(lease) for lease in unlisted_leases(leases, result.full_listing, scheme)}
+        answers = self.probe.ask(stream_key, stream_name, unlisted)
+        plan = plan_lease_cleanup(leases, result.full_listing, scheme, self.cleanup_on_completion, answers)
+        return result, apply_cleanup(self.store, plan)
+
+
+def sync_streams(
+    stream_names: Sequence[str],
+    config: ConsumerConfig,
+    store: LeaseStore,
+    source: ShardSource,
+    state: CoordinatorStateStore,
+    clock_millis: Callable[[], int] = lambda: int(time.time() * 1000),
+) -> ShardSyncReport:
+    """One full shard sync of every configured stream (no auditor involved)."""
+    if not stream_names:
+        raise ValueError("at least one stream is needed")
+    multi_stream = is_multi_stream(config, stream_names)
+    leases = store.list_leases()
+    _require_matching_lease_mode(leases, multi_stream)
+    step = _StreamStep(config, store, source, state, clock_millis)
+    if not multi_stream:
+        name = stream_names[0]
+        consumed = remember_consumed_stream(state, source.describe_stream(name), table_has_leases=bool(leases))
+        result, cleanup = step.run(name, name, LeaseKeyScheme())
+        return ShardSyncReport(False, (result,), (cleanup,), consumed_stream=consumed)
+    identifiers = [source.stream_identifier(name) for name in stream_names]
+    outcomes = [step.run(stream.stream_name, stream.serialize(), LeaseKeyScheme(stream)) for stream in identifiers]
+    cleaner = FormerStreamsCleaner(
+        store,
+        state,
+        stream_exists_via(source.stream_identifier),
+        clock_millis,
+        config.former_streams_leases_deletion_strategy,
+        config.wait_period_to_delete_former_streams_millis,
+    )
+    return ShardSyncReport(
+        True,
+        tuple(result for result, _ in outcomes),
+        tuple(cleanup for _, cleanup in outcomes),
+        cleaner.run(identifiers),
+    )
