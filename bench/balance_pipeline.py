@@ -53,11 +53,12 @@ from bench.consume_throughput import (  # noqa: E402
     prepare_environment,
     start_spark,
 )
-from lease_core.emulators import kinesis_mock, moto_server  # noqa: E402
+from devtools.emulators import kinesis_mock, moto_server  # noqa: E402
+from lease_core.config.settings import LEASE_ASSIGNMENT_STRATEGIES  # noqa: E402
 from spark_jobs.round_report import RoundReport, busiest_over_bound  # noqa: E402
 
 SHARDS = 8
-STRATEGIES = ("variance", "count", "makespan")
+STRATEGIES = LEASE_ASSIGNMENT_STRATEGIES
 HOT_PAIR = (30, 25, 10, 10, 8, 7, 5, 5)
 GOAL = 1.10
 

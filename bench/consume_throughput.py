@@ -58,9 +58,9 @@ sys.path.insert(0, str(REPOSITORY))
 import boto3  # noqa: E402
 import botocore.exceptions  # noqa: E402
 
+from devtools.emulators import KINESIS_MOCK_HOME, kinesis_mock, moto_server  # noqa: E402
 from lease_core import aws  # noqa: E402
 from lease_core.config.settings import ConsumerConfig  # noqa: E402
-from lease_core.emulators import KINESIS_MOCK_HOME, kinesis_mock, moto_server  # noqa: E402
 from lease_core.leader.assignment_round import AssignmentCoordinator, AssignmentReport, slot_ids  # noqa: E402
 from lease_core.metrics.worker_metrics import DynamoDBWorkerMetricsStore  # noqa: E402
 from lease_core.retrieval.shard_source import KinesisShardSource  # noqa: E402

@@ -45,6 +45,8 @@ from kinesis_lease.operators import (
     TakeLeadershipOperator,
 )
 
+from lease_core.config.settings import LEASE_ASSIGNMENT_STRATEGIES
+
 DAG_ID = "kinesis_lease_pipeline"
 # Not under KINESIS_LEASE_: that prefix belongs to the consumer's settings, and every name under it
 # must be a setting (lease_core.config.settings refuses unknown ones).
@@ -119,8 +121,8 @@ with DAG(
             description="The Parquet dataset: a local path or s3://bucket/prefix.",
         ),
         "lease_assignment_strategy": Param(
-            _default("STRATEGY", "makespan"),
-            enum=["makespan", "variance", "count"],
+            _default("STRATEGY", LEASE_ASSIGNMENT_STRATEGIES[0]),
+            enum=list(LEASE_ASSIGNMENT_STRATEGIES),
             description="How leases are spread over the slots.",
         ),
         "max_records_per_lease": Param(

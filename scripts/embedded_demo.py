@@ -40,7 +40,7 @@ from typing import Any
 import boto3
 import psutil
 
-from lease_core.emulators import EmulatorProcess, kinesis_mock, moto_server
+from devtools.emulators import EmulatorProcess, kinesis_mock, moto_server
 from spark_jobs.parquet_sink import ParquetSink
 
 REPOSITORY = Path(__file__).resolve().parents[1]

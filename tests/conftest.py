@@ -11,7 +11,7 @@ from pathlib import Path
 import boto3
 import pytest
 
-from lease_core.emulators import kinesis_mock, moto_server
+from devtools.emulators import kinesis_mock, moto_server
 
 # Tests never reach real AWS: fixed dummy credentials and region for every client they build.
 os.environ.setdefault("AWS_ACCESS_KEY_ID", "testing")

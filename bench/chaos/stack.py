@@ -19,9 +19,9 @@ from typing import Any
 import boto3
 
 from bench.chaos.processes import RUN_MARKER
+from devtools.emulators import kinesis_mock, moto_server
 from lease_core import aws
 from lease_core.config.settings import ConsumerConfig, load_config
-from lease_core.emulators import kinesis_mock, moto_server
 from lease_core.store.coordinator_state import DynamoDBCoordinatorStateStore
 from lease_core.store.dynamodb_store import DynamoDBLeaseStore
 from lease_core.store.tables import TableAdministrator

@@ -8,12 +8,14 @@ from lease_core.assignment.count import CountAssignment
 from lease_core.assignment.decision import AssignmentDecider
 from lease_core.assignment.makespan import MakespanAssignment
 from lease_core.assignment.variance import VarianceAssignment
+from lease_core.config.settings import LEASE_ASSIGNMENT_STRATEGIES
 
 _DECIDERS: dict[str, Callable[[], AssignmentDecider]] = {
+    "makespan": MakespanAssignment,
     "variance": VarianceAssignment,
     "count": CountAssignment,
-    "makespan": MakespanAssignment,
 }
+assert tuple(_DECIDERS) == LEASE_ASSIGNMENT_STRATEGIES, "a strategy name without its decider, or the reverse"
 
 
 def decider_for(strategy_name: str) -> AssignmentDecider:

@@ -204,6 +204,11 @@ class SettingDescription:
     allowed: str | None
 
 
+# The names of `lease_assignment_strategy`, the default first: the one list the configuration, the
+# DAG's form, the deciders (`lease_core.assignment.strategies`) and the benchmarks use.
+LEASE_ASSIGNMENT_STRATEGIES = ("makespan", "variance", "count")
+
+
 @dataclass(frozen=True)
 class ConsumerConfig:
     """Every setting of the consumer; any construction validates (see `__post_init__`)."""
@@ -374,11 +379,11 @@ class ConsumerConfig:
         _Bounds(0),
     )
     lease_assignment_strategy: str = _setting(
-        "makespan",
+        LEASE_ASSIGNMENT_STRATEGIES[0],
         "How the leader assigns leases: makespan (ours), variance (KCL's WORKER_UTILIZATION_AWARE) or "
         "count (LEASE_COUNT_BASED).",
         "leaseAssignmentStrategy",
-        _OneOf(("variance", "count", "makespan")),
+        _OneOf(LEASE_ASSIGNMENT_STRATEGIES),
         batch_note="KCL's default is variance. Here it is makespan, chosen by measurement "
         "(bench/balance_pipeline.py): a round ends when its slowest slot does, makespan brings the busiest "
         "slot to the lower bound from the second round on and rebalances every round, while variance and "

@@ -523,7 +523,7 @@ def test_the_kinesis_mock_healthcheck_passes_only_once_every_initialized_stream_
 
 
 def test_the_kinesis_mock_healthcheck_fails_when_nothing_listens():
-    from lease_core.emulators import free_port
+    from devtools.emulators import free_port
 
     env = {**os.environ, "KINESIS_MOCK_PLAIN_PORT": str(free_port()), "INITIALIZE_STREAMS": "orders:4"}
     result = subprocess.run(

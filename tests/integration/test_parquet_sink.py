@@ -19,7 +19,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from lease_core.emulators import LOOPBACK, free_port
+from devtools.emulators import LOOPBACK, free_port
 from lease_core.errors import SinkError
 from lease_core.model.sequence import AT_TIMESTAMP, LATEST, SHARD_END, TRIM_HORIZON, ExtendedSequenceNumber, Sentinel
 from spark_jobs.kinesis_records import KinesisRecord

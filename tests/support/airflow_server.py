@@ -28,7 +28,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from lease_core.emulators import LOOPBACK, free_port
+from devtools.emulators import LOOPBACK, free_port
 
 REPO = Path(__file__).resolve().parents[2]
 AIRFLOW = Path(sys.executable).with_name("airflow")

@@ -45,7 +45,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qsl, unquote, urlsplit
 
-from lease_core.emulators import LOOPBACK
+from devtools.emulators import LOOPBACK
 
 FAULT_KINDS = frozenset({"throttle", "server_error", "drop_response", "drop_request"})
 TRIM_MODES = frozenset({"reject", "skip"})

@@ -274,7 +274,7 @@ BAD_VALUES = [
     pytest.param(
         {"lease_assignment_strategy": "random"},
         "lease_assignment_strategy",
-        "one of 'variance', 'count', 'makespan'",
+        "one of 'makespan', 'variance', 'count'",
         id="strategy-enum",
     ),
     pytest.param(

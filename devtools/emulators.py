@@ -9,7 +9,7 @@ per-item atomicity the lease protocol relies on.
 correctly (ChildShards, closed shards ending, ShardFilter), installed by `scripts/bootstrap.sh` under
 `packaging/kinesis-mock/`.
 
-Run moto directly: `python -m lease_core.emulators moto --port N`.
+Run moto directly: `python -m devtools.emulators moto --port N`.
 """
 
 from __future__ import annotations
@@ -118,7 +118,7 @@ class EmulatorProcess:
 def moto_server(port: int | None = None, extra_env: dict[str, str] | None = None) -> EmulatorProcess:
     """A moto server (DynamoDB and S3) with serialised requests, on a free loopback port."""
     port = port or free_port()
-    command = [sys.executable, "-m", "lease_core.emulators", "moto", "--port", str(port)]
+    command = [sys.executable, "-m", "devtools.emulators", "moto", "--port", str(port)]
     return EmulatorProcess(
         command, port, "/moto-api/", env={**os.environ, "PYTHONUNBUFFERED": "1", **(extra_env or {})}
     )
@@ -180,7 +180,7 @@ def _serve_moto(port: int) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m lease_core.emulators")
+    parser = argparse.ArgumentParser(prog="python -m devtools.emulators")
     parser.add_argument("emulator", choices=["moto"])
     parser.add_argument("--port", type=int, required=True)
     arguments = parser.parse_args(argv)
