@@ -169,6 +169,15 @@ def test_a_reshard_during_a_round_ends_the_parent_and_its_children_follow(spark,
         assert published[parent][1] <= published[child][0]
 
 
+def child_held_by(pipeline: ConsumerPipeline, child: str, slot: str) -> None:
+    """A child's lease as an earlier round left it: created at its parent's end, unread, then assigned."""
+    (shard,) = [shard for shard in shards_of(pipeline.kinesis, pipeline.streams[0]) if shard.shard_id == child]
+    assert pipeline.store.create_lease_if_not_exists(
+        LeaseKeyScheme().new_lease(child, TRIM_HORIZON, shard.parent_shard_ids, shard.hash_key_range)
+    )
+    assert pipeline.store.assign_lease(pipeline.leases()[child], slot).applied
+
+
 def _round_with_a_closing_parent(spark, pipeline, spark_control_dir, child_left_to_the_other_slot: bool):
     """A round in which worker-0 reads a split parent slowly while worker-1 runs out of work.
 
@@ -184,11 +193,7 @@ def _round_with_a_closing_parent(spark, pipeline, spark_control_dir, child_left_
     lower, upper = split_shard(pipeline.kinesis, pipeline.streams[0], parent)
     pipeline.produce(300)
     if child_left_to_the_other_slot:
-        (shard,) = [shard for shard in shards_of(pipeline.kinesis, pipeline.streams[0]) if shard.shard_id == lower]
-        assert pipeline.store.create_lease_if_not_exists(
-            LeaseKeyScheme().new_lease(lower, TRIM_HORIZON, shard.parent_shard_ids, shard.hash_key_range)
-        )
-        assert pipeline.store.assign_lease(pipeline.leases()[lower], worker_1).applied
+        child_held_by(pipeline, lower, worker_1)
     assignment = pipeline.assign(2)
     for shard in (parent, lower, upper):  # a child's reader stays busy with it until the test lets go
         control(spark_control_dir, "block", pipeline, shard).touch()
@@ -243,11 +248,7 @@ def test_a_child_whose_parent_stops_at_a_limit_waits_for_the_next_round_and_the_
     slots = slot_ids(pipeline.application_name, 2)
     parent = min(key for key, lease in pipeline.leases().items() if lease.lease_owner == slots[0])
     lower, _ = split_shard(pipeline.kinesis, pipeline.streams[0], parent)
-    (shard,) = [shard for shard in shards_of(pipeline.kinesis, pipeline.streams[0]) if shard.shard_id == lower]
-    assert pipeline.store.create_lease_if_not_exists(
-        LeaseKeyScheme().new_lease(lower, TRIM_HORIZON, shard.parent_shard_ids, shard.hash_key_range)
-    )
-    assert pipeline.store.assign_lease(pipeline.leases()[lower], slots[child_holder]).applied
+    child_held_by(pipeline, lower, slots[child_holder])
     round_number = pipeline.assign(2).round_number
     holder: dict[str, RoundReport] = {}
     job = threading.Thread(
