@@ -32,19 +32,16 @@ from pathlib import Path
 from typing import Any
 
 from lease_core import aws
+from lease_core.application import LeaseApplication
 from lease_core.config.settings import ConsumerConfig, load_config, parse_iso_timestamp
 from lease_core.errors import ConfigurationError, LeaseCoreError, TableNotFoundError
-from lease_core.leader.assignment_round import ROUND_KEY, slot_ids
+from lease_core.leader.assignment_round import slot_ids
 from lease_core.leader.leader_lock import LeaderLock, LockHeartbeat
 from lease_core.leader.leadership import release_quietly
 from lease_core.lifecycle.lease_lifecycle import forget_reported_losses
 from lease_core.lifecycle.parent_watch import closing_lease_keys
 from lease_core.model.lease_keys import LeaseKeyScheme
 from lease_core.ops.command_line import EXIT_FAILED, EXIT_OK, EXIT_USAGE, ArgumentParser, UsageError
-from lease_core.retrieval.shard_source import KinesisShardSource
-from lease_core.store.coordinator_state import DynamoDBCoordinatorStateStore
-from lease_core.store.dynamodb_store import DynamoDBLeaseStore
-from lease_core.store.tables import TableAdministrator
 from spark_jobs.consume_spec import ConsumeSpec, settings_for_executors
 from spark_jobs.lease_consumer import LeaseBudget
 from spark_jobs.parquet_sink import ParquetSink
@@ -181,7 +178,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return EXIT_FAILED
     if leadership is None:
         try:
-            forget_kept_losses(config, report)
+            forget_kept_losses(LeaseApplication.from_config(config), report)
         except LeaseCoreError as error:  # they stay on the leases: the next round reports them again
             print(f"consume_job: the reported retention losses stay on their leases: {error}", file=sys.stderr)
     return EXIT_OK if report.succeeded else EXIT_FAILED
@@ -226,7 +223,8 @@ def _leadership(arguments: argparse.Namespace) -> HandedOverLock | None:
 
 def prepare_round(arguments: argparse.Namespace, config: ConsumerConfig) -> ConsumeSpec:
     """Check everything checkable on the driver, then build the spec the slots receive."""
-    check_prerequisites(config, arguments.streams, arguments.output_uri, arguments.transform)
+    app = LeaseApplication.from_config(config)
+    check_prerequisites(app, arguments.streams, arguments.output_uri, arguments.transform)
     budget = LeaseBudget(
         max_records=arguments.max_records_per_lease,
         max_bytes=arguments.max_bytes_per_lease,
@@ -235,7 +233,7 @@ def prepare_round(arguments: argparse.Namespace, config: ConsumerConfig) -> Cons
         file_max_bytes=arguments.max_bytes_per_file,
         stop_at_arrival=parse_iso_timestamp(arguments.stop_at_arrival) if arguments.stop_at_arrival else None,
     )
-    round_number = arguments.round_number if arguments.round_number is not None else current_round(config)
+    round_number = arguments.round_number if arguments.round_number is not None else app.current_round()
     return ConsumeSpec(
         streams=tuple(arguments.streams),
         num_workers=arguments.workers,
@@ -248,28 +246,18 @@ def prepare_round(arguments: argparse.Namespace, config: ConsumerConfig) -> Cons
     )
 
 
-def check_prerequisites(config: ConsumerConfig, streams: Sequence[str], output_uri: str, transform: str | None) -> None:
+def check_prerequisites(app: LeaseApplication, streams: Sequence[str], output_uri: str, transform: str | None) -> None:
     """Fail before Spark starts, with an error naming what is missing."""
-    administrator = TableAdministrator(aws.client("dynamodb", config), config, retry_policy=aws.retry_policy(config))
+    config = app.config
     for table in (config.lease_table, config.worker_metrics_table, config.coordinator_state_table):
-        if administrator.describe(table) is None:
+        if app.tables.describe(table) is None:
             raise TableNotFoundError(table, "run `leasectl init` (or the DAG's ensure-tables step) first")
-    source = KinesisShardSource(aws.client("kinesis", config), retry_policy=aws.retry_policy(config))
     for stream in streams:
-        source.stream_identifier(stream)  # raises StreamNotFoundError / StreamNotActiveError
+        app.shard_source.stream_identifier(stream)  # raises StreamNotFoundError / StreamNotActiveError
     ParquetSink.from_uri(
         output_uri, s3_endpoint_url=config.aws_endpoint_url_s3, region=config.aws_region
     ).check_writable()
     load_transform(transform)
-
-
-def current_round(config: ConsumerConfig) -> int:
-    """The round the last assignment wrote (0 before the first assignment)."""
-    state = DynamoDBCoordinatorStateStore(
-        aws.client("dynamodb", config), config.coordinator_state_table, retry_policy=aws.retry_policy(config)
-    )
-    record = state.get(ROUND_KEY)
-    return int(record["round"]["N"]) if record and "round" in record else 0
 
 
 def run_round(spark: Any, spec: ConsumeSpec, leadership: HandedOverLock | None = None) -> RoundReport:
@@ -278,12 +266,13 @@ def run_round(spark: Any, spec: ConsumeSpec, leadership: HandedOverLock | None =
     started = time.monotonic()
     failures: list[str] = []
     reports = []
-    with _leader_heartbeat(spec, leadership, on_lost=lambda: _cancel_slots(spark)) as watch:
+    app = LeaseApplication.from_config(spec.config)
+    with _leader_heartbeat(app, leadership, on_lost=lambda: _cancel_slots(spark)) as watch:
         try:
-            reports = slot_reports(spark, with_slot_concurrency(spark, spec))
+            reports = slot_reports(spark, with_slot_concurrency(spark, spec, app))
         except Exception as error:  # Spark wraps executor failures in Py4J errors; keep the message
             failures.append(_first_line(error))
-        recorded = recorded_losses(spec.config)
+        recorded = recorded_losses(app)
     return RoundReport.build(
         spec.application_name,
         spec.round_number,
@@ -299,7 +288,7 @@ def run_round(spark: Any, spec: ConsumeSpec, leadership: HandedOverLock | None =
     )
 
 
-def with_slot_concurrency(spark: Any, spec: ConsumeSpec) -> ConsumeSpec:
+def with_slot_concurrency(spark: Any, spec: ConsumeSpec, app: LeaseApplication | None = None) -> ConsumeSpec:
     """`spec` with what lets slots out of work wait for other slots' closing parents: only when every
     slot runs at once. With fewer task slots than slots (local[2] and four slots), the slots run in
     waves, and a waiting slot would keep a later one from starting."""
@@ -312,7 +301,10 @@ def with_slot_concurrency(spark: Any, spec: ConsumeSpec) -> ConsumeSpec:
             spec.num_workers,
             task_slots or "an unknown number of",
         )
-    return replace(spec, slots_run_together=together, closing_parents=closing_parents(spec) if together else ())
+    if not together:
+        return replace(spec, slots_run_together=False, closing_parents=())
+    app = app or LeaseApplication.from_config(spec.config)
+    return replace(spec, slots_run_together=True, closing_parents=closing_parents(spec, app))
 
 
 def concurrent_task_slots(spark: Any) -> int | None:
@@ -327,36 +319,29 @@ def concurrent_task_slots(spark: Any) -> int | None:
         return None
 
 
-def closing_parents(spec: ConsumeSpec) -> tuple[str, ...]:
+def closing_parents(spec: ConsumeSpec, app: LeaseApplication) -> tuple[str, ...]:
     """The leases of closed shards that the round's slots hold, for idle slots to wait on
     (`lease_core.lifecycle.parent_watch`). Best effort: without them a split's children are all read by the
     slot that ends the parent, which is correct, only less balanced."""
-    config = spec.config
-    source = KinesisShardSource(aws.client("kinesis", config), retry_policy=aws.retry_policy(config))
-    store = DynamoDBLeaseStore(
-        aws.client("dynamodb", config), config.lease_table, retry_policy=aws.retry_policy(config)
-    )
+    source = app.shard_source
     try:
         closed: set[str] = set()
         for stream in spec.streams:
             scheme = LeaseKeyScheme(source.stream_identifier(stream) if spec.multi_stream else None)
             closed.update(scheme.lease_key(shard.shard_id) for shard in source.list_shards(stream) if not shard.is_open)
-        leases = store.get_leases(closed)
+        leases = app.lease_store.get_leases(closed)
     except Exception as error:  # best effort: it must never keep the round's slots from running
         log.warning("closed shards could not be listed (%s); idle slots will not wait for their children", error)
         return ()
     return closing_lease_keys(leases, closed, slot_ids(spec.application_name, spec.num_workers))
 
 
-def recorded_losses(config: ConsumerConfig) -> list[RetentionLoss]:
+def recorded_losses(app: LeaseApplication) -> list[RetentionLoss]:
     """The retention losses the lease table carries: this round's, and earlier rounds' whose report
     was never kept (their driver died first). Best effort: a failed scan leaves them on the leases
     for the next round's report."""
-    store = DynamoDBLeaseStore(
-        aws.client("dynamodb", config), config.lease_table, retry_policy=aws.retry_policy(config)
-    )
     try:
-        leases = store.scan_leases().leases
+        leases = app.lease_store.scan_leases().leases
     except LeaseCoreError as error:
         log.warning(
             "the lease table could not be scanned for unreported retention losses (%s); the next round reports them",
@@ -370,13 +355,10 @@ def recorded_losses(config: ConsumerConfig) -> list[RetentionLoss]:
     ]
 
 
-def forget_kept_losses(config: ConsumerConfig, report: RoundReport) -> None:
+def forget_kept_losses(app: LeaseApplication, report: RoundReport) -> None:
     """A round run by hand is its own last step: once its report is kept, its retention losses leave
     the leases (as `FinalizeRoundOperator` does for a DAG's round)."""
-    store = DynamoDBLeaseStore(
-        aws.client("dynamodb", config), config.lease_table, retry_policy=aws.retry_policy(config)
-    )
-    forget_reported_losses(store, report.reported_losses())
+    forget_reported_losses(app.lease_store, report.reported_losses())
 
 
 @dataclass
@@ -406,21 +388,17 @@ def _cancel_slots(spark: Any) -> None:
 
 @contextmanager
 def _leader_heartbeat(
-    spec: ConsumeSpec, leadership: HandedOverLock | None, on_lost: Callable[[], None] | None = None
+    app: LeaseApplication, leadership: HandedOverLock | None, on_lost: Callable[[], None] | None = None
 ) -> Iterator[_LeaderWatch]:
     """The application's leader lock, held while the slots run: the one the round's leader handed
     over, or (a job started by hand) one this driver takes itself and releases at the end. Either
     way the job never runs beside another round of the same application."""
-    config = spec.config
-    state = DynamoDBCoordinatorStateStore(
-        aws.client("dynamodb", config), config.coordinator_state_table, retry_policy=aws.retry_policy(config)
-    )
     owner = (
         leadership.owner
         if leadership is not None
         else f"consume_job/{socket.gethostname()}/{os.getpid()}/{uuid.uuid4().hex[:8]}"
     )
-    lock = LeaderLock(state, owner, config.leader_lease_duration_millis, config.leader_heartbeat_period_millis)
+    lock = app.leader_lock(owner)
     if leadership is None:
         held = lock.try_acquire()
     else:
@@ -450,8 +428,9 @@ def write_report(uri: str, report: RoundReport, config: ConsumerConfig) -> None:
         bucket, _, key = uri[len("s3://") :].partition("/")
         if not bucket or not key:
             raise ConfigurationError("report_uri", f"an S3 report URI needs a bucket and a key, got {uri!r}")
-        client = aws.client("s3", config)
-        aws.AwsCaller("s3", aws.retry_policy(config)).call(
+        app = LeaseApplication.from_config(config)
+        client = app.client("s3")
+        aws.AwsCaller("s3", app.retry_policy).call(
             "PutObject",
             lambda: client.put_object(Bucket=bucket, Key=key, Body=document, ContentType="application/json"),
         )

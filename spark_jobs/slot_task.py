@@ -20,7 +20,7 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from typing import Any
 
-from lease_core import aws
+from lease_core.application import LeaseApplication
 from lease_core.config.settings import ConsumerConfig
 from lease_core.errors import LeaseCoreError
 from lease_core.leader.assignment_round import slot_ids
@@ -29,13 +29,11 @@ from lease_core.lifecycle.lease_lifecycle import parents_have_finished
 from lease_core.lifecycle.parent_watch import ParentWatch
 from lease_core.metrics.worker_metrics import (
     NO_SAMPLE,
-    DynamoDBWorkerMetricsStore,
     publish_worker_metrics,
     slot_utilization_percent,
 )
 from lease_core.model.lease import Lease, StreamIdentifier
 from lease_core.model.lease_keys import LeaseKeyScheme
-from lease_core.store.dynamodb_store import DynamoDBLeaseStore
 from spark_jobs.consume_spec import ConsumeSpec
 from spark_jobs.lease_consumer import LeaseConsumer, LeaseContext, promote_committed_batch
 from spark_jobs.parquet_sink import ParquetSink
@@ -77,25 +75,18 @@ class SlotTask:
         # Orders this slot's attempts (Spark's attempt numbers restart with each driver): the newest wins.
         self.started_millis = time.time_ns() // 1_000_000
         self._superseded = False  # a lease of this attempt was lost: take nothing more up
-        policy = aws.retry_policy(self.config)
-        self.store = DynamoDBLeaseStore(
-            aws.client("dynamodb", self.config),
-            self.config.lease_table,
-            retry_policy=policy,
-            consistent_reads=self.config.consistent_reads,
-        )
-        self.metrics = DynamoDBWorkerMetricsStore(
-            aws.client("dynamodb", self.config), self.config.worker_metrics_table, retry_policy=policy
-        )
+        app = LeaseApplication.from_config(self.config)
+        self.store = app.lease_store
+        self.metrics = app.worker_metrics
         self.context = LeaseContext(
             store=self.store,
-            kinesis=aws.client("kinesis", self.config),
+            kinesis=app.client("kinesis"),
             sink=ParquetSink.from_uri(
                 spec.output_uri, s3_endpoint_url=self.config.aws_endpoint_url_s3, region=self.config.aws_region
             ),
             transform_spec=spec.transform,
             transform=load_transform(spec.transform),
-            retry_policy=policy,
+            retry_policy=app.retry_policy,
             at_timestamp=spec.at_timestamp,
             budget=spec.budget,
         )

@@ -39,6 +39,11 @@ from lease_core.store.lease_store import LeaseStore
 ROUND_KEY = "AssignmentRound"
 
 
+def current_round(state: CoordinatorStateStore) -> int:
+    """The round the last assignment wrote (0 before the first assignment)."""
+    return RoundSnapshot.from_item(state.get(ROUND_KEY)).round_number
+
+
 def slot_ids(application_name: str, count: int) -> list[str]:
     """The worker ids of a round with `count` slots."""
     return [f"{application_name}-worker-{index}" for index in range(count)]

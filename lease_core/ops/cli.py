@@ -22,13 +22,12 @@ import sys
 import uuid
 from collections.abc import Callable, Sequence
 
-from lease_core import aws
+from lease_core.application import LeaseApplication
 from lease_core.config.settings import ConsumerConfig, load_config
 from lease_core.errors import ConfigurationError, LeaseCoreError
 from lease_core.leader.assignment_round import AssignmentCoordinator, AssignmentReport, slot_ids
 from lease_core.leader.leader_lock import LeaderLock
 from lease_core.leader.leadership import Leadership, hold, release_quietly
-from lease_core.metrics.worker_metrics import DynamoDBWorkerMetricsStore
 from lease_core.ops.checkpoint_reset import (
     TARGET_FORMS,
     CheckpointReset,
@@ -41,12 +40,8 @@ from lease_core.ops.checkpoint_reset import (
 )
 from lease_core.ops.command_line import EXIT_FAILED, EXIT_OK, EXIT_USAGE, ArgumentParser, UsageError
 from lease_core.ops.status import render_status, status_report
-from lease_core.retrieval.shard_source import KinesisShardSource
-from lease_core.retry import RetryPolicy
-from lease_core.store.coordinator_state import CoordinatorStateStore, DynamoDBCoordinatorStateStore
-from lease_core.store.dynamodb_store import DynamoDBLeaseStore
+from lease_core.store.coordinator_state import CoordinatorStateStore
 from lease_core.store.lease_store import LeaseStore
-from lease_core.store.tables import TableAdministrator
 from lease_core.sync.step import ShardSyncReport, sync_streams
 
 
@@ -141,7 +136,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         arguments = build_parser().parse_args(argv)
         config = _load(arguments)
-        return COMMANDS[arguments.command](arguments, config)
+        return COMMANDS[arguments.command](arguments, LeaseApplication.from_config(config))
     except (UsageError, ConfigurationError) as error:
         print(f"leasectl: {error}", file=sys.stderr)
         return EXIT_USAGE
@@ -164,63 +159,40 @@ def _load(arguments: argparse.Namespace) -> ConsumerConfig:
     return config
 
 
-def _administrator(config: ConsumerConfig) -> TableAdministrator:
-    return TableAdministrator(aws.client("dynamodb", config), config, retry_policy=aws.retry_policy(config))
-
-
-def run_init(arguments: argparse.Namespace, config: ConsumerConfig) -> int:
-    for report in _administrator(config).ensure_tables():
+def run_init(arguments: argparse.Namespace, app: LeaseApplication) -> int:
+    for report in app.tables.ensure_tables():
         verb = "created" if report.created else "exists "
         print(f"{verb}  {report.name}  ({report.role}, {report.status})")
     return EXIT_OK
 
 
-def _lease_store(config: ConsumerConfig, retry_policy: RetryPolicy | None = None) -> DynamoDBLeaseStore:
-    return DynamoDBLeaseStore(
-        aws.client("dynamodb", config),
-        config.lease_table,
-        retry_policy=retry_policy or aws.retry_policy(config),
-        consistent_reads=config.consistent_reads,
-        scan_total_segments=config.lease_table_scan_total_segments,
-    )
-
-
-def run_status(arguments: argparse.Namespace, config: ConsumerConfig) -> int:
-    report = status_report(config.lease_table, _lease_store(config).scan_leases())
+def run_status(arguments: argparse.Namespace, app: LeaseApplication) -> int:
+    config = app.config
+    report = status_report(config.lease_table, app.lease_store.scan_leases())
     print(json.dumps(report.to_dict(), indent=2) if arguments.json else render_status(report))
     return EXIT_OK
 
 
-def _state_store(config: ConsumerConfig, retry_policy: RetryPolicy | None = None) -> DynamoDBCoordinatorStateStore:
-    return DynamoDBCoordinatorStateStore(
-        aws.client("dynamodb", config), config.coordinator_state_table, retry_policy or aws.retry_policy(config)
-    )
-
-
-def _fenced_stores(config: ConsumerConfig, leadership: Leadership) -> tuple[LeaseStore, CoordinatorStateStore]:
+def _fenced_stores(app: LeaseApplication, leadership: Leadership) -> tuple[LeaseStore, CoordinatorStateStore]:
     """The stores of a command that holds the lock: every write and every retry checks it first."""
-    policy = leadership.retry_policy(aws.retry_policy(config))
+    policy = leadership.retry_policy(app.retry_policy)
     return (
-        leadership.lease_store(_lease_store(config, policy)),
-        leadership.state_store(_state_store(config, policy)),
+        leadership.lease_store(app.lease_store_with(policy)),
+        leadership.state_store(app.state_store_with(policy)),
     )
 
 
-def _leader_lock(config: ConsumerConfig, command: str) -> LeaderLock:
+def _leader_lock(app: LeaseApplication, command: str) -> LeaderLock:
     """The application's leader lock under an owner name unique to this process (containers repeat
     host names and process ids, hence the random part)."""
-    return LeaderLock(
-        _state_store(config),
-        f"leasectl-{command}/{socket.gethostname()}/{os.getpid()}/{uuid.uuid4().hex[:8]}",
-        config.leader_lease_duration_millis,
-        config.leader_heartbeat_period_millis,
-    )
+    return app.leader_lock(f"leasectl-{command}/{socket.gethostname()}/{os.getpid()}/{uuid.uuid4().hex[:8]}")
 
 
-def run_sync(arguments: argparse.Namespace, config: ConsumerConfig) -> int:
-    source = KinesisShardSource(aws.client("kinesis", config), retry_policy=aws.retry_policy(config))
-    with hold(_leader_lock(config, "sync"), "leasectl sync", acquire=True, release=True) as leadership:
-        store, state = _fenced_stores(config, leadership)
+def run_sync(arguments: argparse.Namespace, app: LeaseApplication) -> int:
+    config = app.config
+    source = app.shard_source
+    with hold(_leader_lock(app, "sync"), "leasectl sync", acquire=True, release=True) as leadership:
+        store, state = _fenced_stores(app, leadership)
         report = sync_streams(arguments.streams, config, store, source, state)
     if arguments.json:
         print(json.dumps(report.to_dict(), indent=2))
@@ -266,15 +238,14 @@ def render_sync_report(report: ShardSyncReport) -> str:
     return "\n".join(lines)
 
 
-def run_assign(arguments: argparse.Namespace, config: ConsumerConfig) -> int:
+def run_assign(arguments: argparse.Namespace, app: LeaseApplication) -> int:
+    config = app.config
     if arguments.slot_count is not None and arguments.slot_count < 1:
         raise UsageError("--workers must be at least 1")
     worker_ids = arguments.workers or slot_ids(config.require_application_name(), arguments.slot_count)
-    metrics = DynamoDBWorkerMetricsStore(
-        aws.client("dynamodb", config), config.worker_metrics_table, aws.retry_policy(config)
-    )
-    with hold(_leader_lock(config, "assign"), "leasectl assign", acquire=True, release=True) as leadership:
-        store, state = _fenced_stores(config, leadership)
+    metrics = app.worker_metrics
+    with hold(_leader_lock(app, "assign"), "leasectl assign", acquire=True, release=True) as leadership:
+        store, state = _fenced_stores(app, leadership)
         report = AssignmentCoordinator(store, metrics, state, config).run(worker_ids)
     print(json.dumps(report.to_dict(), indent=2) if arguments.json else render_assignment_report(report))
     return EXIT_OK
@@ -310,7 +281,8 @@ def render_assignment_report(report: AssignmentReport) -> str:
     return "\n".join(lines)
 
 
-def run_reset(arguments: argparse.Namespace, config: ConsumerConfig) -> int:
+def run_reset(arguments: argparse.Namespace, app: LeaseApplication) -> int:
+    config = app.config
     try:
         target = parse_target(arguments.target)
         selector = LeaseSelector(arguments.shard, arguments.stream)
@@ -324,7 +296,7 @@ def run_reset(arguments: argparse.Namespace, config: ConsumerConfig) -> int:
             "current checkpoint); add --yes to confirm"
         )
     try:
-        report = CheckpointReset(_lease_store(config), _leader_lock(config, "reset")).run(selector, target)
+        report = CheckpointReset(app.lease_store, _leader_lock(app, "reset")).run(selector, target)
     except ResetUsageError as error:
         raise UsageError(str(error)) from None
     print(json.dumps(report.to_dict(), indent=2) if arguments.json else render_reset_report(report))
@@ -358,17 +330,18 @@ def render_reset_report(report: ResetReport) -> str:
     return "\n".join(lines)
 
 
-def run_teardown(arguments: argparse.Namespace, config: ConsumerConfig) -> int:
+def run_teardown(arguments: argparse.Namespace, app: LeaseApplication) -> int:
+    config = app.config
     if not arguments.yes:
         raise UsageError(
             f"teardown deletes every lease and checkpoint of {config.application_name!r}; add --yes to confirm"
         )
-    administrator = _administrator(config)
+    administrator = app.tables
     deleted: list[str] = []
     if administrator.describe(config.coordinator_state_table) is not None:
         # Under the lock, so never beside a round; the lock's own table goes last, once the others
         # are gone (the lock is never released: nobody can take it before that table is deleted).
-        lock = _leader_lock(config, "teardown")
+        lock = _leader_lock(app, "teardown")
         try:
             with hold(lock, "leasectl teardown", acquire=True, release=False) as leadership:
                 deleted += administrator.delete_tables(
@@ -386,7 +359,7 @@ def run_teardown(arguments: argparse.Namespace, config: ConsumerConfig) -> int:
     return EXIT_OK
 
 
-COMMANDS: dict[str, Callable[[argparse.Namespace, ConsumerConfig], int]] = {
+COMMANDS: dict[str, Callable[[argparse.Namespace, LeaseApplication], int]] = {
     "init": run_init,
     "status": run_status,
     "sync": run_sync,

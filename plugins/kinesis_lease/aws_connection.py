@@ -9,6 +9,7 @@ and its region fills `aws_region`.
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -17,7 +18,7 @@ from typing import Any
 import boto3
 from airflow.providers.amazon.aws.hooks.base_aws import AwsBaseHook
 
-from lease_core import aws
+from lease_core.application import LeaseApplication
 from lease_core.config.settings import ConsumerConfig, load_config
 
 SERVICES = ("dynamodb", "kinesis", "s3")
@@ -28,8 +29,13 @@ class AwsAccess:
     session: boto3.Session
     config: ConsumerConfig
 
+    @functools.cached_property
+    def app(self) -> LeaseApplication:
+        """The application's parts, built on the connection's session (`lease_core.application`)."""
+        return LeaseApplication.from_config(self.config, self.session)
+
     def client(self, service: str) -> Any:
-        return aws.client(service, self.config, self.session)
+        return self.app.client(service)
 
     def spark_env(self) -> dict[str, str]:
         """Environment for spark-submit: the connection's credentials and region.

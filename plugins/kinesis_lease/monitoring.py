@@ -17,14 +17,12 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from kinesis_lease.round_plan import plan_round
-from lease_core import aws
+from lease_core.application import LeaseApplication
 from lease_core.config.settings import ConsumerConfig
-from lease_core.leader.leader_lock import LeaderLock, LockHolder
+from lease_core.leader.leader_lock import LockHolder
 from lease_core.leader.round_history import RoundHistory
-from lease_core.metrics.worker_metrics import CPU_METRIC, NO_SAMPLE, DynamoDBWorkerMetricsStore, WorkerMetricStats
+from lease_core.metrics.worker_metrics import CPU_METRIC, NO_SAMPLE, WorkerMetricStats
 from lease_core.ops.status import UNASSIGNED, LeaseRow, OwnerRow, status_report
-from lease_core.store.coordinator_state import DynamoDBCoordinatorStateStore
-from lease_core.store.dynamodb_store import DynamoDBLeaseStore
 from lease_core.store.lease_store import LeaseScan
 
 ROUNDS_SHOWN = 10
@@ -45,22 +43,13 @@ class ApplicationReads:
     last_round_leases: tuple[dict[str, Any], ...]
 
 
-def read_application(client: Any, config: ConsumerConfig) -> ApplicationReads:
+def read_application(app: LeaseApplication) -> ApplicationReads:
     """Read the application's tables; a missing table raises `TableNotFoundError` naming it."""
-    policy = aws.retry_policy(config)
-    leases = DynamoDBLeaseStore(
-        client,
-        config.lease_table,
-        retry_policy=policy,
-        consistent_reads=config.consistent_reads,
-        scan_total_segments=config.lease_table_scan_total_segments,
-    )
-    state = DynamoDBCoordinatorStateStore(client, config.coordinator_state_table, policy)
-    metrics = DynamoDBWorkerMetricsStore(client, config.worker_metrics_table, retry_policy=policy)
-    lock = LeaderLock(state, MONITOR_OWNER, config.leader_lease_duration_millis, config.leader_heartbeat_period_millis)
-    history = RoundHistory(state)
-    scan = leases.scan_leases()  # first, so an application without tables is reported by its lease table
-    worker_metrics = tuple(metrics.list_all())
+    config = app.config
+    lock = app.leader_lock(MONITOR_OWNER)
+    history = RoundHistory(app.state_store)
+    scan = app.lease_store.scan_leases()  # first, so an application without tables is reported by its lease table
+    worker_metrics = tuple(app.worker_metrics.list_all())
     leader = lock.holder()
     rounds = tuple(history.rounds())
     last_round, last_round_leases = history.lease_rows()

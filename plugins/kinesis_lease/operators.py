@@ -34,23 +34,17 @@ from airflow.sdk.exceptions import AirflowSkipException
 from kinesis_lease.aws_connection import AwsAccess, aws_access
 from kinesis_lease.errors import airflow_outcomes
 from kinesis_lease.round_plan import plan_round, stream_names
-from lease_core import aws
 from lease_core.config.settings import parse_iso_timestamp
 from lease_core.errors import RecordsLostError
 from lease_core.leader.assignment_round import AssignmentCoordinator, slot_ids
-from lease_core.leader.leader_lock import LeaderLock
 from lease_core.leader.leadership import Leadership, hold
 from lease_core.leader.round_history import RoundHistory
 from lease_core.lifecycle.lease_lifecycle import forget_reported_losses
-from lease_core.metrics.worker_metrics import DynamoDBWorkerMetricsStore
 from lease_core.model.lease import Lease, StreamIdentifier
 from lease_core.model.lease_keys import LeaseKeyScheme
 from lease_core.retrieval.shard_source import KinesisShardSource
-from lease_core.retry import RetryPolicy
-from lease_core.store.coordinator_state import CoordinatorStateStore, DynamoDBCoordinatorStateStore
-from lease_core.store.dynamodb_store import DynamoDBLeaseStore
+from lease_core.store.coordinator_state import CoordinatorStateStore
 from lease_core.store.lease_store import LeaseStore
-from lease_core.store.tables import TableAdministrator
 from lease_core.sync.audit import ShardSyncAuditor
 from lease_core.sync.step import is_multi_stream, sync_streams
 from spark_jobs.round_report import reported_losses
@@ -83,32 +77,6 @@ class _LeaseStep(BaseOperator):
     # Each step defines `run(access, context)`: its one lease_core call, returning the XCom summary.
     run: Callable[[AwsAccess, Any], Any]
 
-    @staticmethod
-    def lease_store(access: AwsAccess, retry_policy: RetryPolicy | None = None) -> DynamoDBLeaseStore:
-        config = access.config
-        return DynamoDBLeaseStore(
-            access.client("dynamodb"),
-            config.lease_table,
-            retry_policy=retry_policy or aws.retry_policy(config),
-            consistent_reads=config.consistent_reads,
-            scan_total_segments=config.lease_table_scan_total_segments,
-        )
-
-    @staticmethod
-    def state_store(access: AwsAccess, retry_policy: RetryPolicy | None = None) -> DynamoDBCoordinatorStateStore:
-        config = access.config
-        return DynamoDBCoordinatorStateStore(
-            access.client("dynamodb"),
-            config.coordinator_state_table,
-            retry_policy=retry_policy or aws.retry_policy(config),
-        )
-
-    def leader_lock(self, access: AwsAccess, owner: str) -> LeaderLock:
-        config = access.config
-        return LeaderLock(
-            self.state_store(access), owner, config.leader_lease_duration_millis, config.leader_heartbeat_period_millis
-        )
-
 
 class RoundPlanOperator(BaseOperator):
     """Decides the run's plan (live round or backfill) from its params; no I/O.
@@ -133,9 +101,7 @@ class EnsureLeaseTablesOperator(_LeaseStep):
     """Creates the lease, worker-metrics and coordinator-state tables if they are missing."""
 
     def run(self, access: AwsAccess, context: Any) -> dict[str, Any]:
-        administrator = TableAdministrator(
-            access.client("dynamodb"), access.config, retry_policy=aws.retry_policy(access.config)
-        )
+        administrator = access.app.tables
         return {
             "tables": [
                 {"name": r.name, "role": r.role, "created": r.created, "status": r.status}
@@ -154,18 +120,16 @@ class _LeaderStep(_LeaseStep):
     @contextmanager
     def leadership(self, access: AwsAccess) -> Iterator[Leadership]:
         """The round's lock, resumed from an earlier step and heartbeaten while this step works."""
-        with hold(
-            self.leader_lock(access, self.leader_owner), self.task_id, acquire=False, release=False
-        ) as leadership:
+        with hold(access.app.leader_lock(self.leader_owner), self.task_id, acquire=False, release=False) as leadership:
             yield leadership
 
     def fenced_stores(self, access: AwsAccess, leadership: Leadership) -> tuple[LeaseStore, CoordinatorStateStore]:
         """The lease and coordinator-state stores of a step that holds the lock: every write and
         every retry checks it first."""
-        policy = leadership.retry_policy(aws.retry_policy(access.config))
+        policy = leadership.retry_policy(access.app.retry_policy)
         return (
-            leadership.lease_store(self.lease_store(access, policy)),
-            leadership.state_store(self.state_store(access, policy)),
+            leadership.lease_store(access.app.lease_store_with(policy)),
+            leadership.state_store(access.app.state_store_with(policy)),
         )
 
 
@@ -173,7 +137,7 @@ class TakeLeadershipOperator(_LeaderStep):
     """Takes the application's leader lock for this run; retryable while another round holds it."""
 
     def run(self, access: AwsAccess, context: Any) -> dict[str, Any]:
-        lock = self.leader_lock(access, self.leader_owner)
+        lock = access.app.leader_lock(self.leader_owner)
         if not lock.try_acquire():
             raise lock.unavailable()
         return {"owner": self.leader_owner, "record_version": lock.record_version_number}
@@ -190,7 +154,7 @@ class ShardSyncOperator(_LeaderStep):
 
     def run(self, access: AwsAccess, context: Any) -> dict[str, Any]:
         names = stream_names(self.streams)
-        source = KinesisShardSource(access.client("kinesis"), retry_policy=aws.retry_policy(access.config))
+        source = access.app.shard_source
         with self.leadership(access) as leadership:
             store, state = self.fenced_stores(access, leadership)
             # The sync first: it refuses a stream the application does not consume before the
@@ -232,9 +196,7 @@ class LeaseAssignmentOperator(_LeaderStep):
 
     def run(self, access: AwsAccess, context: Any) -> dict[str, Any]:
         config = access.config
-        metrics = DynamoDBWorkerMetricsStore(
-            access.client("dynamodb"), config.worker_metrics_table, retry_policy=aws.retry_policy(config)
-        )
+        metrics = access.app.worker_metrics
         with self.leadership(access) as leadership:
             store, state = self.fenced_stores(access, leadership)
             coordinator = AssignmentCoordinator(store, metrics, state, config)
@@ -261,12 +223,12 @@ class IdleCheckOperator(_LeaseStep):
 
     def run(self, access: AwsAccess, context: Any) -> dict[str, Any]:
         names = stream_names(self.streams)
-        every = self.lease_store(access).list_leases()
+        every = access.app.lease_store.list_leases()
         for lease in every:
             if lease.unreported_losses:  # an earlier round's driver died before its report named them
                 return {"idle": False, "lease": lease.lease_key, "reason": "retention losses wait to be reported"}
         leases = [lease for lease in every if not lease.is_at_shard_end]
-        kinesis = access.client("kinesis")
+        kinesis = access.app.client("kinesis")
         with ThreadPoolExecutor(max_workers=IDLE_CHECK_THREADS) as pool:
             for lease, reason in zip(leases, pool.map(lambda lease: _work_for(lease, names, kinesis, access), leases)):
                 if reason is not None:
@@ -288,7 +250,7 @@ def _work_for(lease: Lease, streams: list[str], kinesis: Any, access: AwsAccess)
         shard,
         lease.checkpoint,
         at_timestamp=None if timestamp is None else parse_iso_timestamp(timestamp),
-        retry_policy=aws.retry_policy(access.config),
+        retry_policy=access.app.retry_policy,
         min_call_interval_seconds=0,
     )
     batch = reader.read(ReadLimits(max_records=1))
@@ -412,7 +374,7 @@ def _setting_text(value: Any) -> str:
 def read_report(access: AwsAccess, uri: str) -> dict[str, Any]:
     if uri.startswith("s3://"):
         bucket, _, key = uri[len("s3://") :].partition("/")
-        body = access.client("s3").get_object(Bucket=bucket, Key=key)["Body"].read()
+        body = access.app.client("s3").get_object(Bucket=bucket, Key=key)["Body"].read()
         return json.loads(body)
     return json.loads(Path(uri.removeprefix("file://")).read_text())
 
@@ -544,6 +506,6 @@ class ReleaseLeadershipOperator(_LeaderStep):
     happened in between once the lock was taken (and a lock it never releases is taken over later)."""
 
     def run(self, access: AwsAccess, context: Any) -> dict[str, Any]:
-        lock = self.leader_lock(access, self.leader_owner)
+        lock = access.app.leader_lock(self.leader_owner)
         released = lock.resume_as_owner() and lock.release()
         return {"owner": self.leader_owner, "released": released}

@@ -112,7 +112,7 @@ def dag_run_overview(dag_id: str, run_id: str, session: SessionDep) -> dict[str,
 
 def _read(settings: dict[str, Any]) -> ApplicationReads:
     access = aws_access(AWS_CONN_ID, settings)
-    return read_application(access.client("dynamodb"), access.config)
+    return read_application(access.app)
 
 
 def _run_params(dag_id: str, run_id: str, session: Session) -> dict[str, Any]:

@@ -1,0 +1,102 @@
+"""The composition root: one application's parts, built from its configuration once, in one place.
+
+The command line, the Airflow operators, the consume job's driver, its slot tasks and the monitoring
+API all start from a `LeaseApplication`: the lease store, the coordinator-state and worker-metrics
+stores, the shard source, the table administrator, the leader lock and the current round, each
+built the same way everywhere (the configuration's table names, retry policy and read settings) and
+cached for the life of the object. A boto3 session may be given (Airflow's connection builds one);
+otherwise the process's shared default session is used.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import boto3
+
+from lease_core import aws
+from lease_core.config.settings import ConsumerConfig
+from lease_core.leader.assignment_round import current_round
+from lease_core.leader.leader_lock import LeaderLock
+from lease_core.metrics.worker_metrics import DynamoDBWorkerMetricsStore
+from lease_core.retrieval.shard_source import KinesisShardSource
+from lease_core.retry import RetryPolicy
+from lease_core.store.coordinator_state import DynamoDBCoordinatorStateStore
+from lease_core.store.dynamodb_store import DynamoDBLeaseStore
+from lease_core.store.tables import TableAdministrator
+
+
+class LeaseApplication:
+    def __init__(self, config: ConsumerConfig, session: boto3.Session | None = None) -> None:
+        self.config = config
+        self._session = session
+        self._clients: dict[str, Any] = {}
+
+    @classmethod
+    def from_config(cls, config: ConsumerConfig, session: boto3.Session | None = None) -> LeaseApplication:
+        return cls(config, session)
+
+    @property
+    def name(self) -> str:
+        return self.config.require_application_name()
+
+    def client(self, service: str) -> Any:
+        """The boto3 client of `service` (one per application: clients are thread-safe)."""
+        if service not in self._clients:
+            self._clients[service] = aws.client(service, self.config, self._session)
+        return self._clients[service]
+
+    @functools.cached_property
+    def retry_policy(self) -> RetryPolicy:
+        return aws.retry_policy(self.config)
+
+    @functools.cached_property
+    def lease_store(self) -> DynamoDBLeaseStore:
+        return self.lease_store_with(self.retry_policy)
+
+    def lease_store_with(self, retry_policy: RetryPolicy) -> DynamoDBLeaseStore:
+        """The lease store under another retry policy (a leader's, which checks its lock before each try)."""
+        return DynamoDBLeaseStore(
+            self.client("dynamodb"),
+            self.config.lease_table,
+            retry_policy=retry_policy,
+            consistent_reads=self.config.consistent_reads,
+            scan_total_segments=self.config.lease_table_scan_total_segments,
+        )
+
+    @functools.cached_property
+    def state_store(self) -> DynamoDBCoordinatorStateStore:
+        return self.state_store_with(self.retry_policy)
+
+    def state_store_with(self, retry_policy: RetryPolicy) -> DynamoDBCoordinatorStateStore:
+        return DynamoDBCoordinatorStateStore(
+            self.client("dynamodb"), self.config.coordinator_state_table, retry_policy=retry_policy
+        )
+
+    @functools.cached_property
+    def worker_metrics(self) -> DynamoDBWorkerMetricsStore:
+        return DynamoDBWorkerMetricsStore(
+            self.client("dynamodb"), self.config.worker_metrics_table, retry_policy=self.retry_policy
+        )
+
+    @functools.cached_property
+    def shard_source(self) -> KinesisShardSource:
+        return KinesisShardSource(self.client("kinesis"), retry_policy=self.retry_policy)
+
+    @functools.cached_property
+    def tables(self) -> TableAdministrator:
+        return TableAdministrator(self.client("dynamodb"), self.config, retry_policy=self.retry_policy)
+
+    def leader_lock(self, owner: str) -> LeaderLock:
+        """The application's leader lock as `owner` would take, renew or release it."""
+        return LeaderLock(
+            self.state_store,
+            owner,
+            self.config.leader_lease_duration_millis,
+            self.config.leader_heartbeat_period_millis,
+        )
+
+    def current_round(self) -> int:
+        """The round the last assignment wrote (0 before the first assignment)."""
+        return current_round(self.state_store)
