@@ -163,7 +163,6 @@ with DAG(
         stop_at_arrival="{{ " + PLAN + "['stop_at_arrival'] }}",
         leader_owner=LEADER,
         round_number="{{ ti.xcom_pull(task_ids='assign_leases')['round_number'] }}",
-        report_uri="{{ " + PLAN + "['output_uri'] }}/_rounds/{{ run_id | replace(':', '-') | replace('+', '-') }}.json",
         outlets=[OUTPUT],
     )
     finalize_round = FinalizeRoundOperator(

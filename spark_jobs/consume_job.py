@@ -28,10 +28,8 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
-from lease_core import aws
 from lease_core.application import LeaseApplication
 from lease_core.config.settings import ConsumerConfig, load_config, parse_iso_timestamp
 from lease_core.errors import ConfigurationError, LeaseCoreError, TableNotFoundError
@@ -45,7 +43,7 @@ from lease_core.ops.command_line import EXIT_FAILED, EXIT_OK, EXIT_USAGE, Argume
 from spark_jobs.consume_spec import ConsumeSpec, settings_for_executors
 from spark_jobs.lease_consumer import LeaseBudget
 from spark_jobs.parquet_sink import ParquetSink
-from spark_jobs.round_report import RetentionLoss, RoundReport
+from spark_jobs.round_report import RetentionLoss, RoundReport, write_report
 from spark_jobs.slot_task import slot_reports
 from spark_jobs.transform import load_transform
 
@@ -169,7 +167,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(report.summary())
     if arguments.report_uri:
         try:
-            write_report(arguments.report_uri, report, config)
+            write_report(arguments.report_uri, report, LeaseApplication.from_config(config))
         except (LeaseCoreError, OSError) as error:
             print(
                 f"consume_job: the round report could not be written to {arguments.report_uri}: {error}",
@@ -419,27 +417,6 @@ def _first_line(error: BaseException) -> str:
         if "slot " in line and "failed" in line:
             return line.strip()
     return text.splitlines()[0] if text else type(error).__name__
-
-
-def write_report(uri: str, report: RoundReport, config: ConsumerConfig) -> None:
-    """The JSON report at a local path or an s3:// URI."""
-    document = report.to_json().encode()
-    if uri.startswith("s3://"):
-        bucket, _, key = uri[len("s3://") :].partition("/")
-        if not bucket or not key:
-            raise ConfigurationError("report_uri", f"an S3 report URI needs a bucket and a key, got {uri!r}")
-        app = LeaseApplication.from_config(config)
-        client = app.client("s3")
-        aws.AwsCaller("s3", app.retry_policy).call(
-            "PutObject",
-            lambda: client.put_object(Bucket=bucket, Key=key, Body=document, ContentType="application/json"),
-        )
-        return
-    path = Path(uri.removeprefix("file://"))
-    path.parent.mkdir(parents=True, exist_ok=True)
-    staging = path.with_name(f"_{path.name}.tmp")
-    staging.write_bytes(document)
-    staging.replace(path)
 
 
 if __name__ == "__main__":

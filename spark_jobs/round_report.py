@@ -12,8 +12,12 @@ import json
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
+from lease_core import aws
+from lease_core.application import LeaseApplication
+from lease_core.errors import ConfigurationError
 from lease_core.model.lease import AgedOutRange
 
 
@@ -265,3 +269,57 @@ def _cpu(value: float) -> str:
 def _short(position: str) -> str:
     """Long sequence numbers shortened to their last digits, which is where neighbours differ."""
     return position if len(position) <= 16 else "…" + position[-12:]
+
+
+# --- where a round's report lives, and how it is written and read ---------------------------------
+
+# Beside the output, under a name Parquet readers skip (it starts with `_`).
+REPORTS_FOLDER = "_rounds"
+
+
+def report_uri_for(output_uri: str, run_id: str) -> str:
+    """The report of the round run `run_id` writes to `output_uri`: `<output>/_rounds/<run id>.json`
+    (the run id's `:` and `+` made `-`, which object stores and file systems both take)."""
+    name = run_id.replace(":", "-").replace("+", "-")
+    return f"{output_uri.rstrip('/')}/{REPORTS_FOLDER}/{name}.json"
+
+
+def write_report(uri: str, report: RoundReport, app: LeaseApplication) -> None:
+    """The JSON report at a local path (written atomically) or an s3:// URI."""
+    document = report.to_json().encode()
+    if uri.startswith("s3://"):
+        bucket, key = _s3_location(uri)
+        client = app.client("s3")
+        aws.AwsCaller("s3", app.retry_policy).call(
+            "PutObject",
+            lambda: client.put_object(Bucket=bucket, Key=key, Body=document, ContentType="application/json"),
+        )
+        return
+    path = Path(uri.removeprefix("file://"))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    staging = path.with_name(f"_{path.name}.tmp")
+    staging.write_bytes(document)
+    staging.replace(path)
+
+
+def read_report(uri: str, app: LeaseApplication) -> dict[str, Any]:
+    """A report `write_report` wrote, as its JSON document."""
+    if uri.startswith("s3://"):
+        bucket, key = _s3_location(uri)
+        client = app.client("s3")
+
+        def fetch() -> bytes:  # the body is read inside the retried call: a dropped stream is retried too
+            body: bytes = client.get_object(Bucket=bucket, Key=key)["Body"].read()
+            return body
+
+        document: dict[str, Any] = json.loads(aws.AwsCaller("s3", app.retry_policy).call("GetObject", fetch))
+        return document
+    document = json.loads(Path(uri.removeprefix("file://")).read_text())
+    return document
+
+
+def _s3_location(uri: str) -> tuple[str, str]:
+    bucket, _, key = uri[len("s3://") :].partition("/")
+    if not bucket or not key:
+        raise ConfigurationError("report_uri", f"an S3 report URI needs a bucket and a key, got {uri!r}")
+    return bucket, key

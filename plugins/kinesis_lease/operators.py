@@ -47,7 +47,7 @@ from lease_core.store.coordinator_state import CoordinatorStateStore
 from lease_core.store.lease_store import LeaseStore
 from lease_core.sync.audit import ShardSyncAuditor
 from lease_core.sync.step import is_multi_stream, sync_streams
-from spark_jobs.round_report import reported_losses
+from spark_jobs.round_report import read_report, report_uri_for, reported_losses
 from spark_jobs.shard_reader import ReadLimits, ShardReader
 
 # The job file of the installed `spark_jobs` package (imported above), wherever the plugins folder is
@@ -270,8 +270,9 @@ class KinesisConsumeOperator(SparkSubmitOperator):
 
     The application arguments are built from the round's plan at run time; the AWS connection's
     credentials and region go to the job's environment, its endpoints into the configuration. The
-    round report is written next to the output (`<output>/_rounds/<run id>.json`, skipped by
-    readers) and its totals are returned to XCom.
+    round report is written next to the output (`round_report.report_uri_for`:
+    `<output>/_rounds/<run id>.json`, skipped by readers) unless `report_uri` names another place,
+    and its totals are returned to XCom.
     """
 
     template_fields: Sequence[str] = (
@@ -296,7 +297,7 @@ class KinesisConsumeOperator(SparkSubmitOperator):
         output_uri: str,
         leader_owner: str,
         round_number: Any,
-        report_uri: str,
+        report_uri: str | None = None,
         limits: Any = None,
         stop_at_arrival: Any = None,
         aws_conn_id: str | None = "aws_default",
@@ -319,16 +320,19 @@ class KinesisConsumeOperator(SparkSubmitOperator):
     def execute(self, context: Any) -> dict[str, Any]:  # type: ignore[override]  # XCom: the round's figures
         with airflow_outcomes():
             access = aws_access(self.aws_conn_id, dict(self.settings))
-            self.application_args = self._arguments(access)
+            self.application_args = self._arguments(access, context)
             # The executors must run this environment's Python (STACK.md: otherwise the system one).
             python = {"PYSPARK_PYTHON": os.environ.get("PYSPARK_PYTHON", sys.executable)}
             self.env_vars = {**(self.env_vars or {}), **access.spark_env(), **python}
             self.conf = {**(self.conf or {}), "spark.speculation": "false"}
         super().execute(context)
         with airflow_outcomes():
-            return round_totals(read_report(access, self.report_uri))
+            return round_totals(read_report(self._report_uri(context), access.app))
 
-    def _arguments(self, access: AwsAccess) -> list[str]:
+    def _report_uri(self, context: Any) -> str:
+        return self.report_uri or report_uri_for(self.output_uri, context["run_id"])
+
+    def _arguments(self, access: AwsAccess, context: Any) -> list[str]:
         config = access.config
         arguments = [
             "--workers",
@@ -336,7 +340,7 @@ class KinesisConsumeOperator(SparkSubmitOperator):
             "--output-uri",
             self.output_uri,
             "--report-uri",
-            self.report_uri,
+            self._report_uri(context),
             "--leader-owner",
             self.leader_owner,
             "--round",
@@ -369,14 +373,6 @@ def _setting_text(value: Any) -> str:
     if isinstance(value, Mapping):
         return json.dumps(dict(value))
     return str(value)
-
-
-def read_report(access: AwsAccess, uri: str) -> dict[str, Any]:
-    if uri.startswith("s3://"):
-        bucket, _, key = uri[len("s3://") :].partition("/")
-        body = access.app.client("s3").get_object(Bucket=bucket, Key=key)["Body"].read()
-        return json.loads(body)
-    return json.loads(Path(uri.removeprefix("file://")).read_text())
 
 
 def round_totals(report: Mapping[str, Any]) -> dict[str, Any]:
