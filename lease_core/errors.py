@@ -1,64 +1,71 @@
 """The error hierarchy of lease_core.
 
-Every error says whether retrying the same call later can succeed (`retryable`). Errors raised in
-Spark executors travel back to the driver by pickling, so every class here keeps its constructor
-arguments in `args` and pickles by value.
+Every error says whether retrying the same call later can succeed (`retryable`). Each class is a
+dataclass of the facts its message names, plus `__str__`. Errors raised in Spark executors travel
+back to the driver by pickling: the base class keeps the fields in `args`, in order, so that an
+error pickles by value and is rebuilt with its own constructor.
 """
 
 from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+# Each error class is `@dataclass(eq=False, repr=False)`: identity equality and Exception's repr, as
+# for any exception (spelled out on each class: type checkers see an aliased decorator as a plain call).
 
 
 class LeaseCoreError(Exception):
     """Base class of every error raised by lease_core."""
 
-    retryable: bool = False
+    retryable = False  # a class attribute (SinkError alone makes it a field: it depends on the failure)
+
+    def __post_init__(self) -> None:
+        # The dataclass __init__ does not call Exception's: `args` gets the fields here, in order.
+        self.args = tuple(getattr(self, field.name) for field in dataclasses.fields(self))  # type: ignore[arg-type]
 
 
+@dataclass(eq=False, repr=False)
 class ConfigurationError(LeaseCoreError, ValueError):
     """A configuration value is missing, unknown or invalid; the message names the key."""
 
-    def __init__(self, key: str, problem: str) -> None:
-        super().__init__(key, problem)
-        self.key = key
-        self.problem = problem
+    key: str
+    problem: str
 
     def __str__(self) -> str:
         return f"configuration key {self.key!r}: {self.problem}"
 
 
+@dataclass(eq=False, repr=False)
 class TableNotFoundError(LeaseCoreError):
     """A DynamoDB table the operation needs does not exist."""
 
-    def __init__(self, table_name: str, hint: str = "run `leasectl init` to create the tables") -> None:
-        super().__init__(table_name, hint)
-        self.table_name = table_name
-        self.hint = hint
+    table_name: str
+    hint: str = "run `leasectl init` to create the tables"
 
     def __str__(self) -> str:
         return f"DynamoDB table {self.table_name!r} does not exist; {self.hint}"
 
 
+@dataclass(eq=False, repr=False)
 class TableNotReadyError(LeaseCoreError):
     """A table (or its index) did not become ACTIVE within the allowed time."""
 
     retryable = True
 
-    def __init__(self, table_name: str, status: str, waited_seconds: float) -> None:
-        super().__init__(table_name, status, waited_seconds)
-        self.table_name = table_name
-        self.status = status
-        self.waited_seconds = waited_seconds
+    table_name: str
+    status: str
+    waited_seconds: float
 
     def __str__(self) -> str:
         return f"DynamoDB table {self.table_name!r} is still {self.status} after {self.waited_seconds:.0f} s of waiting"
 
 
+@dataclass(eq=False, repr=False)
 class TableProtectedError(LeaseCoreError):
     """A table cannot be deleted because deletion protection is on."""
 
-    def __init__(self, table_name: str) -> None:
-        super().__init__(table_name)
-        self.table_name = table_name
+    table_name: str
 
     def __str__(self) -> str:
         return (
@@ -67,17 +74,16 @@ class TableProtectedError(LeaseCoreError):
         )
 
 
+@dataclass(eq=False, repr=False)
 class DependencyError(LeaseCoreError):
     """An AWS call failed for a reason that may go away: transport errors, 5xx answers."""
 
     retryable = True
 
-    def __init__(self, service: str, operation: str, detail: str, attempts: int) -> None:
-        super().__init__(service, operation, detail, attempts)
-        self.service = service
-        self.operation = operation
-        self.detail = detail
-        self.attempts = attempts
+    service: str
+    operation: str
+    detail: str
+    attempts: int
 
     def __str__(self) -> str:
         return f"{self.service} {self.operation} failed after {self.attempts} attempt(s): {self.detail}"
@@ -87,51 +93,47 @@ class ThrottledError(DependencyError):
     """AWS kept throttling a call after every retry allowed by the retry policy."""
 
 
+@dataclass(eq=False, repr=False)
 class AccessError(LeaseCoreError):
     """AWS refused a call for a reason retrying will not fix (credentials, permissions, validation)."""
 
-    def __init__(self, service: str, operation: str, detail: str) -> None:
-        super().__init__(service, operation, detail)
-        self.service = service
-        self.operation = operation
-        self.detail = detail
+    service: str
+    operation: str
+    detail: str
 
     def __str__(self) -> str:
         return f"{self.service} {self.operation} was refused: {self.detail}"
 
 
+@dataclass(eq=False, repr=False)
 class CorruptLeaseError(LeaseCoreError):
     """A lease-table item cannot be read as a lease; the message names the item and the attribute."""
 
-    def __init__(self, lease_key: str, problem: str) -> None:
-        super().__init__(lease_key, problem)
-        self.lease_key = lease_key
-        self.problem = problem
+    lease_key: str
+    problem: str
 
     def __str__(self) -> str:
         return f"lease item {self.lease_key!r} is not a valid KCL lease: {self.problem}"
 
 
+@dataclass(eq=False, repr=False)
 class InvalidSequenceNumberError(LeaseCoreError, ValueError):
     """A checkpoint value is neither a sentinel name nor a decimal sequence number."""
 
-    def __init__(self, value: object, problem: str) -> None:
-        super().__init__(value, problem)
-        self.value = value
-        self.problem = problem
+    value: object
+    problem: str
 
     def __str__(self) -> str:
         return f"invalid sequence number {self.value!r}: {self.problem}"
 
 
+@dataclass(eq=False, repr=False)
 class CheckpointOrderError(LeaseCoreError, ValueError):
     """A checkpoint would move a lease's checkpoint backwards."""
 
-    def __init__(self, lease_key: str, current: str, requested: str) -> None:
-        super().__init__(lease_key, current, requested)
-        self.lease_key = lease_key
-        self.current = current
-        self.requested = requested
+    lease_key: str
+    current: str
+    requested: str
 
     def __str__(self) -> str:
         return (
@@ -140,13 +142,12 @@ class CheckpointOrderError(LeaseCoreError, ValueError):
         )
 
 
+@dataclass(eq=False, repr=False)
 class IndexNotFoundError(LeaseCoreError):
     """The lease table lacks the owner index KCL 3.x workers query."""
 
-    def __init__(self, table_name: str, index_name: str) -> None:
-        super().__init__(table_name, index_name)
-        self.table_name = table_name
-        self.index_name = index_name
+    table_name: str
+    index_name: str
 
     def __str__(self) -> str:
         return (
@@ -155,52 +156,48 @@ class IndexNotFoundError(LeaseCoreError):
         )
 
 
+@dataclass(eq=False, repr=False)
 class StreamNotFoundError(LeaseCoreError):
     """The Kinesis stream does not exist (or is being deleted)."""
 
-    def __init__(self, stream_name: str) -> None:
-        super().__init__(stream_name)
-        self.stream_name = stream_name
+    stream_name: str
 
     def __str__(self) -> str:
         return f"Kinesis stream {self.stream_name!r} does not exist"
 
 
+@dataclass(eq=False, repr=False)
 class StreamNotActiveError(LeaseCoreError):
     """The stream exists but cannot be listed yet (CREATING) or any more (DELETING)."""
 
     retryable = True
 
-    def __init__(self, stream_name: str, status: str) -> None:
-        super().__init__(stream_name, status)
-        self.stream_name = stream_name
-        self.status = status
+    stream_name: str
+    status: str
 
     def __str__(self) -> str:
         return f"Kinesis stream {self.stream_name!r} is {self.status}, not ACTIVE or UPDATING"
 
 
+@dataclass(eq=False, repr=False)
 class IncompleteShardListError(LeaseCoreError):
     """A filtered shard listing did not cover the whole hash key space after every attempt (§3.2)."""
 
     retryable = True
 
-    def __init__(self, stream_name: str, detail: str) -> None:
-        super().__init__(stream_name, detail)
-        self.stream_name = stream_name
-        self.detail = detail
+    stream_name: str
+    detail: str
 
     def __str__(self) -> str:
         return f"shard listing of stream {self.stream_name!r} does not cover the hash key space: {self.detail}"
 
 
+@dataclass(eq=False, repr=False)
 class InconsistentShardsError(LeaseCoreError):
     """Child shards of still-open parents were found (§3.3); the sync refuses to run."""
 
-    def __init__(self, stream_name: str, shard_ids: tuple[str, ...]) -> None:
-        super().__init__(stream_name, shard_ids)
-        self.stream_name = stream_name
-        self.shard_ids = shard_ids
+    stream_name: str
+    shard_ids: tuple[str, ...]
 
     def __str__(self) -> str:
         return (
@@ -209,21 +206,21 @@ class InconsistentShardsError(LeaseCoreError):
         )
 
 
+@dataclass(eq=False, repr=False)
 class InvalidShardLineageError(LeaseCoreError):
     """The child shards reported at SHARD_END contradict Kinesis' resharding rules (§3.8).
 
     Not retryable: the same child records come back on every attempt, so the lease needs an operator.
     """
 
-    def __init__(self, lease_key: str, problem: str) -> None:
-        super().__init__(lease_key, problem)
-        self.lease_key = lease_key
-        self.problem = problem
+    lease_key: str
+    problem: str
 
     def __str__(self) -> str:
         return f"lease {self.lease_key!r} reached SHARD_END with invalid child shards: {self.problem}"
 
 
+@dataclass(eq=False, repr=False)
 class StreamMismatchError(LeaseCoreError):
     """A single-stream application was asked to sync a stream other than the one it consumes.
 
@@ -232,12 +229,10 @@ class StreamMismatchError(LeaseCoreError):
     re-created under the same name, would mix its shards with them.
     """
 
-    def __init__(self, table_name: str, remembered: str, requested: str, recreated: bool) -> None:
-        super().__init__(table_name, remembered, requested, recreated)
-        self.table_name = table_name
-        self.remembered = remembered
-        self.requested = requested
-        self.recreated = recreated
+    table_name: str
+    remembered: str
+    requested: str
+    recreated: bool
 
     def __str__(self) -> str:
         remembered = (
@@ -256,16 +251,15 @@ class StreamMismatchError(LeaseCoreError):
         )
 
 
+@dataclass(eq=False, repr=False)
 class CoordinatorStateConflictError(LeaseCoreError):
     """A coordinator-state record kept changing under every read-modify-write attempt."""
 
     retryable = True
 
-    def __init__(self, table_name: str, key: str, attempts: int) -> None:
-        super().__init__(table_name, key, attempts)
-        self.table_name = table_name
-        self.key = key
-        self.attempts = attempts
+    table_name: str
+    key: str
+    attempts: int
 
     def __str__(self) -> str:
         return (
@@ -274,21 +268,21 @@ class CoordinatorStateConflictError(LeaseCoreError):
         )
 
 
+@dataclass(eq=False, repr=False)
 class LeadershipUnavailableError(LeaseCoreError):
     """Another process holds the application's leader lock; only one round may run at a time."""
 
     retryable = True
 
-    def __init__(self, holder: str, detail: str = "") -> None:
-        super().__init__(holder, detail)
-        self.holder = holder
-        self.detail = detail
+    holder: str
+    detail: str = ""
 
     def __str__(self) -> str:
         text = f"the leader lock is held by {self.holder!r}; only one round of an application runs at a time"
         return f"{text}; {self.detail}" if self.detail else text
 
 
+@dataclass(eq=False, repr=False)
 class LeadershipLostError(LeaseCoreError):
     """The leader lock was lost while a control-plane step was writing; the step stopped before its next write.
 
@@ -298,10 +292,8 @@ class LeadershipLostError(LeaseCoreError):
 
     retryable = True
 
-    def __init__(self, owner_name: str, step: str) -> None:
-        super().__init__(owner_name, step)
-        self.owner_name = owner_name
-        self.step = step
+    owner_name: str
+    step: str
 
     def __str__(self) -> str:
         return (
@@ -310,6 +302,7 @@ class LeadershipLostError(LeaseCoreError):
         )
 
 
+@dataclass(eq=False, repr=False)
 class SinkError(LeaseCoreError):
     """The output dataset cannot be written where the job was told to write it.
 
@@ -317,28 +310,26 @@ class SinkError(LeaseCoreError):
     connection); not retryable for a missing bucket, a path that is not a directory, or a refusal.
     """
 
-    def __init__(self, uri: str, problem: str, retryable: bool = False) -> None:
-        super().__init__(uri, problem, retryable)
-        self.uri = uri
-        self.problem = problem
-        self.retryable = retryable
+    uri: str
+    problem: str
+    retryable: bool = False
 
     def __str__(self) -> str:
         return f"sink {self.uri!r}: {self.problem}"
 
 
+@dataclass(eq=False, repr=False)
 class TransformError(LeaseCoreError):
     """The user transform could not be loaded, raised, or returned something other than a table."""
 
-    def __init__(self, spec: str, problem: str) -> None:
-        super().__init__(spec, problem)
-        self.spec = spec
-        self.problem = problem
+    spec: str
+    problem: str
 
     def __str__(self) -> str:
         return f"transform {self.spec!r}: {self.problem}"
 
 
+@dataclass(eq=False, repr=False)
 class LeaseLostError(LeaseCoreError):
     """This worker no longer holds the lease: a renew or checkpoint condition failed, or it expired.
 
@@ -346,15 +337,14 @@ class LeaseLostError(LeaseCoreError):
     slot) owns the lease's next write. The holder stops reading it and never commits it.
     """
 
-    def __init__(self, lease_key: str, reason: str) -> None:
-        super().__init__(lease_key, reason)
-        self.lease_key = lease_key
-        self.reason = reason
+    lease_key: str
+    reason: str
 
     def __str__(self) -> str:
         return f"lease {self.lease_key!r} was lost: {self.reason}"
 
 
+@dataclass(eq=False, repr=False)
 class RecordsLostError(LeaseCoreError):
     """A round landed everything it could, but some records can never be landed.
 
@@ -363,9 +353,7 @@ class RecordsLostError(LeaseCoreError):
     Raised after the round's figures are saved, so the loss is both recorded and alerted on.
     """
 
-    def __init__(self, losses: tuple[str, ...]) -> None:
-        super().__init__(losses)
-        self.losses = losses
+    losses: tuple[str, ...]
 
     def __str__(self) -> str:
         return f"{len(self.losses)} loss(es) of records that can no longer be landed: " + "; ".join(self.losses)
