@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -44,6 +45,21 @@ def kinesis_client_for(endpoint: str):
     from tests.support.kinesis import kinesis_client
 
     return kinesis_client(endpoint)
+
+
+class BackgroundRound:
+    """A consume round run on a thread, so that the test can act while its slots work."""
+
+    def __init__(self, run: Callable[[], RoundReport]) -> None:
+        self._reports: list[RoundReport] = []
+        self._thread = threading.Thread(target=lambda: self._reports.append(run()))
+        self._thread.start()
+
+    def join(self, timeout: float) -> RoundReport:
+        """The round's report, once it ended within `timeout` seconds (the test fails otherwise)."""
+        self._thread.join(timeout)
+        assert self._reports, f"the round did not end within {timeout:.0f} s"
+        return self._reports[0]
 
 
 def assert_exactly_once(pipeline: ConsumerPipeline) -> None:
@@ -130,15 +146,11 @@ def test_a_reshard_during_a_round_ends_the_parent_and_its_children_follow(spark,
     shards = sorted({record.shard_id for record in pipeline.produced})
     parent = shards[1]
     control(spark_control_dir, "block", pipeline, parent).touch()
-    holder: dict[str, object] = {}
     # Small files: the parent's first batch blocks in the transform, and reading goes on after the reshard.
     small_files = LeaseBudget(file_max_records=10)
-    job = threading.Thread(
-        target=lambda: holder.update(
-            report=pipeline.consume(spark, 2, assignment.round_number, transform=STEER, budget=small_files)
-        )
+    job = BackgroundRound(
+        lambda: pipeline.consume(spark, 2, assignment.round_number, transform=STEER, budget=small_files)
     )
-    job.start()
     wait_for(control(spark_control_dir, "blocked", pipeline, parent))
     if reshard == "split":
         children = set(split_shard(pipeline.kinesis, pipeline.streams[0], parent))
@@ -146,8 +158,7 @@ def test_a_reshard_during_a_round_ends_the_parent_and_its_children_follow(spark,
         children = {merge_shards(pipeline.kinesis, pipeline.streams[0], parent, shards[2])}
     pipeline.produce(300)
     control(spark_control_dir, "release", pipeline, parent).touch()
-    job.join(timeout=120)
-    report = holder["report"]
+    report = job.join(timeout=120)
     reported = [lease for slot in report.slots for lease in slot.leases]  # type: ignore[attr-defined]
     outcomes = {lease.shard_id: lease for lease in reported}
     assert outcomes[parent].outcome == Outcome.SHARD_END
@@ -197,11 +208,7 @@ def _round_with_a_closing_parent(spark, pipeline, spark_control_dir, child_left_
     assignment = pipeline.assign(2)
     for shard in (parent, lower, upper):  # a child's reader stays busy with it until the test lets go
         control(spark_control_dir, "block", pipeline, shard).touch()
-    holder: dict[str, RoundReport] = {}
-    job = threading.Thread(
-        target=lambda: holder.update(report=pipeline.consume(spark, 2, assignment.round_number, transform=STEER))
-    )
-    job.start()
+    job = BackgroundRound(lambda: pipeline.consume(spark, 2, assignment.round_number, transform=STEER))
     wait_for(control(spark_control_dir, "blocked", pipeline, parent))
     time.sleep(3)  # worker-1 has read its own leases by now and waits on the parent
     control(spark_control_dir, "release", pipeline, parent).touch()
@@ -209,10 +216,8 @@ def _round_with_a_closing_parent(spark, pipeline, spark_control_dir, child_left_
         wait_for(control(spark_control_dir, "blocked", pipeline, child))
     for child in (lower, upper):
         control(spark_control_dir, "release", pipeline, child).touch()
-    job.join(timeout=120)
-    readers = {
-        lease.shard_id: (lease.worker_id, lease.outcome) for slot in holder["report"].slots for lease in slot.leases
-    }
+    report = job.join(timeout=120)
+    readers = {lease.shard_id: (lease.worker_id, lease.outcome) for slot in report.slots for lease in slot.leases}
     assert readers[parent] == (worker_0, Outcome.SHARD_END)
     for _ in range(2):
         pipeline.round(spark, workers=2)
@@ -250,20 +255,11 @@ def test_a_child_whose_parent_stops_at_a_limit_waits_for_the_next_round_and_the_
     lower, _ = split_shard(pipeline.kinesis, pipeline.streams[0], parent)
     child_held_by(pipeline, lower, slots[child_holder])
     round_number = pipeline.assign(2).round_number
-    holder: dict[str, RoundReport] = {}
-    job = threading.Thread(
-        target=lambda: holder.update(
-            report=pipeline.consume(spark, 2, round_number, budget=LeaseBudget(max_records=10))
-        )
-    )
-    job.start()
+    job = BackgroundRound(lambda: pipeline.consume(spark, 2, round_number, budget=LeaseBudget(max_records=10)))
     # A slot lets go of a parent nobody reads any more (its own, or one whose counter stood still for a
     # failover time, 6 s here): the round ends.
-    job.join(timeout=120)
-    assert not job.is_alive(), "the round never ended"
-    readers = {
-        lease.shard_id: (lease.worker_id, lease.outcome) for slot in holder["report"].slots for lease in slot.leases
-    }
+    report = job.join(timeout=120)  # fails if the round never ends
+    readers = {lease.shard_id: (lease.worker_id, lease.outcome) for slot in report.slots for lease in slot.leases}
     assert readers[parent] == (slots[0], Outcome.LIMIT)
     assert readers[lower] == (slots[child_holder], Outcome.WAITING_FOR_PARENTS)
     for _ in range(8):
@@ -306,11 +302,7 @@ def test_a_zombie_that_lost_its_lease_never_commits_and_lands_nothing_twice(spar
     assignment = pipeline.assign(1)
     victim = sorted({record.shard_id for record in pipeline.produced})[0]
     control(spark_control_dir, "block", pipeline, victim).touch()
-    holder: dict[str, object] = {}
-    job = threading.Thread(
-        target=lambda: holder.update(report=pipeline.consume(spark, 1, assignment.round_number, transform=STEER))
-    )
-    job.start()
+    job = BackgroundRound(lambda: pipeline.consume(spark, 1, assignment.round_number, transform=STEER))
     wait_for(control(spark_control_dir, "blocked", pipeline, victim))
     # The zombie holds a prepared batch of the victim; the leader moves the lease to another slot,
     # which finishes the batch and reads on while the zombie is still inside its transform.
@@ -321,8 +313,7 @@ def test_a_zombie_that_lost_its_lease_never_commits_and_lands_nothing_twice(spar
     assert [lease.outcome for lease in rescuer.leases] == [Outcome.CAUGHT_UP]
     assert rescuer.leases[0].replayed_batches == 1
     control(spark_control_dir, "release", pipeline, victim).touch()
-    job.join(timeout=120)
-    zombie = {lease.shard_id: lease for slot in holder["report"].slots for lease in slot.leases}  # type: ignore[attr-defined]
+    zombie = {lease.shard_id: lease for slot in job.join(timeout=120).slots for lease in slot.leases}
     assert zombie[victim].outcome == Outcome.LOST
     assert pipeline.leases()[victim].lease_owner == slot_ids(pipeline.application_name, 2)[1]
     assert_exactly_once(pipeline)
@@ -352,17 +343,14 @@ def test_a_round_whose_leader_lock_is_taken_over_cancels_its_slots_and_commits_n
     victim = sorted({record.shard_id for record in pipeline.produced})[0]
     control(spark_control_dir, "block", pipeline, victim).touch()
     spec = pipeline.spec(1, assignment.round_number, transform=STEER)
-    holder: dict[str, RoundReport] = {}
-    job = threading.Thread(target=lambda: holder.update(report=run_round(spark, spec, HandedOverLock("dag/run-A"))))
-    job.start()
+    job = BackgroundRound(lambda: run_round(spark, spec, HandedOverLock("dag/run-A")))
     wait_for(control(spark_control_dir, "blocked", pipeline, victim))
     before = pipeline.leases()[victim]
     pipeline.state.delete(LEADER_KEY)  # the round is taken over (here: its lock deleted and acquired)
     next_round = LeaderLock(pipeline.state, "dag/run-B", 3000, 200)
     assert next_round.try_acquire()
-    job.join(timeout=30)  # the blocked transform would hold its slot for 60 s
-    assert not job.is_alive(), "the slots kept running after the leader lock was lost"
-    report = holder["report"]
+    # Ended within 30 s: the slots stopped when the lock was lost (the blocked transform would hold one 60 s).
+    report = job.join(timeout=30)
     assert report.leadership_lost and not report.succeeded
     assert pipeline.leases()[victim].checkpoint == before.checkpoint
     control(spark_control_dir, "release", pipeline, victim).touch()
