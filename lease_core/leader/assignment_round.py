@@ -32,9 +32,9 @@ from lease_core.assignment.view import build_view
 from lease_core.config.settings import ConsumerConfig
 from lease_core.metrics.worker_metrics import CPU_METRIC, WorkerMetricsStore, active_workers
 from lease_core.model.lease import Lease
-from lease_core.store.codec import Item
 from lease_core.store.coordinator_state import CoordinatorStateStore, update_record
 from lease_core.store.lease_store import LeaseStore
+from lease_core.store.record_table import Record, whole_number
 
 ROUND_KEY = "AssignmentRound"
 
@@ -129,43 +129,37 @@ class RoundSnapshot:
     handoffs: Mapping[str, HandoffSeen] = field(default_factory=dict)
 
     @classmethod
-    def from_item(cls, item: Item | None) -> RoundSnapshot:
+    def from_item(cls, item: Record | None) -> RoundSnapshot:
         if item is None:
             return cls()
         handoffs = {
-            key: HandoffSeen(
-                value["M"]["leaseOwner"]["S"], value["M"]["checkpointOwner"]["S"], int(value["M"]["since"]["N"])
-            )
-            for key, value in item.get("handoffs", {}).get("M", {}).items()
+            key: HandoffSeen(value["leaseOwner"], value["checkpointOwner"], int(value["since"]))
+            for key, value in item.get("handoffs", {}).items()
         }
         return cls(
-            round_number=int(item["round"]["N"]) if "round" in item else 0,
-            assigned_at_millis=int(item["assignedAt"]["N"]) if "assignedAt" in item else 0,
-            round_owner=item["roundOwner"]["S"] if "roundOwner" in item else None,
-            lease_counters={key: int(value["N"]) for key, value in item.get("leaseCounters", {}).get("M", {}).items()},
+            round_number=whole_number(item, "round"),
+            assigned_at_millis=whole_number(item, "assignedAt"),
+            round_owner=item.get("roundOwner"),
+            lease_counters={key: int(value) for key, value in item.get("leaseCounters", {}).items()},
             handoffs=handoffs,
         )
 
-    def to_item(self) -> Item:
-        item: Item = {
-            "round": {"N": str(self.round_number)},
-            "assignedAt": {"N": str(self.assigned_at_millis)},
-            "leaseCounters": {"M": {key: {"N": str(counter)} for key, counter in self.lease_counters.items()}},
+    def to_item(self) -> Record:
+        item: Record = {
+            "round": self.round_number,
+            "assignedAt": self.assigned_at_millis,
+            "leaseCounters": dict(self.lease_counters),
             "handoffs": {
-                "M": {
-                    key: {
-                        "M": {
-                            "leaseOwner": {"S": seen.lease_owner},
-                            "checkpointOwner": {"S": seen.checkpoint_owner},
-                            "since": {"N": str(seen.since_millis)},
-                        }
-                    }
-                    for key, seen in self.handoffs.items()
+                key: {
+                    "leaseOwner": seen.lease_owner,
+                    "checkpointOwner": seen.checkpoint_owner,
+                    "since": seen.since_millis,
                 }
+                for key, seen in self.handoffs.items()
             },
         }
         if self.round_owner is not None:
-            item["roundOwner"] = {"S": self.round_owner}
+            item["roundOwner"] = self.round_owner
         return item
 
     def next(
@@ -366,7 +360,7 @@ class AssignmentCoordinator:
         leases = self.store.list_leases()
         now = self.clock_millis()
 
-        def change(record: Item | None) -> Item | None:
+        def change(record: Record | None) -> Record | None:
             stored = RoundSnapshot.from_item(record)
             if stored.round_number > round_number or (
                 stored.round_number == round_number and stored.round_owner != round_owner

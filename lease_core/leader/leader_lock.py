@@ -48,8 +48,8 @@ from datetime import UTC, datetime
 from types import TracebackType
 
 from lease_core.errors import LeadershipUnavailableError
-from lease_core.store.codec import Item
-from lease_core.store.coordinator_state import KEY, CoordinatorStateStore, Expectations, update_record
+from lease_core.store.coordinator_state import KEY, CoordinatorStateStore, update_record
+from lease_core.store.record_table import Expectations, Record, text, whole_number
 
 log = logging.getLogger(__name__)
 
@@ -97,20 +97,20 @@ class LockHolder:
     is_released: bool = False
 
     @classmethod
-    def from_item(cls, item: Item, default_lease_duration_millis: int) -> LockHolder:
+    def from_item(cls, item: Record, default_lease_duration_millis: int) -> LockHolder:
         """Read a lock item; a foreign item without a usable duration is given ours."""
         return cls(
-            owner_name=item.get(OWNER_NAME, {}).get("S", ""),
-            record_version_number=item.get(RECORD_VERSION_NUMBER, {}).get("S", ""),
+            owner_name=text(item, OWNER_NAME),
+            record_version_number=text(item, RECORD_VERSION_NUMBER),
             lease_duration_millis=_duration(item, default_lease_duration_millis),
-            is_released=item.get(IS_RELEASED, {}).get("S") == RELEASED,
+            is_released=text(item, IS_RELEASED) == RELEASED,
         )
 
 
-def _duration(item: Item, default_millis: int) -> int:
+def _duration(item: Record, default_millis: int) -> int:
     try:
-        return int(item[LEASE_DURATION]["S"])
-    except (KeyError, ValueError):
+        return int(text(item, LEASE_DURATION))
+    except ValueError:
         return default_millis
 
 
@@ -129,19 +129,17 @@ class SharedObservation:
     observer_name: str
 
     @classmethod
-    def from_item(cls, item: Item) -> SharedObservation | None:
+    def from_item(cls, item: Record) -> SharedObservation | None:
         try:
-            return cls(
-                item[OBSERVED_VERSION]["S"], int(item[FIRST_SEEN_AT]["N"]), item.get(OBSERVER_NAME, {}).get("S", "")
-            )
+            return cls(item[OBSERVED_VERSION], whole_number(item, FIRST_SEEN_AT), text(item, OBSERVER_NAME))
         except (KeyError, ValueError):
             return None  # unreadable evidence is no evidence: it is rewritten at the next observation
 
-    def to_item(self) -> Item:
+    def to_item(self) -> Record:
         return {
-            OBSERVED_VERSION: {"S": self.record_version_number},
-            FIRST_SEEN_AT: {"N": str(self.first_seen_at_millis)},
-            OBSERVER_NAME: {"S": self.observer_name},
+            OBSERVED_VERSION: self.record_version_number,
+            FIRST_SEEN_AT: self.first_seen_at_millis,
+            OBSERVER_NAME: self.observer_name,
         }
 
 
@@ -225,7 +223,7 @@ class LeaderLock:
                 return self._write(now, {KEY: None})
             holder = LockHolder.from_item(item, self.lease_duration_millis)
             if holder.is_released:
-                return self._write(now, {IS_RELEASED: {"S": RELEASED}, **_version_expectation(holder)})
+                return self._write(now, {IS_RELEASED: RELEASED, **_version_expectation(holder)})
             if holder.owner_name == self.owner_name:
                 # Ours: written by this object, or by an earlier try whose answer never arrived.
                 self._version = holder.record_version_number
@@ -238,14 +236,14 @@ class LeaderLock:
                 holder.record_version_number,
                 holder.lease_duration_millis,
             )
-            return self._write(now, {KEY: {"S": LEADER_KEY}, **_version_expectation(holder)})
+            return self._write(now, {KEY: LEADER_KEY, **_version_expectation(holder)})
 
     def heartbeat(self) -> bool:
         """Replace our version; False means leadership is lost (and `is_held` turns False)."""
         with self._mutex:
             if self._version is None:
                 return False
-            expected = {OWNER_NAME: {"S": self.owner_name}, RECORD_VERSION_NUMBER: {"S": self._version}}
+            expected = {OWNER_NAME: self.owner_name, RECORD_VERSION_NUMBER: self._version}
             if self._write(self._clock(), expected):
                 return True
             log.warning("leader lock of %s lost: its record changed under it", self.owner_name)
@@ -287,7 +285,7 @@ class LeaderLock:
         with self._mutex:
             if self._version is None:
                 return False
-            expected = {OWNER_NAME: {"S": self.owner_name}, RECORD_VERSION_NUMBER: {"S": self._version}}
+            expected = {OWNER_NAME: self.owner_name, RECORD_VERSION_NUMBER: self._version}
             self._forget()
             return self.state.delete(LEADER_KEY, expected=expected) or self.state.get(LEADER_KEY) is None
 
@@ -305,7 +303,7 @@ class LeaderLock:
         """The shared record for the holder's version, written now if nobody has seen it before."""
         seen = SharedObservation(holder.record_version_number, self._wall_clock(), self.owner_name)
 
-        def change(record: Item | None) -> Item | None:
+        def change(record: Record | None) -> Record | None:
             stored = None if record is None else SharedObservation.from_item(record)
             if (
                 stored is not None
@@ -331,10 +329,10 @@ class LeaderLock:
         fresh version tells it apart from a lost race.
         """
         version = self._new_version()
-        attributes: Item = {
-            OWNER_NAME: {"S": self.owner_name},
-            LEASE_DURATION: {"S": str(self.lease_duration_millis)},
-            RECORD_VERSION_NUMBER: {"S": version},
+        attributes: Record = {
+            OWNER_NAME: self.owner_name,
+            LEASE_DURATION: str(self.lease_duration_millis),  # a decimal string, as the lock client writes it
+            RECORD_VERSION_NUMBER: version,
         }
         if not self.state.put(LEADER_KEY, attributes, expected=expected) and not self._stored_version_is(version):
             return False
@@ -345,7 +343,7 @@ class LeaderLock:
 
     def _stored_version_is(self, version: str) -> bool:
         item = self.state.get(LEADER_KEY)
-        return item is not None and item.get(RECORD_VERSION_NUMBER, {}).get("S") == version
+        return item is not None and text(item, RECORD_VERSION_NUMBER) == version
 
     def _forget(self) -> None:
         self._version = None
@@ -354,7 +352,7 @@ class LeaderLock:
 
 def _version_expectation(holder: LockHolder) -> Expectations:
     """The observed version must be unchanged (a record written without one must still lack it)."""
-    return {RECORD_VERSION_NUMBER: {"S": holder.record_version_number} if holder.record_version_number else None}
+    return {RECORD_VERSION_NUMBER: holder.record_version_number if holder.record_version_number else None}
 
 
 class LeadershipFailures:

@@ -20,8 +20,8 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from lease_core.store.codec import Item
 from lease_core.store.coordinator_state import CoordinatorStateStore, update_record
+from lease_core.store.record_table import Record, whole_number
 
 HISTORY_KEY = "RoundHistory"
 LAST_ROUND_KEY = "LastRoundLeases"
@@ -43,9 +43,9 @@ class RoundHistory:
         """Add one round's summary (JSON-serialisable), or replace the kept one of the same `run_id`;
         the kept summaries afterwards."""
 
-        def change(record: Item | None) -> Item:
+        def change(record: Record | None) -> Record:
             rounds = _with_summary(_summaries(record), dict(summary))[-self.keep :]
-            return {"rounds": {"S": json.dumps(rounds, sort_keys=True)}}
+            return {"rounds": json.dumps(rounds, sort_keys=True)}
 
         return _summaries(update_record(self.state, HISTORY_KEY, change))
 
@@ -54,10 +54,10 @@ class RoundHistory:
         older than the kept ones are ignored, so a late retry of an old round's finalize step cannot
         hide the newer round; the same round's rows replace the kept ones."""
 
-        def change(record: Item | None) -> Item | None:
-            if record is not None and int(record["round"]["N"]) > round_number:
+        def change(record: Record | None) -> Record | None:
+            if record is not None and whole_number(record, "round") > round_number:
                 return None
-            return {"round": {"N": str(round_number)}, "leases": {"S": json.dumps(list(rows), sort_keys=True)}}
+            return {"round": round_number, "leases": json.dumps(list(rows), sort_keys=True)}
 
         update_record(self.state, LAST_ROUND_KEY, change)
 
@@ -66,7 +66,7 @@ class RoundHistory:
         record = self.state.get(LAST_ROUND_KEY)
         if record is None:
             return None, []
-        return int(record["round"]["N"]), json.loads(record["leases"]["S"])
+        return whole_number(record, "round"), json.loads(record["leases"])
 
 
 def _with_summary(rounds: list[dict[str, Any]], summary: dict[str, Any]) -> list[dict[str, Any]]:
@@ -83,5 +83,5 @@ def _with_summary(rounds: list[dict[str, Any]], summary: dict[str, Any]) -> list
     return [*rounds, summary]
 
 
-def _summaries(record: Item | None) -> list[dict[str, Any]]:
-    return [] if record is None else json.loads(record["rounds"]["S"])
+def _summaries(record: Record | None) -> list[dict[str, Any]]:
+    return [] if record is None else json.loads(record["rounds"])

@@ -12,23 +12,15 @@ slot of `local[*]`, several tasks per executor) would all report alike.
 
 from __future__ import annotations
 
-import copy
-import threading
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from decimal import ROUND_HALF_UP, Decimal, InvalidOperation
-from typing import Any, Protocol, TypeVar
-
-import botocore.exceptions
+from decimal import ROUND_HALF_UP, Decimal
+from typing import Any
 
 from lease_core.assignment import view as assignment_view
 from lease_core.assignment.decision import THROUGHPUT_METRIC, WorkerLoad
-from lease_core.aws import AwsCaller, error_code
 from lease_core.retry import RetryPolicy
-from lease_core.store.codec import AttributeValue, Item
-from lease_core.store.memory_store import values_equal
-
-T = TypeVar("T")
+from lease_core.store.record_table import DynamoDBRecordTable, InMemoryRecordTable, Record, RecordTable
 
 CPU_METRIC = "C"
 NO_SAMPLE = assignment_view.NO_SAMPLE
@@ -156,20 +148,20 @@ class WorkerMetricStats:
             operating_range={name: bounds[0] for name, bounds in self.operating_range.items()},
         )
 
-    def to_item(self) -> Item:
-        item: Item = {
-            WORKER_ID: {"S": self.worker_id},
+    def to_item(self) -> Record:
+        item: Record = {
+            WORKER_ID: self.worker_id,
             STATS: _number_lists(self.stats),
             OPERATING_RANGE: _number_lists(self.operating_range),
         }
         if self.last_update_epoch_seconds is not None:
-            item[LAST_UPDATE] = {"N": str(self.last_update_epoch_seconds)}
+            item[LAST_UPDATE] = self.last_update_epoch_seconds
         if self.round is not None:
-            item[ROUND] = {"N": str(self.round)}
+            item[ROUND] = self.round
         return item
 
     @classmethod
-    def from_item(cls, item: Mapping[str, AttributeValue]) -> WorkerMetricStats:
+    def from_item(cls, item: Mapping[str, Any]) -> WorkerMetricStats:
         """Decode an item, raising ValueError naming the worker and the attribute that is wrong."""
         reader = _StatsReader(item)
         return cls(
@@ -181,20 +173,22 @@ class WorkerMetricStats:
         )
 
 
-def _number(value: float) -> AttributeValue:
+def _number(value: float) -> Decimal:
+    """Six decimals, half up, as KCL stores them; written without an exponent (100, not 1E+2)."""
     rounded = Decimal(repr(float(value))).quantize(_SIX_DECIMALS, rounding=ROUND_HALF_UP).normalize()
-    return {"N": format(rounded, "f")}
+    return Decimal(format(rounded, "f"))
 
 
-def _number_lists(lists: Mapping[str, tuple[float, ...]]) -> AttributeValue:
-    return {"M": {name: {"L": [_number(value) for value in values]} for name, values in lists.items()}}
+def _number_lists(lists: Mapping[str, tuple[float, ...]]) -> dict[str, list[Decimal]]:
+    return {name: [_number(value) for value in values] for name, values in lists.items()}
 
 
 class _StatsReader:
-    def __init__(self, item: Mapping[str, AttributeValue]) -> None:
+    """Reads an item other tooling may have written: every wrong value is named, never a KeyError."""
+
+    def __init__(self, item: Mapping[str, Any]) -> None:
         self._item = item
-        raw = item.get(WORKER_ID)
-        worker_id = raw.get("S") if isinstance(raw, dict) else None
+        worker_id = item.get(WORKER_ID)
         if not isinstance(worker_id, str) or not worker_id:
             raise ValueError(f"worker metrics item: attribute {WORKER_ID!r} must be a non-empty string (S)")
         self.worker_id: str = worker_id
@@ -202,16 +196,13 @@ class _StatsReader:
     def _error(self, name: str, problem: str) -> ValueError:
         return ValueError(f"worker metrics item {self.worker_id!r}: attribute {name!r} {problem}")
 
-    def _typed(self, name: str, value: Any, type_code: str) -> Any:
-        if not isinstance(value, dict) or type_code not in value:
+    def _typed(self, name: str, value: Any, kind: type | tuple[type, ...], type_code: str) -> Any:
+        if not isinstance(value, kind) or isinstance(value, bool):
             raise self._error(name, f"must be of type {type_code}")
-        return value[type_code]
+        return value
 
     def _decimal(self, name: str, raw: Any) -> Decimal:
-        try:
-            number = Decimal(raw)
-        except (InvalidOperation, TypeError):
-            raise self._error(name, f"is not a number: {raw!r}") from None
+        number = Decimal(self._typed(name, raw, (Decimal, int), "N"))
         if not number.is_finite():
             raise self._error(name, f"must be finite, got {raw!r}")
         return number
@@ -219,7 +210,7 @@ class _StatsReader:
     def integer(self, name: str) -> int | None:
         if name not in self._item:
             return None
-        number = self._decimal(name, self._typed(name, self._item[name], "N"))
+        number = self._decimal(name, self._item[name])
         if number != number.to_integral_value():
             raise self._error(name, f"must be an integer, got {number}")
         return int(number)
@@ -227,11 +218,9 @@ class _StatsReader:
     def number_lists(self, name: str) -> dict[str, tuple[float, ...]]:
         if name not in self._item:
             return {}
-        lists = self._typed(name, self._item[name], "M")
+        lists = self._typed(name, self._item[name], dict, "M")
         return {
-            metric: tuple(
-                float(self._decimal(name, self._typed(name, entry, "N"))) for entry in self._typed(name, values, "L")
-            )
+            metric: tuple(float(self._decimal(name, entry)) for entry in self._typed(name, values, list, "L"))
             for metric, values in lists.items()
         }
 
@@ -239,120 +228,39 @@ class _StatsReader:
 # --- Stores ------------------------------------------------------------------------------------
 
 
-class WorkerMetricsStore(Protocol):
-    table_name: str
+class WorkerMetricsStore:
+    """The `WorkerMetricStats` items of a record table keyed by `wid`."""
 
-    def get(self, worker_id: str) -> WorkerMetricStats | None: ...
-    def list_all(self) -> list[WorkerMetricStats]: ...
+    def __init__(self, table: RecordTable) -> None:
+        self.table = table
+        self.table_name = table.table_name
+
+    def get(self, worker_id: str) -> WorkerMetricStats | None:
+        record = self.table.get(worker_id)
+        return WorkerMetricStats.from_item(record) if record is not None else None
+
+    def list_all(self) -> list[WorkerMetricStats]:
+        return [WorkerMetricStats.from_item(record) for record in self.table.scan()]
+
     def put(self, stats: WorkerMetricStats) -> None:
         """Upsert `lut`, `sts`, `opr` and `round`; absent values and attributes of others are left alone (§6.2)."""
-        ...
+        self.table.update(stats.worker_id, stats.to_item())
 
     def delete_if_unchanged(self, worker_id: str, lut: int) -> bool:
         """Delete the item only if it exists and still has this `lut` (the leader's stale-entry cleanup, §6.3)."""
-        ...
+        return self.table.delete(worker_id, expected={LAST_UPDATE: lut})
 
 
-class InMemoryWorkerMetricsStore:
+class InMemoryWorkerMetricsStore(WorkerMetricsStore):
     def __init__(self, table_name: str = "in-memory-WorkerMetricStats") -> None:
-        self.table_name = table_name
-        self._items: dict[str, Item] = {}
-        self._lock = threading.Lock()
-
-    def get(self, worker_id: str) -> WorkerMetricStats | None:
-        with self._lock:
-            item = self._items.get(worker_id)
-        return WorkerMetricStats.from_item(item) if item is not None else None
-
-    def list_all(self) -> list[WorkerMetricStats]:
-        with self._lock:
-            items = list(self._items.values())
-        return [WorkerMetricStats.from_item(item) for item in items]
-
-    def put(self, stats: WorkerMetricStats) -> None:
-        with self._lock:
-            stored = self._items.get(stats.worker_id, {})
-            self._items[stats.worker_id] = {**stored, **copy.deepcopy(stats.to_item())}
-
-    def delete_if_unchanged(self, worker_id: str, lut: int) -> bool:
-        with self._lock:
-            item = self._items.get(worker_id)
-            if item is None or not values_equal(item.get(LAST_UPDATE), {"N": str(lut)}):
-                return False
-            del self._items[worker_id]
-            return True
-
-    def put_raw_item(self, item: Item) -> None:
-        """Write an item as other tooling might (tests only)."""
-        with self._lock:
-            self._items[item[WORKER_ID]["S"]] = copy.deepcopy(item)
+        super().__init__(InMemoryRecordTable(table_name, WORKER_ID))
 
 
-class DynamoDBWorkerMetricsStore:
+class DynamoDBWorkerMetricsStore(WorkerMetricsStore):
     def __init__(
         self, client: Any, table_name: str, retry_policy: RetryPolicy | None = None, page_size: int | None = None
     ) -> None:
-        self.client = client
-        self.table_name = table_name
-        self._caller = AwsCaller("dynamodb", retry_policy or RetryPolicy())
-        self._page_limit = {"Limit": page_size} if page_size else {}
-
-    def _call(self, operation: str, function: Callable[[], T]) -> T:
-        return self._caller.call(operation, function, table_name=self.table_name)
-
-    def get(self, worker_id: str) -> WorkerMetricStats | None:
-        response = self._call(
-            "GetItem",
-            lambda: self.client.get_item(
-                TableName=self.table_name, Key={WORKER_ID: {"S": worker_id}}, ConsistentRead=True
-            ),
-        )
-        item = response.get("Item")
-        return WorkerMetricStats.from_item(item) if item is not None else None
-
-    def list_all(self) -> list[WorkerMetricStats]:
-        arguments: dict[str, Any] = {"TableName": self.table_name, "ConsistentRead": True, **self._page_limit}
-        items: list[Item] = []
-        while True:
-            response = self._call("Scan", lambda: self.client.scan(**arguments))
-            items.extend(response.get("Items", []))
-            if "LastEvaluatedKey" not in response:
-                return [WorkerMetricStats.from_item(item) for item in items]
-            arguments["ExclusiveStartKey"] = response["LastEvaluatedKey"]
-
-    def put(self, stats: WorkerMetricStats) -> None:
-        attributes = {name: value for name, value in stats.to_item().items() if name != WORKER_ID}
-        names = {f"#a{index}": name for index, name in enumerate(attributes)}
-        values = {f":v{index}": value for index, value in enumerate(attributes.values())}
-        assignments = ", ".join(f"#a{index} = :v{index}" for index in range(len(attributes)))
-        self._call(
-            "UpdateItem",
-            lambda: self.client.update_item(
-                TableName=self.table_name,
-                Key={WORKER_ID: {"S": stats.worker_id}},
-                UpdateExpression=f"SET {assignments}",
-                ExpressionAttributeNames=names,
-                ExpressionAttributeValues=values,
-            ),
-        )
-
-    def delete_if_unchanged(self, worker_id: str, lut: int) -> bool:
-        def delete() -> bool:
-            try:
-                self.client.delete_item(
-                    TableName=self.table_name,
-                    Key={WORKER_ID: {"S": worker_id}},
-                    ConditionExpression="attribute_exists(#wid) AND #lut = :lut",
-                    ExpressionAttributeNames={"#wid": WORKER_ID, "#lut": LAST_UPDATE},
-                    ExpressionAttributeValues={":lut": {"N": str(lut)}},
-                )
-            except botocore.exceptions.ClientError as error:
-                if error_code(error) == "ConditionalCheckFailedException":
-                    return False
-                raise
-            return True
-
-        return self._call("DeleteItem", delete)
+        super().__init__(DynamoDBRecordTable(client, table_name, WORKER_ID, retry_policy, page_size))
 
 
 def publish_worker_metrics(

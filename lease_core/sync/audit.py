@@ -19,10 +19,10 @@ from dataclasses import dataclass
 from lease_core.model.lease import MAX_HASH_KEY, HashKeyRange, Lease
 from lease_core.model.lease_keys import LeaseKeyScheme
 from lease_core.model.shards import Shard
-from lease_core.store import codec
 from lease_core.store.coordinator_state import CoordinatorStateStore, decide_and_record
 from lease_core.store.lease_store import LeaseStore
 from lease_core.store.lease_writes import MetaField
+from lease_core.store.record_table import Record, text, whole_number
 
 log = logging.getLogger(__name__)
 
@@ -118,21 +118,18 @@ class AuditorRecord:
     consecutive_holes: int
     updated_at_millis: int
 
-    def to_item(self) -> codec.Item:
-        item: codec.Item = {
-            CONSECUTIVE_HOLES: codec.number_value(self.consecutive_holes),
-            UPDATED_AT: codec.number_value(self.updated_at_millis),
-        }
+    def to_item(self) -> Record:
+        item: Record = {CONSECUTIVE_HOLES: self.consecutive_holes, UPDATED_AT: self.updated_at_millis}
         if self.hole is not None:
-            item[HOLE] = codec.string_value(self.hole)
+            item[HOLE] = self.hole
         return item
 
     @classmethod
-    def from_item(cls, item: codec.Item) -> AuditorRecord:
+    def from_item(cls, item: Record) -> AuditorRecord:
         return cls(
-            hole=item[HOLE]["S"] if HOLE in item else None,
-            consecutive_holes=int(item[CONSECUTIVE_HOLES]["N"]),
-            updated_at_millis=int(item[UPDATED_AT]["N"]),
+            hole=text(item, HOLE) or None,
+            consecutive_holes=whole_number(item, CONSECUTIVE_HOLES),
+            updated_at_millis=whole_number(item, UPDATED_AT),
         )
 
 
@@ -199,7 +196,7 @@ class AuditorState:
         """`decide_audit` against the stored record, storing the next record conditional on the one
         read (`decide_and_record`): a concurrent audit's count is never overwritten, only added to."""
 
-        def decide(item: codec.Item | None) -> tuple[AuditDecision, codec.Item]:
+        def decide(item: Record | None) -> tuple[AuditDecision, Record]:
             previous = None if item is None else AuditorRecord.from_item(item)
             decision = decide_audit(previous, hole, threshold, lease_count)
             return decision, decision.next_record(now_millis).to_item()

@@ -23,9 +23,8 @@ from dataclasses import dataclass
 
 from lease_core.errors import StreamMismatchError
 from lease_core.model.shards import StreamDescription
-from lease_core.store import codec
-from lease_core.store.codec import Item
 from lease_core.store.coordinator_state import CoordinatorStateStore, decide_and_record
+from lease_core.store.record_table import Record, text, whole_number
 
 log = logging.getLogger(__name__)
 
@@ -72,18 +71,14 @@ def check_stream(
     raise StreamMismatchError(table_name, str(remembered), str(requested), recreated)
 
 
-def to_item(stream: StreamDescription) -> Item:
-    return {
-        STREAM_NAME: codec.string_value(stream.stream_name),
-        STREAM_ARN: codec.string_value(stream.stream_arn),
-        CREATED: codec.number_value(stream.creation_epoch_millis),
-    }
+def to_item(stream: StreamDescription) -> Record:
+    return {STREAM_NAME: stream.stream_name, STREAM_ARN: stream.stream_arn, CREATED: stream.creation_epoch_millis}
 
 
-def from_item(item: Item | None) -> StreamDescription | None:
+def from_item(item: Record | None) -> StreamDescription | None:
     if item is None:
         return None
-    return StreamDescription(item[STREAM_NAME]["S"], item[STREAM_ARN]["S"], int(item[CREATED]["N"]))
+    return StreamDescription(text(item, STREAM_NAME), text(item, STREAM_ARN), whole_number(item, CREATED))
 
 
 def remember_consumed_stream(
@@ -95,7 +90,7 @@ def remember_consumed_stream(
     condition, and the loser compares against the winner's stream.
     """
 
-    def decide(record: Item | None) -> tuple[StreamCheck, Item | None]:
+    def decide(record: Record | None) -> tuple[StreamCheck, Record | None]:
         check = check_stream(from_item(record), requested, table_has_leases, state.table_name)
         return check, to_item(requested) if record is None else None
 

@@ -18,9 +18,8 @@ import logging
 from collections.abc import Callable, Collection, Mapping
 
 from lease_core.retrieval.shard_source import ShardSource
-from lease_core.store import codec
-from lease_core.store.codec import Item
 from lease_core.store.coordinator_state import CoordinatorStateStore, update_record
+from lease_core.store.record_table import Record, whole_number
 
 log = logging.getLogger(__name__)
 
@@ -33,8 +32,8 @@ def garbage_pass_due(last_pass_millis: int | None, now_millis: int, interval_mil
     return last_pass_millis is None or now_millis - last_pass_millis >= interval_millis
 
 
-def _last_pass(record: Item | None) -> int | None:
-    return int(record[LAST_PASS_AT]["N"]) if record is not None and LAST_PASS_AT in record else None
+def _last_pass(record: Record | None) -> int | None:
+    return whole_number(record, LAST_PASS_AT) if record is not None and LAST_PASS_AT in record else None
 
 
 class GarbageProbe:
@@ -79,7 +78,5 @@ class GarbageProbe:
             return {}
         answers = {shard_id: self.source.shard_exists(stream_name, shard_id) for shard_id in sorted(shard_ids)}
         # Versioned, so a concurrent pass's time is never lost; the later of the two is kept.
-        update_record(
-            self.state, key, lambda record: {LAST_PASS_AT: codec.number_value(max(now, _last_pass(record) or now))}
-        )
+        update_record(self.state, key, lambda record: {LAST_PASS_AT: max(now, _last_pass(record) or now)})
         return answers

@@ -15,10 +15,9 @@ from dataclasses import dataclass, field
 
 from lease_core.errors import StreamNotFoundError
 from lease_core.model.lease import StreamIdentifier
-from lease_core.store import codec
-from lease_core.store.codec import Item
 from lease_core.store.coordinator_state import CoordinatorStateStore, decide_and_record
 from lease_core.store.lease_store import LeaseStore
+from lease_core.store.record_table import Record
 
 NO_DELETION = "NO_STREAMS_LEASES_DELETION"
 DEFERRED_DELETION = "FORMER_STREAMS_AUTO_DETECTION_DEFERRED_DELETION"
@@ -99,7 +98,7 @@ class FormerStreamsCleaner:
         gone = {s for s in former if self.strategy != NO_DELETION and not self.stream_exists(StreamIdentifier.parse(s))}
         now = self.clock_millis()
 
-        def decide(record: Item | None) -> tuple[FormerStreamsDecision, Item | None]:
+        def decide(record: Record | None) -> tuple[FormerStreamsDecision, Record | None]:
             pending = _pending(record)
             decision = decide_former_streams(
                 configured_ids, in_table, pending, gone, now, self.strategy, self.wait_millis
@@ -124,12 +123,12 @@ class FormerStreamsCleaner:
         return FormerStreamsOutcome(decision.pending, deleted, changed)
 
 
-def _pending(record: Item | None) -> dict[str, int]:
-    return {stream: int(value["N"]) for stream, value in (record or {}).get("pending", {}).get("M", {}).items()}
+def _pending(record: Record | None) -> dict[str, int]:
+    return {stream: int(since) for stream, since in (record or {}).get("pending", {}).items()}
 
 
-def _pending_item(pending: Mapping[str, int]) -> Item:
-    return {"pending": {"M": {stream: codec.number_value(since) for stream, since in pending.items()}}}
+def _pending_item(pending: Mapping[str, int]) -> Record:
+    return {"pending": dict(pending)}
 
 
 def stream_exists_via(identify: Callable[[str], StreamIdentifier]) -> Callable[[StreamIdentifier], bool]:

@@ -72,7 +72,7 @@ def race(locks: list[LeaderLock]) -> list[LeaderLock]:
 def test_exactly_one_of_eight_contenders_acquires_an_empty_table(state, race_number):
     locks = [lock for lock, _ in contenders(state, race_number)]
     (winner,) = race(locks)
-    assert state.get(LEADER_KEY)["ownerName"] == {"S": winner.owner_name}
+    assert state.get(LEADER_KEY)["ownerName"] == winner.owner_name
     assert [lock for lock in locks if lock.is_held] == [winner]
 
 
@@ -94,8 +94,8 @@ def test_exactly_one_of_eight_observers_takes_over_a_dead_holders_lock(state, ra
     locks = [lock for lock, _ in observers]
     (winner,) = race(locks)
     stored = state.get(LEADER_KEY)
-    assert stored["ownerName"] == {"S": winner.owner_name}
-    assert stored["recordVersionNumber"] == {"S": winner.record_version_number} != {"S": dead_version}
+    assert stored["ownerName"] == winner.owner_name
+    assert stored["recordVersionNumber"] == winner.record_version_number != dead_version
     assert [lock for lock in locks if lock.is_held] == [winner]
     assert not dead.heartbeat()
 
@@ -133,5 +133,5 @@ def test_exactly_one_of_eight_fresh_processes_takes_over_on_the_shared_sighting_
         for n in range(CONTENDERS)
     ]
     (winner,) = race(locks)
-    assert state.get(LEADER_KEY)["ownerName"] == {"S": winner.owner_name}
+    assert state.get(LEADER_KEY)["ownerName"] == winner.owner_name
     assert [lock for lock in locks if lock.is_held] == [winner]

@@ -149,5 +149,5 @@ def test_the_auditor_fills_ranges_and_persists_its_count_on_dynamodb(store, stat
     ]
     assert raw_item(store, S(1))["startingHashKey"] == {"S": str(shards[1].hash_key_range.starting_hash_key)}
     record = state.get("ShardSyncAuditor:orders")
-    assert (record["consecutiveHoles"], record["updatedAt"]) == ({"N": "0"}, {"N": "1700000000000"})
-    assert record["hole"] == {"S": decisions[-1].hole}
+    assert (record["consecutiveHoles"], record["updatedAt"]) == (0, 1700000000000)
+    assert record["hole"] == decisions[-1].hole

@@ -110,8 +110,8 @@ def test_lease_rows_are_kept_for_the_newest_round_recorded(state, first, second,
 def test_records_the_previous_release_wrote_are_read_and_updated(state):
     # It versioned the history with a random hex token, and wrote the lease rows unversioned.
     previous_history = json.dumps([{"run_id": "run-a", "round": 1}])
-    state.put(HISTORY_KEY, {"rounds": {"S": previous_history}, "version": {"S": uuid.uuid4().hex}})
-    state.put(LAST_ROUND_KEY, {"round": {"N": "1"}, "leases": {"S": "[]"}})
+    state.put(HISTORY_KEY, {"rounds": previous_history, "version": uuid.uuid4().hex})
+    state.put(LAST_ROUND_KEY, {"round": 1, "leases": "[]"})
     history = RoundHistory(state)
     history.append({"run_id": "run-b", "round": 2})
     history.record_lease_rows(2, [{"lease_key": "shardId-1"}])

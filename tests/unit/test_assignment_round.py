@@ -68,8 +68,8 @@ def test_the_round_number_and_lease_counters_are_remembered():
     run = coordinator(store, state=state)
     assert [run.run(SLOTS).round_number for _ in range(3)] == [1, 2, 3]
     record = state.get(ROUND_KEY)
-    assert record["round"] == {"N": "3"}
-    assert record["leaseCounters"]["M"] == {key: {"N": "1"} for key in ("shardId-0", "shardId-1")}
+    assert record["round"] == 3
+    assert record["leaseCounters"] == dict.fromkeys(("shardId-0", "shardId-1"), 1)
 
 
 @pytest.mark.parametrize(
@@ -213,15 +213,15 @@ def test_a_retried_assignment_of_the_same_round_keeps_its_round_number():
     assert run.run(SLOTS, round_owner="dag/run-1").round_number == 1  # the retry
     assert run.run(SLOTS, round_owner="dag/run-2").round_number == 2
     assert run.run(SLOTS).round_number == 3  # an owner-less run (leasectl) is always a new round
-    assert state.get(ROUND_KEY)["round"] == {"N": "3"}
+    assert state.get(ROUND_KEY)["round"] == 3
 
 
 def test_a_round_record_written_before_snapshots_were_versioned_is_read_and_replaced():
     store, state = InMemoryLeaseStore(), InMemoryCoordinatorStateStore()
     leases(store, 1)
-    state.put(ROUND_KEY, {"round": {"N": "7"}, "assignedAt": {"N": "5"}, "leaseCounters": {"M": {}}})
+    state.put(ROUND_KEY, {"round": 7, "assignedAt": 5, "leaseCounters": {}})
     assert coordinator(store, state=state).run(SLOTS).round_number == 8
-    assert state.get(ROUND_KEY)["round"] == {"N": "8"} and "version" in state.get(ROUND_KEY)
+    assert state.get(ROUND_KEY)["round"] == 8 and "version" in state.get(ROUND_KEY)
 
 
 def test_an_older_rounds_snapshot_never_replaces_a_newer_one():
@@ -233,9 +233,9 @@ def test_an_older_rounds_snapshot_never_replaces_a_newer_one():
 
     def list_then_newer_round():  # another leader finishes round 5 while this one decides round 1
         result = original()
-        state.put(ROUND_KEY, {"round": {"N": "5"}, "assignedAt": {"N": "9"}, "version": {"S": "other"}})
+        state.put(ROUND_KEY, {"round": 5, "assignedAt": 9, "version": "other"})
         return result
 
     run.store.list_leases = list_then_newer_round
     assert run.run(SLOTS).round_number == 1
-    assert state.get(ROUND_KEY)["round"] == {"N": "5"}
+    assert state.get(ROUND_KEY)["round"] == 5

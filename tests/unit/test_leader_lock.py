@@ -9,6 +9,7 @@ import pytest
 
 from lease_core.leader.leader_lock import LEADER_KEY, LeaderLock, LeadershipFailures, LockHeartbeat, LockHolder
 from lease_core.store.coordinator_state import InMemoryCoordinatorStateStore
+from lease_core.store.record_table import to_attribute_values
 
 LEASE = 1000
 HEARTBEAT = 250
@@ -72,7 +73,7 @@ def advance_all(millis: int, *parties: Contender) -> None:
 
 def stored_owner(state: InMemoryCoordinatorStateStore) -> str | None:
     item = state.get(LEADER_KEY)
-    return item["ownerName"]["S"] if item else None
+    return item["ownerName"] if item else None
 
 
 # --- acquire -------------------------------------------------------------------------------------
@@ -83,6 +84,13 @@ def test_acquire_on_an_empty_table_writes_the_lock_client_attributes(state):
     assert a.lock.try_acquire()
     assert a.lock.is_held
     assert state.get(LEADER_KEY) == {
+        "key": "Leader",
+        "ownerName": "a",
+        "leaseDuration": "1000",
+        "recordVersionNumber": "a-v0",
+    }
+    # The lock client's types in DynamoDB: every attribute a string, the duration a decimal string.
+    assert to_attribute_values(state.get(LEADER_KEY)) == {
         "key": {"S": "Leader"},
         "ownerName": {"S": "a"},
         "leaseDuration": {"S": "1000"},
@@ -279,7 +287,7 @@ def test_a_try_whose_acquire_landed_before_it_died_is_recognised_by_the_next_try
     retry = new_process(state, "dag/run-A", wall, started_at=30_000)
     assert retry.try_acquire()
     assert retry.is_held and stored_owner(state) == "dag/run-A"
-    assert state.get(LEADER_KEY)["recordVersionNumber"] == {"S": retry.record_version_number}
+    assert state.get(LEADER_KEY)["recordVersionNumber"] == retry.record_version_number
 
 
 class AnswerLostState(InMemoryCoordinatorStateStore):
@@ -300,7 +308,7 @@ def test_an_acquire_whose_answer_was_lost_is_recognised_as_held_by_its_version()
     (a,) = contenders(state, "a")
     assert a.lock.try_acquire() and a.lock.is_held
     assert a.lock.heartbeat()
-    assert state.get(LEADER_KEY)["recordVersionNumber"] == {"S": a.lock.record_version_number}
+    assert state.get(LEADER_KEY)["recordVersionNumber"] == a.lock.record_version_number
 
 
 def test_a_release_whose_answer_was_lost_reports_the_lock_released():
@@ -324,7 +332,7 @@ def test_the_unavailable_error_names_the_holder_and_when_a_dead_holder_can_be_ta
 def test_an_unreadable_shared_observation_is_replaced_at_the_next_sighting(state):
     wall = FakeClock(0)
     assert new_process(state, "dag/run-A", wall).try_acquire()
-    state.put("LeaderObservation", {"observedVersion": {"S": "x"}, "firstSeenAt": {"S": "not a number"}})
+    state.put("LeaderObservation", {"observedVersion": "x", "firstSeenAt": "not a number"})
     assert not new_process(state, "dag/run-B", wall).try_acquire()
     wall.now = ROUND_LEASE + 1
     assert new_process(state, "dag/run-B", wall).try_acquire()
@@ -419,7 +427,7 @@ def test_a_displaced_leader_cannot_release_the_new_leaders_lock(state):
 
 
 RELEASED_ITEMS = [
-    pytest.param({"recordVersionNumber": {"S": "old"}}, id="released-with-version"),
+    pytest.param({"recordVersionNumber": "old"}, id="released-with-version"),
     pytest.param({}, id="released-without-version"),
 ]
 
@@ -428,16 +436,16 @@ RELEASED_ITEMS = [
 def test_a_lock_marked_released_is_acquired_at_once(state, extra):
     state.put(
         LEADER_KEY,
-        {"ownerName": {"S": "kcl-worker"}, "leaseDuration": {"S": "120000"}, "isReleased": {"S": "1"}, **extra},
+        {"ownerName": "kcl-worker", "leaseDuration": "120000", "isReleased": "1", **extra},
     )
     (b,) = contenders(state, "b")
     assert b.lock.holder().is_released
     assert b.lock.try_acquire()
-    assert state.get(LEADER_KEY)["ownerName"] == {"S": "b"} and "isReleased" not in state.get(LEADER_KEY)
+    assert state.get(LEADER_KEY)["ownerName"] == "b" and "isReleased" not in state.get(LEADER_KEY)
 
 
 def test_a_foreign_item_without_a_duration_expires_after_the_observers_duration(state):
-    state.put(LEADER_KEY, {"ownerName": {"S": "someone"}, "recordVersionNumber": {"S": "v"}})
+    state.put(LEADER_KEY, {"ownerName": "someone", "recordVersionNumber": "v"})
     (b,) = contenders(state, "b")
     assert not b.lock.try_acquire()
     b.clock.advance(LEASE + 1)

@@ -108,11 +108,11 @@ def test_coordinator_state_writes_are_refused_once_our_own_clock_says_the_lock_m
     with pytest.raises(LeadershipLostError):
         with hold(round_lock(state, "dag/run-A", clock), "assign_leases", acquire=True, release=False) as leadership:
             fenced = leadership.state_store(state)
-            assert fenced.put("AssignmentRound", {"round": {"N": "1"}})
+            assert fenced.put("AssignmentRound", {"round": 1})
             clock.now = LEASE  # no heartbeat got through for a whole lease (e.g. the process was paused)
             assert fenced.get("AssignmentRound") is not None
-            fenced.put("AssignmentRound", {"round": {"N": "2"}})
-    assert state.get("AssignmentRound")["round"] == {"N": "1"}
+            fenced.put("AssignmentRound", {"round": 2})
+    assert state.get("AssignmentRound")["round"] == 1
 
 
 def test_holding_fails_naming_the_holder_when_another_round_has_the_lock(state):
@@ -120,14 +120,14 @@ def test_holding_fails_naming_the_holder_when_another_round_has_the_lock(state):
     with pytest.raises(LeadershipUnavailableError, match="'dag/run-A'"):
         with hold(round_lock(state, "leasectl-host-1"), "leasectl sync", acquire=True, release=True):
             raise AssertionError("must not run")
-    assert state.get(LEADER_KEY)["ownerName"] == {"S": "dag/run-A"}
+    assert state.get(LEADER_KEY)["ownerName"] == "dag/run-A"
 
 
 def test_a_step_resumes_the_lock_of_its_own_round_and_leaves_it_held(state):
     assert round_lock(state, "dag/run-A").try_acquire()
     with hold(round_lock(state, "dag/run-A"), "assign_leases", acquire=False, release=False) as leadership:
         assert not leadership.lost
-    assert state.get(LEADER_KEY)["ownerName"] == {"S": "dag/run-A"}
+    assert state.get(LEADER_KEY)["ownerName"] == "dag/run-A"
 
 
 def test_a_command_releases_the_lock_it_acquired_even_when_it_fails(state):
@@ -142,7 +142,7 @@ def test_a_loss_noticed_after_the_last_write_still_fails_the_step(state):
         with hold(round_lock(state, "dag/run-A"), "sync_shards", acquire=True, release=False) as leadership:
             take_over(state)
             leadership.lock.heartbeat()
-    assert state.get(LEADER_KEY)["ownerName"] == {"S": "dag/run-B"}
+    assert state.get(LEADER_KEY)["ownerName"] == "dag/run-B"
 
 
 def test_a_call_that_keeps_failing_is_not_retried_once_the_lock_is_lost(state):

@@ -226,12 +226,12 @@ def test_a_threshold_below_one_is_refused():
     [
         pytest.param(
             AuditorRecord("h", 2, 1700000000123),
-            {"hole": {"S": "h"}, "consecutiveHoles": {"N": "2"}, "updatedAt": {"N": "1700000000123"}},
+            {"hole": "h", "consecutiveHoles": 2, "updatedAt": 1700000000123},
             id="with-hole",
         ),
         pytest.param(
             AuditorRecord(None, 0, 5),
-            {"consecutiveHoles": {"N": "0"}, "updatedAt": {"N": "5"}},
+            {"consecutiveHoles": 0, "updatedAt": 5},
             id="hole-absent-when-none",
         ),
     ],
@@ -275,10 +275,10 @@ def test_three_consecutive_identical_holes_trigger_a_sync_on_the_third_audit():
     assert record.pop("version"), "written with update_record, conditional on the version it read"
     record.pop("recentVersions")
     assert record == {
-        "key": {"S": "ShardSyncAuditor:orders"},
-        "hole": {"S": str(HashRangeHole(R(0, 2 * QUARTER - 1), Q3))},
-        "consecutiveHoles": {"N": "0"},
-        "updatedAt": {"N": str(1_700_000_000_000 + 3 * 120_000)},
+        "key": "ShardSyncAuditor:orders",
+        "hole": str(HashRangeHole(R(0, 2 * QUARTER - 1), Q3)),
+        "consecutiveHoles": 0,
+        "updatedAt": 1_700_000_000_000 + 3 * 120_000,
     }
 
 
@@ -342,7 +342,7 @@ def test_each_stream_is_audited_on_its_own_leases_and_record():
 
     assert not auditor.audit(orders.serialize(), LeaseKeyScheme(orders), no_listing, threshold=1).shard_sync
     assert auditor.audit(clicks.serialize(), LeaseKeyScheme(clicks), no_listing, threshold=1).shard_sync
-    assert state.get(f"ShardSyncAuditor:{orders.serialize()}")["consecutiveHoles"] == {"N": "0"}
+    assert state.get(f"ShardSyncAuditor:{orders.serialize()}")["consecutiveHoles"] == 0
 
 
 def test_an_audit_racing_another_counts_on_from_the_record_the_other_wrote():
@@ -360,4 +360,4 @@ def test_an_audit_racing_another_counts_on_from_the_record_the_other_wrote():
     decision = ShardSyncAuditor(store, state, FakeClock()).audit("orders", SINGLE, no_listing, threshold=3)
 
     assert (decision.shard_sync, decision.consecutive_holes) == (False, 2)
-    assert state.get("ShardSyncAuditor:orders")["consecutiveHoles"] == {"N": "2"}
+    assert state.get("ShardSyncAuditor:orders")["consecutiveHoles"] == 2

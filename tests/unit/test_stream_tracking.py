@@ -69,7 +69,7 @@ def former_stream_table() -> InMemoryLeaseStore:
 
 def test_a_pending_time_written_by_another_round_meanwhile_is_kept_not_overwritten():
     def other_round(state) -> None:  # saw B unconfigured first, at 400
-        update_record(state, FORMER_STREAMS_KEY, lambda record: {"pending": {"M": {B: {"N": "400"}}}})
+        update_record(state, FORMER_STREAMS_KEY, lambda record: {"pending": {B: 400}})
 
     state = InterleavingStateStore(FORMER_STREAMS_KEY, other_round)
     cleaner = FormerStreamsCleaner(
@@ -79,7 +79,7 @@ def test_a_pending_time_written_by_another_round_meanwhile_is_kept_not_overwritt
     outcome = cleaner.run([StreamIdentifier.parse(A)])
 
     assert dict(outcome.pending) == {B: 400}
-    assert state.get(FORMER_STREAMS_KEY)["pending"] == {"M": {B: {"N": "400"}}}
+    assert state.get(FORMER_STREAMS_KEY)["pending"] == {B: 400}
 
 
 class WorkedOnAfterListing(InMemoryLeaseStore):
