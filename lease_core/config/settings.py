@@ -1,28 +1,46 @@
 """The consumer's configuration: KCL's lease-management settings in snake_case, plus a few of ours.
 
-`ConsumerConfig` is the one place every setting is declared: each field's metadata carries its
-one-sentence doc, its KCL name, what our batch adaptation changes and its checks, so the reference
-documentation is generated from the fields and cannot drift from the code.
+`ConsumerConfig` is a frozen pydantic model (strict: a bool is not an int) and the one place every
+setting is declared: each field carries its one-sentence doc, its KCL name, what our batch adaptation
+changes and, in its type, its constraints, so the reference documentation (`describe()`) and the JSON
+schema (`model_json_schema()`) are generated from the fields and cannot drift from the code. Every
+problem raises `ConfigurationError` naming the offending key, never pydantic's `ValidationError`.
 
 `load_config` layers the sources, later ones winning: defaults < TOML file (flat top-level keys) <
-environment (`KINESIS_LEASE_<KEY>`) < overrides (`--set key=value` of the CLI, DAG params). Every
-problem raises `ConfigurationError` naming the offending key.
+environment (`KINESIS_LEASE_<KEY>`) < overrides (`--set key=value` of the CLI, DAG params), and an
+error names where the bad value came from. That layering is ours, not pydantic-settings': it merges
+its sources into one dict before validating, so its errors cannot name the file, variable or `--set`
+of a value; it reads only the variables of known fields, so a misspelt `KINESIS_LEASE_*` would be
+ignored instead of reported with the closest name; and a `BaseSettings` reads the environment at every
+construction, where `ConsumerConfig()` must mean the defaults.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import difflib
 import json
 import math
 import os
-import re
 import tomllib
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Protocol, TypeAlias, get_type_hints
+from typing import TYPE_CHECKING, Annotated, Any, Literal, Self, TypeAlias, get_args, get_origin
 from urllib.parse import urlsplit
+
+from annotated_types import Ge, Gt, Le
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    GetCoreSchemaHandler,
+    PlainSerializer,
+    PlainValidator,
+    ValidationError,
+    model_validator,
+)
+from pydantic.fields import FieldInfo
+from pydantic_core import CoreSchema, PydanticCustomError, core_schema
 
 from lease_core.errors import ConfigurationError
 
@@ -34,16 +52,35 @@ COORDINATOR_STATE_TABLE_SUFFIX = "-CoordinatorState"
 Tags: TypeAlias = tuple[tuple[str, str], ...]
 """Table tags as sorted (key, value) pairs: a tuple, unlike a dict, keeps the config hashable."""
 
+# The names of `lease_assignment_strategy`, the default first: the one list the configuration, the
+# DAG's form, the deciders (`lease_core.assignment.strategies`) and the benchmarks use.
+LeaseAssignmentStrategy: TypeAlias = Literal["makespan", "variance", "count"]
+LEASE_ASSIGNMENT_STRATEGIES: tuple[str, ...] = get_args(LeaseAssignmentStrategy)
+
 
 # --------------------------------------------------------------------------------------------------
-# Checks: each knows the values it allows, as text for the docs and as a test for validation.
+# What pydantic's constraints do not say: checks in words, and rules between settings.
 
 
-class _Check(Protocol):
-    @property
-    def allowed(self) -> str: ...
+@dataclass(frozen=True)
+class _Allowed:
+    """The values a setting allows, in words; with `test`, also the check (None, meaning unset, passes)."""
 
-    def problem(self, value: Any, config: ConsumerConfig) -> str | None: ...
+    allowed: str
+    test: Callable[[Any], bool] | None = None
+
+    def __get_pydantic_core_schema__(self, source: Any, handler: GetCoreSchemaHandler) -> CoreSchema:
+        schema = handler(source)
+        if self.test is None:  # words for a constraint pydantic checks (a pattern)
+            return schema
+        test = self.test
+
+        def check(value: Any) -> Any:
+            if value is not None and not test(value):
+                raise PydanticCustomError("not_allowed", "not allowed")
+            return value
+
+        return core_schema.no_info_after_validator_function(check, schema)
 
 
 def _must_be(allowed: str, value: object) -> str:
@@ -51,69 +88,8 @@ def _must_be(allowed: str, value: object) -> str:
 
 
 @dataclass(frozen=True)
-class _Bounds:
-    """A numeric range, closed unless `low_exclusive` (for settings that must be positive)."""
-
-    low: float
-    high: float | None = None
-    low_exclusive: bool = False
-
-    @property
-    def allowed(self) -> str:
-        if self.low_exclusive:
-            low = f"greater than {self.low}"
-            return low if self.high is None else f"{low} and at most {self.high}"
-        return f"at least {self.low}" if self.high is None else f"between {self.low} and {self.high}"
-
-    def problem(self, value: float, config: ConsumerConfig) -> str | None:
-        too_low = value <= self.low if self.low_exclusive else value < self.low
-        too_high = self.high is not None and value > self.high
-        return _must_be(self.allowed, value) if too_low or too_high else None
-
-
-@dataclass(frozen=True)
-class _OneOf:
-    choices: tuple[str, ...]
-
-    @property
-    def allowed(self) -> str:
-        return "one of " + ", ".join(repr(choice) for choice in self.choices)
-
-    def problem(self, value: str, config: ConsumerConfig) -> str | None:
-        return None if value in self.choices else _must_be(self.allowed, value)
-
-
-@dataclass(frozen=True)
-class _HttpUrl:
-    allowed: str = "an http:// or https:// URL"
-
-    def problem(self, value: str, config: ConsumerConfig) -> str | None:
-        parts = urlsplit(value)
-        return None if parts.scheme in ("http", "https") and parts.netloc else _must_be(self.allowed, value)
-
-
-@dataclass(frozen=True)
-class _Matches:
-    """Text matching `pattern` in full; `allowed` says the same for people."""
-
-    pattern: str
-    allowed: str
-
-    def problem(self, value: str, config: ConsumerConfig) -> str | None:
-        return None if re.fullmatch(self.pattern, value) else _must_be(self.allowed, value)
-
-
-def _table_name(max_length: int = 255) -> _Matches:
-    """A DynamoDB table name; a shorter `max_length` leaves room for the suffixes of derived tables."""
-    return _Matches(
-        rf"[A-Za-z0-9_.-]{{3,{max_length}}}",
-        f"3 to {max_length} characters from A-Z a-z 0-9 _ - . (a DynamoDB table name)",
-    )
-
-
-@dataclass(frozen=True)
-class _BelowSetting:
-    """Strictly below another (earlier declared, so already validated) setting divided by `divisor`."""
+class _Below:
+    """Strictly below another setting divided by `divisor`."""
 
     other: str
     divisor: int = 1
@@ -128,8 +104,8 @@ class _BelowSetting:
 
 
 @dataclass(frozen=True)
-class _AtLeastSetting:
-    """At least another (earlier declared, so already validated) setting."""
+class _AtLeast:
+    """At least another setting."""
 
     other: str
 
@@ -140,26 +116,6 @@ class _AtLeastSetting:
     def problem(self, value: int, config: ConsumerConfig) -> str | None:
         limit = getattr(config, self.other)
         return None if value >= limit else _must_be(f"{self.allowed} ({limit})", value)
-
-
-def parse_iso_timestamp(text: str) -> datetime:
-    """An ISO 8601 time with a zone (`Z` accepted); ValueError otherwise."""
-    moment = datetime.fromisoformat(text.replace("Z", "+00:00") if text.endswith("Z") else text)
-    if moment.tzinfo is None:
-        raise ValueError(f"{text!r} has no time zone")
-    return moment
-
-
-@dataclass(frozen=True)
-class _IsoTimestamp:
-    allowed: str = "an ISO 8601 time with a time zone, such as 2026-11-22T10:00:00Z"
-
-    def problem(self, value: str, config: ConsumerConfig) -> str | None:
-        try:
-            parse_iso_timestamp(value)
-        except ValueError:
-            return _must_be(self.allowed, value)
-        return None
 
 
 @dataclass(frozen=True)
@@ -174,17 +130,80 @@ class _TimestampGiven:
         return None
 
 
-_POSITIVE = _Bounds(0, low_exclusive=True)
-_AT_LEAST_ONE = _Bounds(1)
-_PERCENTAGE = _Bounds(1, 100)
+_RULES_BETWEEN_SETTINGS = (_Below, _AtLeast, _TimestampGiven)
 
 
-def _setting(default: Any, doc: str, kcl_name: str | None, *checks: _Check, batch_note: str | None = None) -> Any:
-    """A dataclass field with the metadata `describe()` and validation read."""
-    return field(
-        default=default,
-        metadata={"doc": doc, "kcl_name": kcl_name, "batch_note": batch_note, "checks": checks},
-    )
+def parse_iso_timestamp(text: str) -> datetime:
+    """An ISO 8601 time with a zone (`Z` accepted); ValueError otherwise."""
+    moment = datetime.fromisoformat(text.replace("Z", "+00:00") if text.endswith("Z") else text)
+    if moment.tzinfo is None:
+        raise ValueError(f"{text!r} has no time zone")
+    return moment
+
+
+def _is_iso_timestamp(text: str) -> bool:
+    try:
+        parse_iso_timestamp(text)
+    except ValueError:
+        return False
+    return True
+
+
+def _is_http_url(text: str) -> bool:
+    parts = urlsplit(text)
+    return parts.scheme in ("http", "https") and bool(parts.netloc)
+
+
+def _table_name_words(max_length: int) -> str:
+    return f"3 to {max_length} characters from A-Z a-z 0-9 _ - . (a DynamoDB table name)"
+
+
+def _accept_tags(value: object) -> Tags:
+    # A table (TOML, JSON, a mapping) or the stored form, a tuple of pairs (as with_overrides passes it).
+    try:
+        tags = dict(value) if isinstance(value, tuple) else value
+    except (TypeError, ValueError):
+        raise ValueError(f"expected a table of string tags, got {value!r}") from None
+    if isinstance(tags, Mapping) and all(
+        isinstance(key, str) and key and isinstance(tag, str) for key, tag in tags.items()
+    ):
+        return tuple(sorted(tags.items()))
+    raise ValueError(f"expected a table of string tags with non-empty keys, got {value!r}")
+
+
+def _dump_float(value: float) -> float | str:
+    # JSON has no infinity; "inf" is what the float reader accepts back.
+    return "inf" if value == math.inf else value
+
+
+# The field types. NaN is refused by the lower bound every float setting has (it compares false).
+_Float = Annotated[float, PlainSerializer(_dump_float, when_used="json")]
+_PositiveFloat = Annotated[_Float, Field(gt=0)]
+_PositiveInt = Annotated[int, Field(gt=0)]
+_NonNegativeInt = Annotated[int, Field(ge=0)]
+_AtLeastOne = Annotated[int, Field(ge=1)]
+_Percentage = Annotated[int, Field(ge=1, le=100)]
+_MAX_APPLICATION_NAME = 255 - len(WORKER_METRICS_TABLE_SUFFIX)  # room for the derived tables' suffixes
+_ApplicationName = Annotated[
+    str | None,
+    Field(pattern=rf"^[A-Za-z0-9_.-]{{3,{_MAX_APPLICATION_NAME}}}$"),
+    _Allowed(_table_name_words(_MAX_APPLICATION_NAME)),
+]
+_TableName = Annotated[str | None, Field(pattern=r"^[A-Za-z0-9_.-]{3,255}$"), _Allowed(_table_name_words(255))]
+_Region = Annotated[str | None, Field(pattern=r"^[a-z0-9-]+$"), _Allowed("an AWS region name such as 'eu-west-1'")]
+_EndpointUrl = Annotated[str | None, _Allowed("an http:// or https:// URL", _is_http_url)]
+_IsoTimestamp = Annotated[
+    str | None,
+    _Allowed("an ISO 8601 time with a time zone, such as 2026-11-22T10:00:00Z", _is_iso_timestamp),
+]
+# Given as a table, a JSON object or k=v pairs; stored as sorted pairs, written back as a table.
+_TagTable = Annotated[Tags, PlainValidator(_accept_tags, json_schema_input_type=dict[str, str]), PlainSerializer(dict)]
+
+
+def _setting(default: Any, doc: str, kcl_name: str | None, *, batch_note: str | None = None) -> Any:
+    """A field with the metadata `describe()` reads; its constraints are in its type."""
+    extra = {"kcl_name": kcl_name, "batch_note": batch_note}
+    return Field(default, description=doc, json_schema_extra={key: value for key, value in extra.items() if value})
 
 
 # --------------------------------------------------------------------------------------------------
@@ -204,88 +223,73 @@ class SettingDescription:
     allowed: str | None
 
 
-# The names of `lease_assignment_strategy`, the default first: the one list the configuration, the
-# DAG's form, the deciders (`lease_core.assignment.strategies`) and the benchmarks use.
-LEASE_ASSIGNMENT_STRATEGIES = ("makespan", "variance", "count")
+class ConsumerConfig(BaseModel):
+    """Every setting of the consumer; any construction validates, raising `ConfigurationError`."""
 
+    model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
 
-@dataclass(frozen=True)
-class ConsumerConfig:
-    """Every setting of the consumer; any construction validates (see `__post_init__`)."""
-
-    application_name: str | None = _setting(
+    application_name: _ApplicationName = _setting(
         None,
         "Name of the consuming application; it names the lease table and the tables derived from it.",
         "applicationName",
-        _table_name(255 - len(WORKER_METRICS_TABLE_SUFFIX)),
     )
-    lease_table_name: str | None = _setting(
+    lease_table_name: _TableName = _setting(
         None,
         "Name of the DynamoDB lease table; unset means the application name, as in KCL.",
         "tableName",
-        _table_name(),
     )
-    failover_time_millis: int = _setting(
+    failover_time_millis: _PositiveInt = _setting(
         10000,
         "Lease duration: a lease whose counter has not moved for this long is considered expired.",
         "failoverTimeMillis",
-        _POSITIVE,
         batch_note="Slot tasks claim their leases and renew them every renewer interval while they work.",
     )
-    epsilon_millis: int = _setting(
+    # Against the floored third, so that the renewer interval stays at least 1 ms.
+    epsilon_millis: Annotated[_NonNegativeInt, _Below("failover_time_millis", divisor=3)] = _setting(
         25,
         "Safety margin subtracted from a third of the lease duration to get the renewer interval.",
         "epsilonMillis",
-        _Bounds(0),
-        # Against the floored third, so that the renewer interval stays at least 1 ms.
-        _BelowSetting("failover_time_millis", divisor=3),
     )
-    max_leases_for_worker: int = _setting(
+    max_leases_for_worker: _AtLeastOne = _setting(
         2147483647,
         "Most leases one worker may hold (KCL's Integer.MAX_VALUE means unlimited).",
         "maxLeasesForWorker",
-        _AT_LEAST_ONE,
         batch_note="A worker is one slot of a round, so this caps the leases one slot task reads.",
     )
-    max_leases_to_steal_at_one_time: int = _setting(
+    max_leases_to_steal_at_one_time: _AtLeastOne = _setting(
         1,
         "Most leases the count-based rules move to one worker in one assignment run.",
         "maxLeasesToStealAtOneTime",
-        _AT_LEAST_ONE,
     )
     enable_priority_lease_assignment: bool = _setting(
         True,
         "Whether leases unrenewed for three lease durations are assigned before others.",
         "enablePriorityLeaseAssignment",
     )
-    max_lease_renewal_threads: int = _setting(
+    max_lease_renewal_threads: _AtLeastOne = _setting(
         20,
         "Size of the thread pool that renews a worker's leases.",
         "maxLeaseRenewalThreads",
-        _AT_LEAST_ONE,
     )
     consistent_reads: bool = _setting(
         False,
         "Whether reads of single leases are strongly consistent.",
         "consistentReads",
     )
-    billing_mode: str = _setting(
+    billing_mode: Literal["PAY_PER_REQUEST", "PROVISIONED"] = _setting(
         "PAY_PER_REQUEST",
         "Billing mode of the tables this project creates.",
         "billingMode",
-        _OneOf(("PAY_PER_REQUEST", "PROVISIONED")),
     )
-    initial_lease_table_read_capacity: int = _setting(
+    initial_lease_table_read_capacity: _AtLeastOne = _setting(
         10,
         "Read capacity units of a PROVISIONED lease table at creation.",
         "initialLeaseTableReadCapacity",
-        _AT_LEAST_ONE,
     )
-    initial_lease_table_write_capacity: int = _setting(
+    initial_lease_table_write_capacity: _AtLeastOne = _setting(
         10,
         "Write capacity units of a PROVISIONED lease table at creation.",
         "initialLeaseTableWriteCapacity",
-        _AT_LEAST_ONE,
     )
     lease_table_deletion_protection_enabled: bool = _setting(
         False,
@@ -297,42 +301,38 @@ class ConsumerConfig:
         "Whether point-in-time recovery is switched on for the lease table, new or existing.",
         "leaseTablePitrEnabled",
     )
-    tags: Tags = _setting(
+    tags: _TagTable = _setting(
         (),
         "Tags put on the tables at creation, given as a table, a JSON object or k=v,k2=v2.",
         "tags",
     )
-    lease_table_scan_total_segments: int = _setting(
+    lease_table_scan_total_segments: Annotated[int, Field(ge=0, le=1_000_000)] = _setting(
         0,
         "Segments of the parallel lease-table scan; 0 sizes them from the table size as KCL does.",
         "leaseTableScanTotalSegments",
-        _Bounds(0, 1_000_000),
     )
-    table_creation_timeout_seconds: float = _setting(
+    table_creation_timeout_seconds: _PositiveFloat = _setting(
         600.0,
         "How long to wait for a created table to become ACTIVE (fixed at 600 s in KCL).",
         None,
-        _POSITIVE,
     )
-    table_status_poll_seconds: float = _setting(
+    table_status_poll_seconds: _PositiveFloat = _setting(
         10.0,
         "How often to poll a table's status while waiting for it (fixed at 10 s in KCL).",
         None,
-        _POSITIVE,
     )
-    initial_position_in_stream: str = _setting(
-        "LATEST",
-        "Where leases created by shard sync start: TRIM_HORIZON, LATEST or AT_TIMESTAMP.",
-        "initialPositionInStream",
-        _OneOf(("TRIM_HORIZON", "LATEST", "AT_TIMESTAMP")),
-        _TimestampGiven(),
+    initial_position_in_stream: Annotated[Literal["TRIM_HORIZON", "LATEST", "AT_TIMESTAMP"], _TimestampGiven()] = (
+        _setting(
+            "LATEST",
+            "Where leases created by shard sync start: TRIM_HORIZON, LATEST or AT_TIMESTAMP.",
+            "initialPositionInStream",
+        )
     )
-    initial_position_timestamp: str | None = _setting(
+    initial_position_timestamp: _IsoTimestamp = _setting(
         None,
         "The time AT_TIMESTAMP starts at, ISO 8601 with a time zone; only stored in configuration, "
         "as in KCL (the lease holds the sentinel AT_TIMESTAMP).",
         "initialPositionInStreamExtended.timestamp",
-        _IsoTimestamp(),
     )
     ignore_unexpected_child_shards: bool = _setting(
         False,
@@ -345,20 +345,18 @@ class ConsumerConfig:
         "cleanupLeasesUponShardCompletion",
         batch_note="Cleanup runs in the leader's shard-sync step of every round instead of a 60 s timer.",
     )
-    garbage_lease_cleanup_interval_millis: int = _setting(
+    garbage_lease_cleanup_interval_millis: _NonNegativeInt = _setting(
         1_800_000,
         "Shortest time between two passes that ask Kinesis, shard by shard, whether the shards missing "
         "from the listing still exist; a lease is deleted as garbage only when Kinesis says its shard does not.",
         "garbageLeaseCleanupIntervalMillis",
-        _Bounds(0),
         batch_note="Checked in the shard-sync step of each round; the time of a stream's last pass is kept "
         "in the coordinator-state table, and every pass that probed restarts the interval.",
     )
-    leases_recovery_auditor_inconsistency_confidence_threshold: int = _setting(
+    leases_recovery_auditor_inconsistency_confidence_threshold: _AtLeastOne = _setting(
         3,
         "Consecutive audits that must see the same hash-range hole before a full shard sync runs.",
         "leasesRecoveryAuditorInconsistencyConfidenceThreshold",
-        _AT_LEAST_ONE,
         batch_note="Counted in rounds (one audit per round) and kept in the coordinator-state table.",
     )
     multi_stream: bool = _setting(
@@ -366,165 +364,151 @@ class ConsumerConfig:
         "Consume several streams with one lease table, keyed <account>:<stream>:<creationEpoch>:<shardId>.",
         "MultiStreamTracker",
     )
-    former_streams_leases_deletion_strategy: str = _setting(
+    former_streams_leases_deletion_strategy: Literal[
+        "NO_STREAMS_LEASES_DELETION", "FORMER_STREAMS_AUTO_DETECTION_DEFERRED_DELETION"
+    ] = _setting(
         "NO_STREAMS_LEASES_DELETION",
         "What happens to the leases of a stream that is no longer configured (multi-stream mode).",
         "formerStreamsLeasesDeletionStrategy",
-        _OneOf(("NO_STREAMS_LEASES_DELETION", "FORMER_STREAMS_AUTO_DETECTION_DEFERRED_DELETION")),
     )
-    wait_period_to_delete_former_streams_millis: int = _setting(
+    wait_period_to_delete_former_streams_millis: _NonNegativeInt = _setting(
         3_600_000,
         "How long a former stream must stay unconfigured before its leases are deleted.",
         "waitPeriodToDeleteFormerStreams",
-        _Bounds(0),
     )
-    lease_assignment_strategy: str = _setting(
+    lease_assignment_strategy: LeaseAssignmentStrategy = _setting(
         LEASE_ASSIGNMENT_STRATEGIES[0],
         "How the leader assigns leases: makespan (ours), variance (KCL's WORKER_UTILIZATION_AWARE) or "
         "count (LEASE_COUNT_BASED).",
         "leaseAssignmentStrategy",
-        _OneOf(LEASE_ASSIGNMENT_STRATEGIES),
         batch_note="KCL's default is variance. Here it is makespan, chosen by measurement "
         "(bench/balance_pipeline.py): a round ends when its slowest slot does, makespan brings the busiest "
         "slot to the lower bound from the second round on and rebalances every round, while variance and "
         "count left two hot shards on one slot (1.83x the bound) in every round.",
     )
-    makespan_max_moves_per_round: int = _setting(
+    makespan_max_moves_per_round: _NonNegativeInt = _setting(
         0,
         "Most leases the makespan strategy may move while rebalancing in one round; 0 means no budget.",
         None,
-        _Bounds(0),
     )
-    rebalance_threshold_percentage: int = _setting(
+    rebalance_threshold_percentage: _Percentage = _setting(
         10,
         "How far from the mean utilization a worker may be before variance balancing moves leases.",
         "reBalanceThresholdPercentage",
-        _PERCENTAGE,
     )
-    dampening_percentage: int = _setting(
+    dampening_percentage: _Percentage = _setting(
         60,
         "Share of the computed excess throughput that balancing moves in one run (KCL's code says 60, "
         "its deep-dive doc 80).",
         "dampeningPercentage",
-        _PERCENTAGE,
     )
     allow_throughput_overshoot: bool = _setting(
         True,
         "Whether balancing may move one lease more than the dampened excess when that lease is needed.",
         "allowThroughputOvershoot",
     )
-    max_throughput_per_host_kbps: float = _setting(
+    max_throughput_per_host_kbps: _PositiveFloat = _setting(
         math.inf,
         "Most throughput assigned to one worker, in KB/s; inf (KCL's Double.MAX_VALUE) means no limit.",
         "maxThroughputPerHostKBps",
-        _POSITIVE,
     )
-    variance_balancing_frequency: int = _setting(
+    variance_balancing_frequency: _AtLeastOne = _setting(
         3,
         "Variance balancing runs on every this-many-th assignment run.",
         "varianceBalancingFrequency",
-        _AT_LEAST_ONE,
         batch_note="Counted in rounds, since the leader assigns once per round.",
     )
-    worker_metrics_ema_alpha: float = _setting(
+    worker_metrics_ema_alpha: Annotated[_Float, Field(gt=0, le=1)] = _setting(
         0.5,
         "Weight of the newest sample in the exponential moving average of worker metrics.",
         "workerMetricsEMAAlpha",
-        _Bounds(0, 1, low_exclusive=True),
     )
-    no_of_persisted_metrics_per_worker_metrics: int = _setting(
+    no_of_persisted_metrics_per_worker_metrics: _AtLeastOne = _setting(
         10,
         "Number of values kept per metric in a worker-metrics item.",
         "noOfPersistedMetricsPerWorkerMetrics",
-        _AT_LEAST_ONE,
     )
     graceful_lease_handoff_enabled: bool = _setting(
         True,
         "Whether a lease moved by balancing is handed over at a checkpoint instead of taken.",
         "isGracefulLeaseHandoffEnabled",
     )
-    graceful_lease_handoff_timeout_millis: int = _setting(
+    graceful_lease_handoff_timeout_millis: _NonNegativeInt = _setting(
         30000,
         "How long a graceful handoff may wait for the current owner before the lease is taken.",
         "gracefulLeaseHandoffTimeoutMillis",
-        _Bounds(0),
     )
-    leader_lease_duration_millis: int = _setting(
+    leader_lease_duration_millis: _PositiveInt = _setting(
         120000,
         "Lease duration of the leader lock: an unchanged lock observed for this long may be taken over.",
         "dynamoDbLockBasedLeaderLeaseDurationInMillis",
-        _POSITIVE,
         batch_note="One round at a time per application: whoever runs the round's current step holds it.",
     )
-    leader_heartbeat_period_millis: int = _setting(
-        30000,
-        "How often the leader lock's holder heartbeats it.",
-        "dynamoDbLockBasedLeaderHeartbeatPeriodInMillis",
-        _POSITIVE,
-        _BelowSetting("leader_lease_duration_millis", divisor=3),
-        batch_note="The Spark driver heartbeats the lock too while the consume step runs. Below a third of "
-        "the lease, so that a holder whose one heartbeat failed still holds the lock at the next one "
-        "(a holder counts its lease a tenth short, for clock skew).",
+    leader_heartbeat_period_millis: Annotated[_PositiveInt, _Below("leader_lease_duration_millis", divisor=3)] = (
+        _setting(
+            30000,
+            "How often the leader lock's holder heartbeats it.",
+            "dynamoDbLockBasedLeaderHeartbeatPeriodInMillis",
+            batch_note="The Spark driver heartbeats the lock too while the consume step runs. Below a third of "
+            "the lease, so that a holder whose one heartbeat failed still holds the lock at the next one "
+            "(a holder counts its lease a tenth short, for clock skew).",
+        )
     )
-    aws_region: str | None = _setting(
+    aws_region: _Region = _setting(
         None,
         "AWS region of every client; unset means boto3's default chain.",
         None,
-        _Matches(r"[a-z0-9-]+", "an AWS region name such as 'eu-west-1'"),
     )
-    aws_endpoint_url_dynamodb: str | None = _setting(
+    aws_endpoint_url_dynamodb: _EndpointUrl = _setting(
         None,
         "DynamoDB endpoint; unset means boto3's resolution (AWS_ENDPOINT_URL_DYNAMODB, AWS_ENDPOINT_URL).",
         None,
-        _HttpUrl(),
     )
-    aws_endpoint_url_kinesis: str | None = _setting(
+    aws_endpoint_url_kinesis: _EndpointUrl = _setting(
         None,
         "Kinesis endpoint; unset means boto3's resolution (AWS_ENDPOINT_URL_KINESIS, AWS_ENDPOINT_URL).",
         None,
-        _HttpUrl(),
     )
-    aws_endpoint_url_s3: str | None = _setting(
+    aws_endpoint_url_s3: _EndpointUrl = _setting(
         None,
         "S3 endpoint of the sink; unset means boto3's resolution (AWS_ENDPOINT_URL_S3, AWS_ENDPOINT_URL).",
         None,
-        _HttpUrl(),
     )
-    dependency_retry_attempts: int = _setting(
+    dependency_retry_attempts: _AtLeastOne = _setting(
         6,
         "Attempts per AWS call that fails for a reason that may go away (throttling, 5xx, transport).",
         None,
-        _AT_LEAST_ONE,
     )
-    dependency_retry_base_millis: int = _setting(
+    dependency_retry_base_millis: _AtLeastOne = _setting(
         50,
         "First backoff between attempts of a failing AWS call; it doubles with each retry.",
         None,
-        _AT_LEAST_ONE,
     )
-    dependency_retry_max_millis: int = _setting(
+    dependency_retry_max_millis: Annotated[int, _AtLeast("dependency_retry_base_millis")] = _setting(
         5000,
         "Longest backoff between attempts of a failing AWS call.",
         None,
-        _AtLeastSetting("dependency_retry_base_millis"),
     )
 
-    def __post_init__(self) -> None:
-        # Types first, so that checks (including cross-field ones) only ever see well-typed values.
-        for spec in fields(self):
+    if not TYPE_CHECKING:  # type checkers keep the typed keyword signature pydantic declares
+
+        def __init__(self, **values: Any) -> None:
             try:
-                value = _FIELD_TYPES[spec.name].accept(getattr(self, spec.name))
-            except ValueError as error:
-                raise ConfigurationError(spec.name, str(error)) from None
-            # Store the normal form (float for float fields, sorted pairs for tags) so equal
-            # configurations compare and hash equal.
-            object.__setattr__(self, spec.name, value)
-        for spec in fields(self):
-            value = getattr(self, spec.name)
-            for check in spec.metadata["checks"] if value is not None else ():
-                problem = check.problem(value, self)
-                if problem is not None:
-                    raise ConfigurationError(spec.name, problem)
+                super().__init__(**values)
+            except ValidationError as error:
+                raise _configuration_error(error) from None
+
+    @model_validator(mode="after")
+    def _check_rules_between_settings(self) -> Self:
+        # After every field is valid, so that a rule only ever compares well-typed values.
+        for name, spec in type(self).model_fields.items():
+            value = getattr(self, name)
+            for rule in spec.metadata if value is not None else ():
+                if isinstance(rule, _RULES_BETWEEN_SETTINGS):
+                    problem = rule.problem(value, self)
+                    if problem is not None:
+                        raise ConfigurationError(name, problem)
+        return self
 
     @property
     def renewer_interval_millis(self) -> int:
@@ -557,72 +541,142 @@ class ConsumerConfig:
         """A copy with typed `changes`, validated like any construction."""
         for key in changes:
             _known_key(key, _KEYS, "with_overrides")
-        return dataclasses.replace(self, **changes)
+        return type(self)(**{**dict(self), **changes})
 
     def to_dict(self) -> dict[str, object]:
         """JSON-serialisable settings; `load_config(overrides=...)` reads them back unchanged."""
-        return {spec.name: _FIELD_TYPES[spec.name].dump(getattr(self, spec.name)) for spec in fields(self)}
+        return self.model_dump(mode="json")
 
     @classmethod
     def describe(cls) -> list[SettingDescription]:
         """The settings reference, one row per field, in declaration order."""
         return [
             SettingDescription(
-                key=spec.name,
-                type_name=_FIELD_TYPES[spec.name].name,
+                key=name,
+                type_name=_type_name(spec),
                 default=spec.default,
-                kcl_name=spec.metadata["kcl_name"],
-                doc=spec.metadata["doc"],
-                batch_note=spec.metadata["batch_note"],
-                allowed=" and ".join(check.allowed for check in spec.metadata["checks"]) or None,
+                kcl_name=_extra(spec).get("kcl_name"),
+                doc=spec.description or "",
+                batch_note=_extra(spec).get("batch_note"),
+                allowed=" and ".join(_allowed(spec)) or None,
             )
-            for spec in fields(cls)
+            for name, spec in cls.model_fields.items()
         ]
 
 
 # --------------------------------------------------------------------------------------------------
-# Value types: reading text (environment, --set), accepting typed values, writing JSON.
-# Each function raises ValueError with a problem statement; callers add the key.
+# Reading the fields: type names, allowed values, pydantic's errors in our words.
+
+
+def _extra(spec: FieldInfo) -> dict[str, Any]:
+    return spec.json_schema_extra if isinstance(spec.json_schema_extra, dict) else {}
+
+
+def _type_name(spec: FieldInfo) -> str:
+    """The type as the reference names it and as text is read: tags are a table of strings."""
+    annotation = spec.annotation
+    if get_origin(annotation) is Literal:
+        return "str"
+    if annotation == Tags:
+        return "dict[str, str]"
+    if set(get_args(annotation)) == {str, type(None)}:
+        return "str | None"
+    return getattr(annotation, "__name__", str(annotation))
+
+
+def _range(spec: FieldInfo) -> str | None:
+    low = next((item for item in spec.metadata if isinstance(item, Gt | Ge)), None)
+    high = next((item.le for item in spec.metadata if isinstance(item, Le)), None)
+    if isinstance(low, Gt):
+        return f"greater than {low.gt}" + (f" and at most {high}" if high is not None else "")
+    if isinstance(low, Ge):
+        return f"at least {low.ge}" if high is None else f"between {low.ge} and {high}"
+    return None if high is None else f"at most {high}"
+
+
+def _one_of(spec: FieldInfo) -> str | None:
+    if get_origin(spec.annotation) is not Literal:
+        return None
+    return "one of " + ", ".join(repr(choice) for choice in get_args(spec.annotation))
+
+
+def _constraints(spec: FieldInfo) -> list[str]:
+    """What the type of `spec` allows, in words: its choices or range, then its checks."""
+    parts = [part for part in (_one_of(spec), _range(spec)) if part]
+    return parts + [item.allowed for item in spec.metadata if isinstance(item, _Allowed)]
+
+
+def _allowed(spec: FieldInfo) -> list[str]:
+    """What `spec` allows, in words: its constraints and the rules that relate it to other settings."""
+    return _constraints(spec) + [item.allowed for item in spec.metadata if isinstance(item, _RULES_BETWEEN_SETTINGS)]
+
+
+_EXPECTED = {"int_type": "an integer", "float_type": "a number", "bool_type": "a boolean", "string_type": "a string"}
+
+
+def _configuration_error(error: ValidationError) -> ConfigurationError:
+    """The first of pydantic's errors, in the words of the reference, naming the key."""
+    first = error.errors(include_url=False)[0]
+    kind, value, context = first["type"], first["input"], first.get("ctx", {})
+    if isinstance(rule_error := context.get("error"), ConfigurationError):  # a rule between settings
+        return rule_error
+    key = str(first["loc"][0])
+    if kind == "extra_forbidden":
+        return ConfigurationError(key, _unknown_key_problem(key, _KEYS, "ConsumerConfig"))
+    spec = ConsumerConfig.model_fields[key]
+    if kind in _EXPECTED:
+        return ConfigurationError(key, f"expected {_EXPECTED[kind]}, got {value!r}")
+    if kind == "value_error":  # our validators word the whole problem
+        return ConfigurationError(key, str(context["error"]))
+    # A constraint of the type: a range, a choice, a pattern or an `_Allowed` check.
+    return ConfigurationError(key, _must_be(" and ".join(_constraints(spec)) or first["msg"], value))
+
+
+_KEYS = {name: name for name in ConsumerConfig.model_fields}
+_ENV_KEYS = {ENV_PREFIX + name.upper(): name for name in ConsumerConfig.model_fields}
+
+
+# --------------------------------------------------------------------------------------------------
+# Reading text (environment, --set): per type, raising ValueError with the problem; callers add the key.
 
 
 def _expected(what: str, value: object) -> ValueError:
     return ValueError(f"expected {what}, got {value!r}")
 
 
-def _same(value: Any) -> Any:
-    return value
-
-
-def _parse_int(text: str) -> int:
+def _read_int(text: str) -> int:
     try:
         return int(text)
     except ValueError:
         raise _expected("an integer", text) from None
 
 
-def _parse_float(text: str) -> float:
+def _read_float(text: str) -> float:
     try:
-        return float(text)
+        value = float(text)  # "inf" included: the value of no limit
     except ValueError:
         raise _expected("a number", text) from None
+    if math.isnan(value):
+        raise _expected("a number", text)
+    return value
 
 
 _BOOLEAN_WORDS = {"true": True, "yes": True, "1": True, "false": False, "no": False, "0": False}
 
 
-def _parse_bool(text: str) -> bool:
+def _read_bool(text: str) -> bool:
     try:
         return _BOOLEAN_WORDS[text.strip().lower()]
     except KeyError:
         raise _expected("true/false, yes/no or 1/0", text) from None
 
 
-def _parse_optional_str(text: str) -> str | None:
+def _read_optional_str(text: str) -> str | None:
     # Text cannot carry None, and an empty value is how shells and forms say "unset".
     return None if text.strip().lower() in ("", "none", "null") else text
 
 
-def _parse_tags(text: str) -> object:
+def _read_tags(text: str) -> object:
     if text.lstrip().startswith("{"):
         try:
             return json.loads(text)
@@ -638,76 +692,15 @@ def _tag_pair(item: str) -> tuple[str, str]:
     return key.strip(), value.strip()
 
 
-def _accept_int(value: object) -> int:
-    # bool is an int subclass, but `true` given for a count is a mistake, not 1.
-    if isinstance(value, int) and not isinstance(value, bool):
-        return value
-    raise _expected("an integer", value)
-
-
-def _accept_float(value: object) -> float:
-    # NaN compares false with every bound, so it would slip through every range check.
-    if isinstance(value, (int, float)) and not isinstance(value, bool) and not math.isnan(value):
-        return float(value)
-    raise _expected("a number", value)
-
-
-def _accept_bool(value: object) -> bool:
-    if isinstance(value, bool):
-        return value
-    raise _expected("a boolean", value)
-
-
-def _accept_str(value: object) -> str:
-    if isinstance(value, str):
-        return value
-    raise _expected("a string", value)
-
-
-def _accept_optional_str(value: object) -> str | None:
-    return None if value is None else _accept_str(value)
-
-
-def _accept_tags(value: object) -> Tags:
-    # The stored form is a tuple of pairs; dataclasses.replace hands it back to the constructor.
-    try:
-        tags = dict(value) if isinstance(value, tuple) else value
-    except (TypeError, ValueError):
-        raise _expected("a table of string tags", value) from None
-    if isinstance(tags, Mapping) and all(
-        isinstance(key, str) and key and isinstance(tag, str) for key, tag in tags.items()
-    ):
-        return tuple(sorted(tags.items()))
-    raise _expected("a table of string tags with non-empty keys", value)
-
-
-def _dump_float(value: float) -> float | str:
-    # JSON has no infinity; "inf" is what the float reader accepts back.
-    return "inf" if value == math.inf else value
-
-
-@dataclass(frozen=True)
-class _ValueType:
-    name: str
-    parse: Callable[[str], object]
-    accept: Callable[[object], object]
-    dump: Callable[[Any], object] = _same
-
-
-_VALUE_TYPES: dict[object, _ValueType] = {
-    int: _ValueType("int", _parse_int, _accept_int),
-    float: _ValueType("float", _parse_float, _accept_float, _dump_float),
-    bool: _ValueType("bool", _parse_bool, _accept_bool),
-    str: _ValueType("str", str, _accept_str),
-    str | None: _ValueType("str | None", _parse_optional_str, _accept_optional_str),
-    Tags: _ValueType("dict[str, str]", _parse_tags, _accept_tags, dict),
+_TEXT_READERS: dict[str, Callable[[str], object]] = {
+    "int": _read_int,
+    "float": _read_float,
+    "bool": _read_bool,
+    "str": str,
+    "str | None": _read_optional_str,
+    "dict[str, str]": _read_tags,
 }
-
-_FIELD_TYPES: dict[str, _ValueType] = {
-    name: _VALUE_TYPES[hint] for name, hint in get_type_hints(ConsumerConfig).items()
-}
-_KEYS = {name: name for name in _FIELD_TYPES}
-_ENV_KEYS = {ENV_PREFIX + name.upper(): name for name in _FIELD_TYPES}
+_FIELD_READERS = {row.key: _TEXT_READERS[row.type_name] for row in ConsumerConfig.describe()}
 
 
 # --------------------------------------------------------------------------------------------------
@@ -749,18 +742,22 @@ def _located(key: str, problem: str, origin: str) -> ConfigurationError:
     return ConfigurationError(key, f"{problem} (from {origin})")
 
 
+def _unknown_key_problem(name: str, names: Mapping[str, str], origin: str) -> str:
+    close = difflib.get_close_matches(name, names, n=1)
+    hint = f"; did you mean {close[0]!r}?" if close else ""
+    return f"is not a known setting (in {origin}){hint}"
+
+
 def _known_key(name: str, names: Mapping[str, str], origin: str) -> str:
     """The setting `name` stands for; an unknown name is an error suggesting the closest one."""
     if name in names:
         return names[name]
-    close = difflib.get_close_matches(name, names, n=1)
-    hint = f"; did you mean {close[0]!r}?" if close else ""
-    raise ConfigurationError(name, f"is not a known setting (in {origin}){hint}")
+    raise ConfigurationError(name, _unknown_key_problem(name, names, origin))
 
 
 def _text_setting(key: str, text: str, origin: str) -> _Setting:
     try:
-        return _Setting(key, _FIELD_TYPES[key].parse(text), origin)
+        return _Setting(key, _FIELD_READERS[key](text), origin)
     except ValueError as error:
         raise _located(key, str(error), origin) from None
 

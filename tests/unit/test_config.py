@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import math
 from pathlib import Path
 
 import pytest
+from pydantic import ValidationError
 
 from lease_core.config.settings import ENV_PREFIX, ConsumerConfig, load_config
 from lease_core.errors import ConfigurationError
@@ -331,7 +331,10 @@ BAD_VALUES = [
         {"worker_metrics_ema_alpha": False}, "worker_metrics_ema_alpha", "expected a number", id="bool-is-not-float"
     ),
     pytest.param({"consistent_reads": 1}, "consistent_reads", "expected a boolean", id="int-is-not-bool"),
-    pytest.param({"billing_mode": 3}, "billing_mode", "expected a string", id="int-is-not-str"),
+    pytest.param({"aws_region": 3}, "aws_region", "expected a string, got 3", id="int-is-not-str"),
+    pytest.param(
+        {"billing_mode": 3}, "billing_mode", "one of 'PAY_PER_REQUEST', 'PROVISIONED', got 3", id="int-is-not-a-choice"
+    ),
     pytest.param({"tags": {"": "x"}}, "tags", "non-empty keys", id="tags-empty-key"),
 ]
 
@@ -498,7 +501,7 @@ def test_a_missing_application_name_is_reported_where_it_is_needed(read: object)
 
 def test_the_config_is_frozen_and_hashable() -> None:
     config = ConsumerConfig(tags={"team": "data"})  # type: ignore[arg-type]
-    with pytest.raises(dataclasses.FrozenInstanceError):
+    with pytest.raises(ValidationError, match="frozen"):
         config.epsilon_millis = 1  # type: ignore[misc]
     assert hash(config) == hash(ConsumerConfig(tags=(("team", "data"),)))
 
@@ -543,7 +546,7 @@ def test_infinity_is_written_as_inf() -> None:
 
 def test_describe_covers_every_field_with_a_doc() -> None:
     rows = ConsumerConfig.describe()
-    assert [row.key for row in rows] == [spec.name for spec in dataclasses.fields(ConsumerConfig)]
+    assert [row.key for row in rows] == list(ConsumerConfig.model_fields)
     assert all(row.doc.strip() and row.type_name for row in rows)
 
 
