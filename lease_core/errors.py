@@ -18,7 +18,7 @@ from dataclasses import dataclass
 class LeaseCoreError(Exception):
     """Base class of every error raised by lease_core."""
 
-    retryable = False  # a class attribute (SinkError alone makes it a field: it depends on the failure)
+    retryable = False  # a class attribute (spark_jobs' SinkError makes it a field: it depends on the failure)
 
     def __post_init__(self) -> None:
         # The dataclass __init__ does not call Exception's: `args` gets the fields here, in order.
@@ -300,33 +300,6 @@ class LeadershipLostError(LeaseCoreError):
             f"the leader lock of {self.owner_name!r} was lost during {self.step}; it stopped writing "
             "(another round may have taken over)"
         )
-
-
-@dataclass(eq=False, repr=False)
-class SinkError(LeaseCoreError):
-    """The output dataset cannot be written where the job was told to write it.
-
-    Retryable when the storage answered with a failure that may go away (a 5xx, a dropped
-    connection); not retryable for a missing bucket, a path that is not a directory, or a refusal.
-    """
-
-    uri: str
-    problem: str
-    retryable: bool = False
-
-    def __str__(self) -> str:
-        return f"sink {self.uri!r}: {self.problem}"
-
-
-@dataclass(eq=False, repr=False)
-class TransformError(LeaseCoreError):
-    """The user transform could not be loaded, raised, or returned something other than a table."""
-
-    spec: str
-    problem: str
-
-    def __str__(self) -> str:
-        return f"transform {self.spec!r}: {self.problem}"
 
 
 @dataclass(eq=False, repr=False)

@@ -36,13 +36,13 @@ from lease_core.model.lease_keys import LeaseKeyScheme
 from lease_core.model.pending_batch import PendingBatch
 from lease_core.model.sequence import AT_TIMESTAMP, LATEST, SHARD_END, ExtendedSequenceNumber
 from lease_core.model.shards import ChildShard
+from lease_core.retrieval.kinesis_records import KinesisRecord
+from lease_core.retrieval.shard_reader import ReadBatch, ReadLimits, ShardReader
 from lease_core.retrieval.shard_source import KinesisShardSource, child_shards_of
 from lease_core.retry import RetryPolicy
 from lease_core.store.lease_store import LeaseStore
-from spark_jobs.kinesis_records import KinesisRecord
 from spark_jobs.parquet_sink import PARTITION_COLUMNS, ParquetSink, Promotion, records_table, staged_path, visible_path
 from spark_jobs.round_report import LeaseReport, Outcome, RetentionLoss
-from spark_jobs.shard_reader import ReadBatch, ReadLimits, ShardReader
 from spark_jobs.transform import Transform, apply_transform
 
 log = logging.getLogger(__name__)

@@ -47,9 +47,9 @@ import pyarrow.dataset as ds
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
-from lease_core.errors import SinkError
 from lease_core.model.sequence import ExtendedSequenceNumber
-from spark_jobs.kinesis_records import KinesisRecord
+from lease_core.retrieval.kinesis_records import KinesisRecord
+from spark_jobs.errors import SinkError
 
 PARTITION_COLUMNS = ("stream_name", "shard_id")
 FILE_SCHEMA = pa.schema(

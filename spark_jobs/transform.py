@@ -17,7 +17,7 @@ from collections.abc import Callable
 
 import pyarrow as pa
 
-from lease_core.errors import TransformError
+from spark_jobs.errors import TransformError
 
 Transform = Callable[[pa.Table], pa.Table]
 

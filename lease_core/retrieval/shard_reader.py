@@ -1,4 +1,5 @@
-"""Reading one Kinesis shard from a lease's checkpoint, for the consume job.
+"""Reading one Kinesis shard from a lease's checkpoint: the consume job's slots read with it, and the
+leader's idle check asks it whether a lease has anything to read.
 
 Why it reads the way it does:
 - A resume opens AT_SEQUENCE_NUMBER of the checkpoint and drops every position at or before it. A
@@ -38,8 +39,8 @@ from lease_core.aws import THROTTLING_CODES, AwsCaller, error_code
 from lease_core.errors import DependencyError, InvalidSequenceNumberError, StreamNotFoundError
 from lease_core.model.sequence import SHARD_END, ExtendedSequenceNumber, Sentinel
 from lease_core.model.shards import ChildShard
+from lease_core.retrieval.kinesis_records import KinesisRecord
 from lease_core.retry import RetryPolicy
-from spark_jobs.kinesis_records import KinesisRecord
 
 StopReason = Literal["tip", "records", "bytes", "time", "stop_at", "shard_end", "throttled", "gap"]
 
@@ -389,7 +390,8 @@ class ShardReader:
         self._last_call_at = self._clock()
         batch.get_records_calls += 1
         try:
-            return self._kinesis.get_records(ShardIterator=self._iterator, Limit=limit)
+            response: dict[str, Any] = self._kinesis.get_records(ShardIterator=self._iterator, Limit=limit)
+            return response
         except botocore.exceptions.ClientError as error:
             code = error_code(error)
             if code in READ_THROTTLING_CODES:

@@ -30,7 +30,6 @@ from lease_core.errors import (
     LeaseCoreError,
     LeaseLostError,
     RecordsLostError,
-    SinkError,
     StreamMismatchError,
     StreamNotActiveError,
     StreamNotFoundError,
@@ -38,9 +37,10 @@ from lease_core.errors import (
     TableNotReadyError,
     TableProtectedError,
     ThrottledError,
-    TransformError,
 )
 from lease_core.retry import RetryPolicy
+from spark_jobs import errors as data_plane_errors
+from spark_jobs.errors import SinkError, TransformError
 
 
 def client_error(code: str, status: int = 400, operation: str = "UpdateItem") -> botocore.exceptions.ClientError:
@@ -276,7 +276,12 @@ INSTANCES = [
     pytest.param(TransformError("my_module:clean", "raised KeyError: 'id'"), id="TransformError"),
 ]
 
-ERROR_CLASSES = [cls for _, cls in inspect.getmembers(errors, inspect.isclass) if issubclass(cls, LeaseCoreError)]
+ERROR_CLASSES = [
+    cls
+    for module in (errors, data_plane_errors)
+    for _, cls in inspect.getmembers(module, inspect.isclass)
+    if issubclass(cls, LeaseCoreError) and cls.__module__ == module.__name__
+]
 
 
 def test_the_pickling_table_covers_every_error_class() -> None:

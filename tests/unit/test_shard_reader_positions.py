@@ -13,7 +13,7 @@ import pytest
 from lease_core.model.lease import HashKeyRange
 from lease_core.model.sequence import AT_TIMESTAMP, LATEST, SHARD_END, TRIM_HORIZON, ExtendedSequenceNumber
 from lease_core.model.shards import ChildShard
-from spark_jobs.shard_reader import IteratorSpec, ReadLimits, ShardReader, start_spec, user_records
+from lease_core.retrieval.shard_reader import IteratorSpec, ReadLimits, ShardReader, start_spec, user_records
 from tests.support.kpl import aggregate
 
 ARRIVAL = datetime(2024, 5, 1, 12, 0, tzinfo=timezone(timedelta(hours=2)))

@@ -8,8 +8,8 @@ from datetime import UTC, datetime
 import pyarrow as pa
 import pytest
 
-from lease_core.errors import TransformError
-from spark_jobs.kinesis_records import KinesisRecord
+from lease_core.retrieval.kinesis_records import KinesisRecord
+from spark_jobs.errors import TransformError
 from spark_jobs.parquet_sink import FILE_SCHEMA, records_table
 from spark_jobs.transform import apply_transform, load_transform
 from tests.support import transforms
