@@ -3,6 +3,11 @@
 The slot tasks build `LeaseReport`s and a `SlotReport` on the executors and return them to the
 driver (they pickle: plain frozen dataclasses of strings and numbers). The driver folds them into a
 `RoundReport`, writes it as JSON where the caller asks, and prints the summary.
+
+This module owns the report's schema: the JSON is the dataclasses' fields under their own names
+(`to_dict`), and `RoundReport.from_dict` / `from_json` rebuild the dataclasses from it, checking
+every field. `RoundFigures` is the report's part that fits XCom (the consume step's result, which
+the finalize step keeps in the round history), with the same schema rules.
 """
 
 from __future__ import annotations
@@ -11,14 +16,30 @@ import dataclasses
 import json
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
+
+import pydantic
 
 from lease_core import aws
 from lease_core.application import LeaseApplication
-from lease_core.errors import ConfigurationError
+from lease_core.errors import ConfigurationError, LeaseCoreError
 from lease_core.model.lease import AgedOutRange
+
+Schema = TypeVar("Schema")
+
+
+@dataclass(eq=False, repr=False)
+class MalformedReportError(LeaseCoreError, ValueError):
+    """A round report (a file or the consume step's XCom) is not JSON of the report's schema: a
+    foreign or damaged file, or one a newer version wrote; the message names the field."""
+
+    source: str
+    problem: str
+
+    def __str__(self) -> str:
+        return f"round report {self.source!r} cannot be read: {self.problem}"
 
 
 class Outcome:
@@ -56,6 +77,13 @@ class RetentionLoss:
     def aged_out(self) -> AgedOutRange:
         """The range as the lease stores it until a kept report names it."""
         return AgedOutRange(self.after, self.first_available, self.first_available_arrival)
+
+    @property
+    def description(self) -> str:
+        return (
+            f"{self.lease_key}: records after {self.after} aged out of the stream before they were read "
+            f"(first still available: {self.first_available or 'none'})"
+        )
 
 
 @dataclass(frozen=True)
@@ -102,6 +130,50 @@ class SlotReport:
 
 
 @dataclass(frozen=True)
+class RoundTotals:
+    """The round's sums over every lease of every slot, and the losses it names."""
+
+    leases: int
+    records: int
+    bytes: int
+    files: int
+    outcomes: dict[str, int]  # the number of leases per outcome, by outcome name
+    lost_leases: tuple[str, ...]
+    failed_leases: tuple[str, ...]
+    retention_losses: tuple[RetentionLoss, ...]
+    max_millis_behind_latest: int | None
+    busiest_over_bound: float | None  # see `busiest_over_bound`; None when nothing landed
+
+    @classmethod
+    def of(cls, slots: Sequence[SlotReport], recorded_losses: Sequence[RetentionLoss] = ()) -> RoundTotals:
+        """`recorded_losses`: the retention losses the lease table still carries at the end of the
+        round, earlier rounds' whose report was never kept included; with the slots' own, each once."""
+        leases = [lease for slot in slots for lease in slot.leases]
+        losses = dict.fromkeys([loss for lease in leases for loss in lease.retention_losses] + list(recorded_losses))
+        return cls(
+            leases=len(leases),
+            records=sum(lease.records for lease in leases),
+            bytes=sum(lease.bytes for lease in leases),
+            files=sum(lease.files for lease in leases),
+            outcomes=dict(sorted(Counter(lease.outcome for lease in leases).items())),
+            lost_leases=tuple(sorted(lease.lease_key for lease in leases if lease.outcome == Outcome.LOST)),
+            failed_leases=tuple(sorted(lease.lease_key for lease in leases if lease.outcome == Outcome.FAILED)),
+            retention_losses=tuple(losses),
+            max_millis_behind_latest=max(
+                (lease.millis_behind_latest for lease in leases if lease.millis_behind_latest is not None),
+                default=None,
+            ),
+            busiest_over_bound=_rounded(
+                busiest_over_bound([slot.bytes for slot in slots], [lease.bytes for lease in leases])
+            ),
+        )
+
+    def reported_losses(self) -> list[tuple[str, AgedOutRange]]:
+        """The retention losses these totals name, as (lease key, range)."""
+        return [(loss.lease_key, loss.aged_out) for loss in self.retention_losses]
+
+
+@dataclass(frozen=True)
 class RoundReport:
     application_name: str
     round_number: int
@@ -110,10 +182,10 @@ class RoundReport:
     started_at: str
     seconds: float
     slots: tuple[SlotReport, ...]
+    totals: RoundTotals
     slot_failures: tuple[str, ...] = ()
     leadership_lost: bool = False
     leader_record_version: str | None = None
-    totals: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
     def build(
@@ -130,56 +202,61 @@ class RoundReport:
         leader_record_version: str | None = None,
         recorded_losses: Sequence[RetentionLoss] = (),
     ) -> RoundReport:
-        """`recorded_losses`: the retention losses the lease table still carries at the end of the
-        round, earlier rounds' whose report was never kept included; with the slots' own, each once."""
-        leases = [lease for slot in slots for lease in slot.leases]
-        losses = list(
-            dict.fromkeys([loss for lease in leases for loss in lease.retention_losses] + list(recorded_losses))
-        )
-        totals = {
-            "leases": len(leases),
-            "records": sum(lease.records for lease in leases),
-            "bytes": sum(lease.bytes for lease in leases),
-            "files": sum(lease.files for lease in leases),
-            "outcomes": dict(sorted(Counter(lease.outcome for lease in leases).items())),
-            "lost_leases": sorted(lease.lease_key for lease in leases if lease.outcome == Outcome.LOST),
-            "failed_leases": sorted(lease.lease_key for lease in leases if lease.outcome == Outcome.FAILED),
-            "retention_losses": [dataclasses.asdict(loss) for loss in losses],
-            "max_millis_behind_latest": max(
-                (lease.millis_behind_latest for lease in leases if lease.millis_behind_latest is not None),
-                default=None,
-            ),
-            "busiest_over_bound": _rounded(
-                busiest_over_bound([slot.bytes for slot in slots], [lease.bytes for lease in leases])
-            ),
-        }
+        """`recorded_losses`: see `RoundTotals.of`."""
         return cls(
-            application_name,
-            round_number,
-            tuple(streams),
-            output_uri,
-            started_at,
-            seconds,
-            tuple(sorted(slots, key=lambda slot: _slot_order(slot.worker_id))),
-            tuple(slot_failures),
-            leadership_lost,
-            leader_record_version,
-            totals,
+            application_name=application_name,
+            round_number=round_number,
+            streams=tuple(streams),
+            output_uri=output_uri,
+            started_at=started_at,
+            seconds=seconds,
+            slots=tuple(sorted(slots, key=lambda slot: _slot_order(slot.worker_id))),
+            totals=RoundTotals.of(slots, recorded_losses),
+            slot_failures=tuple(slot_failures),
+            leadership_lost=leadership_lost,
+            leader_record_version=leader_record_version,
         )
+
+    @classmethod
+    def from_dict(cls, document: object, source: str) -> RoundReport:
+        """The report `to_dict` made; `MalformedReportError` naming `source` and the field otherwise.
+        Keys the schema does not have are ignored (`succeeded` is computed again)."""
+        return _from_document(cls, document, source)
+
+    @classmethod
+    def from_json(cls, text: str | bytes, source: str) -> RoundReport:
+        try:
+            document = json.loads(text)
+        except ValueError as error:
+            raise MalformedReportError(source, f"not JSON ({error})") from None
+        return cls.from_dict(document, source)
 
     @property
     def succeeded(self) -> bool:
         """No slot failed, no lease failed and the leader lock held throughout; lost leases and
         retention losses are reported, not failures."""
-        return not self.slot_failures and not self.totals["failed_leases"] and not self.leadership_lost
+        return not self.slot_failures and not self.totals.failed_leases and not self.leadership_lost
 
     def reported_losses(self) -> list[tuple[str, AgedOutRange]]:
         """The retention losses this report names, as (lease key, range)."""
-        return reported_losses(self.totals)
+        return self.totals.reported_losses()
+
+    def figures(self) -> RoundFigures:
+        """The report without its long texts: what fits XCom."""
+        return RoundFigures(
+            application_name=self.application_name,
+            round_number=self.round_number,
+            seconds=self.seconds,
+            succeeded=self.succeeded,
+            totals=self.totals,
+            slot_failures=self.slot_failures,
+            slots=tuple(SlotFigures.of(slot) for slot in self.slots),
+            leases=tuple(LeaseFigures.of(lease) for slot in self.slots for lease in slot.leases),
+        )
 
     def to_dict(self) -> dict[str, Any]:
-        document = dataclasses.asdict(self)
-        document["succeeded"] = self.succeeded
+        document: dict[str, Any] = _plain(self)
+        document["succeeded"] = self.succeeded  # for readers of the file; `from_dict` computes it again
         return document
 
     def to_json(self) -> str:
@@ -189,8 +266,8 @@ class RoundReport:
         """The round in a few lines: one per slot, one per lease with something to say, totals."""
         lines = [
             f"round {self.round_number} of {self.application_name!r}: {len(self.slots)} slot(s), "
-            f"{self.totals['leases']} lease(s), {self.totals['records']} record(s) / "
-            f"{_size(self.totals['bytes'])} landed in {self.totals['files']} file(s), {self.seconds:.1f} s",
+            f"{self.totals.leases} lease(s), {self.totals.records} record(s) / "
+            f"{_size(self.totals.bytes)} landed in {self.totals.files} file(s), {self.seconds:.1f} s",
             f"  {'slot':<28} {'leases':>6} {'records':>9} {'bytes':>10} {'seconds':>8} {'cpu %':>6}",
         ]
         for slot in self.slots:
@@ -207,23 +284,106 @@ class RoundReport:
             )
             if lease.detail:
                 lines.append(f"      {lease.detail}")
-        outcomes = ", ".join(f"{name} {count}" for name, count in self.totals["outcomes"].items()) or "none"
+        outcomes = ", ".join(f"{name} {count}" for name, count in self.totals.outcomes.items()) or "none"
         lines.append(f"  outcomes: {outcomes}")
-        if self.totals.get("busiest_over_bound") is not None:
+        if self.totals.busiest_over_bound is not None:
             lines.append(
-                f"  balance: the busiest slot landed {self.totals['busiest_over_bound']:.2f}x the lower bound "
+                f"  balance: the busiest slot landed {self.totals.busiest_over_bound:.2f}x the lower bound "
                 "max(total / slots, largest lease)"
             )
-        for loss in self.totals["retention_losses"]:
-            lines.append(
-                f"  LOSS: {loss['lease_key']}: records after {loss['after']} aged out of the stream before they "
-                f"were read (first still available: {loss['first_available'] or 'none'})"
-            )
+        for loss in self.totals.retention_losses:
+            lines.append(f"  LOSS: {loss.description}")
         for failure in self.slot_failures:
             lines.append(f"  SLOT FAILED: {failure}")
         if self.leadership_lost:
             lines.append("  WARNING: the leader lock was lost during the round")
         return "\n".join(lines)
+
+
+@dataclass(frozen=True)
+class SlotFigures:
+    """A slot's load in the round."""
+
+    worker_id: str
+    leases: int
+    attempt: int
+    records: int
+    bytes: int
+    seconds: float
+    cpu_percent: float
+
+    @classmethod
+    def of(cls, slot: SlotReport) -> SlotFigures:
+        return cls(
+            slot.worker_id, len(slot.leases), slot.attempt, slot.records, slot.bytes, slot.seconds, slot.cpu_percent
+        )
+
+
+@dataclass(frozen=True)
+class LeaseFigures:
+    """A lease's row: its `LeaseReport` without the long texts and the details of its reads."""
+
+    lease_key: str
+    stream_name: str
+    shard_id: str
+    worker_id: str
+    outcome: str
+    records: int
+    bytes: int
+    seconds: float
+    start: str
+    end: str
+    millis_behind_latest: int | None
+    throughput_kbps: float | None
+
+    @classmethod
+    def of(cls, lease: LeaseReport) -> LeaseFigures:
+        return cls(**{field.name: getattr(lease, field.name) for field in dataclasses.fields(cls)})
+
+
+@dataclass(frozen=True)
+class RoundFigures:
+    """The report's figures that fit XCom: totals, per-slot load, per-lease rows (no long texts)."""
+
+    application_name: str
+    round_number: int
+    seconds: float
+    succeeded: bool
+    totals: RoundTotals
+    slot_failures: tuple[str, ...]
+    slots: tuple[SlotFigures, ...]
+    leases: tuple[LeaseFigures, ...]
+
+    @classmethod
+    def from_dict(cls, document: object, source: str) -> RoundFigures:
+        """The figures `to_dict` made; `MalformedReportError` naming `source` and the field otherwise."""
+        return _from_document(cls, document, source)
+
+    def to_dict(self) -> dict[str, Any]:
+        document: dict[str, Any] = _plain(self)
+        return document
+
+    def lease_rows(self) -> list[Mapping[str, Any]]:
+        """The per-lease rows as the round history keeps them."""
+        return [_plain(lease) for lease in self.leases]
+
+
+def history_figures(figures: RoundFigures | None) -> dict[str, Any]:
+    """What a round's history entry keeps of its figures. A round without figures (its consume step
+    skipped: nothing to read) has the figures of a round that read nothing."""
+    totals = figures.totals if figures else RoundTotals.of(())
+    return {
+        "records": totals.records,
+        "bytes": totals.bytes,
+        "files": totals.files,
+        "seconds": figures.seconds if figures else 0.0,
+        "max_millis_behind_latest": totals.max_millis_behind_latest,
+        "lost_leases": len(totals.lost_leases),
+        "failed_leases": len(totals.failed_leases),
+        "retention_losses": len(totals.retention_losses),
+        "busiest_over_bound": totals.busiest_over_bound,
+        "slots": [_plain(slot) for slot in figures.slots] if figures else [],
+    }
 
 
 def busiest_over_bound(slot_bytes: Sequence[int], lease_bytes: Sequence[int]) -> float | None:
@@ -238,15 +398,49 @@ def _rounded(value: float | None) -> float | None:
     return None if value is None else round(value, 3)
 
 
-def reported_losses(totals: Mapping[str, Any]) -> list[tuple[str, AgedOutRange]]:
-    """The retention losses named by a report's totals (its JSON form), as (lease key, range)."""
-    return [
-        (
-            loss["lease_key"],
-            AgedOutRange(loss["after"], loss.get("first_available"), loss.get("first_available_arrival")),
-        )
-        for loss in totals.get("retention_losses", [])
-    ]
+# --- the JSON form: every dataclass above as an object of its fields, tuples as lists ------------
+
+
+def _plain(value: Any) -> Any:
+    """`value` as JSON holds it: a dataclass as an object of its fields, a tuple as a list."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {field.name: _plain(getattr(value, field.name)) for field in dataclasses.fields(value)}
+    if isinstance(value, tuple | list):
+        return [_plain(item) for item in value]
+    if isinstance(value, dict):
+        return {key: _plain(item) for key, item in value.items()}
+    return value
+
+
+_ADAPTERS: dict[type, pydantic.TypeAdapter[Any]] = {}
+
+
+def _adapter(schema: type[Schema]) -> pydantic.TypeAdapter[Schema]:
+    """One validator per schema, built on first use (building one walks every nested dataclass)."""
+    if schema not in _ADAPTERS:
+        _ADAPTERS[schema] = pydantic.TypeAdapter(schema)
+    return _ADAPTERS[schema]
+
+
+def _from_document(schema: type[Schema], document: object, source: str) -> Schema:
+    """The `schema` dataclass `_plain` made `document` of, checked field by field against the types.
+
+    Validated as JSON in strict mode: no text is read as a number, no boolean as an integer, while an
+    integer is a float (a -1 "no sample" is written as one) and a list a tuple, as JSON has no tuples.
+    """
+    try:
+        return _adapter(schema).validate_json(json.dumps(document), strict=True)
+    except pydantic.ValidationError as error:
+        raise MalformedReportError(source, _first_problem(error)) from None
+
+
+def _first_problem(error: pydantic.ValidationError) -> str:
+    problem = error.errors(include_url=False)[0]
+    where = "".join(f"[{part}]" if isinstance(part, int) else f".{part}" for part in problem["loc"]).lstrip(".")
+    if problem["type"] == "missing":
+        return f"{where} is missing"
+    says = problem["msg"].removeprefix("Input ")
+    return f"{where or 'the document'} {says}, not {problem['input']!r}"
 
 
 def _slot_order(worker_id: str) -> tuple[int, str]:
@@ -302,8 +496,12 @@ def write_report(uri: str, report: RoundReport, app: LeaseApplication) -> None:
     staging.replace(path)
 
 
-def read_report(uri: str, app: LeaseApplication) -> dict[str, Any]:
-    """A report `write_report` wrote, as its JSON document."""
+def read_report(uri: str, app: LeaseApplication) -> RoundReport:
+    """The report `write_report` wrote; `MalformedReportError` naming `uri` for anything else."""
+    return RoundReport.from_json(_report_bytes(uri, app), uri)
+
+
+def _report_bytes(uri: str, app: LeaseApplication) -> bytes:
     if uri.startswith("s3://"):
         bucket, key = _s3_location(uri)
         client = app.client("s3")
@@ -312,10 +510,9 @@ def read_report(uri: str, app: LeaseApplication) -> dict[str, Any]:
             body: bytes = client.get_object(Bucket=bucket, Key=key)["Body"].read()
             return body
 
-        document: dict[str, Any] = json.loads(aws.AwsCaller("s3", app.retry_policy).call("GetObject", fetch))
+        document: bytes = aws.AwsCaller("s3", app.retry_policy).call("GetObject", fetch)
         return document
-    document = json.loads(Path(uri.removeprefix("file://")).read_text())
-    return document
+    return Path(uri.removeprefix("file://")).read_bytes()
 
 
 def _s3_location(uri: str) -> tuple[str, str]:

@@ -9,9 +9,8 @@ while it holds the lock). The control plane talks to the emulators directly.
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 from lease_core import aws
 from lease_core.config.settings import ConsumerConfig
@@ -24,7 +23,7 @@ from lease_core.retrieval.shard_source import KinesisShardSource
 from lease_core.store.coordinator_state import DynamoDBCoordinatorStateStore
 from lease_core.store.dynamodb_store import DynamoDBLeaseStore
 from lease_core.sync.step import ShardSyncReport, sync_streams
-from spark_jobs.round_report import reported_losses
+from spark_jobs.round_report import RoundReport
 
 TAKE_POLL_SECONDS = 0.5
 
@@ -60,14 +59,14 @@ def lead(
     return synced, assigned
 
 
-def finalize(config: ConsumerConfig, owner: str, report: Mapping[str, Any]) -> tuple[str, ...]:
+def finalize(config: ConsumerConfig, owner: str, report: RoundReport) -> tuple[str, ...]:
     """What the DAG's finalize step does to the leases once it kept the round's report: the retention
     losses the report names leave their leases (under the round's lock). The leases written."""
     dynamodb = aws.client("dynamodb", config)
     with hold(leader_lock(config, owner), "chaos finalize", acquire=False, release=False) as leadership:
         policy = leadership.retry_policy(aws.retry_policy(config))
         store = leadership.lease_store(DynamoDBLeaseStore(dynamodb, config.lease_table, retry_policy=policy))
-        return forget_reported_losses(store, reported_losses(report.get("totals", {})))
+        return forget_reported_losses(store, report.reported_losses())
 
 
 def describe(synced: ShardSyncReport, assigned: AssignmentReport) -> str:

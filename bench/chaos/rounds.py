@@ -16,7 +16,6 @@ the others fire at once, while the round still holds its lock.
 
 from __future__ import annotations
 
-import json
 import sys
 import time
 from dataclasses import dataclass, field
@@ -31,6 +30,7 @@ from bench.chaos.schedule import ANCHORS, DRIVER_KILL, LEADER_DEATH, WORKER_SIGK
 from bench.chaos.stack import REPOSITORY, set_arguments
 from bench.chaos.transforms import WorkerNote, worker_note
 from lease_core.errors import LeaseCoreError
+from spark_jobs.round_report import MalformedReportError, RoundReport
 
 if TYPE_CHECKING:
     from bench.chaos.campaign import Campaign
@@ -81,10 +81,11 @@ class Attempt:
     def label(self) -> str:
         return f"try {self.number} ({self.role})"
 
-    def report(self) -> dict[str, Any] | None:
+    def report(self) -> RoundReport | None:
+        """The report the try wrote, or None when it wrote none (killed, or failed before the end)."""
         try:
-            return json.loads(self.process.report_path.read_text())
-        except (OSError, ValueError):
+            return RoundReport.from_json(self.process.report_path.read_bytes(), str(self.process.report_path))
+        except (OSError, MalformedReportError):
             return None
 
 

@@ -18,13 +18,13 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 import pyarrow.dataset as ds
 
 from bench.chaos.producer import ProducedRecord
 from lease_core.model.lease import Lease
 from lease_core.model.shards import Shard
+from spark_jobs.round_report import RoundReport
 
 Key = tuple[str, str, int]  # shard id, sequence number, sub-sequence number
 SHOWN = 20
@@ -203,11 +203,11 @@ def stuck_leases(
     return stuck
 
 
-def reported_losses(reports: Iterable[Mapping[str, Any]]) -> list[ReportedLoss]:
+def reported_losses(reports: Iterable[RoundReport]) -> list[ReportedLoss]:
     return [
-        ReportedLoss(loss["lease_key"], loss["after"], loss.get("first_available"))
+        ReportedLoss(loss.lease_key, loss.after, loss.first_available)
         for report in reports
-        for loss in report.get("totals", {}).get("retention_losses", [])
+        for loss in report.totals.retention_losses
     ]
 
 

@@ -42,13 +42,13 @@ from lease_core.leader.round_history import RoundHistory
 from lease_core.lifecycle.lease_lifecycle import forget_reported_losses
 from lease_core.model.lease import Lease, StreamIdentifier
 from lease_core.model.lease_keys import LeaseKeyScheme
+from lease_core.retrieval.shard_reader import ReadLimits, ShardReader
 from lease_core.retrieval.shard_source import KinesisShardSource
 from lease_core.store.coordinator_state import CoordinatorStateStore
 from lease_core.store.lease_store import LeaseStore
 from lease_core.sync.audit import ShardSyncAuditor
 from lease_core.sync.step import is_multi_stream, sync_streams
-from spark_jobs.round_report import read_report, report_uri_for, reported_losses
-from spark_jobs.shard_reader import ReadLimits, ShardReader
+from spark_jobs.round_report import RetentionLoss, RoundFigures, history_figures, read_report, report_uri_for
 
 # The job file of the installed `spark_jobs` package (imported above), wherever the plugins folder is
 # mounted: in a checkout, an image or a deployment, the job and the code its executors import match.
@@ -327,7 +327,7 @@ class KinesisConsumeOperator(SparkSubmitOperator):
             self.conf = {**(self.conf or {}), "spark.speculation": "false"}
         super().execute(context)
         with airflow_outcomes():
-            return round_totals(read_report(self._report_uri(context), access.app))
+            return read_report(self._report_uri(context), access.app).figures().to_dict()
 
     def _report_uri(self, context: Any) -> str:
         return self.report_uri or report_uri_for(self.output_uri, context["run_id"])
@@ -375,60 +375,9 @@ def _setting_text(value: Any) -> str:
     return str(value)
 
 
-def round_totals(report: Mapping[str, Any]) -> dict[str, Any]:
-    """The report's figures that fit XCom: totals, per-slot load, per-lease rows (no long texts)."""
-    slots = [
-        {
-            "worker_id": slot["worker_id"],
-            "leases": len(slot["leases"]),
-            "attempt": slot["attempt"],
-            "records": sum(lease["records"] for lease in slot["leases"]),
-            "bytes": sum(lease["bytes"] for lease in slot["leases"]),
-            "seconds": slot["seconds"],
-            "cpu_percent": slot["cpu_percent"],
-        }
-        for slot in report["slots"]
-    ]
-    leases = [
-        {
-            key: lease[key]
-            for key in (
-                "lease_key",
-                "stream_name",
-                "shard_id",
-                "worker_id",
-                "outcome",
-                "records",
-                "bytes",
-                "seconds",
-                "start",
-                "end",
-                "millis_behind_latest",
-                "throughput_kbps",
-            )
-        }
-        for slot in report["slots"]
-        for lease in slot["leases"]
-    ]
-    return {
-        "application_name": report["application_name"],
-        "round_number": report["round_number"],
-        "seconds": report["seconds"],
-        "succeeded": report["succeeded"],
-        "totals": report["totals"],
-        "slot_failures": report["slot_failures"],
-        "slots": slots,
-        "leases": leases,
-    }
-
-
-def records_lost(totals: Mapping[str, Any], shard_sync: Mapping[str, Any]) -> tuple[str, ...]:
+def records_lost(retention_losses: Sequence[RetentionLoss], shard_sync: Mapping[str, Any]) -> tuple[str, ...]:
     """What the round says can never be landed: retention gaps, and leases deleted before SHARD_END."""
-    aged_out = tuple(
-        f"lease {loss['lease_key']}: records after {loss['after']} aged out of the stream before they were read "
-        f"(first still available: {loss.get('first_available') or 'none'})"
-        for loss in totals.get("retention_losses", [])
-    )
+    aged_out = tuple(f"lease {loss.description}" for loss in retention_losses)
     vanished = tuple(
         f"lease {key}: its shard no longer exists and the lease never reached SHARD_END, so its last records "
         "may have expired unread"
@@ -457,37 +406,19 @@ class FinalizeRoundOperator(_LeaderStep):
         self.shard_sync = shard_sync
 
     def run(self, access: AwsAccess, context: Any) -> dict[str, Any]:
-        report = dict(self.round_report or {})
-        assignment = dict(self.assignment or {})
-        losses = records_lost(report.get("totals", {}), dict(self.shard_sync or {}))
-        consumed = bool(report)
-        totals = report.get("totals", {})
-        summary = {
-            "round": assignment.get("round_number", report.get("round_number")),
-            "run_id": context["run_id"],
-            "finished_at": int(time.time() * 1000),
-            "consumed": consumed,
-            "records": totals.get("records", 0),
-            "bytes": totals.get("bytes", 0),
-            "files": totals.get("files", 0),
-            "seconds": report.get("seconds", 0.0),
-            "max_millis_behind_latest": totals.get("max_millis_behind_latest"),
-            "lost_leases": len(totals.get("lost_leases", [])),
-            "failed_leases": len(totals.get("failed_leases", [])),
-            "retention_losses": len(totals.get("retention_losses", [])),
-            "possibly_unread": len((self.shard_sync or {}).get("possibly_unread", [])),
-            "moves": len(assignment.get("moves", [])),
-            "busiest_over_bound": totals.get("busiest_over_bound"),
-            "slots": report.get("slots", []),
-        }
+        # No figures when the consume step was skipped (nothing to read): the round consumed nothing.
+        figures = RoundFigures.from_dict(self.round_report, "the consume step's XCom") if self.round_report else None
+        shard_sync = dict(self.shard_sync or {})
+        summary = round_summary(figures, dict(self.assignment or {}), shard_sync, context["run_id"])
+        losses = records_lost(figures.totals.retention_losses if figures else (), shard_sync)
         with self.leadership(access) as leadership:
             store, state = self.fenced_stores(access, leadership)
             history = RoundHistory(state)
             history.append(summary)
-            if consumed:
-                history.record_lease_rows(int(summary["round"] or 0), report.get("leases", []))
-            # Kept now (history, and this task's failure below): the leases need not carry them any more.
-            forget_reported_losses(store, reported_losses(totals))
+            if figures:
+                history.record_lease_rows(int(summary["round"] or 0), figures.lease_rows())
+                # Kept now (history, and this task's failure below): the leases need not carry them any more.
+                forget_reported_losses(store, figures.totals.reported_losses())
         for outlet in self.outlets:
             context["outlet_events"][outlet].extra = {
                 key: summary[key] for key in ("round", "records", "bytes", "files", "consumed")
@@ -495,6 +426,21 @@ class FinalizeRoundOperator(_LeaderStep):
         if losses:
             raise RecordsLostError(losses)
         return summary
+
+
+def round_summary(
+    figures: RoundFigures | None, assignment: Mapping[str, Any], shard_sync: Mapping[str, Any], run_id: str
+) -> dict[str, Any]:
+    """The round's entry in the round history, and the finalize step's XCom."""
+    return {
+        "round": assignment.get("round_number", figures.round_number if figures else None),
+        "run_id": run_id,
+        "finished_at": int(time.time() * 1000),
+        "consumed": figures is not None,
+        **history_figures(figures),
+        "possibly_unread": len(shard_sync.get("possibly_unread", [])),
+        "moves": len(assignment.get("moves", [])),
+    }
 
 
 class ReleaseLeadershipOperator(_LeaderStep):

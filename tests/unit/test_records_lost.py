@@ -2,28 +2,25 @@
 
 from __future__ import annotations
 
+import dataclasses
 import pickle
 
 import pytest
 from kinesis_lease.operators import records_lost
 
 from lease_core.errors import LeaseCoreError, RecordsLostError
+from spark_jobs.round_report import RetentionLoss
 
-AGED_OUT = {
-    "lease_key": "shardId-000000000001",
-    "after": "49600000000000000001",
-    "first_available": "49600000000000000090",
-    "first_available_arrival": None,
-}
+AGED_OUT = RetentionLoss("shardId-000000000001", "49600000000000000001", "49600000000000000090", None)
 
 
 @pytest.mark.parametrize(
-    ("totals", "shard_sync", "expected"),
+    ("losses", "shard_sync", "expected"),
     [
-        pytest.param({"retention_losses": []}, {"possibly_unread": []}, (), id="nothing-lost"),
-        pytest.param({}, {}, (), id="idle-round-without-report"),
+        pytest.param((), {"possibly_unread": []}, (), id="nothing-lost"),
+        pytest.param((), {}, (), id="idle-round-without-report"),
         pytest.param(
-            {"retention_losses": [AGED_OUT]},
+            (AGED_OUT,),
             {},
             (
                 "lease shardId-000000000001: records after 49600000000000000001 aged out of the stream before they "
@@ -32,7 +29,7 @@ AGED_OUT = {
             id="retention-gap",
         ),
         pytest.param(
-            {"retention_losses": [{**AGED_OUT, "first_available": None}]},
+            (dataclasses.replace(AGED_OUT, first_available=None),),
             {},
             (
                 "lease shardId-000000000001: records after 49600000000000000001 aged out of the stream before they "
@@ -41,7 +38,7 @@ AGED_OUT = {
             id="retention-gap-with-nothing-left",
         ),
         pytest.param(
-            {},
+            (),
             {"possibly_unread": ["shardId-000000000007"]},
             (
                 "lease shardId-000000000007: its shard no longer exists and the lease never reached SHARD_END, so its "
@@ -51,8 +48,8 @@ AGED_OUT = {
         ),
     ],
 )
-def test_every_loss_of_the_round_is_named(totals, shard_sync, expected):
-    assert records_lost(totals, shard_sync) == expected
+def test_every_loss_of_the_round_is_named(losses, shard_sync, expected):
+    assert records_lost(losses, shard_sync) == expected
 
 
 def test_the_loss_error_is_final_names_every_loss_and_pickles():
