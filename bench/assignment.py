@@ -25,11 +25,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from devtools.assignment_snapshots import apply_plan, default_worker, lease, loads_after, snapshot
 from lease_core.assignment.decision import AssignmentInput, AssignmentPlan
 from lease_core.assignment.makespan import lower_bound
 from lease_core.assignment.strategies import decider_for
 from lease_core.model.lease import Lease
-from tests.support.assignment import apply_plan, default_worker, lease, loads_after, snapshot
 
 SIZES = [(1_000, 32), (100_000, 1_000)]
 ROUNDS = 3

@@ -43,17 +43,17 @@ import boto3  # noqa: E402
 
 from bench.consume_throughput import (  # noqa: E402
     PAYLOAD_BYTES,
-    PUT_RECORDS_LIMIT,
     REGION,
     Application,
     BenchmarkFailure,
     Position,
-    create_stream,
     machine_facts,
+    positions,
     prepare_environment,
     start_spark,
 )
 from devtools.emulators import kinesis_mock, moto_server  # noqa: E402
+from devtools.kinesis_streams import create_stream, put_entries  # noqa: E402
 from lease_core.config.settings import LEASE_ASSIGNMENT_STRATEGIES  # noqa: E402
 from spark_jobs.round_report import RoundReport, busiest_over_bound  # noqa: E402
 
@@ -97,7 +97,7 @@ def balance_of(case: str, strategy: str, round_: int, report: RoundReport, worke
 
 def stream_of_shards(kinesis: Any, name: str) -> list[str]:
     """An ACTIVE stream of SHARDS shards; the starting hash key of each, in shard order."""
-    create_stream(kinesis, SHARDS, name)
+    create_stream(kinesis, name, SHARDS)
     shards = sorted(kinesis.list_shards(StreamName=name)["Shards"], key=lambda shard: shard["ShardId"])
     return [shard["HashKeyRange"]["StartingHashKey"] for shard in shards]
 
@@ -106,7 +106,7 @@ def put_round(
     kinesis: Any, stream: str, hash_keys: Sequence[str], shares: Sequence[float], records: int
 ) -> set[Position]:
     """The round's records, `shares` percent of them on each shard; what was written."""
-    pending = [
+    entries = [
         {
             "Data": f"{stream}-{time.time_ns()}-{shard}-{index}".encode().ljust(PAYLOAD_BYTES, b"."),
             "PartitionKey": "p",
@@ -115,16 +115,7 @@ def put_round(
         for shard, (hash_key, share) in enumerate(zip(hash_keys, shares))
         for index in range(round(records * share / 100))
     ]
-    written: set[Position] = set()
-    while pending:
-        batch, pending = pending[:PUT_RECORDS_LIMIT], pending[PUT_RECORDS_LIMIT:]
-        results = kinesis.put_records(StreamName=stream, Records=batch)["Records"]
-        written.update((r["ShardId"], r["SequenceNumber"]) for r in results if "ErrorCode" not in r)
-        refused = [entry for entry, result in zip(batch, results) if "ErrorCode" in result]
-        if refused:
-            time.sleep(0.05)
-            pending = refused + pending
-    return written
+    return positions(put_entries(kinesis, stream, entries))
 
 
 # --- reporting ------------------------------------------------------------------------------------

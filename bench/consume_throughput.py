@@ -59,6 +59,9 @@ import boto3  # noqa: E402
 import botocore.exceptions  # noqa: E402
 
 from devtools.emulators import KINESIS_MOCK_HOME, kinesis_mock, moto_server  # noqa: E402
+from devtools.kinesis_streams import create_stream, put_entries  # noqa: E402
+from devtools.local_spark import loopback_session  # noqa: E402
+from devtools.stream_records import landed_records  # noqa: E402
 from lease_core import aws  # noqa: E402
 from lease_core.config.settings import ConsumerConfig  # noqa: E402
 from lease_core.leader.assignment_round import AssignmentCoordinator, AssignmentReport, slot_ids  # noqa: E402
@@ -70,13 +73,11 @@ from lease_core.store.tables import TableAdministrator  # noqa: E402
 from lease_core.sync.step import sync_streams  # noqa: E402
 from spark_jobs.consume_job import run_round  # noqa: E402
 from spark_jobs.consume_spec import ConsumeSpec  # noqa: E402
-from spark_jobs.parquet_sink import ParquetSink  # noqa: E402
 from spark_jobs.round_report import RoundReport  # noqa: E402
 
 REGION = "us-east-1"
 STREAM = "bench-consume"
 PAYLOAD_BYTES = 200
-PUT_RECORDS_LIMIT = 500
 GET_RECORDS_LIMIT = 10000
 WORKER_COUNTS = (1, 2, 4)
 IDLE_ROUNDS = 3
@@ -122,32 +123,19 @@ def timed(function: Callable[[], T]) -> tuple[float, T]:
 # --- the stream ----------------------------------------------------------------------------------
 
 
-def create_stream(kinesis: Any, shards: int, name: str = STREAM) -> None:
-    kinesis.create_stream(StreamName=name, ShardCount=shards)
-    deadline = time.monotonic() + 30
-    while kinesis.describe_stream_summary(StreamName=name)["StreamDescriptionSummary"]["StreamStatus"] != "ACTIVE":
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"stream {name!r} not ACTIVE within 30 s")
-        time.sleep(0.05)
-
-
 def payload(index: int) -> bytes:
     return f"record-{index:09d}-".encode().ljust(PAYLOAD_BYTES, b".")
 
 
 def put_all(kinesis: Any, count: int) -> set[Position]:
-    """Put `count` records; what was written. Refused entries (per-shard write limit) are sent again."""
-    pending = [{"Data": payload(index), "PartitionKey": f"key-{index}"} for index in range(count)]
-    written: set[Position] = set()
-    while pending:
-        batch, pending = pending[:PUT_RECORDS_LIMIT], pending[PUT_RECORDS_LIMIT:]
-        results = kinesis.put_records(StreamName=STREAM, Records=batch)["Records"]
-        refused = [entry for entry, result in zip(batch, results) if "ErrorCode" in result]
-        written.update((r["ShardId"], r["SequenceNumber"]) for r in results if "ErrorCode" not in r)
-        if refused:
-            time.sleep(0.05)
-            pending = refused + pending
-    return written
+    """Put `count` records; what was written."""
+    entries = ({"Data": payload(index), "PartitionKey": f"key-{index}"} for index in range(count))
+    return positions(put_entries(kinesis, STREAM, entries))
+
+
+def positions(written: list[tuple[dict[str, Any], dict[str, Any]]]) -> set[Position]:
+    """The positions of the written entries (`put_entries`' answer)."""
+    return {(result["ShardId"], result["SequenceNumber"]) for _, result in written}
 
 
 def per_shard(written: set[Position]) -> dict[str, int]:
@@ -199,20 +187,8 @@ def boto3_loop(kinesis: Any, expected: dict[str, int]) -> int:
 
 
 def start_spark() -> Any:
-    from pyspark.sql import SparkSession
-
-    session = (
-        SparkSession.builder.master("local[*]")
-        .appName("bench-consume-throughput")
-        .config("spark.ui.enabled", "false")
-        .config("spark.driver.host", "127.0.0.1")
-        .config("spark.driver.bindAddress", "127.0.0.1")
-        .config("spark.speculation", "false")  # the job forces it off too: a copy would race its twin
-        .config("spark.ui.showConsoleProgress", "false")  # its progress bars would garble the tables
-        .getOrCreate()
-    )
-    session.sparkContext.setLogLevel("ERROR")
-    return session
+    # Spark's progress bars would garble the tables.
+    return loopback_session("local[*]", "bench-consume-throughput", {"spark.ui.showConsoleProgress": "false"})
 
 
 @dataclass(frozen=True)
@@ -282,9 +258,7 @@ class Application:
 
     def check_landed(self, written: set[Position]) -> None:
         """Exactly the written records are in the sink: none missing, none twice, none foreign."""
-        table = ParquetSink.from_uri(self.output_uri).read_dataset()
-        columns = table.select(["shard_id", "sequence_number"]).to_pydict()
-        landed = list(zip(columns["shard_id"], columns["sequence_number"]))
+        landed = [(record.shard_id, record.sequence_number) for record in landed_records(self.output_uri)]
         if len(landed) != len(written) or set(landed) != written:
             missing, extra = len(written - set(landed)), len(set(landed) - written)
             raise BenchmarkFailure(
@@ -387,7 +361,7 @@ def measure_job(
 def measure_idle(spark: Any, application: Application, written: set[Position]) -> list[RoundTimes]:
     """Full rounds of a caught-up application: they must land nothing and leave the sink as it was."""
     rounds = [application.round(spark, IDLE_WORKERS) for _ in range(IDLE_ROUNDS)]
-    if any(times.report.totals["records"] for times in rounds):
+    if any(times.report.totals.records for times in rounds):
         raise BenchmarkFailure("an idle round landed records although none were written")
     application.check_landed(written)
     return rounds
@@ -399,7 +373,7 @@ def run(arguments: argparse.Namespace, stack: ExitStack) -> None:
     mock = stack.enter_context(kinesis_mock())
     scratch = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="bench-consume-")))
     kinesis = boto3.client("kinesis", endpoint_url=mock.endpoint, region_name=REGION)
-    create_stream(kinesis, arguments.shards)
+    create_stream(kinesis, STREAM, arguments.shards)
     put_seconds, written = timed(lambda: put_all(kinesis, arguments.records))
     print(
         f"stream {STREAM}: {arguments.shards} shards, {len(written):,} records of {PAYLOAD_BYTES} B "

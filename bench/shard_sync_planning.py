@@ -22,9 +22,9 @@ from typing import TypeVar
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from devtools.shard_lineage import LineageBuilder
 from lease_core.model.shards import InitialPosition, Shard
 from lease_core.sync.planner import plan_for_empty_table, plan_for_existing_leases
-from tests.support.lineage import LineageBuilder
 
 REPEATS = 5
 

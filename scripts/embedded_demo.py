@@ -18,7 +18,6 @@ supervisor that stops every process it started on the way out, on error, Ctrl-C 
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import itertools
 import json
 import os
@@ -37,13 +36,13 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-import boto3
 import psutil
 
+from devtools.airflow_env import REGION, home_environment, load_dag_module, migrate_metadata_db, run_environment
 from devtools.emulators import EmulatorProcess, kinesis_mock, moto_server
-from spark_jobs.parquet_sink import ParquetSink
-
-REPOSITORY = Path(__file__).resolve().parents[1]
+from devtools.kinesis_streams import create_stream, kinesis_client, merge_shards, open_shards, put_entries, split_shard
+from devtools.stream_records import StreamRecord, landed_records
+from spark_jobs.round_report import RoundFigures
 
 APPLICATION = "embedded-demo"
 STREAM = "embedded-demo-orders"
@@ -51,7 +50,6 @@ SHARDS = 4
 WORKERS = 3
 # The DAG's default: it equalises the slots' measured load from the second round on (bench/balance_pipeline.py).
 STRATEGY = "makespan"
-REGION = "us-east-1"
 # Every slot at once, as a fleet of W workers runs (with fewer task slots they run in waves);
 # ",4": Spark retries a failed slot task (plain local[N] never does).
 SPARK_MASTER = f"local[{WORKERS},4]"
@@ -62,18 +60,7 @@ BATCHES = (4000, 3000, 3000)
 # about two thirds of the traffic, shards 0 and 1 only the evenly spread rest.
 HOT_KEYS = {"customer-3": 0.35, "customer-5": 0.30, "customer-1": 0.15}
 PAYLOAD_PADDING = "x" * 160  # ~200-byte records, so the per-lease KB/s figures are not all zero
-PUT_RECORDS_LIMIT = 500
-ACTIVE_TIMEOUT_SECONDS = 30.0
 FAILED_STATES = {"failed", "upstream_failed"}
-
-
-@dataclass(frozen=True)
-class StreamRecord:
-    """A record as the producer put it and as the sink must hold it: its identity is all three."""
-
-    shard_id: str
-    sequence_number: str
-    data: bytes
 
 
 @dataclass(frozen=True)
@@ -156,23 +143,11 @@ class SkewedProducer:
 
     def produce(self, count: int) -> Counter[str]:
         """Put `count` records; how many went to each shard."""
-        pending = [self._entry() for _ in range(count)]
-        batch_records: list[StreamRecord] = []
-        while pending:
-            batch, pending = pending[:PUT_RECORDS_LIMIT], pending[PUT_RECORDS_LIMIT:]
-            results = self.kinesis.put_records(StreamName=self.stream, Records=batch)["Records"]
-            # A refused entry (the hot shard's write limit) was not written: put it again after a pause.
-            refused = [entry for entry, result in zip(batch, results) if "ErrorCode" in result]
-            batch_records += [
-                StreamRecord(result["ShardId"], result["SequenceNumber"], entry["Data"])
-                for entry, result in zip(batch, results)
-                if "ErrorCode" not in result
-            ]
-            if refused:
-                time.sleep(0.2)
-                pending = refused + pending
-        self.ledger += batch_records
-        return Counter(record.shard_id for record in batch_records)
+        # The hot shard refuses entries beyond its write limit: a longer pause lets it catch up.
+        written = put_entries(self.kinesis, self.stream, [self._entry() for _ in range(count)], retry_pause_seconds=0.2)
+        records = [StreamRecord.acknowledged(entry, result) for entry, result in written]
+        self.ledger += records
+        return Counter(record.shard_id for record in records)
 
     def _entry(self) -> dict[str, Any]:
         serial = next(self.serials)
@@ -189,48 +164,10 @@ class SkewedProducer:
         return hashlib.sha1(str(serial).encode()).hexdigest()[:12]
 
 
-def list_shards(kinesis: Any, stream: str) -> list[dict[str, Any]]:
-    page = kinesis.list_shards(StreamName=stream)
-    shards = list(page["Shards"])
-    while page.get("NextToken"):
-        page = kinesis.list_shards(NextToken=page["NextToken"])
-        shards += page["Shards"]
-    return shards
-
-
-def open_shards(kinesis: Any, stream: str) -> list[dict[str, Any]]:
-    """The open shards in hash-key order (a closed shard has an ending sequence number)."""
-    shards = [
-        shard for shard in list_shards(kinesis, stream) if "EndingSequenceNumber" not in shard["SequenceNumberRange"]
-    ]
-    return sorted(shards, key=lambda shard: int(shard["HashKeyRange"]["StartingHashKey"]))
-
-
-def wait_until_active(kinesis: Any, stream: str) -> None:
-    """Kinesis refuses the next reshard with ResourceInUseException while a stream is UPDATING."""
-    deadline = time.monotonic() + ACTIVE_TIMEOUT_SECONDS
-    while kinesis.describe_stream_summary(StreamName=stream)["StreamDescriptionSummary"]["StreamStatus"] != "ACTIVE":
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"stream {stream!r} not ACTIVE within {ACTIVE_TIMEOUT_SECONDS:.0f} s")
-        time.sleep(0.05)
-
-
-def children_of(kinesis: Any, stream: str, parent: str) -> list[str]:
-    return [
-        shard["ShardId"]
-        for shard in open_shards(kinesis, stream)
-        if parent in (shard.get("ParentShardId"), shard.get("AdjacentParentShardId"))
-    ]
-
-
 def split_hottest(kinesis: Any, stream: str, load: Counter[str]) -> None:
     """Split the open shard that took the most records of the last batch at its hash-range midpoint."""
-    hottest = max(open_shards(kinesis, stream), key=lambda shard: load[shard["ShardId"]])
-    low, high = (int(hottest["HashKeyRange"][end]) for end in ("StartingHashKey", "EndingHashKey"))
-    shard_id = hottest["ShardId"]
-    kinesis.split_shard(StreamName=stream, ShardToSplit=shard_id, NewStartingHashKey=str((low + high) // 2 + 1))
-    wait_until_active(kinesis, stream)
-    children = ", ".join(short(child) for child in children_of(kinesis, stream, shard_id))
+    shard_id = max(open_shards(kinesis, stream), key=lambda shard: load[shard.shard_id]).shard_id
+    children = ", ".join(short(child) for child in split_shard(kinesis, stream, shard_id))
     print(
         f"\n>> split the hottest shard {short(shard_id)} ({load[shard_id]} records of the last batch) into {children}"
     )
@@ -238,14 +175,12 @@ def split_hottest(kinesis: Any, stream: str, load: Counter[str]) -> None:
 
 def merge_coldest(kinesis: Any, stream: str, load: Counter[str]) -> None:
     """Merge the two adjacent open shards that together took the fewest records of the last batch."""
-    shards = open_shards(kinesis, stream)
-    lower, upper = min(itertools.pairwise(shards), key=lambda pair: load[pair[0]["ShardId"]] + load[pair[1]["ShardId"]])
-    kinesis.merge_shards(StreamName=stream, ShardToMerge=lower["ShardId"], AdjacentShardToMerge=upper["ShardId"])
-    wait_until_active(kinesis, stream)
-    (child,) = children_of(kinesis, stream, lower["ShardId"])
+    pairs = itertools.pairwise(shard.shard_id for shard in open_shards(kinesis, stream))
+    lower, upper = min(pairs, key=lambda pair: load[pair[0]] + load[pair[1]])
+    child = merge_shards(kinesis, stream, lower, upper)
     print(
-        f"\n>> merged the coldest adjacent shards {short(lower['ShardId'])} + {short(upper['ShardId'])} "
-        f"({load[lower['ShardId']]} + {load[upper['ShardId']]} records of the last batch) into {short(child)}"
+        f"\n>> merged the coldest adjacent shards {short(lower)} + {short(upper)} "
+        f"({load[lower]} + {load[upper]} records of the last batch) into {short(child)}"
     )
 
 
@@ -261,28 +196,10 @@ def print_batch(count: int, load: Counter[str]) -> None:
 
 def airflow_environment(home: Path, moto: str, kinesis: str) -> dict[str, str]:
     """What Airflow must see before it is first imported, and what spark-submit and boto3 need."""
-    venv_bin = Path(sys.executable).parent
+    spark = {"conn_type": "spark", "host": SPARK_MASTER}
     return {
-        "AIRFLOW_HOME": str(home),
-        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
-        "AIRFLOW__CORE__DAGS_FOLDER": str(REPOSITORY / "dags"),
-        "AIRFLOW__CORE__PLUGINS_FOLDER": str(REPOSITORY / "plugins"),
-        "AIRFLOW_CONN_AWS_DEFAULT": json.dumps(
-            {
-                "conn_type": "aws",
-                "login": "embedded",
-                "password": "embedded",
-                "extra": {
-                    "region_name": REGION,
-                    "endpoint_url": moto,
-                    "service_config": {"kinesis": {"endpoint_url": kinesis}},
-                },
-            }
-        ),
-        "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps({"conn_type": "spark", "host": SPARK_MASTER}),
-        "PATH": f"{venv_bin}{os.pathsep}{os.environ.get('PATH', '')}",  # spark-submit from the venv
-        "PYSPARK_PYTHON": sys.executable,
-        "SPARK_LOCAL_IP": "127.0.0.1",
+        **home_environment(home),
+        **run_environment(kinesis, moto, spark, credentials="embedded"),
         # Dummy credentials: the embedded default must never reach a real AWS account.
         "AWS_ACCESS_KEY_ID": "embedded",
         "AWS_SECRET_ACCESS_KEY": "embedded",
@@ -294,20 +211,7 @@ def prepare_airflow(home: Path, moto: str, kinesis: str) -> None:
     for variable in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_ENDPOINT_URL"):
         os.environ.pop(variable, None)
     os.environ.update(airflow_environment(home, moto, kinesis))
-    airflow = Path(sys.executable).with_name("airflow")
-    migration = subprocess.run([str(airflow), "db", "migrate"], capture_output=True, text=True, check=False)
-    if migration.returncode != 0:
-        raise RuntimeError(f"airflow db migrate failed:\n{migration.stderr[-2000:]}")
-
-
-def load_dag() -> Any:
-    spec = importlib.util.spec_from_file_location(
-        "kinesis_lease_pipeline", REPOSITORY / "dags" / "kinesis_lease_pipeline.py"
-    )
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.dag
+    migrate_metadata_db()
 
 
 def run_round(dag: Any, conf: Mapping[str, Any], number: int, log: Path) -> RoundResult:
@@ -382,22 +286,16 @@ def print_consumed(consumed: Mapping[str, Any] | None, landed_so_far: int, produ
     if consumed is None:
         print(f"   consume skipped: no lease had new records; {backlog}")
         return
-    totals = consumed["totals"]
-    lag = totals["max_millis_behind_latest"]
-    print(f"   landed {totals['records']} records in {totals['files']} file(s), {consumed['seconds']:.1f} s in Spark")
-    ratio = totals.get("busiest_over_bound")
+    figures = RoundFigures.from_dict(consumed, "the consume step's XCom")
+    totals, lag = figures.totals, figures.totals.max_millis_behind_latest
+    print(f"   landed {totals.records} records in {totals.files} file(s), {figures.seconds:.1f} s in Spark")
+    ratio = totals.busiest_over_bound
     if ratio is not None:
         print(f"   balance: the busiest slot landed {ratio:.2f}x the lower bound max(total / W, largest lease)")
     print(f"   lag: max MillisBehindLatest {lag} ms (kinesis-mock always reports 0); {backlog}")
 
 
 # --- the whole demo --------------------------------------------------------------------------------
-
-
-def landed_records(output_uri: str) -> list[StreamRecord]:
-    table = ParquetSink.from_uri(output_uri).read_dataset()
-    columns = table.select(["shard_id", "sequence_number", "data"]).to_pydict()
-    return [StreamRecord(*row) for row in zip(columns["shard_id"], columns["sequence_number"], columns["data"])]
 
 
 def exactly_once(produced: list[StreamRecord], landed: list[StreamRecord], rounds: list[RoundResult]) -> bool:
@@ -438,8 +336,7 @@ class EmbeddedDemo:
         }
 
     def run(self) -> bool:
-        self.kinesis.create_stream(StreamName=STREAM, ShardCount=SHARDS)
-        wait_until_active(self.kinesis, STREAM)
+        create_stream(self.kinesis, STREAM, SHARDS)
         print(f"stream {STREAM}: {SHARDS} shards; application {APPLICATION}: {WORKERS} workers, {STRATEGY} assignment")
         first, second, third = BATCHES
         load = self.produce(first)
@@ -473,20 +370,13 @@ def run_demo(workdir: Path) -> bool:
         started = time.monotonic()
         prepare_airflow(workdir / "airflow", moto.endpoint, kinesis.endpoint)
         with output_to(workdir / "rounds.log"):
-            dag = load_dag()
+            dag = load_dag_module("kinesis_lease_pipeline").dag
         print(
             f"Airflow: metadata DB (SQLite) migrated and DAG {dag.dag_id} loaded in "
             f"{time.monotonic() - started:.1f} s; "
             f"Spark master {SPARK_MASTER}"
         )
-        client = boto3.client(
-            "kinesis",
-            endpoint_url=kinesis.endpoint,
-            region_name=REGION,
-            aws_access_key_id="embedded",
-            aws_secret_access_key="embedded",
-        )
-        return EmbeddedDemo(dag, client, workdir).run()
+        return EmbeddedDemo(dag, kinesis_client(kinesis.endpoint), workdir).run()
 
 
 def print_emulators(moto: EmulatorProcess, kinesis: EmulatorProcess) -> None:

@@ -6,11 +6,11 @@ import re
 import sys
 import tempfile
 from collections.abc import Iterator
-from pathlib import Path
 
 import boto3
 import pytest
 
+from devtools.airflow_env import home_environment
 from devtools.emulators import kinesis_mock, moto_server
 
 # Tests never reach real AWS: fixed dummy credentials and region for every client they build.
@@ -22,10 +22,7 @@ for variable in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_ENDPOINT_URL"):
 
 # Airflow reads its home and settings when first imported: a throwaway home with SQLite, no example
 # DAGs, this repository's DAGs and plugins, before any test module imports Airflow.
-os.environ["AIRFLOW_HOME"] = tempfile.mkdtemp(prefix="airflow-home-")
-os.environ["AIRFLOW__CORE__LOAD_EXAMPLES"] = "False"
-os.environ["AIRFLOW__CORE__DAGS_FOLDER"] = str(Path(__file__).resolve().parents[1] / "dags")
-os.environ["AIRFLOW__CORE__PLUGINS_FOLDER"] = str(Path(__file__).resolve().parents[1] / "plugins")
+os.environ.update(home_environment(tempfile.mkdtemp(prefix="airflow-home-")))
 os.environ["AIRFLOW__CORE__UNIT_TEST_MODE"] = "False"
 # Airflow puts its plugins folder on sys.path; so do the tests, to import the plugin's modules.
 sys.path.insert(0, os.environ["AIRFLOW__CORE__PLUGINS_FOLDER"])

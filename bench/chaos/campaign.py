@@ -53,6 +53,7 @@ from bench.chaos.schedule import (
 )
 from bench.chaos.stack import Stack, prepare_environment
 from bench.chaos.verdict import Verdict, check_records, read_landed, reported_losses, stuck_leases
+from devtools.kinesis_streams import shards_of
 
 APPLICATION = "chaos-app"
 STREAM = "chaos-stream"
@@ -293,7 +294,6 @@ class Campaign:
 
     def _stuck(self) -> list[str]:
         from lease_core.leader.leader_lock import LEADER_KEY, LockHolder
-        from tests.support.kinesis import shards_of
 
         leader = self.stack.state_store().get(LEADER_KEY)
         holder = None if leader is None else LockHolder.from_item(leader, 0).owner_name

@@ -32,11 +32,11 @@ from bench.chaos.schedule import (
     Fault,
 )
 from bench.chaos.stack import set_arguments
+from devtools.fault_proxy import FAULT_KINDS as PROXY_FAULT_KINDS
+from devtools.fault_proxy import FaultRule
+from devtools.kinesis_streams import merge_shards, open_shards, split_shard
 from lease_core.model.shards import Shard
 from spark_jobs.parquet_sink import STAGED_PREFIX
-from tests.support.fault_proxy import FAULT_KINDS as PROXY_FAULT_KINDS
-from tests.support.fault_proxy import FaultRule
-from tests.support.kinesis import merge_shards, shards_of, split_shard
 
 if TYPE_CHECKING:
     from bench.chaos.leader import Taking
@@ -266,14 +266,11 @@ def reshard(run: RoundRun, fault: Fault) -> Injection | None:
         for lease in run.stack.lease_store().list_leases()
         if not lease.is_at_shard_end and not lease.checkpoint.is_sentinel
     }
-    open_shards = sorted(
-        (shard for shard in shards_of(kinesis, stream) if shard.is_open),
-        key=lambda shard: shard.hash_key_range.starting_hash_key,
-    )
+    shards = open_shards(kinesis, stream)
     running = bool(run.live_main_line())
     when = "while a try ran" if running else "after the tries ended"
     if fault.kind == SPLIT:
-        candidates = [shard for shard in open_shards if shard.shard_id in read]
+        candidates = [shard for shard in shards if shard.shard_id in read]
         if not candidates:
             return None
         parent = _choose(candidates, fault.pick)
@@ -286,7 +283,7 @@ def reshard(run: RoundRun, fault: Fault) -> Injection | None:
             children=list(children),
             running=running,
         )
-    pairs = [(left, right) for left, right in _adjacent_pairs(open_shards) if {left.shard_id, right.shard_id} <= read]
+    pairs = [(left, right) for left, right in _adjacent_pairs(shards) if {left.shard_id, right.shard_id} <= read]
     if not pairs:
         return None
     left, right = _choose(pairs, fault.pick)
@@ -551,6 +548,11 @@ def _round_word(succeeded: bool) -> str:
     return "round ok" if succeeded else "round failed"
 
 
+def _leadership_lost(attempt: Attempt) -> bool:
+    report = attempt.report()
+    return report is not None and report.leadership_lost
+
+
 def _judge_worker_sigkill(run: RoundRun, injection: Injection, succeeded: bool) -> None:
     attempt = _attempt(run, injection.evidence["attempt"])
     report, slot = attempt.report(), injection.evidence["slot"]
@@ -563,16 +565,16 @@ def _judge_worker_sigkill(run: RoundRun, injection: Injection, succeeded: bool) 
             else f"killed {where}, the try ended without a report (exit {attempt.process.returncode})"
         )
         return
-    slot_report = next((s for s in report["slots"] if s["worker_id"].endswith(f"-worker-{slot}")), None)
-    if slot_report is None and report.get("leadership_lost"):
+    slot_report = next((s for s in report.slots if s.worker_id.endswith(f"-worker-{slot}")), None)
+    if slot_report is None and report.leadership_lost:
         injection.outcome = f"killed {where}, the try had lost its lock and stopped its slots"
         return
-    if slot_report is None or slot_report["attempt"] <= injection.evidence["task_attempt"]:
+    if slot_report is None or slot_report.attempt <= injection.evidence["task_attempt"]:
         injection.outcome = (
             f"killed {where}, slot not retried (try exit {attempt.process.returncode}), {_round_word(succeeded)}"
         )
         return
-    redid = any(lease["replayed_batches"] for lease in slot_report["leases"])
+    redid = any(lease.replayed_batches for lease in slot_report.leases)
     injection.outcome = (
         f"killed {where}, Spark retried the slot"
         + (", which redid the prepared batch" if redid else "")
@@ -607,10 +609,7 @@ def _judge_twin(run: RoundRun, injection: Injection, succeeded: bool) -> None:
         overlapping = [
             a
             for a in run.attempts
-            if a.main_line
-            and a.process.returncode == 0
-            and _overlap(a, twin)
-            and not (a.report() or {}).get("leadership_lost")
+            if a.main_line and a.process.returncode == 0 and _overlap(a, twin) and not _leadership_lost(a)
         ]
         if code == 0 and overlapping:
             injection.outcome = "VIOLATION: ran beside the round"
@@ -632,7 +631,7 @@ def _judge_twin(run: RoundRun, injection: Injection, succeeded: bool) -> None:
         injection.outcome = "ran after the other tries had ended: " + ("finished" if code == 0 else f"exit {code}")
         return
     first_ok = any(a.process.returncode == 0 for a in others)
-    lost = [a for a in [*others, twin] if (a.report() or {}).get("leadership_lost")]
+    lost = [a for a in [*others, twin] if _leadership_lost(a)]
     if code == 0 and first_ok:
         injection.outcome = "both tries finished, each holding the lock in turn"
     elif code == 0:

@@ -50,7 +50,7 @@ VARIANTS: dict[str, tuple[str, ...]] = {
     TWIN_ATTEMPT: ("same_owner", "by_hand"),
     # The operator retries a refused reset once the round has released the lock, or gives up.
     RESET: ("retry_after_round", "refused_only"),
-    # How the trimmed shard answers an iterator below its trim horizon (tests/support/fault_proxy.py).
+    # How the trimmed shard answers an iterator below its trim horizon (devtools/fault_proxy.py).
     RETENTION_TRIM: ("reject", "skip"),
 }
 

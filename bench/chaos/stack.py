@@ -1,7 +1,7 @@
 """The campaign's world: emulators, fault proxies, the stream, the tables, and the settings every process gets.
 
 moto (DynamoDB) and kinesis-mock (Kinesis) run as processes of their own on loopback. Two
-`FaultProxy`s (tests/support/fault_proxy.py) sit in front of them, in this process: the consume
+`FaultProxy`s (devtools/fault_proxy.py) sit in front of them, in this process: the consume
 job's driver and slots reach AWS only through them (the data plane), so throttling, 5xx, dropped
 requests, lost answers and retention trims reach the job. The campaign's own leader steps, the
 producer, `leasectl` and the final check talk to the emulators directly (the control plane).
@@ -20,13 +20,13 @@ import boto3
 
 from bench.chaos.processes import RUN_MARKER
 from devtools.emulators import kinesis_mock, moto_server
+from devtools.fault_proxy import FaultProxy
+from devtools.kinesis_streams import create_stream
 from lease_core import aws
 from lease_core.config.settings import ConsumerConfig, load_config
 from lease_core.store.coordinator_state import DynamoDBCoordinatorStateStore
 from lease_core.store.dynamodb_store import DynamoDBLeaseStore
 from lease_core.store.tables import TableAdministrator
-from tests.support.fault_proxy import FaultProxy
-from tests.support.kinesis import create_stream
 
 REPOSITORY = Path(__file__).resolve().parents[2]
 REGION = "us-east-1"

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import pytest
 
+from devtools.shard_lineage import LineageBuilder, shard_id
 from lease_core.errors import LeaseLostError
 from lease_core.lifecycle.lease_lifecycle import (
     CleanupOutcome,
@@ -24,7 +25,6 @@ from lease_core.store.coordinator_state import DynamoDBCoordinatorStateStore
 from lease_core.store.dynamodb_store import DynamoDBLeaseStore
 from lease_core.sync.audit import AuditReason, ShardSyncAuditor
 from tests.support.faults import AnswerLostClient
-from tests.support.lineage import LineageBuilder, shard_id
 from tests.support.stores import FAST_RETRIES, dynamodb_store, raw_item
 
 S = shard_id

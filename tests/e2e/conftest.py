@@ -11,18 +11,13 @@ from typing import Any
 
 import pytest
 
-from tests.support.airflow_dag import (
-    LOCAL_SPARK_CONNECTION,
-    airflow_environment,
-    load_dag_module,
-    migrate_metadata_db,
-    run_environment,
-)
+from devtools.airflow_env import load_dag_module, migrate_metadata_db, run_environment
+from tests.support.airflow_dag import LOCAL_SPARK_CONNECTION, airflow_environment
 
 
 @pytest.fixture(scope="module")
 def dag() -> Any:
-    return load_dag_module().dag
+    return load_dag_module("kinesis_lease_pipeline_under_test").dag
 
 
 @pytest.fixture(scope="session")

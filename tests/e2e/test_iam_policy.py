@@ -2,7 +2,7 @@
 
 The real DAG (in-process `dag.test()`, the real operators, the real Spark job through spark-submit
 with `local[2,4]`) and `leasectl teardown` run against the emulators through recording proxies
-(tests/support/fault_proxy.py): DynamoDB and S3 -> proxy -> moto, Kinesis -> proxy -> kinesis-mock.
+(devtools/fault_proxy.py): DynamoDB and S3 -> proxy -> moto, Kinesis -> proxy -> kinesis-mock.
 The AWS connection's endpoints point at the proxies, and the operators hand them on to the Spark
 driver and executors in the configuration, so every call of every process is seen. The run: a live
 round on a 2-shard stream whose lease table is a KCL 2.x one (no owner index), a split, a live
@@ -31,17 +31,13 @@ from typing import Any
 import boto3
 import pytest
 
+from devtools.airflow_env import load_dag_module, run_environment
+from devtools.fault_proxy import FaultProxy, RecordedCall
+from devtools.kinesis_streams import create_stream, kinesis_client, shards_of, split_shard
 from lease_core.model.sequence import SHARD_END
 from lease_core.ops import cli
 from spark_jobs.parquet_sink import ParquetSink
-from tests.support.airflow_dag import (
-    LOCAL_SPARK_CONNECTION,
-    airflow_environment,
-    load_dag_module,
-    run_environment,
-    run_round,
-)
-from tests.support.fault_proxy import FaultProxy, RecordedCall
+from tests.support.airflow_dag import LOCAL_SPARK_CONNECTION, airflow_environment, run_round
 from tests.support.iam_policy import (
     Grant,
     IamRequest,
@@ -53,7 +49,6 @@ from tests.support.iam_policy import (
     load_policy,
     parse_policy,
 )
-from tests.support.kinesis import create_stream, kinesis_client, shards_of, split_shard
 
 REPOSITORY = Path(__file__).resolve().parents[2]
 POLICY_FILE = REPOSITORY / "docs" / "iam-policy.json"

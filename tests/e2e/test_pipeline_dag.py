@@ -9,10 +9,11 @@ from datetime import UTC
 
 import pytest
 
+from devtools.airflow_env import DAG_FILE, load_dag_module
+from devtools.kinesis_streams import create_stream, kinesis_client, merge_shards, split_shard
 from lease_core.leader.round_history import RoundHistory
 from lease_core.model.sequence import SHARD_END
-from tests.support.airflow_dag import DAG_FILE, load_dag_module, run_round
-from tests.support.kinesis import create_stream, kinesis_client, merge_shards, split_shard
+from tests.support.airflow_dag import run_round
 from tests.support.pipeline import ConsumerPipeline, duplicates
 
 # The fixtures `dag` and `airflow_run_environment` (Spark `local[2,4]`) are in tests/e2e/conftest.py.

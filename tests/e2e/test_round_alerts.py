@@ -8,12 +8,14 @@ from typing import Any
 
 import pytest
 
+from devtools.airflow_env import run_environment
+from devtools.fault_proxy import FaultProxy
+from devtools.kinesis_streams import create_stream, kinesis_client
+from devtools.stream_records import StreamRecord
 from lease_core.leader.round_history import RoundHistory
 from spark_jobs.slot_task import SlotTask
-from tests.support.airflow_dag import airflow_environment, run_environment, run_round
-from tests.support.fault_proxy import FaultProxy
-from tests.support.kinesis import create_stream, kinesis_client
-from tests.support.pipeline import ConsumerPipeline, StreamRecord, duplicates
+from tests.support.airflow_dag import airflow_environment, run_round
+from tests.support.pipeline import ConsumerPipeline, duplicates
 
 
 @pytest.fixture(scope="module")

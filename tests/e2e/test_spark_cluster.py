@@ -15,8 +15,8 @@ from typing import Any
 import psutil
 import pytest
 
+from devtools.kinesis_streams import create_stream, kinesis_client
 from tests.support.airflow_dag import run_round
-from tests.support.kinesis import create_stream, kinesis_client
 from tests.support.pipeline import ConsumerPipeline, duplicates
 from tests.support.spark_cluster import SparkStandaloneCluster
 

@@ -11,6 +11,9 @@ from pathlib import Path
 
 import pytest
 
+from devtools.fault_proxy import FaultProxy, FaultRule
+from devtools.kinesis_streams import create_stream, merge_shards, shards_of, split_shard
+from devtools.stream_records import StreamRecord
 from lease_core.errors import LeadershipUnavailableError
 from lease_core.leader.assignment_round import slot_ids
 from lease_core.leader.leader_lock import LEADER_KEY, LeaderLock
@@ -20,10 +23,8 @@ from spark_jobs.consume_job import HandedOverLock, concurrent_task_slots, run_ro
 from spark_jobs.lease_consumer import LeaseBudget
 from spark_jobs.round_report import Outcome, RoundReport
 from spark_jobs.slot_task import SlotTask
-from tests.support.fault_proxy import FaultProxy, FaultRule
-from tests.support.kinesis import create_stream, merge_shards, shards_of, split_shard
 from tests.support.kpl import put_aggregate
-from tests.support.pipeline import ConsumerPipeline, StreamRecord, duplicates, file_order
+from tests.support.pipeline import ConsumerPipeline, duplicates, file_order
 
 STEER = "tests.support.spark_transforms:steer"
 
@@ -42,7 +43,7 @@ def pipeline(unique_name: str, kinesis_endpoint: str, moto_endpoint: str, tmp_pa
 
 
 def kinesis_client_for(endpoint: str):
-    from tests.support.kinesis import kinesis_client
+    from devtools.kinesis_streams import kinesis_client
 
     return kinesis_client(endpoint)
 
@@ -82,7 +83,7 @@ def test_several_rounds_land_every_record_exactly_once(spark, pipeline):
         report = pipeline.round(spark, workers=2)
         assert report.succeeded, report.summary()
     assert_exactly_once(pipeline)
-    assert sum(report.totals["records"] for report in pipeline.reports) == len(pipeline.produced)
+    assert sum(report.totals.records for report in pipeline.reports) == len(pipeline.produced)
     leases = pipeline.leases()
     assert {lease.lease_owner for lease in leases.values()} <= set(slot_ids(pipeline.application_name, 2))
     assert all(lease.pending_checkpoint is None for lease in leases.values())
@@ -91,7 +92,7 @@ def test_several_rounds_land_every_record_exactly_once(spark, pipeline):
 def test_the_round_report_and_the_tables_carry_what_the_next_assignment_needs(spark, pipeline):
     pipeline.produce(300, hot_keys=2)
     report = pipeline.round(spark, workers=2)
-    assert report.totals["records"] == 300
+    assert report.totals.records == 300
     assert {slot.worker_id for slot in report.slots} == set(slot_ids(pipeline.application_name, 2))
     assert all(lease.outcome == Outcome.CAUGHT_UP for slot in report.slots for lease in slot.leases)
     assert all(lease.throughput_kbps is not None and lease.throughput_kbps > 0 for lease in pipeline.leases().values())
@@ -372,7 +373,7 @@ def test_a_consume_job_started_by_hand_never_runs_beside_a_round_and_names_its_h
     assert round_lock.heartbeat(), "the round's lock is untouched"
     assert round_lock.release()
     report = run_round(spark, pipeline.spec(1, assignment.round_number))
-    assert report.succeeded and report.totals["records"] == 100
+    assert report.succeeded and report.totals.records == 100
     assert pipeline.state.get(LEADER_KEY) is None, "the job released the lock it took for itself"
 
 
@@ -410,7 +411,7 @@ def test_kpl_aggregated_records_land_as_their_user_records(spark, pipeline):
         produced.extend(StreamRecord(shard, sequence, index, data) for index, (_, data) in enumerate(users))
     pipeline.produced.extend(produced)
     report = pipeline.round(spark, workers=2, budget=LeaseBudget(file_max_records=10))
-    assert report.totals["records"] == 140
+    assert report.totals.records == 140
     assert_exactly_once(pipeline)
 
 
@@ -431,9 +432,9 @@ def test_records_aged_out_of_retention_are_reported_as_loss(spark, pipeline, kin
         first_kept = in_shard[len(in_shard) // 2]
         proxy.trim(pipeline.streams[0], shard, first_kept.sequence_number)
         report = pipeline.round(spark, workers=1)
-    losses = report.totals["retention_losses"]
-    assert [loss["lease_key"] for loss in losses] == [shard]
-    assert losses[0]["first_available"] == first_kept.sequence_number
+    losses = report.totals.retention_losses
+    assert [loss.lease_key for loss in losses] == [shard]
+    assert losses[0].first_available == first_kept.sequence_number
     assert "LOSS" in report.summary()
     aged_out = {record for record in in_shard if int(record.sequence_number) < int(first_kept.sequence_number)}
     landed = pipeline.landed()

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from devtools.kinesis_streams import create_stream, kinesis_client
 from spark_jobs.consume_job import EXIT_FAILED, EXIT_USAGE, main
-from tests.support.kinesis import create_stream, kinesis_client
 from tests.support.stores import dynamodb_store
 
 

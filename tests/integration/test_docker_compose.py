@@ -462,6 +462,7 @@ def test_every_file_a_dockerfile_copies_is_in_the_build_context(services):
         pytest.param("packaging/kinesis-mock/node_modules/kinesis-local/main.js", id="node-modules"),
         pytest.param(".git/HEAD", id="git"),
         pytest.param("tests/conftest.py", id="tests"),
+        pytest.param("devtools/emulators.py", id="developer-tooling"),
         pytest.param("lease_core/__pycache__/lease.cpython-311.pyc", id="bytecode"),
     ],
 )
@@ -502,7 +503,7 @@ def test_the_kinesis_mock_healthcheck_is_the_script_its_dockerfile_installs(serv
 def test_the_kinesis_mock_healthcheck_passes_only_once_every_initialized_stream_is_active(
     services, kinesis_endpoint, unique_name, streams, healthy
 ):
-    from tests.support.kinesis import create_stream, kinesis_client
+    from devtools.kinesis_streams import create_stream, kinesis_client
 
     create_stream(kinesis_client(kinesis_endpoint), unique_name, 2)
     env = {

@@ -17,8 +17,8 @@ import botocore.exceptions
 import pytest
 from botocore.config import Config
 
-from tests.support.fault_proxy import FaultProxy, FaultRule
-from tests.support.kinesis import create_stream, kinesis_client, put_records
+from devtools.fault_proxy import FaultProxy, FaultRule
+from devtools.kinesis_streams import create_stream, kinesis_client, put_records
 
 ONE_ATTEMPT = Config(retries={"total_max_attempts": 1}, connect_timeout=2, read_timeout=30)
 SHARD = "shardId-000000000000"

@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from devtools.kinesis_streams import create_stream, kinesis_client, merge_shards
+from devtools.stream_records import StreamRecord
 from lease_core.leader.assignment_round import slot_ids
 from lease_core.model.lease import Lease
 from lease_core.model.pending_batch import PendingBatch
@@ -20,8 +22,7 @@ from spark_jobs.lease_consumer import LeaseBudget
 from spark_jobs.parquet_sink import ParquetSink, records_table, staged_path, visible_path
 from spark_jobs.round_report import LeaseReport, Outcome
 from spark_jobs.slot_task import SlotTask
-from tests.support.kinesis import create_stream, kinesis_client, merge_shards
-from tests.support.pipeline import ConsumerPipeline, StreamRecord, duplicates
+from tests.support.pipeline import ConsumerPipeline, duplicates
 
 ESN = ExtendedSequenceNumber
 
@@ -81,7 +82,7 @@ def test_a_prepared_batch_whose_file_was_staged_is_copied_committed_and_promoted
 
 
 def _read_records(task: SlotTask, produced: list[StreamRecord]):
-    from spark_jobs.shard_reader import ReadLimits, ShardReader
+    from lease_core.retrieval.shard_reader import ReadLimits, ShardReader
 
     reader = ShardReader(task.context.kinesis, task.spec.streams[0], produced[0].shard_id, TRIM_HORIZON)
     return reader.read(ReadLimits(stop_at=ESN(produced[-1].sequence_number))).records

@@ -9,6 +9,7 @@ from pathlib import Path
 import boto3
 import pytest
 
+from devtools.kinesis_streams import create_stream, kinesis_client
 from lease_core.leader.leader_lock import LEADER_KEY, LeaderLock
 from lease_core.model.lease import Lease, StreamIdentifier
 from lease_core.model.pending_batch import PendingBatch
@@ -17,7 +18,6 @@ from lease_core.store.coordinator_state import DynamoDBCoordinatorStateStore
 from lease_core.store.dynamodb_store import DynamoDBLeaseStore
 from spark_jobs.round_report import Outcome
 from spark_jobs.slot_task import SlotTask
-from tests.support.kinesis import create_stream, kinesis_client
 from tests.support.leasectl import run_leasectl
 from tests.support.pipeline import ConsumerPipeline
 from tests.support.stores import FAST_RETRIES, dynamodb_store

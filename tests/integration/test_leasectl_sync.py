@@ -11,10 +11,11 @@ import json
 
 import pytest
 
+from devtools.kinesis_streams import create_stream, kinesis_client, split_shard
 from lease_core.model.lease import Lease
 from lease_core.model.sequence import ExtendedSequenceNumber
-from tests.support.kinesis import build_seed_lineage, create_stream, kinesis_client, split_shard
 from tests.support.leasectl import run_leasectl
+from tests.support.seed_lineage import build_seed_lineage
 from tests.support.stores import dynamodb_store, raw_item
 
 

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from devtools.kinesis_streams import create_stream, kinesis_client
 from lease_core.metrics.throughput import ema_throughput
-from tests.support.kinesis import create_stream, kinesis_client
 from tests.support.pipeline import ConsumerPipeline
 
 RECORD_BYTES = 1000

@@ -15,6 +15,7 @@ from urllib.parse import quote
 
 import pytest
 
+from devtools.fault_proxy import FaultProxy, FaultRule
 from lease_core.leader.leader_lock import LeaderLock
 from lease_core.leader.round_history import RoundHistory
 from lease_core.metrics.worker_metrics import DynamoDBWorkerMetricsStore, publish_worker_metrics
@@ -22,7 +23,6 @@ from lease_core.model.lease import Lease
 from lease_core.model.sequence import ExtendedSequenceNumber
 from lease_core.store.coordinator_state import DynamoDBCoordinatorStateStore
 from tests.support.airflow_server import REPO, AirflowServer, airflow_api_server, http_get, http_json
-from tests.support.fault_proxy import FaultProxy, FaultRule
 from tests.support.stores import FAST_RETRIES, dynamodb_store, fast_config
 
 PREFIX = "/kinesis-lease"

@@ -20,9 +20,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from devtools.emulators import LOOPBACK, free_port
-from lease_core.errors import SinkError
 from lease_core.model.sequence import AT_TIMESTAMP, LATEST, SHARD_END, TRIM_HORIZON, ExtendedSequenceNumber, Sentinel
-from spark_jobs.kinesis_records import KinesisRecord
+from lease_core.retrieval.kinesis_records import KinesisRecord
+from spark_jobs.errors import SinkError
 from spark_jobs.parquet_sink import (
     DATASET_SCHEMA,
     FILE_SCHEMA,

@@ -14,10 +14,12 @@ from pathlib import Path
 
 import pytest
 
+from devtools.fault_proxy import FaultProxy
+from devtools.kinesis_streams import create_stream, kinesis_client
+from devtools.stream_records import StreamRecord
+from spark_jobs.round_report import RetentionLoss
 from spark_jobs.slot_task import SlotTask
-from tests.support.fault_proxy import FaultProxy
-from tests.support.kinesis import create_stream, kinesis_client
-from tests.support.pipeline import ConsumerPipeline, StreamRecord
+from tests.support.pipeline import ConsumerPipeline
 
 STEER = "tests.support.spark_transforms:steer"
 
@@ -57,8 +59,8 @@ def test_a_retention_loss_crossed_by_a_try_whose_driver_dies_is_still_reported_b
         assert [aged_out.first_available for aged_out in lease.unreported_losses] == [first_kept.sequence_number]
         pipeline.produce(10)
         reports = [pipeline.round(spark, workers=1) for _ in range(2)]
-    reported = [loss for report in reports for loss in report.totals["retention_losses"]]
-    assert [(loss["lease_key"], loss["after"], loss["first_available"]) for loss in reported] == [
+    reported = [loss for report in reports for loss in report.totals.retention_losses]
+    assert [(loss.lease_key, loss.after, loss.first_available) for loss in reported] == [
         (first_kept.shard_id, read[-1].sequence_number, first_kept.sequence_number)
     ], "the aged-out records were never reported, or reported again after a kept report"
     assert pipeline.leases()[first_kept.shard_id].unreported_losses == frozenset()
@@ -83,13 +85,13 @@ def test_a_redo_whose_first_record_aged_out_names_that_record_in_the_reported_lo
     landed = set(pipeline.landed())
     aged_out = [record for record in pipeline.produced if record not in landed]
     assert aged_out == later[:10]
-    losses = report.totals["retention_losses"]
+    losses = report.totals.retention_losses
     unnamed = [record.sequence_number for record in aged_out if not any(_holds(loss, record) for loss in losses)]
     assert unnamed == [], f"aged out but named by no reported loss ({losses})"
 
 
-def _holds(loss: dict, record: StreamRecord) -> bool:
-    first_available = loss["first_available"]
-    return int(loss["after"]) < int(record.sequence_number) and (
+def _holds(loss: RetentionLoss, record: StreamRecord) -> bool:
+    first_available = loss.first_available
+    return int(loss.after) < int(record.sequence_number) and (
         first_available is None or int(record.sequence_number) < int(first_available)
     )

@@ -19,22 +19,15 @@ from typing import Any
 
 import pytest
 
+from devtools.fault_proxy import FaultProxy
+from devtools.kinesis_streams import create_stream, kinesis_client, merge_shards, put_records, shards_of, split_shard
 from lease_core.errors import AccessError, DependencyError, InvalidSequenceNumberError, StreamNotFoundError
 from lease_core.model.sequence import AT_TIMESTAMP, LATEST, SHARD_END, TRIM_HORIZON, ExtendedSequenceNumber
 from lease_core.model.shards import ChildShard, Shard
+from lease_core.retrieval.kinesis_records import KinesisRecord
+from lease_core.retrieval.shard_reader import ReadBatch, ReadLimits, RetentionGap, ShardReader
 from lease_core.retry import RetryPolicy
-from spark_jobs.kinesis_records import KinesisRecord
-from spark_jobs.shard_reader import ReadBatch, ReadLimits, RetentionGap, ShardReader
-from tests.support.fault_proxy import FaultProxy
 from tests.support.faults import FaultInjectingClient, client_error
-from tests.support.kinesis import (
-    create_stream,
-    kinesis_client,
-    merge_shards,
-    put_records,
-    shards_of,
-    split_shard,
-)
 from tests.support.kpl import put_aggregate
 
 NO_LIMITS = ReadLimits()

@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 
+from devtools.kinesis_streams import create_stream, kinesis_client, split_shard
 from lease_core.errors import (
     DependencyError,
     IncompleteShardListError,
@@ -31,14 +32,7 @@ from lease_core.model.shards import InitialPosition, InitialPositionInStream, Sh
 from lease_core.retrieval.shard_source import FILTERED_LISTING_ATTEMPTS, LISTING_RESTARTS, KinesisShardSource
 from lease_core.retry import RetryPolicy
 from tests.support.faults import FaultInjectingClient, client_error
-from tests.support.kinesis import (
-    SEED_LINEAGE_PARENTS,
-    SEED_OPEN_SHARDS,
-    build_seed_lineage,
-    create_stream,
-    kinesis_client,
-    split_shard,
-)
+from tests.support.seed_lineage import SEED_LINEAGE_PARENTS, SEED_OPEN_SHARDS, build_seed_lineage
 
 WIDE_SHARD_COUNT = 25
 LATEST = InitialPositionInStream(InitialPosition.LATEST)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import boto3
 import pytest
 
+from devtools.kinesis_streams import create_stream, kinesis_client, split_shard, wait_until_gone
 from lease_core.errors import ConfigurationError, InconsistentShardsError, StreamMismatchError
 from lease_core.model.lease import Lease
 from lease_core.model.sequence import TRIM_HORIZON, ExtendedSequenceNumber
@@ -12,7 +13,7 @@ from lease_core.retrieval.shard_source import KinesisShardSource
 from lease_core.store.coordinator_state import DynamoDBCoordinatorStateStore
 from lease_core.sync.step import sync_streams
 from tests.support.faults import FaultInjectingClient
-from tests.support.kinesis import build_seed_lineage, create_stream, kinesis_client, split_shard, wait_until_gone
+from tests.support.seed_lineage import build_seed_lineage
 from tests.support.stores import FAST_RETRIES, dynamodb_store, fast_config
 
 

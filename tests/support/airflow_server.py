@@ -28,6 +28,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
+from devtools.airflow_env import home_environment
 from devtools.emulators import LOOPBACK, free_port
 
 REPO = Path(__file__).resolve().parents[2]
@@ -104,12 +105,9 @@ def server_env(home: Path, dags_folder: Path, dynamodb_endpoint: str) -> dict[st
     return {
         **inherited,
         "PATH": f"{AIRFLOW.parent}{os.pathsep}{os.environ.get('PATH', '')}",
-        "AIRFLOW_HOME": str(home),
+        **home_environment(home, dags_folder),
         "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{home / DATABASE}",
         "AIRFLOW__API__HOST": LOOPBACK,
-        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
-        "AIRFLOW__CORE__DAGS_FOLDER": str(dags_folder),
-        "AIRFLOW__CORE__PLUGINS_FOLDER": str(REPO / "plugins"),
         "AIRFLOW__CORE__AUTH_MANAGER": "airflow.api_fastapi.auth.managers.simple.simple_auth_manager.SimpleAuthManager",
         "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": ",".join(f"{user}:{role}" for user, role in USERS.items()),
         "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(home / "passwords.json"),

@@ -23,7 +23,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from tests.support.fault_proxy import RecordedCall
+from devtools.fault_proxy import RecordedCall
 
 POLICY_VERSION = "2012-10-17"
 _PLACEHOLDER = re.compile(r"\$\{(\w+)\}")

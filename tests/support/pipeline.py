@@ -10,7 +10,6 @@ can be pointed at a fault-injecting proxy instead.
 from __future__ import annotations
 
 import itertools
-import time
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,6 +17,8 @@ from typing import Any
 
 import boto3
 
+from devtools.kinesis_streams import kinesis_client, put_entries
+from devtools.stream_records import StreamRecord, landed_records
 from lease_core.leader.assignment_round import AssignmentCoordinator, AssignmentReport, slot_ids
 from lease_core.lifecycle.lease_lifecycle import forget_reported_losses
 from lease_core.metrics.worker_metrics import DynamoDBWorkerMetricsStore
@@ -30,20 +31,8 @@ from lease_core.sync.step import ShardSyncReport, sync_streams
 from spark_jobs.consume_job import run_round
 from spark_jobs.consume_spec import ConsumeSpec
 from spark_jobs.lease_consumer import LeaseBudget
-from spark_jobs.parquet_sink import ParquetSink
 from spark_jobs.round_report import RoundReport
-from tests.support.kinesis import kinesis_client
 from tests.support.stores import FAST_RETRIES, fast_config
-
-PUT_RECORDS_LIMIT = 500
-
-
-@dataclass(frozen=True)
-class StreamRecord:
-    shard_id: str
-    sequence_number: str
-    sub_sequence_number: int
-    data: bytes
 
 
 @dataclass
@@ -85,24 +74,14 @@ class ConsumerPipeline:
     def produce(self, count: int, stream: str | None = None, hot_keys: int = 0) -> list[StreamRecord]:
         """Put `count` records with unique payloads; with `hot_keys`, half of them share that few keys (skew)."""
         stream = stream or self.streams[0]
-        pending = []
+        entries = []
         for _ in range(count):
             serial = next(self._serial)
             key = f"hot-{serial % hot_keys}" if hot_keys and serial % 2 == 0 else f"key-{serial}"
-            pending.append({"Data": f"{stream}/record-{serial:07d}".encode(), "PartitionKey": key})
-        written: list[StreamRecord] = []
-        while pending:
-            batch, pending = pending[:PUT_RECORDS_LIMIT], pending[PUT_RECORDS_LIMIT:]
-            results = self.kinesis.put_records(StreamName=stream, Records=batch)["Records"]
-            refused = []
-            for entry, result in zip(batch, results):
-                if "ErrorCode" in result:
-                    refused.append(entry)
-                else:
-                    written.append(StreamRecord(result["ShardId"], result["SequenceNumber"], 0, entry["Data"]))
-            if refused:
-                time.sleep(0.05)
-                pending = refused + pending
+            entries.append({"Data": f"{stream}/record-{serial:07d}".encode(), "PartitionKey": key})
+        written = [
+            StreamRecord.acknowledged(entry, result) for entry, result in put_entries(self.kinesis, stream, entries)
+        ]
         self.produced.extend(written)
         return written
 
@@ -152,14 +131,7 @@ class ConsumerPipeline:
         return {lease.lease_key: lease for lease in self.store.list_leases()}
 
     def landed(self) -> list[StreamRecord]:
-        table = ParquetSink.from_uri(self.output_uri, s3_endpoint_url=self.dynamodb_endpoint).read_dataset()
-        columns = table.select(["shard_id", "sequence_number", "sub_sequence_number", "data"]).to_pydict()
-        return [
-            StreamRecord(shard, sequence, sub, data)
-            for shard, sequence, sub, data in zip(
-                columns["shard_id"], columns["sequence_number"], columns["sub_sequence_number"], columns["data"]
-            )
-        ]
+        return landed_records(self.output_uri, s3_endpoint_url=self.dynamodb_endpoint)  # moto serves S3 as well
 
 
 def duplicates(records: list[StreamRecord]) -> list[StreamRecord]:

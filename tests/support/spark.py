@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from devtools.local_spark import loopback_session
+
 REPOSITORY = Path(__file__).resolve().parents[2]
 CONTROL_DIR_VARIABLE = "KINESIS_TEST_CONTROL_DIR"
 
@@ -33,18 +35,6 @@ def spark(spark_control_dir: Path) -> Iterator[object]:
     os.environ[CONTROL_DIR_VARIABLE] = str(spark_control_dir)
     os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPOSITORY), os.environ.get("PYTHONPATH")]))
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    from pyspark.sql import SparkSession
-
-    session = (
-        SparkSession.builder.master("local[2,4]")
-        .appName("kinesis-lease-tests")
-        .config("spark.ui.enabled", "false")
-        .config("spark.driver.host", "127.0.0.1")
-        .config("spark.driver.bindAddress", "127.0.0.1")
-        .config("spark.speculation", "false")
-        .config("spark.sql.shuffle.partitions", "2")
-        .getOrCreate()
-    )
-    session.sparkContext.setLogLevel("ERROR")
+    session = loopback_session("local[2,4]", "kinesis-lease-tests", {"spark.sql.shuffle.partitions": "2"})
     yield session
     session.stop()

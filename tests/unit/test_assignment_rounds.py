@@ -11,10 +11,11 @@ from dataclasses import dataclass
 
 import pytest
 
+from devtools.assignment_snapshots import apply_plan, default_worker, lease, loads_after, snapshot
 from lease_core.assignment.decision import AssignmentPlan
 from lease_core.assignment.strategies import decider_for
 from lease_core.model.lease import Lease
-from tests.support.assignment import apply_plan, default_worker, lease, loads_after, single_owner_violations, snapshot
+from tests.support.assignment import single_owner_violations
 
 ROUNDS = 10
 WORKERS = [default_worker(f"app-worker-{i}") for i in range(6)]

@@ -6,9 +6,10 @@ from collections import Counter
 
 import pytest
 
+from devtools.assignment_snapshots import default_worker, held, lease, snapshot
 from lease_core.assignment.count import CountAssignment, count_target
 from lease_core.assignment.decision import AssignmentInput, projected_owners
-from tests.support.assignment import default_worker, held, lease, single_owner_violations, snapshot
+from tests.support.assignment import single_owner_violations
 
 TARGETS = [
     pytest.param(5, 2, 2147483647, 3, id="even-share-rounded-up"),

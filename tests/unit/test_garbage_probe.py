@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
+from devtools.shard_lineage import LineageBuilder, shard_id
 from lease_core.errors import DependencyError
 from lease_core.store.coordinator_state import InMemoryCoordinatorStateStore
 from lease_core.sync.garbage_probe import GarbageProbe, garbage_pass_due
-from tests.support.lineage import LineageBuilder, shard_id
 from tests.support.shard_sources import FakeShardSource
 
 HOUR = 3_600_000

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
+from devtools.shard_lineage import LineageBuilder, shard_id
 from lease_core.errors import InvalidShardLineageError, LeaseLostError
 from lease_core.lifecycle.lease_lifecycle import (
     ChildIdsRecord,
@@ -32,7 +33,6 @@ from lease_core.model.lease_keys import LeaseKeyScheme
 from lease_core.model.sequence import AT_TIMESTAMP, LATEST, SHARD_END, TRIM_HORIZON, ExtendedSequenceNumber
 from lease_core.model.shards import ChildShard, Shard
 from lease_core.store.memory_store import InMemoryLeaseStore
-from tests.support.lineage import LineageBuilder, shard_id
 
 S = shard_id
 SINGLE = LeaseKeyScheme()

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import pytest
 
+from devtools.assignment_snapshots import default_worker, held, lease, loads_after, snapshot
 from lease_core.assignment.decision import AssignmentInput
 from lease_core.assignment.makespan import MakespanAssignment, lower_bound
-from tests.support.assignment import default_worker, held, lease, loads_after, single_owner_violations, snapshot
+from tests.support.assignment import single_owner_violations
 
 AB = [default_worker("a"), default_worker("b")]
 ABC = [*AB, default_worker("c")]

@@ -8,6 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from devtools.shard_lineage import LineageBuilder, shard_id
 from lease_core.model.lease import MAX_HASH_KEY, HashKeyRange, Lease, StreamIdentifier
 from lease_core.model.lease_keys import LeaseKeyScheme
 from lease_core.model.sequence import SHARD_END, ExtendedSequenceNumber
@@ -24,7 +25,6 @@ from lease_core.sync.audit import (
     fill_missing_hash_ranges,
     find_hash_range_hole,
 )
-from tests.support.lineage import LineageBuilder, shard_id
 from tests.support.stores import InterleavingStateStore
 
 S = shard_id

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 import pytest
 
+from devtools.shard_lineage import LineageBuilder, shard_id
 from lease_core.config.settings import ConsumerConfig
 from lease_core.errors import StreamMismatchError
 from lease_core.model.lease import Lease
@@ -21,7 +22,6 @@ from lease_core.store.memory_store import InMemoryLeaseStore
 from lease_core.sync.consumed_stream import RECORD_KEY
 from lease_core.sync.garbage_probe import GarbageProbe
 from lease_core.sync.step import ShardSyncReport, sync_streams
-from tests.support.lineage import LineageBuilder, shard_id
 from tests.support.shard_sources import CREATED_MILLIS, FakeShardSource
 
 S = shard_id

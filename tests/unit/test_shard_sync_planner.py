@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from devtools.shard_lineage import LineageBuilder, shard_id
 from lease_core.model.lease import Lease, StreamIdentifier
 from lease_core.model.sequence import AT_TIMESTAMP, LATEST, TRIM_HORIZON
 from lease_core.model.shards import InitialPosition, Shard
@@ -13,7 +14,7 @@ from lease_core.sync.planner import (
     plan_for_empty_table,
     plan_for_existing_leases,
 )
-from tests.support.lineage import LineageBuilder, seed_lineage, shard_id
+from tests.support.seed_lineage import seed_lineage
 
 S = shard_id
 

@@ -8,18 +8,11 @@ from __future__ import annotations
 
 import pytest
 
+from devtools.assignment_snapshots import cpu_worker, default_worker, held, lease, loads_after, snapshot
 from lease_core.assignment.decision import AssignmentInput
 from lease_core.assignment.variance import VarianceAssignment
 from lease_core.assignment.view import build_view, ema
-from tests.support.assignment import (
-    cpu_worker,
-    default_worker,
-    held,
-    lease,
-    loads_after,
-    single_owner_violations,
-    snapshot,
-)
+from tests.support.assignment import single_owner_violations
 
 
 # Two CPU workers within ±10% of their 80% average; `a` reports 84 against an operating range of

@@ -1,8 +1,9 @@
-"""A fault-injecting HTTP proxy in front of the AWS emulators, for fault tests of code we cannot wrap.
+"""A fault-injecting HTTP proxy in front of the AWS emulators, for fault tests (and the fault campaign,
+bench/chaos) of code we cannot wrap.
 
 Spark executors build their own boto3 clients from endpoint URLs, so a fault-injecting client wrapper
 (tests/support/faults.py) cannot reach them; pointing `AWS_ENDPOINT_URL_KINESIS` or
-`AWS_ENDPOINT_URL_DYNAMODB` at a `FaultProxy` can. The proxy runs in a thread of the test process,
+`AWS_ENDPOINT_URL_DYNAMODB` at a `FaultProxy` can. The proxy runs in a thread of the calling process,
 forwards every request to its upstream emulator, and lets a test replace answers with the failures
 Kinesis and DynamoDB really produce:
 
@@ -356,9 +357,9 @@ class FaultProxy:
         headers = {name.lower(): value for name, value in request.headers}
         target = parse_target(headers.get("x-amz-target"))
         if target is None:
-            response = self._forward(request)
-            self._record(self._rest_call(request, headers, response))
-            return response
+            forwarded = self._forward(request)
+            self._record(self._rest_call(request, headers, forwarded))
+            return forwarded
         service, operation = target
         response = self._respond_json(request, service, operation)
         self._record(self._json_call(request, service, operation, response))

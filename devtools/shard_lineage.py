@@ -1,4 +1,4 @@
-"""Shard lineages as values, for planner tests and benchmarks (no Kinesis involved)."""
+"""Shard lineages as values, for the planner tests and the benchmarks (no Kinesis involved)."""
 
 from __future__ import annotations
 
@@ -60,13 +60,3 @@ class LineageBuilder:
 
     def open_shard_ids(self) -> list[str]:
         return [shard.shard_id for shard in self._shards.values() if shard.is_open]
-
-
-def seed_lineage() -> list[Shard]:
-    """The seed documents' example: 0+1 -> 6, 2+3 -> 7, 6+7 -> 8, 5 -> 9 and 10; 4 untouched."""
-    lineage = LineageBuilder(6)
-    lineage.merge(shard_id(0), shard_id(1))
-    lineage.merge(shard_id(2), shard_id(3))
-    lineage.merge(shard_id(6), shard_id(7))
-    lineage.split(shard_id(5))
-    return lineage.shards()

@@ -1,4 +1,4 @@
-"""Streams on kinesis-mock for tests: create, reshard for real, write records, build the seed lineage.
+"""Streams on kinesis-mock for the demo, the tests and the benchmarks: create, reshard for real, write records.
 
 Every reshard helper waits until the stream is ACTIVE again, because kinesis-mock (like Kinesis)
 refuses the next reshard with ResourceInUseException while the stream is UPDATING.
@@ -7,6 +7,7 @@ refuses the next reshard with ResourceInUseException while the stream is UPDATIN
 from __future__ import annotations
 
 import time
+from collections.abc import Iterable
 from typing import Any
 
 import boto3
@@ -14,12 +15,10 @@ import boto3
 from lease_core.model.shards import Shard
 from lease_core.retrieval.shard_source import child_shards_of
 
-ACTIVE_TIMEOUT_SECONDS = 10.0
-PUT_RECORDS_LIMIT = 500
+ACTIVE_TIMEOUT_SECONDS = 30.0
+PUT_RECORDS_LIMIT = 500  # entries per PutRecords call, Kinesis' maximum
 
-# The lineage of the seed issue, by seed name: child -> its parents (merges list ShardToMerge first).
-SEED_LINEAGE_PARENTS: dict[int, tuple[int, ...]] = {6: (0, 1), 7: (2, 3), 8: (6, 7), 9: (5,), 10: (5,)}
-SEED_OPEN_SHARDS = (4, 8, 9, 10)
+Entry = dict[str, Any]  # a PutRecords entry: Data, PartitionKey and maybe ExplicitHashKey
 
 
 def kinesis_client(endpoint: str, account_id: str | None = None) -> Any:
@@ -72,6 +71,14 @@ def shards_of(client: Any, stream: str) -> list[Shard]:
     return shards
 
 
+def open_shards(client: Any, stream: str) -> list[Shard]:
+    """The open shards in hash-key order, so that neighbours in the list are candidates for a merge."""
+    return sorted(
+        (shard for shard in shards_of(client, stream) if shard.is_open),
+        key=lambda shard: shard.hash_key_range.starting_hash_key,
+    )
+
+
 def split_shard(client: Any, stream: str, shard_id: str) -> tuple[str, str]:
     """Split `shard_id` at the midpoint of its hash range; the children, lower hash range first."""
     (shard,) = [s for s in shards_of(client, stream) if s.shard_id == shard_id]
@@ -92,39 +99,32 @@ def merge_shards(client: Any, stream: str, shard_to_merge: str, adjacent_shard: 
     return child.shard_id
 
 
-def put_records(client: Any, stream: str, count: int, partition_key: str | None = None) -> dict[str, list[str]]:
-    """Write `count` records (keys `key-<i>` unless one `partition_key` is given); sequence numbers by shard.
+def put_entries(
+    client: Any, stream: str, entries: Iterable[Entry], retry_pause_seconds: float = 0.05
+) -> list[tuple[Entry, dict[str, Any]]]:
+    """Write every entry, each with its PutRecords result (ShardId, SequenceNumber), in the order written.
 
-    Records kinesis-mock refuses (per-shard throughput) are written again until all are in.
+    Entries kinesis-mock refuses (a shard's write limit) are written again, after a pause, until all are in.
     """
-    pending = [
-        {"Data": f"record-{index}".encode(), "PartitionKey": partition_key or f"key-{index}"} for index in range(count)
-    ]
-    written: dict[str, list[str]] = {}
+    pending = list(entries)
+    written: list[tuple[Entry, dict[str, Any]]] = []
     while pending:
         batch, pending = pending[:PUT_RECORDS_LIMIT], pending[PUT_RECORDS_LIMIT:]
         results = client.put_records(StreamName=stream, Records=batch)["Records"]
         refused = [entry for entry, result in zip(batch, results) if "ErrorCode" in result]
-        for result in results:
-            if "ErrorCode" not in result:
-                written.setdefault(result["ShardId"], []).append(result["SequenceNumber"])
+        written += [(entry, result) for entry, result in zip(batch, results) if "ErrorCode" not in result]
         if refused:
-            time.sleep(0.05)
+            time.sleep(retry_pause_seconds)
             pending = refused + pending
     return written
 
 
-def build_seed_lineage(client: Any, stream: str) -> dict[int, str]:
-    """Create `stream` and reshard it into the seed lineage; the real shard id of each seed name 0..10.
-
-    Six uniform shards 0..5; merge 0+1 -> 6, 2+3 -> 7, 6+7 -> 8; split 5 -> 9 (lower half), 10.
-    The ids are taken from what kinesis-mock answers, so the mapping holds however it numbers shards.
-    """
-    create_stream(client, stream, 6)
-    by_hash = sorted(shards_of(client, stream), key=lambda s: s.hash_key_range.starting_hash_key)
-    ids = {seed: shard.shard_id for seed, shard in enumerate(by_hash)}
-    ids[6] = merge_shards(client, stream, ids[0], ids[1])
-    ids[7] = merge_shards(client, stream, ids[2], ids[3])
-    ids[8] = merge_shards(client, stream, ids[6], ids[7])
-    ids[9], ids[10] = split_shard(client, stream, ids[5])
-    return ids
+def put_records(client: Any, stream: str, count: int, partition_key: str | None = None) -> dict[str, list[str]]:
+    """Write `count` records (keys `key-<i>` unless one `partition_key` is given); sequence numbers by shard."""
+    entries = (
+        {"Data": f"record-{index}".encode(), "PartitionKey": partition_key or f"key-{index}"} for index in range(count)
+    )
+    written: dict[str, list[str]] = {}
+    for _, result in put_entries(client, stream, entries):
+        written.setdefault(result["ShardId"], []).append(result["SequenceNumber"])
+    return written

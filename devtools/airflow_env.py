@@ -1,0 +1,81 @@
+"""Airflow in this process, on the emulators: the DAG `kinesis_lease_pipeline` run with `dag.test()`.
+
+Used by the embedded demo and the end-to-end tests. Airflow reads its home and settings when first
+imported, so `home_environment` must be in `os.environ` before anything imports Airflow;
+`run_environment` (the connections, spark-submit on PATH) is read by each DAG run.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+REPOSITORY = Path(__file__).resolve().parents[1]
+DAG_FILE = REPOSITORY / "dags" / "kinesis_lease_pipeline.py"
+REGION = "us-east-1"
+
+
+def home_environment(home: Path | str, dags_folder: Path = REPOSITORY / "dags") -> dict[str, str]:
+    """A throwaway home (its SQLite database is there), no example DAGs, and this repository's plugins."""
+    return {
+        "AIRFLOW_HOME": str(home),
+        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+        "AIRFLOW__CORE__DAGS_FOLDER": str(dags_folder),
+        "AIRFLOW__CORE__PLUGINS_FOLDER": str(REPOSITORY / "plugins"),
+    }
+
+
+def run_environment(
+    kinesis_endpoint: str,
+    moto_endpoint: str,
+    spark_connection: Mapping[str, Any],
+    extra: Mapping[str, str] | None = None,
+    s3_endpoint: str | None = None,
+    credentials: str = "testing",
+) -> dict[str, str]:
+    """The variables of a DAG run on the emulators with `spark_connection`; `extra` (spark-submit's own) last.
+
+    DynamoDB and S3 go to `moto_endpoint` unless `s3_endpoint` names another one for S3. `credentials`
+    is the dummy access key id and secret of the `aws_default` connection.
+    """
+    service_config = {"kinesis": {"endpoint_url": kinesis_endpoint}}
+    if s3_endpoint is not None:
+        service_config["s3"] = {"endpoint_url": s3_endpoint}
+    return {
+        "AIRFLOW_CONN_AWS_DEFAULT": json.dumps(
+            {
+                "conn_type": "aws",
+                "login": credentials,
+                "password": credentials,
+                "extra": {"region_name": REGION, "endpoint_url": moto_endpoint, "service_config": service_config},
+            }
+        ),
+        "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps(dict(spark_connection)),
+        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",  # spark-submit from the venv
+        "PYSPARK_PYTHON": sys.executable,
+        "SPARK_LOCAL_IP": "127.0.0.1",
+        **(extra or {}),
+    }
+
+
+def migrate_metadata_db() -> None:
+    """`airflow db migrate` on the home in `os.environ`, which must be set already."""
+    airflow = Path(sys.executable).with_name("airflow")
+    migration = subprocess.run([str(airflow), "db", "migrate"], capture_output=True, text=True, check=False)
+    if migration.returncode != 0:
+        raise RuntimeError(f"airflow db migrate failed:\n{migration.stderr[-2000:]}")
+
+
+def load_dag_module(name: str) -> Any:
+    """The DAG file run as a module called `name` (the DAG is its `dag`); not registered in sys.modules."""
+    spec = importlib.util.spec_from_file_location(name, DAG_FILE)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module

@@ -1,0 +1,33 @@
+"""Records by their identity, to check what landed in the Parquet sink against what a producer wrote."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from spark_jobs.parquet_sink import ParquetSink
+
+
+@dataclass(frozen=True)
+class StreamRecord:
+    """A record as the producer put it and as the sink must hold it: its identity is all four fields."""
+
+    shard_id: str
+    sequence_number: str
+    sub_sequence_number: int
+    data: bytes
+
+    @classmethod
+    def acknowledged(cls, entry: dict[str, Any], result: dict[str, Any]) -> StreamRecord:
+        """A PutRecords entry with the result Kinesis gave it; a plain put record has sub-sequence number 0."""
+        return cls(result["ShardId"], result["SequenceNumber"], 0, entry["Data"])
+
+
+def landed_records(output_uri: str, s3_endpoint_url: str | None = None) -> list[StreamRecord]:
+    """Every record of the sink's dataset at `output_uri`, duplicates included."""
+    table = ParquetSink.from_uri(output_uri, s3_endpoint_url=s3_endpoint_url).read_dataset()
+    columns = table.select(["shard_id", "sequence_number", "sub_sequence_number", "data"]).to_pydict()
+    return [
+        StreamRecord(*row)
+        for row in zip(columns["shard_id"], columns["sequence_number"], columns["sub_sequence_number"], columns["data"])
+    ]
