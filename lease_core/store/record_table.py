@@ -173,6 +173,9 @@ class DynamoDBRecordTable:
 
     def update(self, key: str, attributes: Mapping[str, Any]) -> None:
         values = to_attribute_values({name: value for name, value in attributes.items() if name != self.hash_key})
+        if not values:  # "SET" with nothing is invalid: create the bare record unless it exists
+            self.put(key, {}, expected={self.hash_key: None})
+            return
         names = {f"#a{index}": name for index, name in enumerate(values)}
         assignments = ", ".join(f"#a{index} = :v{index}" for index in range(len(values)))
         self._call(

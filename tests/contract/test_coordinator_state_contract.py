@@ -90,6 +90,11 @@ def test_update_sets_its_attributes_and_keeps_the_others(state):
     assert sorted(record["key"] for record in state.scan()) == ["Other", "Record"]
 
 
+def test_an_update_with_nothing_to_set_creates_the_bare_record(state):
+    state.update("Bare", {})
+    assert state.get("Bare") == {"key": "Bare"}
+
+
 def test_on_dynamodb_records_are_stored_with_the_types_kcl_tooling_expects(moto_endpoint, unique_name):
     client = boto3.client("dynamodb", endpoint_url=moto_endpoint, region_name="us-east-1")
     config = fast_config(unique_name)
