@@ -95,7 +95,8 @@ def client(service: str, config: ConsumerConfig, session: boto3.Session | None =
     """A boto3 client whose retries are ours (botocore's own retrying is switched off)."""
     endpoint = getattr(config, f"aws_endpoint_url_{service}", None)
     botocore_config = botocore.config.Config(
-        retries={"mode": "standard", "max_attempts": 1},
+        # `total_max_attempts`: botocore reads `max_attempts` here as retries after the first request.
+        retries={"mode": "standard", "total_max_attempts": 1},
         connect_timeout=10,
         read_timeout=60,
         max_pool_connections=64,

@@ -19,6 +19,8 @@ from botocore.config import Config
 
 from devtools.fault_proxy import FaultProxy, FaultRule
 from devtools.kinesis_streams import create_stream, kinesis_client, put_records
+from lease_core import aws
+from lease_core.config.settings import ConsumerConfig
 
 ONE_ATTEMPT = Config(retries={"total_max_attempts": 1}, connect_timeout=2, read_timeout=30)
 SHARD = "shardId-000000000000"
@@ -487,3 +489,19 @@ def test_injected_faults_are_recorded_with_the_status_the_client_got_or_none_whe
             call()
 
     assert recorded(dynamodb_proxy, "tables", "status") == [("GetItem", (table,), 400), ("PutItem", (table,), None)]
+
+
+def test_a_client_of_lease_core_sends_a_throttled_request_once_and_leaves_retrying_to_its_caller(
+    dynamodb_proxy: FaultProxy, table: str, unique_name: str
+) -> None:
+    # botocore reads `max_attempts` in a client config as retries after the first request; lease_core
+    # retries with its own policy (AwsCaller), so botocore must send each request exactly once.
+    config = ConsumerConfig(application_name=unique_name, aws_endpoint_url_dynamodb=dynamodb_proxy.endpoint)
+    client = aws.client("dynamodb", config)
+    dynamodb_proxy.set_faults([FaultRule("throttle", 1.0, "PutItem")])
+
+    assert (
+        error_of(lambda: client.put_item(TableName=table, Item=item("a")))[0]
+        == "ProvisionedThroughputExceededException"
+    )
+    assert [call.operation for call in dynamodb_proxy.calls() if call.operation == "PutItem"] == ["PutItem"]
