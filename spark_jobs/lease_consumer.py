@@ -37,7 +37,7 @@ from lease_core.model.pending_batch import PendingBatch
 from lease_core.model.sequence import AT_TIMESTAMP, LATEST, SHARD_END, ExtendedSequenceNumber
 from lease_core.model.shards import ChildShard
 from lease_core.retrieval.kinesis_records import KinesisRecord
-from lease_core.retrieval.shard_reader import ReadBatch, ReadLimits, ShardReader
+from lease_core.retrieval.shard_reader import KINESIS_SHARD_READ_BYTES_PER_SECOND, ReadBatch, ReadLimits, ShardReader
 from lease_core.retrieval.shard_source import KinesisShardSource, child_shards_of
 from lease_core.retry import RetryPolicy
 from lease_core.store.lease_store import LeaseStore
@@ -79,6 +79,7 @@ class LeaseContext:
     retry_policy: RetryPolicy
     at_timestamp: datetime | None
     budget: LeaseBudget
+    read_bytes_per_second: float | None = KINESIS_SHARD_READ_BYTES_PER_SECOND  # None: paced by calls only
     clock: Callable[[], float] = time.monotonic
     wall_clock_millis: Callable[[], int] = lambda: time.time_ns() // 1_000_000
 
@@ -376,6 +377,7 @@ class LeaseConsumer:
             read_before_start=read_before_start,
             at_timestamp=self.context.at_timestamp,
             retry_policy=self.context.retry_policy,
+            read_bytes_per_second=self.context.read_bytes_per_second,
         )
 
     def _stage(self, path: str | None, records: Sequence[KinesisRecord]) -> str | None:

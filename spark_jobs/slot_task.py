@@ -89,6 +89,7 @@ class SlotTask:
             retry_policy=app.retry_policy,
             at_timestamp=spec.at_timestamp,
             budget=spec.budget,
+            read_bytes_per_second=self.config.shard_read_limit_kbps * 1024,
         )
 
     def run(self) -> SlotReport:

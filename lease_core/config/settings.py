@@ -454,6 +454,14 @@ class ConsumerConfig(BaseModel):
             "(a holder counts its lease a tenth short, for clock skew).",
         )
     )
+    shard_read_limit_kbps: _PositiveFloat = _setting(
+        2048.0,
+        "Kinesis' read limit per shard in KB/s (KB = 1024 bytes, as in throughputKBps): a shard reader "
+        "paces its GetRecords calls so that the bytes it reads (data plus partition key) stay within it.",
+        None,
+        batch_note="Kinesis allows 2 MB/s per shard, shared by every reader of the shard; set it lower "
+        "when another consumer reads the same stream, or to a stand-in's cap in benchmarks.",
+    )
     aws_region: _Region = _setting(
         None,
         "AWS region of every client; unset means boto3's default chain.",

@@ -18,6 +18,12 @@ Why it reads the way it does:
   horizon. A record asked for that aged out itself is reported too: the records between it and the
   first one available are unknown, so "none" cannot be told from "some". A batch reports one gap: a
   second one ends it before the records behind that gap, and the next batch reports it.
+- Calls are paced by Kinesis' two per-shard read limits: at most 5 GetRecords per second, and
+  `read_bytes_per_second` (2 MiB/s) of records. Kinesis charges a response's bytes (data plus
+  partition key) after serving it and refuses the shard's calls while it is in debt, so after a
+  response of B bytes the next call waits until B / rate has passed since this one was sent. A reader
+  that only kept to 5 calls/s would run into ProvisionedThroughputExceeded after every large page and
+  lose a retry-policy backoff each time; paced by bytes it reads at the cap and is never refused.
 - The tip is a MillisBehindLatest of 0 on a response shorter than the Limit asked for: kinesis-mock
   answers 0 on every response, even when records remain, and a full page may have more behind it.
 """
@@ -46,6 +52,12 @@ StopReason = Literal["tip", "records", "bytes", "time", "stop_at", "shard_end", 
 
 # GetRecords returns at most 10,000 records per call.
 MAX_GET_RECORDS_LIMIT = 10000
+# Kinesis' read limit per shard (shared by every reader of the shard).
+KINESIS_SHARD_READ_BYTES_PER_SECOND = 2 * 1024 * 1024
+# 5 GetRecords per second per shard, with 5 ms to spare: a call exactly 1 s after the fifth one
+# before it is on the edge of Kinesis' second, and clock or network jitter puts it inside as often
+# as not (measured on the stand-in: a throttled call, then a retry-policy backoff).
+MIN_CALL_INTERVAL_SECONDS = 0.205
 # Kinesis' own code for a throttled KMS decrypt of an encrypted stream is not in lease_core's set.
 READ_THROTTLING_CODES = THROTTLING_CODES | {"KMSThrottlingException"}
 # GetShardIterator's answers to a sequence number the shard does not hold: Kinesis says
@@ -253,13 +265,16 @@ class ShardReader:
         at_timestamp: datetime | None = None,
         ending_sequence_number: str | None = None,
         retry_policy: RetryPolicy = RetryPolicy(),
-        min_call_interval_seconds: float = 0.2,
+        min_call_interval_seconds: float = MIN_CALL_INTERVAL_SECONDS,
+        read_bytes_per_second: float | None = KINESIS_SHARD_READ_BYTES_PER_SECOND,
         get_records_limit: int = MAX_GET_RECORDS_LIMIT,
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], None] = time.sleep,
     ) -> None:
         if not 1 <= get_records_limit <= MAX_GET_RECORDS_LIMIT:
             raise ValueError(f"get_records_limit must be in 1..{MAX_GET_RECORDS_LIMIT}, not {get_records_limit}")
+        if read_bytes_per_second is not None and read_bytes_per_second <= 0:
+            raise ValueError(f"read_bytes_per_second must be positive (or None: unpaced), not {read_bytes_per_second}")
         self._resume = start_spec(shard_id, start, at_timestamp)
         self._kinesis = kinesis
         self._stream_name = stream_name
@@ -270,6 +285,7 @@ class ShardReader:
         self._policy = retry_policy
         self._caller = AwsCaller("kinesis", retry_policy)
         self._min_call_interval = min_call_interval_seconds
+        self._read_rate = read_bytes_per_second
         self._get_records_limit = get_records_limit
         self._clock = clock
         self._sleep = sleep
@@ -290,6 +306,8 @@ class ShardReader:
         self._end_observed = False
         self._child_shards: tuple[ChildShard, ...] = ()
         self._last_call_at: float | None = None
+        # When the bytes read so far are paid off at the read rate: Kinesis refuses calls before.
+        self._read_paid_at: float | None = None
 
     def read(self, limits: ReadLimits) -> ReadBatch:
         batch = _Batch(limits)
@@ -387,10 +405,11 @@ class ShardReader:
 
     def _paced_get_records(self, batch: _Batch, limit: int) -> dict[str, Any]:
         self._sleep_until(self._next_call_at())
-        self._last_call_at = self._clock()
+        called_at = self._last_call_at = self._clock()
         batch.get_records_calls += 1
         try:
             response: dict[str, Any] = self._kinesis.get_records(ShardIterator=self._iterator, Limit=limit)
+            self._charge(called_at, response.get("Records", ()))
             return response
         except botocore.exceptions.ClientError as error:
             code = error_code(error)
@@ -402,12 +421,21 @@ class ShardReader:
                 raise StreamNotFoundError(self._stream_name) from error
             raise  # 5xx are the retry policy's business, the rest AwsCaller's refusals
 
+    def _charge(self, called_at: float, records: Iterable[Mapping[str, Any]]) -> None:
+        """Account a response's bytes as Kinesis does (data plus partition key), from the call's start."""
+        if self._read_rate is None:
+            return
+        size = sum(len(record["Data"]) + len(record["PartitionKey"].encode()) for record in records)
+        paid_at = called_at if self._read_paid_at is None else max(called_at, self._read_paid_at)
+        self._read_paid_at = paid_at + size / self._read_rate
+
     def _next_call_at(self) -> float:
-        """When the next GetRecords may go out: 5 calls per second per shard is Kinesis' limit."""
+        """When the next GetRecords may go out: 5 calls per second per shard, and the bytes read so
+        far paid off at the read rate, are Kinesis' limits."""
         now = self._clock()
         if self._last_call_at is None:
             return now
-        return max(now, self._last_call_at + self._min_call_interval)
+        return max(now, self._last_call_at + self._min_call_interval, self._read_paid_at or now)
 
     def _sleep_until(self, moment: float) -> None:
         wait = moment - self._clock()

@@ -1,0 +1,749 @@
+"""A Kinesis stand-in for benchmarks and tests: a loopback HTTP server that speaks the JSON 1.1 protocol
+boto3 uses, serves pre-built records at memory speed and enforces Kinesis' per-shard read limits.
+
+Why it exists: the emulators (STACK.md) serve GetRecords at 8,600 (kinesis-mock) to 25,000 (moto)
+records/s and never throttle, so a reader's efficiency against Kinesis' own limit (2 MiB/s and 5
+GetRecords calls/s per shard) cannot be measured on them. This server serves the records it built at
+start-up by joining pre-serialised JSON fragments, and throttles like Kinesis does:
+
+- calls: at most `get_records_per_second` accepted GetRecords calls per shard in any sliding second;
+- bytes: a per-shard byte bucket refilled at `read_bytes_per_second` and holding at most
+  `burst_seconds` of it. A call is refused while the bucket is in debt; the bytes a call returns are
+  charged after it, so one 10 MB answer at 2 MiB/s refuses the shard's calls for the next ~4-5 s,
+  as Kinesis does. Bytes count as Kinesis counts a record: its data plus its partition key;
+- size: at most `max_records_per_call` records and `max_bytes_per_call` bytes per answer.
+Every refusal is answered with HTTP 400 ProvisionedThroughputExceededException (botocore's error
+shape) and counted by kind and shard; `stats()` (GET /stats) returns the counters, the bytes and
+records served, and the server process' CPU seconds, so a benchmark can tell when it measures this
+server instead of its client.
+
+The server runs in its own process (`python -m devtools.kinesis_standin`), so its CPU is not charged
+to the reader under test, nor does it share the reader's GIL. Records are generated there,
+deterministically, from a spec: each record's data starts with `<stream>/<shard id>/<index>/`,
+padded to `record_bytes`; an aggregated stream's records are KPL aggregates (aws_kinesis_agg) of
+`aggregate_size` such user records. A `split` stream's shards are closed parents, each with two open
+children (with their own records), for lineage: the end of a parent answers a null
+NextShardIterator and ChildShards. Arrival times spread over `backlog_seconds` before start-up.
+Sequence numbers are 56-digit decimal strings, increasing per shard and across the lineage.
+
+Operations: ListShards (NextToken paging, MaxResults, ShardFilter, ExclusiveStartShardId),
+DescribeStreamSummary, GetShardIterator (TRIM_HORIZON, LATEST, AT/AFTER_SEQUENCE_NUMBER, AT_TIMESTAMP)
+and GetRecords (Limit, MillisBehindLatest, iterators expiring after `iterator_ttl_seconds`).
+Nothing is ever written: PutRecord(s) is not served.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import bisect
+import json
+import os
+import select
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from collections import Counter, deque
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field, replace
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+LOOPBACK = "127.0.0.1"
+REPOSITORY = Path(__file__).resolve().parents[1]
+MIB = 1024 * 1024
+MAX_HASH_KEY = 2**128 - 1
+ACCOUNT = "123456789012"
+REGION = "us-east-1"
+# 56 digits, like Kinesis' "49590338271490256608559692538361571095921575989136588898".
+SEQUENCE_BASE = 49_590_000_000_000_000_000_000_000_000_000_000_000_000_000_000_000_000_000
+SHARD_SEQUENCE_STRIDE = 10**30  # a later shard (a child) numbers above every earlier one
+RECORD_SEQUENCE_STRIDE = 10**8
+JSON_CONTENT_TYPE = "application/x-amz-json-1.1"
+TARGET_PREFIX = "Kinesis_20131202."
+STARTUP_TIMEOUT_SECONDS = 120.0
+THROTTLED = "ProvisionedThroughputExceededException"
+VIOLATION_KINDS = ("calls_per_second", "bytes_per_second")
+
+
+@dataclass(frozen=True)
+class StreamSpec:
+    """One stream the stand-in serves; `records_per_shard` counts Kinesis records (aggregates)."""
+
+    name: str
+    shards: int = 1
+    records_per_shard: int = 100
+    record_bytes: int = 200  # of a user record's data
+    aggregate_size: int = 0  # user records per KPL aggregate; 0 = plain records
+    split: bool = False  # the shards are closed parents, each split into two open children
+    backlog_seconds: float = 300.0  # arrival times spread over this many seconds before start-up
+
+    def __post_init__(self) -> None:
+        if self.shards < 1 or self.records_per_shard < 0 or self.record_bytes < 1 or self.aggregate_size < 0:
+            raise ValueError(f"stream {self.name!r}: shards >= 1, records >= 0, record_bytes >= 1 needed: {self}")
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Per-shard limits; None turns one off. Defaults are Kinesis'."""
+
+    get_records_per_second: int | None = 5
+    read_bytes_per_second: float | None = 2 * MIB
+    burst_seconds: float = 1.0  # the byte bucket holds this many seconds of the rate
+    max_records_per_call: int = 10_000
+    max_bytes_per_call: int = 10 * MIB
+    iterator_ttl_seconds: float = 300.0
+
+    @classmethod
+    def off(cls) -> Limits:
+        return cls(get_records_per_second=None, read_bytes_per_second=None)
+
+
+# --- the data ------------------------------------------------------------------------------------
+
+
+@dataclass
+class _Shard:
+    shard_id: str
+    index: int
+    hash_range: tuple[int, int]
+    parents: tuple[str, ...]
+    children: tuple[str, ...]
+    sequence_numbers: list[int]
+    arrivals: list[float]
+    fragments: list[bytes]  # each record's JSON object, serialised once
+    sizes: list[int]  # Kinesis' bytes per record: data plus partition key
+    starting_sequence_number: int
+
+    @property
+    def closed(self) -> bool:
+        return bool(self.children)
+
+    def api_entry(self) -> dict[str, Any]:
+        sequence_range = {"StartingSequenceNumber": str(self.starting_sequence_number)}
+        if self.closed:
+            last = self.sequence_numbers[-1] if self.sequence_numbers else self.starting_sequence_number
+            sequence_range["EndingSequenceNumber"] = str(last)
+        entry: dict[str, Any] = {
+            "ShardId": self.shard_id,
+            "HashKeyRange": {"StartingHashKey": str(self.hash_range[0]), "EndingHashKey": str(self.hash_range[1])},
+            "SequenceNumberRange": sequence_range,
+        }
+        if self.parents:
+            entry["ParentShardId"] = self.parents[0]
+        return entry
+
+
+@dataclass
+class _Stream:
+    spec: StreamSpec
+    created: float
+    split_at: float  # when the parents closed (== start-up for an unsplit stream)
+    shards: list[_Shard]
+    by_id: dict[str, _Shard]
+
+    @property
+    def arn(self) -> str:
+        return f"arn:aws:kinesis:{REGION}:{ACCOUNT}:stream/{self.spec.name}"
+
+
+def shard_id_of(index: int) -> str:
+    return f"shardId-{index:012d}"
+
+
+def sequence_number(shard_index: int, record_index: int) -> int:
+    return SEQUENCE_BASE + shard_index * SHARD_SEQUENCE_STRIDE + (record_index + 1) * RECORD_SEQUENCE_STRIDE
+
+
+def user_record_data(stream: str, shard_id: str, index: int, size: int) -> bytes:
+    """The deterministic data of a user record: its name, padded to `size` bytes."""
+    head = f"{stream}/{shard_id}/{index:012d}/".encode()
+    return head + _FILLER[: size - len(head)] if size > len(head) else head
+
+
+_FILLER = bytes(range(33, 127)) * (2 * MIB // 94 + 1)
+
+
+def _hash_ranges(count: int) -> list[tuple[int, int]]:
+    width = (MAX_HASH_KEY + 1) // count
+    starts = [index * width for index in range(count)]
+    return [(start, (starts[i + 1] - 1) if i + 1 < count else MAX_HASH_KEY) for i, start in enumerate(starts)]
+
+
+def build_stream(spec: StreamSpec, now: float) -> _Stream:
+    created = now - spec.backlog_seconds
+    split_at = created + spec.backlog_seconds / 2 if spec.split else now
+    shards: list[_Shard] = []
+    for index, hash_range in enumerate(_hash_ranges(spec.shards)):
+        children = (
+            (shard_id_of(spec.shards + 2 * index), shard_id_of(spec.shards + 2 * index + 1)) if spec.split else ()
+        )
+        shards.append(_build_shard(spec, index, hash_range, (), children, (created, split_at)))
+    if spec.split:
+        for parent in list(shards):
+            low, high = parent.hash_range
+            middle = low + (high - low) // 2
+            for offset, child_range in enumerate(((low, middle), (middle + 1, high))):
+                index = spec.shards + 2 * parent.index + offset
+                shards.append(_build_shard(spec, index, child_range, (parent.shard_id,), (), (split_at, now)))
+    return _Stream(spec, created, split_at, shards, {shard.shard_id: shard for shard in shards})
+
+
+def _build_shard(
+    spec: StreamSpec,
+    index: int,
+    hash_range: tuple[int, int],
+    parents: tuple[str, ...],
+    children: tuple[str, ...],
+    window: tuple[float, float],
+) -> _Shard:
+    shard_id = shard_id_of(index)
+    count = spec.records_per_shard
+    step = (window[1] - window[0]) / max(1, count)
+    shard = _Shard(shard_id, index, hash_range, parents, children, [], [], [], [], sequence_number(index, -1))
+    for record in range(count):
+        data, key = _record_payload(spec, shard_id, record)
+        number = sequence_number(index, record)
+        arrival = round(window[0] + (record + 1) * step, 3)
+        shard.sequence_numbers.append(number)
+        shard.arrivals.append(arrival)
+        shard.sizes.append(len(data) + len(key.encode()))
+        shard.fragments.append(_fragment(number, arrival, data, key))
+    return shard
+
+
+def _record_payload(spec: StreamSpec, shard_id: str, record: int) -> tuple[bytes, str]:
+    if spec.aggregate_size == 0:
+        return user_record_data(spec.name, shard_id, record, spec.record_bytes), f"pk-{record}"
+    from aws_kinesis_agg.aggregator import RecordAggregator  # only aggregated streams need protobuf
+
+    aggregator = RecordAggregator()
+    for user in range(spec.aggregate_size):
+        index = record * spec.aggregate_size + user
+        if aggregator.add_user_record(f"pk-{index}", user_record_data(spec.name, shard_id, index, spec.record_bytes)):
+            raise ValueError(f"stream {spec.name!r}: {spec.aggregate_size} user records overflow one aggregate")
+    aggregate = aggregator.clear_and_get()
+    if aggregate is None:
+        raise ValueError(f"stream {spec.name!r}: an aggregate needs at least one user record")
+    key, _explicit_hash_key, data = aggregate.get_contents()
+    return data, key
+
+
+def _fragment(number: int, arrival: float, data: bytes, key: str) -> bytes:
+    encoded = base64.b64encode(data).decode()
+    return (
+        f'{{"SequenceNumber":"{number}","ApproximateArrivalTimestamp":{arrival},'
+        f'"Data":"{encoded}","PartitionKey":{json.dumps(key)}}}'
+    ).encode()
+
+
+# --- limits and counters -------------------------------------------------------------------------
+
+
+class _ShardMeter:
+    """One shard's GetRecords calls in the last second and its byte bucket."""
+
+    def __init__(self, limits: Limits, now: float) -> None:
+        self.calls: deque[float] = deque()
+        self.level = self._capacity(limits)
+        self.refilled_at = now
+
+    @staticmethod
+    def _capacity(limits: Limits) -> float:
+        rate = limits.read_bytes_per_second
+        return 0.0 if rate is None else rate * limits.burst_seconds
+
+    def refusal(self, limits: Limits, now: float) -> str | None:
+        """Why a GetRecords call at `now` is refused, or None (the call is then counted)."""
+        while self.calls and self.calls[0] <= now - 1.0:
+            self.calls.popleft()
+        if limits.get_records_per_second is not None and len(self.calls) >= limits.get_records_per_second:
+            return "calls_per_second"
+        rate = limits.read_bytes_per_second
+        if rate is not None:
+            self.level = min(self._capacity(limits), self.level + (now - self.refilled_at) * rate)
+            self.refilled_at = now
+            if self.level < 0:
+                return "bytes_per_second"
+        self.calls.append(now)
+        return None
+
+    def charge(self, limits: Limits, returned_bytes: int) -> None:
+        if limits.read_bytes_per_second is not None:
+            self.level -= returned_bytes
+
+
+@dataclass
+class _ShardCounters:
+    get_records: int = 0
+    records: int = 0
+    bytes: int = 0
+    violations: Counter[str] = field(default_factory=Counter)
+    first_call_at: float | None = None  # time.monotonic() of the first call served
+    drained_at: float | None = None  # when the bytes served so far are paid off at the read rate
+
+    def busy_seconds(self) -> float:
+        """How long the shard was busy serving: from its first call until its reads were paid off."""
+        if self.first_call_at is None or self.drained_at is None:
+            return 0.0
+        return self.drained_at - self.first_call_at
+
+
+class _ApiError(Exception):
+    def __init__(self, error_type: str, message: str) -> None:
+        super().__init__(message)
+        self.error_type = error_type
+        self.message = message
+
+
+# --- the service ---------------------------------------------------------------------------------
+
+
+class KinesisService:
+    """The protocol and the limits, without HTTP: `handle(operation, request)` -> response body."""
+
+    def __init__(self, streams: Sequence[StreamSpec], limits: Limits, clock: Callable[[], float] = time.time) -> None:
+        self._clock = clock
+        now = clock()
+        self.streams = {spec.name: build_stream(spec, now) for spec in streams}
+        self.limits = limits
+        self._lock = threading.Lock()
+        self._meters: dict[tuple[str, str], _ShardMeter] = {}
+        self._counters: dict[tuple[str, str], _ShardCounters] = {}
+        self._operations: Counter[str] = Counter()
+        self._reset_at = time.monotonic()
+        self._cpu_at_reset = time.process_time()
+
+    def handle(self, operation: str, request: dict[str, Any]) -> bytes:
+        handler = _OPERATIONS.get(operation)
+        with self._lock:
+            self._operations[operation] += 1
+        if handler is None:
+            raise _ApiError("UnknownOperationException", f"the stand-in does not serve {operation}")
+        return handler(self, request)
+
+    # --- control ---------------------------------------------------------------------------------
+
+    def set_limits(self, limits: Limits) -> None:
+        with self._lock:
+            self.limits = limits
+            self._meters.clear()
+
+    def reset(self) -> None:
+        """Counters and meters start over (a full bucket, no calls in the last second)."""
+        with self._lock:
+            self._meters.clear()
+            self._counters.clear()
+            self._operations.clear()
+            self._reset_at = time.monotonic()
+            self._cpu_at_reset = time.process_time()
+
+    def stats(self) -> dict[str, Any]:
+        with self._lock:
+            shards = {
+                f"{stream}/{shard}": {
+                    "get_records": counters.get_records,
+                    "records": counters.records,
+                    "bytes": counters.bytes,
+                    "violations": dict(counters.violations),
+                    "busy_seconds": counters.busy_seconds(),
+                }
+                for (stream, shard), counters in sorted(self._counters.items())
+            }
+            violations: Counter[str] = Counter()
+            for counters in self._counters.values():
+                violations.update(counters.violations)
+            return {
+                "operations": dict(self._operations),
+                "get_records": sum(entry["get_records"] for entry in shards.values()),
+                "records": sum(entry["records"] for entry in shards.values()),
+                "bytes": sum(entry["bytes"] for entry in shards.values()),
+                "violations": {kind: violations[kind] for kind in VIOLATION_KINDS},
+                "shards": shards,
+                "seconds": time.monotonic() - self._reset_at,
+                "cpu_seconds": time.process_time() - self._cpu_at_reset,
+                "limits": asdict(self.limits),
+            }
+
+    # --- operations ------------------------------------------------------------------------------
+
+    def _stream(self, request: dict[str, Any]) -> _Stream:
+        name = request.get("StreamName") or str(request.get("StreamARN", "")).rpartition("/")[2]
+        stream = self.streams.get(name)
+        if stream is None:
+            raise _ApiError("ResourceNotFoundException", f"Stream {name} under account {ACCOUNT} not found.")
+        return stream
+
+    def _shard(self, stream: _Stream, shard_id: str) -> _Shard:
+        shard = stream.by_id.get(shard_id)
+        if shard is None:
+            raise _ApiError("ResourceNotFoundException", f"Shard {shard_id} in stream {stream.spec.name} not found.")
+        return shard
+
+    def describe_stream_summary(self, request: dict[str, Any]) -> bytes:
+        stream = self._stream(request)
+        summary = {
+            "StreamName": stream.spec.name,
+            "StreamARN": stream.arn,
+            "StreamStatus": "ACTIVE",
+            "StreamModeDetails": {"StreamMode": "PROVISIONED"},
+            "RetentionPeriodHours": 24,
+            "StreamCreationTimestamp": round(stream.created, 3),
+            "EnhancedMonitoring": [{"ShardLevelMetrics": []}],
+            "EncryptionType": "NONE",
+            "OpenShardCount": sum(not shard.closed for shard in stream.shards),
+            "ConsumerCount": 0,
+        }
+        return json.dumps({"StreamDescriptionSummary": summary}).encode()
+
+    def list_shards(self, request: dict[str, Any]) -> bytes:
+        token = request.get("NextToken")
+        if token is not None:
+            if "StreamName" in request or "ShardFilter" in request:
+                raise _ApiError("InvalidArgumentException", "NextToken and StreamName/ShardFilter cannot be combined")
+            state = _decode(token)
+            name, offset, filter_ = state["stream"], state["offset"], state["filter"]
+            stream = self._stream({"StreamName": name})
+        else:
+            stream = self._stream(request)
+            offset, filter_ = 0, request.get("ShardFilter")
+        shards = self._filtered(stream, filter_, request.get("ExclusiveStartShardId"))
+        page_size = int(request.get("MaxResults", 1000))
+        if not 1 <= page_size <= 10000:
+            raise _ApiError("InvalidArgumentException", f"MaxResults must be in 1..10000, not {page_size}")
+        page = shards[offset : offset + page_size]
+        response: dict[str, Any] = {"Shards": [shard.api_entry() for shard in page]}
+        if offset + page_size < len(shards):
+            state = {"stream": stream.spec.name, "offset": offset + page_size, "filter": filter_}
+            response["NextToken"] = _encode(state)
+        return json.dumps(response).encode()
+
+    def _filtered(self, stream: _Stream, filter_: dict[str, Any] | None, exclusive_start: str | None) -> list[_Shard]:
+        shards = stream.shards
+        if exclusive_start is not None:
+            shards = [shard for shard in shards if shard.shard_id > exclusive_start]
+        if not filter_:
+            return shards
+        kind = filter_.get("Type")
+        oldest = [shard for shard in shards if not shard.parents]
+        open_ = [shard for shard in shards if not shard.closed]
+        if kind == "AT_LATEST":
+            return open_
+        if kind == "AT_TRIM_HORIZON":
+            return oldest
+        if kind == "FROM_TRIM_HORIZON":
+            return shards
+        if kind == "AFTER_SHARD_ID":
+            return [shard for shard in shards if shard.shard_id > str(filter_.get("ShardId"))]
+        if kind in ("AT_TIMESTAMP", "FROM_TIMESTAMP"):
+            before_split = float(filter_["Timestamp"]) < stream.split_at
+            if kind == "FROM_TIMESTAMP":
+                return shards if before_split else open_
+            return oldest if before_split else open_
+        raise _ApiError("InvalidArgumentException", f"unknown ShardFilter type {kind!r}")
+
+    def get_shard_iterator(self, request: dict[str, Any]) -> bytes:
+        stream = self._stream(request)
+        shard = self._shard(stream, str(request.get("ShardId")))
+        position = self._start_position(shard, request)
+        state = {"stream": stream.spec.name, "shard": shard.shard_id, "at": position, "issued": self._clock()}
+        return json.dumps({"ShardIterator": _encode(state)}).encode()
+
+    def _start_position(self, shard: _Shard, request: dict[str, Any]) -> int:
+        kind = request.get("ShardIteratorType")
+        if kind == "TRIM_HORIZON":
+            return 0
+        if kind == "LATEST":
+            return len(shard.sequence_numbers)
+        if kind in ("AT_SEQUENCE_NUMBER", "AFTER_SEQUENCE_NUMBER"):
+            number = int(request.get("StartingSequenceNumber", "-1"))
+            if not shard.starting_sequence_number <= number < shard.starting_sequence_number + SHARD_SEQUENCE_STRIDE:
+                raise _ApiError(
+                    "InvalidArgumentException",
+                    f"StartingSequenceNumber {number} used in GetShardIterator on shard {shard.shard_id} is invalid "
+                    "because it did not come from this stream.",
+                )
+            find = bisect.bisect_left if kind == "AT_SEQUENCE_NUMBER" else bisect.bisect_right
+            return find(shard.sequence_numbers, number)
+        if kind == "AT_TIMESTAMP":
+            return bisect.bisect_left(shard.arrivals, float(request["Timestamp"]))
+        raise _ApiError("InvalidArgumentException", f"unknown ShardIteratorType {kind!r}")
+
+    def get_records(self, request: dict[str, Any]) -> bytes:
+        state = _decode(str(request.get("ShardIterator")))
+        limits = self.limits
+        if self._clock() - float(state["issued"]) > limits.iterator_ttl_seconds:
+            raise _ApiError("ExpiredIteratorException", "Iterator expired.")
+        stream = self._stream({"StreamName": state["stream"]})
+        shard = self._shard(stream, state["shard"])
+        asked = int(request.get("Limit", limits.max_records_per_call))
+        if not 1 <= asked <= 10000:
+            raise _ApiError("InvalidArgumentException", f"Limit must be in 1..10000, not {asked}")
+        start = int(state["at"])
+        end = self._admit(stream, shard, start, min(asked, limits.max_records_per_call))
+        return self._records_body(stream, shard, start, end)
+
+    def _admit(self, stream: _Stream, shard: _Shard, start: int, limit: int) -> int:
+        """Check the limits, pick the records [start, end) and charge their bytes (under the lock, so
+        concurrent readers of one shard share its limits); returns `end`."""
+        key = (stream.spec.name, shard.shard_id)
+        with self._lock:
+            limits = self.limits
+            counters = self._counters.setdefault(key, _ShardCounters())
+            counters.get_records += 1
+            meter = self._meters.get(key)
+            if meter is None:
+                meter = self._meters[key] = _ShardMeter(limits, time.monotonic())
+            refusal = meter.refusal(limits, time.monotonic())
+            if refusal is not None:
+                counters.violations[refusal] += 1
+                raise _ApiError(
+                    THROTTLED, f"Rate exceeded for shard {shard.shard_id} in stream {stream.spec.name} ({refusal})."
+                )
+            end, returned = _slice(shard, start, limit, limits.max_bytes_per_call)
+            meter.charge(limits, returned)
+            now = time.monotonic()
+            rate = limits.read_bytes_per_second
+            counters.first_call_at = now if counters.first_call_at is None else counters.first_call_at
+            counters.drained_at = now + (max(0.0, -meter.level) / rate if rate else 0.0)
+            counters.records += end - start
+            counters.bytes += returned
+        return end
+
+    def _records_body(self, stream: _Stream, shard: _Shard, start: int, end: int) -> bytes:
+        total = len(shard.sequence_numbers)
+        head = b'{"Records":[' + b",".join(shard.fragments[start:end]) + b"]"
+        if shard.closed and start >= total:
+            children = [
+                {
+                    "ShardId": child,
+                    "ParentShards": [shard.shard_id],
+                    "HashKeyRange": stream.by_id[child].api_entry()["HashKeyRange"],
+                }
+                for child in shard.children
+            ]
+            tail = {"MillisBehindLatest": 0, "ChildShards": children}
+        else:
+            state = {"stream": stream.spec.name, "shard": shard.shard_id, "at": end, "issued": self._clock()}
+            behind = 0 if end >= total else max(1, int((self._clock() - shard.arrivals[end]) * 1000))
+            tail = {"NextShardIterator": _encode(state), "MillisBehindLatest": behind}
+        return head + b"," + json.dumps(tail).encode()[1:]
+
+
+def _slice(shard: _Shard, start: int, limit: int, max_bytes: int) -> tuple[int, int]:
+    """The end of the records served from `start` and their Kinesis bytes; at least one record if any."""
+    end, returned, total = start, 0, len(shard.sizes)
+    while end < total and end - start < limit:
+        size = shard.sizes[end]
+        if end > start and returned + size > max_bytes:
+            break
+        returned += size
+        end += 1
+    return end, returned
+
+
+def _encode(state: dict[str, Any]) -> str:
+    return base64.urlsafe_b64encode(json.dumps(state, separators=(",", ":")).encode()).decode()
+
+
+def _decode(token: str) -> dict[str, Any]:
+    try:
+        state: dict[str, Any] = json.loads(base64.urlsafe_b64decode(token.encode()))
+    except (ValueError, UnicodeDecodeError):
+        raise _ApiError("InvalidArgumentException", f"invalid iterator or token {token[:40]!r}") from None
+    return state
+
+
+_OPERATIONS: dict[str, Callable[[KinesisService, dict[str, Any]], bytes]] = {
+    "ListShards": KinesisService.list_shards,
+    "DescribeStreamSummary": KinesisService.describe_stream_summary,
+    "GetShardIterator": KinesisService.get_shard_iterator,
+    "GetRecords": KinesisService.get_records,
+}
+
+
+# --- HTTP ----------------------------------------------------------------------------------------
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def __init__(self, port: int, service: KinesisService) -> None:
+        super().__init__((LOOPBACK, port), _Handler)
+        self.service = service
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"  # keep-alive, as botocore's connection pool expects
+    server: _Server
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+    def do_GET(self) -> None:
+        if self.path != "/stats":
+            self._send(404, "application/json", b'{"message":"only GET /stats"}')
+            return
+        self._send(200, "application/json", json.dumps(self.server.service.stats()).encode())
+
+    def do_POST(self) -> None:
+        body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
+        if self.path == "/_standin/reset":
+            self.server.service.reset()
+            self._send(200, "application/json", b"{}")
+        elif self.path == "/_standin/limits":
+            self.server.service.set_limits(Limits(**json.loads(body)))
+            self._send(200, "application/json", b"{}")
+        else:
+            self._kinesis(body)
+
+    def _kinesis(self, body: bytes) -> None:
+        target = self.headers.get("X-Amz-Target", "")
+        if not target.startswith(TARGET_PREFIX):
+            self._error(_ApiError("UnknownOperationException", f"X-Amz-Target {target!r} is not Kinesis'"))
+            return
+        try:
+            request = json.loads(body or b"{}")
+            self._send(200, JSON_CONTENT_TYPE, self.server.service.handle(target[len(TARGET_PREFIX) :], request))
+        except _ApiError as error:
+            self._error(error)
+        except (KeyError, ValueError, TypeError) as error:
+            self._error(_ApiError("InvalidArgumentException", f"{type(error).__name__}: {error}"))
+
+    def _error(self, error: _ApiError) -> None:
+        self._send(400, JSON_CONTENT_TYPE, json.dumps({"__type": error.error_type, "message": error.message}).encode())
+
+    def _send(self, status: int, content_type: str, body: bytes) -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(body)))
+        self.send_header("x-amzn-RequestId", "standin")
+        self.end_headers()
+        self.wfile.write(body)
+
+
+def serve(streams: Sequence[StreamSpec], limits: Limits, port: int = 0) -> None:
+    """Build the records, print `READY <port>` and serve until killed."""
+    server = _Server(port, KinesisService(streams, limits))
+    print(f"READY {server.server_address[1]}", flush=True)
+    server.serve_forever()
+
+
+# --- the client side: a process ------------------------------------------------------------------
+
+
+class KinesisStandIn:
+    """Runs the stand-in in a child process on a free loopback port; stop() ends that process."""
+
+    def __init__(self, streams: Sequence[StreamSpec], limits: Limits = Limits()) -> None:
+        self.streams = tuple(streams)
+        self.limits = limits
+        self._process: subprocess.Popen[str] | None = None
+        self.port: int | None = None
+
+    @property
+    def endpoint(self) -> str:
+        if self.port is None:
+            raise RuntimeError("the Kinesis stand-in is not started")
+        return f"http://{LOOPBACK}:{self.port}"
+
+    def start(self) -> KinesisStandIn:
+        spec = json.dumps({"streams": [asdict(stream) for stream in self.streams], "limits": asdict(self.limits)})
+        environment = {
+            **os.environ,
+            "PYTHONPATH": os.pathsep.join(filter(None, [str(REPOSITORY), os.environ.get("PYTHONPATH")])),
+        }
+        self._process = subprocess.Popen(
+            [sys.executable, "-m", "devtools.kinesis_standin", "--spec", spec],
+            stdout=subprocess.PIPE,
+            text=True,
+            cwd=REPOSITORY,
+            env=environment,
+        )
+        self.port = self._await_ready(self._process)
+        return self
+
+    @staticmethod
+    def _await_ready(process: subprocess.Popen[str]) -> int:
+        assert process.stdout is not None
+        ready, _, _ = select.select([process.stdout], [], [], STARTUP_TIMEOUT_SECONDS)
+        line = process.stdout.readline() if ready else ""
+        if not line.startswith("READY "):
+            process.kill()
+            process.wait()
+            raise RuntimeError(
+                f"the Kinesis stand-in did not start within {STARTUP_TIMEOUT_SECONDS:.0f} s "
+                f"(exit code {process.returncode}, first line {line!r})"
+            )
+        return int(line.split()[1])
+
+    def stop(self) -> None:
+        process, self._process = self._process, None
+        if process is not None:
+            process.terminate()
+            try:
+                process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+
+    def __enter__(self) -> KinesisStandIn:
+        return self.start()
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
+
+    @property
+    def pid(self) -> int | None:
+        return None if self._process is None else self._process.pid
+
+    def stats(self) -> dict[str, Any]:
+        with urllib.request.urlopen(f"{self.endpoint}/stats", timeout=10) as response:
+            stats: dict[str, Any] = json.loads(response.read())
+        return stats
+
+    def reset(self) -> None:
+        """Counters and limit meters start over."""
+        self._post("/_standin/reset", {})
+
+    def set_limits(self, limits: Limits) -> None:
+        self.limits = limits
+        self._post("/_standin/limits", asdict(limits))
+
+    def _post(self, path: str, body: dict[str, Any]) -> None:
+        request = urllib.request.Request(f"{self.endpoint}{path}", data=json.dumps(body).encode(), method="POST")
+        with urllib.request.urlopen(request, timeout=10) as response:
+            response.read()
+
+    def client(self) -> Any:
+        """A boto3 Kinesis client for this stand-in (dummy credentials, no retries of its own)."""
+        import boto3
+        from botocore.config import Config
+
+        return boto3.client(
+            "kinesis",
+            endpoint_url=self.endpoint,
+            region_name=REGION,
+            aws_access_key_id="standin",
+            aws_secret_access_key="standin",
+            config=Config(retries={"total_max_attempts": 1, "mode": "standard"}, max_pool_connections=64),
+        )
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument(
+        "--spec", required=True, help='JSON: {"streams": [StreamSpec fields], "limits": {Limits fields}}'
+    )
+    parser.add_argument("--port", type=int, default=0)
+    arguments = parser.parse_args(argv)
+    spec = json.loads(arguments.spec)
+    streams = [StreamSpec(**stream) for stream in spec["streams"]]
+    serve(streams, replace(Limits(), **spec.get("limits", {})), arguments.port)
+
+
+if __name__ == "__main__":
+    main()
