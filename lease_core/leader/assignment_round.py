@@ -22,7 +22,10 @@ its round number.
 
 from __future__ import annotations
 
+import json
 import time
+import zlib
+from collections import Counter, defaultdict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 
@@ -33,10 +36,15 @@ from lease_core.config.settings import ConsumerConfig
 from lease_core.metrics.worker_metrics import CPU_METRIC, WorkerMetricsStore, active_workers
 from lease_core.model.lease import Lease
 from lease_core.store.coordinator_state import CoordinatorStateStore, update_record
-from lease_core.store.lease_store import LeaseStore
+from lease_core.store.lease_store import LeaseStore, WriteResult
 from lease_core.store.record_table import Record, whole_number
 
 ROUND_KEY = "AssignmentRound"
+# Every lease's counter, as zlib-compressed JSON: as a map, 10,000 multi-stream keys (~57 bytes each)
+# would pass DynamoDB's 400 KB item limit, and every KB of the record is a write unit each round.
+# Compressed, the keys' common prefixes cost next to nothing (~6.5 bytes a lease).
+COUNTERS = "leaseCountersZ"
+FORMER_COUNTERS = "leaseCounters"  # the former format, a map: still read
 
 
 def current_round(state: CoordinatorStateStore) -> int:
@@ -140,7 +148,7 @@ class RoundSnapshot:
             round_number=whole_number(item, "round"),
             assigned_at_millis=whole_number(item, "assignedAt"),
             round_owner=item.get("roundOwner"),
-            lease_counters={key: int(value) for key, value in item.get("leaseCounters", {}).items()},
+            lease_counters=_lease_counters_of(item),
             handoffs=handoffs,
         )
 
@@ -148,7 +156,7 @@ class RoundSnapshot:
         item: Record = {
             "round": self.round_number,
             "assignedAt": self.assigned_at_millis,
-            "leaseCounters": dict(self.lease_counters),
+            COUNTERS: _compressed(self.lease_counters),
             "handoffs": {
                 key: {
                     "leaseOwner": seen.lease_owner,
@@ -182,6 +190,16 @@ class RoundSnapshot:
             )
         counters = {lease.lease_key: lease.lease_counter for lease in leases}
         return RoundSnapshot(round_number, now_millis, round_owner, counters, handoffs)
+
+
+def _compressed(counters: Mapping[str, int]) -> bytes:
+    return zlib.compress(json.dumps(dict(counters), separators=(",", ":"), sort_keys=True).encode(), 9)
+
+
+def _lease_counters_of(item: Record) -> dict[str, int]:
+    if COUNTERS in item:
+        return {key: int(value) for key, value in json.loads(zlib.decompress(item[COUNTERS])).items()}
+    return {key: int(value) for key, value in item.get(FORMER_COUNTERS, {}).items()}
 
 
 @dataclass(frozen=True)
@@ -263,7 +281,7 @@ class AssignmentCoordinator:
         retry = round_owner is not None and previous.round_owner == round_owner
         round_number = previous.round_number if retry else previous.round_number + 1
         leases = self.store.list_leases()
-        stored = {worker: stats for worker in worker_ids if (stats := self.metrics.get(worker)) is not None}
+        stored = self.metrics.get_many(worker_ids)
         workers, notes = active_workers(worker_ids, stored, round_number)
         active = {worker.worker_id for worker in workers}
         judgement = judge_leases(
@@ -287,9 +305,11 @@ class AssignmentCoordinator:
         )
         plan = decider_for(self.config.lease_assignment_strategy).decide(snapshot)
         by_key = {lease.lease_key: lease for lease in leases}
-        moves = self._write(plan, by_key, snapshot, running_workers, judgement.finish_handoff)
-        moves += self._finish_handoffs(judgement.finish_handoff - {move.lease_key for move in moves}, by_key, active)
-        self._remember(previous, round_number, round_owner)
+        written = self._write(plan, by_key, snapshot, running_workers, judgement.finish_handoff)
+        planned = {move.lease_key for move, _ in written}
+        written += self._finish_handoffs(judgement.finish_handoff - planned, by_key, active)
+        moves = tuple(move for move, _ in written)
+        self._remember(previous, round_number, round_owner, leases_after_writes(leases, written))
         return AssignmentReport(
             strategy=self.config.lease_assignment_strategy,
             round_number=round_number,
@@ -308,7 +328,7 @@ class AssignmentCoordinator:
         snapshot: AssignmentInput,
         running_workers: frozenset[str],
         finishing_handoff: frozenset[str],
-    ) -> tuple[MoveRow, ...]:
+    ) -> tuple[tuple[MoveRow, WriteResult], ...]:
         grabs = set(snapshot.up_for_grabs)
         rows = []
         for move in plan.moves:
@@ -328,21 +348,20 @@ class AssignmentCoordinator:
                 else self.store.assign_lease(lease, move.to_owner)
             )
             reason = "handoff finished" if move.lease_key in finishing_handoff else move.reason
-            rows.append(
-                MoveRow(
-                    move.lease_key,
-                    move.from_owner,
-                    move.to_owner,
-                    reason,
-                    "handoff" if handoff else "assign",
-                    result.applied,
-                )
+            row = MoveRow(
+                move.lease_key,
+                move.from_owner,
+                move.to_owner,
+                reason,
+                "handoff" if handoff else "assign",
+                result.applied,
             )
+            rows.append((row, result))
         return tuple(rows)
 
     def _finish_handoffs(
         self, keys: frozenset[str], by_key: Mapping[str, Lease], active: set[str]
-    ) -> tuple[MoveRow, ...]:
+    ) -> tuple[tuple[MoveRow, WriteResult], ...]:
         """Handoffs the plan left where they are: assigned plainly, which clears `checkpointOwner` so
         that the lease is read again; to the owner the decider saw (the old one) when it is an active
         slot, else to the handoff's target (the decider could not place it: limits reached)."""
@@ -352,12 +371,14 @@ class AssignmentCoordinator:
             owner = lease.actual_owner if lease.actual_owner in active else lease.lease_owner
             assert owner is not None  # a lease in handoff has both owners
             result = self.store.assign_lease(lease, owner)
-            rows.append(MoveRow(key, lease.checkpoint_owner, owner, "handoff finished", "assign", result.applied))
+            row = MoveRow(key, lease.checkpoint_owner, owner, "handoff finished", "assign", result.applied)
+            rows.append((row, result))
         return tuple(rows)
 
-    def _remember(self, previous: RoundSnapshot, round_number: int, round_owner: str | None) -> None:
+    def _remember(
+        self, previous: RoundSnapshot, round_number: int, round_owner: str | None, leases: Sequence[Lease]
+    ) -> None:
         """Keep the round's snapshot, unless a newer round was assigned meanwhile (conditional write)."""
-        leases = self.store.list_leases()
         now = self.clock_millis()
 
         def change(record: Record | None) -> Record | None:
@@ -369,6 +390,19 @@ class AssignmentCoordinator:
             return previous.next(round_number, round_owner, now, leases).to_item()
 
         update_record(self.state, ROUND_KEY, change)
+
+
+def leases_after_writes(leases: Sequence[Lease], written: Sequence[tuple[MoveRow, WriteResult]]) -> list[Lease]:
+    """Pure: the leases as the round's writes left them, without scanning the table again.
+
+    An applied write answers with the lease it stored, a lost condition with the lease that beat it,
+    or with nothing when the lease is gone. A lease someone renewed meanwhile keeps its older counter
+    here: the next round then sees its counter move, which only ever delays an expiry.
+    """
+    after: dict[str, Lease | None] = {lease.lease_key: lease for lease in leases}
+    for move, result in written:
+        after[move.lease_key] = result.lease
+    return [lease for lease in after.values() if lease is not None]
 
 
 def _worker_rows(
@@ -387,18 +421,31 @@ def _worker_rows(
         worker.worker_id: view.metric_values.get(worker.worker_id, {}).get(CPU_METRIC) for worker in snapshot.workers
     }
 
-    def load(owners: Mapping[str, str | None], worker: str) -> float:
-        return round(sum(view.lease_throughput[key] for key, owner in owners.items() if owner == worker), 3)
-
+    # Sums per owner in one pass each: a per-worker pass over every lease is W x N (10^7 at 10,000 leases).
+    counts_before, load_before = _per_owner(before, view.lease_throughput)
+    counts_after, load_after = _per_owner(after, view.lease_throughput)
     return tuple(
         WorkerRow(
             worker_id=worker,
-            leases_before=sum(owner == worker for owner in before.values()),
-            leases_after=sum(owner == worker for owner in after.values()),
-            load_before_kbps=load(before, worker),
-            load_after_kbps=load(after, worker),
+            leases_before=counts_before[worker],
+            leases_after=counts_after[worker],
+            load_before_kbps=round(load_before[worker], 3),
+            load_after_kbps=round(load_after[worker], 3),
             cpu_percent=cpu.get(worker),
             note=notes.get(worker),
         )
         for worker in worker_ids
     )
+
+
+def _per_owner(
+    owners: Mapping[str, str | None], throughput: Mapping[str, float]
+) -> tuple[Counter[str], defaultdict[str, float]]:
+    """Pure: leases and summed throughput (KB/s) per owner."""
+    counts: Counter[str] = Counter()
+    loads: defaultdict[str, float] = defaultdict(float)
+    for key, owner in owners.items():
+        if owner is not None:
+            counts[owner] += 1
+            loads[owner] += throughput[key]
+    return counts, loads

@@ -242,6 +242,14 @@ class WorkerMetricsStore:
     def list_all(self) -> list[WorkerMetricStats]:
         return [WorkerMetricStats.from_item(record) for record in self.table.scan()]
 
+    def get_many(self, worker_ids: Iterable[str]) -> dict[str, WorkerMetricStats]:
+        """The stored stats of `worker_ids`, by worker, read with one scan instead of one read each
+        (KCL's leader scans the table too, kcl-spec.md §5.2). Only those workers' items are decoded:
+        an item of any other worker cannot fail the caller."""
+        wanted = set(worker_ids)
+        records = (record for record in self.table.scan() if record.get(WORKER_ID) in wanted)
+        return {stats.worker_id: stats for stats in map(WorkerMetricStats.from_item, records)}
+
     def put(self, stats: WorkerMetricStats) -> None:
         """Upsert `lut`, `sts`, `opr` and `round`; absent values and attributes of others are left alone (§6.2)."""
         self.table.update(stats.worker_id, stats.to_item())

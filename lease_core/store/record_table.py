@@ -3,7 +3,7 @@
 The lease table has its own store and codec (`lease_store`, `codec`). The other two tables hold
 records that their owners (the leader lock, the assignment round, the auditors, the worker metrics)
 describe as typed values with `to_item`/`from_item` over plain Python values: `str`, `int` or
-`Decimal` for numbers, `bool`, `list`, `dict`, `set`. DynamoDB's attribute-value format stays in
+`Decimal` for numbers, `bool`, `bytes`, `list`, `dict`, `set`. DynamoDB's attribute-value format stays in
 here: the tables convert with boto3's own `TypeSerializer`/`TypeDeserializer`, so a number reads
 back as a `Decimal` whichever table holds it, and a float is refused (DynamoDB numbers are decimal;
 a record states its precision with a `Decimal`).
@@ -21,7 +21,7 @@ from decimal import Decimal
 from typing import Any, Protocol, TypeVar
 
 import botocore.exceptions
-from boto3.dynamodb.types import TypeDeserializer, TypeSerializer
+from boto3.dynamodb.types import Binary, TypeDeserializer, TypeSerializer
 
 from lease_core.aws import AwsCaller, error_code
 from lease_core.retry import RetryPolicy
@@ -51,7 +51,18 @@ def to_attribute_values(record: Mapping[str, Any]) -> Item:
 
 
 def from_attribute_values(item: Mapping[str, AttributeValue]) -> Record:
-    return {name: _deserializer.deserialize(value) for name, value in item.items()}
+    return {name: _plain(_deserializer.deserialize(value)) for name, value in item.items()}
+
+
+def _plain(value: Any) -> Any:
+    """boto3 wraps binary values in its `Binary`; records hold plain `bytes`, as they were written."""
+    if isinstance(value, Binary):
+        return bytes(value.value)
+    if isinstance(value, list):
+        return [_plain(entry) for entry in value]
+    if isinstance(value, dict):
+        return {key: _plain(entry) for key, entry in value.items()}
+    return value
 
 
 class RecordTable(Protocol):

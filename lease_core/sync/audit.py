@@ -220,12 +220,15 @@ class ShardSyncAuditor:
         scheme: LeaseKeyScheme,
         shards_provider: Callable[[], list[Shard]],
         threshold: int,
+        snapshot: Sequence[Lease] | None = None,
     ) -> AuditDecision:
         """`stream_key` is the stream name (single-stream) or the serialized stream identifier.
 
-        The shard listing is fetched only if some lease being read lacks a hash range.
+        The shard listing is fetched only if some lease being read lacks a hash range. `snapshot`:
+        the lease table as the round's sync step just left it (None: scan it here).
         """
-        leases = [lease for lease in self.lease_store.list_leases() if scheme.owns(lease)]
+        every = self.lease_store.list_leases() if snapshot is None else snapshot
+        leases = [lease for lease in every if scheme.owns(lease)]
         hole = self._find_hole(leases, scheme, shards_provider) if leases else None
         decision = self.state.decide(stream_key, hole, threshold, len(leases), self.clock_millis())
         if decision.hole is not None:

@@ -12,9 +12,10 @@ space is left exactly as it is for the round.
 
 from __future__ import annotations
 
+import logging
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import asdict, dataclass, field
 
 from lease_core.config.settings import ConsumerConfig
 from lease_core.errors import ConfigurationError
@@ -23,11 +24,13 @@ from lease_core.model.lease import Lease
 from lease_core.model.lease_keys import LeaseKeyScheme
 from lease_core.retrieval.shard_source import ShardSource
 from lease_core.store.coordinator_state import CoordinatorStateStore
-from lease_core.store.lease_store import LeaseStore
+from lease_core.store.lease_store import LeaseScan, LeaseStore
 from lease_core.sync.consumed_stream import ConsumedStream, remember_consumed_stream
 from lease_core.sync.garbage_probe import GarbageProbe
 from lease_core.sync.stream_tracking import FormerStreamsCleaner, FormerStreamsOutcome, stream_exists_via
 from lease_core.sync.syncer import ShardSyncer, StreamSyncResult, initial_position_of
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -39,6 +42,8 @@ class ShardSyncReport:
     cleanups: tuple[CleanupOutcome, ...]
     former_streams: FormerStreamsOutcome | None = None
     consumed_stream: ConsumedStream | None = None
+    # The lease table as the step left it (its one scan plus its own writes), for the step's auditor.
+    leases: tuple[Lease, ...] | None = field(default=None, repr=False, compare=False)
 
     @property
     def created(self) -> tuple[str, ...]:
@@ -111,16 +116,40 @@ class _StreamStep:
         self.probe = GarbageProbe(source, state, clock_millis, config.garbage_lease_cleanup_interval_millis)
         self.cleanup_on_completion = config.cleanup_leases_upon_shard_completion
 
-    def run(self, stream_name: str, stream_key: str, scheme: LeaseKeyScheme) -> tuple[StreamSyncResult, CleanupOutcome]:
-        """`stream_key` names the stream in the coordinator state: its name, or its serialized identifier."""
-        result = self.syncer.sync(stream_name, scheme)
+    def run(
+        self, stream_name: str, stream_key: str, scheme: LeaseKeyScheme, snapshot: LeaseScan
+    ) -> tuple[StreamSyncResult, CleanupOutcome, LeaseScan]:
+        """`stream_key` names the stream in the coordinator state: its name, or its serialized identifier.
+
+        `snapshot` is the lease table as the step scanned it, kept current with what this step wrote
+        (returned): one scan per step, however many streams. The leader lock keeps other writers of
+        the table out, and a lease that changed anyway is only judged late: every cleanup delete is
+        conditional on the lease being as the snapshot has it.
+        """
+        result = self.syncer.sync(stream_name, scheme, snapshot)
+        snapshot = _with_changes(snapshot, created=result.created_leases)
         if result.listing_incomplete is not None:
-            return result, CleanupOutcome()
-        leases = self.store.list_leases()
+            return result, CleanupOutcome(), snapshot
+        leases = list(snapshot.leases)
         unlisted = {scheme.shard_id_of(lease) for lease in unlisted_leases(leases, result.full_listing, scheme)}
         answers = self.probe.ask(stream_key, stream_name, unlisted)
         plan = plan_lease_cleanup(leases, result.full_listing, scheme, self.cleanup_on_completion, answers)
-        return result, apply_cleanup(self.store, plan)
+        cleanup = apply_cleanup(self.store, plan)
+        return result, cleanup, _with_changes(snapshot, deleted=cleanup.deleted)
+
+
+def _with_changes(snapshot: LeaseScan, created: Iterable[Lease] = (), deleted: Iterable[str] = ()) -> LeaseScan:
+    """Pure: the snapshot after this step's own creations and deletions."""
+    gone = set(deleted)
+    kept = tuple(lease for lease in snapshot.leases if lease.lease_key not in gone)
+    return LeaseScan(kept + tuple(created), snapshot.corrupt)
+
+
+def _scan(store: LeaseStore) -> LeaseScan:
+    scan = store.scan_leases()
+    for error in scan.corrupt:
+        log.warning("skipping an unreadable lease-table item: %s", error)
+    return scan
 
 
 def sync_streams(
@@ -135,16 +164,19 @@ def sync_streams(
     if not stream_names:
         raise ValueError("at least one stream is needed")
     multi_stream = is_multi_stream(config, stream_names)
-    leases = store.list_leases()
-    _require_matching_lease_mode(leases, multi_stream)
+    snapshot = _scan(store)
+    _require_matching_lease_mode(snapshot.leases, multi_stream)
     step = _StreamStep(config, store, source, state, clock_millis)
     if not multi_stream:
         name = stream_names[0]
-        consumed = remember_consumed_stream(state, source.describe_stream(name), table_has_leases=bool(leases))
-        result, cleanup = step.run(name, name, LeaseKeyScheme())
-        return ShardSyncReport(False, (result,), (cleanup,), consumed_stream=consumed)
+        consumed = remember_consumed_stream(state, source.describe_stream(name), table_has_leases=bool(snapshot.leases))
+        result, cleanup, snapshot = step.run(name, name, LeaseKeyScheme(), snapshot)
+        return ShardSyncReport(False, (result,), (cleanup,), consumed_stream=consumed, leases=snapshot.leases)
     identifiers = [source.stream_identifier(name) for name in stream_names]
-    outcomes = [step.run(stream.stream_name, stream.serialize(), LeaseKeyScheme(stream)) for stream in identifiers]
+    outcomes = []
+    for stream in identifiers:
+        result, cleanup, snapshot = step.run(stream.stream_name, stream.serialize(), LeaseKeyScheme(stream), snapshot)
+        outcomes.append((result, cleanup))
     cleaner = FormerStreamsCleaner(
         store,
         state,
@@ -153,9 +185,12 @@ def sync_streams(
         config.former_streams_leases_deletion_strategy,
         config.wait_period_to_delete_former_streams_millis,
     )
+    former = cleaner.run(identifiers, snapshot.leases)
+    deleted = (key for keys in former.deleted_leases.values() for key in keys)
     return ShardSyncReport(
         True,
         tuple(result for result, _ in outcomes),
         tuple(cleanup for _, cleanup in outcomes),
-        cleaner.run(identifiers),
+        former,
+        leases=_with_changes(snapshot, deleted=deleted).leases,
     )

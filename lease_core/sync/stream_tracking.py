@@ -10,11 +10,11 @@ table), or at once when the stream no longer exists in Kinesis.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from lease_core.errors import StreamNotFoundError
-from lease_core.model.lease import StreamIdentifier
+from lease_core.model.lease import Lease, StreamIdentifier
 from lease_core.store.coordinator_state import CoordinatorStateStore, decide_and_record
 from lease_core.store.lease_store import LeaseStore
 from lease_core.store.record_table import Record
@@ -90,8 +90,16 @@ class FormerStreamsCleaner:
         self.strategy = strategy
         self.wait_millis = wait_millis
 
-    def run(self, configured: Iterable[StreamIdentifier]) -> FormerStreamsOutcome:
-        leases = [lease for lease in self.store.list_leases() if lease.stream_name is not None]
+    def run(
+        self, configured: Iterable[StreamIdentifier], snapshot: Sequence[Lease] | None = None
+    ) -> FormerStreamsOutcome:
+        """`snapshot`: the lease table as the caller's step has it (None: scan it here); a lease
+        changed since is kept, as every delete is conditional on it being unchanged."""
+        leases = [
+            lease
+            for lease in (self.store.list_leases() if snapshot is None else snapshot)
+            if lease.stream_name is not None
+        ]
         in_table = {lease.stream_name for lease in leases if lease.stream_name}
         configured_ids = {stream.serialize() for stream in configured}
         former = in_table - configured_ids

@@ -12,7 +12,7 @@ from lease_core.model.lease import Lease
 from lease_core.model.lease_keys import LeaseKeyScheme
 from lease_core.model.shards import InitialPosition, InitialPositionInStream, Shard
 from lease_core.retrieval.shard_source import ShardSource, hash_space_gap
-from lease_core.store.lease_store import LeaseStore
+from lease_core.store.lease_store import LeaseScan, LeaseStore
 from lease_core.sync.planner import inconsistent_shards, plan_for_empty_table, plan_for_existing_leases
 
 log = logging.getLogger(__name__)
@@ -43,10 +43,12 @@ class StreamSyncResult:
     # The full listing (None when the sync used the filtered listing of an empty table).
     full_listing: tuple[Shard, ...] | None = field(default=None, repr=False, compare=False)
     listing_incomplete: str | None = None
+    # The leases this sync created, as written: the caller's snapshot of the table stays current without a scan.
+    created_leases: tuple[Lease, ...] = field(default=(), repr=False, compare=False)
 
     def to_dict(self) -> dict[str, object]:
-        """JSON-serialisable, without the listing itself."""
-        return {key: value for key, value in asdict(self).items() if key != "full_listing"}
+        """JSON-serialisable, without the listing and the created leases themselves."""
+        return {key: value for key, value in asdict(self).items() if key not in ("full_listing", "created_leases")}
 
 
 class ShardSyncer:
@@ -64,8 +66,14 @@ class ShardSyncer:
         self.initial_position = initial_position
         self.ignore_unexpected_child_shards = ignore_unexpected_child_shards
 
-    def sync(self, stream_name: str, scheme: LeaseKeyScheme = LeaseKeyScheme()) -> StreamSyncResult:
-        table_was_empty = self.store.is_lease_table_empty()
+    def sync(
+        self, stream_name: str, scheme: LeaseKeyScheme = LeaseKeyScheme(), snapshot: LeaseScan | None = None
+    ) -> StreamSyncResult:
+        """`snapshot`: the lease table as the caller just scanned it (one scan serves a whole step);
+        None scans it here. An unreadable item counts as a lease: the table is not empty."""
+        snapshot = self.store.scan_leases() if snapshot is None else snapshot
+        leases = snapshot.leases
+        table_was_empty = not leases and not snapshot.corrupt
         shards = (
             self.source.list_shards_for_new_application(stream_name, self.initial_position)
             if table_was_empty
@@ -76,30 +84,39 @@ class ShardSyncer:
             # Checked before the leases are even listed, as KCL does: the sync must not half-run.
             raise InconsistentShardsError(stream_name, tuple(sorted(inconsistent)))
         incomplete = None if table_was_empty else self._incomplete_listing_reason(stream_name, shards, inconsistent)
-        created: list[str] = []
+        created: list[Lease] = []
         existed: list[str] = []
         # Parents first: a crash part-way never leaves a child without its parent.
-        for lease in () if incomplete else self._plan(shards, table_was_empty, inconsistent, scheme):
-            (created if self.store.create_lease_if_not_exists(lease) else existed).append(lease.lease_key)
+        for lease in () if incomplete else self._plan(shards, table_was_empty, leases, inconsistent, scheme):
+            if self.store.create_lease_if_not_exists(lease):
+                created.append(lease)
+            else:
+                existed.append(lease.lease_key)
         return StreamSyncResult(
             stream_name=stream_name,
             table_was_empty=table_was_empty,
             shards_listed=len(shards),
-            created=tuple(created),
+            created=tuple(lease.lease_key for lease in created),
             already_existed=tuple(existed),
             skipped_inconsistent=tuple(sorted(inconsistent)),
             full_listing=None if table_was_empty else tuple(shards),
             listing_incomplete=incomplete,
+            created_leases=tuple(created),
         )
 
     def _plan(
-        self, shards: list[Shard], table_was_empty: bool, inconsistent: frozenset[str], scheme: LeaseKeyScheme
+        self,
+        shards: list[Shard],
+        table_was_empty: bool,
+        leases: tuple[Lease, ...],
+        inconsistent: frozenset[str],
+        scheme: LeaseKeyScheme,
     ) -> list[Lease]:
         position = self.initial_position.position
         if table_was_empty:
             consistent = [shard for shard in shards if shard.shard_id not in inconsistent]
             return plan_for_empty_table(consistent, position, scheme)
-        leased = {scheme.shard_id_of(lease) for lease in self.store.list_leases() if scheme.owns(lease)}
+        leased = {scheme.shard_id_of(lease) for lease in leases if scheme.owns(lease)}
         return plan_for_existing_leases(shards, leased, position, inconsistent, scheme)
 
     @staticmethod

@@ -160,12 +160,18 @@ class ShardSyncOperator(_LeaderStep):
             # The sync first: it refuses a stream the application does not consume before the
             # auditor writes anything (hash ranges filled from that stream's listing, its record).
             report = sync_streams(names, access.config, store, source, state)
-            audits = self._audit(access, names, store, state, source)
+            # The sync's own view of the table (its scan plus its writes): the audit needs no second scan.
+            audits = self._audit(access, names, store, state, source, report.leases)
         return {**report.to_dict(), "audits": audits}
 
     @staticmethod
     def _audit(
-        access: AwsAccess, names: list[str], store: Any, state: Any, source: KinesisShardSource
+        access: AwsAccess,
+        names: list[str],
+        store: Any,
+        state: Any,
+        source: KinesisShardSource,
+        leases: Sequence[Lease] | None,
     ) -> dict[str, Any]:
         auditor = ShardSyncAuditor(store, state, lambda: int(time.time() * 1000))
         threshold = access.config.leases_recovery_auditor_inconsistency_confidence_threshold
@@ -176,7 +182,7 @@ class ShardSyncOperator(_LeaderStep):
                 key, scheme = identifier.serialize(), LeaseKeyScheme(identifier)
             else:
                 key, scheme = name, LeaseKeyScheme()
-            decision = auditor.audit(key, scheme, functools.partial(source.list_shards, name), threshold)
+            decision = auditor.audit(key, scheme, functools.partial(source.list_shards, name), threshold, leases)
             audits[name] = {
                 "reason": decision.reason.value,
                 "hole": decision.hole,

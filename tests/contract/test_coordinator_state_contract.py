@@ -67,6 +67,7 @@ RECORD_WITH_EVERY_TYPE = {
     "streams": ["a", "b"],
     "pending": {"a": 400},
     "children": {"shardId-1", "shardId-2"},
+    "packed": b"\x00\x01",
 }
 
 
@@ -112,6 +113,7 @@ def test_on_dynamodb_records_are_stored_with_the_types_kcl_tooling_expects(moto_
         "streams": {"L": [{"S": "a"}, {"S": "b"}]},
         "pending": {"M": {"a": {"N": "400"}}},
         "children": {"SS": ["shardId-1", "shardId-2"]},
+        "packed": {"B": b"\x00\x01"},
     }
 
 

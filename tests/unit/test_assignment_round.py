@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from lease_core.config.settings import ConsumerConfig
-from lease_core.leader.assignment_round import ROUND_KEY, AssignmentCoordinator, slot_ids
+from lease_core.leader.assignment_round import ROUND_KEY, AssignmentCoordinator, RoundSnapshot, slot_ids
 from lease_core.metrics.worker_metrics import InMemoryWorkerMetricsStore, WorkerMetricStats
 from lease_core.model.lease import Lease
 from lease_core.store.coordinator_state import InMemoryCoordinatorStateStore
@@ -69,7 +69,7 @@ def test_the_round_number_and_lease_counters_are_remembered():
     assert [run.run(SLOTS).round_number for _ in range(3)] == [1, 2, 3]
     record = state.get(ROUND_KEY)
     assert record["round"] == 3
-    assert record["leaseCounters"] == dict.fromkeys(("shardId-0", "shardId-1"), 1)
+    assert RoundSnapshot.from_item(record).lease_counters == dict.fromkeys(("shardId-0", "shardId-1"), 1)
 
 
 @pytest.mark.parametrize(
