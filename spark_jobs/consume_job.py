@@ -90,7 +90,15 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="ISO8601",
         help="do not read records that arrived at or after this time (a backfill window's end)",
     )
-    parser.add_argument("--lease-threads", type=_positive_int, default=8, help="leases read at once per slot")
+    parser.add_argument(
+        "--lease-threads", type=_positive_int, help="leases read at once per slot (default: every lease it holds)"
+    )
+    parser.add_argument(
+        "--slot-buffer-bytes",
+        type=_positive_int,
+        default=ConsumeSpec.__dataclass_fields__["slot_buffer_bytes"].default,
+        help="record bytes a slot batches in memory at once, shared by the leases it reads at once",
+    )
     parser.add_argument(
         "--transform",
         metavar="MODULE:FUNCTION",
@@ -239,6 +247,7 @@ def prepare_round(arguments: argparse.Namespace, config: ConsumerConfig) -> Cons
         round_number=round_number,
         budget=budget,
         lease_threads=arguments.lease_threads,
+        slot_buffer_bytes=arguments.slot_buffer_bytes,
         transform=arguments.transform,
         settings=settings_for_executors(config),
     )

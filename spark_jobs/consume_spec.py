@@ -32,7 +32,13 @@ class ConsumeSpec:
     output_uri: str
     round_number: int
     budget: LeaseBudget = field(default_factory=LeaseBudget)
-    lease_threads: int = 8
+    # Leases a slot reads at once; None: every lease it holds. A reader spends most of its time waiting
+    # for Kinesis' per-shard cap (bench/catch_up_round.py: 32 leases per slot read 8 at a time took
+    # 4.2x the bound, all at once 1.25x), so threads are cheap; memory is bounded by `slot_buffer_bytes`.
+    lease_threads: int | None = None
+    # Record bytes a slot holds in memory at once across its leases' batches: each of the N leases it
+    # reads at once batches at most 1/N of it (and at most `budget.file_max_bytes`).
+    slot_buffer_bytes: int = 256 * 1024 * 1024
     transform: str | None = None
     settings: Mapping[str, Any] = field(default_factory=dict)
     # Whether every slot of the round runs at once (enough task slots), and the leases of closed shards
@@ -46,8 +52,12 @@ class ConsumeSpec:
             raise ValueError("at least one stream is needed")
         if self.num_workers < 1:
             raise ValueError(f"num_workers must be at least 1, got {self.num_workers}")
-        if self.lease_threads < 1:
-            raise ValueError(f"lease_threads must be at least 1, got {self.lease_threads}")
+        if self.lease_threads is not None and self.lease_threads < 1:
+            raise ValueError(
+                f"lease_threads must be at least 1 (or None: every lease at once), got {self.lease_threads}"
+            )
+        if self.slot_buffer_bytes < 1:
+            raise ValueError(f"slot_buffer_bytes must be at least 1, got {self.slot_buffer_bytes}")
 
     @property
     def config(self) -> ConsumerConfig:

@@ -17,7 +17,7 @@ import logging
 import time
 from collections.abc import Iterable
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from lease_core.application import LeaseApplication
@@ -35,7 +35,7 @@ from lease_core.metrics.worker_metrics import (
 from lease_core.model.lease import Lease, StreamIdentifier
 from lease_core.model.lease_keys import LeaseKeyScheme
 from spark_jobs.consume_spec import ConsumeSpec
-from spark_jobs.lease_consumer import LeaseConsumer, LeaseContext, promote_committed_batch
+from spark_jobs.lease_consumer import LeaseBudget, LeaseConsumer, LeaseContext, promote_committed_batch
 from spark_jobs.parquet_sink import ParquetSink
 from spark_jobs.round_report import LeaseReport, Outcome, SlotReport
 from spark_jobs.transform import load_transform
@@ -47,6 +47,9 @@ PARENT_POLL_SECONDS = 1.0
 OFFER_SECONDS = 2 * PARENT_POLL_SECONDS
 # Claims of one lease by one attempt while other attempts of its slot keep writing it.
 CLAIM_ATTEMPTS = 3
+# A batch (one output file) is never made smaller than this to share the slot's buffer: files of a few
+# KB would cost more in requests and Parquet overhead than the memory they save.
+MIN_BATCH_BYTES = 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -135,8 +138,10 @@ class SlotTask:
         heartbeat = LeaseHeartbeat(
             (held for held, _ in workable), self.config.renewer_interval_millis, self.config.max_lease_renewal_threads
         )
+        threads = reading_threads(self.spec.lease_threads, len(workable))
+        self.context = replace(self.context, budget=batch_budget(self.spec, threads))
         with heartbeat:
-            reports.extend(self._work_concurrently(workable, heartbeat))
+            reports.extend(self._work_concurrently(workable, heartbeat, threads))
         return reports
 
     def _claim(self, lease: Lease) -> HeldLease:
@@ -205,7 +210,7 @@ class SlotTask:
         )
 
     def _work_concurrently(
-        self, workable: list[tuple[HeldLease, _Placement]], heartbeat: LeaseHeartbeat
+        self, workable: list[tuple[HeldLease, _Placement]], heartbeat: LeaseHeartbeat, threads: int
     ) -> list[LeaseReport]:
         """Run every lease whose parents are done; re-check the waiting ones as work completes.
 
@@ -217,7 +222,7 @@ class SlotTask:
         running: dict[Future[LeaseReport], tuple[HeldLease, _Placement]] = {}
         offers: list[_Offer] = []
         watch = self._parent_watch()
-        with ThreadPoolExecutor(max_workers=self.spec.lease_threads, thread_name_prefix="lease") as pool:
+        with ThreadPoolExecutor(max_workers=threads, thread_name_prefix="lease") as pool:
             while True:
                 ready, waiting = self._split_ready(waiting)
                 for held, placement in ready:
@@ -378,6 +383,17 @@ class SlotTask:
         return self._untouched(
             lease, placement, Outcome.WAITING_FOR_PARENTS, f"parent shard(s) {parents} not at SHARD_END"
         )
+
+
+def reading_threads(lease_threads: int | None, leases: int) -> int:
+    """How many leases a slot reads at once: every one it holds unless the spec caps it (at least 1)."""
+    return max(1, leases if lease_threads is None else min(lease_threads, leases))
+
+
+def batch_budget(spec: ConsumeSpec, threads: int) -> LeaseBudget:
+    """The lease budget with each batch's bytes cut to its share of the slot's buffer."""
+    share = max(MIN_BATCH_BYTES, spec.slot_buffer_bytes // threads)
+    return replace(spec.budget, file_max_bytes=min(spec.budget.file_max_bytes, share))
 
 
 def attempt_started_millis(claim_token: str | None) -> int:
