@@ -91,7 +91,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="do not read records that arrived at or after this time (a backfill window's end)",
     )
     parser.add_argument(
-        "--lease-threads", type=_positive_int, help="leases read at once per slot (default: every lease it holds)"
+        "--lease-threads",
+        type=_positive_int,
+        help="leases read at once per slot (default: every lease it holds, up to 64)",
     )
     parser.add_argument(
         "--slot-buffer-bytes",

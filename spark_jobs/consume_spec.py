@@ -32,7 +32,7 @@ class ConsumeSpec:
     output_uri: str
     round_number: int
     budget: LeaseBudget = field(default_factory=LeaseBudget)
-    # Leases a slot reads at once; None: every lease it holds. A reader spends most of its time waiting
+    # Leases a slot reads at once; None: every lease it holds, up to 64. A reader spends most of its time waiting
     # for Kinesis' per-shard cap (bench/catch_up_round.py: 32 leases per slot read 8 at a time took
     # 4.2x the bound, all at once 1.25x), so threads are cheap; memory is bounded by `slot_buffer_bytes`.
     lease_threads: int | None = None

@@ -50,6 +50,10 @@ CLAIM_ATTEMPTS = 3
 # A batch (one output file) is never made smaller than this to share the slot's buffer: files of a few
 # KB would cost more in requests and Parquet overhead than the memory they save.
 MIN_BATCH_BYTES = 1024 * 1024
+# Leases a slot reads at once when the spec does not say: beyond this many the slot's CPU, not the
+# shards' cap, bounds it (the pipeline ran at ~22 MiB/s on 2 cores here: bench/catch_up_round.py), and
+# boto3's connection pool (64, lease_core.aws) would churn connections.
+DEFAULT_MAX_LEASE_THREADS = 64
 
 
 @dataclass(frozen=True)
@@ -386,8 +390,8 @@ class SlotTask:
 
 
 def reading_threads(lease_threads: int | None, leases: int) -> int:
-    """How many leases a slot reads at once: every one it holds unless the spec caps it (at least 1)."""
-    return max(1, leases if lease_threads is None else min(lease_threads, leases))
+    """How many leases a slot reads at once: every one it holds, up to the spec's cap (at least 1)."""
+    return max(1, min(DEFAULT_MAX_LEASE_THREADS if lease_threads is None else lease_threads, leases))
 
 
 def batch_budget(spec: ConsumeSpec, threads: int) -> LeaseBudget:

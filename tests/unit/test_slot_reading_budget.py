@@ -18,6 +18,8 @@ MIB = 1024 * 1024
         pytest.param(8, 32, 8, id="capped-by-the-spec"),
         pytest.param(8, 3, 3, id="never-more-threads-than-leases"),
         pytest.param(None, 0, 1, id="no-lease-still-one-thread"),
+        pytest.param(None, 500, 64, id="default-at-most-64"),
+        pytest.param(100, 500, 100, id="the-spec-may-ask-for-more"),
     ],
 )
 def test_a_slot_reads_every_lease_it_holds_at_once_unless_the_spec_caps_it(lease_threads, leases, threads):
