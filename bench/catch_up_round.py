@@ -46,6 +46,8 @@ from lease_core.leader.assignment_round import AssignmentCoordinator, slot_ids  
 from lease_core.sync.step import sync_streams  # noqa: E402
 from spark_jobs.consume_job import run_round  # noqa: E402
 from spark_jobs.consume_spec import ConsumeSpec  # noqa: E402
+from spark_jobs.round_report import Outcome as LeaseOutcome  # noqa: E402
+from spark_jobs.round_report import RoundReport  # noqa: E402
 
 STREAM = "bench-catch-up"
 KINESIS_CAP = 2 * MIB
@@ -113,16 +115,26 @@ def run_case(spark: Any, standin: KinesisStandIn, moto: str, case: Case, argumen
     seconds = time.monotonic() - started
     if not report.succeeded:
         raise BenchmarkFailure(f"case {case.name}: the round failed:\n{report.summary()}")
-    check_landed(output, arguments)
+    check_landed(output, arguments, report)
     refusals = standin.stats()["violations"]
     return Outcome(case, seconds, report.totals.bytes, refusals)
 
 
-def check_landed(output: str, arguments: argparse.Namespace) -> None:
+def check_landed(output: str, arguments: argparse.Namespace, report: RoundReport) -> None:
+    """Every record served landed once; otherwise the failure names the leases that did not catch up."""
     landed = [(record.shard_id, record.sequence_number) for record in landed_records(output)]
     expected = arguments.shards * records_per_shard(arguments)
     if len(landed) != expected or len(set(landed)) != expected:
-        raise BenchmarkFailure(f"{len(landed)} rows ({len(set(landed))} distinct) landed for {expected} served")
+        behind = [
+            f"{lease.lease_key}: {lease.outcome}, {lease.records} records ({lease.detail or 'no detail'})"
+            for slot in report.slots
+            for lease in slot.leases
+            if lease.outcome != LeaseOutcome.CAUGHT_UP
+        ]
+        raise BenchmarkFailure(
+            f"{len(landed)} rows ({len(set(landed))} distinct) landed for {expected} served; "
+            f"outcomes {report.totals.outcomes}:\n" + "\n".join(behind)
+        )
 
 
 def records_per_shard(arguments: argparse.Namespace) -> int:

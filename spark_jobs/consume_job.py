@@ -96,6 +96,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="leases read at once per slot (default: every lease it holds, up to 64)",
     )
     parser.add_argument(
+        "--busy-leases",
+        type=_positive_int,
+        default=ConsumeSpec.__dataclass_fields__["busy_leases"].default,
+        help="leases of a slot parsing records or writing a file at once (the rest wait for Kinesis)",
+    )
+    parser.add_argument(
         "--slot-buffer-bytes",
         type=_positive_int,
         default=ConsumeSpec.__dataclass_fields__["slot_buffer_bytes"].default,
@@ -249,6 +255,7 @@ def prepare_round(arguments: argparse.Namespace, config: ConsumerConfig) -> Cons
         round_number=round_number,
         budget=budget,
         lease_threads=arguments.lease_threads,
+        busy_leases=arguments.busy_leases,
         slot_buffer_bytes=arguments.slot_buffer_bytes,
         transform=arguments.transform,
         settings=settings_for_executors(config),

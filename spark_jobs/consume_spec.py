@@ -36,6 +36,10 @@ class ConsumeSpec:
     # for Kinesis' per-shard cap (bench/catch_up_round.py: 32 leases per slot read 8 at a time took
     # 4.2x the bound, all at once 1.25x), so threads are cheap; memory is bounded by `slot_buffer_bytes`.
     lease_threads: int | None = None
+    # Leases of a slot in a CPU-heavy step at once (a GetRecords and its parsing, building a file): the
+    # others wait for Kinesis or for a lane. 64 leases parsing at once starved the slot's heartbeat of
+    # the interpreter: no renewal for 10 s, leases lost (bench/catch_up_round.py --seconds 60).
+    busy_leases: int = 8
     # Record bytes a slot holds in memory at once across its leases' batches: each of the N leases it
     # reads at once batches at most 1/N of it (and at most `budget.file_max_bytes`).
     slot_buffer_bytes: int = 256 * 1024 * 1024
@@ -56,6 +60,8 @@ class ConsumeSpec:
             raise ValueError(
                 f"lease_threads must be at least 1 (or None: every lease at once), got {self.lease_threads}"
             )
+        if self.busy_leases < 1:
+            raise ValueError(f"busy_leases must be at least 1, got {self.busy_leases}")
         if self.slot_buffer_bytes < 1:
             raise ValueError(f"slot_buffer_bytes must be at least 1, got {self.slot_buffer_bytes}")
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -80,6 +81,9 @@ class LeaseContext:
     at_timestamp: datetime | None
     budget: LeaseBudget
     read_bytes_per_second: float | None = KINESIS_SHARD_READ_BYTES_PER_SECOND  # None: paced by calls only
+    # Held around the CPU-heavy steps (a GetRecords and its parsing, building and staging a file): the
+    # slot's lanes, shared by every lease it reads at once (`spark_jobs.slot_task`).
+    busy_gate: AbstractContextManager[Any] = field(default_factory=nullcontext)
     clock: Callable[[], float] = time.monotonic
     wall_clock_millis: Callable[[], int] = lambda: time.time_ns() // 1_000_000
 
@@ -378,18 +382,20 @@ class LeaseConsumer:
             at_timestamp=self.context.at_timestamp,
             retry_policy=self.context.retry_policy,
             read_bytes_per_second=self.context.read_bytes_per_second,
+            busy_gate=self.context.busy_gate,
         )
 
     def _stage(self, path: str | None, records: Sequence[KinesisRecord]) -> str | None:
         """Stage the batch's file under this attempt's own name; that name, or None when there was
         nothing to write."""
-        table = self._table(records)
-        staged = None if path is None or table.num_rows == 0 else self._staged(path)
-        if staged is not None:
-            # The lease may have been lost while the batch was read: a zombie need not even stage.
-            self.held.require_held()
-            self.context.sink.stage(staged, table)
-            self._tally.files += 1
+        with self.context.busy_gate:
+            table = self._table(records)
+            staged = None if path is None or table.num_rows == 0 else self._staged(path)
+            if staged is not None:
+                # The lease may have been lost while the batch was read: a zombie need not even stage.
+                self.held.require_held()
+                self.context.sink.stage(staged, table)
+                self._tally.files += 1
         self._tally.count_landed(records)
         return staged
 

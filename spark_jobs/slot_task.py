@@ -14,6 +14,7 @@ token of its own, which fences the failed attempt if it is somehow still running
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Iterable
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
@@ -143,7 +144,11 @@ class SlotTask:
             (held for held, _ in workable), self.config.renewer_interval_millis, self.config.max_lease_renewal_threads
         )
         threads = reading_threads(self.spec.lease_threads, len(workable))
-        self.context = replace(self.context, budget=batch_budget(self.spec, threads))
+        self.context = replace(
+            self.context,
+            budget=batch_budget(self.spec, threads),
+            busy_gate=threading.BoundedSemaphore(self.spec.busy_leases),
+        )
         with heartbeat:
             reports.extend(self._work_concurrently(workable, heartbeat, threads))
         return reports

@@ -34,6 +34,7 @@ import base64
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Literal
@@ -270,7 +271,11 @@ class ShardReader:
         get_records_limit: int = MAX_GET_RECORDS_LIMIT,
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], None] = time.sleep,
+        busy_gate: AbstractContextManager[Any] | None = None,
     ) -> None:
+        """`busy_gate` is held around each GetRecords call and its parsing (not around the waits): a
+        slot reading many shards at once shares a few such lanes, so its own threads (the lease
+        heartbeat above all) keep their share of the interpreter while every shard keeps reading."""
         if not 1 <= get_records_limit <= MAX_GET_RECORDS_LIMIT:
             raise ValueError(f"get_records_limit must be in 1..{MAX_GET_RECORDS_LIMIT}, not {get_records_limit}")
         if read_bytes_per_second is not None and read_bytes_per_second <= 0:
@@ -289,6 +294,7 @@ class ShardReader:
         self._get_records_limit = get_records_limit
         self._clock = clock
         self._sleep = sleep
+        self._busy_gate = busy_gate or nullcontext()
         self._iterator: str | None = None
         self._gap_check: _GapCheck | None = None
         self._buffer: deque[KinesisRecord] = deque()
@@ -408,7 +414,8 @@ class ShardReader:
         called_at = self._last_call_at = self._clock()
         batch.get_records_calls += 1
         try:
-            response: dict[str, Any] = self._kinesis.get_records(ShardIterator=self._iterator, Limit=limit)
+            with self._busy_gate:
+                response: dict[str, Any] = self._kinesis.get_records(ShardIterator=self._iterator, Limit=limit)
             self._charge(called_at, response.get("Records", ()))
             return response
         except botocore.exceptions.ClientError as error:

@@ -144,3 +144,56 @@ def test_a_deadline_ends_the_batch_when_the_byte_debt_would_outlast_it():
     batch = reader.read(ReadLimits(deadline=3.0))
     # The first 10 MB page leaves ~10 s of debt: waiting for it would overrun the deadline.
     assert (len(batch.records), batch.stopped_by, clock.now) == (10_000, "time", 0.0)
+
+
+class RecordingGate:
+    """A busy gate that notes whether it is held; the shard asserts every call is made under it."""
+
+    def __init__(self) -> None:
+        self.held = False
+        self.entries = 0
+
+    def __enter__(self) -> None:
+        assert not self.held, "the gate is not re-entrant"
+        self.held, self.entries = True, self.entries + 1
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.held = False
+
+
+def test_the_busy_gate_is_held_around_every_get_records_and_never_while_the_reader_waits():
+    clock, rate = FakeClock(), 2.0 * 1024 * 1024
+    shard = ThrottlingShard(clock, 30_000, 1000, rate)
+    gate = RecordingGate()
+    calls_under_gate: list[bool] = []
+    sleeps_under_gate: list[bool] = []
+    get_records = shard.get_records
+
+    def noting_get_records(**arguments: Any) -> dict[str, Any]:
+        calls_under_gate.append(gate.held)
+        return get_records(**arguments)
+
+    def noting_sleep(seconds: float) -> None:
+        sleeps_under_gate.append(gate.held)
+        clock.sleep(seconds)
+
+    shard.get_records = noting_get_records  # type: ignore[method-assign]
+    reader = ShardReader(
+        shard,
+        "stream",
+        "shardId-000000000000",
+        TRIM_HORIZON,
+        read_bytes_per_second=rate,
+        clock=clock,
+        sleep=noting_sleep,
+        busy_gate=gate,
+    )
+    read = 0
+    while True:
+        batch = reader.read(ReadLimits(max_records=50_000))
+        read += len(batch.records)
+        if batch.stopped_by == "tip":
+            break
+    assert read == 30_000
+    assert calls_under_gate and all(calls_under_gate) and gate.entries == len(calls_under_gate)
+    assert sleeps_under_gate and not any(sleeps_under_gate)
