@@ -85,9 +85,7 @@ def read_all(shard: ThrottlingShard, clock: FakeClock, **options: Any) -> tuple[
         "shardId-000000000000",
         TRIM_HORIZON,
         retry_policy=RetryPolicy(attempts=6, sleep=clock.sleep),
-        clock=clock,
-        sleep=clock.sleep,
-        **options,
+        **{"clock": clock, "sleep": clock.sleep, **options},
     )
     read = throttled = 0
     while True:
@@ -178,22 +176,7 @@ def test_the_busy_gate_is_held_around_every_get_records_and_never_while_the_read
         clock.sleep(seconds)
 
     shard.get_records = noting_get_records  # type: ignore[method-assign]
-    reader = ShardReader(
-        shard,
-        "stream",
-        "shardId-000000000000",
-        TRIM_HORIZON,
-        read_bytes_per_second=rate,
-        clock=clock,
-        sleep=noting_sleep,
-        busy_gate=gate,
-    )
-    read = 0
-    while True:
-        batch = reader.read(ReadLimits(max_records=50_000))
-        read += len(batch.records)
-        if batch.stopped_by == "tip":
-            break
-    assert read == 30_000
+    read, throttled = read_all(shard, clock, read_bytes_per_second=rate, sleep=noting_sleep, busy_gate=gate)
+    assert (read, throttled) == (30_000, 0)
     assert calls_under_gate and all(calls_under_gate) and gate.entries == len(calls_under_gate)
     assert sleeps_under_gate and not any(sleeps_under_gate)
