@@ -411,10 +411,11 @@ class ShardReader:
 
     def _paced_get_records(self, batch: _Batch, limit: int) -> dict[str, Any]:
         self._sleep_until(self._next_call_at())
-        called_at = self._last_call_at = self._clock()
         batch.get_records_calls += 1
         try:
             with self._busy_gate:
+                # Kinesis counts a call when it arrives: pace from here, after any wait for a lane.
+                called_at = self._last_call_at = self._clock()
                 response: dict[str, Any] = self._kinesis.get_records(ShardIterator=self._iterator, Limit=limit)
             self._charge(called_at, response.get("Records", ()))
             return response

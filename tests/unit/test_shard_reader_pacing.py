@@ -180,3 +180,35 @@ def test_the_busy_gate_is_held_around_every_get_records_and_never_while_the_read
     assert (read, throttled) == (30_000, 0)
     assert calls_under_gate and all(calls_under_gate) and gate.entries == len(calls_under_gate)
     assert sleeps_under_gate and not any(sleeps_under_gate)
+
+
+class SlowGate:
+    """A busy gate whose lanes are sometimes all taken: entering it costs the next of `waits` on the clock."""
+
+    def __init__(self, clock: FakeClock, waits: list[float]) -> None:
+        self.clock = clock
+        self.waits = waits
+        self.entries = 0
+
+    def __enter__(self) -> None:
+        self.clock.now += self.waits[self.entries % len(self.waits)]
+        self.entries += 1
+
+    def __exit__(self, *exc_info: object) -> None:
+        pass
+
+
+@pytest.mark.parametrize(
+    ("size", "waits"),
+    [
+        pytest.param(10, [0.3, 0.0, 0.0, 0.0, 0.0, 0.0], id="small-pages-a-late-call-then-prompt-ones"),
+        pytest.param(1000, [0.0, 1.5], id="large-pages-every-other-call-later-than-the-burst-covers"),
+    ],
+)
+def test_a_call_that_waited_for_a_lane_is_paced_from_when_it_was_sent(size, waits):
+    # Kinesis counts a call when it arrives: pacing from before the wait for a lane would send the
+    # calls after a late one too soon after it (5 in a second, or before its bytes are paid off).
+    clock, rate = FakeClock(), 2.0 * 1024 * 1024
+    shard = ThrottlingShard(clock, 60_000, size, rate)
+    read, throttled = read_all(shard, clock, read_bytes_per_second=rate, busy_gate=SlowGate(clock, waits))
+    assert (read, throttled, shard.refused) == (60_000, 0, {"calls_per_second": 0, "bytes_per_second": 0})
