@@ -2,18 +2,30 @@
 
 Endpoints are never hard-coded: a configured `aws_endpoint_url_<service>` wins, otherwise boto3's
 own resolution applies (`AWS_ENDPOINT_URL_<SERVICE>`, `AWS_ENDPOINT_URL`, then AWS).
+
+Clients of the process's own session decode Kinesis GetRecords responses on a fast path: botocore's
+JSON parser walks every record through the model and builds each arrival time with a fresh local
+time zone, which made decoding most of a slot's CPU (bench/pipeline_cpu.py). The fast path returns
+what botocore returns (the same keys, bytes for Data, time-zone aware datetimes for the same
+instants, in UTC) and leaves everything else to botocore: errors, retries, signing, credentials and
+every other response.
 """
 
 from __future__ import annotations
 
+import binascii
 import functools
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from datetime import UTC, datetime
 from typing import Any, TypeVar
 
 import boto3
 import botocore.config
 import botocore.exceptions
+import botocore.model
+import botocore.parsers
+import botocore.session
 
 from lease_core.config.settings import ConsumerConfig
 from lease_core.errors import AccessError, DependencyError, TableNotFoundError, ThrottledError
@@ -85,10 +97,73 @@ def retry_policy(config: ConsumerConfig) -> RetryPolicy:
 _SESSION_LOCK = threading.Lock()
 
 
+# Kinesis' Record shape, member by member: the fast path decodes exactly these.
+_KINESIS_RECORD_MEMBERS = {
+    "SequenceNumber": "string",
+    "ApproximateArrivalTimestamp": "timestamp",
+    "Data": "blob",
+    "PartitionKey": "string",
+    "EncryptionType": "string",
+}
+
+
+def _is_kinesis_get_records(shape: botocore.model.Shape | None) -> bool:
+    if not isinstance(shape, botocore.model.StructureShape) or shape.name != "GetRecordsOutput":
+        return False
+    records = shape.members.get("Records")
+    record = getattr(records, "member", None)
+    return (
+        isinstance(record, botocore.model.StructureShape)
+        and {name: member.type_name for name, member in record.members.items()} == _KINESIS_RECORD_MEMBERS
+    )
+
+
+class _GetRecordsFastParser(botocore.parsers.JSONParser):  # type: ignore[misc]  # botocore is untyped
+    """botocore's parser for the "json" protocol, with Kinesis GetRecords' records decoded directly."""
+
+    def _handle_json_body(self, raw_body: bytes, shape: botocore.model.Shape | None) -> Any:
+        if not _is_kinesis_get_records(shape):
+            return super()._handle_json_body(raw_body, shape)
+        body = self._parse_body_as_json(raw_body)
+        records = body.pop("Records", None) if isinstance(body, dict) else None
+        parsed = self._parse_shape(shape, body)
+        if records is not None:
+            parsed["Records"] = [self._record(entry) for entry in records]
+        return parsed
+
+    def _record(self, entry: Mapping[str, Any]) -> dict[str, Any]:
+        # botocore leaves out members that are absent or null: so does this.
+        record = {name: value for name, value in entry.items() if name in _KINESIS_RECORD_MEMBERS and value is not None}
+        if "Data" in record:
+            record["Data"] = binascii.a2b_base64(record["Data"])
+        arrival = record.get("ApproximateArrivalTimestamp")
+        if isinstance(arrival, int | float):  # Kinesis sends epoch seconds
+            record["ApproximateArrivalTimestamp"] = datetime.fromtimestamp(arrival, UTC)
+        elif arrival is not None:
+            record["ApproximateArrivalTimestamp"] = self._timestamp_parser(arrival)
+        return record
+
+
+class FastGetRecordsParsers(botocore.parsers.ResponseParserFactory):  # type: ignore[misc]  # botocore is untyped
+    """botocore's response parsers, with `_GetRecordsFastParser` for the "json" protocol."""
+
+    def create_parser(self, protocol_name: str) -> botocore.parsers.ResponseParser:
+        if protocol_name == "json":
+            return _GetRecordsFastParser(**self._defaults)
+        return super().create_parser(protocol_name)
+
+
 @functools.cache
 def _shared_session() -> boto3.Session:
     """One default session per process: creating one costs 50-200 ms (measured), a slot needs three clients."""
-    return boto3.Session()
+    return fast_parsing_session()
+
+
+def fast_parsing_session() -> boto3.Session:
+    """A boto3 session whose Kinesis clients decode GetRecords on the fast path."""
+    core = botocore.session.get_session()
+    core.register_component("response_parser_factory", FastGetRecordsParsers())
+    return boto3.Session(botocore_session=core)
 
 
 def client(service: str, config: ConsumerConfig, session: boto3.Session | None = None) -> Any:

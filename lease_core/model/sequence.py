@@ -8,8 +8,7 @@ real sequence number; real numbers compare numerically, ties broken by the sub-s
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
-from functools import total_ordering
+from dataclasses import dataclass, field
 
 from lease_core.errors import InvalidSequenceNumberError
 
@@ -27,13 +26,14 @@ class Sentinel(str, enum.Enum):
 _SENTINEL_RANK = {Sentinel.AT_TIMESTAMP: -3, Sentinel.TRIM_HORIZON: -2, Sentinel.LATEST: -1}
 
 
-@total_ordering
 @dataclass(frozen=True)
 class ExtendedSequenceNumber:
     """A position in a shard: `sequence_number` (digits or a sentinel name) and a sub-sequence number."""
 
     sequence_number: str
     sub_sequence_number: int = 0
+    # The place in the order, worked out once: a reader compares every record it fetches.
+    order_key: tuple[int, int, int] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if not isinstance(self.sequence_number, str) or not self.sequence_number:
@@ -48,6 +48,7 @@ class ExtendedSequenceNumber:
             raise InvalidSequenceNumberError(self.sub_sequence_number, "sub-sequence number must be an int")
         if self.sub_sequence_number < 0:
             raise InvalidSequenceNumberError(self.sub_sequence_number, "sub-sequence number must be >= 0")
+        object.__setattr__(self, "order_key", self._order_key())
 
     @classmethod
     def of(cls, sentinel: Sentinel) -> ExtendedSequenceNumber:
@@ -76,16 +77,31 @@ class ExtendedSequenceNumber:
     def __lt__(self, other: object) -> bool:
         if not isinstance(other, ExtendedSequenceNumber):
             return NotImplemented
-        return self._order_key() < other._order_key()
+        return self.order_key < other.order_key
+
+    def __le__(self, other: object) -> bool:
+        if not isinstance(other, ExtendedSequenceNumber):
+            return NotImplemented
+        return self.order_key <= other.order_key
+
+    def __gt__(self, other: object) -> bool:
+        if not isinstance(other, ExtendedSequenceNumber):
+            return NotImplemented
+        return self.order_key > other.order_key
+
+    def __ge__(self, other: object) -> bool:
+        if not isinstance(other, ExtendedSequenceNumber):
+            return NotImplemented
+        return self.order_key >= other.order_key
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, ExtendedSequenceNumber):
             return NotImplemented
         # Equality is on both parts; SHARD_END equals itself whatever its sub-sequence part.
-        return self._order_key() == other._order_key()
+        return self.order_key == other.order_key
 
     def __hash__(self) -> int:
-        return hash(self._order_key())
+        return hash(self.order_key)
 
     def __str__(self) -> str:
         if self.sub_sequence_number:

@@ -24,3 +24,8 @@ class KinesisRecord:
     @property
     def position(self) -> ExtendedSequenceNumber:
         return ExtendedSequenceNumber(self.sequence_number, self.sub_sequence_number)
+
+    @property
+    def order_key(self) -> tuple[int, int, int]:
+        """`position.order_key`, without building (and validating) the position."""
+        return (0, int(self.sequence_number), self.sub_sequence_number)

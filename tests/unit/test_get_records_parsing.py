@@ -1,0 +1,113 @@
+"""The fast GetRecords decoding of lease_core's clients returns exactly what botocore's own parser returns,
+on any body Kinesis could send, and leaves errors and every other response to botocore."""
+
+from __future__ import annotations
+
+import base64
+import json
+from typing import Any
+
+import botocore.parsers
+import botocore.session
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from lease_core import aws
+
+MODEL = botocore.session.get_session().get_service_model("kinesis")
+GET_RECORDS = MODEL.operation_model("GetRecords")
+
+
+def parsed_by_both(body: bytes, status: int = 200, operation: Any = GET_RECORDS) -> tuple[Any, Any]:
+    """(botocore's parse, the fast session's parse) of one HTTP response to `operation`."""
+    response = {"status_code": status, "headers": {"x-amzn-requestid": "r-1"}, "body": body}
+    fast_factory = aws.FastGetRecordsParsers()
+    return (
+        botocore.parsers.create_parser("json").parse(dict(response), operation.output_shape),
+        fast_factory.create_parser("json").parse(dict(response), operation.output_shape),
+    )
+
+
+digits = st.text("0123456789", min_size=1, max_size=56)
+records = st.fixed_dictionaries(
+    {
+        "SequenceNumber": digits,
+        "Data": st.binary(max_size=64).map(lambda data: base64.b64encode(data).decode()),
+    },
+    optional={
+        "PartitionKey": st.text(max_size=20),
+        "ApproximateArrivalTimestamp": st.one_of(
+            st.integers(0, 4_000_000_000), st.floats(0, 4_000_000_000, allow_nan=False), st.none()
+        ),
+        "EncryptionType": st.sampled_from(["NONE", "KMS"]),
+        "SomethingNew": st.integers(),
+    },
+)
+bodies = st.fixed_dictionaries(
+    {"Records": st.lists(records, max_size=5)},
+    optional={
+        "NextShardIterator": st.one_of(st.text(min_size=1, max_size=30), st.none()),
+        "MillisBehindLatest": st.integers(0, 10**9),
+        "ChildShards": st.lists(
+            st.fixed_dictionaries(
+                {
+                    "ShardId": st.text(min_size=1, max_size=20),
+                    "ParentShards": st.lists(st.text(min_size=1, max_size=20), max_size=2),
+                    "HashKeyRange": st.fixed_dictionaries({"StartingHashKey": digits, "EndingHashKey": digits}),
+                }
+            ),
+            max_size=2,
+        ),
+    },
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(bodies)
+def test_a_get_records_response_decodes_to_what_botocore_returns(body):
+    expected, fast = parsed_by_both(json.dumps(body).encode())
+    # Arrival times are the same instants (datetimes compare by instant); the fast path gives them in UTC.
+    assert fast == expected
+    assert all(
+        str(record["ApproximateArrivalTimestamp"].tzinfo) == "UTC"
+        for record in fast["Records"]
+        if "ApproximateArrivalTimestamp" in record
+    )
+
+
+@pytest.mark.parametrize(
+    ("status", "body"),
+    [
+        pytest.param(
+            400,
+            b'{"__type":"ProvisionedThroughputExceededException","message":"Rate exceeded for shard"}',
+            id="throttled",
+        ),
+        pytest.param(400, b'{"__type":"ExpiredIteratorException","message":"Iterator expired"}', id="expired"),
+        pytest.param(500, b"<html>Service Unavailable</html>", id="generic-5xx"),
+    ],
+)
+def test_errors_are_parsed_by_botocore(status, body):
+    expected, fast = parsed_by_both(body, status)
+    assert fast == expected and fast["Error"]["Code"]
+
+
+@pytest.mark.parametrize(
+    ("operation", "body"),
+    [
+        pytest.param("ListShards", {"Shards": [{"ShardId": "shardId-0", "SequenceNumberRange": {}}]}, id="list-shards"),
+        pytest.param("GetShardIterator", {"ShardIterator": "AAA"}, id="get-shard-iterator"),
+    ],
+)
+def test_other_responses_are_parsed_by_botocore(operation, body):
+    expected, fast = parsed_by_both(json.dumps(body).encode(), operation=MODEL.operation_model(operation))
+    assert fast == expected
+
+
+def test_the_fast_path_takes_only_kinesis_get_records():
+    # DynamoDB Streams has a GetRecordsOutput too, whose records are not Kinesis records.
+    streams = botocore.session.get_session().get_service_model("dynamodbstreams")
+    body = {"Records": [{"eventID": "1", "eventName": "INSERT", "dynamodb": {"SequenceNumber": "7", "SizeBytes": 3}}]}
+    expected, fast = parsed_by_both(json.dumps(body).encode(), operation=streams.operation_model("GetRecords"))
+    assert fast == expected and fast["Records"][0]["dynamodb"]["SizeBytes"] == 3
