@@ -41,7 +41,7 @@ sys.path.insert(0, str(REPOSITORY))
 
 import boto3  # noqa: E402
 
-from bench.consume_throughput import (  # noqa: E402
+from bench.harness import (  # noqa: E402
     PAYLOAD_BYTES,
     REGION,
     Application,

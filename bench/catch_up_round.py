@@ -38,7 +38,7 @@ from typing import Any
 REPOSITORY = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPOSITORY))
 
-from bench.consume_throughput import Application, BenchmarkFailure, prepare_environment, start_spark  # noqa: E402
+from bench.harness import Application, BenchmarkFailure, prepare_environment, start_spark  # noqa: E402
 from devtools.emulators import moto_server  # noqa: E402
 from devtools.kinesis_standin import MIB, KinesisStandIn, Limits, StreamSpec  # noqa: E402
 from devtools.stream_records import landed_records  # noqa: E402

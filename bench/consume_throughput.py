@@ -38,19 +38,15 @@ Run: .venv/bin/python bench/consume_throughput.py [--records N] [--shards S] [--
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import statistics
 import sys
 import tempfile
 import time
-import uuid
 from collections.abc import Callable
 from contextlib import ExitStack
 from dataclasses import dataclass
-from importlib.metadata import version
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 REPOSITORY = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPOSITORY))
@@ -58,66 +54,28 @@ sys.path.insert(0, str(REPOSITORY))
 import boto3  # noqa: E402
 import botocore.exceptions  # noqa: E402
 
-from devtools.emulators import KINESIS_MOCK_HOME, kinesis_mock, moto_server  # noqa: E402
+from bench.harness import (  # noqa: E402
+    PAYLOAD_BYTES,
+    REGION,
+    Application,
+    BenchmarkFailure,
+    Position,
+    RoundTimes,
+    machine_facts,
+    positions,
+    prepare_environment,
+    start_spark,
+    timed,
+)
+from devtools.emulators import kinesis_mock, moto_server  # noqa: E402
 from devtools.kinesis_streams import create_stream, put_entries  # noqa: E402
-from devtools.local_spark import loopback_session  # noqa: E402
-from devtools.stream_records import landed_records  # noqa: E402
-from lease_core import aws  # noqa: E402
-from lease_core.config.settings import ConsumerConfig  # noqa: E402
-from lease_core.leader.assignment_round import AssignmentCoordinator, AssignmentReport, slot_ids  # noqa: E402
-from lease_core.metrics.worker_metrics import DynamoDBWorkerMetricsStore  # noqa: E402
-from lease_core.retrieval.shard_source import KinesisShardSource  # noqa: E402
-from lease_core.store.coordinator_state import DynamoDBCoordinatorStateStore  # noqa: E402
-from lease_core.store.dynamodb_store import DynamoDBLeaseStore  # noqa: E402
-from lease_core.store.tables import TableAdministrator  # noqa: E402
-from lease_core.sync.step import sync_streams  # noqa: E402
-from spark_jobs.consume_job import run_round  # noqa: E402
-from spark_jobs.consume_spec import ConsumeSpec  # noqa: E402
-from spark_jobs.round_report import RoundReport  # noqa: E402
 
-REGION = "us-east-1"
 STREAM = "bench-consume"
-PAYLOAD_BYTES = 200
 GET_RECORDS_LIMIT = 10000
 WORKER_COUNTS = (1, 2, 4)
 IDLE_ROUNDS = 3
 IDLE_WORKERS = 2
 THROTTLE_PAUSE_SECONDS = 0.2
-
-T = TypeVar("T")
-Position = tuple[str, str]  # (shard id, sequence number): a record's identity in the stream
-
-
-class BenchmarkFailure(RuntimeError):
-    """The job did not land what was written: the numbers would mean nothing."""
-
-
-def prepare_environment() -> None:
-    """Dummy credentials and loopback Spark, set before any emulator, client or JVM starts.
-
-    They are assigned, not defaulted, so no real credentials from the caller's shell are ever used.
-    The JVM and its Python workers inherit the environment as it is when the session starts.
-    """
-    os.environ.update(
-        AWS_ACCESS_KEY_ID="testing",
-        AWS_SECRET_ACCESS_KEY="testing",
-        AWS_DEFAULT_REGION=REGION,
-        AWS_REGION=REGION,
-        AWS_EC2_METADATA_DISABLED="true",
-        PYSPARK_PYTHON=sys.executable,  # otherwise workers silently run the system Python (STACK.md)
-        PYSPARK_DRIVER_PYTHON=sys.executable,
-        SPARK_LOCAL_IP="127.0.0.1",
-    )
-    os.environ.pop("AWS_SESSION_TOKEN", None)
-    os.environ.pop("AWS_PROFILE", None)
-    # Executors and the moto child import this repository whatever the working directory is.
-    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPOSITORY), os.environ.get("PYTHONPATH")]))
-
-
-def timed(function: Callable[[], T]) -> tuple[float, T]:
-    started = time.perf_counter()
-    result = function()
-    return time.perf_counter() - started, result
 
 
 # --- the stream ----------------------------------------------------------------------------------
@@ -131,11 +89,6 @@ def put_all(kinesis: Any, count: int) -> set[Position]:
     """Put `count` records; what was written."""
     entries = ({"Data": payload(index), "PartitionKey": f"key-{index}"} for index in range(count))
     return positions(put_entries(kinesis, STREAM, entries))
-
-
-def positions(written: list[tuple[dict[str, Any], dict[str, Any]]]) -> set[Position]:
-    """The positions of the written entries (`put_entries`' answer)."""
-    return {(result["ShardId"], result["SequenceNumber"]) for _, result in written}
 
 
 def per_shard(written: set[Position]) -> dict[str, int]:
@@ -183,90 +136,6 @@ def boto3_loop(kinesis: Any, expected: dict[str, int]) -> int:
     return sum(read_shard(kinesis, shard_id, expected.get(shard_id, 0)) for shard_id in shard_ids)
 
 
-# --- the job --------------------------------------------------------------------------------------
-
-
-def start_spark() -> Any:
-    # Spark's progress bars would garble the tables.
-    return loopback_session("local[*]", "bench-consume-throughput", {"spark.ui.showConsoleProgress": "false"})
-
-
-@dataclass(frozen=True)
-class RoundTimes:
-    sync: float
-    assign: float
-    consume: float
-    report: RoundReport
-    assignment: AssignmentReport
-
-    @property
-    def full(self) -> float:
-        return self.sync + self.assign + self.consume
-
-
-class Application:
-    """One consumer application on the emulators: its tables, stores, and what a DAG run does."""
-
-    def __init__(
-        self,
-        label: str,
-        moto_endpoint: str,
-        kinesis_endpoint: str,
-        output_uri: str,
-        stream: str = STREAM,
-        **settings: Any,
-    ) -> None:
-        self.output_uri = output_uri
-        self.stream = stream
-        self.config = ConsumerConfig(
-            application_name=f"bench-{label}-{uuid.uuid4().hex[:8]}",  # fresh tables every run
-            aws_region=REGION,
-            aws_endpoint_url_dynamodb=moto_endpoint,
-            aws_endpoint_url_kinesis=kinesis_endpoint,
-            initial_position_in_stream="TRIM_HORIZON",
-            table_status_poll_seconds=0.05,  # moto creates tables ACTIVE: no need for KCL's 10 s polls
-            **settings,
-        )
-        policy = aws.retry_policy(self.config)
-        dynamodb = aws.client("dynamodb", self.config)
-        TableAdministrator(dynamodb, self.config, retry_policy=policy).ensure_tables()
-        self.store = DynamoDBLeaseStore(dynamodb, self.config.lease_table, retry_policy=policy)
-        self.state = DynamoDBCoordinatorStateStore(dynamodb, self.config.coordinator_state_table, policy)
-        self.metrics = DynamoDBWorkerMetricsStore(dynamodb, self.config.worker_metrics_table, retry_policy=policy)
-        self.source = KinesisShardSource(aws.client("kinesis", self.config), retry_policy=policy)
-
-    @property
-    def name(self) -> str:
-        return self.config.require_application_name()
-
-    def round(self, spark: Any, workers: int) -> RoundTimes:
-        """Shard sync, assignment and the consume step, each timed; a failed round stops the run."""
-        sync_seconds, _ = timed(lambda: sync_streams((self.stream,), self.config, self.store, self.source, self.state))
-        coordinator = AssignmentCoordinator(self.store, self.metrics, self.state, self.config)
-        assign_seconds, assignment = timed(lambda: coordinator.run(slot_ids(self.name, workers)))
-        spec = ConsumeSpec(
-            streams=(self.stream,),
-            num_workers=workers,
-            output_uri=self.output_uri,
-            round_number=assignment.round_number,
-            settings=self.config.to_dict(),
-        )
-        consume_seconds, report = timed(lambda: run_round(spark, spec))
-        if not report.succeeded:
-            raise BenchmarkFailure(f"round {assignment.round_number} of {self.name} failed:\n{report.summary()}")
-        return RoundTimes(sync_seconds, assign_seconds, consume_seconds, report, assignment)
-
-    def check_landed(self, written: set[Position]) -> None:
-        """Exactly the written records are in the sink: none missing, none twice, none foreign."""
-        landed = [(record.shard_id, record.sequence_number) for record in landed_records(self.output_uri)]
-        if len(landed) != len(written) or set(landed) != written:
-            missing, extra = len(written - set(landed)), len(set(landed) - written)
-            raise BenchmarkFailure(
-                f"{self.name}: {len(landed)} rows landed for {len(written)} written "
-                f"({missing} missing, {extra} not written, {len(landed) - len(set(landed))} duplicated)"
-            )
-
-
 # --- reporting ------------------------------------------------------------------------------------
 
 
@@ -297,14 +166,6 @@ def print_idle(rounds: list[RoundTimes]) -> None:
     ]
     for name, step in steps:
         print(f"| {name} | {statistics.median(step(r) for r in rounds):.2f} |")
-
-
-def machine_facts() -> str:
-    mock = json.loads((KINESIS_MOCK_HOME / "package.json").read_text()).get("version", "?")
-    return (
-        f"machine: {os.cpu_count()} cores; Python {sys.version.split()[0]}, pyspark {version('pyspark')} "
-        f"(local[*]); emulators: kinesis-mock {mock} (Kinesis), moto {version('moto')} (DynamoDB)"
-    )
 
 
 # --- the run --------------------------------------------------------------------------------------
@@ -350,7 +211,7 @@ def measure_job(
     measurements: Measurements,
 ) -> Application:
     """A fresh application with W slots, one full round, checked against what was written."""
-    application = Application(f"w{workers}", *endpoints, str(output))
+    application = Application(f"w{workers}", *endpoints, str(output), stream=STREAM)
     times = application.round(spark, workers)
     application.check_landed(written)
     measurements.add(f"job W={workers}, consume (`run_round`)", times.consume)
@@ -383,7 +244,7 @@ def run(arguments: argparse.Namespace, stack: ExitStack) -> None:
     endpoints = (moto.endpoint, mock.endpoint)
     spark = start_spark()
     stack.callback(spark.stop)
-    warm_up = Application("warmup", *endpoints, str(scratch / "warmup"))
+    warm_up = Application("warmup", *endpoints, str(scratch / "warmup"), stream=STREAM)
     warm_seconds, _ = timed(lambda: warm_up.round(spark, max(WORKER_COUNTS)))
     print(f"SparkSession ready; untimed warm-up round (W={max(WORKER_COUNTS)}) took {warm_seconds:.1f} s")
 

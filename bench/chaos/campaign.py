@@ -51,8 +51,9 @@ from bench.chaos.schedule import (
     RoundPlan,
     build_schedule,
 )
-from bench.chaos.stack import Stack, prepare_environment
+from bench.chaos.stack import Stack
 from bench.chaos.verdict import Verdict, check_records, read_landed, reported_losses, stuck_leases
+from bench.harness import prepare_environment
 from devtools.kinesis_streams import shards_of
 
 APPLICATION = "chaos-app"
@@ -108,7 +109,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if arguments.minutes <= 0 or arguments.faults < 1 or arguments.rate <= 0:
         print("bench/chaos.py: --minutes and --rate must be positive, --faults at least 1", file=sys.stderr)
         return 2
-    prepare_environment()
+    prepare_environment(clear_overrides=True)
     workdir = arguments.workdir or Path(tempfile.mkdtemp(prefix="kinesis-chaos-"))
     workdir.mkdir(parents=True, exist_ok=True)
     previous = signal.signal(signal.SIGTERM, _interrupt)

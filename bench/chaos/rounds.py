@@ -27,8 +27,9 @@ from bench.chaos.injections import Injection
 from bench.chaos.leader import Taking, describe, finalize, lead, release, take
 from bench.chaos.processes import ConsumeAttempt, TrackedProcess
 from bench.chaos.schedule import ANCHORS, DRIVER_KILL, LEADER_DEATH, WORKER_SIGKILL, Fault, RoundPlan
-from bench.chaos.stack import REPOSITORY, set_arguments
+from bench.chaos.stack import set_arguments
 from bench.chaos.transforms import WorkerNote, worker_note
+from bench.harness import REPOSITORY
 from lease_core.errors import LeaseCoreError
 from spark_jobs.round_report import MalformedReportError, RoundReport
 

@@ -10,7 +10,6 @@ producer, `leasectl` and the final check talk to the emulators directly (the con
 from __future__ import annotations
 
 import os
-import sys
 from collections.abc import Mapping
 from contextlib import ExitStack
 from pathlib import Path
@@ -19,6 +18,7 @@ from typing import Any
 import boto3
 
 from bench.chaos.processes import RUN_MARKER
+from bench.harness import REGION
 from devtools.emulators import kinesis_mock, moto_server
 from devtools.fault_proxy import FaultProxy
 from devtools.kinesis_streams import create_stream
@@ -28,8 +28,6 @@ from lease_core.store.coordinator_state import DynamoDBCoordinatorStateStore
 from lease_core.store.dynamodb_store import DynamoDBLeaseStore
 from lease_core.store.tables import TableAdministrator
 
-REPOSITORY = Path(__file__).resolve().parents[2]
-REGION = "us-east-1"
 INITIAL_SHARDS = 4
 CONTROL_DIR_VARIABLE = "KINESIS_CHAOS_CONTROL_DIR"
 
@@ -47,35 +45,6 @@ SETTINGS: dict[str, str] = {
     "table_status_poll_seconds": "0.05",
     "aws_region": REGION,
 }
-
-
-def prepare_environment() -> None:
-    """Dummy credentials and loopback Spark, before any client, emulator or JVM starts.
-
-    Assigned, not defaulted, so no real credentials from the caller's shell are ever used.
-    """
-    os.environ.update(
-        AWS_ACCESS_KEY_ID="testing",
-        AWS_SECRET_ACCESS_KEY="testing",
-        AWS_DEFAULT_REGION=REGION,
-        AWS_REGION=REGION,
-        AWS_EC2_METADATA_DISABLED="true",
-        PYSPARK_PYTHON=sys.executable,
-        PYSPARK_DRIVER_PYTHON=sys.executable,
-        SPARK_LOCAL_IP="127.0.0.1",
-    )
-    for name in (
-        "AWS_SESSION_TOKEN",
-        "AWS_PROFILE",
-        "AWS_ENDPOINT_URL",
-        "AWS_ENDPOINT_URL_DYNAMODB",
-        "AWS_ENDPOINT_URL_KINESIS",
-        "AWS_ENDPOINT_URL_S3",
-    ):
-        os.environ.pop(name, None)
-    for name in [name for name in os.environ if name.startswith("KINESIS_LEASE_")]:
-        os.environ.pop(name)
-    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPOSITORY), os.environ.get("PYTHONPATH")]))
 
 
 class Stack:
