@@ -56,6 +56,10 @@ _STOP_OUTCOMES = {
 }
 
 
+# Outcomes after which the shard holds nothing this lease has yet to read.
+_NOTHING_LEFT_TO_READ = frozenset({Outcome.SHARD_END, Outcome.MERGE_DEFERRED, Outcome.FINISHED})
+
+
 @dataclass(frozen=True)
 class LeaseBudget:
     """Bounds on one lease's work in one round; None means unbounded."""
@@ -422,21 +426,39 @@ class LeaseConsumer:
     def _report_throughput(self, outcome: str) -> tuple[float | None, float | None]:
         """Store the lease's new throughput with a last renewal (§7): the rate at which data arrived
         over the data time this round's read covered (`lease_core.metrics.throughput`), which ends now when
-        the read reached the stream's tip and at the last record landed otherwise.
+        the read reached the stream's tip and at the last record landed otherwise. It starts from the
+        lease as read before the claim.
+
+        The claim already stored what a round that reads nothing measures (`idle_measurement`): a
+        lease that caught up without a record needs no renewal. One that read nothing for another
+        reason (throttled, failed, a limit) may have data the claim said was not there: it gets its
+        former measurement back.
 
         (stored throughput, seconds of data time covered); None for what the round did not measure
         or a renewal that failed to store."""
-        lease, tally = self.held.lease, self._tally
+        before, claimed, tally = self.held.as_read, self.held.lease, self._tally
+        idle_claim = claimed.read_through_millis != before.read_through_millis
+        if tally.records == 0 and idle_claim:
+            if outcome == Outcome.CAUGHT_UP:
+                window = covered_window(before.read_through_millis, None, claimed.read_through_millis)
+                return claimed.throughput_kbps, None if window is None else window.seconds
+            if outcome not in _NOTHING_LEFT_TO_READ:
+                self._renew_quietly(before.throughput_kbps, before.read_through_millis)
+            return None, None
         end = self.context.wall_clock_millis() if outcome == Outcome.CAUGHT_UP else tally.last_arrival_millis
-        window = covered_window(lease.read_through_millis, tally.first_arrival_millis, end)
+        window = covered_window(before.read_through_millis, tally.first_arrival_millis, end)
         if window is None:
             return None, None
-        value = ema_throughput(lease.throughput_kbps, arrival_rate_kbps(tally.bytes, window))
-        try:
-            stored = self.held.renew(throughput_kbps=value, read_through_millis=window.end_millis)
-        except LeaseCoreError:
-            stored = False
+        value = ema_throughput(before.throughput_kbps, arrival_rate_kbps(tally.bytes, window))
+        stored = self._renew_quietly(value, window.end_millis)
         return (value if stored else None), window.seconds
+
+    def _renew_quietly(self, throughput_kbps: float | None, read_through_millis: int | None) -> bool:
+        """A last renewal storing a measurement; False when it did not store (the round's work is done either way)."""
+        try:
+            return self.held.renew(throughput_kbps=throughput_kbps, read_through_millis=read_through_millis)
+        except LeaseCoreError:
+            return False
 
 
 def promote_committed_batch(sink: ParquetSink, lease: Lease) -> Promotion | None:

@@ -28,6 +28,7 @@ from lease_core.leader.assignment_round import slot_ids
 from lease_core.lifecycle.lease_holder import HeldLease, LeaseHeartbeat
 from lease_core.lifecycle.lease_lifecycle import parents_have_finished
 from lease_core.lifecycle.parent_watch import ParentWatch
+from lease_core.metrics.throughput import idle_measurement
 from lease_core.metrics.worker_metrics import (
     NO_SAMPLE,
     publish_worker_metrics,
@@ -164,7 +165,12 @@ class SlotTask:
         token = f"{self.worker_id}/attempt-{self.attempt}/{self.started_millis}"
         for _ in range(CLAIM_ATTEMPTS):
             held = HeldLease(self.store, lease, self.config.failover_time_millis, claim_token=token)
-            if held.claim():
+            # The claim carries what a round that reads nothing would measure (`idle_measurement`).
+            measured = idle_measurement(
+                lease.throughput_kbps, lease.read_through_millis, self.context.wall_clock_millis()
+            )
+            throughput, read_through = measured if measured is not None else (None, None)
+            if held.claim(throughput, read_through):
                 return held
             fresh = self.store.get_lease(lease.lease_key, consistent=True)
             if fresh is None or fresh.lease_owner != self.worker_id or fresh.is_in_handoff:

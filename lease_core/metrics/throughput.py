@@ -39,13 +39,30 @@ def covered_window(
     """What a round's read covered, or None when it says nothing about the arrival rate.
 
     It starts where the previous read ended (`read_through_millis`) or, for a lease never measured,
-    at the arrival of the first record this round read; it ends at `end_millis`. A window that is
-    empty or runs backwards (clocks of two hosts) measures nothing.
+    at the arrival of the first record this round read; it ends at `end_millis`. A first record that
+    arrived before `read_through_millis` moves the start back to it: the previous round's read did
+    not reach it (a claim's `idle_measurement` whose round then died, a Kinesis clock behind the
+    host's). A window that is empty or runs backwards (clocks of two hosts) measures nothing.
     """
-    start = read_through_millis if read_through_millis is not None else first_arrival_millis
+    start = first_arrival_millis if read_through_millis is None else read_through_millis
+    if first_arrival_millis is not None and start is not None:
+        start = min(start, first_arrival_millis)
     if start is None or end_millis is None or end_millis <= start:
         return None
     return ArrivalWindow(start, end_millis)
+
+
+def idle_measurement(
+    throughput_kbps: float | None, read_through_millis: int | None, now_millis: int, alpha: float = DEFAULT_ALPHA
+) -> tuple[float, int] | None:
+    """(throughput, read through) that a round which reads nothing on the lease stores: no data
+    arrived from `read_through_millis` to now. A slot's claim stores it ahead of the read, so that a
+    lease with nothing new costs the round one write; a round that does read data stores its own
+    measurement afterwards, from the values the lease had before the claim. None for a lease never
+    measured (there is nothing to decay) or whose window would run backwards."""
+    if throughput_kbps is None or read_through_millis is None or now_millis <= read_through_millis:
+        return None
+    return ema_throughput(throughput_kbps, 0.0, alpha), now_millis
 
 
 def arrival_rate_kbps(bytes_landed: int, window: ArrivalWindow) -> float:

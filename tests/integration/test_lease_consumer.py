@@ -265,3 +265,51 @@ def test_an_older_attempt_of_a_slot_running_beside_its_retry_lands_nothing_twice
     stored = pipeline.leases()[lease.lease_key]
     assert (stored.checkpoint, stored.pending_checkpoint) == (ESN(produced[-1].sequence_number), None)
     assert stored.claim_token is not None and stored.claim_token.startswith(f"{stored.lease_owner}/attempt-1/")
+
+
+def measured_lease(pipeline: ConsumerPipeline, throughput_kbps: float, seconds_ago: float) -> Lease:
+    """The slot's lease with a throughput measured through `seconds_ago` (as an earlier round leaves it)."""
+    lease = owned_lease(pipeline)
+    read_through = int((time.time() - seconds_ago) * 1000)
+    stored = pipeline.store.renew_lease(
+        lease.replace(throughput_kbps=throughput_kbps, read_through_millis=read_through)
+    )
+    assert stored.applied and stored.lease is not None
+    return stored.lease
+
+
+def test_a_lease_with_nothing_new_costs_the_round_one_write_its_claim_which_also_decays_its_throughput(pipeline):
+    before = measured_lease(pipeline, 100.0, seconds_ago=30)
+    report = run_slot(pipeline)[before.lease_key]
+    after = pipeline.leases()[before.lease_key]
+    assert (report.outcome, report.records) == (Outcome.CAUGHT_UP, 0)
+    assert after.lease_counter - before.lease_counter == 1
+    # What a round that reads nothing measures: no data arrived since the last read (KCL's EMA, alpha 0.5).
+    assert after.throughput_kbps == 50.0
+    assert before.read_through_millis < after.read_through_millis <= time.time() * 1000
+    assert report.throughput_kbps == 50.0 and report.covered_seconds == pytest.approx(30, abs=5)
+
+
+def test_a_lease_with_new_data_measures_from_its_values_before_the_claim(pipeline):
+    before = measured_lease(pipeline, 100.0, seconds_ago=20)
+    produced = pipeline.produce(30)
+    report = run_slot(pipeline)[before.lease_key]
+    after = pipeline.leases()[before.lease_key]
+    assert (report.outcome, report.records) == (Outcome.CAUGHT_UP, 30)
+    assert after.lease_counter - before.lease_counter == 4  # claim, prepare, commit, the measurement
+    window_seconds = (after.read_through_millis - before.read_through_millis) / 1000
+    arrived_kbps = sum(len(record.data) for record in produced) / 1024 / window_seconds
+    # From 100 KB/s as stored before the round, not from the 50 its claim stored ahead of the read.
+    assert after.throughput_kbps == pytest.approx(0.5 * 100.0 + 0.5 * arrived_kbps, abs=1e-5)
+    assert window_seconds == pytest.approx(20, abs=5)
+
+
+def test_a_lease_that_read_nothing_for_want_of_time_gets_its_former_measurement_back(pipeline):
+    before = measured_lease(pipeline, 100.0, seconds_ago=20)
+    pipeline.produce(5)
+    report = run_slot(pipeline, LeaseBudget(max_seconds=0))[before.lease_key]
+    after = pipeline.leases()[before.lease_key]
+    assert (report.outcome, report.records) == (Outcome.LIMIT, 0)
+    # The claim said "nothing arrived"; records did, unread: the measurement goes back as it was.
+    assert (after.throughput_kbps, after.read_through_millis) == (100.0, before.read_through_millis)
+    assert after.lease_counter - before.lease_counter == 2

@@ -5,7 +5,13 @@ from __future__ import annotations
 
 import pytest
 
-from lease_core.metrics.throughput import ArrivalWindow, arrival_rate_kbps, covered_window, ema_throughput
+from lease_core.metrics.throughput import (
+    ArrivalWindow,
+    arrival_rate_kbps,
+    covered_window,
+    ema_throughput,
+    idle_measurement,
+)
 from lease_core.store.codec import throughput_value
 
 MIB = 1024 * 1024
@@ -48,6 +54,9 @@ def test_negative_bytes_are_rejected():
         pytest.param(1_000, None, None, None, id="no-end-known"),
         pytest.param(61_000, None, 61_000, None, id="empty-window"),
         pytest.param(70_000, None, 61_000, None, id="backwards-window-between-two-hosts-clocks"),
+        pytest.param(
+            9_000, 5_000, 61_000, ArrivalWindow(5_000, 61_000), id="back-to-a-record-the-previous-read-did-not-reach"
+        ),
     ],
 )
 def test_the_window_a_round_covered(read_through, first_arrival, end, expected):
@@ -82,3 +91,16 @@ def test_ema_is_not_rounded_before_storing():
 def test_alpha_outside_zero_one_is_rejected():
     with pytest.raises(ValueError, match="alpha"):
         ema_throughput(1.0, 1.0, alpha=0)
+
+
+@pytest.mark.parametrize(
+    ("throughput", "read_through", "now", "expected"),
+    [
+        pytest.param(80.0, 1_000, 61_000, (40.0, 61_000), id="no-data-since-the-last-read-halves-it"),
+        pytest.param(0.0, 1_000, 61_000, (0.0, 61_000), id="already-idle"),
+        pytest.param(None, None, 61_000, None, id="never-measured-nothing-to-decay"),
+        pytest.param(80.0, 70_000, 61_000, None, id="a-clock-behind-the-window"),
+    ],
+)
+def test_what_a_claim_stores_for_a_round_that_reads_nothing(throughput, read_through, now, expected):
+    assert idle_measurement(throughput, read_through, now) == expected
