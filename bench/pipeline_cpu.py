@@ -1,0 +1,295 @@
+"""Benchmark: the CPU a slot spends per megabyte it lands, against a bare boto3 loop, and how slots scale.
+
+Method. The Kinesis stand-in (devtools/kinesis_standin.py, limits off) serves two streams of S shards
+x N records of --record-bytes: one of plain records, one of KPL aggregates of --aggregate user records
+each. moto serves DynamoDB. Both run in processes of their own, so this process's CPU time
+(getrusage, every thread) is the reader's alone.
+1. Baseline, per stream: the least a consumer can do with boto3: one thread, one shard after the
+   other, GetShardIterator TRIM_HORIZON, then GetRecords (Limit 10000) to the end of the shard, with
+   a client as boto3 makes it (botocore's own response parser). Nothing is written anywhere.
+2. The slot pipeline, per stream: a fresh application (own tables, own output), synced at
+   TRIM_HORIZON and assigned to one slot, then `run_slot(spec, 0)`: what a Spark Python worker runs
+   for slot 0. It claims the leases, reads them all at once (GetRecords, decoding, deaggregation),
+   builds Arrow tables, writes Parquet with zstd, stages and publishes the files, prepares and commits
+   checkpoints in DynamoDB, heartbeats, and reports throughput and its worker metrics. Every record
+   must land once.
+The two are interleaved --repeats times and the least CPU of each is kept (a neighbour's burst is
+noise). MB/s per core = payload MiB / CPU seconds. The ratio pipeline / baseline is the figure (goal
+>= 0.8): the pipeline does everything the baseline does and writes the data too. On KPL aggregates
+the baseline also deaggregates every response with aws_kinesis_agg, as a hand-written consumer would.
+The stand-in's limits are off, and so is the readers' pacing by bytes (`shard_read_limit_kbps`).
+3. Scaling: one SparkSession on local[2], and a round of the plain stream (fresh application) run
+   with 1 slot, then with 2: `run_round`'s wall time, best of --repeats. The goal is 2 slots >= 1.8x
+   one. The stand-in and moto share the machine's 2 cores with the slots: their CPU seconds during each
+   round are printed, since a core they use is not the slots'.
+
+Run: .venv/bin/python bench/pipeline_cpu.py [--shards 8] [--records 16000] [--record-bytes 750]
+(about 2 minutes on 2 cores with the defaults).
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import math
+import resource
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+REPOSITORY = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPOSITORY))
+
+import boto3  # noqa: E402
+import botocore.config  # noqa: E402
+import psutil  # noqa: E402
+from aws_kinesis_agg.deaggregator import iter_deaggregate_records  # noqa: E402
+
+from bench.harness import REGION, Application, BenchmarkFailure, prepare_environment, start_spark  # noqa: E402
+from devtools.emulators import moto_server  # noqa: E402
+from devtools.kinesis_standin import MIB, KinesisStandIn, Limits, StreamSpec  # noqa: E402
+from devtools.stream_records import landed_records  # noqa: E402
+from lease_core.leader.assignment_round import AssignmentCoordinator, slot_ids  # noqa: E402
+from lease_core.sync.step import sync_streams  # noqa: E402
+from spark_jobs.consume_job import run_round  # noqa: E402
+from spark_jobs.consume_spec import ConsumeSpec  # noqa: E402
+from spark_jobs.round_report import Outcome  # noqa: E402
+from spark_jobs.slot_task import run_slot  # noqa: E402
+
+PLAIN = "bench-cpu-plain"
+AGGREGATED = "bench-cpu-kpl"
+GET_RECORDS_LIMIT = 10_000
+# The stand-in's limits are off, and so is the readers' pacing by bytes (Kinesis' 2 MiB/s per shard):
+# CPU, not a cap, is what this benchmark measures.
+UNPACED_KBPS = 1e9
+
+
+@dataclass(frozen=True)
+class Cost:
+    cpu_seconds: float
+    wall_seconds: float
+    payload_bytes: int
+
+    @property
+    def mib_per_core_second(self) -> float:
+        return self.payload_bytes / MIB / self.cpu_seconds
+
+
+def least_cpu(first: Cost, second: Cost) -> Cost:
+    return min(first, second, key=lambda cost: cost.cpu_seconds)
+
+
+def cpu_seconds() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+@contextmanager
+def metered() -> Iterator[Callable[[int], Cost]]:
+    """Yields a function that, given the payload bytes handled, returns the cost since entry."""
+    cpu, wall = cpu_seconds(), time.perf_counter()
+    yield lambda payload: Cost(cpu_seconds() - cpu, time.perf_counter() - wall, payload)
+
+
+def parse_arguments(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--shards", type=int, default=8)
+    parser.add_argument("--records", type=int, default=16_000, help="user records per shard")
+    parser.add_argument("--record-bytes", type=int, default=750)
+    parser.add_argument("--aggregate", type=int, default=10, help="user records per KPL aggregate")
+    parser.add_argument("--repeats", type=int, default=3)
+    return parser.parse_args(argv)
+
+
+# --- the baseline ---------------------------------------------------------------------------------
+
+
+def bare_client(endpoint: str) -> Any:
+    """A Kinesis client as boto3 makes it, retries off (the stand-in's limits are off too)."""
+    config = botocore.config.Config(retries={"mode": "standard", "total_max_attempts": 1})
+    return boto3.client("kinesis", region_name=REGION, endpoint_url=endpoint, config=config)
+
+
+def bare_loop(kinesis: Any, stream: str, deaggregate: bool) -> int:
+    """Read every shard from its trim horizon to its end, one after the other; the payload bytes read.
+
+    With `deaggregate`, every response goes through aws_kinesis_agg's deaggregator, as a hand-written
+    consumer of KPL records would do."""
+    payload = 0
+    for shard in kinesis.list_shards(StreamName=stream)["Shards"]:
+        iterator = kinesis.get_shard_iterator(
+            StreamName=stream, ShardId=shard["ShardId"], ShardIteratorType="TRIM_HORIZON"
+        )["ShardIterator"]
+        while iterator:
+            response = kinesis.get_records(ShardIterator=iterator, Limit=GET_RECORDS_LIMIT)
+            if deaggregate:
+                user_records = (entry["kinesis"] for entry in iter_deaggregate_records(response["Records"], "Boto3"))
+                # aws_kinesis_agg hands a sub-record's data over base64-encoded, a plain record's as it came.
+                payload += sum(
+                    len(base64.b64decode(record["data"]) if record.get("aggregated") else record["data"])
+                    for record in user_records
+                )
+            else:
+                payload += sum(len(record["Data"]) for record in response["Records"])
+            if response.get("MillisBehindLatest") == 0 and len(response["Records"]) < GET_RECORDS_LIMIT:
+                break
+            iterator = response.get("NextShardIterator")
+    return payload
+
+
+# --- the pipeline ---------------------------------------------------------------------------------
+
+
+def fresh_round(moto: str, standin: KinesisStandIn, stream: str, workers: int) -> tuple[Application, ConsumeSpec]:
+    """A new application on `stream`, synced and assigned to `workers` slots: a round ready to consume."""
+    output = tempfile.mkdtemp(prefix=f"bench-cpu-{stream}-")
+    application = Application(stream, moto, standin.endpoint, output, stream=stream, shard_read_limit_kbps=UNPACED_KBPS)
+    sync_streams((stream,), application.config, application.store, application.source, application.state)
+    assignment = AssignmentCoordinator(application.store, application.metrics, application.state, application.config)
+    round_number = assignment.run(slot_ids(application.name, workers)).round_number
+    spec = ConsumeSpec(
+        streams=(stream,),
+        num_workers=workers,
+        output_uri=output,
+        round_number=round_number,
+        settings=application.config.to_dict(),
+    )
+    return application, spec
+
+
+def check_landed(spec: ConsumeSpec, expected_records: int) -> None:
+    landed = [
+        (record.shard_id, record.sequence_number, record.sub_sequence_number)
+        for record in landed_records(spec.output_uri)
+    ]
+    if len(landed) != expected_records or len(set(landed)) != expected_records:
+        raise BenchmarkFailure(
+            f"{spec.streams[0]}: {len(landed)} rows ({len(set(landed))} distinct) landed for {expected_records} served"
+        )
+
+
+def slot_pipeline(moto: str, standin: KinesisStandIn, stream: str, expected_records: int) -> Cost:
+    _, spec = fresh_round(moto, standin, stream, workers=1)
+    with metered() as cost:
+        report = run_slot(spec, 0)
+    if any(lease.outcome != Outcome.CAUGHT_UP for lease in report.leases):
+        raise BenchmarkFailure(f"{stream}: a lease did not catch up: {report}")
+    check_landed(spec, expected_records)
+    return cost(report.bytes)
+
+
+# --- scaling --------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ScalingRun:
+    workers: int
+    seconds: float
+    payload_bytes: int
+    server_cpu: dict[str, float]
+
+
+def server_cpu(processes: dict[str, psutil.Process]) -> dict[str, float]:
+    return {name: sum(process.cpu_times()[:2]) for name, process in processes.items()}
+
+
+def scaling_run(
+    spark: Any, moto: str, standin: KinesisStandIn, workers: int, expected: int, servers: dict[str, psutil.Process]
+) -> ScalingRun:
+    _, spec = fresh_round(moto, standin, PLAIN, workers)
+    before = server_cpu(servers)
+    started = time.perf_counter()
+    report = run_round(spark, spec)
+    seconds = time.perf_counter() - started
+    after = server_cpu(servers)
+    if not report.succeeded:
+        raise BenchmarkFailure(f"the round with {workers} slot(s) failed:\n{report.summary()}")
+    check_landed(spec, expected)
+    return ScalingRun(workers, seconds, report.totals.bytes, {name: after[name] - before[name] for name in after})
+
+
+# --- the run --------------------------------------------------------------------------------------
+
+
+def print_costs(costs: dict[str, tuple[Cost, Cost]]) -> None:
+    print(f"\n{'stream':<24}{'boto3 loop MiB/s/core':>22}{'slot MiB/s/core':>17}{'ratio':>7}{'slot CPU s':>12}")
+    for name, (bare, pipeline) in costs.items():
+        print(
+            f"{name:<24}{bare.mib_per_core_second:>22.1f}{pipeline.mib_per_core_second:>17.1f}"
+            f"{pipeline.mib_per_core_second / bare.mib_per_core_second:>7.2f}{pipeline.cpu_seconds:>12.2f}"
+        )
+
+
+def print_scaling(runs: list[ScalingRun]) -> None:
+    one = runs[0]
+    print(f"\n{'slots':<7}{'round s':>9}{'MiB/s':>8}{'x 1 slot':>10}{'stand-in CPU s':>16}{'moto CPU s':>12}")
+    for run in runs:
+        print(
+            f"{run.workers:<7}{run.seconds:>9.2f}{run.payload_bytes / MIB / run.seconds:>8.1f}"
+            f"{one.seconds / run.seconds:>10.2f}{run.server_cpu['stand-in']:>16.2f}{run.server_cpu['moto']:>12.2f}"
+        )
+
+
+def run(arguments: argparse.Namespace, stack: ExitStack) -> None:
+    prepare_environment()
+    moto_process = stack.enter_context(moto_server())
+    per_shard = arguments.records
+    aggregates = math.ceil(per_shard / arguments.aggregate)
+    streams = [
+        StreamSpec(PLAIN, shards=arguments.shards, records_per_shard=per_shard, record_bytes=arguments.record_bytes),
+        StreamSpec(
+            AGGREGATED,
+            shards=arguments.shards,
+            records_per_shard=aggregates,
+            record_bytes=arguments.record_bytes,
+            aggregate_size=arguments.aggregate,
+        ),
+    ]
+    standin = stack.enter_context(KinesisStandIn(streams, Limits.off()))
+    expected = {PLAIN: arguments.shards * per_shard, AGGREGATED: arguments.shards * aggregates * arguments.aggregate}
+    labels = {PLAIN: "plain records", AGGREGATED: f"KPL, {arguments.aggregate} per record"}
+    print(
+        f"{arguments.shards} shards x {per_shard:,} user records of {arguments.record_bytes} B per stream "
+        f"({expected[PLAIN] * arguments.record_bytes / MIB:.0f} MiB); best of {arguments.repeats}"
+    )
+    kinesis = bare_client(standin.endpoint)
+    best: dict[str, tuple[Cost, Cost]] = {}
+    for _ in range(arguments.repeats):
+        for stream in (PLAIN, AGGREGATED):
+            with metered() as cost:
+                bare = cost(bare_loop(kinesis, stream, deaggregate=stream == AGGREGATED))
+            pipeline = slot_pipeline(moto_process.endpoint, standin, stream, expected[stream])
+            kept_bare, kept_pipeline = best.get(stream, (bare, pipeline))
+            best[stream] = (least_cpu(kept_bare, bare), least_cpu(kept_pipeline, pipeline))
+    print_costs({labels[stream]: costs for stream, costs in best.items()})
+
+    spark = start_spark()
+    stack.callback(spark.stop)
+    servers = {"stand-in": psutil.Process(standin.pid), "moto": psutil.Process(moto_process.pid)}
+    scaling_run(spark, moto_process.endpoint, standin, 2, expected[PLAIN], servers)  # warms the JVM and workers up
+    runs = [
+        min(
+            (
+                scaling_run(spark, moto_process.endpoint, standin, workers, expected[PLAIN], servers)
+                for _ in range(arguments.repeats)
+            ),
+            key=lambda run: run.seconds,
+        )
+        for workers in (1, 2)
+    ]
+    print_scaling(runs)
+
+
+def main(argv: list[str] | None = None) -> None:
+    arguments = parse_arguments(argv)
+    with ExitStack() as stack:
+        run(arguments, stack)
+
+
+if __name__ == "__main__":
+    main()
