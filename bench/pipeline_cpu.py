@@ -21,7 +21,9 @@ The stand-in's limits are off, and so is the readers' pacing by bytes (`shard_re
 3. Scaling: one SparkSession on local[2], and a round of the plain stream (fresh application) run
    with 1 slot, then with 2: `run_round`'s wall time, best of --repeats. The goal is 2 slots >= 1.8x
    one. The stand-in and moto share the machine's 2 cores with the slots: their CPU seconds during each
-   round are printed, since a core they use is not the slots'.
+   round are printed, since a core they use is not the slots', and so is how many of the machine's
+   cores were busy: a slot alone already uses more than one (its threads release the interpreter in
+   socket reads, zstd, MD5), which bounds what a second slot can add on a 2-core machine.
 
 Run: .venv/bin/python bench/pipeline_cpu.py [--shards 8] [--records 16000] [--record-bytes 750]
 (about 2 minutes on 2 cores with the defaults).
@@ -192,6 +194,16 @@ class ScalingRun:
     seconds: float
     payload_bytes: int
     server_cpu: dict[str, float]
+    machine_busy_seconds: float  # CPU seconds of every process on the machine, across its cores
+
+    @property
+    def cores_busy(self) -> float:
+        return self.machine_busy_seconds / self.seconds
+
+
+def machine_busy_seconds() -> float:
+    times = psutil.cpu_times()
+    return sum(times) - times.idle - getattr(times, "iowait", 0.0)
 
 
 def server_cpu(processes: dict[str, psutil.Process]) -> dict[str, float]:
@@ -202,15 +214,16 @@ def scaling_run(
     spark: Any, moto: str, standin: KinesisStandIn, workers: int, expected: int, servers: dict[str, psutil.Process]
 ) -> ScalingRun:
     _, spec = fresh_round(moto, standin, PLAIN, workers)
-    before = server_cpu(servers)
+    before, busy = server_cpu(servers), machine_busy_seconds()
     started = time.perf_counter()
     report = run_round(spark, spec)
     seconds = time.perf_counter() - started
-    after = server_cpu(servers)
+    after, busy = server_cpu(servers), machine_busy_seconds() - busy
     if not report.succeeded:
         raise BenchmarkFailure(f"the round with {workers} slot(s) failed:\n{report.summary()}")
     check_landed(spec, expected)
-    return ScalingRun(workers, seconds, report.totals.bytes, {name: after[name] - before[name] for name in after})
+    servers_used = {name: after[name] - before[name] for name in after}
+    return ScalingRun(workers, seconds, report.totals.bytes, servers_used, busy)
 
 
 # --- the run --------------------------------------------------------------------------------------
@@ -227,12 +240,20 @@ def print_costs(costs: dict[str, tuple[Cost, Cost]]) -> None:
 
 def print_scaling(runs: list[ScalingRun]) -> None:
     one = runs[0]
-    print(f"\n{'slots':<7}{'round s':>9}{'MiB/s':>8}{'x 1 slot':>10}{'stand-in CPU s':>16}{'moto CPU s':>12}")
+    print(
+        f"\n{'slots':<7}{'round s':>9}{'MiB/s':>8}{'x 1 slot':>10}{'cores busy':>12}{'MiB/busy core s':>17}"
+        f"{'stand-in CPU s':>16}{'moto CPU s':>12}"
+    )
     for run in runs:
         print(
             f"{run.workers:<7}{run.seconds:>9.2f}{run.payload_bytes / MIB / run.seconds:>8.1f}"
-            f"{one.seconds / run.seconds:>10.2f}{run.server_cpu['stand-in']:>16.2f}{run.server_cpu['moto']:>12.2f}"
+            f"{one.seconds / run.seconds:>10.2f}{run.cores_busy:>12.2f}"
+            f"{run.payload_bytes / MIB / run.machine_busy_seconds:>17.1f}"
+            f"{run.server_cpu['stand-in']:>16.2f}{run.server_cpu['moto']:>12.2f}"
         )
+    print(
+        f"(the machine has {psutil.cpu_count()} cores; 'cores busy' counts every process on it: slots, driver, servers)"
+    )
 
 
 def run(arguments: argparse.Namespace, stack: ExitStack) -> None:

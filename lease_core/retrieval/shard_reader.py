@@ -30,7 +30,8 @@ Why it reads the way it does:
 
 from __future__ import annotations
 
-import base64
+import hashlib
+import logging
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping
@@ -40,8 +41,13 @@ from datetime import UTC, datetime
 from typing import Any, Literal
 
 import botocore.exceptions
+import google.protobuf.message
+from aws_kinesis_agg import DIGEST_SIZE as KPL_DIGEST_SIZE
 from aws_kinesis_agg import MAGIC as KPL_MAGIC
-from aws_kinesis_agg.deaggregator import iter_deaggregate_records
+
+# The package's generated schema imports its sibling as a top-level module, which only its
+# deaggregator module makes importable (it puts the package's folder on sys.path).
+from aws_kinesis_agg.deaggregator import messages_pb2 as kpl_messages
 
 from lease_core.aws import THROTTLING_CODES, AwsCaller, error_code
 from lease_core.errors import DependencyError, InvalidSequenceNumberError, StreamNotFoundError
@@ -49,6 +55,8 @@ from lease_core.model.sequence import SHARD_END, ExtendedSequenceNumber, Sentine
 from lease_core.model.shards import ChildShard
 from lease_core.retrieval.kinesis_records import KinesisRecord
 from lease_core.retry import RetryPolicy
+
+log = logging.getLogger(__name__)
 
 StopReason = Literal["tip", "records", "bytes", "time", "stop_at", "shard_end", "throttled", "gap"]
 
@@ -150,44 +158,53 @@ def start_spec(shard_id: str, start: ExtendedSequenceNumber, at_timestamp: datet
 
 
 def user_records(records: Iterable[Mapping[str, Any]]) -> list[KinesisRecord]:
-    """GetRecords' records as user records: KPL aggregates split, plain records at sub-sequence 0.
-
-    Only a record that starts with the KPL magic can be an aggregate: the others are taken as they
-    are, as aws_kinesis_agg would, without its per-record conversions (most of a reader's CPU).
-    """
+    """GetRecords' records as user records: KPL aggregates split, plain records at sub-sequence 0."""
     found: list[KinesisRecord] = []
     for record in records:
         data = record["Data"]
-        if data[: len(KPL_MAGIC)] == KPL_MAGIC:
-            found.extend(
-                _user_record(entry["kinesis"]) for entry in iter_deaggregate_records([record], data_format="Boto3")
-            )
+        arrival = _utc(record["ApproximateArrivalTimestamp"])
+        aggregated = _kpl_user_records(record, arrival) if data[: len(KPL_MAGIC)] == KPL_MAGIC else None
+        if aggregated is not None:
+            found.extend(aggregated)
         else:
-            found.append(
-                KinesisRecord(
-                    record["SequenceNumber"],
-                    0,
-                    record["PartitionKey"],
-                    _utc(record["ApproximateArrivalTimestamp"]),
-                    bytes(data),
-                )
-            )
+            found.append(KinesisRecord(record["SequenceNumber"], 0, record["PartitionKey"], arrival, bytes(data)))
     return found
 
 
-def _user_record(fields: Mapping[str, Any]) -> KinesisRecord:
-    # aws_kinesis_agg 1.2.3 base64-encodes the data of sub-records (Lambda's format) even with
-    # data_format="Boto3", while plain records keep the raw bytes GetRecords returned.
-    aggregated = fields.get("aggregated", False)
-    data = base64.b64decode(fields["data"]) if aggregated else fields["data"]
-    return KinesisRecord(
-        sequence_number=fields["sequenceNumber"],
-        sub_sequence_number=fields.get("subSequenceNumber", 0),
-        partition_key=fields["partitionKey"],
-        approximate_arrival_timestamp=_utc(fields["approximateArrivalTimestamp"]),
-        data=bytes(data),
-        explicit_hash_key=fields.get("explicitHashKey"),
-    )
+def _kpl_user_records(record: Mapping[str, Any], arrival: datetime) -> list[KinesisRecord] | None:
+    """The user records of a KPL aggregate (KCL's format: magic, protobuf message, MD5 digest of the
+    message), or None when `record` is not one after all: it is then a plain record, as KCL takes it.
+
+    aws_kinesis_agg's schema reads the message; its deaggregator is not used, because it converts
+    every user record to Lambda's format, base64 included (most of a KPL reader's CPU), and an
+    aggregate that breaks part-way is printed to stderr with its remaining user records dropped.
+    Here a message that does not decode whole leaves the record plain: nothing is ever dropped.
+    """
+    data = record["Data"]
+    message, digest = data[len(KPL_MAGIC) : -KPL_DIGEST_SIZE], data[-KPL_DIGEST_SIZE:]
+    if len(data) <= len(KPL_MAGIC) + KPL_DIGEST_SIZE or hashlib.md5(message).digest() != digest:
+        return None
+    aggregate = kpl_messages.AggregatedRecord()
+    try:
+        aggregate.ParseFromString(message)
+        keys, hash_keys = aggregate.partition_key_table, aggregate.explicit_hash_key_table
+        return [
+            KinesisRecord(
+                record["SequenceNumber"],
+                index,
+                keys[entry.partition_key_index],
+                arrival,
+                entry.data,
+                hash_keys[entry.explicit_hash_key_index] if entry.HasField("explicit_hash_key_index") else None,
+            )
+            for index, entry in enumerate(aggregate.records)
+        ]
+    except (google.protobuf.message.DecodeError, IndexError):
+        log.warning(
+            "record %s starts like a KPL aggregate but its message does not decode: it is landed as one record",
+            record["SequenceNumber"],
+        )
+        return None
 
 
 def _utc(moment: datetime) -> datetime:

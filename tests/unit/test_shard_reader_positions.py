@@ -5,10 +5,18 @@ iterator with the last records and reports 9223372036854775807 as every ending s
 
 from __future__ import annotations
 
+import base64
+import hashlib
 from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
 
 import pytest
+from aws_kinesis_agg import MAGIC as KPL_MAGIC
+from aws_kinesis_agg.aggregator import RecordAggregator
+from aws_kinesis_agg.deaggregator import iter_deaggregate_records
+from aws_kinesis_agg.deaggregator import messages_pb2 as kpl_messages
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from lease_core.model.lease import HashKeyRange
 from lease_core.model.sequence import AT_TIMESTAMP, LATEST, SHARD_END, TRIM_HORIZON, ExtendedSequenceNumber
@@ -129,6 +137,67 @@ def test_an_aggregate_becomes_its_user_records_with_raw_data_in_order():
         (ExtendedSequenceNumber(SEQUENCE, 2), "pk-a", b""),
         (ExtendedSequenceNumber(plain_after, 0), "key", b"lone"),
     ]
+
+
+user_record_lists = st.lists(
+    st.tuples(
+        st.text(min_size=1, max_size=8),
+        st.binary(max_size=40),
+        st.one_of(st.none(), st.integers(0, 2**128 - 1).map(str)),
+    ),
+    min_size=1,
+    max_size=12,
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(user_record_lists)
+def test_an_aggregate_yields_its_user_records_as_kcl_does(users):
+    aggregator = RecordAggregator()
+    for partition_key, data, explicit_hash_key in users:
+        assert aggregator.add_user_record(partition_key, data, explicit_hash_key) is None
+    key, _, data = aggregator.clear_and_get().get_contents()
+    raw = kinesis_record(SEQUENCE, data, key)
+    found = [(r.sub_sequence_number, r.partition_key, r.data, r.explicit_hash_key) for r in user_records([raw])]
+    # A user record's explicit hash key is the one it was put with, if any (KCL: hasExplicitHashKeyIndex).
+    assert found == [(index, *user) for index, user in enumerate(users)]
+    # aws_kinesis_agg reads the same user records (it gives a user record without its own explicit
+    # hash key the aggregate's first one, which KCL does not).
+    library = [
+        (
+            entry["kinesis"]["subSequenceNumber"],
+            entry["kinesis"]["partitionKey"],
+            base64.b64decode(entry["kinesis"]["data"]),
+        )
+        for entry in iter_deaggregate_records([raw], data_format="Boto3")
+    ]
+    assert [record[:3] for record in found] == library
+
+
+def kpl_framed(message: bytes, digest: bytes | None = None) -> bytes:
+    """`message` as a KPL aggregate's data: magic, message, MD5 digest of the message (or `digest`)."""
+    return KPL_MAGIC + message + (hashlib.md5(message).digest() if digest is None else digest)
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        pytest.param(kpl_framed(b"\x0a\x01a", digest=b"0" * 16), id="digest-does-not-match"),
+        pytest.param(
+            kpl_framed(
+                kpl_messages.AggregatedRecord(
+                    partition_key_table=["a"], records=[kpl_messages.Record(partition_key_index=3, data=b"x")]
+                ).SerializeToString()
+            ),
+            id="user-record-names-a-partition-key-the-table-lacks",
+        ),
+        pytest.param(kpl_framed(b"\xff\xff\xff"), id="message-does-not-decode"),
+        pytest.param(KPL_MAGIC + b"short", id="too-short-for-a-digest"),
+    ],
+)
+def test_a_record_that_only_looks_like_an_aggregate_lands_whole_as_one_record(data):
+    (record,) = user_records([kinesis_record(SEQUENCE, data)])
+    assert (record.position, record.data, record.partition_key) == (ExtendedSequenceNumber(SEQUENCE, 0), data, "key")
 
 
 # --- the end of a closed shard as real Kinesis answers it ----------------------------------------------------
