@@ -349,6 +349,7 @@ class ShardReader:
         self._end_known = False
         self._end_observed = False
         self._child_shards: tuple[ChildShard, ...] = ()
+        self._drops_first_record = False  # the open iterator starts at a record that will not be delivered
         self._last_call_at: float | None = None
         # When the bytes read so far are paid off at the read rate: Kinesis refuses calls before.
         self._read_paid_at: float | None = None
@@ -423,6 +424,9 @@ class ShardReader:
         if self._iterator is None:
             self._open(self._resume)
         limit = batch.call_limit(self._get_records_limit)
+        if self._drops_first_record:
+            # The iterator starts at a record already delivered: ask for it and for what was asked.
+            limit = min(limit + 1, MAX_GET_RECORDS_LIMIT)
         response = self._get_records(batch, limit)
         if response is None:
             return False
@@ -497,6 +501,7 @@ class ShardReader:
         if response.get("ChildShards"):
             self._child_shards = tuple(ChildShard.from_api(child) for child in response["ChildShards"])
         self._iterator = response.get("NextShardIterator")
+        self._drops_first_record = False
         self._end_observed = self._iterator is None
         batch.at_tip = not self._end_observed and batch.millis_behind_latest == 0 and len(raw) < limit
         # Only the response holding the ending record asks for one more call: never loop on it.
@@ -537,6 +542,8 @@ class ShardReader:
             return
         if spec.iterator_type == "AT_SEQUENCE_NUMBER":
             self._gap_check = _GapCheck(self._fetched_through, str(spec.sequence_number), refused=False)
+            # Its first record is one already fetched, or the checkpoint's own, unless the start is inclusive.
+            self._drops_first_record = self._last_raw_sequence_number is not None or not self._start_inclusive
 
     def _get_shard_iterator(self, spec: IteratorSpec) -> str:
         def call() -> str:

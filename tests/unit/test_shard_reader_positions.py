@@ -279,3 +279,41 @@ def test_a_short_page_behind_the_latest_record_is_not_taken_for_the_tip():
     batch = reader_of(kinesis, knows_the_end=False).read(ReadLimits())
     assert (len(batch.records), batch.stopped_by, batch.get_records_calls) == (6, "tip", 3)
     assert batch.millis_behind_latest == 0
+
+
+class OpenShard:
+    """An open shard of `count` records answering GetShardIterator AT_SEQUENCE_NUMBER as Kinesis does
+    (the iterator starts at that record), counting GetRecords calls."""
+
+    def __init__(self, count: int) -> None:
+        self.records = [kinesis_record(f"4965{index:052d}", f"r{index}".encode()) for index in range(1, count + 1)]
+        self.get_records_calls = 0
+
+    def get_shard_iterator(self, **arguments: Any) -> dict[str, Any]:
+        numbers = [record["SequenceNumber"] for record in self.records]
+        start = arguments.get("StartingSequenceNumber")
+        return {"ShardIterator": str(numbers.index(start) if start is not None else 0)}
+
+    def get_records(self, ShardIterator: str, Limit: int) -> dict[str, Any]:
+        self.get_records_calls += 1
+        index = int(ShardIterator)
+        page = self.records[index : index + Limit]
+        behind = 0 if index + len(page) == len(self.records) else 60000
+        return {"Records": page, "NextShardIterator": str(index + len(page)), "MillisBehindLatest": behind}
+
+
+@pytest.mark.parametrize(
+    ("count", "expected_records", "expected_stop"),
+    [
+        pytest.param(3, 0, "tip", id="nothing-after-the-checkpoint"),
+        pytest.param(4, 1, "records", id="one-record-after-the-checkpoint"),
+    ],
+)
+def test_asking_for_one_record_after_a_checkpoint_takes_one_get_records(count, expected_records, expected_stop):
+    # AT_SEQUENCE_NUMBER hands back the checkpoint's own record first: the call asks for one more,
+    # so the leader's idle check (one record per lease) makes one call per lease, not two.
+    shard = OpenShard(count)
+    checkpoint = ExtendedSequenceNumber(shard.records[2]["SequenceNumber"])
+    reader = ShardReader(shard, "stream", "shardId-000000000007", checkpoint, min_call_interval_seconds=0)
+    batch = reader.read(ReadLimits(max_records=1))
+    assert (len(batch.records), batch.stopped_by, shard.get_records_calls) == (expected_records, expected_stop, 1)
