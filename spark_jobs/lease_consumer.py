@@ -31,7 +31,12 @@ import pyarrow as pa
 from lease_core.errors import ConfigurationError, CorruptLeaseError, DependencyError, LeaseCoreError, LeaseLostError
 from lease_core.lifecycle.lease_holder import HeldLease
 from lease_core.lifecycle.lease_lifecycle import create_child_leases
-from lease_core.metrics.throughput import arrival_rate_kbps, covered_window, ema_throughput
+from lease_core.metrics.throughput import (
+    arrival_rate_kbps,
+    covered_window,
+    ema_throughput,
+    measurement_before_claim,
+)
 from lease_core.model.lease import AgedOutRange, Lease
 from lease_core.model.lease_keys import LeaseKeyScheme
 from lease_core.model.pending_batch import PendingBatch
@@ -427,29 +432,31 @@ class LeaseConsumer:
         """Store the lease's new throughput with a last renewal (§7): the rate at which data arrived
         over the data time this round's read covered (`lease_core.metrics.throughput`), which ends now when
         the read reached the stream's tip and at the last record landed otherwise. It starts from the
-        lease as read before the claim.
+        measurement the claim kept aside (`measured_before_claim`), not from the claim's stand-in.
 
-        The claim already stored what a round that reads nothing measures (`idle_measurement`): a
-        lease that caught up without a record needs no renewal. One that read nothing for another
-        reason (throttled, failed, a limit) may have data the claim said was not there: it gets its
-        former measurement back.
+        The claim stood in what a round that reads nothing measures (`claimed_measurement`): a lease
+        that caught up without a record needs no renewal. One that read nothing for another reason
+        (throttled, failed, a limit) may have data the stand-in said was not there: it gets its former
+        measurement back. Every renewal here settles the stand-in (removes what it kept aside).
 
         (stored throughput, seconds of data time covered); None for what the round did not measure
         or a renewal that failed to store."""
-        before, claimed, tally = self.held.as_read, self.held.lease, self._tally
-        idle_claim = claimed.read_through_millis != before.read_through_millis
-        if tally.records == 0 and idle_claim:
+        claimed, tally = self.held.lease, self._tally
+        throughput_before, read_through_before = measurement_before_claim(claimed)
+        if tally.records == 0 and claimed.measured_before_claim is not None:
             if outcome == Outcome.CAUGHT_UP:
-                window = covered_window(before.read_through_millis, None, claimed.read_through_millis)
+                window = covered_window(read_through_before, None, claimed.read_through_millis)
                 return claimed.throughput_kbps, None if window is None else window.seconds
             if outcome not in _NOTHING_LEFT_TO_READ:
-                self._renew_quietly(before.throughput_kbps, before.read_through_millis)
+                self._renew_quietly(throughput_before, read_through_before)
             return None, None
         end = self.context.wall_clock_millis() if outcome == Outcome.CAUGHT_UP else tally.last_arrival_millis
-        window = covered_window(before.read_through_millis, tally.first_arrival_millis, end)
+        window = covered_window(read_through_before, tally.first_arrival_millis, end)
         if window is None:
+            if claimed.measured_before_claim is not None:  # data read, but no window: the measurement stays as it was
+                self._renew_quietly(throughput_before, read_through_before)
             return None, None
-        value = ema_throughput(before.throughput_kbps, arrival_rate_kbps(tally.bytes, window))
+        value = ema_throughput(throughput_before, arrival_rate_kbps(tally.bytes, window))
         stored = self._renew_quietly(value, window.end_millis)
         return (value if stored else None), window.seconds
 

@@ -28,7 +28,7 @@ from lease_core.leader.assignment_round import slot_ids
 from lease_core.lifecycle.lease_holder import HeldLease, LeaseHeartbeat
 from lease_core.lifecycle.lease_lifecycle import parents_have_finished
 from lease_core.lifecycle.parent_watch import ParentWatch
-from lease_core.metrics.throughput import idle_measurement
+from lease_core.metrics.throughput import claimed_measurement, measurement_before_claim
 from lease_core.metrics.worker_metrics import (
     NO_SAMPLE,
     publish_worker_metrics,
@@ -164,13 +164,10 @@ class SlotTask:
         """
         token = f"{self.worker_id}/attempt-{self.attempt}/{self.started_millis}"
         for _ in range(CLAIM_ATTEMPTS):
-            held = HeldLease(self.store, lease, self.config.failover_time_millis, claim_token=token)
-            # The claim carries what a round that reads nothing would measure (`idle_measurement`).
-            measured = idle_measurement(
-                lease.throughput_kbps, lease.read_through_millis, self.context.wall_clock_millis()
-            )
-            throughput, read_through = measured if measured is not None else (None, None)
-            if held.claim(throughput, read_through):
+            # The claim carries what a round that reads nothing would measure: one write for such a lease.
+            claimed = claimed_measurement(lease, self.spec.round_number, self.context.wall_clock_millis())
+            held = HeldLease(self.store, claimed, self.config.failover_time_millis, claim_token=token)
+            if held.claim():
                 return held
             fresh = self.store.get_lease(lease.lease_key, consistent=True)
             if fresh is None or fresh.lease_owner != self.worker_id or fresh.is_in_handoff:
@@ -265,6 +262,7 @@ class SlotTask:
                 offers = self._take_up_offered(offers, waiting, heartbeat, every=False)
         for held, placement in waiting:
             heartbeat.release(held)
+            _settle_unread_measurement(held)
             reports.append(self._waiting_report(held, placement))
         return reports
 
@@ -398,6 +396,17 @@ class SlotTask:
         return self._untouched(
             lease, placement, Outcome.WAITING_FOR_PARENTS, f"parent shard(s) {parents} not at SHARD_END"
         )
+
+
+def _settle_unread_measurement(held: HeldLease) -> None:
+    """A lease claimed but never read this round gets back the measurement its claim stood in for."""
+    if held.lease.measured_before_claim is None:
+        return
+    throughput, read_through = measurement_before_claim(held.lease)
+    try:
+        held.renew(throughput_kbps=throughput, read_through_millis=read_through)
+    except LeaseCoreError as error:  # the next round measures from what it kept aside all the same
+        log.warning("lease %s: its measurement could not be put back: %s", held.lease_key, error)
 
 
 def reading_threads(lease_threads: int | None, leases: int) -> int:

@@ -59,7 +59,7 @@ class HeldLease:
         if lease.lease_owner is None:
             raise ValueError(f"lease {lease.lease_key!r} has no owner; only an owned lease can be held")
         self._store = store
-        self._lease = self._as_read = lease
+        self._lease = lease
         # Unique to this attempt; a caller may prefix it with who it is, for operators reading the table.
         self.claim_token = f"{claim_token or 'attempt'}/{secrets.token_hex(8)}"
         self._duration = lease_duration_millis
@@ -88,25 +88,15 @@ class HeldLease:
     def is_lost(self) -> bool:
         return self.lost_reason is not None
 
-    @property
-    def as_read(self) -> Lease:
-        """The lease as this attempt read it, before its claim: what the round's measurements start from."""
-        return self._as_read
-
-    def claim(self, throughput_kbps: float | None = None, read_through_millis: int | None = None) -> bool:
+    def claim(self) -> bool:
         """The first renewal, storing this attempt's claim token, made even though the lease has no
-        local renewal time yet (§2.5). It fences any other attempt that held the lease.
-
-        With `throughput_kbps`, the claim also stores it and the data time `read_through_millis` it was
-        measured through, as `renew` does: a round that then reads nothing needs no other write."""
+        local renewal time yet (§2.5). It fences any other attempt that held the lease. The lease's
+        measurement is written as the holder was given it (`lease_core.metrics.throughput.claimed_measurement`)."""
         with self._lock:
             if self._renewed_at is not None:
                 raise LeaseCoreError(f"lease {self._lease.lease_key!r} was already claimed by this attempt")
-            claimed = self._lease
-            if throughput_kbps is not None:
-                claimed = claimed.replace(throughput_kbps=throughput_kbps, read_through_millis=read_through_millis)
-            result = self._store.claim_lease(claimed, self.claim_token)
-            return self._renewed(claimed.replace(claim_token=self.claim_token), result, "claim")
+            result = self._store.claim_lease(self._lease, self.claim_token)
+            return self._renewed(self._lease.replace(claim_token=self.claim_token), result, "claim")
 
     def renew(self, throughput_kbps: float | None = None, read_through_millis: int | None = None) -> bool:
         """Heartbeat; with `throughput_kbps`, also store the lease's throughput (§2.1) and the data
@@ -119,7 +109,10 @@ class HeldLease:
                 return False
             local = self._lease
             if throughput_kbps is not None:
-                local = local.replace(throughput_kbps=throughput_kbps, read_through_millis=read_through_millis)
+                # A measurement of the holder's own: whatever a claim stood in for it is settled.
+                local = local.replace(
+                    throughput_kbps=throughput_kbps, read_through_millis=read_through_millis, measured_before_claim=None
+                )
             return self._renewed(local, self._store.renew_lease(local), "renew")
 
     def fenced(self, write: Callable[[Lease], T]) -> T:

@@ -18,6 +18,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from lease_core.model.lease import Lease, MeasurementBeforeClaim
+
 DEFAULT_ALPHA = 0.5
 
 
@@ -50,6 +52,38 @@ def covered_window(
     if start is None or end_millis is None or end_millis <= start:
         return None
     return ArrivalWindow(start, end_millis)
+
+
+def claimed_measurement(lease: Lease, round_number: int, now_millis: int) -> Lease:
+    """`lease` with the measurement a slot's claim in round `round_number` writes.
+
+    The lease's measurement is its own, or, when another attempt of this round claimed it with a
+    stand-in, the one that claim kept aside (`measured_before_claim`): a retry never measures from
+    a stand-in. The claim stores the `idle_measurement` of it and keeps it aside in turn; without
+    an idle measurement (never measured, a clock behind the window) the claim stores it as it is.
+    """
+    kept = lease.measured_before_claim
+    throughput, read_through = (
+        measurement_before_claim(lease)
+        if kept is not None and kept.round == round_number
+        else (lease.throughput_kbps, lease.read_through_millis)
+    )
+    idle = idle_measurement(throughput, read_through, now_millis)
+    if idle is None or throughput is None or read_through is None:
+        return lease.replace(throughput_kbps=throughput, read_through_millis=read_through, measured_before_claim=None)
+    return lease.replace(
+        throughput_kbps=idle[0],
+        read_through_millis=idle[1],
+        measured_before_claim=MeasurementBeforeClaim(round_number, throughput, read_through),
+    )
+
+
+def measurement_before_claim(lease: Lease) -> tuple[float | None, int | None]:
+    """(throughput, read through) the lease had before its claim stood in for them, else its own."""
+    kept = lease.measured_before_claim
+    if kept is not None:
+        return kept.throughput_kbps, kept.read_through_millis
+    return lease.throughput_kbps, lease.read_through_millis
 
 
 def idle_measurement(

@@ -78,6 +78,53 @@ def split_multi_stream_lease_key(lease_key: str) -> tuple[StreamIdentifier, str]
 
 
 @dataclass(frozen=True)
+class MeasurementBeforeClaim:
+    """The lease's own throughput measurement, kept while a slot's claim in `round` stands in for it.
+
+    A claim stores, ahead of its read, what a round that reads nothing would measure
+    (`lease_core.metrics.throughput.claimed_measurement`), so that a lease with nothing new costs the
+    round one write. Until the round's own measurement settles it, any other attempt of that round
+    (a retry, a newer attempt beside a zombie) measures from this, not from the stand-in.
+    """
+
+    round: int
+    throughput_kbps: float
+    read_through_millis: int
+
+    def encode(self) -> str:
+        """Compact JSON under KCL-style names, readable in the DynamoDB console."""
+        fields = {
+            "round": self.round,
+            "throughputKBps": self.throughput_kbps,
+            "readThroughMillis": self.read_through_millis,
+        }
+        return json.dumps(fields, sort_keys=True, separators=(",", ":"))
+
+    @classmethod
+    def decode(cls, text: str) -> MeasurementBeforeClaim:
+        """The value `encode` wrote; ValueError naming what is wrong otherwise."""
+        try:
+            fields = json.loads(text)
+        except json.JSONDecodeError as error:
+            raise ValueError(f"{text!r} is not JSON: {error}") from None
+        names = {"round", "throughputKBps", "readThroughMillis"}
+        if not isinstance(fields, dict) or set(fields) != names:
+            raise ValueError(f"{text!r} needs exactly {sorted(names)}")
+        round_, throughput, read_through = fields["round"], fields["throughputKBps"], fields["readThroughMillis"]
+        if not all(
+            isinstance(value, int) and not isinstance(value, bool) and value >= 0 for value in (round_, read_through)
+        ):
+            raise ValueError(f"{text!r}: round and readThroughMillis must be integers >= 0")
+        if (
+            isinstance(throughput, bool)
+            or not isinstance(throughput, int | float)
+            or not 0 <= throughput < float("inf")
+        ):
+            raise ValueError(f"{text!r}: throughputKBps must be a finite number >= 0")
+        return cls(round_, float(throughput), read_through)
+
+
+@dataclass(frozen=True)
 class AgedOutRange:
     """Records of a lease after `after` and before `first_available` aged out before they were read.
 
@@ -145,6 +192,8 @@ class Lease:
     # And: the data time (epoch millis of arrival) through which the lease has been read, where the
     # next round's throughput window starts (`lease_core.metrics.throughput`).
     read_through_millis: int | None = None
+    # And: while a slot's claim stands in for the measurement above, the measurement it replaced.
+    measured_before_claim: MeasurementBeforeClaim | None = None
 
     def __post_init__(self) -> None:
         if not self.lease_key:

@@ -178,7 +178,8 @@ def _kpl_user_records(record: Mapping[str, Any], arrival: datetime) -> list[Kine
     aws_kinesis_agg's schema reads the message; its deaggregator is not used, because it converts
     every user record to Lambda's format, base64 included (most of a KPL reader's CPU), and an
     aggregate that breaks part-way is printed to stderr with its remaining user records dropped.
-    Here a message that does not decode whole leaves the record plain: nothing is ever dropped.
+    Here a message that is not whole and valid leaves the record plain, as KCL does: nothing is ever
+    dropped, and no producer's record can stop a shard.
     """
     data = record["Data"]
     message, digest = data[len(KPL_MAGIC) : -KPL_DIGEST_SIZE], data[-KPL_DIGEST_SIZE:]
@@ -187,24 +188,36 @@ def _kpl_user_records(record: Mapping[str, Any], arrival: datetime) -> list[Kine
     aggregate = kpl_messages.AggregatedRecord()
     try:
         aggregate.ParseFromString(message)
-        keys, hash_keys = aggregate.partition_key_table, aggregate.explicit_hash_key_table
-        return [
-            KinesisRecord(
-                record["SequenceNumber"],
-                index,
-                keys[entry.partition_key_index],
-                arrival,
-                entry.data,
-                hash_keys[entry.explicit_hash_key_index] if entry.HasField("explicit_hash_key_index") else None,
-            )
-            for index, entry in enumerate(aggregate.records)
-        ]
-    except (google.protobuf.message.DecodeError, IndexError):
-        log.warning(
-            "record %s starts like a KPL aggregate but its message does not decode: it is landed as one record",
+    except google.protobuf.message.DecodeError:
+        return _not_an_aggregate(record, "its message does not decode")
+    keys, hash_keys = aggregate.partition_key_table, aggregate.explicit_hash_key_table
+    for entry in aggregate.records:
+        # Indexes are uint64: one past its table (or past 2**63, which a list refuses as a type) names nothing.
+        if entry.partition_key_index >= len(keys) or (
+            entry.HasField("explicit_hash_key_index") and entry.explicit_hash_key_index >= len(hash_keys)
+        ):
+            return _not_an_aggregate(record, "a user record names a key its tables do not hold")
+    if not aggregate.IsInitialized():
+        return _not_an_aggregate(record, "its message lacks a required field")
+    return [
+        KinesisRecord(
             record["SequenceNumber"],
+            index,
+            keys[entry.partition_key_index],
+            arrival,
+            entry.data,
+            hash_keys[entry.explicit_hash_key_index] if entry.HasField("explicit_hash_key_index") else None,
         )
-        return None
+        for index, entry in enumerate(aggregate.records)
+    ]
+
+
+def _not_an_aggregate(record: Mapping[str, Any], why: str) -> list[KinesisRecord] | None:
+    """None (the record is a plain one), with a warning naming it and `why`."""
+    log.warning(
+        "record %s starts like a KPL aggregate but %s: it is landed as one record", record["SequenceNumber"], why
+    )
+    return None
 
 
 def _utc(moment: datetime) -> datetime:

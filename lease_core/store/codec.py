@@ -12,7 +12,7 @@ from decimal import ROUND_HALF_UP, Context, Decimal, InvalidOperation
 from typing import Any, Literal, overload
 
 from lease_core.errors import CorruptLeaseError, InvalidSequenceNumberError
-from lease_core.model.lease import AgedOutRange, HashKeyRange, Lease
+from lease_core.model.lease import AgedOutRange, HashKeyRange, Lease, MeasurementBeforeClaim
 from lease_core.model.sequence import ExtendedSequenceNumber
 
 AttributeValue = dict[str, Any]
@@ -42,6 +42,7 @@ CLAIM_TOKEN = "claimToken"
 COMMITTED_BATCH_FILE = "committedBatchFile"
 UNREPORTED_LOSSES = "unreportedRetentionLosses"
 READ_THROUGH_MILLIS = "readThroughMillis"
+MEASURED_BEFORE_CLAIM = "measuredBeforeClaim"
 
 LEASE_ENTITY_TYPE = "LEASE"
 _THROUGHPUT_QUANTUM = Decimal("0.000001")
@@ -108,6 +109,8 @@ def lease_to_item(lease: Lease) -> Item:
         item[UNREPORTED_LOSSES] = aged_out_ranges_value(lease.unreported_losses)
     if lease.read_through_millis is not None:
         item[READ_THROUGH_MILLIS] = number_value(lease.read_through_millis)
+    if lease.measured_before_claim is not None:
+        item[MEASURED_BEFORE_CLAIM] = string_value(lease.measured_before_claim.encode())
     return item
 
 
@@ -181,6 +184,7 @@ def lease_from_item(item: Mapping[str, AttributeValue]) -> Lease:
             committed_batch_file=reader.string(COMMITTED_BATCH_FILE),
             unreported_losses=reader.aged_out_ranges(UNREPORTED_LOSSES),
             read_through_millis=reader.integer(READ_THROUGH_MILLIS),
+            measured_before_claim=reader.measurement_before_claim(MEASURED_BEFORE_CLAIM),
         )
     except ValueError as error:  # a value the model itself rejects, e.g. an inverted hash range
         raise CorruptLeaseError(key, str(error)) from error
@@ -255,6 +259,13 @@ class _ItemReader:
     def string_set(self, name: str) -> frozenset[str]:
         raw = self._raw(name, "SS", False)
         return frozenset(raw or ())
+
+    def measurement_before_claim(self, name: str) -> MeasurementBeforeClaim | None:
+        text = self.string(name)
+        try:
+            return None if text is None else MeasurementBeforeClaim.decode(text)
+        except ValueError as error:
+            raise CorruptLeaseError(self._key, f"attribute {name!r}: {error}") from None
 
     def aged_out_ranges(self, name: str) -> frozenset[AgedOutRange]:
         try:

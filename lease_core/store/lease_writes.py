@@ -128,11 +128,18 @@ def renew(lease: Lease) -> LeaseUpdate:
     if lease.checkpoint_owner is None:
         conditions += (AttributeAbsent(codec.CHECKPOINT_OWNER),)
     sets = [_next_counter(lease)]
+    removes: tuple[str, ...] = ()
     if lease.throughput_kbps is not None:
         sets.append((codec.THROUGHPUT_KBPS, codec.throughput_value(lease.throughput_kbps)))
     if lease.read_through_millis is not None:
         sets.append((codec.READ_THROUGH_MILLIS, codec.number_value(lease.read_through_millis)))
-    return LeaseUpdate(lease.lease_key, conditions, tuple(sets))
+    # The measurement a claim stood in for goes with the value it stands behind: written with a
+    # stand-in, removed by a renewal carrying a measurement of its own.
+    if lease.measured_before_claim is not None:
+        sets.append((codec.MEASURED_BEFORE_CLAIM, codec.string_value(lease.measured_before_claim.encode())))
+    elif lease.throughput_kbps is not None:
+        removes = (codec.MEASURED_BEFORE_CLAIM,)
+    return LeaseUpdate(lease.lease_key, conditions, tuple(sets), remove_attributes=removes)
 
 
 def claim(lease: Lease, token: str) -> LeaseUpdate:

@@ -43,6 +43,8 @@ def slot_attempt(store: InMemoryLeaseStore, attempt: int, started_millis: int) -
     task.attempt = attempt
     task.started_millis = started_millis
     task.config = SimpleNamespace(failover_time_millis=DURATION)  # type: ignore[assignment]
+    task.spec = SimpleNamespace(round_number=1)  # type: ignore[assignment]
+    task.context = SimpleNamespace(wall_clock_millis=lambda: started_millis)  # type: ignore[assignment]
     return task
 
 

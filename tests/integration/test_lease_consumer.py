@@ -15,7 +15,7 @@ import pytest
 from devtools.kinesis_streams import create_stream, kinesis_client, merge_shards
 from devtools.stream_records import StreamRecord
 from lease_core.leader.assignment_round import slot_ids
-from lease_core.model.lease import Lease
+from lease_core.model.lease import Lease, MeasurementBeforeClaim
 from lease_core.model.pending_batch import PendingBatch
 from lease_core.model.sequence import LATEST, SHARD_END, TRIM_HORIZON, ExtendedSequenceNumber
 from spark_jobs.lease_consumer import LeaseBudget
@@ -288,6 +288,32 @@ def test_a_lease_with_nothing_new_costs_the_round_one_write_its_claim_which_also
     assert after.throughput_kbps == 50.0
     assert before.read_through_millis < after.read_through_millis <= time.time() * 1000
     assert report.throughput_kbps == 50.0 and report.covered_seconds == pytest.approx(30, abs=5)
+    # The measurement it stood in for is kept aside for the round's other attempts, if any.
+    assert after.measured_before_claim == MeasurementBeforeClaim(1, 100.0, before.read_through_millis)
+
+
+def test_a_later_round_takes_the_stand_in_of_a_round_that_read_nothing_as_its_measurement(pipeline):
+    before = measured_lease(pipeline, 100.0, seconds_ago=30)
+    run_slot(pipeline)
+    SlotTask(pipeline.spec(1, 2), slot_index=0).run()
+    after = pipeline.leases()[before.lease_key]
+    assert (after.throughput_kbps, after.lease_counter - before.lease_counter) == (25.0, 2)
+    assert after.measured_before_claim is not None and after.measured_before_claim.throughput_kbps == 50.0
+
+
+def test_an_attempt_that_claimed_and_died_leaves_its_retry_the_measurement_it_stood_in_for(pipeline):
+    before = measured_lease(pipeline, 100.0, seconds_ago=20)
+    SlotTask(pipeline.spec(1, 1), slot_index=0, attempt=0)._claim(before)  # then the attempt is killed
+    assert pipeline.leases()[before.lease_key].throughput_kbps == 50.0
+    produced = pipeline.produce(30)
+    report = SlotTask(pipeline.spec(1, 1), slot_index=0, attempt=1).run().leases[0]
+    after = pipeline.leases()[before.lease_key]
+    assert (report.outcome, report.records) == (Outcome.CAUGHT_UP, 30)
+    window_seconds = (after.read_through_millis - before.read_through_millis) / 1000
+    arrived_kbps = sum(len(record.data) for record in produced) / 1024 / window_seconds
+    # From 100 KB/s and the data time since the read before the round: not from the dead claim's 50.
+    assert after.throughput_kbps == pytest.approx(0.5 * 100.0 + 0.5 * arrived_kbps, abs=1e-5)
+    assert after.measured_before_claim is None
 
 
 def test_a_lease_with_new_data_measures_from_its_values_before_the_claim(pipeline):
@@ -312,4 +338,4 @@ def test_a_lease_that_read_nothing_for_want_of_time_gets_its_former_measurement_
     assert (report.outcome, report.records) == (Outcome.LIMIT, 0)
     # The claim said "nothing arrived"; records did, unread: the measurement goes back as it was.
     assert (after.throughput_kbps, after.read_through_millis) == (100.0, before.read_through_millis)
-    assert after.lease_counter - before.lease_counter == 2
+    assert after.lease_counter - before.lease_counter == 2 and after.measured_before_claim is None

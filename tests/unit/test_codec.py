@@ -11,7 +11,14 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from lease_core.errors import CorruptLeaseError
-from lease_core.model.lease import MAX_HASH_KEY, AgedOutRange, HashKeyRange, Lease, StreamIdentifier
+from lease_core.model.lease import (
+    MAX_HASH_KEY,
+    AgedOutRange,
+    HashKeyRange,
+    Lease,
+    MeasurementBeforeClaim,
+    StreamIdentifier,
+)
 from lease_core.model.sequence import LATEST, SHARD_END, TRIM_HORIZON, ExtendedSequenceNumber, Sentinel
 from lease_core.store.codec import Item, is_lease_item, lease_from_item, lease_to_item, throughput_value
 
@@ -48,6 +55,15 @@ ROUND_TRIP = [
     pytest.param(Lease("shardId-1", lease_owner="new", checkpoint_owner="old"), id="checkpoint-owner"),
     pytest.param(Lease.for_stream(STREAM, "shardId-4"), id="multi-stream"),
     pytest.param(Lease("shardId-1", throughput_kbps=3.5, read_through_millis=1_763_900_000_123), id="read-through"),
+    pytest.param(
+        Lease(
+            "shardId-1",
+            throughput_kbps=1.75,
+            read_through_millis=1_763_900_060_000,
+            measured_before_claim=MeasurementBeforeClaim(12, 3.5, 1_763_900_000_123),
+        ),
+        id="a-claims-stand-in-and-the-measurement-it-keeps-aside",
+    ),
     pytest.param(
         Lease("shardId-1", unreported_losses={AgedOutRange("5", "9", "2026-11-23T10:00:00+00:00"), AgedOutRange("20")}),
         id="unreported-retention-losses",
@@ -110,6 +126,17 @@ def leases(draw: st.DrawFn) -> Lease:
         "throughput_kbps": draw(st.one_of(st.none(), st.integers(0, 10**15).map(lambda n: n / 10**6))),
         "checkpoint_owner": draw(owners),
         "read_through_millis": draw(st.one_of(st.none(), st.integers(0, 2**50))),
+        "measured_before_claim": draw(
+            st.one_of(
+                st.none(),
+                st.builds(
+                    MeasurementBeforeClaim,
+                    st.integers(0, 2**40),
+                    st.integers(0, 10**15).map(lambda n: n / 10**6),
+                    st.integers(0, 2**50),
+                ),
+            )
+        ),
         "unreported_losses": draw(
             st.frozensets(
                 st.builds(
@@ -341,6 +368,14 @@ CORRUPT = [
         "unreportedRetentionLosses", {"SS": ['{"after":5}']}, ("unreportedRetentionLosses",), id="loss-with-a-number"
     ),
     pytest.param("unreportedRetentionLosses", {"S": "x"}, ("unreportedRetentionLosses",), id="losses-S-not-SS"),
+    pytest.param("measuredBeforeClaim", {"S": "{}"}, ("measuredBeforeClaim",), id="kept-measurement-empty"),
+    pytest.param(
+        "measuredBeforeClaim",
+        {"S": '{"readThroughMillis":5,"round":-1,"throughputKBps":2.0}'},
+        ("measuredBeforeClaim",),
+        id="kept-measurement-negative-round",
+    ),
+    pytest.param("measuredBeforeClaim", {"N": "1"}, ("measuredBeforeClaim",), id="kept-measurement-of-type-N"),
 ]
 
 

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from lease_core.model.lease import AgedOutRange, HashKeyRange, Lease, StreamIdentifier
+from lease_core.model.lease import AgedOutRange, HashKeyRange, Lease, MeasurementBeforeClaim, StreamIdentifier
 from lease_core.model.sequence import ExtendedSequenceNumber
 from lease_core.store import lease_writes
 from lease_core.store.dynamodb_store import render_delete, render_update
@@ -98,6 +98,7 @@ WRITES = [
         Write(
             {"leaseCounter": n(3), "checkpointOwner": ABSENT},
             {"leaseCounter": n(4), "throughputKBps": {"N": "12.345679"}},
+            remove=frozenset({"measuredBeforeClaim"}),
         ),
         id="renew-with-throughput",
     ),
@@ -106,8 +107,30 @@ WRITES = [
         Write(
             {"leaseCounter": n(3), "checkpointOwner": ABSENT},
             {"leaseCounter": n(4), "throughputKBps": {"N": "2.000000"}, "readThroughMillis": n(1_763_900_000_000)},
+            remove=frozenset({"measuredBeforeClaim"}),
         ),
-        id="renew-with-throughput-and-the-data-time-it-was-measured-through",
+        id="renew-with-a-measurement-of-its-own-settles-any-stand-in",
+    ),
+    pytest.param(
+        lambda: lease_writes.claim(
+            OWNED.replace(
+                throughput_kbps=1.0,
+                read_through_millis=1_763_900_060_000,
+                measured_before_claim=MeasurementBeforeClaim(7, 2.0, 1_763_900_000_000),
+            ),
+            "attempt-1",
+        ),
+        Write(
+            {"leaseCounter": n(3), "checkpointOwner": ABSENT},
+            {
+                "leaseCounter": n(4),
+                "throughputKBps": {"N": "1.000000"},
+                "readThroughMillis": n(1_763_900_060_000),
+                "measuredBeforeClaim": s('{"readThroughMillis":1763900000000,"round":7,"throughputKBps":2.0}'),
+                "claimToken": s("attempt-1"),
+            },
+        ),
+        id="claim-with-a-stand-in-measurement-keeps-the-one-it-replaces",
     ),
     pytest.param(
         lambda: lease_writes.renew(CLAIMED),

@@ -192,6 +192,31 @@ def kpl_framed(message: bytes, digest: bytes | None = None) -> bytes:
             id="user-record-names-a-partition-key-the-table-lacks",
         ),
         pytest.param(kpl_framed(b"\xff\xff\xff"), id="message-does-not-decode"),
+        pytest.param(
+            kpl_framed(
+                kpl_messages.AggregatedRecord(
+                    partition_key_table=["a"], records=[kpl_messages.Record(partition_key_index=2**64 - 1, data=b"x")]
+                ).SerializeToString()
+            ),
+            id="an-index-past-what-a-list-takes",
+        ),
+        pytest.param(
+            kpl_framed(
+                kpl_messages.AggregatedRecord(
+                    partition_key_table=["a"],
+                    records=[kpl_messages.Record(partition_key_index=0, explicit_hash_key_index=0, data=b"x")],
+                ).SerializeToString()
+            ),
+            id="an-explicit-hash-key-the-table-lacks",
+        ),
+        pytest.param(
+            kpl_framed(
+                kpl_messages.AggregatedRecord(
+                    partition_key_table=["a"], records=[kpl_messages.Record(partition_key_index=0)]
+                ).SerializePartialToString()
+            ),
+            id="a-user-record-without-its-required-data",
+        ),
         pytest.param(KPL_MAGIC + b"short", id="too-short-for-a-digest"),
     ],
 )
