@@ -15,13 +15,16 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
+from typing import Any
 
 from lease_core.config.settings import ConsumerConfig
 from lease_core.errors import ConfigurationError
 from lease_core.lifecycle.lease_lifecycle import CleanupOutcome, apply_cleanup, plan_lease_cleanup, unlisted_leases
-from lease_core.model.lease import Lease
+from lease_core.model.lease import Lease, StreamIdentifier
 from lease_core.model.lease_keys import LeaseKeyScheme
+from lease_core.model.shards import InitialPositionInStream, Shard, StreamDescription
 from lease_core.retrieval.shard_source import ShardSource
 from lease_core.store.coordinator_state import CoordinatorStateStore
 from lease_core.store.lease_store import LeaseScan, LeaseStore
@@ -138,6 +141,50 @@ class _StreamStep:
         return result, cleanup, _with_changes(snapshot, deleted=cleanup.deleted)
 
 
+# Streams whose identity and listing a sync asks Kinesis for while it scans the lease table.
+_LISTINGS_AT_ONCE = 8
+
+
+class _ListingsAhead:
+    """A ShardSource whose first answers for each stream were asked while the lease table was scanned.
+
+    The scan and the listings ask different services, so a step waits for the longer of them instead
+    of both (at 10,000 leases in 10 streams: moto's scan, ~7.5 s, and 100 ListShards pages, up to
+    4.6 s). Each early answer is used once, as the step asks for it; a failed one raises there, as
+    the call would have. A listing is only as old as the scan it stands beside, and the step judges
+    both as before: every cleanup delete is conditional, and a lease whose shard the listing lacks
+    is asked about (`garbage_probe`) before anything is deleted.
+    """
+
+    def __init__(
+        self, source: ShardSource, stream_names: Sequence[str], multi_stream: bool, pool: ThreadPoolExecutor
+    ) -> None:
+        self._source = source
+        self._listings = {name: pool.submit(source.list_shards, name) for name in stream_names}
+        identify = source.stream_identifier if multi_stream else source.describe_stream
+        self._identities: dict[str, Future[Any]] = {name: pool.submit(identify, name) for name in stream_names}
+
+    def list_shards(self, stream_name: str) -> list[Shard]:
+        early = self._listings.pop(stream_name, None)
+        return early.result() if early is not None else self._source.list_shards(stream_name)
+
+    def list_shards_for_new_application(
+        self, stream_name: str, initial_position: InitialPositionInStream
+    ) -> list[Shard]:
+        return self._source.list_shards_for_new_application(stream_name, initial_position)
+
+    def stream_identifier(self, stream_name: str) -> StreamIdentifier:
+        early = self._identities.pop(stream_name, None)
+        return early.result() if early is not None else self._source.stream_identifier(stream_name)
+
+    def describe_stream(self, stream_name: str) -> StreamDescription:
+        early = self._identities.pop(stream_name, None)
+        return early.result() if early is not None else self._source.describe_stream(stream_name)
+
+    def shard_exists(self, stream_name: str, shard_id: str) -> bool:
+        return self._source.shard_exists(stream_name, shard_id)
+
+
 def _with_changes(snapshot: LeaseScan, created: Iterable[Lease] = (), deleted: Iterable[str] = ()) -> LeaseScan:
     """Pure: the snapshot after this step's own creations and deletions."""
     gone = set(deleted)
@@ -164,7 +211,9 @@ def sync_streams(
     if not stream_names:
         raise ValueError("at least one stream is needed")
     multi_stream = is_multi_stream(config, stream_names)
-    snapshot = _scan(store)
+    with ThreadPoolExecutor(max_workers=min(len(stream_names), _LISTINGS_AT_ONCE)) as pool:
+        source = _ListingsAhead(source, stream_names, multi_stream, pool)
+        snapshot = _scan(store)
     _require_matching_lease_mode(snapshot.leases, multi_stream)
     step = _StreamStep(config, store, source, state, clock_millis)
     if not multi_stream:

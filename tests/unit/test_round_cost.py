@@ -7,6 +7,7 @@ on the in-memory stores, which take the same requests a DynamoDB store would sen
 
 from __future__ import annotations
 
+import threading
 from collections import Counter
 from collections.abc import Iterator
 
@@ -18,6 +19,7 @@ from lease_core.leader.assignment_round import ROUND_KEY, AssignmentCoordinator,
 from lease_core.metrics.worker_metrics import InMemoryWorkerMetricsStore, WorkerMetricStats
 from lease_core.model.lease import Lease
 from lease_core.model.lease_keys import LeaseKeyScheme
+from lease_core.model.shards import Shard
 from lease_core.store.codec import Item
 from lease_core.store.coordinator_state import InMemoryCoordinatorStateStore
 from lease_core.store.lease_store import ItemWrite
@@ -206,3 +208,46 @@ def test_the_metrics_of_the_rounds_slots_are_read_in_one_scan_and_another_worker
     table.reads = 0
     assert sorted(metrics.get_many(slots)) == slots
     assert table.reads == 1
+
+
+class ScanAfterListing(CountingLeaseStore):
+    """A lease store whose scan notes whether every stream's listing had been asked for by then."""
+
+    def __init__(self, listed: dict[str, threading.Event]) -> None:
+        super().__init__()
+        self.listed = listed
+        self.listings_asked_before_scan: bool | None = None
+
+    def _scan_items(self) -> Iterator[Item]:
+        self.listings_asked_before_scan = all(event.wait(timeout=5) for event in self.listed.values())
+        return super()._scan_items()
+
+
+class NotingShardSource(FakeShardSource):
+    def __init__(self, listed: dict[str, threading.Event]) -> None:
+        super().__init__()
+        self.listed = listed
+
+    def list_shards(self, stream_name: str) -> list[Shard]:
+        self.listed[stream_name].set()
+        return super().list_shards(stream_name)
+
+
+@pytest.mark.parametrize(
+    "streams", [pytest.param(["orders"], id="single-stream"), pytest.param(["a", "b", "c"], id="multi-stream")]
+)
+def test_a_sync_asks_for_every_streams_listing_while_it_scans(streams):
+    # The scan (DynamoDB) and the listings (Kinesis) wait on different services: a step takes the
+    # longer of the two, not both. A scan that waits until every listing was asked for shows it.
+    config = ConsumerConfig(application_name="app", multi_stream=len(streams) > 1)
+    listed = {name: threading.Event() for name in streams}
+    store, source, state = ScanAfterListing(listed), NotingShardSource(listed), InMemoryCoordinatorStateStore()
+    for name in streams:
+        source.create_stream(name, LineageBuilder(SHARDS).shards())
+    sync_streams(streams, config, store, source, state, lambda: T0)
+    store.requests.clear()
+    for event in listed.values():
+        event.clear()
+    report = sync_streams(streams, config, store, source, state, lambda: T0 + 1_000)
+    assert store.listings_asked_before_scan is True
+    assert report.created == () and report.deleted == () and store.requests == Counter({"scan": 1})
