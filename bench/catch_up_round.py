@@ -75,6 +75,8 @@ class Outcome:
     seconds: float
     landed_bytes: int
     refusals: dict[str, int]
+    slowest_slot_seconds: float  # the slot task itself, as it timed its own work
+    slowest_lease_seconds: float  # one lease's work in it, from its claim to its last write
 
 
 def parse_arguments(argv: list[str] | None) -> argparse.Namespace:
@@ -117,7 +119,9 @@ def run_case(spark: Any, standin: KinesisStandIn, moto: str, case: Case, argumen
         raise BenchmarkFailure(f"case {case.name}: the round failed:\n{report.summary()}")
     check_landed(output, arguments, report)
     refusals = standin.stats()["violations"]
-    return Outcome(case, seconds, report.totals.bytes, refusals)
+    slowest_slot = max(slot.seconds for slot in report.slots)
+    slowest_lease = max(lease.seconds for slot in report.slots for lease in slot.leases)
+    return Outcome(case, seconds, report.totals.bytes, refusals, slowest_slot, slowest_lease)
 
 
 def check_landed(output: str, arguments: argparse.Namespace, report: RoundReport) -> None:
@@ -154,13 +158,20 @@ def print_table(outcomes: list[Outcome], arguments: argparse.Namespace) -> None:
     )
     print(f"pipeline rate of this machine (limits off): {rate / MIB:.1f} MiB/s in {pipeline.seconds:.1f} s")
     print(f"bound of a capped round: max({per_shard_seconds:.1f} s at the cap, {pipeline.landed_bytes / rate:.1f} s)")
-    print(f"\n{'case':<34}{'lease threads':>14}{'round s':>9}{'/ bound':>9}{'refused calls':>15}")
+    print(
+        f"\n{'case':<34}{'lease threads':>14}{'round s':>9}{'/ bound':>9}{'slowest slot s':>16}"
+        f"{'slowest lease s':>17}{'refused calls':>15}"
+    )
     for outcome in outcomes[1:]:
         refused = sum(outcome.refusals.values())
         print(
             f"{outcome.case.name:<34}{outcome.case.lease_threads or every_lease:>14}{outcome.seconds:>9.1f}"
-            f"{outcome.seconds / bound:>9.2f}{refused:>15}"
+            f"{outcome.seconds / bound:>9.2f}{outcome.slowest_slot_seconds:>16.1f}"
+            f"{outcome.slowest_lease_seconds:>17.1f}{refused:>15}"
         )
+    print(
+        "(round s: the consume job's run_round; the slot and lease columns are what the slowest ones timed themselves)"
+    )
 
 
 def run(arguments: argparse.Namespace, stack: ExitStack) -> None:

@@ -405,7 +405,7 @@ def _settle_unread_measurement(held: HeldLease) -> None:
     throughput, read_through = measurement_before_claim(held.lease)
     try:
         held.renew(throughput_kbps=throughput, read_through_millis=read_through)
-    except LeaseCoreError as error:  # the next round measures from what it kept aside all the same
+    except LeaseCoreError as error:  # then a later round takes the stand-in for this round's measurement
         log.warning("lease %s: its measurement could not be put back: %s", held.lease_key, error)
 
 
