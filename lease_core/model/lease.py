@@ -77,6 +77,14 @@ def split_multi_stream_lease_key(lease_key: str) -> tuple[StreamIdentifier, str]
     return StreamIdentifier.parse(":".join(parts[:3])), parts[3]
 
 
+def _json_value(text: str, what: str) -> Any:
+    """`text` parsed as JSON; ValueError naming `what` it should have been otherwise."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as error:
+        raise ValueError(f"{what} {text!r} is not JSON: {error}") from None
+
+
 @dataclass(frozen=True)
 class MeasurementBeforeClaim:
     """The lease's own throughput measurement, kept while a slot's claim in `round` stands in for it.
@@ -103,24 +111,21 @@ class MeasurementBeforeClaim:
     @classmethod
     def decode(cls, text: str) -> MeasurementBeforeClaim:
         """The value `encode` wrote; ValueError naming what is wrong otherwise."""
-        try:
-            fields = json.loads(text)
-        except json.JSONDecodeError as error:
-            raise ValueError(f"{text!r} is not JSON: {error}") from None
+        fields = _json_value(text, "a kept measurement")
         names = {"round", "throughputKBps", "readThroughMillis"}
         if not isinstance(fields, dict) or set(fields) != names:
-            raise ValueError(f"{text!r} needs exactly {sorted(names)}")
+            raise ValueError(f"a kept measurement {text!r} needs exactly {sorted(names)}")
         round_, throughput, read_through = fields["round"], fields["throughputKBps"], fields["readThroughMillis"]
         if not all(
             isinstance(value, int) and not isinstance(value, bool) and value >= 0 for value in (round_, read_through)
         ):
-            raise ValueError(f"{text!r}: round and readThroughMillis must be integers >= 0")
+            raise ValueError(f"a kept measurement {text!r}: round and readThroughMillis must be integers >= 0")
         if (
             isinstance(throughput, bool)
             or not isinstance(throughput, int | float)
             or not 0 <= throughput < float("inf")
         ):
-            raise ValueError(f"{text!r}: throughputKBps must be a finite number >= 0")
+            raise ValueError(f"a kept measurement {text!r}: throughputKBps must be a finite number >= 0")
         return cls(round_, float(throughput), read_through)
 
 
@@ -148,10 +153,7 @@ class AgedOutRange:
     @classmethod
     def decode(cls, text: str) -> AgedOutRange:
         """The range `encode` wrote; ValueError naming what is wrong otherwise."""
-        try:
-            fields = json.loads(text)
-        except json.JSONDecodeError as error:
-            raise ValueError(f"aged-out range {text!r} is not JSON: {error}") from None
+        fields = _json_value(text, "aged-out range")
         names = {field_.name for field_ in dataclasses.fields(cls)}
         if not isinstance(fields, dict) or not set(fields) <= names or "after" not in fields:
             raise ValueError(f"aged-out range {text!r} needs 'after' and at most {sorted(names)}")
