@@ -167,8 +167,13 @@ def user_records(records: Iterable[Mapping[str, Any]]) -> list[KinesisRecord]:
         if aggregated is not None:
             found.extend(aggregated)
         else:
-            found.append(KinesisRecord(record["SequenceNumber"], 0, record["PartitionKey"], arrival, bytes(data)))
+            found.append(KinesisRecord(record["SequenceNumber"], 0, _partition_key(record), arrival, bytes(data)))
     return found
+
+
+def _partition_key(record: Mapping[str, Any]) -> str:
+    # A stream with the AUTO record distribution returns no PartitionKey when the producer gave none.
+    return str(record.get("PartitionKey") or "")
 
 
 def _kpl_user_records(record: Mapping[str, Any], arrival: datetime) -> list[KinesisRecord] | None:
@@ -491,7 +496,7 @@ class ShardReader:
         """Account a response's bytes as Kinesis does (data plus partition key), from the call's start."""
         if self._read_rate is None:
             return
-        size = sum(len(record["Data"]) + len(record["PartitionKey"].encode()) for record in records)
+        size = sum(len(record["Data"]) + len(_partition_key(record).encode()) for record in records)
         paid_at = called_at if self._read_paid_at is None else max(called_at, self._read_paid_at)
         self._read_paid_at = paid_at + size / self._read_rate
 

@@ -342,3 +342,11 @@ def test_asking_for_one_record_after_a_checkpoint_takes_one_get_records(count, e
     reader = ShardReader(shard, "stream", "shardId-000000000007", checkpoint, min_call_interval_seconds=0)
     batch = reader.read(ReadLimits(max_records=1))
     assert (len(batch.records), batch.stopped_by, shard.get_records_calls) == (expected_records, expected_stop, 1)
+
+
+def test_a_record_without_a_partition_key_lands_with_an_empty_one():
+    # Kinesis leaves PartitionKey out on a stream with the AUTO record distribution when the producer gave none.
+    record = kinesis_record(SEQUENCE, b"payload")
+    del record["PartitionKey"]
+    (found,) = user_records([record])
+    assert (found.partition_key, found.data) == ("", b"payload")
