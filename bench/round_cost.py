@@ -8,8 +8,11 @@ round's control-plane steps as a DAG run does, with the measured processes point
 - `assign`: `leasectl assign --workers W` as a process (the same `AssignmentCoordinator`), W = leases / 10;
 - `sync (in)`, `assign (in)` (idle round only): the same two calls in this process, after the
   leasectl ones: the steps' own time, without a process start-up or the leader lock;
-- `idle check`: the DAG's `IdleCheckOperator.run` in this process (one GetShardIterator and one
-  GetRecords per lease until the first lease with work; "skip" means the consume step is skipped).
+- `DAG sync`: the DAG's own steps of a round up to its idle decision, in this process, as its
+  operators run them: take_leadership, sync_shards (sync, audit, and the idle check over the sync's
+  scan: one GetShardIterator and one GetRecords per lease until the first lease with work),
+  release_leadership (check_idle makes no call). "skip" means the assignment and the consume step are skipped: it
+  is the whole of an idle round but for the DAG's finalize step (one history write).
 Both leasectl commands hold the leader lock for their step (take, heartbeat, release), as they
 would in a round. Rounds: "first" (sync at TRIM_HORIZON creating every lease, assign spreading them:
 timed and counted, not steady state), "idle" (nothing new anywhere), "data" (after one record was
@@ -162,20 +165,26 @@ def in_process_steps(
     return [("sync (in)", sync), ("assign (in)", assign)]
 
 
-def idle_check(app: str, streams: Sequence[str], dynamodb: str, kinesis: str) -> str:
-    """The DAG's idle check, as the operator runs it: "skip" or why the round must consume."""
-    from airflow.sdk.exceptions import AirflowSkipException
+def dag_sync_step(app: str, streams: Sequence[str], dynamodb: str, kinesis: str) -> str:
+    """The DAG's take_leadership, sync_shards, check_idle and release_leadership, as its operators run
+    them in a round (the sync's idle check included): "skip" or why the round must consume."""
     from kinesis_lease.aws_connection import AwsAccess
-    from kinesis_lease.operators import IdleCheckOperator
+    from kinesis_lease.operators import ReleaseLeadershipOperator, ShardSyncOperator, TakeLeadershipOperator
+
+    from lease_core.retrieval.pending_work import PendingWork
 
     config = app_config(app, streams, dynamodb, kinesis)
     session = boto3.Session(aws_access_key_id="testing", aws_secret_access_key="testing", region_name=REGION)
-    operator = IdleCheckOperator(task_id="check_idle", settings={}, streams=list(streams))
+    access = AwsAccess(session, config)
+    owner: dict[str, Any] = {"settings": {}, "leader_owner": f"round-cost/{uuid.uuid4().hex[:8]}"}
+    TakeLeadershipOperator(task_id="take_leadership", **owner).run(access, None)
     try:
-        result = operator.run(AwsAccess(session, config), None)
-    except AirflowSkipException:
-        return "skip"
-    return f"consume ({result['reason']})"
+        sync = ShardSyncOperator(task_id="sync_shards", streams=list(streams), **owner).run(access, None)
+    finally:
+        ReleaseLeadershipOperator(task_id="release_leadership", **owner).run(access, None)
+    # check_idle makes no call: it skips the rest of the round on the sync's answer.
+    work = PendingWork.from_dict(sync["pending_work"], "the sync step's summary")
+    return "skip" if work.idle else f"consume ({work.reason})"
 
 
 def put_one_record_per_shard(client: Any, stream: str) -> None:
@@ -231,7 +240,7 @@ def measure_size(
     steps: list[tuple[str, Callable[[], str]]] = [
         ("sync", lambda: leasectl(app, ["sync", *stream_arguments], dynamodb, kinesis_proxy) and ""),
         ("assign", lambda: leasectl(app, ["assign", "--workers", workers], dynamodb, kinesis_proxy) and ""),
-        ("idle check", lambda: idle_check(app, streams, dynamodb, kinesis_proxy)),
+        ("DAG sync", lambda: dag_sync_step(app, streams, dynamodb, kinesis_proxy)),
     ][: 3 if with_idle_check else 2]
     consume = _consume_step(app, streams, int(workers), dynamodb, kinesis_proxy, spark)
     in_process = in_process_steps(app, streams, int(workers), dynamodb, kinesis_proxy)
@@ -329,13 +338,14 @@ def scan_read_units(leases: int, item_bytes: float) -> float:
     return max(1, math.ceil(leases * item_bytes / 4096)) * 0.5
 
 
-def our_month(costs: Sequence[StepCost], cases: set[str], leases: int, item_bytes: float, app: str) -> Month:
-    """The measured requests of one round, times the rounds of a month. A lease write is 1 unit per KB of item;
-    the assignment round's record grows with the leases; every other read is counted as 1 unit."""
-    # The in-process repeats of sync and assign are not a round's: left out.
-    calls = [call for cost in costs if cost.case in cases and not cost.step.endswith("(in)") for call in cost.calls]
+def our_month(costs: Sequence[StepCost], case: str, steps: set[str], leases: int, item_bytes: float, app: str) -> Month:
+    """The measured requests of one round (the `steps` of `case` a DAG run makes), times the rounds of a
+    month. A lease write is 1 unit per KB of item; the assignment round's record grows with the leases;
+    every other read is counted as 1 unit."""
+    calls = [call for cost in costs if cost.case == case and cost.step in steps for call in cost.calls]
     writes = sum(call.operation in DYNAMODB_WRITES for call in calls) * math.ceil(item_bytes / 1024)
-    writes += math.ceil(leases * ROUND_SNAPSHOT_BYTES_PER_LEASE / 1024) - 1
+    if "assign" in steps:  # the AssignmentRound record's counters: one unit a KB
+        writes += math.ceil(leases * ROUND_SNAPSHOT_BYTES_PER_LEASE / 1024) - 1
     lease_scans = sum(call.operation == "Scan" and call.tables == (app,) for call in calls)
     other_reads = sum(call.operation in DYNAMODB_READS for call in calls) - lease_scans
     reads = lease_scans * scan_read_units(leases, item_bytes) + other_reads
@@ -359,9 +369,12 @@ def kcl_month(leases: int, workers: int, item_bytes: float, with_data: bool) -> 
 
 def print_monthly(leases: int, costs: Sequence[StepCost], item_bytes: float, app: str) -> None:
     workers = max(1, leases // 10)
-    rows = [("this project, idle rounds", our_month(costs, {"idle"}, leases, item_bytes, app))]
+    # An idle round is the DAG's sync step alone (the assignment is skipped with the consume step); a
+    # round with data adds the assignment (leasectl's, the same coordinator) and the consume job.
+    rows = [("this project, idle rounds", our_month(costs, "idle", {"DAG sync"}, leases, item_bytes, app))]
     if any(cost.step == "consume" for cost in costs):
-        rows.append(("this project, data on every shard", our_month(costs, {"data"}, leases, item_bytes, app)))
+        data = our_month(costs, "data", {"DAG sync", "assign", "consume"}, leases, item_bytes, app)
+        rows.append(("this project, data on every shard", data))
     rows += [
         (f"KCL 3.x, {workers} workers, idle", kcl_month(leases, workers, item_bytes, with_data=False)),
         (f"KCL 3.x, {workers} workers, data", kcl_month(leases, workers, item_bytes, with_data=True)),
@@ -379,7 +392,11 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--shards", default="100,1000", help="shards per stream, comma separated sizes")
     parser.add_argument("--streams", type=int, default=1, help="streams per size (more than 1: multi-stream mode)")
-    parser.add_argument("--no-idle-check", action="store_true", help="leave the idle check out (slow at 10,000 leases)")
+    parser.add_argument(
+        "--no-idle-check",
+        action="store_true",
+        help="leave the DAG's sync step out (its idle check is slow at 10,000 leases)",
+    )
     parser.add_argument(
         "--consume-up-to",
         type=int,

@@ -3,9 +3,10 @@
 
 One round of a KCL-compatible batch consumer of Kinesis per run: plan the run, ensure the lease
 tables, take the application's leader lock, sync shards to leases (with the hash-range auditor and
-cleanup), assign leases to the slots `<app>-worker-0..W-1`, skip the rest when no lease has new
-records, consume with Spark (exactly once into the Parquet dataset), keep the round's figures, and
-release the lock whatever happened (`release_leadership` is the teardown of `take_leadership`).
+cleanup) and look for new records over the same scan of the lease table, skip the rest when there
+are none, assign leases to the slots `<app>-worker-0..W-1`, consume with Spark (exactly once into
+the Parquet dataset), keep the round's figures, and release the lock whatever happened
+(`release_leadership` is the teardown of `take_leadership`).
 
 A run marked failed or successful by hand, or killed, may leave the lock behind: the next run takes
 it over once it has been seen unchanged for the lock's lease duration (2 minutes by default), within
@@ -150,7 +151,9 @@ with DAG(
     assign_leases = LeaseAssignmentOperator(
         task_id="assign_leases", settings=SETTINGS, leader_owner=LEADER, num_workers="{{ " + PLAN + "['num_workers'] }}"
     )
-    check_idle = IdleCheckOperator(task_id="check_idle", settings=SETTINGS, streams=STREAMS)
+    check_idle = IdleCheckOperator(
+        task_id="check_idle", pending_work="{{ ti.xcom_pull(task_ids='sync_shards')['pending_work'] }}"
+    )
     consume = KinesisConsumeOperator(
         task_id="consume",
         conn_id="spark_default",
@@ -180,7 +183,9 @@ with DAG(
         task_id="release_leadership", settings=SETTINGS, leader_owner=LEADER
     ).as_teardown(setups=take_leadership)
 
-    plan >> ensure_tables >> take_leadership >> sync_shards >> assign_leases >> check_idle >> consume
+    # An idle round (the sync found nothing to read) skips the assignment with the consume step: its
+    # decisions are only used by a consume, and the next round that consumes assigns first.
+    plan >> ensure_tables >> take_leadership >> sync_shards >> check_idle >> assign_leases >> consume
     consume >> finalize_round
     # Every step under the lock precedes its release, so clearing one step (which re-runs the setup
     # and the teardown with it) releases the lock only once that step is done.

@@ -22,7 +22,6 @@ import sys
 import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -34,15 +33,14 @@ from airflow.sdk.exceptions import AirflowSkipException
 from kinesis_lease.aws_connection import AwsAccess, aws_access
 from kinesis_lease.errors import airflow_outcomes
 from kinesis_lease.round_plan import plan_round, stream_names
-from lease_core.config.settings import parse_iso_timestamp
 from lease_core.errors import RecordsLostError
 from lease_core.leader.assignment_round import AssignmentCoordinator, slot_ids
 from lease_core.leader.leadership import Leadership, hold
 from lease_core.leader.round_history import RoundHistory
 from lease_core.lifecycle.lease_lifecycle import forget_reported_losses
-from lease_core.model.lease import Lease, StreamIdentifier
+from lease_core.model.lease import Lease
 from lease_core.model.lease_keys import LeaseKeyScheme
-from lease_core.retrieval.shard_reader import ReadLimits, ShardReader
+from lease_core.retrieval.pending_work import PendingWork, find_pending_work
 from lease_core.retrieval.shard_source import KinesisShardSource
 from lease_core.store.coordinator_state import CoordinatorStateStore
 from lease_core.store.lease_store import LeaseStore
@@ -55,7 +53,6 @@ from spark_jobs.round_report import RetentionLoss, RoundFigures, history_figures
 _CONSUME_JOB_SPEC = importlib.util.find_spec("spark_jobs.consume_job")
 assert _CONSUME_JOB_SPEC is not None and _CONSUME_JOB_SPEC.origin is not None, "spark_jobs is not installed"
 CONSUME_JOB = str(Path(_CONSUME_JOB_SPEC.origin).resolve())
-IDLE_CHECK_THREADS = 16
 
 
 class _LeaseStep(BaseOperator):
@@ -144,7 +141,9 @@ class TakeLeadershipOperator(_LeaderStep):
 
 
 class ShardSyncOperator(_LeaderStep):
-    """Syncs shards to leases and cleans up, then audits the lease table's hash-range coverage."""
+    """Syncs shards to leases and cleans up, audits the lease table's hash-range coverage, and looks
+    for the round's first lease with work (`pending_work`, which `IdleCheckOperator` acts on), all
+    over the sync's one scan of the lease table."""
 
     template_fields: Sequence[str] = ("settings", "leader_owner", "streams")
 
@@ -162,7 +161,11 @@ class ShardSyncOperator(_LeaderStep):
             report = sync_streams(names, access.config, store, source, state)
             # The sync's own view of the table (its scan plus its writes): the audit needs no second scan.
             audits = self._audit(access, names, store, state, source, report.leases)
-        return {**report.to_dict(), "audits": audits}
+            leases = report.leases if report.leases is not None else store.list_leases()
+            work = find_pending_work(
+                leases, names, access.app.client("kinesis"), access.config, access.app.retry_policy
+            )
+        return {**report.to_dict(), "audits": audits, "pending_work": work.to_dict()}
 
     @staticmethod
     def _audit(
@@ -212,63 +215,26 @@ class LeaseAssignmentOperator(_LeaderStep):
         return report.to_dict()
 
 
-class IdleCheckOperator(_LeaseStep):
-    """Skips itself (and so the consume step after it) when no lease has anything to read.
+class IdleCheckOperator(BaseOperator):
+    """Skips itself, and so the assignment and the consume step after it, when the shard sync found
+    nothing to read (`lease_core.retrieval.pending_work`): an idle round scans the lease table once.
 
-    A lease needs the round when it carries retention losses no kept report has named, has a
-    prepared batch to finish, has never been read at LATEST (its start is pinned only by a first
-    read), or has a record after its checkpoint or has reached its shard's end: one GetShardIterator
-    and one short GetRecords per lease, stopping at the first.
+    `pending_work` is the sync's answer in its XCom. Clearing this task alone re-reads that answer;
+    clearing `sync_shards` looks at the streams again.
     """
 
-    template_fields: Sequence[str] = ("settings", "streams")
+    template_fields: Sequence[str] = ("pending_work",)
 
-    def __init__(self, *, streams: Any, **kwargs: Any) -> None:
+    def __init__(self, *, pending_work: Any, **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        self.streams = streams
+        self.pending_work = pending_work
 
-    def run(self, access: AwsAccess, context: Any) -> dict[str, Any]:
-        names = stream_names(self.streams)
-        every = access.app.lease_store.list_leases()
-        for lease in every:
-            if lease.unreported_losses:  # an earlier round's driver died before its report named them
-                return {"idle": False, "lease": lease.lease_key, "reason": "retention losses wait to be reported"}
-        leases = [lease for lease in every if not lease.is_at_shard_end]
-        kinesis = access.app.client("kinesis")
-        with ThreadPoolExecutor(max_workers=IDLE_CHECK_THREADS) as pool:
-            for lease, reason in zip(leases, pool.map(lambda lease: _work_for(lease, names, kinesis, access), leases)):
-                if reason is not None:
-                    return {"idle": False, "lease": lease.lease_key, "reason": reason}
-        raise AirflowSkipException(f"no new records in {len(leases)} open lease(s); the consume step is skipped")
-
-
-def _work_for(lease: Lease, streams: list[str], kinesis: Any, access: AwsAccess) -> str | None:
-    """Why `lease` needs this round, or None when it has nothing to read."""
-    if lease.pending_checkpoint is not None:
-        return "a prepared batch waits to be committed"
-    if str(lease.checkpoint) == "LATEST":
-        return "never read since it started at LATEST"
-    stream, shard = _stream_and_shard(lease, streams)
-    timestamp = access.config.initial_position_timestamp
-    reader = ShardReader(
-        kinesis,
-        stream,
-        shard,
-        lease.checkpoint,
-        at_timestamp=None if timestamp is None else parse_iso_timestamp(timestamp),
-        retry_policy=access.app.retry_policy,
-        min_call_interval_seconds=0,
-    )
-    batch = reader.read(ReadLimits(max_records=1))
-    if batch.records:
-        return "records after its checkpoint"
-    return "its shard has ended" if batch.shard_ended else None
-
-
-def _stream_and_shard(lease: Lease, streams: list[str]) -> tuple[str, str]:
-    if lease.stream_name is not None and lease.shard_id is not None:
-        return StreamIdentifier.parse(lease.stream_name).stream_name, lease.shard_id
-    return streams[0], lease.lease_key
+    def execute(self, context: Any) -> dict[str, Any]:
+        with airflow_outcomes():
+            work = PendingWork.from_dict(self.pending_work, "the sync_shards XCom's pending_work")
+        if work.idle:
+            raise AirflowSkipException(f"{work.summary()}; the assignment and the consume step are skipped")
+        return work.to_dict()
 
 
 class KinesisConsumeOperator(SparkSubmitOperator):

@@ -76,6 +76,7 @@ class RecordedRun:
     stream: str
     bucket: str
     rounds: dict[str, dict[str, str]]  # round name -> task states
+    round_calls: dict[str, list[RecordedCall]]  # round name -> the calls made while it ran
     monitored: list[dict[str, Any]]  # the monitoring API's overview of each namespace
     teardown_exit_codes: list[int]
     calls: list[RecordedCall]
@@ -150,6 +151,7 @@ def recorded_run(
     dag = load_dag_module("kinesis_lease_pipeline_iam_policy").dag
 
     def run(name: str, **conf: Any) -> None:
+        before = {service: len(proxy.calls()) for service, proxy in proxies.items()}
         rounds[name] = run_round(
             dag,
             {
@@ -161,8 +163,10 @@ def recorded_run(
                 **conf,
             },
         )
+        round_calls[name] = [call for service, proxy in proxies.items() for call in proxy.calls()[before[service] :]]
 
     rounds: dict[str, dict[str, str]] = {}
+    round_calls: dict[str, list[RecordedCall]] = {}
     serial = [0]
     # kinesis-mock compares AT_TIMESTAMP in whole seconds, and a time before the stream existed lists
     # every shard, the split's children included (which the hash-range check refuses): the window
@@ -212,6 +216,7 @@ def recorded_run(
         stream,
         bucket,
         rounds,
+        round_calls,
         monitored,
         teardown,
         calls,
@@ -247,7 +252,8 @@ def test_the_proxied_run_consumes_every_record_once_skips_the_idle_round_and_tea
     for name in ("first", "after-split", "backfill"):
         assert set(rounds[name].values()) == {"success"}, (name, rounds[name])
     for name in ("cleanup", "idle"):
-        assert (rounds[name]["check_idle"], rounds[name]["consume"]) == ("skipped", "skipped"), (name, rounds[name])
+        skipped = (rounds[name]["check_idle"], rounds[name]["assign_leases"], rounds[name]["consume"])
+        assert skipped == ("skipped", "skipped", "skipped"), (name, rounds[name])
         assert rounds[name]["finalize_round"] == rounds[name]["release_leadership"] == "success"
     assert sorted(recorded_run.landed) == sorted(recorded_run.produced)
     assert recorded_run.lease_checkpoints.count(SHARD_END) == 0, "the finished parent's lease is cleaned up"
@@ -255,6 +261,20 @@ def test_the_proxied_run_consumes_every_record_once_skips_the_idle_round_and_tea
     monitored = [(overview["application"], bool(overview["leases"])) for overview in recorded_run.monitored]
     assert monitored == [(recorded_run.application, True), (recorded_run.backfill_application, True)]
     assert recorded_run.teardown_exit_codes == [0, 0]
+
+
+def test_an_idle_round_scans_the_lease_table_once_and_writes_only_the_lock_and_its_history(recorded_run):
+    calls = recorded_run.round_calls["idle"]
+    on_leases = Counter(call.operation for call in calls if recorded_run.application in call.tables)
+    writes = Counter(
+        (call.operation, call.tables) for call in calls if call.operation in ("PutItem", "UpdateItem", "DeleteItem")
+    )
+    print("idle round:", dict(on_leases), dict(writes))
+    assert on_leases["Scan"] == 1 and on_leases["Query"] == 0
+    assert not any(recorded_run.application in tables for _, tables in writes), writes
+    assert sum(writes.values()) <= 8, writes  # the lock (take, heartbeats, release) and the round's history
+    kinesis = Counter(call.operation for call in calls if call.service == "kinesis")
+    assert kinesis["GetRecords"] <= 3, kinesis  # one per open lease, stopping at the first with work
 
 
 def test_the_operators_the_spark_executors_and_leasectl_all_called_aws_through_the_proxies(recorded_run):

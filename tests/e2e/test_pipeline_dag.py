@@ -106,7 +106,7 @@ TEMPLATED = {
     "take_leadership": {"settings", "leader_owner"},
     "sync_shards": {"settings", "leader_owner", "streams"},
     "assign_leases": {"settings", "leader_owner", "num_workers"},
-    "check_idle": {"settings", "streams"},
+    "check_idle": {"pending_work"},
     "consume": {
         "settings",
         "streams",
@@ -170,7 +170,7 @@ def test_a_split_and_a_merge_between_scheduled_rounds_are_read_with_their_childr
     assert [entry["busiest_over_bound"] >= 1.0 for entry in RoundHistory(ledger.state).rounds()] == [True, True]
 
 
-def test_an_idle_round_skips_the_consume_step_and_still_releases_leadership(
+def test_an_idle_round_skips_the_assignment_and_the_consume_step_and_still_releases_leadership(
     dag, airflow_run_environment, unique_name, kinesis_endpoint, moto_endpoint, tmp_path
 ):
     create_stream(kinesis_client(kinesis_endpoint), unique_name, 1)
@@ -182,7 +182,7 @@ def test_an_idle_round_skips_the_consume_step_and_still_releases_leadership(
         "output_uri": str(tmp_path / "lake"),
     }
     states = run_round(dag, conf)
-    assert (states["check_idle"], states["consume"]) == ("skipped", "skipped")
+    assert (states["check_idle"], states["assign_leases"], states["consume"]) == ("skipped", "skipped", "skipped")
     assert (states["finalize_round"], states["release_leadership"]) == ("success", "success")
 
 

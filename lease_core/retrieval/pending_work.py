@@ -1,0 +1,130 @@
+"""Whether a round has anything to consume: the leader's idle check, over a lease table it already holds.
+
+The check runs over the shard sync's own view of the table (its scan plus its writes), so that an
+idle round costs one scan of the lease table, not one per step. A lease needs the round when it
+carries retention losses no kept report has named, has a prepared batch to finish, has never been
+read at LATEST (its start is pinned only by a first read), has a record after its checkpoint, or has
+reached its shard's end. Records that aged out unread with none after them are not work on their own:
+the round that reads the next record reports them (a round would report the same gap every time).
+Leases are looked at without a call first; then one GetShardIterator and one short GetRecords per
+open lease, a few at a time, stopping at the first lease with work.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from lease_core.config.settings import ConsumerConfig, parse_iso_timestamp
+from lease_core.model.lease import Lease, StreamIdentifier
+from lease_core.retrieval.shard_reader import ReadLimits, ShardReader
+from lease_core.retry import RetryPolicy
+
+# GetRecords in flight at once: the check's wall time at 1,000 idle leases is ~1,000 round trips.
+CHECK_THREADS = 16
+
+
+@dataclass(frozen=True)
+class PendingWork:
+    """The check's answer: the first lease found with work and why, or none (`idle`)."""
+
+    open_leases: int  # leases not at SHARD_END, the ones the check may have read
+    lease_key: str | None = None
+    reason: str | None = None
+
+    @property
+    def idle(self) -> bool:
+        return self.lease_key is None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "idle": self.idle}
+
+    @classmethod
+    def from_dict(cls, value: Any, source: str) -> PendingWork:
+        """The answer as `to_dict` wrote it (an XCom); `source` names where it came from in the error."""
+        if not isinstance(value, Mapping) or not isinstance(value.get("open_leases"), int):
+            raise ValueError(f"{source} holds no idle-check answer (open_leases, lease_key, reason): {value!r}")
+        return cls(int(value["open_leases"]), value.get("lease_key"), value.get("reason"))
+
+    def summary(self) -> str:
+        if self.idle:
+            return f"no new records in {self.open_leases} open lease(s)"
+        return f"lease {self.lease_key}: {self.reason}"
+
+
+def find_pending_work(
+    leases: Sequence[Lease],
+    stream_names: Sequence[str],
+    kinesis: Any,
+    config: ConsumerConfig,
+    retry_policy: RetryPolicy,
+    threads: int = CHECK_THREADS,
+) -> PendingWork:
+    """The first of `leases` that needs a round (module doc), or an idle answer; `stream_names` are
+    the round's streams (a single-stream lease key names only its shard, and a multi-stream lease of
+    another stream is not the round's)."""
+    leases = [lease for lease in leases if _of_streams(lease, stream_names)]
+    open_leases = [lease for lease in leases if not lease.is_at_shard_end]
+    for lease in leases:
+        reason = _work_without_reading(lease)
+        if reason is not None:
+            return PendingWork(len(open_leases), lease.lease_key, reason)
+    timestamp = config.initial_position_timestamp
+    at_timestamp = None if timestamp is None else parse_iso_timestamp(timestamp)
+
+    def work_in_shard(lease: Lease) -> str | None:
+        stream, shard = _stream_and_shard(lease, stream_names)
+        reader = ShardReader(
+            kinesis,
+            stream,
+            shard,
+            lease.checkpoint,
+            at_timestamp=at_timestamp,
+            retry_policy=retry_policy,
+            min_call_interval_seconds=0,
+        )
+        batch = reader.read(ReadLimits(max_records=1))
+        if batch.records:
+            return "records after its checkpoint"
+        return "its shard has ended" if batch.shard_ended else None
+
+    return _first_with_work(open_leases, work_in_shard, threads)
+
+
+def _work_without_reading(lease: Lease) -> str | None:
+    if lease.unreported_losses:  # an earlier round's driver died before its report named them
+        return "retention losses wait to be reported"
+    if lease.is_at_shard_end:
+        return None
+    if lease.pending_checkpoint is not None:
+        return "a prepared batch waits to be committed"
+    if str(lease.checkpoint) == "LATEST":
+        return "never read since it started at LATEST"
+    return None
+
+
+def _first_with_work(leases: Sequence[Lease], work_in: Callable[[Lease], str | None], threads: int) -> PendingWork:
+    with ThreadPoolExecutor(max_workers=threads) as pool:
+        # map() hands answers back in order; at the first one with work, the calls not yet started
+        # are cancelled (closing map's iterator would too, but only once it is collected).
+        for lease, reason in zip(leases, pool.map(work_in, leases)):
+            if reason is not None:
+                pool.shutdown(wait=True, cancel_futures=True)
+                return PendingWork(len(leases), lease.lease_key, reason)
+    return PendingWork(len(leases))
+
+
+def _of_streams(lease: Lease, stream_names: Sequence[str]) -> bool:
+    """False for a lease of a stream the round does not consume (a former stream's, kept until its
+    deletion): the consume job leaves it alone, and its stream may be gone."""
+    if lease.stream_name is None:
+        return True
+    return StreamIdentifier.parse(lease.stream_name).stream_name in stream_names
+
+
+def _stream_and_shard(lease: Lease, stream_names: Sequence[str]) -> tuple[str, str]:
+    if lease.stream_name is not None and lease.shard_id is not None:
+        return StreamIdentifier.parse(lease.stream_name).stream_name, lease.shard_id
+    return stream_names[0], lease.lease_key

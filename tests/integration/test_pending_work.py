@@ -1,0 +1,131 @@
+"""The leader's idle check over leases it already holds, against kinesis-mock: which lease needs the
+round and why, one GetRecords per caught-up lease, a stop at the first lease with work, and leases of
+streams the round does not consume left alone."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from devtools.kinesis_streams import create_stream, kinesis_client, put_entries, shards_of
+from lease_core.config.settings import ConsumerConfig
+from lease_core.model.lease import AgedOutRange, Lease, StreamIdentifier
+from lease_core.model.sequence import LATEST, SHARD_END, TRIM_HORIZON, ExtendedSequenceNumber
+from lease_core.retrieval.pending_work import PendingWork, find_pending_work
+from lease_core.retry import RetryPolicy
+from tests.support.faults import FaultInjectingClient
+
+CONFIG = ConsumerConfig(application_name="pending-work-test")
+
+
+def counting(client: Any) -> FaultInjectingClient:
+    """kinesis-mock's client, counting its calls (`calls`) and changing none."""
+    return FaultInjectingClient(client, lambda name, number: None)
+
+
+@pytest.fixture()
+def caught_up(kinesis_endpoint: str, unique_name: str) -> tuple[str, list[Lease]]:
+    """A stream of 4 shards with one record each, and a lease per shard checkpointed at that record."""
+    client = kinesis_client(kinesis_endpoint)
+    create_stream(client, unique_name, 4)
+    entries = [
+        {"Data": b"r", "PartitionKey": shard.shard_id, "ExplicitHashKey": str(shard.hash_key_range.starting_hash_key)}
+        for shard in shards_of(client, unique_name)
+    ]
+    written = {result["ShardId"]: result["SequenceNumber"] for _, result in put_entries(client, unique_name, entries)}
+    leases = [Lease(shard, checkpoint=ExtendedSequenceNumber(number)) for shard, number in sorted(written.items())]
+    return unique_name, leases
+
+
+def check(kinesis: Any, stream: str, leases: list[Lease]) -> PendingWork:
+    return find_pending_work(leases, [stream], kinesis, CONFIG, RetryPolicy(attempts=2))
+
+
+def test_caught_up_leases_are_idle_after_one_get_records_each(kinesis_endpoint, caught_up):
+    stream, leases = caught_up
+    kinesis = counting(kinesis_client(kinesis_endpoint))
+    work = check(kinesis, stream, [*leases, Lease("shardId-000000000009", checkpoint=SHARD_END)])
+    assert (work.idle, work.open_leases) == (True, 4)
+    assert (kinesis.calls.get("get_shard_iterator"), kinesis.calls.get("get_records")) == (4, 4)
+
+
+def test_a_record_after_a_checkpoint_is_work(kinesis_endpoint, caught_up):
+    stream, leases = caught_up
+    behind = Lease(leases[2].lease_key, checkpoint=TRIM_HORIZON)
+    work = check(kinesis_client(kinesis_endpoint), stream, [*leases[:2], behind, leases[3]])
+    assert (work.idle, work.lease_key, work.reason) == (False, behind.lease_key, "records after its checkpoint")
+
+
+@pytest.mark.parametrize(
+    ("lease", "reason"),
+    [
+        pytest.param(
+            Lease("shardId-000000000000", checkpoint=TRIM_HORIZON, pending_checkpoint=ExtendedSequenceNumber("1")),
+            "a prepared batch waits to be committed",
+            id="prepared-batch",
+        ),
+        pytest.param(
+            Lease("shardId-000000000000", checkpoint=LATEST), "never read since it started at LATEST", id="latest"
+        ),
+        pytest.param(
+            Lease("shardId-000000000000", checkpoint=SHARD_END, unreported_losses=frozenset({AgedOutRange("5")})),
+            "retention losses wait to be reported",
+            id="unreported-losses",
+        ),
+    ],
+)
+def test_work_the_lease_item_shows_is_found_without_a_call(kinesis_endpoint, caught_up, lease, reason):
+    stream, leases = caught_up
+    kinesis = counting(kinesis_client(kinesis_endpoint))
+    work = check(kinesis, stream, [*leases, lease])
+    assert (work.lease_key, work.reason, sum(kinesis.calls.values())) == (lease.lease_key, reason, 0)
+
+
+def test_the_check_stops_at_the_first_lease_with_work(kinesis_endpoint, caught_up):
+    stream, leases = caught_up
+    first = Lease(leases[0].lease_key, checkpoint=TRIM_HORIZON)
+    # Many caught-up leases behind it (the same shards again): their calls are never made.
+    behind = [lease for _ in range(50) for lease in leases[1:]]
+    kinesis = counting(kinesis_client(kinesis_endpoint))
+    work = find_pending_work([first, *behind], [stream], kinesis, CONFIG, RetryPolicy(attempts=2), threads=2)
+    assert work.lease_key == first.lease_key
+    assert kinesis.calls.get("get_records", 0) <= 4, kinesis.calls
+
+
+def test_leases_of_a_stream_the_round_does_not_consume_are_left_alone(kinesis_endpoint, caught_up):
+    stream, leases = caught_up
+    here = StreamIdentifier("123456789012", stream, 1)
+    former = StreamIdentifier("123456789012", f"{stream}-deleted", 1)
+    multi = [
+        Lease(
+            f"{here.serialize()}:{lease.lease_key}",
+            lease.checkpoint,
+            stream_name=here.serialize(),
+            shard_id=lease.lease_key,
+        )
+        for lease in leases
+    ]
+    gone = Lease(
+        f"{former.serialize()}:shardId-000000000000",
+        TRIM_HORIZON,
+        stream_name=former.serialize(),
+        shard_id="shardId-000000000000",
+    )
+    work = check(kinesis_client(kinesis_endpoint), stream, [*multi, gone])
+    assert (work.idle, work.open_leases) == (True, 4)
+
+
+@pytest.mark.parametrize(
+    "value",
+    [None, {}, {"open_leases": "4"}, "idle"],
+    ids=["none", "empty", "count-as-text", "a-word"],
+)
+def test_an_answer_that_is_not_the_checks_is_refused_naming_its_source(value):
+    with pytest.raises(ValueError, match="the sync's XCom"):
+        PendingWork.from_dict(value, "the sync's XCom")
+
+
+def test_an_answer_survives_its_round_trip():
+    for work in (PendingWork(3), PendingWork(3, "shardId-000000000001", "records after its checkpoint")):
+        assert PendingWork.from_dict(work.to_dict(), "XCom") == work
