@@ -38,7 +38,9 @@ from tests.support.postgres_server import postgres_server
 
 DAG_ID = "kinesis_lease_pipeline"
 HEARTBEAT_TIMEOUT_SECONDS = 30
+# The story is one module fixture, timed with the first test that uses it (~5 minutes here).
 STORY_SECONDS = 20 * 60
+pytestmark = pytest.mark.timeout(STORY_SECONDS)
 
 
 class Producer(threading.Thread):
