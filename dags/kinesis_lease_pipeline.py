@@ -143,7 +143,7 @@ with DAG(
     },
 ) as dag:
     plan = RoundPlanOperator(task_id="plan_round", round_params="{{ params }}")
-    ensure_tables = EnsureLeaseTablesOperator(task_id="ensure_tables", settings=SETTINGS)
+    ensure_tables = EnsureLeaseTablesOperator(task_id="ensure_tables", settings=SETTINGS, streams=STREAMS)
     take_leadership = TakeLeadershipOperator(
         task_id="take_leadership", settings=SETTINGS, leader_owner=LEADER, retries=5, retry_delay=timedelta(seconds=30)
     )

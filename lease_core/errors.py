@@ -75,6 +75,29 @@ class TableProtectedError(LeaseCoreError):
 
 
 @dataclass(eq=False, repr=False)
+class ForeignTableError(LeaseCoreError):
+    """A table under one of the application's table names is not the application's own.
+
+    Its key schema, attribute types or items are not those of the role it would play (`role`:
+    "lease table", ...); `mismatch` says what differs. Not retryable: the name collides with
+    another application's table or an unrelated one, and `operation` (table setup, teardown) was
+    refused before it created, changed or deleted any table.
+    """
+
+    table_name: str
+    role: str
+    mismatch: str
+    operation: str
+
+    def __str__(self) -> str:
+        return (
+            f"DynamoDB table {self.table_name!r} is not this application's {self.role}: {self.mismatch}; "
+            f"{self.operation} refused, no table was created, changed or deleted "
+            "(check application_name and lease_table_name)"
+        )
+
+
+@dataclass(eq=False, repr=False)
 class DependencyError(LeaseCoreError):
     """An AWS call failed for a reason that may go away: transport errors, 5xx answers."""
 
@@ -111,6 +134,7 @@ class CorruptLeaseError(LeaseCoreError):
 
     lease_key: str
     problem: str
+    attribute: str | None = None  # the attribute at fault, when one is (a repair replaces or drops it)
 
     def __str__(self) -> str:
         return f"lease item {self.lease_key!r} is not a valid KCL lease: {self.problem}"
@@ -330,3 +354,26 @@ class RecordsLostError(LeaseCoreError):
 
     def __str__(self) -> str:
         return f"{len(self.losses)} loss(es) of records that can no longer be landed: " + "; ".join(self.losses)
+
+
+@dataclass(eq=False, repr=False)
+class CorruptLeasesSkippedError(LeaseCoreError):
+    """A round did everything it could, but lease-table items it cannot read as leases were skipped.
+
+    Their shards are not read until each item is repaired (`leasectl repair`), so a round that skips
+    one fails after landing the rest, like a loss: `problems` name each item and its bad attribute;
+    `losses` are the round's record losses, if it had any too. Not retryable: the items stay as
+    they are until someone repairs them.
+    """
+
+    problems: tuple[str, ...]
+    losses: tuple[str, ...] = ()
+
+    def __str__(self) -> str:
+        skipped = (
+            f"{len(self.problems)} lease item(s) skipped, their shards are not read until repaired "
+            f"(`leasectl repair --lease KEY --to POSITION`, docs/operating.md): " + "; ".join(self.problems)
+        )
+        if not self.losses:
+            return skipped
+        return f"{skipped}. And {len(self.losses)} loss(es) of records: " + "; ".join(self.losses)

@@ -40,10 +40,11 @@ from lease_core.lifecycle.lease_lifecycle import forget_reported_losses
 from lease_core.lifecycle.parent_watch import closing_lease_keys
 from lease_core.model.lease_keys import LeaseKeyScheme
 from lease_core.ops.command_line import EXIT_FAILED, EXIT_OK, EXIT_USAGE, ArgumentParser, UsageError
+from lease_core.sync.step import is_multi_stream, require_matching_lease_mode
 from spark_jobs.consume_spec import ConsumeSpec, settings_for_executors
 from spark_jobs.lease_consumer import LeaseBudget
 from spark_jobs.parquet_sink import ParquetSink
-from spark_jobs.round_report import RetentionLoss, RoundReport, write_report
+from spark_jobs.round_report import RetentionLoss, RoundReport, check_report_location, report_location, write_report
 from spark_jobs.slot_task import slot_reports
 from spark_jobs.transform import load_transform
 
@@ -69,7 +70,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="slot tasks <app>-worker-0..W-1 (the round's parallelism)",
     )
     parser.add_argument("--output-uri", required=True, help="the Parquet dataset: a local path or s3://bucket/prefix")
-    parser.add_argument("--report-uri", help="where to write the JSON round report (local path or s3://...)")
+    parser.add_argument(
+        "--report-uri",
+        type=_report_uri,
+        help="where to write the JSON round report: a local path, file:///path or s3://bucket/key",
+    )
     parser.add_argument("--max-records-per-lease", type=_positive_int, help="records per lease per round")
     parser.add_argument("--max-bytes-per-lease", type=_positive_int, help="payload bytes per lease per round")
     parser.add_argument("--max-seconds-per-lease", type=_positive_float, help="reading time per lease per round")
@@ -114,7 +119,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--round",
-        type=int,
+        type=_positive_int,
         dest="round_number",
         help="the round number (default: the last assignment round in the coordinator state)",
     )
@@ -134,6 +139,14 @@ def _positive_int(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
     return value
+
+
+def _report_uri(text: str) -> str:
+    try:
+        report_location(text)
+    except ConfigurationError as error:
+        raise argparse.ArgumentTypeError(error.problem) from None
+    return text
 
 
 def _positive_float(text: str) -> float:
@@ -239,6 +252,12 @@ def prepare_round(arguments: argparse.Namespace, config: ConsumerConfig) -> Cons
     """Check everything checkable on the driver, then build the spec the slots receive."""
     app = LeaseApplication.from_config(config)
     check_prerequisites(app, arguments.streams, arguments.output_uri, arguments.transform)
+    check_lease_mode(app, arguments.streams, arguments.workers)
+    if arguments.report_uri:  # before the round commits anything it could then not report
+        try:
+            check_report_location(arguments.report_uri, app)
+        except ConfigurationError as error:
+            raise UsageError(f"--report-uri: {error.problem}") from None
     budget = LeaseBudget(
         max_records=arguments.max_records_per_lease,
         max_bytes=arguments.max_bytes_per_lease,
@@ -274,6 +293,18 @@ def check_prerequisites(app: LeaseApplication, streams: Sequence[str], output_ur
         output_uri, s3_endpoint_url=config.aws_endpoint_url_s3, region=config.aws_region
     ).check_writable()
     load_transform(transform)
+
+
+def check_lease_mode(app: LeaseApplication, streams: Sequence[str], num_workers: int) -> None:
+    """Refuse, as `leasectl sync` does, a lease table keyed in the other mode (single- or multi-stream):
+    the slots would skip every lease and the round would look like one with nothing to read. The
+    slots' leases tell, and the first slot holding any is enough: a sync never mixes the two modes."""
+    multi_stream = is_multi_stream(app.config, streams)
+    for worker_id in slot_ids(app.config.require_application_name(), num_workers):
+        leases = app.lease_store.list_leases_for_owner(worker_id)
+        if leases:
+            require_matching_lease_mode(leases, multi_stream, "this consume job")
+            return
 
 
 def run_round(spark: Any, spec: ConsumeSpec, leadership: HandedOverLock | None = None) -> RoundReport:

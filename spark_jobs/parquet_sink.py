@@ -67,6 +67,7 @@ PARTITIONING = ds.partitioning(pa.schema([(name, pa.string()) for name in PARTIT
 DATASET_SCHEMA = pa.schema([*FILE_SCHEMA, *PARTITIONING.schema])
 COMPRESSION = "zstd"
 WRITE_CHECK_NAME = "_write_check"
+SINK_URI_FORMS = "a local path, an absolute file:///path or an s3://bucket[/prefix] URI"
 STAGED_PREFIX = "_staged-"
 _STAGED_NAME = re.compile(re.escape(STAGED_PREFIX) + r"[0-9a-f]{16}\.(?P<name>.+)")
 
@@ -161,16 +162,10 @@ class ParquetSink:
         S3 takes its credentials from boto3's default chain, its endpoint from `s3_endpoint_url`, else
         AWS_ENDPOINT_URL_S3, else AWS_ENDPOINT_URL (else AWS), and its region from `region` or boto3.
         """
-        parts = urlsplit(uri)
-        if parts.scheme == "" and uri:
-            return cls(uri, pafs.LocalFileSystem(), os.path.abspath(uri))
-        if parts.scheme == "file" and parts.netloc == "" and parts.path:
-            return cls(uri, pafs.LocalFileSystem(), os.path.abspath(unquote(parts.path)))
-        if parts.scheme == "s3" and parts.netloc:
-            prefix = parts.path.strip("/")
-            root = f"{parts.netloc}/{prefix}" if prefix else parts.netloc
+        on_s3, root = sink_root(uri)
+        if on_s3:
             return cls(uri, _s3_filesystem(uri, s3_endpoint_url, region), root)
-        raise SinkError(uri, "is not a local path, an absolute file:///path or an s3://bucket[/prefix] URI")
+        return cls(uri, pafs.LocalFileSystem(), root)
 
     def batch_path(
         self, stream_name: str, shard_id: str, start: ExtendedSequenceNumber, end: ExtendedSequenceNumber
@@ -293,6 +288,20 @@ class ParquetSink:
             yield
         except (OSError, pa.ArrowException) as error:
             raise SinkError(self.uri, f"cannot {action}: {error}", retryable=_is_transient(error)) from error
+
+
+def sink_root(uri: str) -> tuple[bool, str]:
+    """Pure: whether `uri` is on S3, and its root (an absolute path, or bucket[/prefix]); `SinkError`
+    for a URI no sink supports (another scheme, an S3 URI without a bucket, nothing)."""
+    parts = urlsplit(uri)
+    if parts.scheme == "" and uri.strip():
+        return False, os.path.abspath(uri)
+    if parts.scheme == "file" and parts.netloc == "" and parts.path:
+        return False, os.path.abspath(unquote(parts.path))
+    if parts.scheme == "s3" and parts.netloc:
+        prefix = parts.path.strip("/")
+        return True, f"{parts.netloc}/{prefix}" if prefix else parts.netloc
+    raise SinkError(uri, f"is not {SINK_URI_FORMS}")
 
 
 def _is_transient(error: Exception) -> bool:

@@ -14,17 +14,19 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import tempfile
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
+from urllib.parse import unquote, urlsplit
 
 import pydantic
 
 from lease_core import aws
 from lease_core.application import LeaseApplication
-from lease_core.errors import ConfigurationError, LeaseCoreError
+from lease_core.errors import AccessError, ConfigurationError, LeaseCoreError
 from lease_core.model.lease import AgedOutRange
 
 Schema = TypeVar("Schema")
@@ -478,18 +480,66 @@ def report_uri_for(output_uri: str, run_id: str) -> str:
     return f"{output_uri.rstrip('/')}/{REPORTS_FOLDER}/{name}.json"
 
 
+REPORT_URI_FORMS = "a local path, an absolute file:///path or an s3://bucket/key URI"
+
+
+def report_location(uri: str) -> Path | tuple[str, str]:
+    """Pure: the local file, or the S3 bucket and key, that `uri` names; `ConfigurationError` for a
+    URI the report cannot be written to (another scheme, an S3 URI without bucket or key, nothing)."""
+    parts = urlsplit(uri)
+    if parts.scheme == "s3":
+        return _s3_location(uri)
+    if parts.scheme == "" and uri.strip():
+        return Path(uri)
+    if parts.scheme == "file" and parts.netloc == "" and parts.path:
+        return Path(unquote(parts.path))
+    raise ConfigurationError("report_uri", f"must be {REPORT_URI_FORMS}, got {uri!r}")
+
+
+def check_report_location(uri: str, app: LeaseApplication) -> None:
+    """Fail before a round reads anything if its report could not be written at `uri`: a local
+    directory that cannot be created or written, a bucket that does not exist (`ConfigurationError`),
+    or S3 refusing to say (`AccessError`, `DependencyError`). Creates the local directory."""
+    location = report_location(uri)
+    if isinstance(location, Path):
+        _check_local_directory(uri, location)
+        return
+    bucket, _ = location
+    client = app.client("s3")
+    try:
+        aws.AwsCaller("s3", app.retry_policy).call("HeadBucket", lambda: client.head_bucket(Bucket=bucket))
+    except AccessError as error:
+        if error.detail.split(":")[0] not in ("404", "NoSuchBucket"):
+            raise
+        raise ConfigurationError("report_uri", f"bucket {bucket!r} of {uri!r} does not exist") from None
+
+
+def _check_local_directory(uri: str, path: Path) -> None:
+    if path.is_dir():
+        raise ConfigurationError("report_uri", f"{uri!r} is a directory; expected a file path such as .../round.json")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=path.parent, prefix="_report-check-"):
+            pass
+    except OSError as error:
+        raise ConfigurationError(
+            "report_uri", f"directory {str(path.parent)!r} cannot be created or written: {error.strerror or error}"
+        ) from None
+
+
 def write_report(uri: str, report: RoundReport, app: LeaseApplication) -> None:
     """The JSON report at a local path (written atomically) or an s3:// URI."""
     document = report.to_json().encode()
-    if uri.startswith("s3://"):
-        bucket, key = _s3_location(uri)
+    location = report_location(uri)
+    if not isinstance(location, Path):
+        bucket, key = location
         client = app.client("s3")
         aws.AwsCaller("s3", app.retry_policy).call(
             "PutObject",
             lambda: client.put_object(Bucket=bucket, Key=key, Body=document, ContentType="application/json"),
         )
         return
-    path = Path(uri.removeprefix("file://"))
+    path = location
     path.parent.mkdir(parents=True, exist_ok=True)
     staging = path.with_name(f"_{path.name}.tmp")
     staging.write_bytes(document)
@@ -502,8 +552,9 @@ def read_report(uri: str, app: LeaseApplication) -> RoundReport:
 
 
 def _report_bytes(uri: str, app: LeaseApplication) -> bytes:
-    if uri.startswith("s3://"):
-        bucket, key = _s3_location(uri)
+    location = report_location(uri)
+    if not isinstance(location, Path):
+        bucket, key = location
         client = app.client("s3")
 
         def fetch() -> bytes:  # the body is read inside the retried call: a dropped stream is retried too
@@ -512,7 +563,7 @@ def _report_bytes(uri: str, app: LeaseApplication) -> bytes:
 
         document: bytes = aws.AwsCaller("s3", app.retry_policy).call("GetObject", fetch)
         return document
-    return Path(uri.removeprefix("file://")).read_bytes()
+    return location.read_bytes()
 
 
 def _s3_location(uri: str) -> tuple[str, str]:

@@ -781,13 +781,30 @@ def _toml_settings(path: str | os.PathLike[str] | None) -> list[_Setting]:
         raise ConfigurationError("config_file", f"cannot read {os.fspath(path)}: {error.strerror}") from None
     except tomllib.TOMLDecodeError as error:
         raise ConfigurationError("config_file", f"{os.fspath(path)} is not valid TOML: {error}") from None
+    except UnicodeDecodeError as error:  # tomllib reads bytes but decodes them all as UTF-8 first
+        raise ConfigurationError(
+            "config_file",
+            f"{os.fspath(path)} is not UTF-8 text, as TOML must be: byte {error.object[error.start]:#04x} "
+            f"at offset {error.start} ({error.reason}); save the file as UTF-8",
+        ) from None
     # TOML values are typed already; ConsumerConfig checks them (a bool is not an int).
     return [_Setting(_known_key(key, _KEYS, origin), value, origin) for key, value in document.items()]
 
 
+def _env_key(name: str) -> str:
+    """The setting a `KINESIS_LEASE_*` variable sets; an unknown one is an error suggesting the variable
+    of the closest setting, matched on the part after the prefix in any case (the prefix every
+    variable shares would make any name look close to some setting)."""
+    if name in _ENV_KEYS:
+        return _ENV_KEYS[name]
+    close = difflib.get_close_matches(name.removeprefix(ENV_PREFIX).lower(), _KEYS, n=1)
+    hint = f"; did you mean {ENV_PREFIX + close[0].upper()!r}?" if close else ""
+    raise ConfigurationError(name, f"is not a known setting (in the environment){hint}")
+
+
 def _env_settings(environ: Mapping[str, str]) -> list[_Setting]:
     return [
-        _text_setting(_known_key(name, _ENV_KEYS, "the environment"), text, f"environment variable {name}")
+        _text_setting(_env_key(name), text, f"environment variable {name}")
         for name, text in sorted(environ.items())
         if name.startswith(ENV_PREFIX)
     ]

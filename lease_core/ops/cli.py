@@ -8,6 +8,11 @@ they fail naming the holder (and when a dead holder's lock can be taken over) wh
 stop before their next write if they lose it. `reset` moves one lease's checkpoint; its rules are in
 `lease_core.ops.checkpoint_reset`.
 
+`init` and `teardown` act only on tables that are the application's own
+(`lease_core.store.table_ownership`): `init` refuses an existing table whose key schema is not its
+role's, `teardown` one whose key schema or items are not, and either refuses before it creates,
+changes or deletes any table.
+
 Exit status: 0 on success, 1 when AWS or the tables say no, 2 for usage and configuration errors.
 """
 
@@ -42,6 +47,7 @@ from lease_core.ops.command_line import EXIT_FAILED, EXIT_OK, EXIT_USAGE, Argume
 from lease_core.ops.status import render_status, status_report
 from lease_core.store.coordinator_state import CoordinatorStateStore
 from lease_core.store.lease_store import LeaseStore
+from lease_core.store.tables import TEARDOWN
 from lease_core.sync.step import ShardSyncReport, sync_streams
 
 
@@ -53,7 +59,10 @@ def build_parser() -> argparse.ArgumentParser:
         "--set", metavar="KEY=VALUE", action="append", default=[], dest="overrides", help="override a setting"
     )
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    commands.add_parser("init", help="create the lease, worker-metrics and coordinator-state tables")
+    commands.add_parser(
+        "init",
+        help="create the lease, worker-metrics and coordinator-state tables (refusing existing ones of another schema)",
+    )
     status = commands.add_parser("status", help="leases per owner with counts, throughput and checkpoints")
     status.add_argument("--json", action="store_true", help="print the report as JSON")
     sync = commands.add_parser("sync", help="one full shard sync of the given streams now (no auditor)")
@@ -80,7 +89,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     assign.add_argument("--json", action="store_true", help="print the report as JSON")
     _add_reset_parser(commands)
-    teardown = commands.add_parser("teardown", help="delete the application's three tables")
+    teardown = commands.add_parser(
+        "teardown", help="delete the application's three tables, only if their schemas and items are the application's"
+    )
     teardown.add_argument("--yes", action="store_true", help="confirm the deletion")
     return parser
 
@@ -338,7 +349,9 @@ def run_teardown(arguments: argparse.Namespace, app: LeaseApplication) -> int:
         )
     administrator = app.tables
     deleted: list[str] = []
-    if administrator.describe(config.coordinator_state_table) is not None:
+    # Every table is checked to be the application's own before the lock is taken: the lock is
+    # written to the coordinator-state table, which may be another application's.
+    if config.coordinator_state_table in administrator.verify_tables(TEARDOWN, items=True):
         # Under the lock, so never beside a round; the lock's own table goes last, once the others
         # are gone (the lock is never released: nobody can take it before that table is deleted).
         lock = _leader_lock(app, "teardown")

@@ -14,9 +14,11 @@ EXIT_USAGE = 2  # bad arguments or configuration
 
 
 class UsageError(Exception):
-    pass
+    """Bad arguments; the message does not name the program, which the command prefixes once."""
 
 
 class ArgumentParser(argparse.ArgumentParser):
     def error(self, message: str) -> None:  # type: ignore[override]
-        raise UsageError(f"{self.prog}: {message}")
+        # A subcommand's parser is named "<program> <command>": keep the command, drop the program.
+        _program, _, command = self.prog.partition(" ")
+        raise UsageError(f"{command}: {message}" if command else message)

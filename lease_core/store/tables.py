@@ -8,6 +8,10 @@
 Creation is idempotent and safe under concurrent creators: an existing table is kept, losing a
 creation race counts as success, and every caller waits for ACTIVE. Billing mode, deletion
 protection, point-in-time recovery and tags apply to all three tables alike.
+
+Setup and teardown act only on tables that are the application's own (`table_ownership`): every
+existing table is checked before any is created, changed or deleted, so a refusal leaves all as
+they were.
 """
 
 from __future__ import annotations
@@ -21,11 +25,14 @@ import botocore.exceptions
 
 from lease_core.aws import AwsCaller, error_code
 from lease_core.config.settings import ConsumerConfig
-from lease_core.errors import TableNotReadyError, TableProtectedError
+from lease_core.errors import ForeignTableError, TableNotReadyError, TableProtectedError
 from lease_core.retry import RetryPolicy
 from lease_core.store.dynamodb_store import OWNER_INDEX_NAME
+from lease_core.store.table_ownership import ROLE_NAMES, SAMPLE_ITEMS, item_mismatch, schema_mismatch
 
 READY_STATUSES = frozenset({"ACTIVE", "UPDATING"})
+SETUP = "table setup"
+TEARDOWN = "teardown"
 
 
 @dataclass(frozen=True)
@@ -87,13 +94,41 @@ class TableAdministrator:
 
         return self._caller.call("DescribeTable", call)
 
+    def verify_tables(self, operation: str, items: bool = False) -> dict[str, dict[str, Any]]:
+        """The descriptions of the application's existing tables, by name, once each is found to be
+        the application's own: its key schema (and with `items`, a sample of its items) is its role's.
+        Raises ForeignTableError naming the first table that is not, for `operation`."""
+        existing = {}
+        for layout in application_tables(self.config):
+            description = self.describe(layout.name)
+            if description is None:
+                continue
+            mismatch = schema_mismatch(layout.role, layout.hash_key, description)
+            if mismatch is None and items:
+                mismatch = self._items_mismatch(layout)
+            if mismatch is not None:
+                raise ForeignTableError(layout.name, ROLE_NAMES[layout.role], mismatch, operation)
+            existing[layout.name] = description
+        return existing
+
+    def _items_mismatch(self, layout: TableLayout) -> str | None:
+        """Why an item of the first page of a scan is not the role's, or None: a sample is enough to
+        tell the role's items from anything else's (an empty table with the role's schema is the role's)."""
+        response = self._caller.call(
+            "Scan", lambda: self.client.scan(TableName=layout.name, Limit=SAMPLE_ITEMS, ConsistentRead=True)
+        )
+        mismatches = (item_mismatch(layout.role, item) for item in response.get("Items", []))
+        return next((mismatch for mismatch in mismatches if mismatch is not None), None)
+
     # --- creating ---------------------------------------------------------------------------
 
     def ensure_tables(self) -> list[TableReport]:
-        """Create whatever is missing, add a missing owner index, and wait until all are ready."""
+        """Create whatever is missing, add a missing owner index, and wait until all are ready.
+        An existing table of another schema is refused before anything is created or changed."""
+        existing = self.verify_tables(SETUP)
         reports = []
         for layout in application_tables(self.config):
-            created = self._create_if_missing(layout)
+            created = layout.name not in existing and self._create(layout)
             description = self._wait_until_ready(layout)
             if layout.owner_index and not _has_owner_index(description):
                 self._add_owner_index(layout, description)
@@ -103,10 +138,7 @@ class TableAdministrator:
             reports.append(TableReport(layout.role, layout.name, created, description["TableStatus"]))
         return reports
 
-    def _create_if_missing(self, layout: TableLayout) -> bool:
-        if self.describe(layout.name) is not None:
-            return False
-
+    def _create(self, layout: TableLayout) -> bool:
         def create() -> bool:
             try:
                 self.client.create_table(**self.create_table_arguments(layout))
@@ -219,18 +251,18 @@ class TableAdministrator:
         self, roles: Collection[str] | None = None, before_delete: Callable[[], None] = lambda: None
     ) -> list[str]:
         """Delete the application's tables (those of `roles` only, when given); returns the names that
-        existed. Protected tables refuse. `before_delete` runs before each DeleteTable call (a
-        caller holding the leader lock checks it is still held)."""
-        existing = []
-        for layout in application_tables(self.config):
-            if roles is not None and layout.role not in roles:
-                continue
-            description = self.describe(layout.name)
-            if description is None:
-                continue
-            if description.get("DeletionProtectionEnabled"):
-                raise TableProtectedError(layout.name)
-            existing.append(layout.name)
+        existed. Every existing table of the application, of any role, must be its own (schema and
+        items) and none of those to delete protected, else nothing is deleted. `before_delete` runs
+        before each DeleteTable call (a caller holding the leader lock checks it is still held)."""
+        descriptions = self.verify_tables(TEARDOWN, items=True)
+        existing = [
+            layout.name
+            for layout in application_tables(self.config)
+            if layout.name in descriptions and (roles is None or layout.role in roles)
+        ]
+        for name in existing:
+            if descriptions[name].get("DeletionProtectionEnabled"):
+                raise TableProtectedError(name)
         for name in existing:
             before_delete()
             self._delete(name)

@@ -20,7 +20,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from lease_core.config.settings import ConsumerConfig
-from lease_core.errors import ConfigurationError
+from lease_core.errors import ConfigurationError, CorruptLeaseError
 from lease_core.lifecycle.lease_lifecycle import CleanupOutcome, apply_cleanup, plan_lease_cleanup, unlisted_leases
 from lease_core.model.lease import Lease, StreamIdentifier
 from lease_core.model.lease_keys import LeaseKeyScheme
@@ -47,6 +47,9 @@ class ShardSyncReport:
     consumed_stream: ConsumedStream | None = None
     # The lease table as the step left it (its one scan plus its own writes), for the step's auditor.
     leases: tuple[Lease, ...] | None = field(default=None, repr=False, compare=False)
+    # Items of the table that are not readable leases: the round skips them, and their shards are
+    # not read until they are repaired (`leasectl repair`).
+    corrupt: tuple[CorruptLeaseError, ...] = ()
 
     @property
     def created(self) -> tuple[str, ...]:
@@ -82,6 +85,7 @@ class ShardSyncReport:
             "possibly_unread": list(self.possibly_unread),
             "former_streams_pending": dict(self.former_streams.pending) if self.former_streams else {},
             "consumed_stream": self.consumed_stream.to_dict() if self.consumed_stream else None,
+            "corrupt_leases": [{"lease_key": error.lease_key, "problem": error.problem} for error in self.corrupt],
         }
 
 
@@ -89,15 +93,16 @@ def is_multi_stream(config: ConsumerConfig, stream_names: Sequence[str]) -> bool
     return config.multi_stream or len(stream_names) > 1
 
 
-def _require_matching_lease_mode(leases: Sequence[Lease], multi_stream: bool) -> None:
-    """Refuse to sync a table whose leases were keyed in the other mode: the keys would not match
-    the shards, and cleanup would take every lease for garbage."""
+def require_matching_lease_mode(leases: Iterable[Lease], multi_stream: bool, command: str = "this sync") -> None:
+    """Refuse to work on a table whose leases were keyed in the other mode: a sync's keys would not
+    match the shards (cleanup would take every lease for garbage), a consume job's slots would skip
+    every lease."""
     for lease in leases:
         if lease.is_multi_stream != multi_stream:
             found = "multi-stream" if lease.is_multi_stream else "single-stream"
             raise ConfigurationError(
                 "multi_stream",
-                f"the lease table holds {found} leases (e.g. {lease.lease_key!r}) but this sync runs in "
+                f"the lease table holds {found} leases (e.g. {lease.lease_key!r}) but {command} runs in "
                 f"{'multi' if multi_stream else 'single'}-stream mode; set multi_stream = "
                 f"{str(lease.is_multi_stream).lower()} (several --stream options also select multi-stream mode)",
             )
@@ -214,13 +219,15 @@ def sync_streams(
     with ThreadPoolExecutor(max_workers=min(len(stream_names), _LISTINGS_AT_ONCE)) as pool:
         source = _ListingsAhead(source, stream_names, multi_stream, pool)
         snapshot = _scan(store)
-    _require_matching_lease_mode(snapshot.leases, multi_stream)
+    require_matching_lease_mode(snapshot.leases, multi_stream)
     step = _StreamStep(config, store, source, state, clock_millis)
     if not multi_stream:
         name = stream_names[0]
         consumed = remember_consumed_stream(state, source.describe_stream(name), table_has_leases=bool(snapshot.leases))
         result, cleanup, snapshot = step.run(name, name, LeaseKeyScheme(), snapshot)
-        return ShardSyncReport(False, (result,), (cleanup,), consumed_stream=consumed, leases=snapshot.leases)
+        return ShardSyncReport(
+            False, (result,), (cleanup,), consumed_stream=consumed, leases=snapshot.leases, corrupt=snapshot.corrupt
+        )
     identifiers = [source.stream_identifier(name) for name in stream_names]
     outcomes = []
     for stream in identifiers:
@@ -242,4 +249,5 @@ def sync_streams(
         tuple(cleanup for _, cleanup in outcomes),
         former,
         leases=_with_changes(snapshot, deleted=deleted).leases,
+        corrupt=snapshot.corrupt,
     )

@@ -3,8 +3,9 @@
 A retryable error (throttling after every retry, a 5xx, a table still being created, another
 round holding the leader lock) raises `AirflowException`: the task fails this try and Airflow
 retries it per the task's `retries`. Anything else (bad configuration, a missing stream or table,
-a corrupt lease, a refusal from AWS) raises `AirflowFailException`: retrying cannot help, so the
-task fails at once and the message says what to fix.
+a table that is not the application's, a corrupt lease, a refusal from AWS) raises
+`AirflowFailException`: retrying cannot help, so the task fails at once and the message says what
+to fix.
 """
 
 from __future__ import annotations

@@ -33,7 +33,7 @@ from airflow.sdk.exceptions import AirflowSkipException
 from kinesis_lease.aws_connection import AwsAccess, aws_access
 from kinesis_lease.errors import airflow_outcomes
 from kinesis_lease.round_plan import plan_round, stream_names
-from lease_core.errors import RecordsLostError
+from lease_core.errors import CorruptLeasesSkippedError, RecordsLostError
 from lease_core.leader.assignment_round import AssignmentCoordinator, slot_ids
 from lease_core.leader.leadership import Leadership, hold
 from lease_core.leader.round_history import RoundHistory
@@ -95,9 +95,20 @@ class RoundPlanOperator(BaseOperator):
 
 
 class EnsureLeaseTablesOperator(_LeaseStep):
-    """Creates the lease, worker-metrics and coordinator-state tables if they are missing."""
+    """Creates the lease, worker-metrics and coordinator-state tables if they are missing, once the
+    round's `streams` are known to exist. An existing table of another schema is refused, and then
+    nothing is created or changed (`ForeignTableError`, not retried)."""
+
+    template_fields: Sequence[str] = ("settings", "streams")
+
+    def __init__(self, *, streams: Any, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.streams = streams
 
     def run(self, access: AwsAccess, context: Any) -> dict[str, Any]:
+        # No tables for a round whose streams do not exist (StreamNotFoundError, not retried).
+        for name in stream_names(self.streams):
+            access.app.shard_source.describe_stream(name)
         administrator = access.app.tables
         return {
             "tables": [
@@ -395,9 +406,19 @@ class FinalizeRoundOperator(_LeaderStep):
             context["outlet_events"][outlet].extra = {
                 key: summary[key] for key in ("round", "records", "bytes", "files", "consumed")
             }
+        corrupt = corrupt_leases(shard_sync)
+        if corrupt:
+            raise CorruptLeasesSkippedError(corrupt, losses)
         if losses:
             raise RecordsLostError(losses)
         return summary
+
+
+def corrupt_leases(shard_sync: Mapping[str, Any]) -> tuple[str, ...]:
+    """The lease items the round's sync could not read, each with its bad attribute: skipped by the round."""
+    return tuple(
+        f"lease item {item['lease_key']!r}: {item['problem']}" for item in shard_sync.get("corrupt_leases", [])
+    )
 
 
 def round_summary(
@@ -411,6 +432,7 @@ def round_summary(
         "consumed": figures is not None,
         **history_figures(figures),
         "possibly_unread": len(shard_sync.get("possibly_unread", [])),
+        "corrupt_leases": len(shard_sync.get("corrupt_leases", [])),
         "moves": len(assignment.get("moves", [])),
     }
 

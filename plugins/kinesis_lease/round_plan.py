@@ -15,8 +15,15 @@ from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from lease_core.config.settings import COORDINATOR_STATE_TABLE_SUFFIX, WORKER_METRICS_TABLE_SUFFIX, parse_iso_timestamp
+from lease_core.config.settings import (
+    COORDINATOR_STATE_TABLE_SUFFIX,
+    WORKER_METRICS_TABLE_SUFFIX,
+    ConsumerConfig,
+    parse_iso_timestamp,
+)
 from lease_core.errors import ConfigurationError
+from spark_jobs.errors import SinkError
+from spark_jobs.parquet_sink import SINK_URI_FORMS, sink_root
 
 MODES = ("live", "backfill")
 # Params that are configuration keys of the consumer, passed through under the same name.
@@ -45,9 +52,9 @@ def plan_round(params: Mapping[str, Any]) -> RoundPlan:
     mode = params.get("mode") or "live"
     if mode not in MODES:
         raise ConfigurationError("mode", f"must be one of {', '.join(MODES)}, got {mode!r}")
-    application = _required_text(params, "application_name")
+    application = _application_name(params)
     streams = stream_names(params.get("streams"))
-    output_uri = _required_text(params, "output_uri").rstrip("/")
+    output_uri = _output_uri(params, mode)
     settings: dict[str, Any] = {key: params[key] for key in _SETTING_PARAMS if params.get(key) is not None}
     settings["initial_position_in_stream"] = params.get("initial_position") or "LATEST"
     if params.get("at_timestamp"):
@@ -98,6 +105,28 @@ def _required_text(params: Mapping[str, Any], key: str) -> str:
     if not isinstance(value, str) or not value.strip():
         raise ConfigurationError(key, f"is required, got {value!r}")
     return value.strip()
+
+
+def _application_name(params: Mapping[str, Any]) -> str:
+    """The application name, checked as the configuration checks it (it names three DynamoDB tables)."""
+    name = _required_text(params, "application_name")
+    ConsumerConfig(application_name=name)  # ConfigurationError naming application_name
+    return name
+
+
+def _output_uri(params: Mapping[str, Any], mode: str) -> str:
+    """The dataset's URI, in a form the sink writes to (checked here, not after the round's first steps)."""
+    uri = _required_text(params, "output_uri").rstrip("/")
+    try:
+        on_s3, root = sink_root(uri)
+    except SinkError:
+        raise ConfigurationError("output_uri", f"must be {SINK_URI_FORMS}, got {params.get('output_uri')!r}") from None
+    if on_s3 and "/" not in root and mode == "backfill":
+        # A backfill writes to `<output_uri>-backfill/...`: at a bucket's root, that is another bucket.
+        raise ConfigurationError(
+            "output_uri", f"a backfill needs a prefix in the bucket (s3://bucket/prefix), got {uri!r}"
+        )
+    return uri
 
 
 def _window(params: Mapping[str, Any]) -> tuple[datetime, datetime]:

@@ -102,7 +102,7 @@ def test_the_trigger_form_refuses_bad_values(dag, change):
 
 TEMPLATED = {
     "plan_round": {"round_params"},
-    "ensure_tables": {"settings"},
+    "ensure_tables": {"settings", "streams"},
     "take_leadership": {"settings", "leader_owner"},
     "sync_shards": {"settings", "leader_owner", "streams"},
     "assign_leases": {"settings", "leader_owner", "num_workers"},
@@ -184,6 +184,20 @@ def test_an_idle_round_skips_the_assignment_and_the_consume_step_and_still_relea
     states = run_round(dag, conf)
     assert (states["check_idle"], states["assign_leases"], states["consume"]) == ("skipped", "skipped", "skipped")
     assert (states["finalize_round"], states["release_leadership"]) == ("success", "success")
+
+
+def test_a_run_whose_plan_fails_fails_without_the_release_failing_or_retrying(
+    dag, airflow_run_environment, unique_name
+):
+    """No plan, no lock taken by the run: the teardown of a setup that never succeeded does not run
+    (Airflow marks it upstream_failed), so it neither renders the missing plan nor retries."""
+    conf = {"streams": [unique_name], "application_name": unique_name, "output_uri": "hdfs://namenode/lake"}
+    run = dag.test(run_conf=conf)
+    instances = {ti.task_id: ti for ti in run.get_task_instances()}
+    assert (run.state, instances["plan_round"].state) == ("failed", "failed")
+    release = instances["release_leadership"]
+    assert release.state in ("success", "skipped", "upstream_failed")
+    assert release.try_number <= 1
 
 
 def test_a_backfill_replays_its_window_into_its_own_namespace_and_is_idempotent(

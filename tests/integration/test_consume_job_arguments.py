@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from devtools.kinesis_streams import create_stream, kinesis_client
+from lease_core.model.lease import Lease, StreamIdentifier
 from spark_jobs.consume_job import EXIT_FAILED, EXIT_USAGE, main
 from tests.support.stores import dynamodb_store
 
@@ -46,10 +47,59 @@ CASES = [
     pytest.param({"--output-uri": "s3://no-such-bucket/x"}, EXIT_FAILED, "no-such-bucket", id="no-bucket"),
     pytest.param({"--output-uri": "gs://bucket/x"}, EXIT_FAILED, "is not a local path", id="unsupported-sink"),
     pytest.param({"--transform": "json:no_such_function"}, EXIT_FAILED, "no_such_function", id="bad-transform"),
+    pytest.param({"--round": "0"}, EXIT_USAGE, "argument --round: must be at least 1, got 0", id="round-zero"),
+    pytest.param(
+        {"--report-uri": "hdfs://namenode/round.json"},
+        EXIT_USAGE,
+        "argument --report-uri: must be a local path",
+        id="report-on-hdfs",
+    ),
+    pytest.param(
+        {"--report-uri": "s3://bucket"},
+        EXIT_USAGE,
+        "argument --report-uri: an S3 report URI needs a bucket and a key",
+        id="report-without-key",
+    ),
+    pytest.param(
+        {"--report-uri": "s3://no-such-bucket/round.json"},
+        EXIT_USAGE,
+        "--report-uri: bucket 'no-such-bucket' of 's3://no-such-bucket/round.json' does not exist",
+        id="report-bucket-missing",
+    ),
 ]
 
 
 @pytest.mark.parametrize(("changes", "status", "message"), CASES)
 def test_bad_input_exits_before_spark_with_a_message_naming_it(ready, capsys, changes, status, message):
     assert main(arguments(ready, **changes)) == status
-    assert message in capsys.readouterr().err
+    error = capsys.readouterr().err
+    assert message in error
+    assert error.startswith("consume_job: ") and "consume_job: consume_job" not in error
+
+
+def test_a_report_directory_that_cannot_be_created_exits_2_before_spark(ready, capsys, tmp_path):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    assert main(arguments(ready, **{"--report-uri": str(blocker / "rounds" / "round.json")})) == EXIT_USAGE
+    error = capsys.readouterr().err
+    assert f"--report-uri: directory {str(blocker / 'rounds')!r} cannot be created or written" in error
+
+
+def test_a_config_file_that_is_not_utf8_exits_2_naming_the_file(ready, capsys, tmp_path):
+    config = tmp_path / "consumer.toml"
+    config.write_bytes('lease_assignment_strategy = "café"\n'.encode("latin-1"))
+    assert main(arguments(ready, **{"--config": str(config)})) == EXIT_USAGE
+    error = capsys.readouterr().err
+    assert str(config) in error and "not UTF-8" in error
+
+
+def test_a_lease_table_keyed_in_the_other_mode_is_refused_before_any_slot_runs(ready, moto_endpoint, capsys):
+    """A multi-stream table read in single-stream mode: every slot would skip every lease."""
+    store = dynamodb_store(moto_endpoint, ready["app"])
+    stream = StreamIdentifier("123456789012", ready["stream"], 1)
+    store.create_lease_if_not_exists(
+        Lease.for_stream(stream, "shardId-000000000000", lease_owner=f"{ready['app']}-worker-1")
+    )
+    assert main(arguments(ready)) == EXIT_USAGE
+    error = capsys.readouterr().err
+    assert "'multi_stream'" in error and "this consume job runs in single-stream mode" in error

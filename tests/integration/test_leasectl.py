@@ -132,3 +132,25 @@ def test_usage_and_configuration_errors_exit_2_naming_the_problem(arguments, mes
     assert result.returncode == 2
     assert message in result.stderr
     assert "Traceback" not in result.stderr
+    assert result.stderr.startswith("leasectl: ") and "leasectl: leasectl" not in result.stderr
+
+
+def test_a_subcommand_usage_error_names_the_program_once_and_the_subcommand():
+    result = leasectl("--app", "demo-app", "reset")
+    assert result.returncode == 2
+    assert result.stderr.startswith("leasectl: reset: the following arguments are required: --shard, --to")
+
+
+def test_a_config_file_that_is_not_utf8_exits_2_naming_the_file(tmp_path):
+    config = tmp_path / "consumer.toml"
+    config.write_bytes('application_name = "café"\n'.encode("latin-1"))
+    result = leasectl("--config", str(config), "status")
+    assert result.returncode == 2
+    assert str(config) in result.stderr and "not UTF-8" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_an_unknown_setting_variable_exits_2_suggesting_the_closest_one():
+    result = leasectl("--app", "demo-app", "status", KINESIS_LEASE_failover_time_milis="5")
+    assert result.returncode == 2
+    assert "did you mean 'KINESIS_LEASE_FAILOVER_TIME_MILLIS'?" in result.stderr

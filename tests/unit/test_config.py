@@ -395,6 +395,14 @@ UNKNOWN_KEYS = [
     pytest.param("mapping", "max_lease_for_worker", "max_leases_for_worker", id="mapping"),
     pytest.param("with_overrides", "epsilon_milis", "epsilon_millis", id="with-overrides"),
     pytest.param("toml", "consumer", None, id="toml-table-is-not-used"),
+    pytest.param("env", f"{ENV_PREFIX}X", None, id="env-prefix-alone-is-not-close"),
+    pytest.param("env", f"{ENV_PREFIX}FOO", None, id="env-unrelated-name"),
+    pytest.param(
+        "env", f"{ENV_PREFIX}failover_time_millis", f"{ENV_PREFIX}FAILOVER_TIME_MILLIS", id="env-in-lower-case"
+    ),
+    pytest.param(
+        "env", f"{ENV_PREFIX}MAX_LEASES_PER_WORKER", f"{ENV_PREFIX}MAX_LEASES_FOR_WORKER", id="env-wrong-word"
+    ),
 ]
 
 
@@ -434,6 +442,16 @@ def test_a_missing_config_file_is_rejected_naming_the_path(tmp_path: Path) -> No
         load_config(path, environ={})
     assert raised.value.key == "config_file"
     assert str(path) in raised.value.problem
+
+
+def test_a_config_file_that_is_not_utf8_is_rejected_naming_the_file_and_the_encoding(tmp_path: Path) -> None:
+    path = tmp_path / "consumer.toml"
+    path.write_bytes('application_name = "café"\n'.encode("latin-1"))
+    with pytest.raises(ConfigurationError) as raised:
+        load_config(path, environ={})
+    assert raised.value.key == "config_file"
+    assert str(path) in raised.value.problem
+    assert "not UTF-8" in raised.value.problem
 
 
 def test_a_toml_syntax_error_is_rejected_with_the_parser_message(tmp_path: Path) -> None:

@@ -103,3 +103,46 @@ def test_a_backfill_takes_the_longest_application_name_whose_tables_fit_dynamodb
     with pytest.raises(ConfigurationError, match="too long for a backfill") as refused:
         backfill(start, END, application="a" * (longest + 1))
     assert refused.value.key == "application_name"
+
+
+def live(**changes: object) -> RoundPlan:
+    return plan_round({"application_name": "app", "streams": "s", "num_workers": 1, "output_uri": "/lake", **changes})
+
+
+@pytest.mark.parametrize(
+    ("changes", "param", "expected"),
+    [
+        pytest.param({"output_uri": "hdfs://namenode/lake"}, "output_uri", "s3://bucket[/prefix]", id="hdfs-uri"),
+        pytest.param({"output_uri": "s3://"}, "output_uri", "s3://bucket[/prefix]", id="s3-without-bucket"),
+        pytest.param({"output_uri": "s3:///lake"}, "output_uri", "s3://bucket[/prefix]", id="s3-empty-bucket"),
+        pytest.param({"output_uri": "file://host/lake"}, "output_uri", "file:///path", id="file-uri-with-host"),
+        pytest.param({"output_uri": ""}, "output_uri", "is required", id="empty-uri"),
+        pytest.param(
+            {"output_uri": "s3://bucket", "mode": "backfill", "start": START, "end": END},
+            "output_uri",
+            "needs a prefix",
+            id="backfill-at-a-bucket-root",
+        ),
+        pytest.param({"application_name": "ab"}, "application_name", "3 to 237 characters", id="name-too-short"),
+        pytest.param({"application_name": "my app"}, "application_name", "A-Z a-z 0-9 _ - .", id="name-with-space"),
+        pytest.param({"application_name": "a" * 238}, "application_name", "3 to 237", id="suffixed-tables-too-long"),
+    ],
+)
+def test_a_plan_refuses_an_output_or_application_name_the_round_could_not_use_naming_the_param(
+    changes, param, expected
+):
+    with pytest.raises(ConfigurationError) as raised:
+        live(**changes)
+    assert raised.value.key == param
+    assert expected in raised.value.problem
+
+
+@pytest.mark.parametrize(
+    "uri", ["/lake", "relative/lake", "file:///lake", "s3://bucket", "s3://bucket/lake/"], ids=lambda uri: uri
+)
+def test_a_plan_accepts_every_output_the_sink_writes_to(uri):
+    assert live(output_uri=uri).output_uri == uri.rstrip("/")
+
+
+def test_the_longest_application_name_whose_derived_tables_fit_is_accepted():
+    assert live(application_name="a" * 237).application_name == "a" * 237

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from kinesis_lease.operators import records_lost, round_summary
+from kinesis_lease.operators import corrupt_leases, records_lost, round_summary
 
 from lease_core.application import LeaseApplication
 from lease_core.config.settings import ConsumerConfig
@@ -205,7 +205,11 @@ def test_the_consume_steps_xcom_keeps_its_keys_and_values_and_reads_back():
 def test_the_finalize_summary_of_a_consumed_round_counts_its_figures():
     figures = RoundFigures.from_dict(FIGURES, "xcom")
     assignment = {"round_number": 7, "moves": [{"lease_key": "a"}, {"lease_key": "b"}]}
-    summary = round_summary(figures, assignment, {"possibly_unread": ["shardId-000000000004"]}, "manual__1")
+    shard_sync = {
+        "possibly_unread": ["shardId-000000000004"],
+        "corrupt_leases": [{"lease_key": "shardId-000000000009", "problem": "attribute 'checkpoint' is missing"}],
+    }
+    summary = round_summary(figures, assignment, shard_sync, "manual__1")
     assert summary.pop("finished_at") > 0
     assert summary == {
         "round": 7,
@@ -220,6 +224,7 @@ def test_the_finalize_summary_of_a_consumed_round_counts_its_figures():
         "failed_leases": 1,
         "retention_losses": 2,
         "possibly_unread": 1,
+        "corrupt_leases": 1,
         "moves": 2,
         "busiest_over_bound": 1.0,
         "slots": FIGURES["slots"],
@@ -243,10 +248,19 @@ def test_the_finalize_summary_of_a_round_whose_consume_step_was_skipped_has_zero
         "failed_leases": 0,
         "retention_losses": 0,
         "possibly_unread": 0,
+        "corrupt_leases": 0,
         "moves": 0,
         "busiest_over_bound": None,
         "slots": [],
     }
+
+
+def test_the_corrupt_lease_items_the_sync_skipped_are_named_with_their_attribute():
+    shard_sync = {
+        "corrupt_leases": [{"lease_key": "shardId-000000000009", "problem": "attribute 'leaseCounter' is missing"}]
+    }
+    assert corrupt_leases(shard_sync) == ("lease item 'shardId-000000000009': attribute 'leaseCounter' is missing",)
+    assert corrupt_leases({}) == ()
 
 
 def test_the_losses_of_the_figures_are_the_ones_the_round_alerts_on():
