@@ -190,6 +190,56 @@ def lease_from_item(item: Mapping[str, AttributeValue]) -> Lease:
         raise CorruptLeaseError(key, str(error)) from error
 
 
+# What a repair writes anew whatever the item held: the position the operator gives (no pending
+# batch), a counter above the one read, and no owner (the next assignment places the lease).
+_REPLACED_BY_REPAIR = (
+    CHECKPOINT,
+    CHECKPOINT_SUB_SEQUENCE,
+    PENDING_CHECKPOINT,
+    PENDING_CHECKPOINT_SUB_SEQUENCE,
+    PENDING_CHECKPOINT_STATE,
+    LEASE_COUNTER,
+    LEASE_OWNER,
+    CHECKPOINT_OWNER,
+    CLAIM_TOKEN,
+    MEASURED_BEFORE_CLAIM,
+    OWNER_SWITCHES,
+)
+# The item's identity: a repair never guesses these.
+_IDENTITY = (LEASE_KEY, STREAM_NAME, SHARD_ID)
+
+
+def repaired_lease(
+    item: Mapping[str, AttributeValue], checkpoint: ExtendedSequenceNumber
+) -> tuple[Lease, tuple[str, ...]]:
+    """The lease a repair writes over an unreadable `item`, and the attributes it had to drop.
+
+    Checkpoint `checkpoint`, no pending batch, no owner, the counter 2 above a readable one (else 1),
+    so any holder is fenced; every other attribute that reads is kept, and each one that does not is
+    dropped (named). CorruptLeaseError when the identity itself (key, stream, shard) does not read.
+    """
+    key = _ItemReader("<no leaseKey>", item).string(LEASE_KEY, required=True)
+    counter = item.get(LEASE_COUNTER)
+    try:
+        known_counter = _ItemReader(key, {LEASE_COUNTER: counter} if counter else {}).integer(LEASE_COUNTER)
+    except CorruptLeaseError:
+        known_counter = None
+    cleaned = {name: value for name, value in item.items() if name not in _REPLACED_BY_REPAIR}
+    cleaned[LEASE_COUNTER] = number_value(1 if known_counter is None else known_counter + 2)
+    cleaned.update(checkpoint_attributes(Lease(key, checkpoint=checkpoint)))
+    dropped: list[str] = []
+    while True:
+        try:
+            return lease_from_item(cleaned), tuple(dropped)
+        except CorruptLeaseError as error:
+            if error.attribute is None or error.attribute in _IDENTITY or error.attribute not in cleaned:
+                raise
+            drop = (STARTING_HASH_KEY, ENDING_HASH_KEY) if error.attribute == STARTING_HASH_KEY else (error.attribute,)
+            for name in drop:
+                if cleaned.pop(name, None) is not None:
+                    dropped.append(name)
+
+
 def _describe_key(item: Mapping[str, AttributeValue]) -> str:
     value = item.get(LEASE_KEY)
     return value["S"] if isinstance(value, dict) and isinstance(value.get("S"), str) else "<no leaseKey>"
@@ -206,11 +256,11 @@ class _ItemReader:
         value = self._item.get(name)
         if value is None:
             if required:
-                raise CorruptLeaseError(self._key, f"attribute {name!r} is missing")
+                raise CorruptLeaseError(self._key, f"attribute {name!r} is missing", name)
             return None
         if not isinstance(value, dict) or type_code not in value:
             found = next(iter(value), "?") if isinstance(value, dict) else type(value).__name__
-            raise CorruptLeaseError(self._key, f"attribute {name!r} must be of type {type_code}, found {found}")
+            raise CorruptLeaseError(self._key, f"attribute {name!r} must be of type {type_code}, found {found}", name)
         return value[type_code]
 
     @overload
@@ -220,7 +270,7 @@ class _ItemReader:
     def string(self, name: str, required: bool = False) -> str | None:
         value = self._raw(name, "S", required)
         if value == "" and required:
-            raise CorruptLeaseError(self._key, f"attribute {name!r} is an empty string")
+            raise CorruptLeaseError(self._key, f"attribute {name!r} is an empty string", name)
         # KCL never writes empty strings; treat an optional one written by other tooling as absent.
         return value or None
 
@@ -235,9 +285,9 @@ class _ItemReader:
         try:
             number = Decimal(raw)
         except InvalidOperation:
-            raise CorruptLeaseError(self._key, f"attribute {name!r} is not a number: {raw!r}") from None
+            raise CorruptLeaseError(self._key, f"attribute {name!r} is not a number: {raw!r}", name) from None
         if not number.is_finite() or number != number.to_integral_value() or number < 0:
-            raise CorruptLeaseError(self._key, f"attribute {name!r} must be a non-negative integer, got {raw!r}")
+            raise CorruptLeaseError(self._key, f"attribute {name!r} must be a non-negative integer, got {raw!r}", name)
         return int(number)
 
     def floating(self, name: str) -> float | None:
@@ -247,9 +297,9 @@ class _ItemReader:
         try:
             number = Decimal(raw)
         except InvalidOperation:
-            raise CorruptLeaseError(self._key, f"attribute {name!r} is not a number: {raw!r}") from None
+            raise CorruptLeaseError(self._key, f"attribute {name!r} is not a number: {raw!r}", name) from None
         if not number.is_finite() or number < 0:
-            raise CorruptLeaseError(self._key, f"attribute {name!r} must be a finite number >= 0, got {raw!r}")
+            raise CorruptLeaseError(self._key, f"attribute {name!r} must be a finite number >= 0, got {raw!r}", name)
         return float(number)
 
     def binary(self, name: str) -> bytes | None:
@@ -265,13 +315,13 @@ class _ItemReader:
         try:
             return None if text is None else MeasurementBeforeClaim.decode(text)
         except ValueError as error:
-            raise CorruptLeaseError(self._key, f"attribute {name!r}: {error}") from None
+            raise CorruptLeaseError(self._key, f"attribute {name!r}: {error}", name) from None
 
     def aged_out_ranges(self, name: str) -> frozenset[AgedOutRange]:
         try:
             return frozenset(AgedOutRange.decode(text) for text in self.string_set(name))
         except ValueError as error:
-            raise CorruptLeaseError(self._key, f"attribute {name!r}: {error}") from None
+            raise CorruptLeaseError(self._key, f"attribute {name!r}: {error}", name) from None
 
     @overload
     def sequence(self, name: str, sub_name: str, required: Literal[True]) -> ExtendedSequenceNumber: ...
@@ -285,7 +335,7 @@ class _ItemReader:
         try:
             return ExtendedSequenceNumber(sequence_number, sub)
         except InvalidSequenceNumberError as error:
-            raise CorruptLeaseError(self._key, f"attribute {name!r}: {error}") from None
+            raise CorruptLeaseError(self._key, f"attribute {name!r}: {error}", name) from None
 
     def hash_key_range(self) -> HashKeyRange | None:
         start = self.string(STARTING_HASH_KEY)
@@ -294,12 +344,12 @@ class _ItemReader:
             return None
         for name, value in ((STARTING_HASH_KEY, start), (ENDING_HASH_KEY, end)):
             if not (value.isdigit() and value.isascii()):
-                raise CorruptLeaseError(self._key, f"attribute {name!r} must be a decimal string, got {value!r}")
+                raise CorruptLeaseError(self._key, f"attribute {name!r} must be a decimal string, got {value!r}", name)
         try:
             return HashKeyRange.from_strings(start, end)
         except ValueError as error:
             raise CorruptLeaseError(
-                self._key, f"attributes {STARTING_HASH_KEY!r}/{ENDING_HASH_KEY!r}: {error}"
+                self._key, f"attributes {STARTING_HASH_KEY!r}/{ENDING_HASH_KEY!r}: {error}", STARTING_HASH_KEY
             ) from None
 
     def multi_stream(self) -> tuple[str | None, str | None]:

@@ -58,6 +58,20 @@ class ItemWrite:
 
 
 @dataclass(frozen=True)
+class RepairResult:
+    """What a repair of an unreadable lease item did (`LeaseStore.repair_lease`).
+
+    `problem`: why the item could not be read (None when it could: nothing was written, a readable
+    lease is reset, not repaired). `write`: the conditional write (None when nothing was written).
+    `dropped`: the item's attributes that did not read and are gone.
+    """
+
+    problem: CorruptLeaseError | None
+    write: WriteResult | None = None
+    dropped: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
 class TransactionResult:
     """A transaction's outcome. Not applied: `conflicts` names each lease key whose condition failed,
     with the stored lease (None when absent); empty when it was cancelled for another reason (a
@@ -102,6 +116,7 @@ class LeaseStore(Protocol):
     def reset_checkpoint(self, lease: Lease, value: ExtendedSequenceNumber) -> WriteResult: ...
     def update_lease_meta(self, lease: Lease, field: MetaField) -> bool: ...
     def forget_reported_losses(self, lease_key: str, losses: frozenset[AgedOutRange]) -> bool: ...
+    def repair_lease(self, lease_key: str, checkpoint: ExtendedSequenceNumber) -> RepairResult | None: ...
     def delete_lease(self, lease_key: str) -> None: ...
     def delete_lease_if_unchanged(self, lease: Lease) -> WriteResult: ...
     def transact(self, transaction: LeaseTransaction) -> TransactionResult: ...
@@ -244,6 +259,22 @@ class ConditionalLeaseStore(abc.ABC):
         """Remove `losses` from the lease's unreported ones (a kept round report names them); False when
         the lease is gone."""
         return self._update_item(lease_writes.forget_reported_losses(lease_key, losses)).applied
+
+    def repair_lease(self, lease_key: str, checkpoint: ExtendedSequenceNumber) -> RepairResult | None:
+        """Write a lease at `checkpoint` over the item of `lease_key` if it cannot be read as a lease
+        (`codec.repaired_lease`, `lease_writes.repair`); None when there is no such item."""
+        item = self._get_item(lease_key, consistent=True)
+        if item is None:
+            return None
+        try:
+            codec.lease_from_item(item)
+            return RepairResult(None)
+        except CorruptLeaseError as problem:
+            repaired, dropped = codec.repaired_lease(item, checkpoint)
+            write = self._update_item(lease_writes.repair(item, repaired))
+            # A retried write that lost its condition to its own first attempt finds the repaired item.
+            applied = write.applied or (write.retried and write.item == codec.lease_to_item(repaired))
+            return RepairResult(problem, WriteResult(applied, repaired if applied else None, write.retried), dropped)
 
     def delete_lease(self, lease_key: str) -> None:
         """KCL's deleteLease: unconditional, by key; deleting a missing lease succeeds."""

@@ -249,6 +249,22 @@ def reset_checkpoint(lease: Lease, value: ExtendedSequenceNumber) -> LeaseUpdate
     return dataclasses.replace(written, set_attributes=sets)
 
 
+def repair(item: codec.Item, repaired: Lease) -> LeaseUpdate:
+    """An operator's repair (`leasectl repair`) of an unreadable item: `repaired` written over it whole.
+
+    Conditional on every attribute of the item as it was read (the item cannot be read as a lease,
+    so its counter cannot fence on its own); sets every attribute of `repaired` and removes the
+    item's others, so the stored item is exactly `repaired`'s.
+    """
+    written = codec.lease_to_item(repaired)
+    return LeaseUpdate(
+        lease_key=repaired.lease_key,
+        conditions=tuple(AttributeEquals(name, value) for name, value in item.items() if name != codec.LEASE_KEY),
+        set_attributes=tuple((name, value) for name, value in written.items() if name != codec.LEASE_KEY),
+        remove_attributes=tuple(name for name in item if name not in written),
+    )
+
+
 def assign(lease: Lease, new_owner: str) -> LeaseUpdate:
     """The 3.x leader's assignment: owner-conditional (no counter check), fences by ADD 1."""
     return LeaseUpdate(

@@ -10,6 +10,7 @@ import pytest
 from lease_core.errors import CheckpointOrderError, CorruptLeaseError
 from lease_core.model.lease import AgedOutRange, HashKeyRange, Lease, StreamIdentifier
 from lease_core.model.sequence import LATEST, SHARD_END, TRIM_HORIZON, ExtendedSequenceNumber
+from lease_core.store import codec
 from lease_core.store.lease_store import ConditionalLeaseStore, WriteResult
 from lease_core.store.lease_writes import MetaField
 from lease_core.store.memory_store import InMemoryLeaseStore
@@ -476,3 +477,64 @@ def test_a_corrupt_unreported_loss_is_named_when_the_lease_is_read(store):
     )
     with pytest.raises(CorruptLeaseError, match="unreportedRetentionLosses"):
         store.get_lease("shardId-1", consistent=True)
+
+
+# --- repairing an unreadable item (`leasectl repair`) ------------------------------------------
+
+CORRUPT = {
+    "leaseKey": {"S": "shardId-7"},
+    "leaseCounter": {"N": "12"},
+    "leaseOwner": {"S": "app-worker-1"},
+    "checkpoint": {"N": "49590338271490256608559692538361571095921575989136588898"},  # a number, not a string
+    "parentShardId": {"SS": ["shardId-3"]},
+    "throughputKBps": {"S": "fast"},  # not a number either
+    "pendingCheckpoint": {"S": "LATEST"},
+}
+
+
+def test_a_repair_writes_the_position_keeps_what_reads_drops_what_does_not_and_fences_the_counter(store):
+    put_raw_item(store, CORRUPT)
+    target = ESN("49590338271490256608559692538361571095921575989136588898")
+    result = store.repair_lease("shardId-7", target)
+    assert result is not None and result.write is not None and result.write.applied
+    assert result.problem is not None and result.problem.attribute == "checkpoint"
+    assert result.dropped == ("throughputKBps",)
+    repaired = stored(store, "shardId-7")
+    assert (repaired.checkpoint, repaired.pending_checkpoint, repaired.lease_owner) == (target, None, None)
+    assert (repaired.lease_counter, repaired.parent_shard_ids) == (14, frozenset({"shardId-3"}))
+    assert set(raw_item(store, "shardId-7")) == set(codec.lease_to_item(repaired))
+
+
+@pytest.mark.parametrize(
+    ("item", "expected"),
+    [
+        pytest.param(
+            {"leaseKey": {"S": "shardId-8"}, "leaseCounter": {"N": "3"}, "checkpoint": {"S": "LATEST"}},
+            "readable",
+            id="readable-lease",
+        ),
+        pytest.param(None, "missing", id="no-item"),
+    ],
+)
+def test_a_repair_writes_nothing_over_a_readable_lease_or_where_there_is_no_item(store, item, expected):
+    if item is not None:
+        put_raw_item(store, item)
+    result = store.repair_lease("shardId-8", TRIM_HORIZON)
+    assert ("missing" if result is None else "readable" if result.problem is None else "repaired") == expected
+    if item is not None:
+        assert raw_item(store, "shardId-8") == item
+
+
+def test_a_repair_loses_to_anyone_who_changed_the_item_after_it_was_read(store, monkeypatch):
+    put_raw_item(store, CORRUPT)
+    read = store._get_item
+
+    def read_then_changed_by_someone_else(lease_key, consistent):
+        item = read(lease_key, consistent)
+        put_raw_item(store, {**CORRUPT, "leaseCounter": {"N": "13"}})
+        return item
+
+    monkeypatch.setattr(store, "_get_item", read_then_changed_by_someone_else)
+    result = store.repair_lease("shardId-7", TRIM_HORIZON)
+    assert result is not None and result.write is not None and not result.write.applied
+    assert raw_item(store, "shardId-7")["leaseCounter"] == {"N": "13"}
