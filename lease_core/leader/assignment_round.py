@@ -88,6 +88,8 @@ class AssignmentReport:
     spillover: tuple[str, ...]
     lost_conditions: int
     excluded_workers: Mapping[str, str]
+    # Items of the lease table that are not readable leases, each with its bad attribute: not assigned.
+    corrupt_leases: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, object]:
         return asdict(self)
@@ -280,7 +282,8 @@ class AssignmentCoordinator:
         previous = RoundSnapshot.from_item(self.state.get(ROUND_KEY))
         retry = round_owner is not None and previous.round_owner == round_owner
         round_number = previous.round_number if retry else previous.round_number + 1
-        leases = self.store.list_leases()
+        scan = self.store.scan_leases()
+        leases = list(scan.leases)
         stored = self.metrics.get_many(worker_ids)
         workers, notes = active_workers(worker_ids, stored, round_number)
         active = {worker.worker_id for worker in workers}
@@ -319,6 +322,7 @@ class AssignmentCoordinator:
             spillover=plan.spillover,
             lost_conditions=sum(not move.applied for move in moves),
             excluded_workers={worker: notes[worker] for worker in worker_ids if worker not in active},
+            corrupt_leases=tuple(str(error) for error in scan.corrupt),
         )
 
     def _write(

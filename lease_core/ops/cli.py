@@ -2,11 +2,13 @@
 
     leasectl [--app APP] [--config FILE] [--set KEY=VALUE ...] COMMAND
 
-The commands that write for the application as a whole (`sync`, `assign`, `reset`, `teardown`)
+The commands that write for the application as a whole (`sync`, `assign`, `reset`, `repair`, `teardown`)
 hold the application's leader lock while they write, like a round, so they never run beside one;
 they fail naming the holder (and when a dead holder's lock can be taken over) when it is held, and
 stop before their next write if they lose it. `reset` moves one lease's checkpoint; its rules are in
-`lease_core.ops.checkpoint_reset`.
+`lease_core.ops.checkpoint_reset`. `repair` writes an item that cannot be read as a lease anew
+(`lease_core.ops.lease_repair`). `status`, `sync` and `assign` exit 1 after their work when they met
+such items, naming each one and its attribute: their shards are not read until repaired.
 
 `init` and `teardown` act only on tables that are the application's own
 (`lease_core.store.table_ownership`): `init` refuses an existing table whose key schema is not its
@@ -44,6 +46,7 @@ from lease_core.ops.checkpoint_reset import (
     render_position,
 )
 from lease_core.ops.command_line import EXIT_FAILED, EXIT_OK, EXIT_USAGE, ArgumentParser, UsageError
+from lease_core.ops.lease_repair import LeaseRepair
 from lease_core.ops.status import render_status, status_report
 from lease_core.store.coordinator_state import CoordinatorStateStore
 from lease_core.store.lease_store import LeaseStore
@@ -89,12 +92,32 @@ def build_parser() -> argparse.ArgumentParser:
     )
     assign.add_argument("--json", action="store_true", help="print the report as JSON")
     _add_reset_parser(commands)
+    repair = commands.add_parser(
+        "repair",
+        help="write a lease item that cannot be read as a lease anew at a position, holding the leader lock",
+        description=REPAIR_DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    repair.add_argument("--lease", required=True, metavar="KEY", help="the lease key, as the alert names it")
+    repair.add_argument(
+        "--to", required=True, dest="target", metavar="POSITION", help=f"where its shard resumes: {TARGET_FORMS}"
+    )
+    repair.add_argument("--json", action="store_true", help="print the result as JSON")
+    repair.add_argument("--yes", action="store_true", help="confirm the repair")
     teardown = commands.add_parser(
         "teardown", help="delete the application's three tables, only if their schemas and items are the application's"
     )
     teardown.add_argument("--yes", action="store_true", help="confirm the deletion")
     return parser
 
+
+REPAIR_DESCRIPTION = """\
+Write a lease item that cannot be read as a lease (a round skips it and names it) anew.
+
+The attributes that read are kept, each one that does not is dropped and named, and the checkpoint
+is POSITION (as for reset: TRIM_HORIZON, LATEST, or the last record to count as landed), with no
+owner (the next assignment places it). A readable lease is refused: move its checkpoint with reset.
+"""
 
 RESET_DESCRIPTION = """\
 Move one lease's checkpoint: replay a shard from an earlier point, or skip ahead.
@@ -181,6 +204,35 @@ def run_status(arguments: argparse.Namespace, app: LeaseApplication) -> int:
     config = app.config
     report = status_report(config.lease_table, app.lease_store.scan_leases())
     print(json.dumps(report.to_dict(), indent=2) if arguments.json else render_status(report))
+    return _exit_status(report.corrupt_items)
+
+
+def _exit_status(corrupt: Sequence[str]) -> int:
+    """EXIT_OK, or EXIT_FAILED naming each lease item the command could not read: its shard is not
+    read until the item is repaired, so a script or an operator must not take the run for a clean one."""
+    if not corrupt:
+        return EXIT_OK
+    print(
+        f"leasectl: {len(corrupt)} lease item(s) could not be read and were skipped; their shards are not read "
+        "until repaired with `leasectl repair --lease KEY --to POSITION --yes`: " + "; ".join(corrupt),
+        file=sys.stderr,
+    )
+    return EXIT_FAILED
+
+
+def run_repair(arguments: argparse.Namespace, app: LeaseApplication) -> int:
+    try:
+        target = parse_target(arguments.target)
+    except ResetUsageError as error:
+        raise UsageError(str(error)) from None
+    if not arguments.yes:
+        raise UsageError(
+            f"repair would write lease item {arguments.lease!r} of table {app.config.lease_table!r} anew at "
+            f"{describe_position(target)}, keeping the attributes that read and dropping the others; add --yes "
+            "to confirm"
+        )
+    report = LeaseRepair(app.lease_store, _leader_lock(app, "repair")).run(arguments.lease, target)
+    print(json.dumps(report.to_dict(), indent=2) if arguments.json else report.render())
     return EXIT_OK
 
 
@@ -209,7 +261,7 @@ def run_sync(arguments: argparse.Namespace, app: LeaseApplication) -> int:
         print(json.dumps(report.to_dict(), indent=2))
     else:
         print(render_sync_report(report))
-    return EXIT_OK
+    return _exit_status(tuple(str(error) for error in report.corrupt))
 
 
 def render_sync_report(report: ShardSyncReport) -> str:
@@ -259,7 +311,7 @@ def run_assign(arguments: argparse.Namespace, app: LeaseApplication) -> int:
         store, state = _fenced_stores(app, leadership)
         report = AssignmentCoordinator(store, metrics, state, config).run(worker_ids)
     print(json.dumps(report.to_dict(), indent=2) if arguments.json else render_assignment_report(report))
-    return EXIT_OK
+    return _exit_status(report.corrupt_leases)
 
 
 def render_assignment_report(report: AssignmentReport) -> str:
@@ -378,6 +430,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace, LeaseApplication], int]] = {
     "sync": run_sync,
     "assign": run_assign,
     "reset": run_reset,
+    "repair": run_repair,
     "teardown": run_teardown,
 }
 

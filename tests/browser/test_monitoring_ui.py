@@ -17,7 +17,7 @@ from lease_core.model.lease import Lease
 from lease_core.model.sequence import ExtendedSequenceNumber
 from lease_core.store.coordinator_state import DynamoDBCoordinatorStateStore
 from tests.support.airflow_server import PASSWORDS, AirflowServer, airflow_api_server
-from tests.support.stores import FAST_RETRIES, dynamodb_store, fast_config
+from tests.support.stores import FAST_RETRIES, dynamodb_store, fast_config, put_raw_item
 
 CHROMIUM = "/usr/bin/chromium"  # Debian's package; Playwright never downloads a browser here
 CHROMIUM_ARGS = [
@@ -51,7 +51,7 @@ def browser() -> Iterator[Browser]:
 
 @pytest.fixture(scope="module")
 def application(moto_endpoint: str) -> str:
-    """Two leases on worker 0 (300 + 100 KB/s), one on worker 1 (100 KB/s), and one finished round."""
+    """Two leases on worker 0 (300 + 100 KB/s), one on worker 1 (100 KB/s), a corrupt item, and one finished round."""
     store = dynamodb_store(moto_endpoint, APPLICATION)
     for key, checkpoint, throughput, owner in (
         ("shardId-000", "1000", 300.0, WORKER_0),
@@ -60,6 +60,8 @@ def application(moto_endpoint: str) -> str:
     ):
         lease = Lease(key, ExtendedSequenceNumber(checkpoint), throughput_kbps=throughput)
         assert store.create_lease_if_not_exists(lease) and store.assign_lease(lease, owner).applied
+    # A fourth item that is not a readable lease: the page names it and its attribute.
+    put_raw_item(store, {"leaseKey": {"S": "shardId-003"}, "leaseCounter": {"S": "x"}, "checkpoint": {"S": "LATEST"}})
     state = DynamoDBCoordinatorStateStore(store.client, fast_config(APPLICATION).coordinator_state_table, FAST_RETRIES)
     history = RoundHistory(state)
     history.append(
@@ -120,6 +122,9 @@ def test_a_signed_in_user_sees_load_bars_and_the_shards_of_an_application(server
         ["shardId-000", WORKER_0, "1000", "-", "4,500", "300.0", "caught_up · 1,234 record(s)", "-", "-", "1"]
     )
     expect(frame.locator("tr[data-lease-key='shardId-002'] td").nth(1)).to_have_text(WORKER_1)
+    expect(frame.locator("#corrupt-items li")).to_have_text(
+        ["lease item 'shardId-003' is not a valid KCL lease: attribute 'leaseCounter' must be of type N, found S"]
+    )
     expect(frame.locator("#leader")).to_have_text("none (no round has taken the lock)")
     expect(frame.locator("#rounds tr[data-round='7'] td").nth(2)).to_have_text("1,234")
     expect(frame.locator("#rounds tr[data-round='7'] td").last).to_have_text("1.07x")

@@ -13,8 +13,10 @@ from devtools.fault_proxy import FaultProxy
 from devtools.kinesis_streams import create_stream, kinesis_client
 from devtools.stream_records import StreamRecord
 from lease_core.leader.round_history import RoundHistory
+from lease_core.ops.checkpoint_reset import render_position
 from spark_jobs.slot_task import SlotTask
 from tests.support.airflow_dag import airflow_environment, run_round
+from tests.support.leasectl import run_leasectl
 from tests.support.pipeline import ConsumerPipeline, duplicates
 
 
@@ -95,3 +97,56 @@ def test_a_loss_whose_driver_died_before_reporting_it_is_reported_by_the_next_ru
 
     quiet = run_round(dag, conf)
     assert (quiet["consume"], quiet["finalize_round"]) == ("skipped", "success")
+
+
+def test_a_corrupt_lease_item_fails_the_run_after_the_rest_landed_until_leasectl_repair_makes_it_a_lease_again(
+    dag, rounds_through_the_proxy, trim_proxy, moto_endpoint, unique_name, tmp_path
+):
+    create_stream(kinesis_client(trim_proxy.endpoint), unique_name, 2)
+    ledger = ConsumerPipeline(unique_name, (unique_name,), trim_proxy.endpoint, moto_endpoint, str(tmp_path / "lake"))
+    conf = {
+        "streams": [unique_name],
+        "application_name": unique_name,
+        "num_workers": 1,
+        "initial_position": "TRIM_HORIZON",
+        "output_uri": str(tmp_path / "lake"),
+    }
+    ledger.produce(20)
+    assert set(run_round(dag, conf).values()) == {"success"}
+    corrupt, healthy = sorted(ledger.leases())
+    landed_through = render_position(ledger.leases()[corrupt].checkpoint)
+    ledger.dynamodb.update_item(
+        TableName=unique_name,
+        Key={"leaseKey": {"S": corrupt}},
+        UpdateExpression="SET leaseCounter = :text",
+        ExpressionAttributeValues={":text": {"S": "seven"}},
+    )
+    later = ledger.produce(40)
+
+    alerted = run_round(dag, conf)
+    assert (alerted["consume"], alerted["finalize_round"], alerted["release_leadership"]) == (
+        "success",
+        "failed",
+        "success",
+    )
+    landed = ledger.landed()
+    assert duplicates(landed) == []
+    assert set(landed) == set(ledger.produced) - {record for record in later if record.shard_id == corrupt}
+    assert RoundHistory(ledger.state).rounds()[-1]["corrupt_leases"] == 1
+
+    repair = run_leasectl(
+        "--app",
+        unique_name,
+        "repair",
+        "--lease",
+        corrupt,
+        "--to",
+        landed_through,
+        "--yes",
+        dynamodb=moto_endpoint,
+    )
+    assert repair.returncode == 0, repair.stderr
+    assert set(run_round(dag, conf).values()) == {"success"}
+    landed = ledger.landed()
+    assert duplicates(landed) == [] and set(landed) == set(ledger.produced)
+    assert healthy in ledger.leases()

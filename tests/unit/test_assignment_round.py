@@ -229,13 +229,13 @@ def test_an_older_rounds_snapshot_never_replaces_a_newer_one():
     leases(store, 1)
 
     run = coordinator(store, state=state)
-    original = run.store.list_leases
+    original = run.store.scan_leases
 
-    def list_then_newer_round():  # another leader finishes round 5 while this one decides round 1
+    def scan_then_newer_round():  # another leader finishes round 5 while this one decides round 1
         result = original()
         state.put(ROUND_KEY, {"round": 5, "assignedAt": 9, "version": "other"})
         return result
 
-    run.store.list_leases = list_then_newer_round
+    run.store.scan_leases = scan_then_newer_round
     assert run.run(SLOTS).round_number == 1
     assert state.get(ROUND_KEY)["round"] == 5

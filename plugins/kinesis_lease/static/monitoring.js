@@ -125,6 +125,15 @@
     return row;
   }
 
+  function renderCorrupt(problems) {
+    byId("corrupt-section").hidden = problems.length === 0;
+    byId("corrupt-items").replaceChildren(...problems.map((problem) => {
+      const item = document.createElement("li");
+      item.textContent = problem;
+      return item;
+    }));
+  }
+
   function renderOverview(overview) {
     byId("application-name").textContent = overview.application;
     const tables = overview.tables;
@@ -138,6 +147,7 @@
       `${summary.lease_count} lease(s), ${summary.in_handoff} in handoff, ${summary.at_shard_end} at SHARD_END, ` +
       `${summary.pending_checkpoints} with a prepared checkpoint${corrupt}` +
       (overview.last_round === null ? "" : `; last round ${overview.last_round}`);
+    renderCorrupt(summary.corrupt_items);
     fillRows("leases", overview.leases.map(leaseRow));
     fillRows("rounds", overview.rounds.map(roundRow));
     byId("content").hidden = false;
