@@ -372,7 +372,7 @@ class CorruptLeasesSkippedError(LeaseCoreError):
     def __str__(self) -> str:
         skipped = (
             f"{len(self.problems)} lease item(s) skipped, their shards are not read until repaired "
-            f"(`leasectl repair --lease KEY --to POSITION`, docs/operating.md): " + "; ".join(self.problems)
+            f"(`leasectl repair --lease KEY [--to POSITION]`, docs/operating.md): " + "; ".join(self.problems)
         )
         if not self.losses:
             return skipped

@@ -100,7 +100,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     repair.add_argument("--lease", required=True, metavar="KEY", help="the lease key, as the alert names it")
     repair.add_argument(
-        "--to", required=True, dest="target", metavar="POSITION", help=f"where its shard resumes: {TARGET_FORMS}"
+        "--to",
+        dest="target",
+        metavar="POSITION",
+        help=f"where its shard resumes, when its own checkpoint does not read: {TARGET_FORMS}",
     )
     repair.add_argument("--json", action="store_true", help="print the result as JSON")
     repair.add_argument("--yes", action="store_true", help="confirm the repair")
@@ -114,9 +117,11 @@ def build_parser() -> argparse.ArgumentParser:
 REPAIR_DESCRIPTION = """\
 Write a lease item that cannot be read as a lease (a round skips it and names it) anew.
 
-The attributes that read are kept, each one that does not is dropped and named, and the checkpoint
-is POSITION (as for reset: TRIM_HORIZON, LATEST, or the last record to count as landed), with no
-owner (the next assignment places it). A readable lease is refused: move its checkpoint with reset.
+The attributes that read are kept, each one that does not is dropped and named (never the key, the
+stream, the shard or the parents: those are corrected by hand), and the checkpoint is the item's
+own when it reads, else POSITION (as for reset: TRIM_HORIZON, LATEST, or the last record to count
+as landed), with no owner (the next assignment places it). An item at SHARD_END stays there. A
+readable lease is refused: move its checkpoint with reset.
 """
 
 RESET_DESCRIPTION = """\
@@ -214,7 +219,7 @@ def _exit_status(corrupt: Sequence[str]) -> int:
         return EXIT_OK
     print(
         f"leasectl: {len(corrupt)} lease item(s) could not be read and were skipped; their shards are not read "
-        "until repaired with `leasectl repair --lease KEY --to POSITION --yes`: " + "; ".join(corrupt),
+        "until repaired with `leasectl repair --lease KEY [--to POSITION] --yes`: " + "; ".join(corrupt),
         file=sys.stderr,
     )
     return EXIT_FAILED
@@ -222,14 +227,14 @@ def _exit_status(corrupt: Sequence[str]) -> int:
 
 def run_repair(arguments: argparse.Namespace, app: LeaseApplication) -> int:
     try:
-        target = parse_target(arguments.target)
+        target = None if arguments.target is None else parse_target(arguments.target)
     except ResetUsageError as error:
         raise UsageError(str(error)) from None
     if not arguments.yes:
+        where = "its own checkpoint" if target is None else describe_position(target)
         raise UsageError(
             f"repair would write lease item {arguments.lease!r} of table {app.config.lease_table!r} anew at "
-            f"{describe_position(target)}, keeping the attributes that read and dropping the others; add --yes "
-            "to confirm"
+            f"{where}, keeping the attributes that read and dropping the others; add --yes to confirm"
         )
     report = LeaseRepair(app.lease_store, _leader_lock(app, "repair")).run(arguments.lease, target)
     print(json.dumps(report.to_dict(), indent=2) if arguments.json else report.render())

@@ -6,15 +6,18 @@ naming the item and its attribute (`CorruptLeasesSkippedError`). A repair makes 
 - Which item: `--lease`, the lease key as the alert and `leasectl status` print it (in a
   multi-stream table, `<account>:<stream>:<epoch>:<shardId>`). Only an unreadable item: a readable
   lease is refused (`leasectl reset` moves its checkpoint); no item is "not found".
-- Where it resumes: `--to`, as for `leasectl reset` (TRIM_HORIZON, LATEST, or the sequence number
-  of the last record to count as landed). The item's own checkpoint may be what is corrupt, so the
-  operator gives the position; `leasectl status` and the DynamoDB console show what the item holds.
+- Where it resumes: the item's own checkpoint when it reads, or `--to`, as for `leasectl reset`
+  (TRIM_HORIZON, LATEST, or the sequence number of the last record to count as landed), which is
+  required when the checkpoint is what does not read. An item at SHARD_END stays there (`--to` is
+  refused): its children depend on it being finished.
 - What is written (`LeaseStore.repair_lease`): the item's attributes that read are kept (parents,
   children, hash range, throughput, ...), each one that does not is dropped and named in the
-  report, the checkpoint is the target with no prepared batch, there is no owner (the next
-  assignment places the lease) and the counter is 2 above a readable one (else 1). The write is
-  conditional on the whole item as it was read: a change meanwhile leaves it as it is and the
-  repair fails, writing nothing.
+  report, the checkpoint as above with no prepared batch, no owner (the next assignment places the
+  lease) and the counter 2 above a readable one (else 1). Attributes the codec does not know are
+  left as they are. The identity (key, stream, shard) and the parents are never dropped: a repair
+  that would need to is refused, and they are corrected by hand from the stream's listing. The
+  write is conditional on the whole item as it was read: a change meanwhile leaves it as it is
+  and the repair fails, writing nothing.
 - Exclusion: the application's leader lock is held for the repair, as for a reset, so no round runs
   meanwhile; released at the end whatever happened.
 """
@@ -28,6 +31,7 @@ from lease_core.leader.leader_lock import LeaderLock
 from lease_core.leader.leadership import hold
 from lease_core.model.lease import Lease
 from lease_core.model.sequence import ExtendedSequenceNumber
+from lease_core.store.codec import RepairRefused
 from lease_core.store.lease_store import LeaseStore
 
 
@@ -78,12 +82,16 @@ class LeaseRepair:
         self.store = store
         self.lock = lock
 
-    def run(self, lease_key: str, target: ExtendedSequenceNumber) -> RepairReport:
+    def run(self, lease_key: str, target: ExtendedSequenceNumber | None) -> RepairReport:
+        """Repair `lease_key` at `target`, or at its own checkpoint when None."""
         with hold(self.lock, "leasectl repair", acquire=True, release=True) as leadership:
             store = leadership.lease_store(self.store)
-            result = store.repair_lease(lease_key, target)
+            try:
+                result = store.repair_lease(lease_key, target)
+            except RepairRefused as refusal:
+                raise LeaseRepairError(lease_key, str(refusal)) from None
         if result is None:
-            raise LeaseRepairError(lease_key, f"table {self.store.table_name!r} has no item with this key")
+            raise LeaseRepairError(lease_key, f"table {self.store.table_name!r} has no lease item with this key")
         if result.problem is None:
             raise LeaseRepairError(lease_key, "it reads as a lease; move its checkpoint with `leasectl reset` instead")
         if result.write is None or not result.write.applied or result.write.lease is None:

@@ -18,7 +18,9 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from lease_core.config.settings import ConsumerConfig, parse_iso_timestamp
+from lease_core.errors import LeaseCoreError
 from lease_core.model.lease import Lease, StreamIdentifier
+from lease_core.model.sequence import AT_TIMESTAMP
 from lease_core.retrieval.shard_reader import ReadLimits, ShardReader
 from lease_core.retry import RetryPolicy
 
@@ -75,6 +77,8 @@ def find_pending_work(
     at_timestamp = None if timestamp is None else parse_iso_timestamp(timestamp)
 
     def work_in_shard(lease: Lease) -> str | None:
+        if lease.checkpoint == AT_TIMESTAMP and at_timestamp is None:
+            return "it starts AT_TIMESTAMP, and the round has no initial_position_timestamp to read it from"
         stream, shard = _stream_and_shard(lease, stream_names)
         reader = ShardReader(
             kinesis,
@@ -85,7 +89,12 @@ def find_pending_work(
             retry_policy=retry_policy,
             min_call_interval_seconds=0,
         )
-        batch = reader.read(ReadLimits(max_records=1))
+        try:
+            batch = reader.read(ReadLimits(max_records=1))
+        except LeaseCoreError as error:
+            # The consume step meets the same error on this lease alone (a shard gone since the
+            # listing, a refusal) and reports it there; the check must not fail the whole sync step.
+            return f"it could not be read here ({type(error).__name__}: {error})"
         if batch.records:
             return "records after its checkpoint"
         return "its shard has ended" if batch.shard_ended else None
@@ -118,10 +127,13 @@ def _first_with_work(leases: Sequence[Lease], work_in: Callable[[Lease], str | N
 
 def _of_streams(lease: Lease, stream_names: Sequence[str]) -> bool:
     """False for a lease of a stream the round does not consume (a former stream's, kept until its
-    deletion): the consume job leaves it alone, and its stream may be gone."""
+    deletion, or one whose stream identifier is not one): the consume job leaves it alone."""
     if lease.stream_name is None:
         return True
-    return StreamIdentifier.parse(lease.stream_name).stream_name in stream_names
+    try:
+        return StreamIdentifier.parse(lease.stream_name).stream_name in stream_names
+    except ValueError:
+        return False
 
 
 def _stream_and_shard(lease: Lease, stream_names: Sequence[str]) -> tuple[str, str]:

@@ -190,8 +190,9 @@ def lease_from_item(item: Mapping[str, AttributeValue]) -> Lease:
         raise CorruptLeaseError(key, str(error)) from error
 
 
-# What a repair writes anew whatever the item held: the position the operator gives (no pending
-# batch), a counter above the one read, and no owner (the next assignment places the lease).
+# What a repair writes anew whatever the item held: no pending batch, a counter above the one read,
+# and no owner (the next assignment places the lease). The checkpoint is the item's own when it reads,
+# or the position the operator gives.
 _REPLACED_BY_REPAIR = (
     CHECKPOINT,
     CHECKPOINT_SUB_SEQUENCE,
@@ -205,39 +206,84 @@ _REPLACED_BY_REPAIR = (
     MEASURED_BEFORE_CLAIM,
     OWNER_SWITCHES,
 )
-# The item's identity: a repair never guesses these.
-_IDENTITY = (LEASE_KEY, STREAM_NAME, SHARD_ID)
+# Never dropped: the item's identity, and its parents (without them a child is read before its
+# parents end). A repair cannot guess them; they are fixed by hand from the stream's listing.
+_KEPT_OR_REFUSED = (LEASE_KEY, STREAM_NAME, SHARD_ID, PARENT_SHARD_IDS)
+# Every attribute the codec reads or writes; a repair removes only these, never another tool's.
+LEASE_ATTRIBUTES = frozenset(
+    {
+        LEASE_KEY,
+        LEASE_OWNER,
+        LEASE_COUNTER,
+        CHECKPOINT,
+        CHECKPOINT_SUB_SEQUENCE,
+        PENDING_CHECKPOINT,
+        PENDING_CHECKPOINT_SUB_SEQUENCE,
+        PENDING_CHECKPOINT_STATE,
+        OWNER_SWITCHES,
+        PARENT_SHARD_IDS,
+        CHILD_SHARD_IDS,
+        STARTING_HASH_KEY,
+        ENDING_HASH_KEY,
+        THROUGHPUT_KBPS,
+        CHECKPOINT_OWNER,
+        ENTITY_TYPE,
+        STREAM_NAME,
+        SHARD_ID,
+        CLAIM_TOKEN,
+        COMMITTED_BATCH_FILE,
+        UNREPORTED_LOSSES,
+        READ_THROUGH_MILLIS,
+        MEASURED_BEFORE_CLAIM,
+    }
+)
+
+
+class RepairRefused(ValueError):
+    """A repair that would need a guess: the checkpoint to give or keep, or an attribute it cannot drop."""
 
 
 def repaired_lease(
-    item: Mapping[str, AttributeValue], checkpoint: ExtendedSequenceNumber
+    item: Mapping[str, AttributeValue], checkpoint: ExtendedSequenceNumber | None
 ) -> tuple[Lease, tuple[str, ...]]:
     """The lease a repair writes over an unreadable `item`, and the attributes it had to drop.
 
-    Checkpoint `checkpoint`, no pending batch, no owner, the counter 2 above a readable one (else 1),
-    so any holder is fenced; every other attribute that reads is kept, and each one that does not is
-    dropped (named). CorruptLeaseError when the identity itself (key, stream, shard) does not read.
+    The checkpoint is `checkpoint`, or the item's own when None (it must read then); an item at
+    SHARD_END stays there (its children depend on it). No pending batch, no owner, the counter 2
+    above a readable one (else 1), so any holder is fenced. Every other attribute that reads is kept;
+    each one that does not is dropped (named), except the identity and the parents: RepairRefused.
     """
     key = _ItemReader("<no leaseKey>", item).string(LEASE_KEY, required=True)
-    counter = item.get(LEASE_COUNTER)
-    try:
-        known_counter = _ItemReader(key, {LEASE_COUNTER: counter} if counter else {}).integer(LEASE_COUNTER)
-    except CorruptLeaseError:
-        known_counter = None
+    reader = _ItemReader(key, item)
+    current = _or_none(lambda: reader.sequence(CHECKPOINT, CHECKPOINT_SUB_SEQUENCE))
+    if current is not None and current.is_shard_end and checkpoint is not None:
+        raise RepairRefused("its checkpoint is SHARD_END: a finished shard stays finished; repair it without --to")
+    if checkpoint is None and current is None:
+        raise RepairRefused("its checkpoint does not read: give the position its shard resumes at (--to)")
+    known_counter = _or_none(lambda: reader.integer(LEASE_COUNTER))
     cleaned = {name: value for name, value in item.items() if name not in _REPLACED_BY_REPAIR}
     cleaned[LEASE_COUNTER] = number_value(1 if known_counter is None else known_counter + 2)
-    cleaned.update(checkpoint_attributes(Lease(key, checkpoint=checkpoint)))
+    cleaned.update(checkpoint_attributes(Lease(key, checkpoint=checkpoint or current)))
     dropped: list[str] = []
     while True:
         try:
             return lease_from_item(cleaned), tuple(dropped)
         except CorruptLeaseError as error:
-            if error.attribute is None or error.attribute in _IDENTITY or error.attribute not in cleaned:
-                raise
+            if error.attribute is None or error.attribute not in cleaned:
+                raise RepairRefused(error.problem) from None
+            if error.attribute in _KEPT_OR_REFUSED:
+                raise RepairRefused(f"{error.problem}: a repair never drops it; correct it by hand") from None
             drop = (STARTING_HASH_KEY, ENDING_HASH_KEY) if error.attribute == STARTING_HASH_KEY else (error.attribute,)
             for name in drop:
                 if cleaned.pop(name, None) is not None:
                     dropped.append(name)
+
+
+def _or_none(read: Any) -> Any:
+    try:
+        return read()
+    except CorruptLeaseError:
+        return None
 
 
 def _describe_key(item: Mapping[str, AttributeValue]) -> str:

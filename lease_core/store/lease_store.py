@@ -116,7 +116,7 @@ class LeaseStore(Protocol):
     def reset_checkpoint(self, lease: Lease, value: ExtendedSequenceNumber) -> WriteResult: ...
     def update_lease_meta(self, lease: Lease, field: MetaField) -> bool: ...
     def forget_reported_losses(self, lease_key: str, losses: frozenset[AgedOutRange]) -> bool: ...
-    def repair_lease(self, lease_key: str, checkpoint: ExtendedSequenceNumber) -> RepairResult | None: ...
+    def repair_lease(self, lease_key: str, checkpoint: ExtendedSequenceNumber | None) -> RepairResult | None: ...
     def delete_lease(self, lease_key: str) -> None: ...
     def delete_lease_if_unchanged(self, lease: Lease) -> WriteResult: ...
     def transact(self, transaction: LeaseTransaction) -> TransactionResult: ...
@@ -260,11 +260,12 @@ class ConditionalLeaseStore(abc.ABC):
         the lease is gone."""
         return self._update_item(lease_writes.forget_reported_losses(lease_key, losses)).applied
 
-    def repair_lease(self, lease_key: str, checkpoint: ExtendedSequenceNumber) -> RepairResult | None:
-        """Write a lease at `checkpoint` over the item of `lease_key` if it cannot be read as a lease
-        (`codec.repaired_lease`, `lease_writes.repair`); None when there is no such item."""
+    def repair_lease(self, lease_key: str, checkpoint: ExtendedSequenceNumber | None) -> RepairResult | None:
+        """Write a lease over the item of `lease_key` if it cannot be read as a lease, at `checkpoint`
+        or its own (`codec.repaired_lease`, `lease_writes.repair`); None when there is no lease item
+        of that key. `codec.RepairRefused` when the repair would need a guess."""
         item = self._get_item(lease_key, consistent=True)
-        if item is None:
+        if item is None or not codec.is_lease_item(item):
             return None
         try:
             codec.lease_from_item(item)
@@ -272,8 +273,9 @@ class ConditionalLeaseStore(abc.ABC):
         except CorruptLeaseError as problem:
             repaired, dropped = codec.repaired_lease(item, checkpoint)
             write = self._update_item(lease_writes.repair(item, repaired))
-            # A retried write that lost its condition to its own first attempt finds the repaired item.
-            applied = write.applied or (write.retried and write.item == codec.lease_to_item(repaired))
+            # A retried write that lost its condition to its own first attempt finds the repaired lease
+            # (compared decoded: DynamoDB may write numbers and sets back in another form).
+            applied = write.applied or (write.retried and _decodes_to(write.item, repaired))
             return RepairResult(problem, WriteResult(applied, repaired if applied else None, write.retried), dropped)
 
     def delete_lease(self, lease_key: str) -> None:
@@ -302,6 +304,13 @@ class ConditionalLeaseStore(abc.ABC):
 
 def _result(write: ItemWrite) -> WriteResult:
     return WriteResult(write.applied, None if write.item is None else codec.lease_from_item(write.item), write.retried)
+
+
+def _decodes_to(item: Item | None, lease: Lease) -> bool:
+    try:
+        return item is not None and codec.lease_from_item(item) == lease
+    except CorruptLeaseError:
+        return False
 
 
 def _decode_all(items: Iterable[Item]) -> tuple[list[Lease], list[CorruptLeaseError]]:

@@ -250,18 +250,20 @@ def reset_checkpoint(lease: Lease, value: ExtendedSequenceNumber) -> LeaseUpdate
 
 
 def repair(item: codec.Item, repaired: Lease) -> LeaseUpdate:
-    """An operator's repair (`leasectl repair`) of an unreadable item: `repaired` written over it whole.
+    """An operator's repair (`leasectl repair`) of an unreadable item: `repaired` written over it.
 
-    Conditional on every attribute of the item as it was read (the item cannot be read as a lease,
-    so its counter cannot fence on its own); sets every attribute of `repaired` and removes the
-    item's others, so the stored item is exactly `repaired`'s.
+    Conditional on the item existing and on every attribute of it as it was read (it cannot be read
+    as a lease, so its counter cannot fence on its own); sets every attribute of `repaired` and
+    removes the item's other lease attributes. Attributes the codec does not know (another tool's)
+    are left as they are.
     """
     written = codec.lease_to_item(repaired)
+    unchanged = tuple(AttributeEquals(name, value) for name, value in item.items() if name != codec.LEASE_KEY)
     return LeaseUpdate(
         lease_key=repaired.lease_key,
-        conditions=tuple(AttributeEquals(name, value) for name, value in item.items() if name != codec.LEASE_KEY),
+        conditions=(AttributeExists(codec.LEASE_KEY), *unchanged),
         set_attributes=tuple((name, value) for name, value in written.items() if name != codec.LEASE_KEY),
-        remove_attributes=tuple(name for name in item if name not in written),
+        remove_attributes=tuple(name for name in item if name not in written and name in codec.LEASE_ATTRIBUTES),
     )
 
 

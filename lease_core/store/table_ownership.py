@@ -32,12 +32,15 @@ OWNER_INDEX_KEYS = (("leaseOwner", "HASH"), ("leaseKey", "RANGE"))
 # The WorkerMetricStats item's attributes and their types: KCL's `wid`, `lut`, `sts`, `opr` and our
 # `round` (lease_core.metrics.worker_metrics; a unit test keeps the two in step).
 WORKER_METRIC_ATTRIBUTES = {"wid": "S", "lut": "N", "sts": "M", "opr": "M", "round": "N"}
+# What KCL writes besides (kcl-spec.md §6.1): `properties`, and in 3.5+ `sup`, `slu`, `entityType`.
+KCL_WORKER_METRIC_ATTRIBUTES = {"properties": "M", "sup": "N", "slu": "N", "entityType": "S"}
 # The coordinator-state records by key: KCL's (`Leader`, `Migration3.0`) and ours
 # (docs/kcl-compatibility.md; a unit test keeps this list in step with the modules that write them).
 COORDINATOR_STATE_KEYS = frozenset(
     {
         "Leader",
         "Migration3.0",
+        "TableMigration3.5",
         "LeaderObservation",
         "AssignmentRound",
         "RoundHistory",
@@ -83,13 +86,16 @@ def _lease_item_mismatch(item: Mapping[str, AttributeValue]) -> str | None:
     try:
         lease_from_item(item)
     except CorruptLeaseError as error:
-        return f"its item {error.lease_key!r} is not a lease: {error.problem}"
+        # A lease item with a bad attribute (the rounds' corrupt-lease alert) is still one: it has the
+        # lease's own counter or checkpoint. An item with neither is someone else's.
+        if not any(name in item for name in ("leaseCounter", "checkpoint")):
+            return f"its item {error.lease_key!r} is not a lease: {error.problem}"
     return None
 
 
 def _worker_metrics_item_mismatch(item: Mapping[str, AttributeValue]) -> str | None:
     for name, value in sorted(item.items()):
-        expected = WORKER_METRIC_ATTRIBUTES.get(name)
+        expected = WORKER_METRIC_ATTRIBUTES.get(name) or KCL_WORKER_METRIC_ATTRIBUTES.get(name)
         found = next(iter(value), "?")
         if expected is None:
             problem = f"attribute {name!r} is not one of KCL's"
@@ -105,6 +111,9 @@ def _coordinator_state_item_mismatch(item: Mapping[str, AttributeValue]) -> str 
     key = _string(item, "key")
     if key in COORDINATOR_STATE_KEYS or key.startswith(COORDINATOR_STATE_KEY_PREFIXES):
         return None
+    if _string(item, "entityType") == "STREAM" and "streamId" in item:
+        return None  # KCL's stream-info record (kcl-spec.md §6.4), keyed by the stream
+
     return f"its item {key!r} is not a coordinator-state record (neither KCL's nor this library's)"
 
 

@@ -538,3 +538,64 @@ def test_a_repair_loses_to_anyone_who_changed_the_item_after_it_was_read(store, 
     result = store.repair_lease("shardId-7", TRIM_HORIZON)
     assert result is not None and result.write is not None and not result.write.applied
     assert raw_item(store, "shardId-7")["leaseCounter"] == {"N": "13"}
+
+
+def test_a_repair_keeps_a_checkpoint_that_reads_and_an_attribute_it_does_not_know(store):
+    item = {
+        "leaseKey": {"S": "shardId-5"},
+        "leaseCounter": {"S": "seven"},
+        "checkpoint": {"S": "4960"},
+        "operatorNote": {"S": "moved by hand"},
+    }
+    put_raw_item(store, item)
+    result = store.repair_lease("shardId-5", None)
+    assert result is not None and result.write is not None and result.write.applied
+    assert (stored(store, "shardId-5").checkpoint, stored(store, "shardId-5").lease_counter) == (ESN("4960"), 1)
+    assert raw_item(store, "shardId-5")["operatorNote"] == {"S": "moved by hand"}
+
+
+@pytest.mark.parametrize(
+    ("item", "target", "refusal"),
+    [
+        pytest.param(
+            {"leaseKey": {"S": "shardId-6"}, "leaseCounter": {"S": "x"}, "checkpoint": {"S": "SHARD_END"}},
+            TRIM_HORIZON,
+            "a finished shard stays finished",
+            id="finished-shard-moved",
+        ),
+        pytest.param(
+            {"leaseKey": {"S": "shardId-6"}, "leaseCounter": {"N": "2"}, "checkpoint": {"N": "5"}},
+            None,
+            "give the position",
+            id="no-checkpoint-to-keep",
+        ),
+        pytest.param(
+            {
+                "leaseKey": {"S": "shardId-6"},
+                "leaseCounter": {"N": "2"},
+                "checkpoint": {"S": "5"},
+                "parentShardId": {"S": "shardId-1"},
+            },
+            None,
+            "never drops it",
+            id="parents-unreadable",
+        ),
+    ],
+)
+def test_a_repair_that_would_need_a_guess_is_refused_writing_nothing(store, item, target, refusal):
+    put_raw_item(store, item)
+    with pytest.raises(codec.RepairRefused, match=refusal):
+        store.repair_lease("shardId-6", target)
+    assert raw_item(store, "shardId-6") == item
+
+
+def test_a_repair_of_a_finished_shard_keeps_it_finished(store):
+    put_raw_item(store, {"leaseKey": {"S": "shardId-4"}, "leaseCounter": {"S": "x"}, "checkpoint": {"S": "SHARD_END"}})
+    result = store.repair_lease("shardId-4", None)
+    assert result is not None and result.write is not None and result.write.applied
+    assert stored(store, "shardId-4").checkpoint == SHARD_END
+
+
+def test_an_item_that_is_not_a_lease_is_never_made_one(store):
+    put_raw_item(store, {"leaseKey": {"S": "worker-1"}, "entityType": {"S": "WORKER_METRIC_STATS"}})
+    assert store.repair_lease("worker-1", TRIM_HORIZON) is None

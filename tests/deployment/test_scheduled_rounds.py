@@ -109,8 +109,13 @@ def running_scheduled(deployment: AirflowDeployment) -> list[str]:
     ]
 
 
-def kill_supervisor_of_running_consume(deployment: AirflowDeployment, run_id: str) -> bool:
-    """SIGKILL the supervisor of `run_id`'s consume task once its task process has worked a few seconds."""
+def kill_supervisor_of_running_consume(
+    deployment: AirflowDeployment, run_id: str, orphans: list[psutil.Process]
+) -> bool:
+    """SIGKILL the supervisor of `run_id`'s consume task once its task process has worked a few seconds.
+
+    The task process leads its own process group (Airflow's supervisor gives it one), so stopping the
+    scheduler's group does not end it: it goes to `orphans`, for the story to end if it outlives it."""
     consume = deployment.task_instances(DAG_ID, run_id).get("consume", {})
     if consume.get("state") != "running" or not consume.get("pid") or consume.get("try_number") != 1:
         return False
@@ -120,6 +125,7 @@ def kill_supervisor_of_running_consume(deployment: AirflowDeployment, run_id: st
     supervisor = task.parent()
     assert supervisor is not None and supervisor.pid != deployment.processes["scheduler"].pid
     os.kill(supervisor.pid, signal.SIGKILL)
+    orphans.append(task)
     return True
 
 
@@ -136,6 +142,7 @@ def story(kinesis_endpoint: str, moto_endpoint: str, tmp_path_factory: pytest.Te
     kinesis = kinesis_client(kinesis_endpoint)
     create_stream(kinesis, stream, 2)
     producer = Producer(kinesis, stream)
+    orphans: list[psutil.Process] = []
     producer.start()
     window_start = datetime.now(UTC).replace(microsecond=0) + timedelta(seconds=2)
     home = tmp_path_factory.mktemp("airflow")
@@ -150,12 +157,21 @@ def story(kinesis_endpoint: str, moto_endpoint: str, tmp_path_factory: pytest.Te
                 extra={"AIRFLOW__SCHEDULER__TASK_INSTANCE_HEARTBEAT_TIMEOUT": str(HEARTBEAT_TIMEOUT_SECONDS)},
             )
             with airflow_deployment(home, env) as deployment:
-                yield tell_the_story(deployment, producer, window_start, output)
+                yield tell_the_story(deployment, producer, window_start, output, orphans)
     finally:
         producer.stop()
+        for task in orphans:  # the killed try's task process group (its spark-submit included), if still alive
+            if task.is_running():
+                os.killpg(task.pid, signal.SIGKILL)
 
 
-def tell_the_story(deployment: AirflowDeployment, producer: Producer, window_start: datetime, output: str) -> Story:
+def tell_the_story(
+    deployment: AirflowDeployment,
+    producer: Producer,
+    window_start: datetime,
+    output: str,
+    orphans: list[psutil.Process],
+) -> Story:
     wait = deployment.wait_for
     first = wait("a scheduled run running", lambda: running_scheduled(deployment), 240)
     window_end = datetime.now(UTC).replace(microsecond=0)
@@ -169,7 +185,12 @@ def tell_the_story(deployment: AirflowDeployment, producer: Producer, window_sta
     killed_run = wait(
         "a later run's consume task killed",
         lambda: next(
-            (run for run in running_scheduled(deployment) if kill_supervisor_of_running_consume(deployment, run)), None
+            (
+                run
+                for run in running_scheduled(deployment)
+                if kill_supervisor_of_running_consume(deployment, run, orphans)
+            ),
+            None,
         ),
         600,
         0.5,
@@ -189,8 +210,15 @@ def tell_the_story(deployment: AirflowDeployment, producer: Producer, window_sta
         return False
 
     wait("a scheduled round with nothing new after the producer stopped", idle_round_after_stop, 600)
+    # Paused, the DAG starts no new run; one the scheduler created meanwhile stays queued, and one
+    # already running is waited for.
     deployment.api("PATCH", f"/dags/{DAG_ID}", {"is_paused": True})
-    runs = deployment.dag_runs(DAG_ID)
+    wait(
+        "the runs in flight finished",
+        lambda: all(run["state"] != "running" for run in deployment.dag_runs(DAG_ID)),
+        600,
+    )
+    runs = [run for run in deployment.dag_runs(DAG_ID) if run["state"] != "queued"]
     table = ParquetSink.from_uri(output).read_dataset()
     columns = table.select(
         ["shard_id", "sequence_number", "sub_sequence_number", "data", "approximate_arrival_timestamp"]

@@ -64,16 +64,19 @@ def test_status_names_retention_losses_that_no_kept_round_report_has_named_yet(m
     ]
 
 
-def test_status_flags_a_corrupt_item_without_hiding_the_other_leases(moto_endpoint, dynamodb_client, unique_name):
+def test_status_flags_a_corrupt_item_without_hiding_the_other_leases_and_exits_1(
+    moto_endpoint, dynamodb_client, unique_name
+):
     store = dynamodb_store(moto_endpoint, unique_name)
     store.create_lease_if_not_exists(Lease("shardId-0"))
     dynamodb_client.put_item(TableName=unique_name, Item={"leaseKey": {"S": "shardId-x"}, "leaseCounter": {"N": "1"}})
     result = leasectl("--app", unique_name, "status", endpoint=moto_endpoint)
-    assert result.returncode == 0
+    # Exit 1: the shard of an unreadable item is not read until it is repaired (leasectl repair).
+    assert result.returncode == 1
     assert "1 lease(s)" in result.stdout
-    assert (
-        "WARNING: lease item 'shardId-x' is not a valid KCL lease: attribute 'checkpoint' is missing" in result.stdout
-    )
+    problem = "lease item 'shardId-x' is not a valid KCL lease: attribute 'checkpoint' is missing"
+    assert f"WARNING: {problem}" in result.stdout
+    assert problem in result.stderr and "leasectl repair" in result.stderr
 
 
 def test_endpoints_come_from_the_generic_variable_or_from_configuration(moto_endpoint, unique_name, tmp_path):

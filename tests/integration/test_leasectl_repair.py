@@ -72,6 +72,13 @@ def test_the_assignment_still_places_the_readable_leases(moto_endpoint, kinesis_
     assert None not in owners.values()
 
 
+def test_repair_without_a_position_is_refused_when_the_checkpoint_is_what_does_not_read(
+    moto_endpoint, kinesis_endpoint, corrupted
+):
+    result = leasectl(corrupted, moto_endpoint, kinesis_endpoint, "repair", "--lease", CORRUPT_KEY, "--yes")
+    assert result.returncode == 1 and "give the position its shard resumes at (--to)" in result.stderr, result.stderr
+
+
 def test_repair_writes_the_item_anew_and_every_command_is_clean_again(moto_endpoint, kinesis_endpoint, corrupted):
     unconfirmed = leasectl(
         corrupted, moto_endpoint, kinesis_endpoint, "repair", "--lease", CORRUPT_KEY, "--to", "TRIM_HORIZON"
@@ -109,7 +116,7 @@ def test_repair_writes_the_item_anew_and_every_command_is_clean_again(moto_endpo
         pytest.param(
             "shardId-000000000000", "reads as a lease; move its checkpoint with `leasectl reset`", id="readable"
         ),
-        pytest.param("shardId-000000000009", "has no item with this key", id="missing"),
+        pytest.param("shardId-000000000009", "has no lease item with this key", id="missing"),
     ],
 )
 def test_repair_refuses_a_readable_lease_and_a_missing_item_writing_nothing(

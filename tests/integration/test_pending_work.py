@@ -11,7 +11,7 @@ import pytest
 from devtools.kinesis_streams import create_stream, kinesis_client, put_entries, shards_of
 from lease_core.config.settings import ConsumerConfig
 from lease_core.model.lease import AgedOutRange, Lease, StreamIdentifier
-from lease_core.model.sequence import LATEST, SHARD_END, TRIM_HORIZON, ExtendedSequenceNumber
+from lease_core.model.sequence import AT_TIMESTAMP, LATEST, SHARD_END, TRIM_HORIZON, ExtendedSequenceNumber
 from lease_core.retrieval.pending_work import PendingWork, find_pending_work
 from lease_core.retry import RetryPolicy
 from tests.support.faults import FaultInjectingClient
@@ -129,3 +129,28 @@ def test_an_answer_that_is_not_the_checks_is_refused_naming_its_source(value):
 def test_an_answer_survives_its_round_trip():
     for work in (PendingWork(3), PendingWork(3, "shardId-000000000001", "records after its checkpoint")):
         assert PendingWork.from_dict(work.to_dict(), "XCom") == work
+
+
+def test_a_lease_the_check_cannot_read_is_work_for_the_round_not_a_failed_sync(kinesis_endpoint, caught_up):
+    stream, leases = caught_up
+    gone = Lease("shardId-000000000099", checkpoint=TRIM_HORIZON)  # its shard aged out since the listing
+    work = check(kinesis_client(kinesis_endpoint), stream, [*leases, gone])
+    assert work.lease_key == gone.lease_key and work.reason.startswith("it could not be read here")
+
+
+def test_a_lease_at_timestamp_without_a_timestamp_is_work_for_the_round(kinesis_endpoint, caught_up):
+    stream, leases = caught_up
+    timed = Lease(leases[0].lease_key, checkpoint=AT_TIMESTAMP)
+    work = check(kinesis_client(kinesis_endpoint), stream, [timed])
+    assert (work.lease_key, work.reason) == (
+        timed.lease_key,
+        "it starts AT_TIMESTAMP, and the round has no initial_position_timestamp to read it from",
+    )
+
+
+def test_a_lease_whose_stream_name_is_not_a_stream_identifier_is_not_the_rounds(kinesis_endpoint, caught_up):
+    stream, leases = caught_up
+    odd = Lease(
+        "odd:shardId-000000000000", TRIM_HORIZON, stream_name="not-an-identifier", shard_id="shardId-000000000000"
+    )
+    assert check(kinesis_client(kinesis_endpoint), stream, [*leases, odd]).idle

@@ -13,27 +13,26 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator, Mapping
-from contextlib import ExitStack, contextmanager, suppress
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from devtools.airflow_env import REPOSITORY, run_environment
 from devtools.emulators import LOOPBACK, free_port
+from tests.support.airflow_server import stop_process_group
 from tests.support.compose_model import service_environment
 from tests.support.postgres_server import PostgresServer
 
 AIRFLOW = Path(sys.executable).with_name("airflow")
 ADMIN_PASSWORD = "admin-password"
 STARTUP_SECONDS = 180.0
-STOP_GRACE_SECONDS = 20.0
 
 
 @dataclass
@@ -148,7 +147,7 @@ def airflow_deployment(home: Path, env: dict[str, str]) -> Iterator[AirflowDeplo
     with ExitStack() as stack:
         for name, arguments in commands.items():
             deployment.processes[name] = _start(name, arguments, env, home)
-            stack.callback(_stop_group, deployment.processes[name])
+            stack.callback(stop_process_group, deployment.processes[name])
         deployment.wait_for("the api-server's health", lambda: _healthy(deployment.base_url), STARTUP_SECONDS, 0.5)
         yield deployment
 
@@ -181,16 +180,3 @@ def _run_cli(arguments: list[str], env: dict[str, str], log_path: Path) -> None:
     log_path.write_text(result.stdout + result.stderr)
     if result.returncode != 0:
         raise RuntimeError(f"airflow {' '.join(arguments)} failed ({result.returncode}):\n{result.stderr[-3000:]}")
-
-
-def _stop_group(process: subprocess.Popen[bytes]) -> None:
-    """SIGTERM the process group, then SIGKILL whatever outlives the grace period."""
-    try:
-        os.killpg(process.pid, signal.SIGTERM)
-    except ProcessLookupError:
-        return
-    with suppress(subprocess.TimeoutExpired):
-        process.wait(timeout=STOP_GRACE_SECONDS)
-    with suppress(ProcessLookupError):
-        os.killpg(process.pid, signal.SIGKILL)
-    process.wait(timeout=10)

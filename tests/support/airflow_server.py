@@ -142,7 +142,7 @@ def airflow_api_server(dynamodb_endpoint: str) -> Iterator[AirflowServer]:
         _wait_until_healthy(base_url, process, log_path)
         yield AirflowServer(base_url, home, dags_folder, env)
     finally:
-        _stop_group(process)
+        stop_process_group(process)
         shutil.rmtree(home, ignore_errors=True)
 
 
@@ -180,8 +180,8 @@ def _wait_until_healthy(base_url: str, process: subprocess.Popen[bytes], log_pat
     raise TimeoutError(f"airflow api-server did not become healthy in {STARTUP_SECONDS:.0f} s:\n{_tail(log_path)}")
 
 
-def _stop_group(process: subprocess.Popen[bytes]) -> None:
-    """SIGTERM the server's process group, then SIGKILL it if it outlives the grace period."""
+def stop_process_group(process: subprocess.Popen[bytes]) -> None:
+    """SIGTERM the process group `process` leads, then SIGKILL what outlives the grace period."""
     try:
         os.killpg(process.pid, signal.SIGTERM)
     except ProcessLookupError:

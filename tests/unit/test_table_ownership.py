@@ -128,6 +128,45 @@ def test_an_item_is_the_roles_only_when_it_decodes_as_one(role, item, mismatch):
     assert item_mismatch(role, item) == mismatch
 
 
+@pytest.mark.parametrize(
+    ("role", "item"),
+    [
+        pytest.param(
+            "lease",
+            {
+                "leaseKey": {"S": "shardId-1"},
+                "leaseCounter": {"N": "3"},
+                "checkpoint": {"S": "LATEST"},
+                "throughputKBps": {"S": "x"},
+            },
+            id="our-own-corrupt-lease",
+        ),
+        pytest.param(
+            "worker_metrics",
+            {
+                "wid": {"S": "w"},
+                "lut": {"N": "1"},
+                "properties": {"M": {}},
+                "sup": {"N": "1"},
+                "slu": {"N": "1"},
+                "entityType": {"S": "WORKER_METRIC_STATS"},
+            },
+            id="kcl-3.5-worker-metrics",
+        ),
+        pytest.param(
+            "coordinator_state", {"key": {"S": "TableMigration3.5"}, "tm": {"S": "DONE"}}, id="kcl-table-migration"
+        ),
+        pytest.param(
+            "coordinator_state",
+            {"key": {"S": "123:orders:1"}, "entityType": {"S": "STREAM"}, "streamId": {"S": "123:orders:1"}},
+            id="kcl-stream-info",
+        ),
+    ],
+)
+def test_items_kcl_or_this_library_write_are_the_roles_own(role, item):
+    assert item_mismatch(role, item) is None
+
+
 def test_the_worker_metrics_shape_is_the_one_the_worker_metrics_store_writes():
     assert {name: next(iter(value)) for name, value in WORKER.items()} == WORKER_METRIC_ATTRIBUTES
 
