@@ -289,7 +289,8 @@ class LeaseConsumer:
 
     def _fresh_batches(self, deadline: float | None) -> str:
         budget = self.context.budget
-        reader = self._reader(self.held.lease.checkpoint)
+        lease = self.held.lease
+        reader = self._reader(lease.checkpoint, latest_since=lease.latest_since)
         while True:
             self.held.require_held()
             records_left = _left(budget.max_records, self._tally.records)
@@ -380,6 +381,7 @@ class LeaseConsumer:
         start: ExtendedSequenceNumber,
         start_inclusive: bool = False,
         read_before_start: ExtendedSequenceNumber | None = None,
+        latest_since: datetime | None = None,
     ) -> ShardReader:
         return ShardReader(
             self.context.kinesis,
@@ -389,6 +391,7 @@ class LeaseConsumer:
             start_inclusive=start_inclusive,
             read_before_start=read_before_start,
             at_timestamp=self.context.at_timestamp,
+            latest_since=latest_since,
             retry_policy=self.context.retry_policy,
             read_bytes_per_second=self.context.read_bytes_per_second,
             busy_gate=self.context.busy_gate,

@@ -165,7 +165,9 @@ class SlotTask:
         token = f"{self.worker_id}/attempt-{self.attempt}/{self.started_millis}"
         for _ in range(CLAIM_ATTEMPTS):
             # The claim carries what a round that reads nothing would measure: one write for such a lease.
-            claimed = claimed_measurement(lease, self.spec.round_number, self.context.wall_clock_millis())
+            # It also pins a lease at LATEST that is not pinned yet, so later rounds read on from here.
+            now = self.context.wall_clock_millis()
+            claimed = claimed_measurement(lease, self.spec.round_number, now).pinned_at_latest(now)
             held = HeldLease(self.store, claimed, self.config.failover_time_millis, claim_token=token)
             if held.claim():
                 return held

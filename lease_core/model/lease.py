@@ -10,10 +10,11 @@ from __future__ import annotations
 import dataclasses
 import json
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 
 from lease_core.errors import CheckpointOrderError
-from lease_core.model.sequence import TRIM_HORIZON, ExtendedSequenceNumber
+from lease_core.model.sequence import LATEST, TRIM_HORIZON, ExtendedSequenceNumber
 
 MAX_HASH_KEY = 2**128 - 1
 
@@ -196,6 +197,12 @@ class Lease:
     read_through_millis: int | None = None
     # And: while a slot's claim stands in for the measurement above, the measurement it replaced.
     measured_before_claim: MeasurementBeforeClaim | None = None
+    # And, for a lease at LATEST: the moment (epoch millis) LATEST stands for. KCL's worker opens
+    # LATEST once and keeps its iterator; a round opens the shard anew each time, so an unpinned
+    # LATEST would skip whatever arrived between two rounds that read nothing. The sync pins a lease
+    # it creates at LATEST, a claim pins one that is not pinned yet, and every read opens
+    # AT_TIMESTAMP of the pin until a checkpoint moves the lease off LATEST (`with_checkpoint`).
+    latest_start_millis: int | None = None
 
     def __post_init__(self) -> None:
         if not self.lease_key:
@@ -206,6 +213,8 @@ class Lease:
             )
         if self.lease_counter < 0:
             raise ValueError(f"lease {self.lease_key!r}: lease_counter must be >= 0")
+        if self.latest_start_millis is not None and self.latest_start_millis < 0:
+            raise ValueError(f"lease {self.lease_key!r}: latest_start_millis must be >= 0")
         if self.pending_checkpoint_state is not None and self.pending_checkpoint is None:
             raise ValueError(f"lease {self.lease_key!r}: pending_checkpoint_state needs a pending_checkpoint")
         if (self.stream_name is None) != (self.shard_id is None):
@@ -237,6 +246,20 @@ class Lease:
     def is_at_shard_end(self) -> bool:
         return self.checkpoint.is_shard_end
 
+    @property
+    def latest_since(self) -> datetime | None:
+        """The moment a lease at LATEST reads from; None when it is not at LATEST or not pinned yet.
+        A pin left beside another checkpoint (by a tool that does not know it) means nothing."""
+        if self.checkpoint != LATEST or self.latest_start_millis is None:
+            return None
+        return datetime.fromtimestamp(self.latest_start_millis / 1000, UTC)
+
+    def pinned_at_latest(self, now_millis: int) -> Lease:
+        """The lease with LATEST pinned at `now_millis` if it is at LATEST and not pinned yet; else itself."""
+        if self.checkpoint != LATEST or self.latest_start_millis is not None:
+            return self
+        return self.replace(latest_start_millis=now_millis)
+
     def replace(self, **changes: Any) -> Lease:
         return dataclasses.replace(self, **changes)
 
@@ -252,6 +275,7 @@ class Lease:
             pending_checkpoint_state=None,
             owner_switches_since_checkpoint=0,
             committed_batch_file=batch_file,
+            latest_start_millis=None,
         )
 
     def with_pending_checkpoint(self, value: ExtendedSequenceNumber, state: bytes | None = None) -> Lease:

@@ -10,7 +10,7 @@ write like any other: conditional, fencing, and reported. The rules:
   full as `<account>:<stream>:<epoch>`, which tells apart streams of one name in two accounts or
   epochs). Wrong mode or an ambiguous stream is a usage error; no such lease is "not found".
 - Targets. `TRIM_HORIZON` (replay every record still in the stream), `LATEST` (skip to the newest
-  record at the time the next round opens the shard, not at the time of the reset), or a sequence
+  record at the time the next round claims the lease, not at the time of the reset), or a sequence
   number, `<digits>[:<sub-sequence number>]` (`/` is accepted for `:`, as `leasectl status` prints
   it). A checkpoint is the last position already landed, so the next batch starts right *after* the
   target: to land record R again, give the sequence number of the record before R. The number must
@@ -251,7 +251,7 @@ def describe_position(position: ExtendedSequenceNumber) -> str:
     if position == TRIM_HORIZON:
         return "TRIM_HORIZON (the oldest record still in the stream)"
     if position == LATEST:
-        return "LATEST (the newest record when the next round opens the shard)"
+        return "LATEST (the newest record when the next round claims the lease)"
     if position == AT_TIMESTAMP:
         return "AT_TIMESTAMP (the configured initial_position_timestamp)"
     return render_position(position)

@@ -128,7 +128,7 @@ RESET_DESCRIPTION = """\
 Move one lease's checkpoint: replay a shard from an earlier point, or skip ahead.
 
 The lease's next batch starts right after the new checkpoint. TRIM_HORIZON replays every record
-still in the stream; LATEST skips to the newest record when the next round opens the shard; a
+still in the stream; LATEST skips to the newest record when the next round claims the lease; a
 sequence number is the last record to count as landed (a record of this shard, written as Kinesis
 writes it; ':<k>' resumes inside a KPL aggregate after its sub-record k). It is not checked
 against Kinesis: the lease's next read fails if Kinesis refuses it for the shard. AT_TIMESTAMP is

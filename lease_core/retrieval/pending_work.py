@@ -2,12 +2,13 @@
 
 The check runs over the shard sync's own view of the table (its scan plus its writes), so that an
 idle round costs one scan of the lease table, not one per step. A lease needs the round when it
-carries retention losses no kept report has named, has a prepared batch to finish, has never been
-read at LATEST (its start is pinned only by a first read), has a record after its checkpoint, or has
-reached its shard's end. Records that aged out unread with none after them are not work on their own:
-the round that reads the next record reports them (a round would report the same gap every time).
-Leases are looked at without a call first; then one GetShardIterator and one short GetRecords per
-open lease, a few at a time, stopping at the first lease with work.
+carries retention losses no kept report has named, has a prepared batch to finish, is at LATEST
+with no pin yet (`Lease.latest_since`: leases from before pins, or reset to LATEST), has a record
+after its checkpoint (after its pin, at LATEST), or has reached its shard's end. Records that aged
+out unread with none after them are not work on their own: the round that reads the next record
+reports them (a round would report the same gap every time). Leases are looked at without a call
+first; then one GetShardIterator and one short GetRecords per open lease, a few at a time,
+stopping at the first lease with work.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from typing import Any
 from lease_core.config.settings import ConsumerConfig, parse_iso_timestamp
 from lease_core.errors import LeaseCoreError
 from lease_core.model.lease import Lease, StreamIdentifier
-from lease_core.model.sequence import AT_TIMESTAMP
+from lease_core.model.sequence import AT_TIMESTAMP, LATEST
 from lease_core.retrieval.shard_reader import ReadLimits, ShardReader
 from lease_core.retry import RetryPolicy
 
@@ -86,6 +87,7 @@ def find_pending_work(
             shard,
             lease.checkpoint,
             at_timestamp=at_timestamp,
+            latest_since=lease.latest_since,
             retry_policy=retry_policy,
             min_call_interval_seconds=0,
         )
@@ -109,8 +111,8 @@ def _work_without_reading(lease: Lease) -> str | None:
         return None
     if lease.pending_checkpoint is not None:
         return "a prepared batch waits to be committed"
-    if str(lease.checkpoint) == "LATEST":
-        return "never read since it started at LATEST"
+    if lease.checkpoint == LATEST and lease.latest_since is None:
+        return "at LATEST with no pin: the first round that claims it pins where it reads from"
     return None
 
 

@@ -143,9 +143,14 @@ class IteratorSpec:
 TRIM_HORIZON_SPEC = IteratorSpec("TRIM_HORIZON")
 
 
-def start_spec(shard_id: str, start: ExtendedSequenceNumber, at_timestamp: datetime | None) -> IteratorSpec:
-    """Where reading from a lease's committed checkpoint `start` begins."""
+def start_spec(
+    shard_id: str, start: ExtendedSequenceNumber, at_timestamp: datetime | None, latest_since: datetime | None = None
+) -> IteratorSpec:
+    """Where reading from a lease's committed checkpoint `start` begins. `latest_since` is the pin of
+    a lease at LATEST (`Lease.latest_start`): such a lease reads on from that moment, not from now."""
     sentinel = start.sentinel
+    if sentinel is Sentinel.LATEST and latest_since is not None:
+        return IteratorSpec("AT_TIMESTAMP", timestamp=latest_since)
     if sentinel is Sentinel.SHARD_END:
         raise ValueError(f"shard {shard_id} is checkpointed at SHARD_END: a finished lease is never read")
     if sentinel is Sentinel.AT_TIMESTAMP:
@@ -305,7 +310,8 @@ class ShardReader:
 
     `start_inclusive` delivers the record at `start` too (a replay of a prepared batch from its first
     record); `read_before_start` must then name the position read before it, which a gap that took
-    `start` itself is reported after. Throttled GetRecords calls back off by the retry policy's
+    `start` itself is reported after. A `start` at LATEST reads from `latest_since` when given (the
+    lease's pin). Throttled GetRecords calls back off by the retry policy's
     delays through `sleep` (so a fake clock sees them) and end the batch gracefully once the policy's
     attempts are spent; 5xx and transport failures are retried by `AwsCaller` and then raise `DependencyError`.
     """
@@ -320,6 +326,7 @@ class ShardReader:
         start_inclusive: bool = False,
         read_before_start: ExtendedSequenceNumber | None = None,
         at_timestamp: datetime | None = None,
+        latest_since: datetime | None = None,
         ending_sequence_number: str | None = None,
         retry_policy: RetryPolicy = RetryPolicy(),
         min_call_interval_seconds: float = MIN_CALL_INTERVAL_SECONDS,
@@ -336,7 +343,7 @@ class ShardReader:
             raise ValueError(f"get_records_limit must be in 1..{MAX_GET_RECORDS_LIMIT}, not {get_records_limit}")
         if read_bytes_per_second is not None and read_bytes_per_second <= 0:
             raise ValueError(f"read_bytes_per_second must be positive (or None: unpaced), not {read_bytes_per_second}")
-        self._resume = start_spec(shard_id, start, at_timestamp)
+        self._resume = start_spec(shard_id, start, at_timestamp, latest_since)
         self._kinesis = kinesis
         self._stream_name = stream_name
         self._shard_id = shard_id

@@ -43,6 +43,7 @@ COMMITTED_BATCH_FILE = "committedBatchFile"
 UNREPORTED_LOSSES = "unreportedRetentionLosses"
 READ_THROUGH_MILLIS = "readThroughMillis"
 MEASURED_BEFORE_CLAIM = "measuredBeforeClaim"
+LATEST_START_MILLIS = "latestStartMillis"
 
 LEASE_ENTITY_TYPE = "LEASE"
 _THROUGHPUT_QUANTUM = Decimal("0.000001")
@@ -111,6 +112,8 @@ def lease_to_item(lease: Lease) -> Item:
         item[READ_THROUGH_MILLIS] = number_value(lease.read_through_millis)
     if lease.measured_before_claim is not None:
         item[MEASURED_BEFORE_CLAIM] = string_value(lease.measured_before_claim.encode())
+    if lease.latest_start_millis is not None:
+        item[LATEST_START_MILLIS] = number_value(lease.latest_start_millis)
     return item
 
 
@@ -185,6 +188,7 @@ def lease_from_item(item: Mapping[str, AttributeValue]) -> Lease:
             unreported_losses=reader.aged_out_ranges(UNREPORTED_LOSSES),
             read_through_millis=reader.integer(READ_THROUGH_MILLIS),
             measured_before_claim=reader.measurement_before_claim(MEASURED_BEFORE_CLAIM),
+            latest_start_millis=reader.integer(LATEST_START_MILLIS),
         )
     except ValueError as error:  # a value the model itself rejects, e.g. an inverted hash range
         raise CorruptLeaseError(key, str(error)) from error
@@ -235,6 +239,7 @@ LEASE_ATTRIBUTES = frozenset(
         UNREPORTED_LOSSES,
         READ_THROUGH_MILLIS,
         MEASURED_BEFORE_CLAIM,
+        LATEST_START_MILLIS,
     }
 )
 
@@ -262,6 +267,9 @@ def repaired_lease(
         raise RepairRefused("its checkpoint does not read: give the position its shard resumes at (--to)")
     known_counter = _or_none(lambda: reader.integer(LEASE_COUNTER))
     cleaned = {name: value for name, value in item.items() if name not in _REPLACED_BY_REPAIR}
+    if checkpoint is not None:
+        # A position the operator gives starts afresh: LATEST then means the next round's claim.
+        cleaned.pop(LATEST_START_MILLIS, None)
     cleaned[LEASE_COUNTER] = number_value(1 if known_counter is None else known_counter + 2)
     cleaned.update(checkpoint_attributes(Lease(key, checkpoint=checkpoint or current)))
     dropped: list[str] = []

@@ -150,9 +150,10 @@ def claim(lease: Lease, token: str) -> LeaseUpdate:
     `token` (`_holder_conditions`).
     """
     renewal = renew(lease.replace(claim_token=None))
-    return dataclasses.replace(
-        renewal, set_attributes=(*renewal.set_attributes, (codec.CLAIM_TOKEN, codec.string_value(token)))
-    )
+    sets = (*renewal.set_attributes, (codec.CLAIM_TOKEN, codec.string_value(token)))
+    if lease.latest_since is not None and lease.latest_start_millis is not None:  # `Lease.pinned_at_latest`
+        sets += ((codec.LATEST_START_MILLIS, codec.number_value(lease.latest_start_millis)),)
+    return dataclasses.replace(renewal, set_attributes=sets)
 
 
 def take(lease: Lease, new_owner: str) -> LeaseUpdate:
@@ -207,6 +208,10 @@ def update(lease: Lease, losses: frozenset[AgedOutRange] = frozenset()) -> Lease
         sets[codec.COMMITTED_BATCH_FILE] = codec.string_value(lease.committed_batch_file)
     else:
         removes.append(codec.COMMITTED_BATCH_FILE)
+    if lease.latest_since is not None and lease.latest_start_millis is not None:
+        sets[codec.LATEST_START_MILLIS] = codec.number_value(lease.latest_start_millis)
+    else:  # a checkpoint off LATEST, or a reset to a LATEST the next claim pins
+        removes.append(codec.LATEST_START_MILLIS)
     sets.update(codec.hash_key_range_attributes(lease))
     sets.update(codec.multi_stream_attributes(lease))
     name, value = _next_counter(lease)
@@ -235,13 +240,18 @@ def forget_reported_losses(lease_key: str, losses: frozenset[AgedOutRange]) -> L
 def reset_checkpoint(lease: Lease, value: ExtendedSequenceNumber) -> LeaseUpdate:
     """An operator's reset (`leasectl reset`): `update` of `lease` to checkpoint `value`, counter + 2.
 
-    As a checkpoint: the pending fields are removed and owner switches zeroed; owner and handoff are
+    As a checkpoint: the pending fields and any LATEST pin are removed (a reset to LATEST means the
+    newest record when the next round claims the lease) and owner switches zeroed; owner and handoff are
     untouched; conditional on the counter read, in any direction. The counter moves by 2, not 1,
     because a holder whose write fails takes a stored counter of exactly its own + 1 with its owner for
     its own renewal whose response was lost (kcl-spec.md §2.4), and would keep the lease; + 2 fences it.
     """
     checkpointed = lease.replace(
-        checkpoint=value, pending_checkpoint=None, pending_checkpoint_state=None, owner_switches_since_checkpoint=0
+        checkpoint=value,
+        pending_checkpoint=None,
+        pending_checkpoint_state=None,
+        owner_switches_since_checkpoint=0,
+        latest_start_millis=None,
     )
     written = update(checkpointed)
     fenced = codec.LEASE_COUNTER, codec.number_value(lease.lease_counter + 2)

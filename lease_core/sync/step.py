@@ -120,7 +120,9 @@ class _StreamStep:
         clock_millis: Callable[[], int],
     ) -> None:
         self.store = store
-        self.syncer = ShardSyncer(store, source, initial_position_of(config), config.ignore_unexpected_child_shards)
+        self.syncer = ShardSyncer(
+            store, source, initial_position_of(config), config.ignore_unexpected_child_shards, clock_millis
+        )
         self.probe = GarbageProbe(source, state, clock_millis, config.garbage_lease_cleanup_interval_millis)
         self.cleanup_on_completion = config.cleanup_leases_upon_shard_completion
 

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import logging
+import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
 
@@ -60,11 +62,14 @@ class ShardSyncer:
         source: ShardSource,
         initial_position: InitialPositionInStream,
         ignore_unexpected_child_shards: bool = False,
+        clock_millis: Callable[[], int] = lambda: time.time_ns() // 1_000_000,
     ) -> None:
+        """`clock_millis`: the wall clock a lease created at LATEST is pinned at (`Lease.pinned_at_latest`)."""
         self.store = store
         self.source = source
         self.initial_position = initial_position
         self.ignore_unexpected_child_shards = ignore_unexpected_child_shards
+        self.clock_millis = clock_millis
 
     def sync(
         self, stream_name: str, scheme: LeaseKeyScheme = LeaseKeyScheme(), snapshot: LeaseScan | None = None
@@ -87,7 +92,9 @@ class ShardSyncer:
         created: list[Lease] = []
         existed: list[str] = []
         # Parents first: a crash part-way never leaves a child without its parent.
-        for lease in () if incomplete else self._plan(shards, table_was_empty, leases, inconsistent, scheme):
+        planned = () if incomplete else self._plan(shards, table_was_empty, leases, inconsistent, scheme)
+        now = self.clock_millis()
+        for lease in (lease.pinned_at_latest(now) for lease in planned):
             if self.store.create_lease_if_not_exists(lease):
                 created.append(lease)
             else:

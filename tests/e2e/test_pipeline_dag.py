@@ -186,6 +186,30 @@ def test_an_idle_round_skips_the_assignment_and_the_consume_step_and_still_relea
     assert (states["finalize_round"], states["release_leadership"]) == ("success", "success")
 
 
+def test_at_latest_a_quiet_shard_skips_what_came_before_and_lands_what_comes_between_rounds(
+    dag, airflow_run_environment, unique_name, kinesis_endpoint, moto_endpoint, tmp_path
+):
+    create_stream(kinesis_client(kinesis_endpoint), unique_name, 2)
+    ledger = ConsumerPipeline(unique_name, (unique_name,), kinesis_endpoint, moto_endpoint, str(tmp_path / "lake"))
+    conf = {
+        "streams": [unique_name],
+        "application_name": unique_name,
+        "initial_position": "LATEST",  # the DAG's default; the module's DAG object keeps other tests' conf
+        "output_uri": str(tmp_path / "lake"),
+    }
+    before = ledger.produce(20)
+    first = run_round(dag, conf)
+    # The new leases are pinned at their creation: with nothing after the pin, the round is idle.
+    assert (first["check_idle"], first["consume"], first["finalize_round"]) == ("skipped", "skipped", "success")
+    between = ledger.produce(30)
+    second = run_round(dag, conf)
+    assert set(second.values()) == {"success"}, second
+    landed = ledger.landed()
+    assert duplicates(landed) == []
+    assert sorted(record.data for record in landed) == sorted(record.data for record in between)
+    assert len(before) == 20 and not {record.data for record in before} & {record.data for record in landed}
+
+
 def test_a_run_whose_plan_fails_fails_without_the_release_failing_or_retrying(
     dag, airflow_run_environment, unique_name
 ):

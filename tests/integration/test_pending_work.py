@@ -66,7 +66,9 @@ def test_a_record_after_a_checkpoint_is_work(kinesis_endpoint, caught_up):
             id="prepared-batch",
         ),
         pytest.param(
-            Lease("shardId-000000000000", checkpoint=LATEST), "never read since it started at LATEST", id="latest"
+            Lease("shardId-000000000000", checkpoint=LATEST),
+            "at LATEST with no pin: the first round that claims it pins where it reads from",
+            id="latest-not-pinned-yet",
         ),
         pytest.param(
             Lease("shardId-000000000000", checkpoint=SHARD_END, unreported_losses=frozenset({AgedOutRange("5")})),

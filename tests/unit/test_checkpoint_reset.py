@@ -289,7 +289,8 @@ def test_the_write_is_a_counter_conditional_checkpoint_without_pending_fields_tw
     assert sets["leaseCounter"] == {"N": "9"}  # by 2: a holder takes exactly + 1 for its own lost renewal
     assert (sets["checkpoint"], sets["checkpointSubSequenceNumber"]) == ({"S": "100"}, {"N": "4"})
     assert sets["ownerSwitchesSinceCheckpoint"] == {"N": "0"}
-    assert set(write.remove_attributes) == PENDING_FIELDS | {"committedBatchFile"}  # none was committed
+    # None was committed, and a LATEST pin never survives a reset.
+    assert set(write.remove_attributes) == PENDING_FIELDS | {"committedBatchFile", "latestStartMillis"}
     assert write.add_numbers == ()
     untouched = {"leaseOwner", "checkpointOwner", "throughputKBps", "parentShardId", "leaseKey"}
     assert not untouched & (set(sets) | set(write.remove_attributes))
@@ -324,7 +325,7 @@ def test_the_write_of_a_multi_stream_lease_keeps_its_stream_and_shard():
         pytest.param(
             ESN("500"),
             LATEST,
-            ("LATEST (the newest record when the next round opens the shard)", "loss"),
+            ("LATEST (the newest record when the next round claims the lease)", "loss"),
             id="to-latest",
         ),
         pytest.param(AT_TIMESTAMP, ESN("100"), ("is not known here", "twice", "never"), id="unknown"),

@@ -126,6 +126,7 @@ def leases(draw: st.DrawFn) -> Lease:
         "throughput_kbps": draw(st.one_of(st.none(), st.integers(0, 10**15).map(lambda n: n / 10**6))),
         "checkpoint_owner": draw(owners),
         "read_through_millis": draw(st.one_of(st.none(), st.integers(0, 2**50))),
+        "latest_start_millis": draw(st.one_of(st.none(), st.integers(0, 2**50))),
         "measured_before_claim": draw(
             st.one_of(
                 st.none(),
@@ -363,6 +364,8 @@ CORRUPT = [
     pytest.param("endingHashKey", {"S": str(MAX_HASH_KEY + 1)}, ("endingHashKey",), id="hash-end-above-2^128-1"),
     pytest.param("streamName", {"S": "123456789012:stream:1"}, ("shardId",), id="streamName-without-shardId"),
     pytest.param("readThroughMillis", {"N": "-5"}, ("readThroughMillis",), id="readThroughMillis-negative"),
+    pytest.param("latestStartMillis", {"N": "-5"}, ("latestStartMillis",), id="latestStartMillis-negative"),
+    pytest.param("latestStartMillis", {"S": "now"}, ("latestStartMillis",), id="latestStartMillis-of-type-S"),
     pytest.param("unreportedRetentionLosses", {"SS": ["{}"]}, ("unreportedRetentionLosses",), id="loss-without-after"),
     pytest.param(
         "unreportedRetentionLosses", {"SS": ['{"after":5}']}, ("unreportedRetentionLosses",), id="loss-with-a-number"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -270,3 +271,20 @@ def test_a_multi_stream_lease_carries_its_stream_and_shard() -> None:
 
 def test_a_single_stream_lease_is_not_multi_stream() -> None:
     assert not Lease("shardId-4").is_multi_stream
+
+
+def test_a_lease_at_latest_is_pinned_once_and_reads_from_its_pin_until_a_checkpoint_moves_it() -> None:
+    at_latest = Lease("shardId-1", checkpoint=LATEST)
+    assert at_latest.latest_since is None
+    pinned = at_latest.pinned_at_latest(1_700_000_000_000)
+    assert pinned.latest_since == datetime(2023, 11, 14, 22, 13, 20, tzinfo=UTC)
+    assert pinned.pinned_at_latest(1_800_000_000_000) == pinned, "a pin never moves"
+    assert pinned.with_pending_checkpoint(ExtendedSequenceNumber("5")).latest_since == pinned.latest_since
+    assert pinned.with_checkpoint(ExtendedSequenceNumber("5")).latest_start_millis is None
+
+
+@pytest.mark.parametrize("checkpoint", [TRIM_HORIZON, ExtendedSequenceNumber("5")], ids=str)
+def test_a_lease_off_latest_is_never_pinned_and_a_stray_pin_means_nothing(checkpoint: ExtendedSequenceNumber) -> None:
+    lease = Lease("shardId-1", checkpoint=checkpoint)
+    assert lease.pinned_at_latest(1_700_000_000_000) == lease
+    assert lease.replace(latest_start_millis=1_700_000_000_000).latest_since is None

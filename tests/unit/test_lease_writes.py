@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from lease_core.model.lease import AgedOutRange, HashKeyRange, Lease, MeasurementBeforeClaim, StreamIdentifier
-from lease_core.model.sequence import ExtendedSequenceNumber
+from lease_core.model.sequence import LATEST, ExtendedSequenceNumber
 from lease_core.store import lease_writes
 from lease_core.store.dynamodb_store import render_delete, render_update
 from lease_core.store.lease_writes import (
@@ -26,6 +26,7 @@ ABSENT = "absent"
 PENDING = ("pendingCheckpoint", "pendingCheckpointSubSequenceNumber", "pendingCheckpointState")
 # An update removes the committed batch's file name unless it writes one (a no-op where it is absent).
 FILE = "committedBatchFile"
+PIN = "latestStartMillis"  # removed by every checkpoint write off LATEST
 STREAM = StreamIdentifier("123456789012", "stream", 1)
 LOSSES = "unreportedRetentionLosses"
 AGED_OUT = AgedOutRange("4", "7", "2026-11-23T10:00:00+00:00")
@@ -145,6 +146,22 @@ WRITES = [
             {"leaseCounter": n(4), "claimToken": s("attempt-2")},
         ),
         id="claim-stores-the-new-token-without-requiring-the-old-one",
+    ),
+    pytest.param(
+        lambda: lease_writes.claim(CLAIMED.replace(checkpoint=LATEST).pinned_at_latest(1_700_000_000_000), "attempt-2"),
+        Write(
+            {"leaseCounter": n(3), "checkpointOwner": ABSENT},
+            {"leaseCounter": n(4), "claimToken": s("attempt-2"), PIN: n(1_700_000_000_000)},
+        ),
+        id="claim-of-a-lease-at-latest-stores-its-pin",
+    ),
+    pytest.param(
+        lambda: lease_writes.claim(CLAIMED.replace(latest_start_millis=1_700_000_000_000), "attempt-2"),
+        Write(
+            {"leaseCounter": n(3), "checkpointOwner": ABSENT},
+            {"leaseCounter": n(4), "claimToken": s("attempt-2")},
+        ),
+        id="claim-off-latest-never-writes-a-pin",
     ),
     # --- take: counter-conditional owner change that cancels a handoff ---
     pytest.param(
@@ -294,7 +311,7 @@ WRITES = [
                 "checkpointSubSequenceNumber": n(2),
                 "ownerSwitchesSinceCheckpoint": n(0),
             },
-            frozenset(PENDING) | {FILE},
+            frozenset(PENDING) | {FILE, PIN},
         ),
         id="update-without-pending-removes-the-three-pending-attributes",
     ),
@@ -317,7 +334,7 @@ WRITES = [
                 "pendingCheckpointSubSequenceNumber": n(1),
                 "pendingCheckpointState": {"B": b"state"},
             },
-            frozenset({FILE}),
+            frozenset({FILE, PIN}),
         ),
         id="update-with-pending-and-state",
     ),
@@ -333,7 +350,7 @@ WRITES = [
                 "pendingCheckpoint": s("9"),
                 "pendingCheckpointSubSequenceNumber": n(0),
             },
-            frozenset({"pendingCheckpointState", FILE}),
+            frozenset({"pendingCheckpointState", FILE, PIN}),
         ),
         id="update-with-pending-without-state-removes-the-state",
     ),
@@ -358,7 +375,7 @@ WRITES = [
                 "startingHashKey": s("0"),
                 "endingHashKey": s("399"),
             },
-            frozenset(PENDING) | {FILE},
+            frozenset(PENDING) | {FILE, PIN},
         ),
         id="update-with-children-and-hash-range-never-writes-parents-or-throughput",
     ),
@@ -374,7 +391,7 @@ WRITES = [
                 "streamName": s("123456789012:stream:1"),
                 "shardId": s("shardId-4"),
             },
-            frozenset(PENDING) | {FILE},
+            frozenset(PENDING) | {FILE, PIN},
         ),
         id="update-multi-stream-writes-stream-and-shard",
     ),
@@ -389,9 +406,48 @@ WRITES = [
                 "ownerSwitchesSinceCheckpoint": n(0),
                 FILE: s("s=x/8-0_9-0.parquet"),
             },
-            frozenset(PENDING),
+            frozenset(PENDING) | {PIN},
         ),
         id="update-of-a-claimed-lease-requires-its-token-and-names-the-committed-file",
+    ),
+    pytest.param(
+        lambda: lease_writes.update(
+            CLAIMED.replace(checkpoint=LATEST, latest_start_millis=1_700_000_000_000).with_pending_checkpoint(
+                ExtendedSequenceNumber("9")
+            )
+        ),
+        Write(
+            {"leaseCounter": n(3), "claimToken": s("attempt-1")},
+            {
+                "leaseCounter": n(4),
+                "checkpoint": s("LATEST"),
+                "checkpointSubSequenceNumber": n(0),
+                "ownerSwitchesSinceCheckpoint": n(0),
+                "pendingCheckpoint": s("9"),
+                "pendingCheckpointSubSequenceNumber": n(0),
+                PIN: n(1_700_000_000_000),
+            },
+            frozenset({"pendingCheckpointState", FILE}),
+        ),
+        id="prepare-at-a-pinned-latest-keeps-the-pin",
+    ),
+    pytest.param(
+        lambda: lease_writes.update(
+            CLAIMED.replace(checkpoint=LATEST, latest_start_millis=1_700_000_000_000).with_checkpoint(
+                ExtendedSequenceNumber("9")
+            )
+        ),
+        Write(
+            {"leaseCounter": n(3), "claimToken": s("attempt-1")},
+            {
+                "leaseCounter": n(4),
+                "checkpoint": s("9"),
+                "checkpointSubSequenceNumber": n(0),
+                "ownerSwitchesSinceCheckpoint": n(0),
+            },
+            frozenset(PENDING) | {FILE, PIN},
+        ),
+        id="a-checkpoint-off-latest-removes-the-pin",
     ),
     pytest.param(
         lambda: lease_writes.update(
@@ -406,7 +462,7 @@ WRITES = [
                 "checkpointSubSequenceNumber": n(0),
                 "ownerSwitchesSinceCheckpoint": n(0),
             },
-            frozenset(PENDING) | {FILE},
+            frozenset(PENDING) | {FILE, PIN},
             add_to_sets={LOSSES: {"SS": [AGED_OUT.encode()]}},
         ),
         id="update-past-a-retention-gap-adds-only-the-new-loss-to-the-unreported-ones",
@@ -506,7 +562,7 @@ def test_a_complex_update_renders_its_names_and_values_through_placeholders() ->
     text = arguments["UpdateExpression"] + " " + arguments["ConditionExpression"]
     names, values = arguments["ExpressionAttributeNames"], arguments["ExpressionAttributeValues"]
     assert placeholders(text, "#") == set(names) and placeholders(text, ":") == set(values)
-    assert set(names.values()) == {"leaseCounter", "pendingCheckpointState", FILE} | {
+    assert set(names.values()) == {"leaseCounter", "pendingCheckpointState", FILE, PIN} | {
         a for a, _ in update.set_attributes
     }
     assert {"S": "123456789012:stream:1"} in values.values() and {"N": "7"} in values.values()

@@ -59,6 +59,21 @@ def test_a_checkpoint_maps_to_the_iterator_that_neither_repeats_nor_skips(start,
     assert start_spec("shardId-000000000007", start, ARRIVAL if start == AT_TIMESTAMP else None) == expected
 
 
+PIN = datetime(2024, 5, 1, 9, 30, tzinfo=UTC)
+
+
+@pytest.mark.parametrize(
+    ("start", "expected"),
+    [
+        pytest.param(LATEST, IteratorSpec("AT_TIMESTAMP", timestamp=PIN), id="latest-reads-on-from-its-pin"),
+        pytest.param(TRIM_HORIZON, IteratorSpec("TRIM_HORIZON"), id="a-pin-means-nothing-off-latest"),
+        pytest.param(AT_TIMESTAMP, IteratorSpec("AT_TIMESTAMP", timestamp=ARRIVAL), id="at-timestamp-keeps-the-runs"),
+    ],
+)
+def test_a_pinned_latest_opens_at_its_pin_and_nothing_else_changes(start, expected):
+    assert start_spec("shardId-000000000007", start, ARRIVAL, latest_since=PIN) == expected
+
+
 def test_an_iterator_spec_sends_only_the_arguments_its_type_needs():
     assert IteratorSpec("AT_SEQUENCE_NUMBER", sequence_number=SEQUENCE).arguments() == {
         "ShardIteratorType": "AT_SEQUENCE_NUMBER",
