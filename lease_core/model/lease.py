@@ -17,6 +17,8 @@ from lease_core.errors import CheckpointOrderError
 from lease_core.model.sequence import LATEST, TRIM_HORIZON, ExtendedSequenceNumber
 
 MAX_HASH_KEY = 2**128 - 1
+# The last millisecond of year 9999, the latest moment a datetime holds.
+MAX_EPOCH_MILLIS = 253_402_300_799_999
 
 
 @dataclass(frozen=True)
@@ -213,8 +215,8 @@ class Lease:
             )
         if self.lease_counter < 0:
             raise ValueError(f"lease {self.lease_key!r}: lease_counter must be >= 0")
-        if self.latest_start_millis is not None and self.latest_start_millis < 0:
-            raise ValueError(f"lease {self.lease_key!r}: latest_start_millis must be >= 0")
+        if self.latest_start_millis is not None and not 0 <= self.latest_start_millis <= MAX_EPOCH_MILLIS:
+            raise ValueError(f"lease {self.lease_key!r}: latest_start_millis must be a moment in epoch milliseconds")
         if self.pending_checkpoint_state is not None and self.pending_checkpoint is None:
             raise ValueError(f"lease {self.lease_key!r}: pending_checkpoint_state needs a pending_checkpoint")
         if (self.stream_name is None) != (self.shard_id is None):
@@ -255,8 +257,14 @@ class Lease:
         return datetime.fromtimestamp(self.latest_start_millis / 1000, UTC)
 
     def pinned_at_latest(self, now_millis: int) -> Lease:
-        """The lease with LATEST pinned at `now_millis` if it is at LATEST and not pinned yet; else itself."""
-        if self.checkpoint != LATEST or self.latest_start_millis is not None:
+        """The lease as a claim at `now_millis` writes its pin: a lease at LATEST with no pin, or with
+        one after `now_millis` (a host whose clock runs ahead pinned it), is pinned at `now_millis`;
+        a pin beside another checkpoint (left by a writer that does not know it) is dropped, so that
+        it cannot come back if that writer sets LATEST again. A pin only ever moves earlier: reading
+        from earlier includes everything after the later moment, and nothing after LATEST was landed."""
+        if self.checkpoint != LATEST:
+            return self if self.latest_start_millis is None else self.replace(latest_start_millis=None)
+        if self.latest_start_millis is not None and self.latest_start_millis <= now_millis:
             return self
         return self.replace(latest_start_millis=now_millis)
 

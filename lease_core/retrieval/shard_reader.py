@@ -18,6 +18,11 @@ Why it reads the way it does:
   horizon. A record asked for that aged out itself is reported too: the records between it and the
   first one available are unknown, so "none" cannot be told from "some". A batch reports one gap: a
   second one ends it before the records behind that gap, and the next batch reports it.
+- A lease at LATEST reads from its pin (`Lease.latest_since`) AT_TIMESTAMP. A pin older than the
+  stream's retention makes its first record follow a possible gap, reported like the others (with no
+  record after it, nothing is reported: the lease stays at LATEST and would report it every round).
+  A pin ahead of Kinesis' clock (the pinning host runs ahead) is refused by Kinesis: that open reads
+  from LATEST, which holds every record after the pin.
 - Calls are paced by Kinesis' two per-shard read limits: at most 5 GetRecords per second, and
   `read_bytes_per_second` (2 MiB/s) of records. Kinesis charges a response's bytes (data plus
   partition key) after serving it and refuses the shard's calls while it is in debt, so after a
@@ -141,6 +146,9 @@ class IteratorSpec:
 
 
 TRIM_HORIZON_SPEC = IteratorSpec("TRIM_HORIZON")
+# Kinesis keeps records at least this long (a stream's retention is 24 hours to 365 days).
+MIN_RETENTION_HOURS = 24
+LATEST_SPEC = IteratorSpec("LATEST")
 
 
 def start_spec(
@@ -230,6 +238,12 @@ def _not_an_aggregate(record: Mapping[str, Any], why: str) -> list[KinesisRecord
     return None
 
 
+def _refuses_the_future(error: botocore.exceptions.ClientError) -> bool:
+    """Kinesis' answer to an AT_TIMESTAMP after its own clock (kinesis-mock: "Timestamp cannot be in the future")."""
+    message = str(error.response.get("Error", {}).get("Message", ""))
+    return error_code(error) == "InvalidArgumentException" and "future" in message.lower()
+
+
 def _utc(moment: datetime) -> datetime:
     return moment.astimezone(UTC)
 
@@ -245,7 +259,7 @@ class _GapCheck:
     """
 
     after: ExtendedSequenceNumber
-    sequence_number: str
+    sequence_number: str | None  # None: any first record comes after a possible gap (an aged-out pin)
     refused: bool
 
 
@@ -259,6 +273,10 @@ class _IteratorExpired(Exception):
 
 class _SequenceNumberRefused(Exception):
     """GetShardIterator refused a sequence number (kinesis-mock says ResourceNotFoundException)."""
+
+
+class _PinInTheFuture(Exception):
+    """GetShardIterator refused a LATEST pin as later than Kinesis' own clock."""
 
 
 @dataclass
@@ -333,6 +351,7 @@ class ShardReader:
         read_bytes_per_second: float | None = KINESIS_SHARD_READ_BYTES_PER_SECOND,
         get_records_limit: int = MAX_GET_RECORDS_LIMIT,
         clock: Callable[[], float] = time.monotonic,
+        wall_clock: Callable[[], float] = time.time,
         sleep: Callable[[float], None] = time.sleep,
         busy_gate: AbstractContextManager[Any] | None = None,
     ) -> None:
@@ -344,6 +363,9 @@ class ShardReader:
         if read_bytes_per_second is not None and read_bytes_per_second <= 0:
             raise ValueError(f"read_bytes_per_second must be positive (or None: unpaced), not {read_bytes_per_second}")
         self._resume = start_spec(shard_id, start, at_timestamp, latest_since)
+        self._pinned_latest = start.sentinel is Sentinel.LATEST and latest_since is not None
+        self._pin_checked = False
+        self._wall_clock = wall_clock
         self._kinesis = kinesis
         self._stream_name = stream_name
         self._shard_id = shard_id
@@ -560,15 +582,47 @@ class ShardReader:
         """A fresh iterator for `spec`, falling back to the trim horizon if its sequence number is refused."""
         try:
             self._iterator = self._get_shard_iterator(spec)
+        except _PinInTheFuture:
+            # The host that pinned runs ahead of Kinesis: its now is before the pin, so LATEST holds
+            # every record after the pin (and nothing after LATEST was landed). The pin stays for the
+            # next open: by then it is likely in Kinesis' past.
+            log.warning(
+                "shard %s of %r: its LATEST pin %s is ahead of Kinesis' clock; reading from LATEST",
+                self._shard_id,
+                self._stream_name,
+                spec.timestamp,
+            )
+            self._iterator = self._get_shard_iterator(LATEST_SPEC)
+            return
         except _SequenceNumberRefused:
             self._iterator = self._get_shard_iterator(TRIM_HORIZON_SPEC)
             self._resume = TRIM_HORIZON_SPEC
             self._gap_check = _GapCheck(self._fetched_through, str(spec.sequence_number), refused=True)
             return
+        if self._pinned_latest and spec.iterator_type == "AT_TIMESTAMP" and self._pin_aged_out(spec):
+            self._gap_check = _GapCheck(self._fetched_through, None, refused=False)
         if spec.iterator_type == "AT_SEQUENCE_NUMBER":
             self._gap_check = _GapCheck(self._fetched_through, str(spec.sequence_number), refused=False)
             # Its first record is one already fetched, or the checkpoint's own, unless the start is inclusive.
             self._drops_first_record = self._last_raw_sequence_number is not None or not self._start_inclusive
+
+    def _pin_aged_out(self, spec: IteratorSpec) -> bool:
+        """Whether records after a LATEST pin may have aged out unread: the pin is older than the
+        stream's retention (asked only past Kinesis' minimum retention, and once per reader). Kinesis
+        then starts the iterator at the trim horizon, and the first record read follows a possible gap."""
+        pin = spec.timestamp
+        if pin is None or self._pin_checked:
+            return False
+        self._pin_checked = True
+        age_hours = (self._wall_clock() - pin.timestamp()) / 3600
+        if age_hours <= MIN_RETENTION_HOURS:
+            return False
+
+        def retention_hours() -> int:
+            summary = self._kinesis.describe_stream_summary(StreamName=self._stream_name)["StreamDescriptionSummary"]
+            return int(summary["RetentionPeriodHours"])
+
+        return age_hours > self._caller.call("DescribeStreamSummary", retention_hours)
 
     def _get_shard_iterator(self, spec: IteratorSpec) -> str:
         def call() -> str:
@@ -580,6 +634,8 @@ class ShardReader:
                 code = error_code(error)
                 if spec.sequence_number is not None and code in _SEQUENCE_NUMBER_REFUSALS:
                     raise _SequenceNumberRefused() from error
+                if self._pinned_latest and spec.iterator_type == "AT_TIMESTAMP" and _refuses_the_future(error):
+                    raise _PinInTheFuture() from error
                 if code == "ResourceNotFoundException":
                     raise StreamNotFoundError(self._stream_name) from error
                 raise
@@ -591,7 +647,7 @@ class ShardReader:
         check, self._gap_check = self._gap_check, None
         if check is None:
             return
-        if int(first["SequenceNumber"]) > int(check.sequence_number):
+        if check.sequence_number is None or int(first["SequenceNumber"]) > int(check.sequence_number):
             arrival = _utc(first["ApproximateArrivalTimestamp"])
             self._unreported_gap = RetentionGap(check.after, first["SequenceNumber"], arrival)
         elif check.refused:
@@ -603,6 +659,8 @@ class ShardReader:
 
     def _check_gap_on_empty_shard(self) -> None:
         # Nothing at or after the asked-for record is left at all: everything after it aged out.
-        if self._gap_check is not None:
+        # An aged-out pin waits for its first record instead: with none, nothing may have been lost,
+        # and the lease, still at LATEST, would report the same gap every round.
+        if self._gap_check is not None and self._gap_check.sequence_number is not None:
             self._unreported_gap = RetentionGap(self._gap_check.after, None, None)
             self._gap_check = None

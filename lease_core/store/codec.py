@@ -12,7 +12,7 @@ from decimal import ROUND_HALF_UP, Context, Decimal, InvalidOperation
 from typing import Any, Literal, overload
 
 from lease_core.errors import CorruptLeaseError, InvalidSequenceNumberError
-from lease_core.model.lease import AgedOutRange, HashKeyRange, Lease, MeasurementBeforeClaim
+from lease_core.model.lease import MAX_EPOCH_MILLIS, AgedOutRange, HashKeyRange, Lease, MeasurementBeforeClaim
 from lease_core.model.sequence import ExtendedSequenceNumber
 
 AttributeValue = dict[str, Any]
@@ -188,7 +188,7 @@ def lease_from_item(item: Mapping[str, AttributeValue]) -> Lease:
             unreported_losses=reader.aged_out_ranges(UNREPORTED_LOSSES),
             read_through_millis=reader.integer(READ_THROUGH_MILLIS),
             measured_before_claim=reader.measurement_before_claim(MEASURED_BEFORE_CLAIM),
-            latest_start_millis=reader.integer(LATEST_START_MILLIS),
+            latest_start_millis=reader.epoch_millis(LATEST_START_MILLIS),
         )
     except ValueError as error:  # a value the model itself rejects, e.g. an inverted hash range
         raise CorruptLeaseError(key, str(error)) from error
@@ -343,6 +343,15 @@ class _ItemReader:
         if not number.is_finite() or number != number.to_integral_value() or number < 0:
             raise CorruptLeaseError(self._key, f"attribute {name!r} must be a non-negative integer, got {raw!r}", name)
         return int(number)
+
+    def epoch_millis(self, name: str) -> int | None:
+        """A moment in epoch milliseconds that a date can hold (a value in micro- or nanoseconds is not)."""
+        value = self.integer(name)
+        if value is not None and value > MAX_EPOCH_MILLIS:
+            raise CorruptLeaseError(
+                self._key, f"attribute {name!r} must be a moment in epoch milliseconds, got {value}", name
+            )
+        return value
 
     def floating(self, name: str) -> float | None:
         raw = self._raw(name, "N", False)

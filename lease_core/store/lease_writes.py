@@ -151,9 +151,14 @@ def claim(lease: Lease, token: str) -> LeaseUpdate:
     """
     renewal = renew(lease.replace(claim_token=None))
     sets = (*renewal.set_attributes, (codec.CLAIM_TOKEN, codec.string_value(token)))
-    if lease.latest_since is not None and lease.latest_start_millis is not None:  # `Lease.pinned_at_latest`
+    # The pin as `Lease.pinned_at_latest` leaves it: written at LATEST, removed otherwise. At the
+    # counter read, the stored pin is the one the caller read: every pin write moves the counter.
+    removes = renewal.remove_attributes
+    if lease.latest_since is not None and lease.latest_start_millis is not None:
         sets += ((codec.LATEST_START_MILLIS, codec.number_value(lease.latest_start_millis)),)
-    return dataclasses.replace(renewal, set_attributes=sets)
+    elif lease.latest_start_millis is None:
+        removes += (codec.LATEST_START_MILLIS,)
+    return dataclasses.replace(renewal, set_attributes=sets, remove_attributes=removes)
 
 
 def take(lease: Lease, new_owner: str) -> LeaseUpdate:

@@ -9,6 +9,7 @@ every read (the slot's and the leader's idle check) opens AT_TIMESTAMP of the pi
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -16,6 +17,8 @@ import pytest
 from devtools.kinesis_streams import create_stream, kinesis_client
 from lease_core.model.sequence import LATEST, ExtendedSequenceNumber
 from lease_core.retrieval.pending_work import PendingWork, find_pending_work
+from lease_core.retrieval.shard_source import KinesisShardSource
+from lease_core.sync.step import sync_streams
 from spark_jobs.round_report import LeaseReport, Outcome
 from spark_jobs.slot_task import SlotTask
 from tests.support.pipeline import ConsumerPipeline, duplicates
@@ -39,10 +42,29 @@ def pipeline(unique_name: str, kinesis_endpoint: str, moto_endpoint: str, tmp_pa
     )
 
 
-def slot_round(pipeline: ConsumerPipeline, round_number: int) -> LeaseReport:
+def slot_round(pipeline: ConsumerPipeline, round_number: int, clock_ahead_millis: int = 0) -> LeaseReport:
+    """One round of the one slot; its host's clock `clock_ahead_millis` ahead of Kinesis'."""
     pipeline.assign(1)
-    (report,) = SlotTask(pipeline.spec(1, round_number), slot_index=0).run().leases
+    task = SlotTask(pipeline.spec(1, round_number), slot_index=0)
+    if clock_ahead_millis:
+        task.context = replace(task.context, wall_clock_millis=lambda: now_millis() + clock_ahead_millis)
+    (report,) = task.run().leases
     return report
+
+
+def now_millis() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def set_attributes(pipeline: ConsumerPipeline, key: str, expression: str, values: dict, names: dict | None = None):
+    """A write by another tool (the DynamoDB console, KCL): straight to the item, no condition."""
+    pipeline.dynamodb.update_item(
+        TableName=pipeline.config.lease_table,
+        Key={"leaseKey": {"S": key}},
+        UpdateExpression=expression,
+        ExpressionAttributeValues=values,
+        **({"ExpressionAttributeNames": names} if names else {}),
+    )
 
 
 def idle_check(pipeline: ConsumerPipeline) -> PendingWork:
@@ -143,3 +165,82 @@ def test_a_retried_attempt_reads_from_the_pin_its_first_attempt_wrote(pipeline):
     assert (retry.outcome, retry.records) == (Outcome.CAUGHT_UP, 3)
     assert landed_data(pipeline) == sorted(record.data for record in produced)
     assert duplicates(pipeline.landed()) == []
+
+
+# --- clocks, other writers, values that do not read ------------------------------------------------
+# (kinesis-mock checks an AT_TIMESTAMP against its clock only once the shard holds a record.)
+
+
+def test_a_claim_on_a_host_whose_clock_runs_ahead_of_kinesis_still_reads_the_lease(pipeline):
+    pipeline.produce(2)
+    pipeline.sync()
+    (key,) = pipeline.leases()
+    unpinned = pipeline.leases()[key].replace(latest_start_millis=None)
+    pipeline.store.delete_lease(key)
+    assert pipeline.store.create_lease_if_not_exists(unpinned)
+    # The claim pins 2 s into Kinesis' future, which refuses that AT_TIMESTAMP: the read opens LATEST.
+    first = slot_round(pipeline, 1, clock_ahead_millis=2_000)
+    assert (first.outcome, first.records) == (Outcome.CAUGHT_UP, 0)
+    pin = pipeline.leases()[key].latest_start_millis
+    assert pin is not None and pin > now_millis()
+    # What arrives before the pin (in Kinesis' time) is before the lease's start: the clocks' difference
+    # is how far a pin can be off (docs/kcl-compatibility.md). After it, every record is read.
+    time.sleep((pin - now_millis()) / 1000 + CLOCK_STEP_SECONDS)
+    produced = pipeline.produce(3)
+    assert slot_round(pipeline, 2).records == 3
+    assert landed_data(pipeline) == sorted(record.data for record in produced)
+
+
+def test_a_pin_ahead_of_the_claiming_host_moves_back_to_the_claim_and_the_lease_reads(pipeline):
+    pipeline.produce(2)
+    source = KinesisShardSource(pipeline.kinesis, retry_policy=FAST_RETRIES)
+    # A sync host a day ahead pins every lease it creates in Kinesis' future.
+    sync_streams(
+        pipeline.streams, pipeline.config, pipeline.store, source, pipeline.state, lambda: now_millis() + 86_400_000
+    )
+    (key,) = pipeline.leases()
+    work = idle_check(pipeline)
+    assert work.idle, "the check reads from LATEST when Kinesis refuses the pin: nothing after it"
+    claimed_before = now_millis()
+    first = slot_round(pipeline, 1)
+    assert (first.outcome, first.records) == (Outcome.CAUGHT_UP, 0)
+    pin = pipeline.leases()[key].latest_start_millis
+    assert pin is not None and claimed_before <= pin <= now_millis(), "the claim moved the pin back to its time"
+    produced = pipeline.produce(3)
+    assert slot_round(pipeline, 2).records == 3
+    assert landed_data(pipeline) == sorted(record.data for record in produced)
+
+
+def test_a_pin_another_writer_left_beside_its_checkpoint_is_dropped_by_the_next_claim(pipeline):
+    pipeline.sync()
+    (key,) = pipeline.leases()
+    early = pipeline.produce(3)
+    assert slot_round(pipeline, 1).records == 3
+    # A writer that does not know the pin (KCL's checkpoint) left one beside a sequence checkpoint.
+    set_attributes(pipeline, key, "SET latestStartMillis = :pin", {":pin": {"N": str(now_millis() - 60_000)}})
+    assert pipeline.leases()[key].latest_since is None, "beside a sequence checkpoint a pin means nothing"
+    assert slot_round(pipeline, 2).records == 0
+    assert pipeline.leases()[key].latest_start_millis is None, "the claim removed it"
+    time.sleep(CLOCK_STEP_SECONDS)
+    # Then that writer sets LATEST again (no claim in between would leave the old pin live: docs).
+    lease = pipeline.leases()[key]
+    set_attributes(
+        pipeline,
+        key,
+        "SET #c = :latest, checkpointSubSequenceNumber = :zero, leaseCounter = :n",
+        {":latest": {"S": "LATEST"}, ":zero": {"N": "0"}, ":n": {"N": str(lease.lease_counter + 2)}},
+        {"#c": "checkpoint"},
+    )
+    assert slot_round(pipeline, 3).records == 0, "LATEST set by the other writer skips what was there"
+    assert landed_data(pipeline) == sorted(record.data for record in early)
+    assert duplicates(pipeline.landed()) == []
+
+
+def test_a_pin_that_is_no_moment_in_milliseconds_is_a_corrupt_lease_item(pipeline):
+    pipeline.sync()
+    (key,) = pipeline.leases()
+    set_attributes(pipeline, key, "SET latestStartMillis = :pin", {":pin": {"N": str(time.time_ns())}})
+    scan = pipeline.store.scan_leases()
+    assert scan.leases == ()
+    ((corrupt_key, error),) = [(error.lease_key, error) for error in scan.corrupt]
+    assert (corrupt_key, error.attribute) == (key, "latestStartMillis")

@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from lease_core.errors import CorruptLeaseError
 from lease_core.model.lease import (
+    MAX_EPOCH_MILLIS,
     MAX_HASH_KEY,
     AgedOutRange,
     HashKeyRange,
@@ -126,7 +127,7 @@ def leases(draw: st.DrawFn) -> Lease:
         "throughput_kbps": draw(st.one_of(st.none(), st.integers(0, 10**15).map(lambda n: n / 10**6))),
         "checkpoint_owner": draw(owners),
         "read_through_millis": draw(st.one_of(st.none(), st.integers(0, 2**50))),
-        "latest_start_millis": draw(st.one_of(st.none(), st.integers(0, 2**50))),
+        "latest_start_millis": draw(st.one_of(st.none(), st.integers(0, MAX_EPOCH_MILLIS))),
         "measured_before_claim": draw(
             st.one_of(
                 st.none(),
@@ -366,6 +367,9 @@ CORRUPT = [
     pytest.param("readThroughMillis", {"N": "-5"}, ("readThroughMillis",), id="readThroughMillis-negative"),
     pytest.param("latestStartMillis", {"N": "-5"}, ("latestStartMillis",), id="latestStartMillis-negative"),
     pytest.param("latestStartMillis", {"S": "now"}, ("latestStartMillis",), id="latestStartMillis-of-type-S"),
+    pytest.param(
+        "latestStartMillis", {"N": "1700000000000000"}, ("latestStartMillis",), id="latestStartMillis-in-microseconds"
+    ),
     pytest.param("unreportedRetentionLosses", {"SS": ["{}"]}, ("unreportedRetentionLosses",), id="loss-without-after"),
     pytest.param(
         "unreportedRetentionLosses", {"SS": ['{"after":5}']}, ("unreportedRetentionLosses",), id="loss-with-a-number"

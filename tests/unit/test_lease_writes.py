@@ -130,6 +130,7 @@ WRITES = [
                 "measuredBeforeClaim": s('{"readThroughMillis":1763900000000,"round":7,"throughputKBps":2.0}'),
                 "claimToken": s("attempt-1"),
             },
+            frozenset({PIN}),
         ),
         id="claim-with-a-stand-in-measurement-keeps-the-one-it-replaces",
     ),
@@ -144,6 +145,7 @@ WRITES = [
         Write(
             {"leaseCounter": n(3), "checkpointOwner": ABSENT},
             {"leaseCounter": n(4), "claimToken": s("attempt-2")},
+            frozenset({PIN}),  # a pin another writer left beside a checkpoint off LATEST goes
         ),
         id="claim-stores-the-new-token-without-requiring-the-old-one",
     ),

@@ -21,7 +21,14 @@ from hypothesis import strategies as st
 from lease_core.model.lease import HashKeyRange
 from lease_core.model.sequence import AT_TIMESTAMP, LATEST, SHARD_END, TRIM_HORIZON, ExtendedSequenceNumber
 from lease_core.model.shards import ChildShard
-from lease_core.retrieval.shard_reader import IteratorSpec, ReadLimits, ShardReader, start_spec, user_records
+from lease_core.retrieval.shard_reader import (
+    IteratorSpec,
+    ReadLimits,
+    RetentionGap,
+    ShardReader,
+    start_spec,
+    user_records,
+)
 from tests.support.kpl import aggregate
 
 ARRIVAL = datetime(2024, 5, 1, 12, 0, tzinfo=timezone(timedelta(hours=2)))
@@ -365,3 +372,67 @@ def test_a_record_without_a_partition_key_lands_with_an_empty_one():
     del record["PartitionKey"]
     (found,) = user_records([record])
     assert (found.partition_key, found.data) == ("", b"payload")
+
+
+class ShardTrimmedSincePin:
+    """An open shard with 24 h retention, read three days after a LATEST pin: the records of the
+    first two days after the pin aged out. AT_TIMESTAMP before the trim horizon answers from it."""
+
+    def __init__(self, records: int) -> None:
+        first_kept = PIN + timedelta(days=2)
+        self.records = [
+            {
+                "SequenceNumber": f"4965{index:052d}",
+                "ApproximateArrivalTimestamp": first_kept + timedelta(minutes=index),
+                "Data": b"r",
+                "PartitionKey": "k",
+            }
+            for index in range(100, 100 + records)
+        ]
+        self.calls: list[str] = []
+
+    def describe_stream_summary(self, StreamName: str) -> dict:
+        self.calls.append("DescribeStreamSummary")
+        return {"StreamDescriptionSummary": {"RetentionPeriodHours": 24}}
+
+    def get_shard_iterator(self, **arguments) -> dict:
+        self.calls.append(arguments["ShardIteratorType"])
+        return {"ShardIterator": "0"}
+
+    def get_records(self, ShardIterator: str, Limit: int) -> dict:
+        index = int(ShardIterator)
+        page = self.records[index : index + Limit]
+        return {"Records": page, "NextShardIterator": str(index + len(page)), "MillisBehindLatest": 0}
+
+
+def pinned_reader(shard: ShardTrimmedSincePin, read_at: datetime) -> ShardReader:
+    return ShardReader(
+        shard,
+        "s",
+        "shardId-000000000000",
+        LATEST,
+        latest_since=PIN,
+        min_call_interval_seconds=0,
+        wall_clock=read_at.timestamp,
+    )
+
+
+def test_the_first_record_after_a_pin_older_than_the_retention_follows_a_reported_gap():
+    shard = ShardTrimmedSincePin(3)
+    batch = pinned_reader(shard, PIN + timedelta(days=3)).read(ReadLimits())
+    assert shard.calls[:2] == ["AT_TIMESTAMP", "DescribeStreamSummary"]
+    assert len(batch.records) == 3
+    assert batch.gap == RetentionGap(LATEST, shard.records[0]["SequenceNumber"], PIN + timedelta(days=2, minutes=100))
+
+
+def test_a_pin_younger_than_any_retention_asks_nothing_more_and_reports_nothing():
+    shard = ShardTrimmedSincePin(3)
+    batch = pinned_reader(shard, PIN + timedelta(hours=23)).read(ReadLimits())
+    assert shard.calls[0] == "AT_TIMESTAMP" and "DescribeStreamSummary" not in shard.calls
+    assert batch.gap is None
+
+
+def test_an_aged_out_pin_with_no_record_after_it_reports_nothing_yet():
+    shard = ShardTrimmedSincePin(0)
+    batch = pinned_reader(shard, PIN + timedelta(days=3)).read(ReadLimits())
+    assert (batch.records, batch.gap) == ((), None)
