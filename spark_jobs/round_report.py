@@ -370,22 +370,57 @@ class RoundFigures:
         return [_plain(lease) for lease in self.leases]
 
 
+# The columns of a history entry's per-slot rows (`history_figures`); `slot` is the slot's index when
+# its worker id is `<application>-worker-<index>` (every slot of a round), else the worker id.
+SLOT_COLUMNS = ("slot", "leases", "records", "bytes", "seconds", "cpu_percent")
+
+
 def history_figures(figures: RoundFigures | None) -> dict[str, Any]:
     """What a round's history entry keeps of its figures. A round without figures (its consume step
-    skipped: nothing to read) has the figures of a round that read nothing."""
+    skipped: nothing to read) has the figures of a round that read nothing.
+
+    `leases_behind` is the round's backlog: the leases it left behind their shard's tip, by Kinesis's
+    own `MillisBehindLatest` of the last read (> 0); `max_millis_behind_latest` is the largest of
+    those lags. `slots` is compact, one row per slot under `SLOT_COLUMNS` (`cpu_percent` null when
+    the slot measured none), as 100 rounds of 100 slots must fit one item; `outcomes` counts leases
+    by outcome.
+    """
     totals = figures.totals if figures else RoundTotals.of(())
     return {
         "records": totals.records,
         "bytes": totals.bytes,
         "files": totals.files,
         "seconds": figures.seconds if figures else 0.0,
+        "leases": totals.leases,
+        "leases_behind": sum(bool(lease.millis_behind_latest) for lease in figures.leases) if figures else 0,
         "max_millis_behind_latest": totals.max_millis_behind_latest,
+        "outcomes": totals.outcomes,
         "lost_leases": len(totals.lost_leases),
         "failed_leases": len(totals.failed_leases),
         "retention_losses": len(totals.retention_losses),
         "busiest_over_bound": totals.busiest_over_bound,
-        "slots": [_plain(slot) for slot in figures.slots] if figures else [],
+        "slots": {"columns": list(SLOT_COLUMNS), "rows": _slot_rows(figures)} if figures else None,
     }
+
+
+def _slot_rows(figures: RoundFigures) -> list[list[Any]]:
+    prefix = f"{figures.application_name}-worker-"
+    return [
+        [
+            _slot_name(slot.worker_id, prefix),
+            slot.leases,
+            slot.records,
+            slot.bytes,
+            slot.seconds,
+            None if slot.cpu_percent < 0 else slot.cpu_percent,
+        ]
+        for slot in figures.slots
+    ]
+
+
+def _slot_name(worker_id: str, prefix: str) -> int | str:
+    index = worker_id.removeprefix(prefix)
+    return int(index) if worker_id.startswith(prefix) and index.isdigit() else worker_id
 
 
 def busiest_over_bound(slot_bytes: Sequence[int], lease_bytes: Sequence[int]) -> float | None:

@@ -34,6 +34,12 @@ An owner name is unique to one execution of a round (`<dag>/<run id>/<token>`,
 `leasectl-<command>/<host>/<pid>/<token>`), so a lock held under our own name is ours: a retried
 try whose first try's acquire landed (its answer lost, or the process died after the write)
 resumes it instead of waiting for it to expire.
+
+Every acquire and heartbeat of ours also writes `heartbeatAt` (ours, not the lock client's: the wall-
+clock time, epoch ms, taken before the write), so readers that keep no observation (the monitoring
+UI, reports) can tell a live lock from a dead round's: `LockHolder.is_live`. It plays no part in
+the takeover rule, which stays the observed one above. KCL's lock client ignores attributes it does
+not know and writes the whole item when it takes the lock, so a lock KCL holds has none.
 """
 
 from __future__ import annotations
@@ -59,6 +65,8 @@ LEASE_DURATION = "leaseDuration"
 RECORD_VERSION_NUMBER = "recordVersionNumber"
 IS_RELEASED = "isReleased"
 RELEASED = "1"
+# Ours: when the holder last wrote the lock (wall clock, epoch ms), for readers; see the module docstring.
+HEARTBEAT_AT = "heartbeatAt"
 
 # The shared evidence for expiry: which version was first seen when, by whom (ours, not KCL's).
 OBSERVATION_KEY = "LeaderObservation"
@@ -95,6 +103,7 @@ class LockHolder:
     record_version_number: str
     lease_duration_millis: int
     is_released: bool = False
+    heartbeat_at_millis: int | None = None  # our `heartbeatAt`; None on a lock KCL (or an older release) wrote
 
     @classmethod
     def from_item(cls, item: Record, default_lease_duration_millis: int) -> LockHolder:
@@ -104,7 +113,24 @@ class LockHolder:
             record_version_number=text(item, RECORD_VERSION_NUMBER),
             lease_duration_millis=_duration(item, default_lease_duration_millis),
             is_released=text(item, IS_RELEASED) == RELEASED,
+            heartbeat_at_millis=_heartbeat_at(item),
         )
+
+    def is_live(self, now_millis: int, observation: SharedObservation | None) -> bool:
+        """Whether a round holds this lock now, as a reader without observations of its own judges it.
+
+        Not when released. With our `heartbeatAt`: the last write is at most one lease duration old
+        (after that any contender may take it over). Without it (KCL's lock client writes none): held
+        until the shared observation shows this version unchanged for longer than its lease, which is
+        how contenders judge it too.
+        """
+        if self.is_released:
+            return False
+        if self.heartbeat_at_millis is not None:
+            return now_millis - self.heartbeat_at_millis <= self.lease_duration_millis
+        if observation is None or observation.record_version_number != self.record_version_number:
+            return True
+        return now_millis - observation.first_seen_at_millis <= self.lease_duration_millis
 
 
 def _duration(item: Record, default_millis: int) -> int:
@@ -112,6 +138,13 @@ def _duration(item: Record, default_millis: int) -> int:
         return int(text(item, LEASE_DURATION))
     except ValueError:
         return default_millis
+
+
+def _heartbeat_at(item: Record) -> int | None:
+    try:
+        return whole_number(item, HEARTBEAT_AT) if HEARTBEAT_AT in item else None
+    except ValueError:
+        return None  # not ours after all: the lock is judged as one without it
 
 
 @dataclass(frozen=True)
@@ -199,12 +232,17 @@ class LeaderLock:
         item = self.state.get(LEADER_KEY)
         return LockHolder.from_item(item, self.lease_duration_millis) if item is not None else None
 
+    def observation(self) -> SharedObservation | None:
+        """The shared `LeaderObservation` record as stored now (see the module docstring)."""
+        record = self.state.get(OBSERVATION_KEY)
+        return None if record is None else SharedObservation.from_item(record)
+
     def unavailable(self) -> LeadershipUnavailableError:
         """The error for a failed acquire or resume, naming the holder and when it can be taken over."""
         holder = self.holder()
         if holder is None:
             return LeadershipUnavailableError("(nobody: the lock expired or was released)")
-        observation = self._shared_observation()
+        observation = self.observation()
         if observation is None or observation.record_version_number != holder.record_version_number:
             return LeadershipUnavailableError(holder.owner_name)
         return LeadershipUnavailableError(
@@ -318,10 +356,6 @@ class LeaderLock:
         stored = SharedObservation.from_item(update_record(self.state, OBSERVATION_KEY, change) or {})
         return stored if stored is not None and stored.record_version_number == holder.record_version_number else seen
 
-    def _shared_observation(self) -> SharedObservation | None:
-        record = self.state.get(OBSERVATION_KEY)
-        return None if record is None else SharedObservation.from_item(record)
-
     def _write(self, now: int, expected: Expectations) -> bool:
         """Put the lock with a fresh version; `now` is taken before the write, so our lease errs short.
 
@@ -333,6 +367,7 @@ class LeaderLock:
             OWNER_NAME: self.owner_name,
             LEASE_DURATION: str(self.lease_duration_millis),  # a decimal string, as the lock client writes it
             RECORD_VERSION_NUMBER: version,
+            HEARTBEAT_AT: self._wall_clock(),
         }
         if not self.state.put(LEADER_KEY, attributes, expected=expected) and not self._stored_version_is(version):
             return False

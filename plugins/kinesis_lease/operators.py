@@ -392,7 +392,9 @@ class FinalizeRoundOperator(_LeaderStep):
         # No figures when the consume step was skipped (nothing to read): the round consumed nothing.
         figures = RoundFigures.from_dict(self.round_report, "the consume step's XCom") if self.round_report else None
         shard_sync = dict(self.shard_sync or {})
-        summary = round_summary(figures, dict(self.assignment or {}), shard_sync, context["run_id"])
+        summary = round_summary(
+            figures, dict(self.assignment or {}), shard_sync, context["run_id"], self.dag_id, self.leader_owner
+        )
         losses = records_lost(figures.totals.retention_losses if figures else (), shard_sync)
         with self.leadership(access) as leadership:
             store, state = self.fenced_stores(access, leadership)
@@ -422,12 +424,20 @@ def corrupt_leases(shard_sync: Mapping[str, Any]) -> tuple[str, ...]:
 
 
 def round_summary(
-    figures: RoundFigures | None, assignment: Mapping[str, Any], shard_sync: Mapping[str, Any], run_id: str
+    figures: RoundFigures | None,
+    assignment: Mapping[str, Any],
+    shard_sync: Mapping[str, Any],
+    run_id: str,
+    dag_id: str | None = None,
+    leader: str | None = None,
 ) -> dict[str, Any]:
-    """The round's entry in the round history, and the finalize step's XCom."""
+    """The round's entry in the round history, and the finalize step's XCom: with the DAG and the
+    leader lock's owner name of the round, for the monitoring page's links and its "last leader"."""
     return {
         "round": assignment.get("round_number", figures.round_number if figures else None),
         "run_id": run_id,
+        "dag_id": dag_id,
+        "leader": leader,
         "finished_at": int(time.time() * 1000),
         "consumed": figures is not None,
         **history_figures(figures),

@@ -1,12 +1,21 @@
 """The monitoring UI: a FastAPI app the plugin mounts in the Airflow API server (at `/kinesis-lease`).
 
-Routes (all GET, all JSON except the pages and their two assets):
+Routes (all GET, all JSON except the pages and their assets):
 - `/`: the page of one application (`?application=NAME`, else the pipeline DAG's default);
 - `/dag-runs/{dag_id}/{run_id}`: the page of one DAG run (the plugin's per-run view);
-- `/static/{name}`: the pages' script and style sheet;
+- `/static/{name}`: the pages' scripts and style sheets, uPlot's among them (`ASSETS`);
 - `/api/default-application`: the `application_name` default of the pipeline DAG's params;
-- `/api/applications/{application}`: one application's overview (`monitoring.application_document`);
+- `/api/applications/{application}`: one application's overview (`monitoring.application_document`),
+  its rounds with their DAG runs' states (from Airflow's metadata database) and pages;
+- `/api/applications/{application}/leases`: a page of its leases, sorted and filtered
+  (`monitoring.leases_document`; `offset`, `limit` up to 1000, `sort`, `order`, `owner`, `outcome`, `q`,
+  `fresh`); a parameter out of range is a 422 naming it;
 - `/api/dag-runs/{dag_id}/{run_id}`: the application a run consumed as, its overview and its round.
+
+Reads go through one `ReadsCache` per API-server process: the overviews read anew on every call (a
+refresh is a new read) and keep what they read; a page of leases uses reads that finished up to `CACHE_SECONDS`
+ago, so paging through 10,000 leases scans the lease table once (`?fresh=1` reads anew). The cache
+is keyed by the application and its tables.
 
 Airflow does not authenticate plugin apps: a mount inherits none of the core API's dependencies.
 So every route of this app depends on `monitoring_viewer`: Airflow's own `get_user` (the JWT of an
@@ -20,9 +29,12 @@ redirected to the Airflow login page, which returns to the page after login.
 from __future__ import annotations
 
 import html
+import os
+from collections.abc import Sequence
+from enum import Enum
 from pathlib import Path
 from string import Template
-from typing import Any
+from typing import Annotated, Any
 
 import botocore.exceptions
 from airflow.api_fastapi.app import get_auth_manager
@@ -33,21 +45,31 @@ from airflow.api_fastapi.core_api.security import GetUserDep, requires_access_da
 from airflow.models.dagbag import DBDagBag
 from airflow.models.dagrun import DagRun
 from airflow.models.serialized_dag import SerializedDagModel
-from fastapi import Depends, FastAPI, HTTPException, Request, status
+from fastapi import Depends, FastAPI, HTTPException, Query, Request, status
 from fastapi.exception_handlers import http_exception_handler
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, RedirectResponse, Response
+from kinesis_lease_plugin import URL_PREFIX
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from kinesis_lease.aws_connection import aws_access
 from kinesis_lease.monitoring import (
+    MAX_PAGE,
+    ROUNDS_SHOWN,
+    SORT_FIELDS,
     ApplicationReads,
+    LeaseQuery,
+    ReadsCache,
+    RunLinks,
     application_document,
+    leases_document,
     read_application,
     run_document,
     run_settings,
 )
+from lease_core.config.settings import load_config
 from lease_core.errors import AccessError, ConfigurationError, DependencyError, TableNotFoundError
 
 MONITORING_RESOURCE = "Kinesis Lease Monitoring"
@@ -55,8 +77,17 @@ PIPELINE_DAG_ID = "kinesis_lease_pipeline"
 # The connection the pipeline's operators use (their default), so the UI reads what the rounds wrote.
 AWS_CONN_ID = "aws_default"
 STATIC = Path(__file__).resolve().parent / "static"
-ASSETS = {"monitoring.js": "text/javascript", "monitoring.css": "text/css"}
+ASSETS = {
+    "monitoring.js": "text/javascript",
+    "monitoring-charts.js": "text/javascript",
+    "monitoring.css": "text/css",
+    # uPlot, the charts' library, vendored (static/README.md): no CDN at run time.
+    "uplot.iife.min.js": "text/javascript",
+    "uplot.min.css": "text/css",
+}
 PAGE = Template((STATIC / "index.html").read_text(encoding="utf-8"))
+CACHE_SECONDS = 5.0
+READS = ReadsCache(ttl_seconds=CACHE_SECONDS)
 
 
 def monitoring_viewer(user: GetUserDep) -> BaseUser:
@@ -100,19 +131,60 @@ def default_application(session: SessionDep) -> dict[str, Any]:
 
 
 @app.get("/api/applications/{application}")
-def application_overview(application: str) -> dict[str, Any]:
-    return application_document(_read({"application_name": application}))
+def application_overview(application: str, request: Request, session: SessionDep) -> dict[str, Any]:
+    reads = _read({"application_name": application}, fresh=True)
+    return application_document(reads, _run_links(reads, request, session))
+
+
+@app.get("/api/applications/{application}/leases")
+def application_leases(
+    application: str,
+    offset: Annotated[int, Query(ge=0)] = 0,
+    limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = 100,
+    sort: Annotated[str, Query(pattern=f"^({'|'.join(SORT_FIELDS)})$")] = "lease_key",
+    order: Annotated[str, Query(pattern="^(asc|desc)$")] = "asc",
+    owner: str | None = None,
+    outcome: str | None = None,
+    q: str | None = None,
+    fresh: bool = False,
+) -> dict[str, Any]:
+    query = LeaseQuery(offset, limit, sort, order, owner, outcome, q)
+    return leases_document(_read({"application_name": application}, fresh=fresh), query)
 
 
 @app.get("/api/dag-runs/{dag_id}/{run_id}", dependencies=[Depends(requires_access_dag("GET", DagAccessEntity.RUN))])
-def dag_run_overview(dag_id: str, run_id: str, session: SessionDep) -> dict[str, Any]:
-    settings = run_settings(_run_params(dag_id, run_id, session))
-    return run_document(dag_id, run_id, _read(settings))
+def dag_run_overview(dag_id: str, run_id: str, request: Request, session: SessionDep) -> dict[str, Any]:
+    reads = _read(run_settings(_run_params(dag_id, run_id, session)), fresh=True)
+    return run_document(dag_id, run_id, reads, _run_links(reads, request, session))
 
 
-def _read(settings: dict[str, Any]) -> ApplicationReads:
-    access = aws_access(AWS_CONN_ID, settings)
-    return read_application(access.app)
+def _read(settings: dict[str, Any], fresh: bool) -> ApplicationReads:
+    """The application's reads, through the cache (anew when `fresh`)."""
+    config = load_config(environ=os.environ, overrides=settings)  # no AWS call: invalid settings fail here
+    key = (
+        config.require_application_name(),
+        config.lease_table,
+        config.worker_metrics_table,
+        config.coordinator_state_table,
+    )
+    return READS.get(key, lambda: read_application(aws_access(AWS_CONN_ID, settings).app), fresh)
+
+
+def _run_links(reads: ApplicationReads, request: Request, session: Session) -> RunLinks:
+    """The states of the shown rounds' DAG runs, and the Airflow UI's root path (this app's mount
+    path without its prefix, so that the links follow [api] base_url and a proxy prefix)."""
+    run_ids = {entry["run_id"] for entry in reads.rounds[-ROUNDS_SHOWN:] if entry.get("run_id")}
+    rows: Sequence[Any] = (
+        session.execute(select(DagRun.dag_id, DagRun.run_id, DagRun.state).where(DagRun.run_id.in_(run_ids))).all()
+        if run_ids
+        else []
+    )
+    states = {(dag_id, run_id): _text(state) for dag_id, run_id, state in rows}
+    return RunLinks(states, str(request.scope.get("root_path", "")).removesuffix(URL_PREFIX))
+
+
+def _text(state: Any) -> str | None:
+    return state.value if isinstance(state, Enum) else state
 
 
 def _run_params(dag_id: str, run_id: str, session: Session) -> dict[str, Any]:
@@ -138,6 +210,17 @@ async def _refused(request: Request, error: StarletteHTTPException) -> Response:
     if error.status_code == status.HTTP_401_UNAUTHORIZED and navigation:
         return RedirectResponse(get_auth_manager().get_url_login(next_url=str(request.url)), status.HTTP_303_SEE_OTHER)
     return await http_exception_handler(request, error)
+
+
+@app.exception_handler(RequestValidationError)
+async def _bad_parameter(request: Request, error: RequestValidationError) -> JSONResponse:
+    """A 422 naming the first parameter that is wrong, and why."""
+    first = error.errors()[0]
+    name = str(first["loc"][-1]) if first.get("loc") else None
+    return JSONResponse(
+        {"detail": f"invalid parameter {name!r}: {first.get('msg')}", "param": name},
+        status.HTTP_422_UNPROCESSABLE_ENTITY,
+    )
 
 
 @app.exception_handler(TableNotFoundError)

@@ -1,22 +1,35 @@
-"""The monitoring page in the Airflow UI, in headless Chromium against a real `airflow api-server`.
+"""The monitoring page in the Airflow UI, in headless Chromium at 1280 px against a real `airflow api-server`.
 
-A user signs in on Airflow's own login page (SimpleAuthManager), opens the plugin's navigation entry,
-picks the application, and sees the load bars and the per-shard table of leases written to DynamoDB
-on moto; a request without the session is refused.
+A user signs in on Airflow's own login page (SimpleAuthManager) and opens the plugin's navigation entry
+or a DAG run's tab. The applications are written to DynamoDB on moto: one with 250 leases on three
+slots (and a fourth slot that holds none), a corrupt item and five rounds of history (one idle) whose
+DAG runs exist in the server's metadata database with their states; one whose round is running now;
+one that has tables and nothing else. Full-page screenshots (light and dark) are saved as test
+artifacts (`$TEST_ARTIFACTS_DIR`, else `test-artifacts/browser/`).
 """
 
 from __future__ import annotations
 
+import os
+import re
+import shutil
+import sqlite3
 from collections.abc import Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
 
 import pytest
-from playwright.sync_api import Browser, FrameLocator, Page, expect, sync_playwright
+from playwright.sync_api import Browser, BrowserContext, FrameLocator, Locator, Page, expect, sync_playwright
 
+from lease_core.leader.leader_lock import LeaderLock
 from lease_core.leader.round_history import RoundHistory
+from lease_core.metrics.worker_metrics import DynamoDBWorkerMetricsStore, publish_worker_metrics
 from lease_core.model.lease import Lease
 from lease_core.model.sequence import ExtendedSequenceNumber
 from lease_core.store.coordinator_state import DynamoDBCoordinatorStateStore
-from tests.support.airflow_server import PASSWORDS, AirflowServer, airflow_api_server
+from lease_core.store.dynamodb_store import DynamoDBLeaseStore
+from tests.support.airflow_server import DATABASE, PASSWORDS, REPO, AirflowServer, airflow_api_server, http_json
 from tests.support.stores import FAST_RETRIES, dynamodb_store, fast_config, put_raw_item
 
 CHROMIUM = "/usr/bin/chromium"  # Debian's package; Playwright never downloads a browser here
@@ -29,15 +42,57 @@ CHROMIUM_ARGS = [
     "--disable-sync",
     "--no-first-run",
 ]
+VIEWPORT = {"width": 1280, "height": 900}
+ARTIFACTS = Path(os.environ.get("TEST_ARTIFACTS_DIR", REPO / "test-artifacts")) / "browser"
+DAG_ID = "kinesis_lease_pipeline"
 APPLICATION = "browser-app"
-WORKER_0, WORKER_1 = f"{APPLICATION}-worker-0", f"{APPLICATION}-worker-1"
+RUNNING_APPLICATION = "browser-running-app"
+EMPTY_APPLICATION = "browser-empty-app"
+WORKERS = [f"{APPLICATION}-worker-{index}" for index in range(4)]  # worker 3 reported CPU but holds no lease
+LEASE_COUNT = 250
+CHECKPOINT_PREFIX = "49590338271490256608559692538361571095921575989136"  # 50 digits, + 6 = 56
+FIRST_ROUND_AT = 1_800_000_000_000  # 2027-01-15 08:00:00 UTC; rounds every 5 minutes
+ROUND_MILLIS = 300_000
+NEWEST_LEADER = f"{DAG_ID}/manual__r5/4f2a"
+# (round, run id, DAG run state in the metadata database, records; 0 records: idle). scheduled__r4 has
+# no DAG run in the database: its state is unknown.
+ROUNDS = [
+    (1, "manual__r1", "success", 900),
+    (2, "manual__r2", "failed", 700),
+    (3, "manual__r3", "success", 0),
+    (4, "scheduled__r4", None, 1100),
+    (5, "manual__r5", "success", 1234),
+]
 
 pytestmark = pytest.mark.moto
 
 
+def lease_key(index: int) -> str:
+    return f"shardId-{index:03d}"
+
+
+def lease_owner(index: int) -> str | None:
+    return None if index % 10 == 9 else WORKERS[index % 3]
+
+
+def checkpoint(index: int) -> str:
+    return f"{CHECKPOINT_PREFIX}{index:06d}"
+
+
+def finished_at(number: int) -> int:
+    return FIRST_ROUND_AT + (number - 1) * ROUND_MILLIS
+
+
+def utc(millis: int) -> str:
+    return datetime.fromtimestamp(millis / 1000, UTC).strftime("%Y-%m-%d %H:%M:%S")
+
+
 @pytest.fixture(scope="module")
 def server(moto_endpoint: str) -> Iterator[AirflowServer]:
+    """The api-server with the pipeline DAG serialized, so that its runs can be triggered and linked."""
     with airflow_api_server(moto_endpoint) as airflow:
+        shutil.copy(REPO / "dags" / "kinesis_lease_pipeline.py", airflow.dags_folder)
+        airflow.airflow("dags", "reserialize", env={"KINESIS_PIPELINE_APPLICATION": APPLICATION})
         yield airflow
 
 
@@ -50,43 +105,129 @@ def browser() -> Iterator[Browser]:
 
 
 @pytest.fixture(scope="module")
-def application(moto_endpoint: str) -> str:
-    """Two leases on worker 0 (300 + 100 KB/s), one on worker 1 (100 KB/s), a corrupt item, and one finished round."""
+def application(moto_endpoint: str, server: AirflowServer) -> str:
+    """250 leases, a corrupt item, CPU of four slots, five rounds (one idle) and their DAG runs."""
     store = dynamodb_store(moto_endpoint, APPLICATION)
-    for key, checkpoint, throughput, owner in (
-        ("shardId-000", "1000", 300.0, WORKER_0),
-        ("shardId-001", "2000", 100.0, WORKER_0),
-        ("shardId-002", "3000", 100.0, WORKER_1),
-    ):
-        lease = Lease(key, ExtendedSequenceNumber(checkpoint), throughput_kbps=throughput)
-        assert store.create_lease_if_not_exists(lease) and store.assign_lease(lease, owner).applied
-    # A fourth item that is not a readable lease: the page names it and its attribute.
-    put_raw_item(store, {"leaseKey": {"S": "shardId-003"}, "leaseCounter": {"S": "x"}, "checkpoint": {"S": "LATEST"}})
-    state = DynamoDBCoordinatorStateStore(store.client, fast_config(APPLICATION).coordinator_state_table, FAST_RETRIES)
-    history = RoundHistory(state)
-    history.append(
-        {
-            "round": 7,
-            "run_id": "scheduled__7",
-            "records": 1234,
-            "bytes": 56789,
-            "files": 3,
-            "busiest_over_bound": 1.0712,
-        }
+    for index in range(LEASE_COUNT):
+        lease = Lease(
+            lease_key(index),
+            ExtendedSequenceNumber(checkpoint(index)),
+            lease_owner=lease_owner(index),
+            throughput_kbps=float(index),
+            parent_shard_ids=frozenset({lease_key(4), lease_key(5)}) if index == 10 else frozenset(),
+        )
+        assert store.create_lease_if_not_exists(lease)
+    # An item that is not a readable lease: the page names it and its attribute.
+    put_raw_item(
+        store, {"leaseKey": {"S": "shardId-corrupt"}, "leaseCounter": {"S": "x"}, "checkpoint": {"S": "LATEST"}}
     )
-    history.record_lease_rows(
-        7,
-        [
-            {
-                "lease_key": "shardId-000",
-                "records": 1234,
-                "millis_behind_latest": 4500,
-                "outcome": "caught_up",
-                "worker_id": WORKER_0,
-            }
-        ],
-    )
+    config = fast_config(APPLICATION)
+    metrics = DynamoDBWorkerMetricsStore(store.client, config.worker_metrics_table, retry_policy=FAST_RETRIES)
+    for worker, cpu in zip(WORKERS, (55.0, 40.0, 20.0, 100.0), strict=True):
+        publish_worker_metrics(metrics, worker, cpu, now=FIRST_ROUND_AT // 1000, round=5)
+    history = RoundHistory(DynamoDBCoordinatorStateStore(store.client, config.coordinator_state_table, FAST_RETRIES))
+    for number, run_id, state, records in ROUNDS:
+        history.append(round_entry(number, run_id, records))
+        if state is not None:
+            create_dag_run(server, run_id, state)
+    history.record_lease_rows(5, last_round_rows())
     return APPLICATION
+
+
+def round_entry(number: int, run_id: str, records: int) -> dict[str, Any]:
+    """A history entry as the finalize step writes it (`operators.round_summary`); 0 records: idle."""
+    idle = records == 0
+    return {
+        "round": number,
+        "run_id": run_id,
+        "dag_id": DAG_ID,
+        "leader": f"{DAG_ID}/{run_id}/4f2a",
+        "finished_at": finished_at(number),
+        "consumed": not idle,
+        "records": records,
+        "bytes": records * 46,
+        "files": 0 if idle else 3,
+        "seconds": 12.5 + number,
+        "leases": 0 if idle else 225,
+        "leases_behind": 0 if idle else number,
+        "max_millis_behind_latest": None if idle else 1000 * number + 500,
+        "outcomes": {} if idle else {"caught_up": 223, "failed": 1, "limit": 1},
+        "lost_leases": 1 if number == 4 else 0,
+        "failed_leases": 1 if number == 2 else 0,
+        "retention_losses": 0,
+        "possibly_unread": 0,
+        "corrupt_leases": 1,
+        "moves": number % 3,
+        "busiest_over_bound": None if idle else 1.0712,
+        "slots": None
+        if idle
+        else {
+            "columns": ["slot", "leases", "records", "bytes", "seconds", "cpu_percent"],
+            "rows": [
+                [slot, 75, records // 3, round(records * 46 / 3 * share), 10.0, 40.0]
+                for slot, share in enumerate((1.07, 1.0, 0.93))
+            ],
+        },
+    }
+
+
+def last_round_rows() -> list[dict[str, Any]]:
+    outcomes = {0: "caught_up", 1: "failed", 2: "limit"}
+    return [
+        {
+            "lease_key": lease_key(index),
+            "records": 1234 if index == 0 else 10 * index,
+            "millis_behind_latest": 4500 if index == 0 else index,
+            "outcome": outcomes.get(index, "caught_up"),
+            "worker_id": lease_owner(index),
+        }
+        for index in range(LEASE_COUNT)
+        if lease_owner(index) is not None
+    ]
+
+
+def create_dag_run(server: AirflowServer, run_id: str, state: str) -> None:
+    """A DAG run of the application in the server's metadata database, in `state`: triggered through
+    Airflow's REST API, then set to `state` in the database (no scheduler runs it here)."""
+    body = {"dag_run_id": run_id, "logical_date": None, "conf": {"application_name": APPLICATION}}
+    status, answer = http_json("POST", f"{server.base_url}/api/v2/dags/{DAG_ID}/dagRuns", server.token("admin"), body)
+    assert status == 200, answer
+    with sqlite3.connect(server.home / DATABASE) as database:
+        changed = database.execute(
+            "UPDATE dag_run SET state = ? WHERE dag_id = ? AND run_id = ?", (state, DAG_ID, run_id)
+        ).rowcount
+    assert changed == 1
+
+
+@pytest.fixture(scope="module")
+def running_application(moto_endpoint: str) -> str:
+    """An application whose round holds the leader lock now."""
+    store = dynamodb_store(moto_endpoint, RUNNING_APPLICATION)
+    state = DynamoDBCoordinatorStateStore(
+        store.client, fast_config(RUNNING_APPLICATION).coordinator_state_table, FAST_RETRIES
+    )
+    assert LeaderLock(state, f"{DAG_ID}/manual__now/77").try_acquire()
+    return RUNNING_APPLICATION
+
+
+@pytest.fixture(scope="module")
+def empty_application(moto_endpoint: str) -> str:
+    """An application with its tables and nothing in them: no leases, no workers, no round."""
+    store = dynamodb_store(moto_endpoint, EMPTY_APPLICATION)
+    assert isinstance(store, DynamoDBLeaseStore)
+    return EMPTY_APPLICATION
+
+
+@pytest.fixture
+def context(browser: Browser, server: AirflowServer) -> Iterator[BrowserContext]:
+    """A signed-in browser at 1280 px that may use the clipboard."""
+    context = browser.new_context(viewport=VIEWPORT)
+    context.grant_permissions(["clipboard-read", "clipboard-write"], origin=server.base_url)
+    page = context.new_page()
+    sign_in(page, server)
+    page.close()
+    yield context
+    context.close()
 
 
 def sign_in(page: Page, server: AirflowServer) -> None:
@@ -97,37 +238,281 @@ def sign_in(page: Page, server: AirflowServer) -> None:
     expect(page.get_by_role("heading", name="Welcome")).to_be_visible()
 
 
-def open_monitoring(page: Page, application: str) -> FrameLocator:
+def open_monitoring(page: Page, server: AirflowServer, application: str) -> FrameLocator:
+    """The Airflow UI's "Kinesis leases" entry, showing `application`."""
+    page.goto(server.base_url + "/")
     page.get_by_role("link", name="Kinesis leases").click()
     frame = page.frame_locator("iframe[title='Kinesis leases']")
     frame.locator("#application-input").fill(application)
-    frame.get_by_role("button", name="Show").click()
+    with page.expect_event("framenavigated", lambda navigated: f"application={application}" in navigated.url):
+        frame.get_by_role("button", name="Show").click()
+    expect(frame.locator("#application-name")).to_have_text(application)
     return frame
 
 
-def test_a_signed_in_user_sees_load_bars_and_the_shards_of_an_application(server, browser, application):
-    page = browser.new_page()
-    sign_in(page, server)
-    frame = open_monitoring(page, application)
+def open_page(context: BrowserContext, server: AirflowServer, application: str) -> Page:
+    """The plugin's page on its own (not in Airflow's iframe), showing `application`."""
+    page = context.new_page()
+    page.goto(f"{server.base_url}/kinesis-lease/?application={application}")
+    expect(page.locator("#application-name")).to_have_text(application)
+    return page
 
-    expect(frame.locator("#application-name")).to_have_text(application)
-    bars = {WORKER_0: "100%", WORKER_1: "25%"}
-    for worker, width in bars.items():
-        expect(frame.locator(f".worker[data-worker='{worker}'] .fill")).to_have_attribute("style", f"width: {width};")
-    expect(frame.locator(f".worker[data-worker='{WORKER_0}'] .worker-figures")).to_contain_text("2 lease(s) (67%)")
 
-    shards = frame.locator("#leases tbody tr")
-    expect(shards).to_have_count(3)
-    expect(frame.locator("tr[data-lease-key='shardId-000'] td")).to_have_text(
-        ["shardId-000", WORKER_0, "1000", "-", "4,500", "300.0", "caught_up · 1,234 record(s)", "-", "-", "1"]
+def chart(frame: FrameLocator | Page, key: str) -> Locator:
+    return frame.locator(f"figure[data-chart='{key}']")
+
+
+def legend_values(figure: Locator) -> Locator:
+    return figure.locator(".u-legend .u-series .u-value")
+
+
+def assert_fits(locator: Locator) -> None:
+    """No horizontal scroll: the content is no wider than the box."""
+    scroll, client = locator.evaluate("node => [node.scrollWidth, node.clientWidth]")
+    assert scroll <= client, f"{scroll} px of content in a {client} px box"
+
+
+def test_the_history_charts_show_the_last_rounds_with_the_idle_one_shaded(context, server, application):
+    page = context.new_page()
+    frame = open_monitoring(page, server, application)
+
+    charts = frame.locator("figure.chart")
+    expect(charts).to_have_count(5)
+    expect(frame.locator("figure.chart canvas")).to_have_count(5)
+    for figure in charts.all():
+        expect(figure).to_have_attribute("data-rounds", "5")
+        expect(figure).to_have_attribute("data-idle-rounds", "1")
+    expect(frame.locator("#history-caption")).to_contain_text("The last 5 round(s), 1 idle")
+    # Without a cursor the legends show the newest round (5): one entry per series, after the round's.
+    landed = chart(frame, "landed")
+    expect(landed.locator(".u-legend .u-series th")).to_have_text(["Round", "Records", "Bytes"])
+    expect(legend_values(landed)).to_have_text(["round 5 · 2027-01-15 08:20 UTC", "1,234", "55.4 KiB"])
+    expect(legend_values(chart(frame, "backlog"))).to_have_text(["round 5 · 2027-01-15 08:20 UTC", "5.5 s", "5"])
+    expect(legend_values(chart(frame, "balance"))).to_have_text(
+        ["round 5 · 2027-01-15 08:20 UTC", "17.5 s", "1.07x", "1.00x"]
     )
-    expect(frame.locator("tr[data-lease-key='shardId-002'] td").nth(1)).to_have_text(WORKER_1)
-    expect(frame.locator("#corrupt-items li")).to_have_text(
-        ["lease item 'shardId-003' is not a valid KCL lease: attribute 'leaseCounter' must be of type N, found S"]
+    expect(legend_values(chart(frame, "moves")).nth(1)).to_have_text("2")  # moves of round 5
+    expect(chart(frame, "slots").locator(".u-legend .u-series th")).to_have_text(
+        ["Round", "slot 0", "slot 1", "slot 2"]
     )
-    expect(frame.locator("#leader")).to_have_text("none (no round has taken the lock)")
-    expect(frame.locator("#rounds tr[data-round='7'] td").nth(2)).to_have_text("1,234")
-    expect(frame.locator("#rounds tr[data-round='7'] td").last).to_have_text("1.07x")
+    expect(legend_values(chart(frame, "slots"))).to_have_text(
+        ["round 5 · 2027-01-15 08:20 UTC", "19.8 KiB", "18.5 KiB", "17.2 KiB"]
+    )
+    # Rounds are 5 minutes apart: the idle round 3 is in the middle of the plot; it reads "idle", not 0.
+    plot = landed.locator(".u-over")
+    box = plot.bounding_box()
+    assert box is not None
+    page.mouse.move(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)
+    expect(legend_values(landed)).to_have_text(["round 3 · 2027-01-15 08:10 UTC", "idle", "idle"])
+    expect(legend_values(chart(frame, "backlog"))).to_have_text(["round 3 · 2027-01-15 08:10 UTC", "idle", "idle"])
+    page.close()
+
+
+def test_the_state_now_names_the_last_leader_and_the_last_round(context, server, application):
+    page = context.new_page()
+    frame = open_monitoring(page, server, application)
+
+    expect(frame.locator("#leader")).to_have_text(
+        f"no round running; last leader {NEWEST_LEADER} at {utc(finished_at(5))} UTC"
+    )
+    expect(frame.locator("#last-round a")).to_have_text("Round 5")
+    expect(frame.locator("#last-round .badge")).to_have_text(["success"])
+    expect(frame.locator("#last-round")).to_contain_text(
+        f"finished {utc(finished_at(5))} UTC · 1,234 records, 55.4 KiB; max lag 5.5 s"
+    )
+    expect(frame.locator("#updated")).to_have_text(re.compile(r"^Updated \d\d:\d\d:\d\d UTC$"))
+    page.close()
+
+
+def test_a_round_running_now_is_named_with_its_heartbeat(context, server, running_application):
+    page = open_page(context, server, running_application)
+    expect(page.locator("#leader")).to_have_text(
+        re.compile(rf"^round running: {DAG_ID}/manual__now/77 \(heartbeat at \d{{4}}-\d\d-\d\d \d\d:\d\d:\d\d UTC\)$")
+    )
+    page.close()
+
+
+def test_each_round_links_to_its_dag_run_and_shows_its_state(context, server, application):
+    page = context.new_page()
+    frame = open_monitoring(page, server, application)
+
+    rows = frame.locator("#rounds tbody tr")
+    expect(rows).to_have_count(5)
+    expect(frame.locator("#rounds tbody tr td:nth-child(2) .badge:first-child")).to_have_text(
+        ["success", "unknown", "success", "failed", "success"]
+    )
+    expect(frame.locator("#rounds tr[data-round='3']")).to_have_class("idle")
+    expect(frame.locator("#rounds tr[data-round='3'] td").nth(3)).to_have_text("idle")
+    expect(frame.locator("#rounds tr[data-round='5'] td").nth(2)).to_have_text(utc(finished_at(5)))
+    expect(frame.locator("#rounds tr[data-round='4'] td a")).to_have_count(1)  # linked, though the run is gone
+    link = frame.locator("#rounds tr[data-round='2'] td a")
+    expect(link).to_have_attribute("href", f"{server.base_url}/dags/{DAG_ID}/runs/manual__r2")
+    expect(link).to_have_attribute("target", "_top")
+    link.click()
+    expect(page).to_have_url(f"{server.base_url}/dags/{DAG_ID}/runs/manual__r2")
+    page.close()
+
+
+def test_corrupt_items_are_listed_by_key_and_attribute(context, server, application):
+    page = open_page(context, server, application)
+    expect(page.locator("#corrupt-section")).to_be_visible()
+    expect(page.locator("#corrupt-items tbody tr td").first).to_have_text("shardId-corrupt")
+    expect(page.locator("#corrupt-items tbody tr td").nth(1)).to_have_text("leaseCounter")
+    expect(page.locator("#lease-summary")).to_contain_text("1 corrupt item(s)")
+    page.close()
+
+
+def test_a_slot_that_holds_no_lease_shows_no_cpu(context, server, application):
+    page = open_page(context, server, application)
+    figures = page.locator(".worker .worker-figures")
+    expect(page.locator(f".worker[data-worker='{WORKERS[0]}'] .worker-figures")).to_contain_text("CPU 55%")
+    expect(page.locator(f".worker[data-worker='{WORKERS[3]}'] .worker-figures")).to_have_text(
+        "0 lease(s) (0%) · 0.0 KB/s (0%) · no leases, no CPU figure"
+    )
+    expect(figures.filter(has_text="CPU 100%")).to_have_count(0)
+    page.close()
+
+
+def test_the_lease_table_fits_1280_px_with_short_checkpoints_copied_whole(context, server, application):
+    page = context.new_page()
+    frame = open_monitoring(page, server, application)
+
+    row = frame.locator(f"tr[data-lease-key='{lease_key(7)}']")
+    expect(row).to_be_visible()
+    assert_fits(frame.locator("#leases-frame"))
+    short = row.locator("td").nth(2).locator("code")
+    expect(short).to_have_text("495903…000007")
+    expect(short).to_have_attribute("title", checkpoint(7))
+    row.get_by_role("button", name="Copy the full checkpoint").click()
+    expect(row.get_by_role("button", name="Copied")).to_be_visible()
+    assert row.evaluate("() => navigator.clipboard.readText()") == checkpoint(7)
+    # Lineage is one collapsed cell: two parents, listed when opened.
+    lineage = frame.locator(f"tr[data-lease-key='{lease_key(10)}'] td.lineage")
+    lineage.get_by_text("2 parents").click()
+    expect(lineage.locator("li")).to_have_text([f"parent {lease_key(4)}", f"parent {lease_key(5)}"])
+    assert_fits(frame.locator("#leases-frame"))
+    page.close()
+
+
+def test_250_leases_page_sort_and_filter_by_owner_outcome_and_text(context, server, application):
+    page = open_page(context, server, application)
+    rows = page.locator("#leases tbody tr")
+    keys = rows.locator("td:first-child")
+    expect(page.locator("#lease-range")).to_have_text("1–100 of 250")
+    expect(rows).to_have_count(100)
+
+    page.get_by_role("button", name="Next").click()
+    expect(page.locator("#lease-range")).to_have_text("101–200 of 250")
+    expect(keys.first).to_have_text(lease_key(100))
+    page.get_by_role("button", name="Next").click()
+    expect(page.locator("#lease-range")).to_have_text("201–250 of 250")
+    expect(page.get_by_role("button", name="Next")).to_be_disabled()
+
+    page.get_by_role("button", name="KB/s").click()  # a new sort starts on the first page, largest first
+    expect(page.locator("th[data-sort='throughput_kbps']")).to_have_attribute("aria-sort", "descending")
+    expect(page.locator("#lease-range")).to_have_text("1–100 of 250")
+    expect(keys.first).to_have_text(lease_key(249))
+    page.get_by_role("button", name="KB/s").click()
+    expect(page.locator("th[data-sort='throughput_kbps']")).to_have_attribute("aria-sort", "ascending")
+    expect(keys.first).to_have_text(lease_key(0))
+
+    owned_by_1 = sum(lease_owner(index) == WORKERS[1] for index in range(LEASE_COUNT))
+    page.get_by_label("Owner").select_option(WORKERS[1])
+    expect(page.locator("#lease-range")).to_have_text(f"1–{owned_by_1} of {owned_by_1} (filtered from 250)")
+    expect(rows.locator("td:nth-child(2)").filter(has_not_text=WORKERS[1])).to_have_count(0)
+    page.get_by_label("Owner").select_option("")
+    page.get_by_label("Outcome").select_option("failed")
+    expect(page.locator("#lease-range")).to_have_text("1–1 of 1 (filtered from 250)")
+    expect(keys).to_have_text([lease_key(1)])
+    page.get_by_label("Outcome").select_option("")
+    page.get_by_label("Search").fill("shardId-24")
+    expect(keys).to_have_text([lease_key(index) for index in range(240, 250)])
+    page.get_by_label("Search").fill("no-such-shard")
+    expect(page.locator("#leases-empty")).to_have_text("No lease matches these filters (250 lease(s) in all).")
+    expect(page.locator("#leases-frame")).to_be_hidden()
+    page.close()
+
+
+def test_an_application_without_rounds_leases_or_workers_says_what_each_empty_part_means(
+    context, server, empty_application
+):
+    page = open_page(context, server, empty_application)
+    expect(page.locator("#leader")).to_have_text("no round has run yet")
+    expect(page.locator("#last-round")).to_have_text("No round has finished yet.")
+    expect(page.locator("#history-empty")).to_have_text(
+        "No history yet: charts appear once a round of this application has finished."
+    )
+    expect(page.locator("figure.chart")).to_have_count(0)
+    expect(page.locator("#rounds-empty")).to_have_text(
+        "No rounds yet: the pipeline has not finished a round of this application."
+    )
+    expect(page.locator("#rounds")).to_be_hidden()
+    expect(page.locator("#workers-empty")).to_have_text(
+        "No workers: no lease has an owner and no slot has reported metrics yet."
+    )
+    expect(page.locator("#leases-empty")).to_have_text(
+        "No leases: shard sync has not created any for this application yet (its first round does)."
+    )
+    expect(page.locator("#corrupt-section")).to_be_hidden()
+    page.close()
+
+
+def test_a_dag_run_tab_shows_its_round_and_a_lease_table_that_fits(context, server, application):
+    page = context.new_page()
+    page.goto(f"{server.base_url}/dags/{DAG_ID}/runs/manual__r5")
+    page.get_by_test_id("main-content").get_by_role("link", name="Kinesis leases").click()
+    frame = page.frame_locator("iframe[title='Kinesis leases']")
+
+    expect(frame.locator("#run-heading")).to_have_text(f"DAG run manual__r5 of {DAG_ID}")
+    expect(frame.locator("#run-round .badge")).to_have_text(["success"])
+    expect(frame.locator("#run-round dd").nth(3)).to_have_text("1,234")
+    expect(frame.locator("#leases tbody tr")).to_have_count(100)
+    assert_fits(frame.locator("#leases-frame"))
+    assert_fits(frame.locator("#rounds-section .table-frame"))
+    assert_fits(frame.locator("body"))
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / "monitoring-dag-run-tab.png"))
+    page.close()
+
+
+def test_the_page_follows_airflows_dark_mode(context, server, application):
+    page = context.new_page()
+    frame = open_monitoring(page, server, application)
+    expect(frame.locator("html")).to_have_attribute("data-theme", "light")
+    light = frame.locator("body").evaluate("body => getComputedStyle(body).backgroundColor")
+
+    page.evaluate("() => localStorage.setItem('theme', 'dark')")  # Airflow's own setting (next-themes)
+    frame = open_monitoring(page, server, application)
+    expect(page.locator("html")).to_have_class(re.compile(r"\bdark\b"))
+    expect(frame.locator("html")).to_have_attribute("data-theme", "dark")
+    dark = frame.locator("body").evaluate("body => getComputedStyle(body).backgroundColor")
+    assert dark != light
+    expect(frame.locator("figure.chart canvas")).to_have_count(5)
+    # Switched back in Airflow while the page is open: it follows without a reload.
+    page.evaluate("() => { document.documentElement.classList.replace('dark', 'light'); }")
+    expect(frame.locator("html")).to_have_attribute("data-theme", "light")
+    page.close()
+
+
+@pytest.mark.parametrize("mode", ["light", "dark"])
+def test_screenshots_of_the_page_at_1280_px_are_saved(context, server, application, mode):
+    page = context.new_page()
+    page.goto(server.base_url + "/")
+    page.evaluate("mode => localStorage.setItem('theme', mode)", mode)
+    page.goto(f"{server.base_url}/kinesis-lease/?application={application}")
+    expect(page.locator("html")).to_have_attribute("data-theme", mode)
+    expect(page.locator("figure.chart canvas")).to_have_count(5)
+    expect(page.locator("#leases tbody tr")).to_have_count(100)
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    path = ARTIFACTS / f"monitoring-{mode}.png"
+    page.screenshot(path=str(path), full_page=True)
+    # The part an operator reads first (state now, history, last rounds): the one docs/operating.md shows.
+    box = page.locator("#rounds-section").bounding_box()
+    assert box is not None
+    top = ARTIFACTS / f"monitoring-{mode}-top.png"
+    page.set_viewport_size({"width": VIEWPORT["width"], "height": round(box["y"] + box["height"])})
+    page.screenshot(path=str(top))
+    assert path.stat().st_size > 0 and top.stat().st_size > 0
     page.close()
 
 

@@ -9,6 +9,7 @@ triggered and viewed.
 from __future__ import annotations
 
 import shutil
+import time
 from collections.abc import Iterator
 from typing import Any
 from urllib.parse import quote
@@ -23,7 +24,7 @@ from lease_core.model.lease import Lease
 from lease_core.model.sequence import ExtendedSequenceNumber
 from lease_core.store.coordinator_state import DynamoDBCoordinatorStateStore
 from tests.support.airflow_server import REPO, AirflowServer, airflow_api_server, http_get, http_json
-from tests.support.stores import FAST_RETRIES, dynamodb_store, fast_config
+from tests.support.stores import FAST_RETRIES, dynamodb_store, fast_config, put_raw_item
 
 PREFIX = "/kinesis-lease"
 DAG_ID = "kinesis_lease_pipeline"
@@ -80,8 +81,9 @@ def application(moto_endpoint: str) -> str:
     state = DynamoDBCoordinatorStateStore(store.client, config.coordinator_state_table, FAST_RETRIES)
     assert LeaderLock(state, LEADER).try_acquire()
     history = RoundHistory(state)
-    history.append(round_summary(1, "scheduled__round-1", records=40))
-    history.append(round_summary(2, "manual__round-2", records=75))
+    history.append(round_summary(1, "scheduled__round-1", records=40))  # as an older release wrote it: no dag_id
+    history.append({**round_summary(2, "manual__round-2", records=75), "dag_id": DAG_ID})
+    history.append({**round_summary(3, "manual__idle-3", records=0), "consumed": False, "dag_id": DAG_ID})
     history.record_lease_rows(
         2,
         [
@@ -102,6 +104,11 @@ def application(moto_endpoint: str) -> str:
         ],
     )
     return name
+
+
+def coordinator_state(moto_endpoint: str, name: str) -> DynamoDBCoordinatorStateStore:
+    store = dynamodb_store(moto_endpoint, name)
+    return DynamoDBCoordinatorStateStore(store.client, fast_config(name).coordinator_state_table, FAST_RETRIES)
 
 
 def round_summary(number: int, run_id: str, records: int) -> dict[str, Any]:
@@ -208,8 +215,9 @@ def test_the_overview_shows_each_worker_with_its_load_leases_and_its_cpu_of_the_
     ] == pytest.approx(2 / 3)
 
 
-def test_the_overview_shows_each_shards_owner_checkpoint_throughput_and_last_round_lag(server, token, application):
-    _, overview = get(server, f"/api/applications/{application}", token)
+def test_the_leases_page_shows_each_shards_owner_checkpoint_throughput_and_last_round_lag(server, token, application):
+    status, page = get(server, f"/api/applications/{application}/leases", token)
+    assert status == 200, page
     rows = {
         lease["lease_key"]: (
             lease["owner"],
@@ -218,7 +226,7 @@ def test_the_overview_shows_each_shards_owner_checkpoint_throughput_and_last_rou
             lease["parent_shard_ids"],
             lease["last_round"],
         )
-        for lease in overview["leases"]
+        for lease in page["leases"]
     }
     assert rows == {
         "shardId-000": (
@@ -243,13 +251,29 @@ def test_the_overview_shows_each_shards_owner_checkpoint_throughput_and_last_rou
         ),
         "shardId-003": (None, "TRIM_HORIZON", None, [], None),
     }
-    assert overview["summary"]["lease_count"] == 4 and overview["last_round"] == 2
-
-
-def test_the_overview_shows_the_leader_and_the_last_rounds_newest_first(server, token, application):
+    assert (page["total"], page["filtered"], page["last_round"]) == (4, 4, 2)
+    assert page["owners"] == [f"{application}-worker-0", f"{application}-worker-1", "(unassigned)"]
+    assert page["outcomes"] == ["caught_up", "limit", "(not read)"]
     _, overview = get(server, f"/api/applications/{application}", token)
-    assert overview["leader"]["owner"] == LEADER and not overview["leader"]["released"]
-    assert [(entry["round"], entry["records"]) for entry in overview["rounds"]] == [(2, 75), (1, 40)]
+    assert "leases" not in overview and overview["summary"]["lease_count"] == 4 and overview["last_round"] == 2
+
+
+def test_the_overview_shows_the_running_leader_and_the_rounds_newest_first_with_their_runs(server, token, application):
+    trigger(server, "manual__round-2", {"application_name": application})
+    _, overview = get(server, f"/api/applications/{application}", token)
+    leader = overview["leader"]
+    assert (leader["owner"], leader["released"], leader["running"]) == (LEADER, False, True)
+    assert 0 <= overview["now_millis"] - leader["heartbeat_at"] < leader["lease_duration_millis"] == 120_000
+    assert leader["last_round_at"] == 1_800_000_000_003
+    rounds = [
+        (entry["round"], entry["records"], entry["idle"], entry["dag_id"], entry["state"], entry["run_url"])
+        for entry in overview["rounds"]
+    ]
+    assert rounds == [
+        (3, 0, True, DAG_ID, None, f"/dags/{DAG_ID}/runs/manual__idle-3"),  # its run was deleted or never made
+        (2, 75, False, DAG_ID, "queued", f"/dags/{DAG_ID}/runs/manual__round-2"),  # no scheduler runs it here
+        (1, 40, False, None, None, None),  # an older release's entry whose run Airflow does not know
+    ]
     assert overview["tables"] == {
         "lease": application,
         "worker_metrics": f"{application}-WorkerMetricStats",
@@ -302,12 +326,17 @@ def test_the_default_application_is_the_pipeline_dags_param_default(server, toke
     )
 
 
-def test_a_dag_run_shows_the_application_of_its_conf_and_the_round_it_wrote(server, token, application):
-    trigger(server, "manual__round-2", {"application_name": application})
-    status, body = get(server, f"/api/dag-runs/{DAG_ID}/manual__round-2", token)
+def test_a_dag_run_shows_the_application_of_its_conf_and_the_round_it_wrote(server, token, application, moto_endpoint):
+    trigger(server, "manual__round-2b", {"application_name": application})
+    RoundHistory(coordinator_state(moto_endpoint, application)).append(
+        {**round_summary(4, "manual__round-2b", records=7), "dag_id": DAG_ID}
+    )
+    status, body = get(server, f"/api/dag-runs/{DAG_ID}/manual__round-2b", token)
     assert status == 200, body
-    assert (body["dag_id"], body["run_id"], body["overview"]["application"]) == (DAG_ID, "manual__round-2", application)
-    assert (body["round"]["round"], body["round"]["records"]) == (2, 75)
+    assert (body["dag_id"], body["run_id"], body["application"]) == (DAG_ID, "manual__round-2b", application)
+    assert body["overview"]["application"] == application
+    assert (body["round"]["round"], body["round"]["records"], body["round"]["state"]) == (4, 7, "queued")
+    assert body["round"]["run_url"] == f"/dags/{DAG_ID}/runs/manual__round-2b"
 
 
 def test_a_dag_run_without_conf_shows_the_default_application(server, token):
@@ -332,3 +361,133 @@ def test_a_backfill_run_shows_the_application_the_backfill_consumes_as(server, t
 def test_an_unknown_dag_run_is_a_404(server, token):
     status, body = get(server, f"/api/dag-runs/{DAG_ID}/no_such_run", token)
     assert (status, body) == (404, {"detail": f"DAG run 'no_such_run' of DAG '{DAG_ID}' not found"})
+
+
+# --- the leases endpoint -------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def many_leases(moto_endpoint: str) -> str:
+    """250 leases over two owners and none, keyed so that natural and text order differ."""
+    name = "many-leases-app"
+    store = dynamodb_store(moto_endpoint, name)
+    for index in range(250):
+        lease = Lease(f"shardId-{index}", throughput_kbps=float(index % 7))
+        assert store.create_lease_if_not_exists(lease)
+        if index % 5:
+            assert store.assign_lease(lease, f"worker-{index % 2}").applied
+    return name
+
+
+def test_leases_come_a_page_at_a_time_in_natural_key_order(server, token, many_leases):
+    status, page = get(server, f"/api/applications/{many_leases}/leases?offset=5&limit=10", token)
+    assert status == 200, page
+    assert [lease["lease_key"] for lease in page["leases"]] == [f"shardId-{index}" for index in range(5, 15)]
+    assert (page["total"], page["filtered"], page["offset"], page["limit"]) == (250, 250, 5, 10)
+
+
+def test_leases_are_filtered_and_sorted_before_they_are_paged(server, token, many_leases):
+    path = f"/api/applications/{many_leases}/leases?owner=worker-1&sort=throughput_kbps&order=desc&limit=3"
+    _, page = get(server, path, token)
+    # worker-1 holds the odd keys not divisible by 5; throughput 6 first, ties in natural key order.
+    assert [(lease["lease_key"], lease["throughput_kbps"]) for lease in page["leases"]] == [
+        ("shardId-13", 6.0),
+        ("shardId-27", 6.0),
+        ("shardId-41", 6.0),
+    ]
+    assert page["filtered"] == 100 and page["owners"] == ["worker-0", "worker-1", "(unassigned)"]
+    _, unassigned = get(server, f"/api/applications/{many_leases}/leases?owner=%28unassigned%29&q=shardId-24", token)
+    assert [lease["lease_key"] for lease in unassigned["leases"]] == ["shardId-240", "shardId-245"]
+
+
+@pytest.mark.parametrize(
+    ("query", "param"),
+    [
+        pytest.param("limit=1001", "limit", id="limit-over-1000"),
+        pytest.param("limit=0", "limit", id="limit-0"),
+        pytest.param("offset=-1", "offset", id="negative-offset"),
+        pytest.param("sort=checkpoint", "sort", id="unknown-sort"),
+        pytest.param("order=up", "order", id="unknown-order"),
+        pytest.param("offset=ten", "offset", id="not-a-number"),
+    ],
+)
+def test_a_leases_parameter_out_of_range_is_a_422_naming_it(server, token, many_leases, query, param):
+    status, body = get(server, f"/api/applications/{many_leases}/leases?{query}", token)
+    assert (status, body["param"]) == (422, param)
+    assert body["detail"].startswith(f"invalid parameter {param!r}: ")
+
+
+def test_the_next_page_is_served_from_the_read_of_the_first_and_fresh_reads_anew(server, token, proxy, many_leases):
+    assert get(server, f"/api/applications/{many_leases}/leases?fresh=1", token)[0] == 200
+    proxy.set_faults([FaultRule("server_error", 1.0, "Scan")])
+    try:
+        cached_status, cached = get(server, f"/api/applications/{many_leases}/leases?offset=100", token)
+        fresh_status, fresh = get(server, f"/api/applications/{many_leases}/leases?offset=100&fresh=1", token)
+    finally:
+        proxy.set_faults([])
+    assert (cached_status, cached["leases"][0]["lease_key"]) == (200, "shardId-100")
+    assert (fresh_status, fresh["operation"]) == (502, "Scan")
+
+
+# --- leader, workers, corrupt items --------------------------------------------------------------
+
+
+def test_after_a_round_released_the_lock_no_round_runs_and_the_last_leader_is_named_with_its_time(
+    server, token, moto_endpoint, unique_name
+):
+    state = coordinator_state(moto_endpoint, unique_name)
+    lock = LeaderLock(state, f"{DAG_ID}/manual__done/abc")
+    assert lock.try_acquire() and lock.release()
+    RoundHistory(state).append({**round_summary(1, "manual__done", 3), "leader": f"{DAG_ID}/manual__done/abc"})
+    _, overview = get(server, f"/api/applications/{unique_name}", token)
+    assert overview["leader"] == {
+        "owner": f"{DAG_ID}/manual__done/abc",
+        "released": True,
+        "running": False,
+        "lease_duration_millis": None,
+        "heartbeat_at": None,
+        "last_round_at": 1_800_000_000_001,
+    }
+
+
+def test_a_dead_rounds_lock_older_than_its_lease_is_not_running(server, token, moto_endpoint, unique_name):
+    state = coordinator_state(moto_endpoint, unique_name)
+    an_hour_ago = int(time.time() * 1000) - 3_600_000
+    assert LeaderLock(state, f"{DAG_ID}/manual__died/abc", wall_clock_millis=lambda: an_hour_ago).try_acquire()
+    _, overview = get(server, f"/api/applications/{unique_name}", token)
+    leader = overview["leader"]
+    assert (leader["owner"], leader["released"], leader["running"]) == (f"{DAG_ID}/manual__died/abc", False, False)
+    assert (leader["heartbeat_at"], leader["last_round_at"]) == (an_hour_ago, None)
+
+
+def test_a_slot_that_holds_no_lease_shows_no_cpu_even_with_metrics_of_the_last_round(
+    server, token, moto_endpoint, unique_name
+):
+    store = dynamodb_store(moto_endpoint, unique_name)
+    lease = Lease("shardId-0")
+    assert store.create_lease_if_not_exists(lease) and store.assign_lease(lease, f"{unique_name}-worker-0").applied
+    config = fast_config(unique_name)
+    metrics = DynamoDBWorkerMetricsStore(store.client, config.worker_metrics_table, retry_policy=FAST_RETRIES)
+    for worker in ("worker-0", "worker-1"):  # both read in round 5; worker-1's lease was deleted since
+        publish_worker_metrics(metrics, f"{unique_name}-{worker}", 100.0, now=1_800_000_000, round=5)
+    rows = [
+        {"lease_key": "shardId-0", "outcome": "caught_up", "worker_id": f"{unique_name}-worker-0"},
+        {"lease_key": "shardId-1", "outcome": "shard_end", "worker_id": f"{unique_name}-worker-1"},
+    ]
+    RoundHistory(coordinator_state(moto_endpoint, unique_name)).record_lease_rows(5, rows)
+    _, overview = get(server, f"/api/applications/{unique_name}", token)
+    assert [(w["worker_id"], w["leases"], w["cpu_percent"]) for w in overview["workers"]] == [
+        (f"{unique_name}-worker-0", 1, 100.0),
+        (f"{unique_name}-worker-1", 0, None),
+    ]
+
+
+def test_corrupt_lease_items_are_named_with_their_attribute(server, token, moto_endpoint, unique_name):
+    store = dynamodb_store(moto_endpoint, unique_name)
+    assert store.create_lease_if_not_exists(Lease("shardId-0"))
+    put_raw_item(store, {"leaseKey": {"S": "shardId-1"}, "leaseCounter": {"S": "two"}, "checkpoint": {"S": "LATEST"}})
+    _, overview = get(server, f"/api/applications/{unique_name}", token)
+    (item,) = overview["summary"]["corrupt_items"]
+    assert (item["lease_key"], item["attribute"]) == ("shardId-1", "leaseCounter")
+    assert "leaseCounter" in item["problem"]
+    assert overview["summary"]["lease_count"] == 1

@@ -79,7 +79,7 @@ def stored_owner(state: InMemoryCoordinatorStateStore) -> str | None:
 # --- acquire -------------------------------------------------------------------------------------
 
 
-def test_acquire_on_an_empty_table_writes_the_lock_client_attributes(state):
+def test_acquire_on_an_empty_table_writes_the_lock_client_attributes_and_our_heartbeat_time(state):
     (a,) = contenders(state, "a")
     assert a.lock.try_acquire()
     assert a.lock.is_held
@@ -88,15 +88,18 @@ def test_acquire_on_an_empty_table_writes_the_lock_client_attributes(state):
         "ownerName": "a",
         "leaseDuration": "1000",
         "recordVersionNumber": "a-v0",
+        "heartbeatAt": WALL.now,
     }
-    # The lock client's types in DynamoDB: every attribute a string, the duration a decimal string.
+    # The lock client's types in DynamoDB: every attribute a string, the duration a decimal string;
+    # our own `heartbeatAt` a number.
     assert to_attribute_values(state.get(LEADER_KEY)) == {
         "key": {"S": "Leader"},
         "ownerName": {"S": "a"},
         "leaseDuration": {"S": "1000"},
         "recordVersionNumber": {"S": "a-v0"},
+        "heartbeatAt": {"N": str(WALL.now)},
     }
-    assert a.lock.holder() == LockHolder("a", "a-v0", 1000)
+    assert a.lock.holder() == LockHolder("a", "a-v0", 1000, heartbeat_at_millis=WALL.now)
 
 
 def test_acquiring_a_lock_already_held_refreshes_it_with_a_new_version(state):

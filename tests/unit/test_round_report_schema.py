@@ -209,16 +209,21 @@ def test_the_finalize_summary_of_a_consumed_round_counts_its_figures():
         "possibly_unread": ["shardId-000000000004"],
         "corrupt_leases": [{"lease_key": "shardId-000000000009", "problem": "attribute 'checkpoint' is missing"}],
     }
-    summary = round_summary(figures, assignment, shard_sync, "manual__1")
+    summary = round_summary(figures, assignment, shard_sync, "manual__1", "pipeline", "pipeline/manual__1/t")
     assert summary.pop("finished_at") > 0
     assert summary == {
         "round": 7,
         "run_id": "manual__1",
+        "dag_id": "pipeline",
+        "leader": "pipeline/manual__1/t",
         "consumed": True,
         "records": 120,
         "bytes": 4096,
         "files": 2,
         "seconds": 3.25,
+        "leases": 2,
+        "leases_behind": 1,
+        "outcomes": {"caught_up": 1, "failed": 1},
         "max_millis_behind_latest": 1200,
         "lost_leases": 0,
         "failed_leases": 1,
@@ -227,7 +232,11 @@ def test_the_finalize_summary_of_a_consumed_round_counts_its_figures():
         "corrupt_leases": 1,
         "moves": 2,
         "busiest_over_bound": 1.0,
-        "slots": FIGURES["slots"],
+        # Compact: the slot's index for `orders-worker-<index>`, no attempt, no CPU sample as null.
+        "slots": {
+            "columns": ["slot", "leases", "records", "bytes", "seconds", "cpu_percent"],
+            "rows": [[0, 1, 120, 4096, 3.0, 42.5], [1, 1, 0, 0, 1.5, None]],
+        },
     }
     assert figures.lease_rows() == FIGURES["leases"]
 
@@ -238,11 +247,16 @@ def test_the_finalize_summary_of_a_round_whose_consume_step_was_skipped_has_zero
     assert summary == {
         "round": 8,
         "run_id": "scheduled__2",
+        "dag_id": None,
+        "leader": None,
         "consumed": False,
         "records": 0,
         "bytes": 0,
         "files": 0,
         "seconds": 0.0,
+        "leases": 0,
+        "leases_behind": 0,
+        "outcomes": {},
         "max_millis_behind_latest": None,
         "lost_leases": 0,
         "failed_leases": 0,
@@ -251,7 +265,7 @@ def test_the_finalize_summary_of_a_round_whose_consume_step_was_skipped_has_zero
         "corrupt_leases": 0,
         "moves": 0,
         "busiest_over_bound": None,
-        "slots": [],
+        "slots": None,
     }
 
 
