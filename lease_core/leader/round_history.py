@@ -81,12 +81,20 @@ class RoundHistory:
 
     def lease_rows(self) -> tuple[int | None, list[dict[str, Any]]]:
         """The latest round's number and per-lease rows; (None, []) before the first round."""
+        round_number, rows, _ = self.kept_lease_rows()
+        return round_number, rows
+
+    def kept_lease_rows(self) -> tuple[int | None, list[dict[str, Any]], int]:
+        """`lease_rows`, and how many rows of that round did not fit the record (module docstring):
+        a lease without a row was then not necessarily left unread."""
         record = self.state.get(LAST_ROUND_KEY)
         if record is None:
-            return None, []
+            return None, [], 0
+        round_number = whole_number(record, "round")
         if "leasesZ" in record:
-            return whole_number(record, "round"), json.loads(zlib.decompress(record["leasesZ"]))
-        return whole_number(record, "round"), json.loads(record["leases"])  # an older release's record
+            left_out = whole_number(record, "leftOut") if "leftOut" in record else 0
+            return round_number, json.loads(zlib.decompress(record["leasesZ"])), left_out
+        return round_number, json.loads(record["leases"]), 0  # an older release's record
 
 
 def _with_summary(rounds: list[dict[str, Any]], summary: dict[str, Any]) -> list[dict[str, Any]]:
@@ -111,19 +119,27 @@ def _within_budget(rounds: list[dict[str, Any]], budget_bytes: int) -> str:
     """The summaries as JSON of at most `budget_bytes`: the oldest lose their per-slot rows first,
     then the oldest go (the newest always stays)."""
     sizes = [_json_size(entry) for entry in rounds]
+
+    def total() -> int:  # the entries, a comma between two, and the brackets
+        return sum(sizes) + max(len(sizes) - 1, 0) + 2
+
     stripped = 0
-    while sum(sizes) + len(sizes) + 1 > budget_bytes and stripped < len(rounds) - 1:
+    while total() > budget_bytes and stripped < len(rounds) - 1:
         if rounds[stripped].get("slots"):
             rounds[stripped] = {**rounds[stripped], "slots": None}
             sizes[stripped] = _json_size(rounds[stripped])
         stripped += 1
-    while sum(sizes) + len(sizes) + 1 > budget_bytes and len(rounds) > 1:
+    while total() > budget_bytes and len(rounds) > 1:
         rounds, sizes = rounds[1:], sizes[1:]
-    return json.dumps(rounds, sort_keys=True)
+    return _json(rounds)
+
+
+def _json(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"))
 
 
 def _json_size(value: Any) -> int:
-    return len(json.dumps(value, sort_keys=True).encode())
+    return len(_json(value).encode())
 
 
 def _packed_rows(rows: Sequence[Mapping[str, Any]]) -> Record:

@@ -22,7 +22,9 @@ and its last write is at most one lease duration old (a lock without `heartbeatA
 shared `LeaderObservation` shows it unchanged for longer than its lease, the contenders' own rule).
 A round releases the lock by deleting the item, as KCL does; the last leader is then the newest
 round history entry's `leader` (its owner name, kept since this release) at that round's
-`finished_at`. Entries written before have no `leader`: the owner is then null.
+`finished_at`. Entries written before have no `leader`: the owner is then null. Rounds heartbeat
+only while one of their steps runs, so a lock whose heartbeat is older than its lease still counts
+as running while its owner's DAG run (`<dag id>/<run id>/<token>`) runs in Airflow.
 """
 
 from __future__ import annotations
@@ -51,6 +53,9 @@ ROUNDS_SHOWN = 100
 MONITOR_OWNER = "monitor"
 # The `outcome` filter's name for the leases the last round did not read.
 NOT_READ = "(not read)"
+# ... and for the leases whose row did not fit the last round's record (`RoundHistory`): not known.
+NOT_KEPT = "(not kept)"
+NOT_KEPT_ROW: Mapping[str, Any] = {"outcome": NOT_KEPT}
 SORT_FIELDS = ("lease_key", "owner", "throughput_kbps", "lag", "records", "outcome", "lease_counter")
 MAX_PAGE = 1000
 # What a round's entry shows, each null when the entry (written by an older release) lacks it.
@@ -94,6 +99,7 @@ class ApplicationReads:
     last_round_leases: tuple[dict[str, Any], ...]
     leader_observation: SharedObservation | None = None
     read_at_millis: int = 0
+    last_round_left_out: int = 0  # rows of the last round that did not fit its record (round_history)
 
     @cached_property
     def report(self) -> StatusReport:
@@ -103,7 +109,9 @@ class ApplicationReads:
     def leases(self) -> tuple[dict[str, Any], ...]:
         """Every lease's document, in natural lease-key order (`shardId-...10` after `...9`)."""
         rows = {row["lease_key"]: row for row in self.last_round_leases if "lease_key" in row}
-        documents = [lease_document(row, rows.get(row.lease_key)) for row in self.report.leases]
+        # Without its row, a lease was not read, unless rows were left out: then it is not known.
+        missing = NOT_KEPT_ROW if self.last_round_left_out else None
+        documents = [lease_document(row, rows.get(row.lease_key, missing)) for row in self.report.leases]
         return tuple(sorted(documents, key=lambda document: natural_key(document["lease_key"])))
 
 
@@ -117,7 +125,7 @@ def read_application(app: LeaseApplication, now_millis: Callable[[], int] = wall
     leader = lock.holder()
     observation = lock.observation() if leader is not None and leader.heartbeat_at_millis is None else None
     rounds = tuple(history.rounds())
-    last_round, last_round_leases = history.lease_rows()
+    last_round, last_round_leases, left_out = history.kept_lease_rows()
     return ApplicationReads(
         config,
         scan,
@@ -128,6 +136,7 @@ def read_application(app: LeaseApplication, now_millis: Callable[[], int] = wall
         tuple(last_round_leases),
         observation,
         now_millis(),
+        left_out,
     )
 
 
@@ -161,7 +170,7 @@ def application_document(reads: ApplicationReads, runs: RunLinks | None = None) 
             "coordinator_state": config.coordinator_state_table,
         },
         "now_millis": reads.read_at_millis,
-        "leader": leader_document(reads),
+        "leader": leader_document(reads, runs or RunLinks()),
         "summary": {
             "lease_count": report.lease_count,
             "in_handoff": report.in_handoff,
@@ -173,7 +182,10 @@ def application_document(reads: ApplicationReads, runs: RunLinks | None = None) 
             ],
         },
         "workers": worker_documents(
-            report.owners, reads.worker_metrics, reads.last_round, _readers(reads.last_round_leases)
+            report.owners,
+            reads.worker_metrics,
+            reads.last_round,
+            None if reads.last_round_left_out else _readers(reads.last_round_leases),
         ),
         "last_round": reads.last_round,
         "rounds": [
@@ -182,8 +194,9 @@ def application_document(reads: ApplicationReads, runs: RunLinks | None = None) 
     }
 
 
-def leader_document(reads: ApplicationReads) -> dict[str, Any] | None:
-    """Who holds or last held the lock, whether a round holds it now, and when (module docstring).
+def leader_document(reads: ApplicationReads, runs: RunLinks) -> dict[str, Any] | None:
+    """Who holds or last held the lock, whether a round holds it now, and when that owner was last
+    seen (`seen_at`: its heartbeat, or the finish of its round once released; module docstring).
     None when no round ever took it."""
     newest = reads.rounds[-1] if reads.rounds else None
     last_round_at = newest.get("finished_at") if newest else None
@@ -197,16 +210,29 @@ def leader_document(reads: ApplicationReads) -> dict[str, Any] | None:
             "running": False,
             "lease_duration_millis": None,
             "heartbeat_at": None,
+            "seen_at": last_round_at,
             "last_round_at": last_round_at,
         }
+    live = holder.is_live(reads.read_at_millis, reads.leader_observation)
+    run = owner_run(holder.owner_name)
     return {
         "owner": holder.owner_name,
         "released": holder.is_released,
-        "running": holder.is_live(reads.read_at_millis, reads.leader_observation),
+        # Between two steps nobody heartbeats: the owner's DAG run, still running, says the round is.
+        "running": not holder.is_released and (live or (run is not None and runs.states.get(run) == "running")),
         "lease_duration_millis": holder.lease_duration_millis,
         "heartbeat_at": holder.heartbeat_at_millis,
+        "seen_at": holder.heartbeat_at_millis,
         "last_round_at": last_round_at,
     }
+
+
+def owner_run(owner: str) -> tuple[str, str] | None:
+    """The (DAG id, run id) of a lock owner named `<dag id>/<run id>/<token>` as the pipeline's
+    rounds name it (a DAG id has no '/'); None for another owner (leasectl, KCL)."""
+    dag_id, _, rest = owner.partition("/")
+    run_id, _, token = rest.rpartition("/")
+    return (dag_id, run_id) if dag_id and run_id and token else None
 
 
 def worker_documents(
@@ -368,8 +394,8 @@ def leases_document(reads: ApplicationReads, query: LeaseQuery) -> dict[str, Any
         "order": query.order,
         "leases": chosen[query.offset : query.offset + query.limit],
         "owners": [row.owner for row in reads.report.owners],
-        "outcomes": sorted(outcome for outcome in outcomes if outcome != NOT_READ)
-        + ([NOT_READ] if NOT_READ in outcomes else []),
+        "outcomes": sorted(outcome for outcome in outcomes if outcome not in (NOT_READ, NOT_KEPT))
+        + [name for name in (NOT_KEPT, NOT_READ) if name in outcomes],
     }
 
 
@@ -481,9 +507,19 @@ class ReadsCache:
             if kept and slot.reads is not None:
                 return slot.reads
             started = self._clock()
-            reads = read()  # an error leaves the kept reads as they were
+            try:
+                reads = read()  # an error leaves the kept reads as they were
+            except BaseException:
+                if slot.reads is None:  # nothing to keep (a mistyped name): make no room for it
+                    self._forget(key, slot)
+                raise
             slot.reads, slot.started, slot.finished = reads, started, self._clock()
             return reads
+
+    def _forget(self, key: Any, slot: _Slot) -> None:
+        with self._lock:
+            if self._slots.get(key) is slot:
+                del self._slots[key]
 
     def _slot(self, key: Any) -> _Slot:
         with self._lock:

@@ -12,10 +12,11 @@ Routes (all GET, all JSON except the pages and their assets):
   `fresh`); a parameter out of range is a 422 naming it;
 - `/api/dag-runs/{dag_id}/{run_id}`: the application a run consumed as, its overview and its round.
 
-Reads go through one `ReadsCache` per API-server process: the overviews read anew on every call (a
-refresh is a new read) and keep what they read; a page of leases uses reads that finished up to `CACHE_SECONDS`
-ago, so paging through 10,000 leases scans the lease table once (`?fresh=1` reads anew). The cache
-is keyed by the application and its tables.
+Reads go through one `ReadsCache` per API-server process: the overviews read anew (unless
+`?fresh=0`, which the page's timer sends: several open pages then share one read) and keep what
+they read; a page of leases uses reads that finished up to `CACHE_SECONDS` ago, so paging through
+10,000 leases scans the lease table once (`?fresh=1` reads anew). The cache is keyed by the
+application and its tables.
 
 Airflow does not authenticate plugin apps: a mount inherits none of the core API's dependencies.
 So every route of this app depends on `monitoring_viewer`: Airflow's own `get_user` (the JWT of an
@@ -65,6 +66,7 @@ from kinesis_lease.monitoring import (
     RunLinks,
     application_document,
     leases_document,
+    owner_run,
     read_application,
     run_document,
     run_settings,
@@ -131,8 +133,8 @@ def default_application(session: SessionDep) -> dict[str, Any]:
 
 
 @app.get("/api/applications/{application}")
-def application_overview(application: str, request: Request, session: SessionDep) -> dict[str, Any]:
-    reads = _read({"application_name": application}, fresh=True)
+def application_overview(application: str, request: Request, session: SessionDep, fresh: bool = True) -> dict[str, Any]:
+    reads = _read({"application_name": application}, fresh=fresh)
     return application_document(reads, _run_links(reads, request, session))
 
 
@@ -153,8 +155,10 @@ def application_leases(
 
 
 @app.get("/api/dag-runs/{dag_id}/{run_id}", dependencies=[Depends(requires_access_dag("GET", DagAccessEntity.RUN))])
-def dag_run_overview(dag_id: str, run_id: str, request: Request, session: SessionDep) -> dict[str, Any]:
-    reads = _read(run_settings(_run_params(dag_id, run_id, session)), fresh=True)
+def dag_run_overview(
+    dag_id: str, run_id: str, request: Request, session: SessionDep, fresh: bool = True
+) -> dict[str, Any]:
+    reads = _read(run_settings(_run_params(dag_id, run_id, session)), fresh=fresh)
     return run_document(dag_id, run_id, reads, _run_links(reads, request, session))
 
 
@@ -174,6 +178,9 @@ def _run_links(reads: ApplicationReads, request: Request, session: Session) -> R
     """The states of the shown rounds' DAG runs, and the Airflow UI's root path (this app's mount
     path without its prefix, so that the links follow [api] base_url and a proxy prefix)."""
     run_ids = {entry["run_id"] for entry in reads.rounds[-ROUNDS_SHOWN:] if entry.get("run_id")}
+    leader_run = owner_run(reads.leader.owner_name) if reads.leader is not None else None
+    if leader_run is not None:
+        run_ids.add(leader_run[1])
     rows: Sequence[Any] = (
         session.execute(select(DagRun.dag_id, DagRun.run_id, DagRun.state).where(DagRun.run_id.in_(run_ids))).all()
         if run_ids

@@ -117,3 +117,14 @@ def test_the_last_rounds_rows_of_ten_thousand_leases_fit_one_item_and_read_back(
     history.record_lease_rows(5, many)
     assert stored_item_bytes(state, LAST_ROUND_KEY) < DYNAMODB_ITEM_LIMIT
     assert history.lease_rows() == (5, many)
+
+
+def test_the_kept_history_never_exceeds_its_budget_counting_every_separator(state):
+    entry_size = len(json.dumps({"records": 1, "run_id": "r-000"}, separators=(",", ":")))
+    budget = 100 * entry_size + 99 + 2 - 1  # one byte short of 100 entries with their commas and brackets
+    history = RoundHistory(state, keep=100, budget_bytes=budget)
+    for index in range(100):
+        history.append({"run_id": f"r-{index:03d}", "records": 1})
+    stored = state.get(HISTORY_KEY)
+    assert stored is not None and len(stored["rounds"].encode()) <= budget
+    assert [entry["run_id"] for entry in history.rounds()] == [f"r-{index:03d}" for index in range(1, 100)]

@@ -77,7 +77,7 @@ class RecordedRun:
     bucket: str
     rounds: dict[str, dict[str, str]]  # round name -> task states
     round_calls: dict[str, list[RecordedCall]]  # round name -> the calls made while it ran
-    monitored: list[dict[str, Any]]  # the monitoring API's overview of each namespace
+    monitored: list[dict[str, Any]]  # the monitoring API's overview and first page of leases of each namespace
     teardown_exit_codes: list[int]
     calls: list[RecordedCall]
     produced: list[bytes]
@@ -185,9 +185,15 @@ def recorded_run(
     run("backfill", mode="backfill", start=window_start.isoformat(), end=window_end.isoformat())
     backfill_application = f"{application}-backfill-{window_start:%Y%m%dT%H%M%SZ}-{window_end:%Y%m%dT%H%M%SZ}"
 
-    from kinesis_lease.ui_app import application_overview
+    from kinesis_lease.aws_connection import aws_access
+    from kinesis_lease.monitoring import LeaseQuery, application_document, leases_document, read_application
+    from kinesis_lease.ui_app import AWS_CONN_ID
 
-    monitored = [application_overview(name) for name in (application, backfill_application)]
+    # What the monitoring API reads for its overview and a page of leases, through the same connection.
+    monitored = []
+    for name in (application, backfill_application):
+        reads = read_application(aws_access(AWS_CONN_ID, {"application_name": name}).app)
+        monitored.append({**application_document(reads), "leases": leases_document(reads, LeaseQuery())["leases"]})
     checkpoints = [
         item["checkpoint"]["S"] for item in dynamodb.scan(TableName=application, ConsistentRead=True)["Items"]
     ]

@@ -446,6 +446,7 @@ def test_after_a_round_released_the_lock_no_round_runs_and_the_last_leader_is_na
         "running": False,
         "lease_duration_millis": None,
         "heartbeat_at": None,
+        "seen_at": 1_800_000_000_001,
         "last_round_at": 1_800_000_000_001,
     }
 
@@ -457,7 +458,7 @@ def test_a_dead_rounds_lock_older_than_its_lease_is_not_running(server, token, m
     _, overview = get(server, f"/api/applications/{unique_name}", token)
     leader = overview["leader"]
     assert (leader["owner"], leader["released"], leader["running"]) == (f"{DAG_ID}/manual__died/abc", False, False)
-    assert (leader["heartbeat_at"], leader["last_round_at"]) == (an_hour_ago, None)
+    assert (leader["heartbeat_at"], leader["seen_at"], leader["last_round_at"]) == (an_hour_ago, an_hour_ago, None)
 
 
 def test_a_slot_that_holds_no_lease_shows_no_cpu_even_with_metrics_of_the_last_round(

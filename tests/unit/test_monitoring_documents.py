@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import json
+import subprocess
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
 from kinesis_lease.monitoring import (
+    NOT_KEPT,
     NOT_READ,
     ApplicationReads,
     LeaseQuery,
@@ -28,6 +32,7 @@ from lease_core.store.lease_store import LeaseScan
 
 APP = "orders"
 NOW = 1_800_000_000_000
+SCRIPT = Path(__file__).resolve().parents[2] / "plugins" / "kinesis_lease" / "static" / "monitoring.js"
 
 
 def reads(
@@ -40,6 +45,7 @@ def reads(
     metrics: tuple[WorkerMetricStats, ...] = (),
     last_round: int | None = None,
     corrupt: tuple[CorruptLeaseError, ...] = (),
+    left_out: int = 0,
 ) -> ApplicationReads:
     scan = LeaseScan(tuple(Lease(key, lease_owner=owner) for key, owner in leases or []), corrupt)
     return ApplicationReads(
@@ -52,6 +58,7 @@ def reads(
         tuple(rows or []),
         observation,
         NOW,
+        left_out,
     )
 
 
@@ -189,8 +196,29 @@ def test_the_leader_is_running_only_while_a_round_holds_the_lock(lock, observati
         "running": running,
         "lease_duration_millis": 120_000,
         "heartbeat_at": lock.heartbeat_at_millis,
+        "seen_at": lock.heartbeat_at_millis,  # this owner's own time, never the previous round's
         "last_round_at": NOW - 300_000,
     }
+
+
+@pytest.mark.parametrize(
+    ("state", "running"),
+    [
+        pytest.param("running", True, id="its-dag-run-runs-between-two-steps"),
+        pytest.param("failed", False, id="its-dag-run-died"),
+        pytest.param(None, False, id="its-dag-run-is-unknown"),
+    ],
+)
+def test_a_lock_whose_heartbeat_is_older_than_its_lease_is_running_while_its_dag_run_runs(state, running):
+    # Rounds heartbeat inside their steps only: a gap between two steps can outlast the lease.
+    runs = RunLinks({("pipeline", "run-3"): state} if state else {})
+    document = application_document(reads(leader=holder(NOW - 600_000)), runs)
+    assert (document["leader"]["running"], document["leader"]["seen_at"]) == (running, NOW - 600_000)
+
+
+def test_a_released_lock_is_never_running_whatever_its_dag_run_says():
+    runs = RunLinks({("pipeline", "run-3"): "running"})
+    assert application_document(reads(leader=holder(NOW, released=True)), runs)["leader"]["running"] is False
 
 
 @pytest.mark.parametrize(
@@ -208,6 +236,7 @@ def test_the_leader_is_running_only_while_a_round_holds_the_lock(lock, observati
                 "running": False,
                 "lease_duration_millis": None,
                 "heartbeat_at": None,
+                "seen_at": 9,
                 "last_round_at": 9,
             },
             id="released-the-newest-rounds-leader",
@@ -220,6 +249,7 @@ def test_the_leader_is_running_only_while_a_round_holds_the_lock(lock, observati
                 "running": False,
                 "lease_duration_millis": None,
                 "heartbeat_at": None,
+                "seen_at": 5,
                 "last_round_at": 5,
             },
             id="older-release-entry-without-leader",
@@ -422,3 +452,48 @@ def test_a_failed_read_keeps_nothing_and_raises():
     reader = Reader()
     cache.get("app", reader)
     assert reader.count == 1
+
+
+def test_a_failed_read_of_an_unknown_application_makes_no_room_for_it():
+    cache = ReadsCache(ttl_seconds=60, max_entries=2, clock=lambda: 0.0)
+    scans = []
+
+    def good() -> ApplicationReads:
+        scans.append(1)
+        return reads()
+
+    def missing_table() -> ApplicationReads:
+        raise LookupError("no such table")
+
+    cache.get("orders", good)
+    for typo in ("ordres", "oders"):
+        with pytest.raises(LookupError):
+            cache.get(typo, missing_table)
+    cache.get("orders", good)
+    assert len(scans) == 1
+
+
+def test_leases_whose_rows_did_not_fit_the_last_rounds_record_are_not_known_rather_than_not_read():
+    leases = [(f"shardId-{index}", "w-0") for index in range(6)]
+    rows = [{"lease_key": f"shardId-{index}", "worker_id": "w-0", "outcome": "caught_up"} for index in range(4)]
+    application = reads(leases, rows=rows, last_round=7, left_out=2)
+    page = leases_document(application, LeaseQuery(limit=100))
+    assert [lease["last_round"]["outcome"] for lease in page["leases"]] == ["caught_up"] * 4 + [NOT_KEPT] * 2
+    assert page["outcomes"] == ["caught_up", NOT_KEPT]
+    assert leases_document(application, LeaseQuery(outcome=NOT_READ))["filtered"] == 0
+
+
+def leader_line(document: dict[str, Any]) -> str:
+    """The page's own `format` and `leaderText` (static/monitoring.js), run by node over an overview."""
+    source = SCRIPT.read_text(encoding="utf-8")
+    functions = source[source.index("  const format = {") : source.index("  // --- the API")]
+    functions += source[source.index("  function leaderText(") : source.index("  function lastRoundNodes(")]
+    program = f"{functions}\nconst d = {json.dumps(document)};\nprocess.stdout.write(leaderText(d.leader, d.rounds));"
+    return subprocess.run(["node", "-e", program], capture_output=True, text=True, check=True).stdout
+
+
+def test_a_dead_rounds_lock_is_named_with_its_own_last_heartbeat_not_the_previous_rounds_finish():
+    # run-2 finished at 07:40 UTC and released; run-3 took the lock, heartbeat last at 07:46:30, died.
+    rounds = [{"run_id": "run-2", "finished_at": NOW - 20 * 60_000, "leader": "pipeline/run-2/t"}]
+    document = application_document(reads(rounds=rounds, leader=holder(NOW - 13 * 60_000 - 30_000)))
+    assert leader_line(document) == "no round running; last leader pipeline/run-3/t at 2027-01-15 07:46:30 UTC"

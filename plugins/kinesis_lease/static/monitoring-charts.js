@@ -103,7 +103,7 @@ window.KinesisLeaseCharts = (() => {
         note: "busiest slot over the lower bound max(total / slots, largest lease)",
         series: [
           { label: "Duration", colour: "sky", axis: "seconds", bars: true,
-            values: rounds.map((r) => valueOf(r, "seconds")), format: format.seconds },
+            values: rounds.map((r) => busyValue(r, valueOf(r, "seconds"))), format: format.seconds },
           { label: "Busiest slot / bound", colour: "pink", axis: "ratio",
             values: rounds.map((r) => busyValue(r, valueOf(r, "busiest_over_bound"))), format: format.ratio },
           { label: "Balance lower bound", colour: "gray", axis: "ratio", dash: true,

@@ -55,7 +55,9 @@
       return millis ? `${format.utc(millis)} UTC` : "an unknown time";
     },
     roundLabel(round) {
-      const name = round.round === null || round.round === undefined ? "round" : `round ${round.round}`;
+      // An idle round assigned nothing, so it has no number of its own.
+      const numbered = round.round === null || round.round === undefined ? "round" : `round ${round.round}`;
+      const name = round.idle ? "idle round" : numbered;
       return `${name} · ${format.utc(round.finished_at).slice(0, 16)} UTC`;
     },
   };
@@ -183,7 +185,8 @@
       const heartbeat = leader.heartbeat_at ? `heartbeat at ${format.utcLabelled(leader.heartbeat_at)}` : "no heartbeat yet";
       return `round running: ${leader.owner} (${heartbeat})`;
     }
-    const at = leader.last_round_at ?? leader.heartbeat_at ?? newest?.finished_at;
+    // When this owner was last seen: its last heartbeat, or its round's finish once it released.
+    const at = leader.seen_at ?? leader.heartbeat_at ?? newest?.finished_at;
     // Rounds of an older release did not keep their leader's name.
     if (!leader.owner) return at ? `no round running; last round finished at ${format.utcLabelled(at)}` : "no round running";
     return `no round running; last leader ${leader.owner}${at ? ` at ${format.utcLabelled(at)}` : ""}`;
@@ -331,7 +334,7 @@
       cell(busy(format.number(round.records))),
       cell(busy(format.bytes(round.bytes))),
       cell(busy(format.number(round.files))),
-      cell(format.seconds(round.seconds)),
+      cell(busy(format.seconds(round.seconds))),
       cell(busy(format.millis(round.max_millis_behind_latest))),
       cell(busy(format.number(window.KinesisLeaseCharts.backlogOf(round)))),
       cell(format.number(round.lost_leases)),
@@ -510,6 +513,7 @@
 
   function outcomeCell(last) {
     if (!last) return cell("-", "Not read in the last round");
+    if (!last.worker_id) return cell(last.outcome ?? "-", "The last round's row of this lease was not kept (too many leases)");
     const td = cell(null, `Read by ${last.worker_id ?? "-"} in the last round`);
     td.append(element("span", last.outcome ?? "-", BAD_OUTCOMES.has(last.outcome) ? "outcome bad" : "outcome"));
     return td;
@@ -663,7 +667,7 @@
     return (await getJson("/api/default-application")).application;
   }
 
-  async function loadApplication() {
+  async function loadApplication(fresh) {
     byId("application-form").hidden = false;
     const application = await applicationName();
     if (!application) {
@@ -673,14 +677,14 @@
     byId("application-input").value = application;
     leases.application = application;
     // The overview reads the tables afresh; the page of leases comes from those same reads, kept a few seconds.
-    const overview = await getJson(`/api/applications/${encodeURIComponent(application)}`);
+    const overview = await getJson(`/api/applications/${encodeURIComponent(application)}?fresh=${fresh ? 1 : 0}`);
     await leases.load();
     renderOverview(overview);
     return true;
   }
 
-  async function loadDagRun() {
-    const path = `/api/dag-runs/${encodeURIComponent(page.dagId)}/${encodeURIComponent(page.runId)}`;
+  async function loadDagRun(fresh) {
+    const path = `/api/dag-runs/${encodeURIComponent(page.dagId)}/${encodeURIComponent(page.runId)}?fresh=${fresh ? 1 : 0}`;
     const run = await getJson(path);
     const heading = byId("run-heading");
     heading.hidden = false;
@@ -693,12 +697,15 @@
   }
 
   let loading = false;
+  let loadsFinished = 0; // on the body as data-loads: a reader (a test, a script) can wait for a load to end
 
-  async function load() {
+  // A refresh the user asks for reads the tables anew; the timer's may share reads another tab
+  // made a few seconds before (each read scans the whole lease table), and skips hidden pages.
+  async function load(fresh = true) {
     if (loading) return;
     loading = true;
     try {
-      const loaded = await (page.view === "dag-run" ? loadDagRun() : loadApplication());
+      const loaded = await (page.view === "dag-run" ? loadDagRun(fresh) : loadApplication(fresh));
       if (loaded) {
         showMessage("");
         byId("updated").textContent = `Updated ${format.utc(Date.now()).slice(11)} UTC`;
@@ -707,6 +714,7 @@
       showError(error);
     } finally {
       loading = false;
+      document.body.dataset.loads = String(++loadsFinished);
     }
   }
 
@@ -715,7 +723,7 @@
     const search = new URLSearchParams({ application: byId("application-input").value.trim() });
     window.location.search = search.toString();
   });
-  byId("refresh").addEventListener("click", load);
+  byId("refresh").addEventListener("click", () => load(true));
   byId("rounds-more").addEventListener("click", () => {
     allRounds = !allRounds;
     renderRounds(roundCharts.rounds);
@@ -723,6 +731,11 @@
   leaseControls();
   theme.follow();
   new ResizeObserver(() => roundCharts.resize()).observe(byId("charts"));
-  window.setInterval(load, REFRESH_MILLIS);
-  load();
+  window.setInterval(() => {
+    if (!document.hidden) load(false);
+  }, REFRESH_MILLIS);
+  document.addEventListener("visibilitychange", () => {
+    if (!document.hidden) load(false);
+  });
+  load(true);
 })();
