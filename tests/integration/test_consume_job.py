@@ -24,21 +24,21 @@ from spark_jobs.lease_consumer import LeaseBudget
 from spark_jobs.round_report import Outcome, RoundReport
 from spark_jobs.slot_task import SlotTask
 from tests.support.kpl import put_aggregate
-from tests.support.pipeline import ConsumerPipeline, duplicates, file_order
+from tests.support.pipeline import ConsumerPipeline, duplicates, file_order, pipeline_on_new_stream
 
 STEER = "tests.support.spark_transforms:steer"
 
 
 @pytest.fixture
 def pipeline(unique_name: str, kinesis_endpoint: str, moto_endpoint: str, tmp_path: Path) -> ConsumerPipeline:
-    create_stream(kinesis_client_for(kinesis_endpoint), unique_name, 4)
-    return ConsumerPipeline(
+    return pipeline_on_new_stream(
         unique_name,
-        (unique_name,),
+        4,
         kinesis_endpoint,
         moto_endpoint,
-        str(tmp_path / "lake"),
-        settings={"initial_position_in_stream": "TRIM_HORIZON", "failover_time_millis": 6000},
+        tmp_path,
+        initial_position_in_stream="TRIM_HORIZON",
+        failover_time_millis=6000,
     )
 
 

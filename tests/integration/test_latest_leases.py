@@ -14,14 +14,13 @@ from pathlib import Path
 
 import pytest
 
-from devtools.kinesis_streams import create_stream, kinesis_client
 from lease_core.model.sequence import LATEST, ExtendedSequenceNumber
 from lease_core.retrieval.pending_work import PendingWork, find_pending_work
 from lease_core.retrieval.shard_source import KinesisShardSource
 from lease_core.sync.step import sync_streams
 from spark_jobs.round_report import LeaseReport, Outcome
 from spark_jobs.slot_task import SlotTask
-from tests.support.pipeline import ConsumerPipeline, duplicates
+from tests.support.pipeline import ConsumerPipeline, duplicates, pipeline_on_new_stream
 from tests.support.stores import FAST_RETRIES
 
 # Arrival times are the emulator's, pins the host's (the same clock here, in milliseconds): a record
@@ -31,14 +30,8 @@ CLOCK_STEP_SECONDS = 0.02
 
 @pytest.fixture
 def pipeline(unique_name: str, kinesis_endpoint: str, moto_endpoint: str, tmp_path: Path) -> ConsumerPipeline:
-    create_stream(kinesis_client(kinesis_endpoint), unique_name, 1)
-    return ConsumerPipeline(
-        unique_name,
-        (unique_name,),
-        kinesis_endpoint,
-        moto_endpoint,
-        str(tmp_path / "lake"),
-        settings={"initial_position_in_stream": "LATEST"},
+    return pipeline_on_new_stream(
+        unique_name, 1, kinesis_endpoint, moto_endpoint, tmp_path, initial_position_in_stream="LATEST"
     )
 
 

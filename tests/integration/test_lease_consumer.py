@@ -22,21 +22,15 @@ from spark_jobs.lease_consumer import LeaseBudget
 from spark_jobs.parquet_sink import ParquetSink, records_table, staged_path, visible_path
 from spark_jobs.round_report import LeaseReport, Outcome
 from spark_jobs.slot_task import SlotTask
-from tests.support.pipeline import ConsumerPipeline, duplicates
+from tests.support.pipeline import ConsumerPipeline, duplicates, pipeline_on_new_stream
 
 ESN = ExtendedSequenceNumber
 
 
 @pytest.fixture
 def pipeline(unique_name: str, kinesis_endpoint: str, moto_endpoint: str, tmp_path: Path) -> ConsumerPipeline:
-    create_stream(kinesis_client(kinesis_endpoint), unique_name, 1)
-    return ConsumerPipeline(
-        unique_name,
-        (unique_name,),
-        kinesis_endpoint,
-        moto_endpoint,
-        str(tmp_path / "lake"),
-        settings={"initial_position_in_stream": "TRIM_HORIZON"},
+    return pipeline_on_new_stream(
+        unique_name, 1, kinesis_endpoint, moto_endpoint, tmp_path, initial_position_in_stream="TRIM_HORIZON"
     )
 
 

@@ -9,7 +9,6 @@ from pathlib import Path
 import boto3
 import pytest
 
-from devtools.kinesis_streams import create_stream, kinesis_client
 from lease_core.leader.leader_lock import LEADER_KEY, LeaderLock
 from lease_core.model.lease import Lease, StreamIdentifier
 from lease_core.model.pending_batch import PendingBatch
@@ -19,7 +18,7 @@ from lease_core.store.dynamodb_store import DynamoDBLeaseStore
 from spark_jobs.round_report import Outcome
 from spark_jobs.slot_task import SlotTask
 from tests.support.leasectl import run_leasectl
-from tests.support.pipeline import ConsumerPipeline
+from tests.support.pipeline import ConsumerPipeline, pipeline_on_new_stream
 from tests.support.stores import FAST_RETRIES, dynamodb_store
 
 ESN = ExtendedSequenceNumber
@@ -193,14 +192,8 @@ def test_reset_in_a_multi_stream_table_needs_the_stream(moto_endpoint, unique_na
 
 @pytest.fixture
 def pipeline(unique_name: str, kinesis_endpoint: str, moto_endpoint: str, tmp_path: Path) -> ConsumerPipeline:
-    create_stream(kinesis_client(kinesis_endpoint), unique_name, 1)
-    return ConsumerPipeline(
-        unique_name,
-        (unique_name,),
-        kinesis_endpoint,
-        moto_endpoint,
-        str(tmp_path / "lake"),
-        settings={"initial_position_in_stream": "TRIM_HORIZON"},
+    return pipeline_on_new_stream(
+        unique_name, 1, kinesis_endpoint, moto_endpoint, tmp_path, initial_position_in_stream="TRIM_HORIZON"
     )
 
 

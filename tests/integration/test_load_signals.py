@@ -11,9 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from devtools.kinesis_streams import create_stream, kinesis_client
 from lease_core.metrics.throughput import ema_throughput
-from tests.support.pipeline import ConsumerPipeline
+from tests.support.pipeline import ConsumerPipeline, pipeline_on_new_stream
 
 RECORD_BYTES = 1000
 HOT_KEY, COLD_KEY = "1", str(2**127 + 1)  # explicit hash keys in the first and second shard of two
@@ -21,14 +20,8 @@ HOT_KEY, COLD_KEY = "1", str(2**127 + 1)  # explicit hash keys in the first and 
 
 @pytest.fixture
 def pipeline(unique_name: str, kinesis_endpoint: str, moto_endpoint: str, tmp_path: Path) -> ConsumerPipeline:
-    create_stream(kinesis_client(kinesis_endpoint), unique_name, 2)
-    return ConsumerPipeline(
-        unique_name,
-        (unique_name,),
-        kinesis_endpoint,
-        moto_endpoint,
-        str(tmp_path / "lake"),
-        settings={"initial_position_in_stream": "TRIM_HORIZON"},
+    return pipeline_on_new_stream(
+        unique_name, 2, kinesis_endpoint, moto_endpoint, tmp_path, initial_position_in_stream="TRIM_HORIZON"
     )
 
 

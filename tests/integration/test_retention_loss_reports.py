@@ -15,25 +15,24 @@ from pathlib import Path
 import pytest
 
 from devtools.fault_proxy import FaultProxy
-from devtools.kinesis_streams import create_stream, kinesis_client
 from devtools.stream_records import StreamRecord
 from spark_jobs.round_report import RetentionLoss
 from spark_jobs.slot_task import SlotTask
-from tests.support.pipeline import ConsumerPipeline
+from tests.support.pipeline import ConsumerPipeline, pipeline_on_new_stream
 
 STEER = "tests.support.spark_transforms:steer"
 
 
 @pytest.fixture
 def pipeline(unique_name: str, kinesis_endpoint: str, moto_endpoint: str, tmp_path: Path) -> ConsumerPipeline:
-    create_stream(kinesis_client(kinesis_endpoint), unique_name, 1)
-    return ConsumerPipeline(
+    return pipeline_on_new_stream(
         unique_name,
-        (unique_name,),
+        1,
         kinesis_endpoint,
         moto_endpoint,
-        str(tmp_path / "lake"),
-        settings={"initial_position_in_stream": "TRIM_HORIZON", "failover_time_millis": 6000},
+        tmp_path,
+        initial_position_in_stream="TRIM_HORIZON",
+        failover_time_millis=6000,
     )
 
 

@@ -17,7 +17,7 @@ from typing import Any
 
 import boto3
 
-from devtools.kinesis_streams import kinesis_client, put_entries
+from devtools.kinesis_streams import create_stream, kinesis_client, put_entries
 from devtools.stream_records import StreamRecord, landed_records
 from lease_core.leader.assignment_round import AssignmentCoordinator, AssignmentReport, slot_ids
 from lease_core.lifecycle.lease_lifecycle import forget_reported_losses
@@ -132,6 +132,15 @@ class ConsumerPipeline:
 
     def landed(self) -> list[StreamRecord]:
         return landed_records(self.output_uri, s3_endpoint_url=self.dynamodb_endpoint)  # moto serves S3 as well
+
+
+def pipeline_on_new_stream(
+    name: str, shards: int, kinesis_endpoint: str, moto_endpoint: str, folder: Path, **settings: Any
+) -> ConsumerPipeline:
+    """The application `name` on a new stream of the same name with `shards` shards, landing in
+    `folder`/lake; `settings` are its consumer settings."""
+    create_stream(kinesis_client(kinesis_endpoint), name, shards)
+    return ConsumerPipeline(name, (name,), kinesis_endpoint, moto_endpoint, str(folder / "lake"), settings=settings)
 
 
 def duplicates(records: list[StreamRecord]) -> list[StreamRecord]:
