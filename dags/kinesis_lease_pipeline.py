@@ -147,7 +147,13 @@ with DAG(
     take_leadership = TakeLeadershipOperator(
         task_id="take_leadership", settings=SETTINGS, leader_owner=LEADER, retries=5, retry_delay=timedelta(seconds=30)
     )
-    sync_shards = ShardSyncOperator(task_id="sync_shards", settings=SETTINGS, leader_owner=LEADER, streams=STREAMS)
+    sync_shards = ShardSyncOperator(
+        task_id="sync_shards",
+        settings=SETTINGS,
+        leader_owner=LEADER,
+        streams=STREAMS,
+        output_uri="{{ " + PLAN + "['output_uri'] }}",
+    )
     assign_leases = LeaseAssignmentOperator(
         task_id="assign_leases", settings=SETTINGS, leader_owner=LEADER, num_workers="{{ " + PLAN + "['num_workers'] }}"
     )

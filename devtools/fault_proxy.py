@@ -22,6 +22,12 @@ body names (tables, index, stream; a GetRecords or a paged ListShards names its 
 iterator or token an earlier answer handed out), for S3 (REST, no X-Amz-Target) the operation that
 the method, bucket, key and query make. tests/support/iam_policy.py turns them into IAM requests.
 
+`end_shards_after_last_records()` makes closed shards end as the GetRecords documentation describes
+real Kinesis, which kinesis-mock does not: kinesis-mock answers a closed shard's last records with
+the null NextShardIterator and the ChildShards; through the proxy, that answer carries a next
+iterator of the proxy's own (and MillisBehindLatest 0) instead, and only the call with it answers no
+records, the null iterator and the ChildShards. Reshard tests run against both behaviours this way.
+
 `trim()` simulates retention, which kinesis-mock never applies. It rewrites or rejects
 GetShardIterator requests only, so it applies to iterators obtained after `trim()`: iterators
 obtained before keep reading the "aged out" records. `before` should be the sequence number of a
@@ -50,6 +56,8 @@ from devtools.emulators import LOOPBACK
 
 FAULT_KINDS = frozenset({"throttle", "server_error", "drop_response", "drop_request"})
 TRIM_MODES = frozenset({"reject", "skip"})
+# The shard iterators the proxy hands out for the call that answers a closed shard's end.
+SHARD_END_ITERATOR_PREFIX = "fault-proxy-shard-end:"
 UPSTREAM_TIMEOUT_SECONDS = 60.0
 # An idle keep-alive connection holds a handler thread until then; urllib3 notices the close and
 # reconnects instead of sending on the dead connection.
@@ -294,6 +302,8 @@ class FaultProxy:
         self._random = random.Random(seed)
         self._rules: tuple[FaultRule, ...] = ()
         self._trims: dict[tuple[str, str], Trim] = {}
+        self._late_shard_ends = False
+        self._shard_ends: dict[str, list[Any]] = {}  # an iterator of ours -> the ChildShards its call answers
         self._counts: Counter[str] = Counter()
         self._calls: list[RecordedCall] = []
         # Which stream handed out a shard iterator or a ListShards NextToken: their later calls name no stream.
@@ -344,6 +354,11 @@ class FaultProxy:
         with self._lock:
             self._trims[(stream_name, shard_id)] = Trim(int(before_sequence_number), mode)
 
+    def end_shards_after_last_records(self, enabled: bool = True) -> None:
+        """Answer a closed shard's end one call after its last records, as real Kinesis may (module doc)."""
+        with self._lock:
+            self._late_shard_ends = enabled
+
     def stats(self) -> dict[str, int]:
         with self._lock:
             return dict(self._counts)
@@ -376,7 +391,33 @@ class FaultProxy:
             return fault_response(fault, service, json.loads(request.body or b"{}"))
         if service is KINESIS and operation == "GetShardIterator":
             return self._get_shard_iterator(request)
+        if service is KINESIS and operation == "GetRecords":
+            return self._get_records(request)
         return self._forward(request)
+
+    def _get_records(self, request: HttpRequest) -> HttpResponse:
+        iterator = str(_json_object(request.body).get("ShardIterator", ""))
+        if iterator.startswith(SHARD_END_ITERATOR_PREFIX):
+            with self._lock:
+                children = self._shard_ends.get(iterator)
+            if children is None:
+                return error_response(400, KINESIS, "ExpiredIteratorException", "Iterator expired (fault proxy).")
+            self._count("late_shard_end:GetRecords")
+            body = {"Records": [], "MillisBehindLatest": 0, "ChildShards": children}
+            return HttpResponse(200, [("Content-Type", KINESIS.content_type)], json.dumps(body).encode())
+        response = self._forward(request)
+        with self._lock:
+            late = self._late_shard_ends
+        answer = _json_object(response.body) if late and response.status == 200 else {}
+        if not answer.get("Records") or answer.get("NextShardIterator") is not None:
+            return response
+        # The shard's last records, with its end: the end waits for the next call.
+        token = f"{SHARD_END_ITERATOR_PREFIX}{uuid.uuid4().hex}"
+        with self._lock:
+            self._shard_ends[token] = list(answer.pop("ChildShards", None) or [])
+        answer.update(NextShardIterator=token, MillisBehindLatest=0)
+        headers = [(name, value) for name, value in response.headers if name.lower() != "x-amz-crc32"]
+        return replace(response, headers=headers, body=json.dumps(answer).encode())
 
     def _get_shard_iterator(self, request: HttpRequest) -> HttpResponse:
         asked = json.loads(request.body)

@@ -23,7 +23,10 @@ deterministically, from a spec: each record's data starts with `<stream>/<shard 
 padded to `record_bytes`; an aggregated stream's records are KPL aggregates (aws_kinesis_agg) of
 `aggregate_size` such user records. A `split` stream's shards are closed parents, each with two open
 children (with their own records), for lineage: the end of a parent answers a null
-NextShardIterator and ChildShards. Arrival times spread over `backlog_seconds` before start-up.
+NextShardIterator and ChildShards, either to the call after the one that returned its last records
+(`shard_end="after_last_records"`, as the GetRecords documentation describes real Kinesis: the last
+records come with a next iterator and MillisBehindLatest 0) or with those records
+(`"with_last_records"`, as kinesis-mock does). Arrival times spread over `backlog_seconds` before start-up.
 Sequence numbers are 56-digit decimal strings, increasing per shard and across the lineage.
 
 Operations: ListShards (NextToken paging, MaxResults, ShardFilter, ExclusiveStartShardId),
@@ -67,6 +70,8 @@ TARGET_PREFIX = "Kinesis_20131202."
 STARTUP_TIMEOUT_SECONDS = 120.0
 THROTTLED = "ProvisionedThroughputExceededException"
 VIOLATION_KINDS = ("calls_per_second", "bytes_per_second")
+# When a closed shard answers its end: to the call after its last records (real Kinesis), or with them.
+SHARD_ENDS = ("after_last_records", "with_last_records")
 
 
 @dataclass(frozen=True)
@@ -80,10 +85,13 @@ class StreamSpec:
     aggregate_size: int = 0  # user records per KPL aggregate; 0 = plain records
     split: bool = False  # the shards are closed parents, each split into two open children
     backlog_seconds: float = 300.0  # arrival times spread over this many seconds before start-up
+    shard_end: str = "after_last_records"  # when a closed shard answers its null iterator (module doc)
 
     def __post_init__(self) -> None:
         if self.shards < 1 or self.records_per_shard < 0 or self.record_bytes < 1 or self.aggregate_size < 0:
             raise ValueError(f"stream {self.name!r}: shards >= 1, records >= 0, record_bytes >= 1 needed: {self}")
+        if self.shard_end not in SHARD_ENDS:
+            raise ValueError(f"stream {self.name!r}: shard_end must be one of {SHARD_ENDS}, not {self.shard_end!r}")
 
 
 @dataclass(frozen=True)
@@ -516,7 +524,8 @@ class KinesisService:
     def _records_body(self, stream: _Stream, shard: _Shard, start: int, end: int) -> bytes:
         total = len(shard.sequence_numbers)
         head = b'{"Records":[' + b",".join(shard.fragments[start:end]) + b"]"
-        if shard.closed and start >= total:
+        ends_here = start >= total or (stream.spec.shard_end == "with_last_records" and end >= total)
+        if shard.closed and ends_here:
             children = [
                 {
                     "ShardId": child,

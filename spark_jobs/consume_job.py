@@ -336,8 +336,12 @@ def run_round(spark: Any, spec: ConsumeSpec, leadership: HandedOverLock | None =
 
 
 def with_slot_concurrency(spark: Any, spec: ConsumeSpec, app: LeaseApplication | None = None) -> ConsumeSpec:
-    """`spec` with what lets slots out of work wait for other slots' closing parents: only when every
-    slot runs at once. With fewer task slots than slots (local[2] and four slots), the slots run in
+    """`spec` with what the driver's look at the streams at round start tells the slots.
+
+    The closed shards, always: a slot reads a closed shard to its null iterator whatever
+    MillisBehindLatest says (`ShardReader`), so none stops at its last record forever. The leases of
+    closing parents other slots hold, only when every slot runs at once: then slots out of work wait
+    for those to end. With fewer task slots than slots (local[2] and four slots), the slots run in
     waves, and a waiting slot would keep a later one from starting."""
     task_slots = concurrent_task_slots(spark)
     together = task_slots is not None and task_slots >= spec.num_workers
@@ -348,10 +352,10 @@ def with_slot_concurrency(spark: Any, spec: ConsumeSpec, app: LeaseApplication |
             spec.num_workers,
             task_slots or "an unknown number of",
         )
-    if not together:
-        return replace(spec, slots_run_together=False, closing_parents=())
     app = app or LeaseApplication.from_config(spec.config)
-    return replace(spec, slots_run_together=True, closing_parents=closing_parents(spec, app))
+    closed = closed_shards(spec, app)
+    parents = closing_parents(spec, app, closed) if together else ()
+    return replace(spec, closed_shards=closed, slots_run_together=together, closing_parents=parents)
 
 
 def concurrent_task_slots(spark: Any) -> int | None:
@@ -366,21 +370,35 @@ def concurrent_task_slots(spark: Any) -> int | None:
         return None
 
 
-def closing_parents(spec: ConsumeSpec, app: LeaseApplication) -> tuple[str, ...]:
-    """The leases of closed shards that the round's slots hold, for idle slots to wait on
-    (`lease_core.lifecycle.parent_watch`). Best effort: without them a split's children are all read by the
-    slot that ends the parent, which is correct, only less balanced."""
+def closed_shards(spec: ConsumeSpec, app: LeaseApplication) -> dict[str, str | None]:
+    """The round's closed shards as the listing gives them now: lease key -> the shard's known
+    EndingSequenceNumber (None when the listing's is a placeholder). If the streams cannot be listed,
+    none is known: a closed shard then stops at its tip in this round, as an open one does, and the
+    next round reads on to its end (the leader's idle check counts it as work meanwhile)."""
     source = app.shard_source
     try:
-        closed: set[str] = set()
+        closed: dict[str, str | None] = {}
         for stream in spec.streams:
             scheme = LeaseKeyScheme(source.stream_identifier(stream) if spec.multi_stream else None)
-            closed.update(scheme.lease_key(shard.shard_id) for shard in source.list_shards(stream) if not shard.is_open)
-        leases = app.lease_store.get_leases(closed)
+            for shard in source.list_shards(stream):
+                if not shard.is_open:
+                    closed[scheme.lease_key(shard.shard_id)] = shard.known_ending_sequence_number
     except Exception as error:  # best effort: it must never keep the round's slots from running
-        log.warning("closed shards could not be listed (%s); idle slots will not wait for their children", error)
+        log.warning("the shards could not be listed (%s); closed shards are read to their tip in this round", error)
+        return {}
+    return closed
+
+
+def closing_parents(spec: ConsumeSpec, app: LeaseApplication, closed: Mapping[str, str | None]) -> tuple[str, ...]:
+    """The leases of `closed` shards that the round's slots hold, for idle slots to wait on
+    (`lease_core.lifecycle.parent_watch`). Best effort: without them a split's children are all read by the
+    slot that ends the parent, which is correct, only less balanced."""
+    try:
+        leases = app.lease_store.get_leases(closed)
+    except Exception as error:  # best effort, as above
+        log.warning("closed shards' leases could not be read (%s); idle slots will not wait for their children", error)
         return ()
-    return closing_lease_keys(leases, closed, slot_ids(spec.application_name, spec.num_workers))
+    return closing_lease_keys(leases, set(closed), slot_ids(spec.application_name, spec.num_workers))
 
 
 def recorded_losses(app: LeaseApplication) -> list[RetentionLoss]:

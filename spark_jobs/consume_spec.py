@@ -50,6 +50,9 @@ class ConsumeSpec:
     # to end and take up their children (`lease_core.lifecycle.parent_watch`).
     slots_run_together: bool = False
     closing_parents: tuple[str, ...] = ()
+    # The round's closed shards as the driver listed them at round start: lease key -> the shard's known
+    # EndingSequenceNumber or None. A slot reads these to their null iterator (`ShardReader`'s `closed`).
+    closed_shards: Mapping[str, str | None] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if not self.streams:

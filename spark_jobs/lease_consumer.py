@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -90,6 +90,8 @@ class LeaseContext:
     at_timestamp: datetime | None
     budget: LeaseBudget
     read_bytes_per_second: float | None = KINESIS_SHARD_READ_BYTES_PER_SECOND  # None: paced by calls only
+    # Closed shards by lease key, with their known EndingSequenceNumber (`ConsumeSpec.closed_shards`).
+    closed_shards: Mapping[str, str | None] = field(default_factory=dict)
     # Held around the CPU-heavy steps (a GetRecords and its parsing, building and staging a file): the
     # slot's lanes, shared by every lease it reads at once (`spark_jobs.slot_task`).
     busy_gate: AbstractContextManager[Any] = field(default_factory=nullcontext)
@@ -112,6 +114,10 @@ class _Tally:
     unrecorded: set[AgedOutRange] = field(default_factory=set)  # met by a read, not yet written on the lease
     first_arrival_millis: int | None = None  # of the records landed, for the throughput window
     last_arrival_millis: int | None = None
+    # The lease's last committed batch when it is not visible as the lease's round ends: left staged
+    # (its promotion failed; a later round promotes it) or missing (deleted before it was visible).
+    unpromoted_batch: str | None = None
+    missing_batches: list[str] = field(default_factory=list)
 
     def count_landed(self, records: Sequence[KinesisRecord]) -> None:
         self.records += len(records)
@@ -192,13 +198,16 @@ class LeaseConsumer:
             expired_iterators=tally.expired,
             detail=detail,
             retryable=retryable,
+            unpromoted_batch=tally.unpromoted_batch,
+            missing_batches=tuple(tally.missing_batches),
         )
 
     # --- the round's work ----------------------------------------------------------------------
 
     def _work(self, started: float) -> str:
         lease = self.held.require_held()
-        promote_committed_batch(self.context.sink, lease)
+        # A file gone by now may be a dataset retention's doing: `promote_committed_batch` logs it.
+        self._promoting(lease.committed_batch_file, lambda: promote_committed_batch(self.context.sink, lease), False)
         if lease.is_at_shard_end:
             return Outcome.FINISHED
         if lease.checkpoint == AT_TIMESTAMP and self.context.at_timestamp is None:
@@ -277,6 +286,8 @@ class LeaseConsumer:
             records.extend(batch.records)
             if batch.stopped_by in ("stop_at", "shard_end") or batch.shard_ended:
                 return records, batch
+            if batch.stopped_by == "no_shard_end":
+                raise self._end_not_answered(batch)
             if batch.stopped_by in ("throttled", "tip"):
                 # The prepared range exists in the stream (it was read once), so stopping short of
                 # it is a transient failure: the pending checkpoint stays for the next attempt.
@@ -312,8 +323,22 @@ class LeaseConsumer:
                 return Outcome.WINDOW_END
             if batch.shard_ended:
                 return Outcome.SHARD_END if self._finish_shard(batch.child_shards) else Outcome.MERGE_DEFERRED
+            if batch.stopped_by == "no_shard_end":
+                raise self._end_not_answered(batch)
             if batch.stopped_by in _STOP_OUTCOMES:
                 return _STOP_OUTCOMES[batch.stopped_by]
+
+    def _end_not_answered(self, batch: ReadBatch) -> DependencyError:
+        """The failure of a closed shard whose GetRecords answered no end after its last record:
+        what was read is committed; the end is looked for again by the next round."""
+        return DependencyError(
+            "kinesis",
+            "GetRecords",
+            f"shard {self.shard_id} of {self.stream_name!r} is closed (listed with an EndingSequenceNumber), but "
+            f"after its last record {batch.end or self.held.lease.checkpoint} GetRecords kept answering no records "
+            "and a next iterator instead of the shard's end (a null NextShardIterator); SHARD_END is not committed",
+            batch.get_records_calls,
+        )
 
     def _land(self, records: Sequence[KinesisRecord]) -> None:
         """Prepare, stage, commit and promote one batch: the records after the committed checkpoint.
@@ -342,10 +367,23 @@ class LeaseConsumer:
     def _commit(self, end: ExtendedSequenceNumber, staged: str | None) -> None:
         """Commit `end`, naming the batch's staged file, then make the file visible."""
         self._recording(lambda losses: self.held.commit(end, batch_file=staged, losses=losses))
-        if staged is not None and self.context.sink.promote(staged) is Promotion.MISSING:
+        if staged is not None:
+            self._promoting(staged, lambda: self.context.sink.promote(staged), True)
+
+    def _promoting(self, staged: str | None, promote: Callable[[], Promotion | None], just_committed: bool) -> None:
+        """Run `promote` for the committed batch `staged`, keeping what the report must say of it: a
+        promotion that fails leaves it staged (and raises); a file deleted between this attempt's own
+        stage and promotion (`just_committed`) is a batch whose records the sink lacks."""
+        try:
+            promotion = promote()
+        except Exception:
+            self._tally.unpromoted_batch = visible_name_of(staged)
+            raise
+        if promotion is Promotion.MISSING and just_committed:
+            self._tally.missing_batches.append(visible_name_of(staged) or str(staged))
             log.warning(
-                "lease %s: the file %s of the batch just committed was deleted before it could be made "
-                "visible; its records are not in %s",
+                "lease %s: the committed batch file %s was deleted before it could be made visible; its records "
+                "are not in %s",
                 self.held.lease_key,
                 staged,
                 self.context.sink.uri,
@@ -383,6 +421,7 @@ class LeaseConsumer:
         read_before_start: ExtendedSequenceNumber | None = None,
         latest_since: datetime | None = None,
     ) -> ShardReader:
+        closed = self.context.closed_shards
         return ShardReader(
             self.context.kinesis,
             self.stream_name,
@@ -390,6 +429,8 @@ class LeaseConsumer:
             start,
             start_inclusive=start_inclusive,
             read_before_start=read_before_start,
+            closed=self.held.lease_key in closed,
+            ending_sequence_number=closed.get(self.held.lease_key),
             at_timestamp=self.context.at_timestamp,
             latest_since=latest_since,
             retry_policy=self.context.retry_policy,
@@ -471,13 +512,22 @@ class LeaseConsumer:
             return False
 
 
+def committed_batch_left_staged(sink: ParquetSink, lease: Lease) -> bool:
+    """Whether the lease's last committed batch file is staged and not visible: its promotion was cut
+    short, and a round's holder of the lease makes it visible (`promote_committed_batch`). A file that
+    is neither staged nor visible was deleted: no round can bring it back, so it is not work."""
+    staged = lease.committed_batch_file
+    visible = visible_name_of(staged)
+    return staged is not None and visible is not None and sink.exists(staged) and not sink.exists(visible)
+
+
 def promote_committed_batch(sink: ParquetSink, lease: Lease) -> Promotion | None:
     """Make the lease's last committed batch file visible if its promotion was cut short.
 
     Anyone may do it at any time: the range is committed, and the staged file the lease names is the
     committing attempt's own (a zombie's copy of the same batch has another name). A staged file that
-    is gone while its batch file is not visible was deleted by someone; that is reported, not fatal (a
-    dataset's retention may delete old files).
+    is gone while its batch file is not visible was deleted by someone: `Promotion.MISSING`, which the
+    caller reports (a dataset's retention may delete old files, but so may a mistake).
     """
     staged = lease.committed_batch_file
     if staged is None:
@@ -506,6 +556,16 @@ def promote_committed_batch(sink: ParquetSink, lease: Lease) -> Promotion | None
             visible,
         )
     return promotion
+
+
+def visible_name_of(staged: str | None) -> str | None:
+    """The visible name of a staged batch file, or None for no name or one that is not ours."""
+    if staged is None:
+        return None
+    try:
+        return visible_path(staged)
+    except ValueError:
+        return None
 
 
 def _epoch_millis(moment: datetime) -> int:

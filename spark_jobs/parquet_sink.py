@@ -156,15 +156,23 @@ class ParquetSink:
     root: str
 
     @classmethod
-    def from_uri(cls, uri: str, *, s3_endpoint_url: str | None = None, region: str | None = None) -> ParquetSink:
+    def from_uri(
+        cls,
+        uri: str,
+        *,
+        s3_endpoint_url: str | None = None,
+        region: str | None = None,
+        session: boto3.Session | None = None,
+    ) -> ParquetSink:
         """A sink for a local path (relative, absolute or file://) or for s3://bucket[/prefix].
 
-        S3 takes its credentials from boto3's default chain, its endpoint from `s3_endpoint_url`, else
-        AWS_ENDPOINT_URL_S3, else AWS_ENDPOINT_URL (else AWS), and its region from `region` or boto3.
+        S3 takes its credentials from `session` (an Airflow connection's), else boto3's default chain,
+        its endpoint from `s3_endpoint_url`, else AWS_ENDPOINT_URL_S3, else AWS_ENDPOINT_URL (else
+        AWS), and its region from `region` or the session.
         """
         on_s3, root = sink_root(uri)
         if on_s3:
-            return cls(uri, _s3_filesystem(uri, s3_endpoint_url, region), root)
+            return cls(uri, _s3_filesystem(uri, s3_endpoint_url, region, session or boto3.Session()), root)
         return cls(uri, pafs.LocalFileSystem(), root)
 
     def batch_path(
@@ -312,8 +320,7 @@ def _is_transient(error: Exception) -> bool:
     return match["name"] in _TRANSIENT_AWS_ERRORS or status >= 500 or status == 429
 
 
-def _s3_filesystem(uri: str, endpoint_url: str | None, region: str | None) -> pafs.S3FileSystem:
-    session = boto3.Session()
+def _s3_filesystem(uri: str, endpoint_url: str | None, region: str | None, session: boto3.Session) -> pafs.S3FileSystem:
     credentials = session.get_credentials()
     if credentials is None:
         raise SinkError(uri, "no AWS credentials: boto3's default chain found none")

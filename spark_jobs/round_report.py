@@ -112,6 +112,11 @@ class LeaseReport:
     expired_iterators: int = 0
     detail: str | None = None
     retryable: bool | None = None
+    # The lease's last committed batch file (visible name) when it is not visible at the end of the
+    # lease's round: left staged by a failed promotion (the next round makes it visible), or deleted
+    # before it was visible (its records are not in the sink).
+    unpromoted_batch: str | None = None
+    missing_batches: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -145,6 +150,9 @@ class RoundTotals:
     retention_losses: tuple[RetentionLoss, ...]
     max_millis_behind_latest: int | None
     busiest_over_bound: float | None  # see `busiest_over_bound`; None when nothing landed
+    # Committed batches not visible at the end of the round, as "lease key: file" (`LeaseReport`).
+    unpromoted_batches: tuple[str, ...] = ()
+    missing_batches: tuple[str, ...] = ()
 
     @classmethod
     def of(cls, slots: Sequence[SlotReport], recorded_losses: Sequence[RetentionLoss] = ()) -> RoundTotals:
@@ -167,6 +175,12 @@ class RoundTotals:
             ),
             busiest_over_bound=_rounded(
                 busiest_over_bound([slot.bytes for slot in slots], [lease.bytes for lease in leases])
+            ),
+            unpromoted_batches=tuple(
+                sorted(f"{lease.lease_key}: {lease.unpromoted_batch}" for lease in leases if lease.unpromoted_batch)
+            ),
+            missing_batches=tuple(
+                sorted(f"{lease.lease_key}: {batch}" for lease in leases for batch in lease.missing_batches)
             ),
         )
 
@@ -295,6 +309,10 @@ class RoundReport:
             )
         for loss in self.totals.retention_losses:
             lines.append(f"  LOSS: {loss.description}")
+        for batch in self.totals.missing_batches:
+            lines.append(f"  LOSS: {batch}: committed, but its file was deleted before it was visible in the sink")
+        for batch in self.totals.unpromoted_batches:
+            lines.append(f"  NOT VISIBLE YET: {batch}: committed and staged; the next round makes it visible")
         for failure in self.slot_failures:
             lines.append(f"  SLOT FAILED: {failure}")
         if self.leadership_lost:

@@ -23,7 +23,7 @@ from typing import Any
 
 from lease_core.application import LeaseApplication
 from lease_core.config.settings import ConsumerConfig
-from lease_core.errors import LeaseCoreError
+from lease_core.errors import CorruptLeaseError, LeaseCoreError
 from lease_core.leader.assignment_round import slot_ids
 from lease_core.lifecycle.lease_holder import HeldLease, LeaseHeartbeat
 from lease_core.lifecycle.lease_lifecycle import parents_have_finished
@@ -37,7 +37,13 @@ from lease_core.metrics.worker_metrics import (
 from lease_core.model.lease import Lease, StreamIdentifier
 from lease_core.model.lease_keys import LeaseKeyScheme
 from spark_jobs.consume_spec import ConsumeSpec
-from spark_jobs.lease_consumer import LeaseBudget, LeaseConsumer, LeaseContext, promote_committed_batch
+from spark_jobs.lease_consumer import (
+    LeaseBudget,
+    LeaseConsumer,
+    LeaseContext,
+    promote_committed_batch,
+    visible_name_of,
+)
 from spark_jobs.parquet_sink import ParquetSink
 from spark_jobs.round_report import LeaseReport, Outcome, SlotReport
 from spark_jobs.transform import load_transform
@@ -99,6 +105,7 @@ class SlotTask:
             at_timestamp=spec.at_timestamp,
             budget=spec.budget,
             read_bytes_per_second=self.config.shard_read_limit_kbps * 1024,
+            closed_shards=spec.closed_shards,
         )
 
     def run(self) -> SlotReport:
@@ -133,8 +140,8 @@ class SlotTask:
                 continue
             skipped = self._skip_reason(lease)
             if skipped is not None:
-                self._finish_promotion(lease)
-                reports.append(self._untouched(lease, placement, *skipped))
+                unpromoted = self._finish_promotion(lease)
+                reports.append(replace(self._untouched(lease, placement, *skipped), unpromoted_batch=unpromoted))
                 continue
             held = self._claim(lease)
             if not held.is_lost:
@@ -180,12 +187,15 @@ class SlotTask:
             lease = fresh
         return held
 
-    def _finish_promotion(self, lease: Lease) -> None:
-        """A lease this attempt does not work on may still name a committed file left staged."""
+    def _finish_promotion(self, lease: Lease) -> str | None:
+        """A lease this attempt does not work on may still name a committed file left staged: make it
+        visible; the file's visible name when that failed (the lease's report says it), else None."""
         try:
             promote_committed_batch(self.context.sink, lease)
         except LeaseCoreError as error:  # the sink is the leases' business, not the whole slot's
             log.warning("lease %s: its last committed batch file could not be made visible: %s", lease.lease_key, error)
+            return visible_name_of(lease.committed_batch_file)
+        return None
 
     def _placement(self, lease: Lease) -> _Placement | None:
         """The lease's stream and shard, or None for a lease of a stream this job does not consume."""
@@ -238,7 +248,7 @@ class SlotTask:
         watch = self._parent_watch()
         with ThreadPoolExecutor(max_workers=threads, thread_name_prefix="lease") as pool:
             while True:
-                ready, waiting = self._split_ready(waiting)
+                ready, waiting = self._split_ready(waiting, heartbeat, reports)
                 for held, placement in ready:
                     running[pool.submit(self._consume, held, placement)] = (held, placement)
                 if not running and offers:
@@ -364,8 +374,12 @@ class SlotTask:
             child = self.store.get_lease(placement.scheme.lease_key(child_id), consistent=True)
             if child is None or child.lease_owner is not None or child.is_at_shard_end:
                 continue
-            if not parents_have_finished(self.store, child, placement.scheme):
-                continue  # a merge's other parent is still being read: its slot takes the child up
+            try:
+                if not parents_have_finished(self.store, child, placement.scheme):
+                    continue  # a merge's other parent is still being read: its slot takes the child up
+            except CorruptLeaseError as error:  # the child waits for the repair; the sync names the item
+                log.warning("lease %s is not taken up: %s", child.lease_key, error)
+                continue
             assigned = self.store.assign_lease(child, self.worker_id)
             if not assigned.applied or assigned.lease is None:
                 continue  # another slot that ended a parent took it
@@ -377,14 +391,30 @@ class SlotTask:
         return taken
 
     def _split_ready(
-        self, candidates: Iterable[tuple[HeldLease, _Placement]]
+        self, candidates: Iterable[tuple[HeldLease, _Placement]], heartbeat: LeaseHeartbeat, reports: list[LeaseReport]
     ) -> tuple[list[tuple[HeldLease, _Placement]], list[tuple[HeldLease, _Placement]]]:
+        """The candidates whose parents have finished, and those still waiting. A lease whose parent's
+        item cannot be read is neither: it is let go with a failed report naming the item, and only it
+        stops; the slot's other leases are read."""
         ready: list[tuple[HeldLease, _Placement]] = []
         waiting: list[tuple[HeldLease, _Placement]] = []
         for held, placement in candidates:
-            finished = held.is_lost or parents_have_finished(self.store, held.lease, placement.scheme)
+            try:
+                finished = held.is_lost or parents_have_finished(self.store, held.lease, placement.scheme)
+            except CorruptLeaseError as error:
+                heartbeat.release(held)
+                _settle_unread_measurement(held)
+                reports.append(self._blocked_report(held, placement, error))
+                continue
             (ready if finished else waiting).append((held, placement))
         return ready, waiting
+
+    def _blocked_report(self, held: HeldLease, placement: _Placement, error: CorruptLeaseError) -> LeaseReport:
+        detail = (
+            f"not read: a parent's lease item cannot be read ({error}); repair it (leasectl repair) and a "
+            "later round reads this lease"
+        )
+        return replace(self._untouched(held.lease, placement, Outcome.FAILED, detail), retryable=False)
 
     def _consume(self, held: HeldLease, placement: _Placement) -> LeaseReport:
         consumer = LeaseConsumer(

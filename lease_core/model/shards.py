@@ -39,6 +39,10 @@ class InitialPositionInStream:
             raise ValueError("the AT_TIMESTAMP timestamp must carry a time zone")
 
 
+# What kinesis-mock lists as every closed shard's EndingSequenceNumber (Long.MaxValue).
+UNKNOWN_ENDING_SEQUENCE_NUMBER = str(2**63 - 1)
+
+
 @dataclass(frozen=True)
 class Shard:
     """One shard of a stream as ListShards describes it."""
@@ -53,6 +57,14 @@ class Shard:
     @property
     def is_open(self) -> bool:
         return self.ending_sequence_number is None
+
+    @property
+    def known_ending_sequence_number(self) -> str | None:
+        """The closed shard's last sequence number when the listing gives a real one: kinesis-mock
+        lists 9223372036854775807 (2^63-1) for every closed shard, which no record of it carries."""
+        if self.ending_sequence_number == UNKNOWN_ENDING_SEQUENCE_NUMBER:
+            return None
+        return self.ending_sequence_number
 
     @property
     def parent_shard_ids(self) -> frozenset[str]:

@@ -3,17 +3,22 @@
 The check runs over the shard sync's own view of the table (its scan plus its writes), so that an
 idle round costs one scan of the lease table, not one per step. A lease needs the round when it
 carries retention losses no kept report has named, has a prepared batch to finish, is at LATEST
-with no pin yet (`Lease.latest_since`: leases from before pins, or reset to LATEST), has a record
-after its checkpoint (after its pin, at LATEST), or has reached its shard's end. Records that aged
-out unread with none after them are not work on their own: the round that reads the next record
-reports them (a round would report the same gap every time). Leases are looked at without a call
-first; then one GetShardIterator and one short GetRecords per open lease, a few at a time,
-stopping at the first lease with work.
+with no pin yet (`Lease.latest_since`: leases from before pins, or reset to LATEST), is of a shard
+the listing says is closed and has not reached SHARD_END (the end of a closed shard is a null
+iterator, which the reader may only see a call after the last record: the children wait for it),
+has a record after its checkpoint (after its pin, at LATEST), has reached its shard's end, or names
+a committed batch that is still staged, not visible (its promotion was cut short; the sink says,
+through `left_staged`). A lease the check could not read (an error, or every GetRecords throttled
+by the shard's other readers) counts as work too: "idle" must mean nothing to read, never "could not
+look". Records that aged out unread with none after them are not work on their own: the round that
+reads the next record reports them (a round would report the same gap every time). Leases are
+looked at without a call first; then one GetShardIterator and one short GetRecords per open lease,
+a few at a time, stopping at the first lease with work.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -64,14 +69,18 @@ def find_pending_work(
     config: ConsumerConfig,
     retry_policy: RetryPolicy,
     threads: int = CHECK_THREADS,
+    closed_lease_keys: Collection[str] = (),
+    left_staged: Callable[[Lease], bool] | None = None,
 ) -> PendingWork:
     """The first of `leases` that needs a round (module doc), or an idle answer; `stream_names` are
     the round's streams (a single-stream lease key names only its shard, and a multi-stream lease of
-    another stream is not the round's)."""
+    another stream is not the round's). `closed_lease_keys`: the leases of shards the sync's listing
+    says are closed. `left_staged`: whether a lease's last committed batch is staged and not visible
+    (the sink's answer; None: not asked)."""
     leases = [lease for lease in leases if _of_streams(lease, stream_names)]
     open_leases = [lease for lease in leases if not lease.is_at_shard_end]
     for lease in leases:
-        reason = _work_without_reading(lease)
+        reason = _work_without_reading(lease, closed_lease_keys)
         if reason is not None:
             return PendingWork(len(open_leases), lease.lease_key, reason)
     timestamp = config.initial_position_timestamp
@@ -92,25 +101,37 @@ def find_pending_work(
             min_call_interval_seconds=0,
         )
         try:
+            if left_staged is not None and left_staged(lease):
+                return f"its last committed batch {lease.committed_batch_file} is staged, not visible yet"
             batch = reader.read(ReadLimits(max_records=1))
+            if batch.records:
+                return "records after its checkpoint"
+            if batch.shard_ended:
+                return "its shard has ended"
+            if batch.stopped_by == "throttled":
+                return (
+                    f"it could not be read here: all {batch.get_records_calls} GetRecords were throttled "
+                    "(the shard's read limits are shared with its other consumers)"
+                )
         except LeaseCoreError as error:
             # The consume step meets the same error on this lease alone (a shard gone since the
-            # listing, a refusal) and reports it there; the check must not fail the whole sync step.
+            # listing, a refusal, the sink unreachable) and reports it there; the check must not
+            # fail the whole sync step.
             return f"it could not be read here ({type(error).__name__}: {error})"
-        if batch.records:
-            return "records after its checkpoint"
-        return "its shard has ended" if batch.shard_ended else None
+        return None
 
     return _first_with_work(open_leases, work_in_shard, threads)
 
 
-def _work_without_reading(lease: Lease) -> str | None:
+def _work_without_reading(lease: Lease, closed_lease_keys: Collection[str]) -> str | None:
     if lease.unreported_losses:  # an earlier round's driver died before its report named them
         return "retention losses wait to be reported"
     if lease.is_at_shard_end:
         return None
     if lease.pending_checkpoint is not None:
         return "a prepared batch waits to be committed"
+    if lease.lease_key in closed_lease_keys:
+        return "its shard is closed and the lease has not reached SHARD_END"
     if lease.checkpoint == LATEST and lease.latest_since is None:
         return "at LATEST with no pin: the first round that claims it pins where it reads from"
     return None

@@ -9,9 +9,16 @@ Why it reads the way it does:
   aggregate as a whole) and drops the records at or before it. AFTER_SEQUENCE_NUMBER could not tell
   whether the records right after it aged out meanwhile: Kinesis starts an iterator for an aged-out
   number at the trim horizon, whose first record is after it either way.
-- The end of a closed shard is the null NextShardIterator. The shard's EndingSequenceNumber only
-  saves real Kinesis a batch (once its record is fetched, one more call collects the ChildShards):
-  kinesis-mock reports 9223372036854775807 for every closed shard, so it is never relied on.
+- The end of a closed shard is the null NextShardIterator, nothing else. Real Kinesis may hand out
+  a shard's last records with a next iterator and MillisBehindLatest 0, and answer the null iterator
+  (and the ChildShards) only to the call after them; kinesis-mock answers it with the last records.
+  So a reader told that its shard is closed (`closed`: the listing gave it an EndingSequenceNumber)
+  never takes MillisBehindLatest 0 for its tip: it reads on until the null iterator. Should a closed
+  shard keep answering no records and a next iterator at its tip, the batch ends after a few such
+  answers as "no_shard_end", which its caller reports instead of committing a shard end it never
+  saw. A real EndingSequenceNumber (`ending_sequence_number`) lets the batch that fetches that record
+  make the one more call even when it is full; kinesis-mock reports 9223372036854775807 for every
+  closed shard, which callers pass as unknown (`Shard.known_ending_sequence_number`).
 - Records that aged out of retention before they were read are reported as a `RetentionGap`, never
   skipped silently: the first record behind every AT_SEQUENCE_NUMBER iterator (a resume's or a
   re-open's) is checked against the record asked for, and a refused sequence number against the trim
@@ -29,8 +36,9 @@ Why it reads the way it does:
   response of B bytes the next call waits until B / rate has passed since this one was sent. A reader
   that only kept to 5 calls/s would run into ProvisionedThroughputExceeded after every large page and
   lose a retry-policy backoff each time; paced by bytes it reads at the cap and is never refused.
-- The tip is a MillisBehindLatest of 0 on a response shorter than the Limit asked for: kinesis-mock
-  answers 0 on every response, even when records remain, and a full page may have more behind it.
+- The tip of an open shard is a MillisBehindLatest of 0 on a response shorter than the Limit asked
+  for: kinesis-mock answers 0 on every response, even when records remain, and a full page may have
+  more behind it.
 """
 
 from __future__ import annotations
@@ -63,7 +71,7 @@ from lease_core.retry import RetryPolicy
 
 log = logging.getLogger(__name__)
 
-StopReason = Literal["tip", "records", "bytes", "time", "stop_at", "shard_end", "throttled", "gap"]
+StopReason = Literal["tip", "records", "bytes", "time", "stop_at", "shard_end", "throttled", "gap", "no_shard_end"]
 
 # GetRecords returns at most 10,000 records per call.
 MAX_GET_RECORDS_LIMIT = 10000
@@ -73,6 +81,9 @@ KINESIS_SHARD_READ_BYTES_PER_SECOND = 2 * 1024 * 1024
 # before it is on the edge of Kinesis' second, and clock or network jitter puts it inside as often
 # as not (measured on the stand-in: a throttled call, then a retry-policy backoff).
 MIN_CALL_INTERVAL_SECONDS = 0.205
+# Answers of no records and a next iterator at the tip of a closed shard before a batch gives up on
+# its end ("no_shard_end"): Kinesis answers the end to the first call after the last records.
+CLOSED_SHARD_EMPTY_ANSWERS = 5
 # Kinesis' own code for a throttled KMS decrypt of an encrypted stream is not in lease_core's set.
 READ_THROTTLING_CODES = THROTTLING_CODES | {"KMSThrottlingException"}
 # GetShardIterator's answers to a sequence number the shard does not hold: Kinesis says
@@ -287,6 +298,7 @@ class _Batch:
     records: list[KinesisRecord] = field(default_factory=list)
     bytes: int = 0
     at_tip: bool = False
+    empty_at_tip: int = 0  # answers in a row with no records at the tip (of a closed shard: not its end yet)
     millis_behind_latest: int | None = None
     gap: RetentionGap | None = None
     get_records_calls: int = 0
@@ -326,6 +338,8 @@ class _Batch:
 class ShardReader:
     """Reads one shard from a checkpoint in batches; each read() continues where the last one ended.
 
+    `closed` says the shard is closed (listed with an EndingSequenceNumber): it is read to its null
+    iterator whatever MillisBehindLatest says (module doc); a real `ending_sequence_number` implies it.
     `start_inclusive` delivers the record at `start` too (a replay of a prepared batch from its first
     record); `read_before_start` must then name the position read before it, which a gap that took
     `start` itself is reported after. A `start` at LATEST reads from `latest_since` when given (the
@@ -345,6 +359,7 @@ class ShardReader:
         read_before_start: ExtendedSequenceNumber | None = None,
         at_timestamp: datetime | None = None,
         latest_since: datetime | None = None,
+        closed: bool = False,
         ending_sequence_number: str | None = None,
         retry_policy: RetryPolicy = RetryPolicy(),
         min_call_interval_seconds: float = MIN_CALL_INTERVAL_SECONDS,
@@ -372,6 +387,7 @@ class ShardReader:
         self._start = start
         self._start_inclusive = start_inclusive
         self._ending_sequence_number = ending_sequence_number
+        self._closed = closed or ending_sequence_number is not None
         self._policy = retry_policy
         self._caller = AwsCaller("kinesis", retry_policy)
         self._min_call_interval = min_call_interval_seconds
@@ -443,8 +459,10 @@ class ShardReader:
         full = batch.full()
         if full is not None:
             return full
-        if batch.at_tip:
+        if batch.at_tip and not self._closed:
             return "tip"
+        if batch.empty_at_tip >= CLOSED_SHARD_EMPTY_ANSWERS:
+            return "no_shard_end"
         return "time" if past_deadline else None
 
     def _finish(self, batch: _Batch, reason: StopReason) -> ReadBatch:
@@ -551,6 +569,7 @@ class ShardReader:
         self._drops_first_record = False
         self._end_observed = self._iterator is None
         batch.at_tip = not self._end_observed and batch.millis_behind_latest == 0 and len(raw) < limit
+        batch.empty_at_tip = batch.empty_at_tip + 1 if batch.at_tip and not raw else 0
         # Only the response holding the ending record asks for one more call: never loop on it.
         self._end_known = any(entry["SequenceNumber"] == self._ending_sequence_number for entry in raw)
         if raw:

@@ -69,6 +69,11 @@ class ShardSyncReport:
         return (*cleaned, *(key for keys in former for key in keys))
 
     @property
+    def closed_lease_keys(self) -> frozenset[str]:
+        """The leases of shards the step's listings say are closed: read to their end, they are work."""
+        return frozenset(key for result in self.streams for key in result.closed_lease_keys)
+
+    @property
     def possibly_unread(self) -> tuple[str, ...]:
         """Leases deleted before they reached SHARD_END because Kinesis says their shard is gone: potential loss."""
         return tuple(key for cleanup in self.cleanups for key in cleanup.possibly_unread)

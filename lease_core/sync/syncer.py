@@ -47,10 +47,13 @@ class StreamSyncResult:
     listing_incomplete: str | None = None
     # The leases this sync created, as written: the caller's snapshot of the table stays current without a scan.
     created_leases: tuple[Lease, ...] = field(default=(), repr=False, compare=False)
+    # The lease keys of the shards the listing says are closed (listed with an EndingSequenceNumber).
+    closed_lease_keys: frozenset[str] = field(default=frozenset(), repr=False, compare=False)
 
     def to_dict(self) -> dict[str, object]:
-        """JSON-serialisable, without the listing and the created leases themselves."""
-        return {key: value for key, value in asdict(self).items() if key not in ("full_listing", "created_leases")}
+        """JSON-serialisable, without the listing, the created leases and the closed shards themselves."""
+        left_out = ("full_listing", "created_leases", "closed_lease_keys")
+        return {key: value for key, value in asdict(self).items() if key not in left_out}
 
 
 class ShardSyncer:
@@ -109,6 +112,7 @@ class ShardSyncer:
             full_listing=None if table_was_empty else tuple(shards),
             listing_incomplete=incomplete,
             created_leases=tuple(created),
+            closed_lease_keys=frozenset(scheme.lease_key(shard.shard_id) for shard in shards if not shard.is_open),
         )
 
     def _plan(

@@ -46,6 +46,8 @@ from lease_core.store.coordinator_state import CoordinatorStateStore
 from lease_core.store.lease_store import LeaseStore
 from lease_core.sync.audit import ShardSyncAuditor
 from lease_core.sync.step import is_multi_stream, sync_streams
+from spark_jobs.lease_consumer import committed_batch_left_staged
+from spark_jobs.parquet_sink import ParquetSink
 from spark_jobs.round_report import RetentionLoss, RoundFigures, history_figures, read_report, report_uri_for
 
 # The job file of the installed `spark_jobs` package (imported above), wherever the plugins folder is
@@ -154,13 +156,15 @@ class TakeLeadershipOperator(_LeaderStep):
 class ShardSyncOperator(_LeaderStep):
     """Syncs shards to leases and cleans up, audits the lease table's hash-range coverage, and looks
     for the round's first lease with work (`pending_work`, which `IdleCheckOperator` acts on), all
-    over the sync's one scan of the lease table."""
+    over the sync's one scan of the lease table. With the round's `output_uri`, a lease whose last
+    committed batch is left staged in that sink (its promotion was cut short) is work too."""
 
-    template_fields: Sequence[str] = ("settings", "leader_owner", "streams")
+    template_fields: Sequence[str] = ("settings", "leader_owner", "streams", "output_uri")
 
-    def __init__(self, *, streams: Any, **kwargs: Any) -> None:
+    def __init__(self, *, streams: Any, output_uri: str | None = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.streams = streams
+        self.output_uri = output_uri
 
     def run(self, access: AwsAccess, context: Any) -> dict[str, Any]:
         names = stream_names(self.streams)
@@ -174,9 +178,27 @@ class ShardSyncOperator(_LeaderStep):
             audits = self._audit(access, names, store, state, source, report.leases)
             leases = report.leases if report.leases is not None else store.list_leases()
             work = find_pending_work(
-                leases, names, access.app.client("kinesis"), access.config, access.app.retry_policy
+                leases,
+                names,
+                access.app.client("kinesis"),
+                access.config,
+                access.app.retry_policy,
+                closed_lease_keys=report.closed_lease_keys,
+                left_staged=self._left_staged(access),
             )
         return {**report.to_dict(), "audits": audits, "pending_work": work.to_dict()}
+
+    def _left_staged(self, access: AwsAccess) -> Callable[[Lease], bool] | None:
+        if not self.output_uri:
+            return None
+        config = access.config
+        sink = ParquetSink.from_uri(
+            self.output_uri,
+            s3_endpoint_url=config.aws_endpoint_url_s3,
+            region=config.aws_region,
+            session=access.session,
+        )
+        return functools.partial(committed_batch_left_staged, sink)
 
     @staticmethod
     def _audit(
@@ -358,15 +380,22 @@ def _setting_text(value: Any) -> str:
     return str(value)
 
 
-def records_lost(retention_losses: Sequence[RetentionLoss], shard_sync: Mapping[str, Any]) -> tuple[str, ...]:
-    """What the round says can never be landed: retention gaps, and leases deleted before SHARD_END."""
+def records_lost(
+    retention_losses: Sequence[RetentionLoss], shard_sync: Mapping[str, Any], missing_batches: Sequence[str] = ()
+) -> tuple[str, ...]:
+    """What the round says can never be landed: retention gaps, leases deleted before SHARD_END, and
+    committed batches whose files were deleted before they were visible."""
     aged_out = tuple(f"lease {loss.description}" for loss in retention_losses)
+    deleted = tuple(
+        f"lease {batch}: committed, but the file was deleted before it was visible in the sink"
+        for batch in missing_batches
+    )
     vanished = tuple(
         f"lease {key}: its shard no longer exists and the lease never reached SHARD_END, so its last records "
         "may have expired unread"
         for key in shard_sync.get("possibly_unread", [])
     )
-    return aged_out + vanished
+    return aged_out + vanished + deleted
 
 
 class FinalizeRoundOperator(_LeaderStep):
@@ -395,7 +424,10 @@ class FinalizeRoundOperator(_LeaderStep):
         summary = round_summary(
             figures, dict(self.assignment or {}), shard_sync, context["run_id"], self.dag_id, self.leader_owner
         )
-        losses = records_lost(figures.totals.retention_losses if figures else (), shard_sync)
+        totals = figures.totals if figures else None
+        losses = records_lost(
+            totals.retention_losses if totals else (), shard_sync, totals.missing_batches if totals else ()
+        )
         with self.leadership(access) as leadership:
             store, state = self.fenced_stores(access, leadership)
             history = RoundHistory(state)

@@ -20,8 +20,15 @@ from lease_core.model.sequence import SHARD_END, TRIM_HORIZON, ExtendedSequenceN
 from lease_core.model.shards import ChildShard
 from lease_core.store.dynamodb_store import DynamoDBLeaseStore
 from lease_core.store.memory_store import InMemoryLeaseStore
-from spark_jobs.lease_consumer import LeaseBudget, LeaseConsumer, LeaseContext, promote_committed_batch
+from spark_jobs.lease_consumer import (
+    LeaseBudget,
+    LeaseConsumer,
+    LeaseContext,
+    committed_batch_left_staged,
+    promote_committed_batch,
+)
 from spark_jobs.parquet_sink import FILE_SCHEMA, ParquetSink, staged_path, visible_path
+from spark_jobs.round_report import LeaseReport, RoundReport, RoundTotals, SlotReport
 from spark_jobs.slot_task import SlotTask
 from tests.support.faults import FaultInjectingClient, client_error
 from tests.support.stores import FAST_RETRIES, dynamodb_store
@@ -164,6 +171,79 @@ def test_cleanup_never_deletes_a_finished_lease_whose_committed_batch_file_was_n
     assert sink.exists(path) or still_known, (
         "the parent lease was deleted while its committed last batch is still staged: nobody will promote it"
     )
+
+
+class StagedFileDeleted(PromoteFails):
+    """The slot's sink, except that the staged file is gone when it is promoted (a lifecycle rule or
+    another tool deleted it between this attempt's stage and its promotion)."""
+
+    def promote(self, path: str):
+        (Path(self._sink.root) / path).unlink()
+        return self._sink.promote(path)
+
+
+def redo_staged_batch(store: InMemoryLeaseStore, sink: object, tmp_path: Path):
+    """A lease with a prepared (100, 103] whose file an earlier attempt staged; this attempt redoes it
+    through `sink`: it copies the file to its own staged name, commits, and promotes."""
+    lake = ParquetSink.from_uri(str(tmp_path / "lake"))
+    checkpoint, end = ESN("100"), ESN("103")
+    path = lake.batch_path("stream", PARENT, checkpoint, end)
+    earlier = staged_path(path, "earlier")
+    lake.stage(earlier, three_rows())
+    lease = owned(store, PARENT, checkpoint=checkpoint)
+    prepared = store.prepare_checkpoint(
+        lease, end, PendingBatch(checkpoint, end, ESN("101"), path, 3, staged=earlier).encode()
+    )
+    assert prepared.lease is not None
+    held = HeldLease(store, prepared.lease, DURATION, claim_token=f"{SLOT}/attempt-1")
+    assert held.claim()
+    context = LeaseContext(
+        store=store,
+        kinesis=None,
+        sink=sink,  # type: ignore[arg-type]
+        transform_spec=None,
+        transform=None,
+        retry_policy=FAST_RETRIES,
+        at_timestamp=None,
+        budget=LeaseBudget(max_records=1),  # the redo only: no fresh read (no Kinesis here)
+    )
+    return LeaseConsumer(held, "stream", PARENT, SINGLE, SLOT, context).run(), lake, path
+
+
+def round_of(report: LeaseReport) -> RoundReport:
+    return RoundReport.build(
+        "app", 1, ["stream"], "lake", "2026-11-26T00:00:00", 1.0, [SlotReport(SLOT, 1, 1.0, -1, (report,))]
+    )
+
+
+def test_a_committed_batch_whose_promotion_fails_is_named_by_the_report_and_made_visible_by_the_next_holder(
+    tmp_path: Path,
+):
+    store = InMemoryLeaseStore()
+    lake = ParquetSink.from_uri(str(tmp_path / "lake"))
+    report, lake, path = redo_staged_batch(store, PromoteFails(lake), tmp_path)
+
+    lease = store.get_lease(PARENT, consistent=True)
+    assert lease is not None and lease.checkpoint == ESN("103") and not lake.exists(path)
+    assert (report.outcome, report.unpromoted_batch) == ("failed", path)
+    totals = RoundTotals.of([SlotReport(SLOT, 1, 1.0, -1, (report,))])
+    assert totals.unpromoted_batches == (f"{PARENT}: {path}",)
+    assert f"NOT VISIBLE YET: {PARENT}: {path}" in round_of(report).summary()
+    assert committed_batch_left_staged(lake, lease), "the idle check would take the quiet lease for idle"
+
+    promote_committed_batch(lake, lease)  # the next round's holder, first thing in `_work`
+    assert lake.exists(path) and not committed_batch_left_staged(lake, lease)
+
+
+def test_a_committed_batch_whose_staged_file_is_deleted_before_promotion_is_reported_as_lost(tmp_path: Path):
+    store = InMemoryLeaseStore()
+    lake = ParquetSink.from_uri(str(tmp_path / "lake"))
+    report, lake, path = redo_staged_batch(store, StagedFileDeleted(lake), tmp_path)
+
+    assert (report.missing_batches, report.unpromoted_batch) == ((path,), None)
+    totals = RoundTotals.of([SlotReport(SLOT, 1, 1.0, -1, (report,))])
+    assert totals.missing_batches == (f"{PARENT}: {path}",)
+    assert f"LOSS: {PARENT}: {path}: committed, but its file was deleted" in round_of(report).summary()
 
 
 # --- 3. a transaction retried while the first try is still in progress ------------------------------

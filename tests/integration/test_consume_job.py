@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -40,6 +40,24 @@ def pipeline(unique_name: str, kinesis_endpoint: str, moto_endpoint: str, tmp_pa
         initial_position_in_stream="TRIM_HORIZON",
         failover_time_millis=6000,
     )
+
+
+SHARD_ENDS = ["end-with-last-records", "end-one-call-later"]
+
+
+@pytest.fixture(params=SHARD_ENDS)
+def resharding_pipeline(request, pipeline: ConsumerPipeline, kinesis_endpoint: str) -> Iterator[ConsumerPipeline]:
+    """The pipeline with its slots reading closed shards ended both ways: as kinesis-mock ends them (the
+    null iterator with the last records), and as real Kinesis may (the last records with a next
+    iterator and MillisBehindLatest 0, the null iterator one call later: a proxy rewrites the answers)."""
+    if request.param == "end-with-last-records":
+        yield pipeline
+        return
+    with FaultProxy(kinesis_endpoint) as proxy:
+        proxy.end_shards_after_last_records()
+        pipeline.data_plane_kinesis = proxy.endpoint
+        yield pipeline
+        assert proxy.stats().get("late_shard_end:GetRecords", 0) > 0, "no closed shard was read to its end"
 
 
 def kinesis_client_for(endpoint: str):
@@ -114,7 +132,8 @@ def test_per_lease_limits_leave_the_rest_for_the_next_round(spark, pipeline):
     assert_exactly_once(pipeline)
 
 
-def test_a_split_and_a_merge_between_rounds_keep_parents_before_children(spark, pipeline, tmp_path):
+def test_a_split_and_a_merge_between_rounds_keep_parents_before_children(spark, resharding_pipeline, tmp_path):
+    pipeline = resharding_pipeline
     kinesis = pipeline.kinesis
     pipeline.produce(200)
     pipeline.round(spark, workers=2)
@@ -227,8 +246,9 @@ def _round_with_a_closing_parent(spark, pipeline, spark_control_dir, child_left_
 
 
 def test_a_slot_out_of_work_takes_up_a_child_of_a_parent_another_slot_ends_in_the_same_round(
-    spark, pipeline, spark_control_dir
+    spark, resharding_pipeline, spark_control_dir
 ):
+    pipeline = resharding_pipeline
     readers, lower, upper = _round_with_a_closing_parent(spark, pipeline, spark_control_dir, False)
     # Whichever of the two gets to a child first takes it; each takes one.
     assert sorted([readers[lower], readers[upper]]) == [
@@ -237,8 +257,9 @@ def test_a_slot_out_of_work_takes_up_a_child_of_a_parent_another_slot_ends_in_th
 
 
 def test_a_slot_whose_child_waits_on_a_parent_another_slot_reads_waits_and_reads_it_in_the_same_round(
-    spark, pipeline, spark_control_dir
+    spark, resharding_pipeline, spark_control_dir
 ):
+    pipeline = resharding_pipeline
     readers, lower, upper = _round_with_a_closing_parent(spark, pipeline, spark_control_dir, True)
     worker_0, worker_1 = slot_ids(pipeline.application_name, 2)
     assert readers[lower] == (worker_1, Outcome.CAUGHT_UP) and readers[upper] == (worker_0, Outcome.CAUGHT_UP)
@@ -266,6 +287,34 @@ def test_a_child_whose_parent_stops_at_a_limit_waits_for_the_next_round_and_the_
     for _ in range(8):
         pipeline.round(spark, workers=2, budget=LeaseBudget(max_records=100))
     assert_exactly_once(pipeline)
+
+
+def test_a_corrupt_parent_item_blocks_only_its_child_and_the_slots_other_leases_land(spark, pipeline):
+    pipeline.produce(200)
+    pipeline.round(spark, workers=1)
+    worker = slot_ids(pipeline.application_name, 1)[0]
+    parent = min(pipeline.leases())
+    lower, upper = split_shard(pipeline.kinesis, pipeline.streams[0], parent)
+    child_held_by(pipeline, lower, worker)
+    pipeline.produce(200)
+    pipeline.dynamodb.update_item(  # another tool's write breaks the parent's item: a counter that is text
+        TableName=pipeline.config.lease_table,
+        Key={"leaseKey": {"S": parent}},
+        UpdateExpression="SET leaseCounter = :broken",
+        ExpressionAttributeValues={":broken": {"S": "many"}},
+    )
+    report = pipeline.round(spark, workers=1)
+    outcomes = {lease.shard_id: lease for slot in report.slots for lease in slot.leases}
+    assert not report.succeeded and report.totals.failed_leases == (lower,)
+    assert parent in outcomes[lower].detail and "leaseCounter" in outcomes[lower].detail
+    landed = pipeline.landed()
+    assert duplicates(landed) == []
+    healthy = {record.shard_id for record in pipeline.produced} - {parent, lower, upper}
+    assert len(healthy) == 3
+    for shard in healthy:  # every record of the slot's healthy leases landed in the round
+        assert {r.sequence_number for r in landed if r.shard_id == shard} == {
+            r.sequence_number for r in pipeline.produced if r.shard_id == shard
+        }
 
 
 def test_slots_wait_for_other_slots_parents_only_when_every_slot_runs_at_once(spark, pipeline):

@@ -22,12 +22,16 @@ PARENTS = 2
 RECORDS = 40
 SPLIT = StreamSpec("split", shards=PARENTS, records_per_shard=RECORDS, record_bytes=100, split=True)
 KPL = StreamSpec("kpl", shards=1, records_per_shard=6, record_bytes=50, aggregate_size=4)
+# The same lineage, ending its closed shards as kinesis-mock does: the null iterator with the last records.
+SPLIT_ENDING_EARLY = StreamSpec(
+    "split-early", shards=1, records_per_shard=RECORDS, record_bytes=100, split=True, shard_end="with_last_records"
+)
 PARENT = shard_id_of(0)
 
 
 @pytest.fixture(scope="module")
 def standin() -> Iterator[KinesisStandIn]:
-    with KinesisStandIn([SPLIT, KPL], Limits.off()) as running:
+    with KinesisStandIn([SPLIT, KPL, SPLIT_ENDING_EARLY], Limits.off()) as running:
         yield running
 
 
@@ -103,6 +107,47 @@ def test_a_shard_reader_reads_every_record_once_to_the_end_of_a_closed_shard(cli
     assert batch.end == SHARD_END
     assert sorted(child.shard_id for child in batch.child_shards) == [shard_id_of(PARENTS), shard_id_of(PARENTS + 1)]
     assert all(child.parent_shard_ids == {PARENT} for child in batch.child_shards)
+
+
+@pytest.mark.parametrize(
+    ("stream", "answers"),
+    [
+        # (records, a next iterator, MillisBehindLatest, ChildShards) of each call from the trim horizon
+        pytest.param(
+            SPLIT, [(RECORDS, True, 0, 0), (0, False, 0, 2)], id="after-the-last-records-as-kinesis-documents"
+        ),
+        pytest.param(SPLIT_ENDING_EARLY, [(RECORDS, False, 0, 2)], id="with-the-last-records-as-kinesis-mock-does"),
+    ],
+)
+def test_a_closed_shard_answers_its_end_as_configured_and_a_reader_told_it_is_closed_reaches_it(
+    client, stream, answers
+):
+    shard_iterator: str | None = iterator(client, stream.name, PARENT, "TRIM_HORIZON")
+    seen = []
+    while shard_iterator is not None:
+        answer = client.get_records(ShardIterator=shard_iterator)
+        shard_iterator = answer.get("NextShardIterator")
+        seen.append(
+            (
+                len(answer["Records"]),
+                shard_iterator is not None,
+                answer["MillisBehindLatest"],
+                len(answer.get("ChildShards", [])),
+            )
+        )
+    assert seen == answers
+    closed = next(shard for shard in KinesisShardSource(client).list_shards(stream.name) if shard.shard_id == PARENT)
+    reader = ShardReader(
+        client,
+        stream.name,
+        PARENT,
+        TRIM_HORIZON,
+        closed=not closed.is_open,
+        min_call_interval_seconds=0,
+        read_bytes_per_second=None,
+    )
+    batch = reader.read(ReadLimits())
+    assert (len(batch.records), batch.stopped_by, len(batch.child_shards)) == (RECORDS, "shard_end", 2)
 
 
 def test_kpl_aggregates_are_deaggregated_by_the_shard_reader(client):

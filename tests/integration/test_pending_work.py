@@ -4,19 +4,31 @@ streams the round does not consume left alone."""
 
 from __future__ import annotations
 
+import dataclasses
+import functools
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
 
+from devtools.kinesis_standin import SHARD_ENDS, KinesisStandIn, Limits, StreamSpec, shard_id_of
 from devtools.kinesis_streams import create_stream, kinesis_client, put_entries, shards_of
 from lease_core.config.settings import ConsumerConfig
 from lease_core.model.lease import AgedOutRange, Lease, StreamIdentifier
 from lease_core.model.sequence import AT_TIMESTAMP, LATEST, SHARD_END, TRIM_HORIZON, ExtendedSequenceNumber
+from lease_core.retrieval.kinesis_records import KinesisRecord
 from lease_core.retrieval.pending_work import PendingWork, find_pending_work
+from lease_core.retrieval.shard_source import KinesisShardSource
 from lease_core.retry import RetryPolicy
-from tests.support.faults import FaultInjectingClient
+from lease_core.store.coordinator_state import InMemoryCoordinatorStateStore
+from lease_core.store.memory_store import InMemoryLeaseStore
+from lease_core.sync.step import sync_streams
+from spark_jobs.lease_consumer import committed_batch_left_staged
+from spark_jobs.parquet_sink import ParquetSink, records_table, staged_path
+from tests.support.faults import FaultInjectingClient, client_error
 
-CONFIG = ConsumerConfig(application_name="pending-work-test")
+CONFIG = ConsumerConfig(application_name="pending-work-test", initial_position_in_stream="TRIM_HORIZON")
+ARRIVAL = datetime(2026, 11, 1, tzinfo=UTC)
 
 
 def counting(client: Any) -> FaultInjectingClient:
@@ -156,3 +168,89 @@ def test_a_lease_whose_stream_name_is_not_a_stream_identifier_is_not_the_rounds(
         "odd:shardId-000000000000", TRIM_HORIZON, stream_name="not-an-identifier", shard_id="shardId-000000000000"
     )
     assert check(kinesis_client(kinesis_endpoint), stream, [*leases, odd]).idle
+
+
+# --- what the check must never take for idle (issue: the ends of shards and of rounds) -----------------
+
+
+@pytest.mark.parametrize("shard_end", SHARD_ENDS)
+def test_a_closed_shard_whose_lease_sits_at_its_last_record_is_work_until_it_reaches_shard_end(shard_end):
+    """Real Kinesis may answer a closed shard's last record with a next iterator and MillisBehindLatest
+    0: read with a limit of one record, the lease would look caught up for ever, its children never
+    created. The sync's listing says the shard is closed, and that is enough."""
+    stream = StreamSpec("closed", shards=1, records_per_shard=5, split=True, shard_end=shard_end)
+    with KinesisStandIn([stream], Limits.off()) as standin:
+        client = standin.client()
+        last = client.get_records(
+            ShardIterator=client.get_shard_iterator(
+                StreamName="closed", ShardId=shard_id_of(0), ShardIteratorType="TRIM_HORIZON"
+            )["ShardIterator"]
+        )["Records"][-1]["SequenceNumber"]
+        store = InMemoryLeaseStore()
+        parent = Lease(shard_id_of(0), checkpoint=ExtendedSequenceNumber(last))
+        assert store.create_lease_if_not_exists(parent)
+        report = sync_streams(["closed"], CONFIG, store, KinesisShardSource(client), InMemoryCoordinatorStateStore())
+        work = find_pending_work(
+            report.leases,
+            ["closed"],
+            client,
+            CONFIG,
+            RetryPolicy(attempts=2),
+            closed_lease_keys=report.closed_lease_keys,
+        )
+    assert report.closed_lease_keys == {parent.lease_key}
+    assert (work.lease_key, work.reason) == (
+        parent.lease_key,
+        "its shard is closed and the lease has not reached SHARD_END",
+    )
+
+
+def test_a_lease_whose_every_get_records_is_throttled_is_work_and_the_answer_says_why(kinesis_endpoint, caught_up):
+    stream, leases = caught_up
+    behind = Lease(leases[1].lease_key, checkpoint=TRIM_HORIZON)  # records wait, and the other readers of its shard
+    throttling = FaultInjectingClient(
+        kinesis_client(kinesis_endpoint),
+        lambda name, number: (
+            client_error("ProvisionedThroughputExceededException", "GetRecords") if name == "get_records" else None
+        ),
+    )
+    work = find_pending_work([behind], [stream], throttling, CONFIG, RetryPolicy(attempts=2, base_millis=1))
+    assert (work.idle, work.lease_key) == (False, behind.lease_key)
+    assert work.reason == (
+        "it could not be read here: all 2 GetRecords were throttled (the shard's read limits are shared with its "
+        "other consumers)"
+    )
+
+
+@pytest.mark.parametrize(
+    ("staged", "visible", "expected"),
+    [
+        pytest.param(True, False, "its last committed batch {file} is staged, not visible yet", id="left-staged"),
+        pytest.param(False, True, None, id="promoted"),
+        pytest.param(False, False, None, id="deleted-since-no-round-can-bring-it-back"),
+    ],
+)
+def test_a_committed_batch_left_staged_is_work_while_the_stream_is_quiet(
+    kinesis_endpoint, caught_up, tmp_path, staged, visible, expected
+):
+    stream, leases = caught_up
+    sink = ParquetSink.from_uri(str(tmp_path / "lake"))
+    lease = leases[0]
+    path = sink.batch_path(stream, lease.lease_key, ExtendedSequenceNumber("1"), lease.checkpoint)
+    file = staged_path(path, "worker-0/attempt-0/1")
+    rows = records_table([KinesisRecord(lease.checkpoint.sequence_number, 0, "k", ARRIVAL, b"r")])
+    if staged:
+        sink.stage(file, rows)
+    if visible:
+        sink.publish(path, rows)
+    committed = dataclasses.replace(lease, committed_batch_file=file)
+    left_staged = functools.partial(committed_batch_left_staged, sink)
+    work = find_pending_work(
+        [committed, *leases[1:]],
+        [stream],
+        kinesis_client(kinesis_endpoint),
+        CONFIG,
+        RetryPolicy(attempts=2),
+        left_staged=left_staged,
+    )
+    assert work.reason == (None if expected is None else expected.format(file=file))

@@ -52,6 +52,14 @@ def test_every_loss_of_the_round_is_named(losses, shard_sync, expected):
     assert records_lost(losses, shard_sync) == expected
 
 
+def test_a_committed_batch_whose_file_was_deleted_before_it_was_visible_is_a_loss():
+    missing = ("shardId-000000000002: stream_name=s/shard_id=shardId-000000000002/b.parquet",)
+    assert records_lost((), {}, missing) == (
+        "lease shardId-000000000002: stream_name=s/shard_id=shardId-000000000002/b.parquet: committed, but the file "
+        "was deleted before it was visible in the sink",
+    )
+
+
 def test_the_loss_error_is_final_names_every_loss_and_pickles():
     error = RecordsLostError(("lease a: gone", "lease b: gone"))
     assert isinstance(error, LeaseCoreError) and not error.retryable

@@ -58,8 +58,9 @@ FAILED = LeaseReport(
     Outcome.FAILED,
     "TRIM_HORIZON",
     "TRIM_HORIZON",
-    detail="the transform raised",
+    detail="cannot promote its batch: 503 Slow Down",
     retryable=True,
+    unpromoted_batch="stream_name=orders/shard_id=shardId-000000000002/b.parquet",
 )
 REPORT = RoundReport.build(
     "orders",
@@ -104,6 +105,8 @@ FIGURES = {
         ],
         "max_millis_behind_latest": 1200,
         "busiest_over_bound": 1.0,
+        "unpromoted_batches": ["shardId-000000000002: stream_name=orders/shard_id=shardId-000000000002/b.parquet"],
+        "missing_batches": [],
     },
     "slot_failures": ["slot 3: executor lost"],
     "slots": [

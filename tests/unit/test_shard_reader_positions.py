@@ -22,6 +22,7 @@ from lease_core.model.lease import HashKeyRange
 from lease_core.model.sequence import AT_TIMESTAMP, LATEST, SHARD_END, TRIM_HORIZON, ExtendedSequenceNumber
 from lease_core.model.shards import ChildShard
 from lease_core.retrieval.shard_reader import (
+    CLOSED_SHARD_EMPTY_ANSWERS,
     IteratorSpec,
     ReadLimits,
     RetentionGap,
@@ -262,9 +263,10 @@ class ClosedShardLikeKinesis:
     may be short (at most `page_cap` records, like Kinesis' 10 MB cap), the last records come with a
     next iterator, and only the call after them answers no iterator and the ChildShards."""
 
-    def __init__(self, count: int, page_cap: int = 10000) -> None:
+    def __init__(self, count: int, page_cap: int = 10000, ends: bool = True) -> None:
         self.records = [kinesis_record(f"4965{index:052d}", f"r{index}".encode()) for index in range(1, count + 1)]
         self.page_cap = page_cap
+        self.ends = ends  # False: a shard that never answers its end (no Kinesis does; the reader must not hang)
         self.get_records_calls = 0
 
     @property
@@ -272,12 +274,17 @@ class ClosedShardLikeKinesis:
         return str(self.records[-1]["SequenceNumber"])
 
     def get_shard_iterator(self, **arguments: Any) -> dict[str, Any]:
+        if arguments["ShardIteratorType"] == "AT_SEQUENCE_NUMBER":
+            numbers = [record["SequenceNumber"] for record in self.records]
+            return {"ShardIterator": str(numbers.index(arguments["StartingSequenceNumber"]))}
         assert arguments["ShardIteratorType"] == "TRIM_HORIZON"
         return {"ShardIterator": "0"}
 
     def get_records(self, ShardIterator: str, Limit: int) -> dict[str, Any]:
         self.get_records_calls += 1
         index = int(ShardIterator)
+        if index == len(self.records) and not self.ends:
+            return {"Records": [], "NextShardIterator": str(index), "MillisBehindLatest": 0}
         if index == len(self.records):
             return {"Records": [], "MillisBehindLatest": 0, "ChildShards": [CHILD]}
         page = self.records[index : index + min(Limit, self.page_cap)]
@@ -285,13 +292,19 @@ class ClosedShardLikeKinesis:
         return {"Records": page, "NextShardIterator": str(index + len(page)), "MillisBehindLatest": behind}
 
 
-def reader_of(kinesis: ClosedShardLikeKinesis, knows_the_end: bool) -> ShardReader:
+def reader_of(
+    kinesis: ClosedShardLikeKinesis,
+    knows_the_end: bool,
+    closed: bool = False,
+    start: ExtendedSequenceNumber = TRIM_HORIZON,
+) -> ShardReader:
     ending = kinesis.ending_sequence_number if knows_the_end else None
     return ShardReader(
         kinesis,
         "stream",
         "shardId-000000000007",
-        TRIM_HORIZON,
+        start,
+        closed=closed,
         ending_sequence_number=ending,
         min_call_interval_seconds=0,
     )
@@ -319,6 +332,48 @@ def test_the_ending_sequence_number_ends_the_shard_in_the_batch_that_reads_its_l
     assert (len(unknowing.records), unknowing.stopped_by, unknowing.shard_ended) == (6, cut_by, False)
     after = unknowing_reader.read(limits)
     assert (after.records, after.stopped_by, after.child_shards) == ((), "shard_end", (EXPECTED_CHILD,))
+
+
+@pytest.mark.parametrize(
+    ("limits", "expected_records"),
+    [
+        pytest.param(ReadLimits(), 6, id="no-limit"),
+        pytest.param(ReadLimits(max_records=1), 1, id="one-record-as-the-idle-check-asks"),
+    ],
+)
+def test_a_shard_known_to_be_closed_is_read_past_millis_behind_latest_0_to_its_null_iterator(limits, expected_records):
+    reader = reader_of(ClosedShardLikeKinesis(6), knows_the_end=False, closed=True)
+    batches = [reader.read(limits)]
+    while not batches[-1].shard_ended:
+        batches.append(reader.read(limits))
+    assert sum(len(batch.records) for batch in batches) == 6
+    assert len(batches[0].records) == expected_records
+    assert (batches[-1].stopped_by, batches[-1].end, batches[-1].child_shards) == (
+        "shard_end",
+        SHARD_END,
+        (EXPECTED_CHILD,),
+    )
+
+
+def test_a_closed_shard_resumed_at_its_last_record_ends_instead_of_stopping_at_the_tip_every_round():
+    kinesis = ClosedShardLikeKinesis(6)
+    last = ExtendedSequenceNumber(kinesis.ending_sequence_number, 0)
+    batch = reader_of(kinesis, knows_the_end=False, closed=True, start=last).read(ReadLimits())
+    assert (batch.records, batch.stopped_by, batch.child_shards) == ((), "shard_end", (EXPECTED_CHILD,))
+    unknowing = reader_of(ClosedShardLikeKinesis(6), knows_the_end=False, start=last).read(ReadLimits())
+    assert (unknowing.records, unknowing.stopped_by) == ((), "tip")
+
+
+def test_a_closed_shard_that_never_answers_its_end_ends_the_batch_with_its_records_and_says_so():
+    kinesis = ClosedShardLikeKinesis(6, ends=False)
+    batch = reader_of(kinesis, knows_the_end=False, closed=True).read(ReadLimits())
+    assert (len(batch.records), batch.stopped_by, batch.shard_ended, batch.end) == (
+        6,
+        "no_shard_end",
+        False,
+        ExtendedSequenceNumber(kinesis.ending_sequence_number, 0),
+    )
+    assert kinesis.get_records_calls == 1 + CLOSED_SHARD_EMPTY_ANSWERS
 
 
 def test_a_short_page_behind_the_latest_record_is_not_taken_for_the_tip():
