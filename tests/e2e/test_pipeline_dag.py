@@ -104,7 +104,7 @@ TEMPLATED = {
     "plan_round": {"round_params"},
     "ensure_tables": {"settings", "streams"},
     "take_leadership": {"settings", "leader_owner"},
-    "sync_shards": {"settings", "leader_owner", "streams"},
+    "sync_shards": {"settings", "leader_owner", "streams", "output_uri"},
     "assign_leases": {"settings", "leader_owner", "num_workers"},
     "check_idle": {"pending_work"},
     "consume": {
