@@ -58,6 +58,8 @@ FAULT_KINDS = frozenset({"throttle", "server_error", "drop_response", "drop_requ
 TRIM_MODES = frozenset({"reject", "skip"})
 # The shard iterators the proxy hands out for the call that answers a closed shard's end.
 SHARD_END_ITERATOR_PREFIX = "fault-proxy-shard-end:"
+# The `stats()` entry counting the closed shards' ends the proxy answered one call late.
+LATE_SHARD_END_STAT = "late_shard_end:GetRecords"
 UPSTREAM_TIMEOUT_SECONDS = 60.0
 # An idle keep-alive connection holds a handler thread until then; urllib3 notices the close and
 # reconnects instead of sending on the dead connection.
@@ -402,7 +404,7 @@ class FaultProxy:
                 children = self._shard_ends.get(iterator)
             if children is None:
                 return error_response(400, KINESIS, "ExpiredIteratorException", "Iterator expired (fault proxy).")
-            self._count("late_shard_end:GetRecords")
+            self._count(LATE_SHARD_END_STAT)
             body = {"Records": [], "MillisBehindLatest": 0, "ChildShards": children}
             return HttpResponse(200, [("Content-Type", KINESIS.content_type)], json.dumps(body).encode())
         response = self._forward(request)

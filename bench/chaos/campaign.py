@@ -9,10 +9,13 @@ DAG run does it (`rounds`): the leader takes the application's leader lock, sync
 assigns leases to W slots under it, and hands it by owner name to the consume job, a real
 `spark-submit` process on Spark local mode (`local[2,4]`: task retries on) whose Spark executors
 reach AWS only through the proxies; the faults of the round fire at their moments
-(`injections`); the teardown releases the lock. Once the time budget (minus a reserve for the
-drain) or the schedule is used up, the faults stop, the producer stops, and clean rounds run until
-every lease is caught up or finished (at most `MAX_DRAIN_ROUNDS`). Then the Parquet dataset is
-read and compared with what was produced (`verdict`).
+(`injections`); the teardown releases the lock. Closed shards end both ways a Kinesis may end
+them: in odd rounds as kinesis-mock ends them (the null iterator with the last records), in even
+rounds one call after the last records, as the GetRecords documentation describes real Kinesis (the
+Kinesis proxy rewrites the answers: `FaultProxy.end_shards_after_last_records`). Once the time
+budget (minus a reserve for the drain) or the schedule is used up, the faults stop, the producer
+stops, and clean rounds run until every lease is caught up or finished (at most
+`MAX_DRAIN_ROUNDS`). Then the Parquet dataset is read and compared with what was produced (`verdict`).
 
 It prints one line per round, then the table (fault kind, times injected, outcomes), the verdict,
 and every violation. Exit status: 0 clean; 1 any violation (duplicated, lost, unreported retention
@@ -54,6 +57,7 @@ from bench.chaos.schedule import (
 from bench.chaos.stack import Stack
 from bench.chaos.verdict import Verdict, check_records, read_landed, reported_losses, stuck_leases
 from bench.harness import prepare_environment
+from devtools.fault_proxy import LATE_SHARD_END_STAT
 from devtools.kinesis_streams import shards_of
 
 APPLICATION = "chaos-app"
@@ -360,6 +364,8 @@ class CampaignResult:
         self.never_injected = never_injected
         self.seconds = campaign.elapsed()
         self.injections = [i for result in campaign.results for i in result.injections]
+        proxy = campaign.stack.kinesis_proxy
+        self.late_shard_ends = proxy.stats().get(LATE_SHARD_END_STAT, 0) if proxy is not None else 0
 
     @property
     def violations(self) -> list[str]:
@@ -401,6 +407,8 @@ class CampaignResult:
                 if self.never_injected
                 else ""
             ),
+            f"closed shards ended with their last records in odd rounds, one call after them in even rounds "
+            f"({self.late_shard_ends} such late ends answered)",
             "",
             self.table(),
             "",
@@ -420,6 +428,7 @@ class CampaignResult:
             "rounds": len(self.campaign.results),
             "drain_rounds": self.drained,
             "injected": self.injected(),
+            "late_shard_ends": self.late_shard_ends,
             "injections": [
                 {
                     "round": i.round,

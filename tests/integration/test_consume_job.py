@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from devtools.fault_proxy import FaultProxy, FaultRule
+from devtools.fault_proxy import LATE_SHARD_END_STAT, FaultProxy, FaultRule
 from devtools.kinesis_streams import create_stream, merge_shards, shards_of, split_shard
 from devtools.stream_records import StreamRecord
 from lease_core.errors import LeadershipUnavailableError
@@ -57,7 +57,7 @@ def resharding_pipeline(request, pipeline: ConsumerPipeline, kinesis_endpoint: s
         proxy.end_shards_after_last_records()
         pipeline.data_plane_kinesis = proxy.endpoint
         yield pipeline
-        assert proxy.stats().get("late_shard_end:GetRecords", 0) > 0, "no closed shard was read to its end"
+        assert proxy.stats().get(LATE_SHARD_END_STAT, 0) > 0, "no closed shard was read to its end"
 
 
 def kinesis_client_for(endpoint: str):
