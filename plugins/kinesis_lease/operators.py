@@ -189,16 +189,19 @@ class ShardSyncOperator(_LeaderStep):
         return {**report.to_dict(), "audits": audits, "pending_work": work.to_dict()}
 
     def _left_staged(self, access: AwsAccess) -> Callable[[Lease], bool] | None:
+        """The idle check's question to the round's sink, built when first asked: a sink that cannot be
+        reached (no credentials, say) makes each lease work with the reason, not the sync fail."""
         if not self.output_uri:
             return None
-        config = access.config
-        sink = ParquetSink.from_uri(
-            self.output_uri,
-            s3_endpoint_url=config.aws_endpoint_url_s3,
-            region=config.aws_region,
-            session=access.session,
-        )
-        return functools.partial(committed_batch_left_staged, sink)
+        uri, config = self.output_uri, access.config
+
+        @functools.cache
+        def sink() -> ParquetSink:
+            return ParquetSink.from_uri(
+                uri, s3_endpoint_url=config.aws_endpoint_url_s3, region=config.aws_region, session=access.session
+            )
+
+        return lambda lease: committed_batch_left_staged(sink(), lease)
 
     @staticmethod
     def _audit(
