@@ -316,7 +316,7 @@ def run_round(spark: Any, spec: ConsumeSpec, leadership: HandedOverLock | None =
     app = LeaseApplication.from_config(spec.config)
     with _leader_heartbeat(app, leadership, on_lost=lambda: _cancel_slots(spark)) as watch:
         try:
-            reports = slot_reports(spark, with_slot_concurrency(spark, spec, app))
+            reports = slot_reports(spark, with_round_start(spark, spec, app))
         except Exception as error:  # Spark wraps executor failures in Py4J errors; keep the message
             failures.append(_first_line(error))
         recorded = recorded_losses(app)
@@ -335,7 +335,7 @@ def run_round(spark: Any, spec: ConsumeSpec, leadership: HandedOverLock | None =
     )
 
 
-def with_slot_concurrency(spark: Any, spec: ConsumeSpec, app: LeaseApplication | None = None) -> ConsumeSpec:
+def with_round_start(spark: Any, spec: ConsumeSpec, app: LeaseApplication | None = None) -> ConsumeSpec:
     """`spec` with what the driver's look at the streams at round start tells the slots.
 
     The closed shards, always: a slot reads a closed shard to its null iterator whatever

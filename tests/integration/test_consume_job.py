@@ -19,7 +19,7 @@ from lease_core.leader.assignment_round import slot_ids
 from lease_core.leader.leader_lock import LEADER_KEY, LeaderLock
 from lease_core.model.lease_keys import LeaseKeyScheme
 from lease_core.model.sequence import SHARD_END, TRIM_HORIZON
-from spark_jobs.consume_job import HandedOverLock, concurrent_task_slots, run_round, with_slot_concurrency
+from spark_jobs.consume_job import HandedOverLock, concurrent_task_slots, run_round, with_round_start
 from spark_jobs.lease_consumer import LeaseBudget
 from spark_jobs.round_report import Outcome, RoundReport
 from spark_jobs.slot_task import SlotTask
@@ -325,11 +325,13 @@ def test_slots_wait_for_other_slots_parents_only_when_every_slot_runs_at_once(sp
     parent = min(key for key, lease in pipeline.leases().items() if lease.lease_owner == worker_0)
     split_shard(pipeline.kinesis, pipeline.streams[0], parent)
     assert concurrent_task_slots(spark) == 2  # the session's master is local[2,4]
-    together = with_slot_concurrency(spark, pipeline.spec(2, 1))
+    together = with_round_start(spark, pipeline.spec(2, 1))
     assert together.slots_run_together and together.closing_parents == (parent,)
     # One slot more than Spark runs at once: the slots run in waves, and a waiting slot would hold up the next.
-    in_waves = with_slot_concurrency(spark, pipeline.spec(3, 1))
+    in_waves = with_round_start(spark, pipeline.spec(3, 1))
     assert not in_waves.slots_run_together and in_waves.closing_parents == ()
+    # Either way every slot knows the closed shard, to read it to its end (kinesis-mock's ending number is no record's).
+    assert together.closed_shards == in_waves.closed_shards == {parent: None}
 
 
 def test_a_slot_task_killed_in_the_middle_of_a_batch_is_retried_by_spark(spark, pipeline, spark_control_dir):
