@@ -579,6 +579,9 @@ _OPERATIONS: dict[str, Callable[[KinesisService, dict[str, Any]], bytes]] = {
 
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
+    # socketserver's default listen backlog of 5 drops the connections of a slot opening 64 at once
+    # (the kernel's ListenOverflows count rose): their first request waited 1-2 s for a retry.
+    request_queue_size = 1024
 
     def __init__(self, port: int, service: KinesisService) -> None:
         super().__init__((LOOPBACK, port), _Handler)

@@ -12,6 +12,7 @@ import pytest
 
 from devtools.airflow_env import home_environment
 from devtools.emulators import kinesis_mock, moto_server
+from tests.support.shard_ends import SHARD_END_BEHAVIOURS, KinesisShardEnds, kinesis_ending_shards
 
 # Tests never reach real AWS: fixed dummy credentials and region for every client they build.
 os.environ.setdefault("AWS_ACCESS_KEY_ID", "testing")
@@ -41,6 +42,14 @@ def kinesis_endpoint() -> Iterator[str]:
     """One kinesis-mock for the session (~0.5 GB RSS, so never one per module); streams get unique names."""
     with kinesis_mock() as server:
         yield server.endpoint
+
+
+@pytest.fixture(params=SHARD_END_BEHAVIOURS)
+def shard_ends(request: pytest.FixtureRequest, kinesis_endpoint: str) -> Iterator[KinesisShardEnds]:
+    """kinesis-mock ending closed shards with their last records, then behind a proxy ending them one
+    call later (tests/support/shard_ends.py): a reshard test that takes it runs against both."""
+    with kinesis_ending_shards(request.param, kinesis_endpoint) as ends:
+        yield ends
 
 
 @pytest.fixture

@@ -115,6 +115,17 @@ class HeldLease:
                 )
             return self._renewed(local, self._store.renew_lease(local), "renew")
 
+    def renew_if_due(self, interval_millis: int) -> bool | None:
+        """The heartbeat's renewal: None when the lease is lost, or when this attempt's last applied
+        write (a claim, a renewal, a prepare or a commit: each raised the counter) is younger than
+        `interval_millis`, so that it needs no renewal yet; else `renew()`'s answer."""
+        with self._lock:
+            if self._expire_locked():
+                return None
+            if self._renewed_at is not None and self._clock() - self._renewed_at < interval_millis:
+                return None
+        return self.renew()
+
     def fenced(self, write: Callable[[Lease], T]) -> T:
         """Run `write` with the current value while no renewal or checkpoint of this lease can run.
 
@@ -256,6 +267,9 @@ def _why_lost(what: str, result: WriteResult, local_token: str | None) -> str:
 class LeaseHeartbeat:
     """Renews the held leases every `interval_millis` on a daemon thread (§2.4), until stopped.
 
+    A lease that this attempt wrote within the interval (a batch's prepare or commit raised its
+    counter) is not renewed at that tick: the write was as good a heartbeat, and a renewal that waited
+    behind it would only add a write. A stopped heartbeat starts no renewal of the pass in progress.
     A renewal that raises (DynamoDB unreachable after every retry) is logged and tried again at the
     next tick; if that goes on for a whole lease duration the lease expires locally and is lost.
     """
@@ -264,6 +278,7 @@ class LeaseHeartbeat:
         if interval_millis <= 0:
             raise ValueError(f"interval_millis must be positive, got {interval_millis}")
         self._leases = {held.lease_key: held for held in leases}
+        self._interval_millis = interval_millis
         self._interval = interval_millis / 1000.0
         self._max_threads = max_threads
         self._mutex = threading.Lock()
@@ -284,11 +299,11 @@ class LeaseHeartbeat:
 
     def renew_all(self) -> None:
         with self._mutex:
-            due = [held for held in self._leases.values() if not held.is_lost]
-        if not due:
+            held = list(self._leases.values())
+        if not held:
             return
-        with ThreadPoolExecutor(max_workers=min(self._max_threads, len(due)), thread_name_prefix="renewer") as pool:
-            outcomes = list(pool.map(self._renew, due))
+        with ThreadPoolExecutor(max_workers=min(self._max_threads, len(held)), thread_name_prefix="renewer") as pool:
+            outcomes = [outcome for outcome in pool.map(self._renew, held) if outcome is not None]
         with self._mutex:
             self.renewals += sum(outcomes)
             self.failures += len(outcomes) - sum(outcomes)
@@ -315,10 +330,12 @@ class LeaseHeartbeat:
         while not self._stopped.wait(self._interval):
             self.renew_all()
 
-    @staticmethod
-    def _renew(held: HeldLease) -> bool:
+    def _renew(self, held: HeldLease) -> bool | None:
+        """`held.renew_if_due`; None for a renewal not made (not due, lost, or the heartbeat stopped)."""
+        if self._stopped.is_set():
+            return None
         try:
-            return held.renew()
+            return held.renew_if_due(self._interval_millis)
         except LeaseCoreError as error:
             log.warning("renewing lease %s failed: %s", held.lease_key, error)
             return False

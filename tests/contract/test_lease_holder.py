@@ -184,7 +184,8 @@ def test_a_checkpoint_write_whose_response_was_lost_is_recognised_as_applied(sto
 
 
 def test_the_heartbeat_renews_every_interval_until_the_lease_is_released(store):
-    holder = held(store)
+    holder = HeldLease(store, assigned(store), DURATION)  # the real clock: renewals fall due as time passes
+    assert holder.claim()
     before = stored(store).lease_counter
     with LeaseHeartbeat([holder], interval_millis=20) as heartbeat:
         deadline = time.monotonic() + 5
@@ -195,6 +196,34 @@ def test_the_heartbeat_renews_every_interval_until_the_lease_is_released(store):
         time.sleep(0.1)
     assert released_at >= before + 3
     assert stored(store).lease_counter <= released_at + 1  # at most one renewal already in flight
+
+
+def test_the_heartbeat_skips_a_lease_written_within_the_interval_and_renews_it_once_it_is_due(store):
+    """A checkpoint write raised the counter like a renewal: the heartbeat need not write it again, and
+    no renewal waits behind a write in progress to renew a lease whose batch just landed."""
+    clock = FakeClock()
+    holder = held(store, clock)
+    heartbeat = LeaseHeartbeat([holder], interval_millis=1000)
+    clock.now += 400
+    holder.commit(ESN("7"))
+    clock.now += 700  # 1,100 ms after the claim, 700 ms after the commit
+    counter = stored(store).lease_counter
+    heartbeat.renew_all()
+    assert (stored(store).lease_counter, heartbeat.renewals) == (counter, 0)
+    clock.now += 300  # the commit is an interval old
+    heartbeat.renew_all()
+    assert (stored(store).lease_counter, heartbeat.renewals) == (counter + 1, 1)
+
+
+def test_a_stopped_heartbeat_starts_no_renewal_its_pass_has_not_begun(store):
+    clock = FakeClock()
+    holders = [held(store, clock)]
+    heartbeat = LeaseHeartbeat(holders, interval_millis=1000)
+    clock.now += 5_000
+    heartbeat.stop()
+    counter = stored(store).lease_counter
+    heartbeat.renew_all()
+    assert (stored(store).lease_counter, heartbeat.renewals) == (counter, 0)
 
 
 def test_the_heartbeat_skips_lost_leases(store):

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from devtools.fault_proxy import LATE_SHARD_END_STAT, FaultProxy, FaultRule
+from devtools.fault_proxy import FaultProxy, FaultRule
 from devtools.kinesis_streams import create_stream, merge_shards, shards_of, split_shard
 from devtools.stream_records import StreamRecord
 from lease_core.errors import LeadershipUnavailableError
@@ -25,6 +25,7 @@ from spark_jobs.round_report import Outcome, RoundReport
 from spark_jobs.slot_task import SlotTask
 from tests.support.kpl import put_aggregate
 from tests.support.pipeline import ConsumerPipeline, duplicates, file_order, pipeline_on_new_stream
+from tests.support.shard_ends import KinesisShardEnds
 
 STEER = "tests.support.spark_transforms:steer"
 
@@ -42,22 +43,13 @@ def pipeline(unique_name: str, kinesis_endpoint: str, moto_endpoint: str, tmp_pa
     )
 
 
-SHARD_ENDS = ["end-with-last-records", "end-one-call-later"]
-
-
-@pytest.fixture(params=SHARD_ENDS)
-def resharding_pipeline(request, pipeline: ConsumerPipeline, kinesis_endpoint: str) -> Iterator[ConsumerPipeline]:
-    """The pipeline with its slots reading closed shards ended both ways: as kinesis-mock ends them (the
-    null iterator with the last records), and as real Kinesis may (the last records with a next
-    iterator and MillisBehindLatest 0, the null iterator one call later: a proxy rewrites the answers)."""
-    if request.param == "end-with-last-records":
-        yield pipeline
-        return
-    with FaultProxy(kinesis_endpoint) as proxy:
-        proxy.end_shards_after_last_records()
-        pipeline.data_plane_kinesis = proxy.endpoint
-        yield pipeline
-        assert proxy.stats().get(LATE_SHARD_END_STAT, 0) > 0, "no closed shard was read to its end"
+@pytest.fixture
+def resharding_pipeline(pipeline: ConsumerPipeline, shard_ends: KinesisShardEnds) -> Iterator[ConsumerPipeline]:
+    """The pipeline with its slots reading closed shards ended both ways (`shard_ends`)."""
+    pipeline.data_plane_kinesis = shard_ends.endpoint
+    yield pipeline
+    if shard_ends.proxy is not None:
+        assert shard_ends.late_ends_answered() > 0, "no closed shard was read to its end"
 
 
 def kinesis_client_for(endpoint: str):

@@ -5,7 +5,8 @@ at a re-open after an expired iterator, with FaultProxy.trim simulating retentio
 kinesis-mock 0.6.2 habits these tests rely on (measured here):
 - MillisBehindLatest is 0 on every GetRecords response, even with records left behind a full page;
 - the response that reaches the end of a closed shard carries the last records, a null
-  NextShardIterator and the ChildShards together;
+  NextShardIterator and the ChildShards together (the shard-end tests also run behind a proxy that
+  answers the end one call later, as real Kinesis may);
 - GetShardIterator AT/AFTER_SEQUENCE_NUMBER of a number the shard does not hold is refused with
   ResourceNotFoundException (Kinesis says InvalidArgumentException), and sequence numbers are decimal.
 """
@@ -277,11 +278,16 @@ def test_a_record_limit_cuts_inside_an_aggregate_and_the_next_batch_and_a_resume
 # --- shard ends ------------------------------------------------------------------------------------------
 
 
-def test_a_split_parent_ends_with_both_children_and_stays_ended(kinesis, unique_name):
+# Each runs against both ways a Kinesis may end a closed shard (`shard_ends`, tests/conftest.py), with
+# the reader told the shard is closed, as the consume job tells it from the round's listing.
+
+
+def test_a_split_parent_ends_with_both_children_and_stays_ended(shard_ends, unique_name):
+    kinesis = kinesis_client(shard_ends.endpoint)
     parent, sequence_numbers = one_shard_stream(kinesis, unique_name, 6)
     split_shard(kinesis, unique_name, parent)
     put_records(kinesis, unique_name, 10)  # into the children, never the parent
-    parent_reader = reader(kinesis, unique_name, parent)
+    parent_reader = reader(kinesis, unique_name, parent, closed=True)
     batch = parent_reader.read(NO_LIMITS)
     assert positions(batch.records) == plain(sequence_numbers)
     assert (batch.shard_ended, batch.stopped_by, batch.end) == (True, "shard_end", SHARD_END)
@@ -296,7 +302,8 @@ def test_a_split_parent_ends_with_both_children_and_stays_ended(kinesis, unique_
     )
 
 
-def test_both_merged_parents_end_with_the_child_naming_both(kinesis, unique_name):
+def test_both_merged_parents_end_with_the_child_naming_both(shard_ends, unique_name):
+    kinesis = kinesis_client(shard_ends.endpoint)
     create_stream(kinesis, unique_name, 2)
     written = put_records(kinesis, unique_name, 20)
     low, high = sorted(written)
@@ -304,7 +311,7 @@ def test_both_merged_parents_end_with_the_child_naming_both(kinesis, unique_name
     (expected_child,) = child_shards(kinesis, unique_name, {low, high})
     assert expected_child.shard_id == child and expected_child.parent_shard_ids == {low, high}
     for parent in (low, high):
-        batch = reader(kinesis, unique_name, parent).read(NO_LIMITS)
+        batch = reader(kinesis, unique_name, parent, closed=True).read(NO_LIMITS)
         assert positions(batch.records) == plain(sorted(written[parent], key=int))
         assert batch.shard_ended and batch.child_shards == (expected_child,)
 
@@ -317,27 +324,32 @@ def closed_parent(kinesis: Any, name: str, count: int) -> tuple[Shard, list[str]
 
 
 @pytest.mark.parametrize(
-    "max_records", [pytest.param(4, id="last-batch-shorter"), pytest.param(3, id="limit-exactly-at-the-end")]
+    ("max_records", "ended_late"),
+    [
+        pytest.param(4, [(True, False), (True, False), (True, True)], id="last-batch-shorter"),
+        # A full batch stops before the call that answers the end: the next batch makes it.
+        pytest.param(3, [(True, False), (True, False), (True, False), (False, True)], id="limit-exactly-at-the-end"),
+    ],
 )
-def test_a_closed_parent_read_in_batches_ends_after_its_last_record(kinesis, unique_name, max_records):
+def test_a_closed_parent_read_in_batches_ends_after_its_last_record(shard_ends, unique_name, max_records, ended_late):
+    kinesis = kinesis_client(shard_ends.endpoint)
     parent, sequence_numbers = closed_parent(kinesis, unique_name, 9)
-    # kinesis-mock's ending sequence number (9223372036854775807) matches no record: passing it is harmless.
-    assert parent.ending_sequence_number == "9223372036854775807"
-    batched = reader(kinesis, unique_name, parent.shard_id, ending_sequence_number=parent.ending_sequence_number)
+    # kinesis-mock lists 9223372036854775807 as every closed shard's end: no record's, so it is unknown.
+    assert parent.ending_sequence_number == "9223372036854775807" and parent.known_ending_sequence_number is None
+    batched = reader(kinesis, unique_name, parent.shard_id, closed=not parent.is_open)
     batches = read_until_caught_up(batched, lambda: ReadLimits(max_records=max_records))
     assert positions(records_of(batches)) == plain(sequence_numbers)
-    # The response with the last records carries the null iterator: the end is observed in that batch.
-    assert [(bool(batch.records), batch.shard_ended) for batch in batches] == [
-        (True, False),
-        (True, False),
-        (True, True),
-    ]
+    # With the last records, the end is observed in the batch that reads them.
+    ended_with_the_last_records = [(True, False), (True, False), (True, True)]
+    expected = ended_late if shard_ends.proxy is not None else ended_with_the_last_records
+    assert [(bool(batch.records), batch.shard_ended) for batch in batches] == expected
 
 
-def test_a_replay_to_shard_end_reads_the_closed_parent_to_its_end(kinesis, unique_name):
+def test_a_replay_to_shard_end_reads_the_closed_parent_to_its_end(shard_ends, unique_name):
+    kinesis = kinesis_client(shard_ends.endpoint)
     parent, sequence_numbers = closed_parent(kinesis, unique_name, 9)
     checkpoint = ExtendedSequenceNumber(sequence_numbers[3])
-    batch = reader(kinesis, unique_name, parent.shard_id, checkpoint, get_records_limit=2).read(
+    batch = reader(kinesis, unique_name, parent.shard_id, checkpoint, get_records_limit=2, closed=True).read(
         ReadLimits(stop_at=SHARD_END)
     )
     assert positions(batch.records) == plain(sequence_numbers[4:])
