@@ -23,6 +23,7 @@ from spark_jobs.consume_job import HandedOverLock, concurrent_task_slots, run_ro
 from spark_jobs.lease_consumer import LeaseBudget
 from spark_jobs.round_report import Outcome, RoundReport
 from spark_jobs.slot_task import SlotTask
+from tests.support.consume_job_process import submit_consume_job
 from tests.support.kpl import put_aggregate
 from tests.support.pipeline import ConsumerPipeline, duplicates, file_order, pipeline_on_new_stream
 from tests.support.shard_ends import KinesisShardEnds
@@ -552,45 +553,18 @@ def test_an_s3_sink_receives_every_record_exactly_once(spark, unique_name, kines
 
 def test_the_job_runs_under_spark_submit_and_writes_its_report(pipeline, tmp_path):
     import json
-    import os
-    import subprocess
-    import sys
 
     pipeline.produce(120)
     pipeline.sync()
     pipeline.assign(2)
     report_path = tmp_path / "reports" / "round.json"
-    spark_submit = Path(sys.executable).parent / "spark-submit"
-    completed = subprocess.run(
-        [
-            str(spark_submit),
-            "--master",
-            "local[2]",
-            "--conf",
-            "spark.ui.enabled=false",
-            str(Path(__file__).resolve().parents[2] / "spark_jobs" / "consume_job.py"),
-            "--application-name",
-            pipeline.application_name,
-            "--stream",
-            pipeline.streams[0],
-            "--workers",
-            "2",
-            "--output-uri",
-            pipeline.output_uri,
-            "--report-uri",
-            str(report_path),
-            "--set",
-            f"aws_endpoint_url_dynamodb={pipeline.dynamodb_endpoint}",
-            "--set",
-            f"aws_endpoint_url_kinesis={pipeline.kinesis_endpoint}",
-            "--set",
-            "aws_region=us-east-1",
-        ],
-        env={**os.environ, "PYSPARK_PYTHON": sys.executable, "SPARK_LOCAL_IP": "127.0.0.1"},
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
+    completed = submit_consume_job(
+        pipeline.application_name,
+        pipeline.streams[0],
+        pipeline.output_uri,
+        str(report_path),
+        pipeline.dynamodb_endpoint,
+        pipeline.kinesis_endpoint,
     )
     assert completed.returncode == 0, completed.stderr[-3000:]
     report = json.loads(report_path.read_text())

@@ -7,9 +7,6 @@ documentation: the last records come with a next iterator and MillisBehindLatest
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from collections import Counter
 from pathlib import Path
 
@@ -17,44 +14,14 @@ import pytest
 
 from devtools.kinesis_standin import SHARD_ENDS, KinesisStandIn, Limits, StreamSpec, shard_id_of
 from devtools.stream_records import landed_records
+from tests.support.consume_job_process import submit_consume_job
 from tests.support.leasectl import run_leasectl
 
-REPOSITORY = Path(__file__).resolve().parents[2]
 RECORDS = 150  # per shard: the parent's, and each child's own
 
 
 def spark_submit(app: str, stream: str, output: Path, report: Path, moto: str, kinesis: str) -> dict:
-    completed = subprocess.run(
-        [
-            str(Path(sys.executable).parent / "spark-submit"),
-            "--master",
-            "local[2]",
-            "--conf",
-            "spark.ui.enabled=false",
-            str(REPOSITORY / "spark_jobs" / "consume_job.py"),
-            "--application-name",
-            app,
-            "--stream",
-            stream,
-            "--workers",
-            "2",
-            "--output-uri",
-            str(output),
-            "--report-uri",
-            str(report),
-            "--set",
-            f"aws_endpoint_url_dynamodb={moto}",
-            "--set",
-            f"aws_endpoint_url_kinesis={kinesis}",
-            "--set",
-            "aws_region=us-east-1",
-        ],
-        env={**os.environ, "PYSPARK_PYTHON": sys.executable, "SPARK_LOCAL_IP": "127.0.0.1"},
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
+    completed = submit_consume_job(app, stream, str(output), str(report), moto, kinesis)
     assert completed.returncode == 0, completed.stdout[-3000:] + completed.stderr[-3000:]
     return json.loads(report.read_text())
 
