@@ -1,0 +1,697 @@
+"""An Apache Iceberg table as the sink, through pyiceberg (docs/architecture.md, "The Iceberg sink").
+
+URI: `iceberg://CATALOG/NAMESPACE.TABLE` (a nested namespace: `iceberg://CATALOG/a.b.TABLE`). The
+catalog is configured the way pyiceberg configures catalogs: `.pyiceberg.yaml` or
+`PYICEBERG_CATALOG__<NAME>__*` variables.
+
+How a batch lands, exactly once, with one table commit per round:
+- A slot stages a batch: it writes the batch's data files into the table's data location (names
+  derived from the batch and the attempt, so a retried write rewrites its own files only), then a
+  manifest listing them, then a small receipt naming the batch's lease, stream, shard and range.
+  The receipt is written last: a receipt that exists describes complete files. Nothing is committed
+  to the table; readers see none of it.
+- The lease's commit records the receipt (`commit_record`): the record is the lease's list of
+  committed batches that the table may not hold yet, each as (receipt id, last position).
+- At the round's end the driver reads the lease records and makes one table commit (a fast append)
+  of every batch the table does not hold yet, with a snapshot summary that names the application,
+  the round, the streams and, per lease, the range it adds. The commit also writes the application's
+  position map: per lease, the position through which the table holds its records. A batch is
+  visible exactly when its last position is at or before its lease's position in the map of the
+  newest snapshot of this application in `main`'s history, so whoever publishes again (a retried
+  driver, an overlapping job, a driver that died after its commit) finds it visible and skips it.
+- The check and the append must meet the same table state: pyiceberg's own retry would rebase the
+  append onto a newer head past the check, so it is switched off for this commit and a conflict
+  runs the whole check again on the new head. A commit whose answer was lost is looked for by the
+  id in its summary; not found, it is tried again, and the requirement that `main` has not moved
+  keeps a late landing of the lost one from being doubled.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import uuid
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+from pyiceberg.catalog import Catalog, load_catalog
+from pyiceberg.exceptions import (
+    CommitFailedException,
+    CommitStateUnknownException,
+    NoSuchNamespaceError,
+    NoSuchTableError,
+    TableAlreadyExistsError,
+)
+from pyiceberg.io.pyarrow import _dataframe_to_data_files, _pyarrow_to_schema_without_ids
+from pyiceberg.manifest import (
+    UNASSIGNED_SEQ,
+    DataFile,
+    ManifestContent,
+    ManifestEntry,
+    ManifestEntryStatus,
+    ManifestFile,
+    write_manifest,
+)
+from pyiceberg.partitioning import PartitionField, PartitionSpec
+from pyiceberg.schema import Schema, assign_fresh_schema_ids, promote
+from pyiceberg.table import Table
+from pyiceberg.table.snapshots import Snapshot, ancestors_of
+from pyiceberg.transforms import DayTransform
+from pyiceberg.utils.config import Config
+
+from lease_core.model.sequence import ExtendedSequenceNumber
+from spark_jobs.errors import SinkError
+from spark_jobs.sinks.batch_sink import BatchRange, RoundIdentity, RoundPublication, StagedBatch, Visibility
+
+log = logging.getLogger(__name__)
+
+URI_FORM = "iceberg://CATALOG/NAMESPACE.TABLE"
+ARRIVAL_COLUMN = "approximate_arrival_timestamp"
+# pyiceberg's catalogs that cannot commit a table change (0.12: DynamoDB raises NotImplementedError).
+CATALOGS_THAT_CANNOT_COMMIT = frozenset({"dynamodb"})
+# A round's commit is tried again after a conflict with another writer, with every check run again.
+COMMIT_ATTEMPTS = 8
+RECEIPT_FORMAT = "kinesis-lease-batch/iceberg-receipt/1"
+POSITIONS_FORMAT = "kinesis-lease-batch/iceberg-positions/1"
+RECORD_FORMAT = "iceberg/1"
+STAGING_FOLDER = "kinesis-staged"  # under the table's metadata location: receipts and their manifests
+POSITIONS_FOLDER = "kinesis-positions"
+# Snapshot summary keys (plain text in every Iceberg client's $snapshots table).
+SUMMARY_APPLICATION = "kinesis.application"
+SUMMARY_ROUND = "kinesis.round"
+SUMMARY_COMMIT_ID = "kinesis.commit-id"
+SUMMARY_STREAMS = "kinesis.streams"
+SUMMARY_RANGES = "kinesis.ranges"
+SUMMARY_POSITIONS = "kinesis.positions-file"
+
+_IDENTIFIER_PART = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_-]*")
+
+
+@dataclass(frozen=True)
+class TableAddress:
+    catalog: str
+    namespace: tuple[str, ...]
+    table: str
+
+    @property
+    def identifier(self) -> tuple[str, ...]:
+        return (*self.namespace, self.table)
+
+    def __str__(self) -> str:
+        return f"iceberg://{self.catalog}/{'.'.join(self.identifier)}"
+
+
+def parse_table_uri(uri: str) -> TableAddress:
+    """Pure: the catalog, namespace and table an `iceberg://` URI names; `SinkError` naming what is wrong."""
+    prefix = "iceberg://"
+    if not uri.startswith(prefix):
+        raise SinkError(uri, f"is not of the form {URI_FORM}")
+    catalog, slash, dotted = uri[len(prefix) :].partition("/")
+    parts = dotted.split(".")
+    if not catalog or not slash or len(parts) < 2:
+        raise SinkError(uri, f"is not of the form {URI_FORM} (a catalog name, then a namespace and a table)")
+    for part in (catalog, *parts):
+        if not _IDENTIFIER_PART.fullmatch(part):
+            raise SinkError(uri, f"{part!r} is not a catalog, namespace or table name (letters, digits, _ and -)")
+    return TableAddress(catalog, tuple(parts[:-1]), parts[-1])
+
+
+@dataclass(frozen=True)
+class _Entry:
+    """One committed batch a lease record names: its receipt and its last position."""
+
+    receipt: str
+    end: ExtendedSequenceNumber
+
+
+@dataclass(frozen=True)
+class LeaseRecord:
+    """What a lease's commit records for this sink: its committed batches the table may not hold yet."""
+
+    lease_key: str
+    entries: tuple[_Entry, ...]
+
+    def encode(self) -> str:
+        batches = [[entry.receipt, *_encode_position(entry.end)] for entry in self.entries]
+        document = {"f": RECORD_FORMAT, "lease": self.lease_key, "batches": batches}
+        return json.dumps(document, separators=(",", ":"))
+
+    @classmethod
+    def decode(cls, record: str | None) -> LeaseRecord | None:
+        """The record, or None for no record or one that is not this sink's (a Parquet file name)."""
+        if not record or not record.startswith("{"):
+            return None
+        try:
+            document = json.loads(record)
+            if document.get("f") != RECORD_FORMAT:
+                return None
+            entries = tuple(
+                _Entry(str(receipt), _decode_position([sequence, sub]))
+                for receipt, sequence, sub in document["batches"]
+            )
+            return cls(str(document["lease"]), entries)
+        except (ValueError, KeyError, TypeError):
+            log.warning("a lease record %r looks like an Iceberg record but cannot be read; ignored", record[:200])
+            return None
+
+
+@dataclass(frozen=True)
+class Receipt:
+    """A staged batch: its range and the manifest listing its data files."""
+
+    receipt_id: str
+    lease_key: str
+    stream_name: str
+    shard_id: str
+    start: ExtendedSequenceNumber
+    first: ExtendedSequenceNumber | None
+    end: ExtendedSequenceNumber
+    rows: int
+    data_bytes: int
+    manifest_path: str | None  # None: the batch has no rows (a transform dropped them all)
+    manifest_length: int
+    spec_id: int
+
+    def to_json(self) -> bytes:
+        document = {
+            "format": RECEIPT_FORMAT,
+            "receipt": self.receipt_id,
+            "lease": self.lease_key,
+            "stream": self.stream_name,
+            "shard": self.shard_id,
+            "start": _encode_position(self.start),
+            "first": None if self.first is None else _encode_position(self.first),
+            "end": _encode_position(self.end),
+            "rows": self.rows,
+            "bytes": self.data_bytes,
+            "manifest": self.manifest_path,
+            "manifest_length": self.manifest_length,
+            "spec_id": self.spec_id,
+        }
+        return json.dumps(document, separators=(",", ":"), sort_keys=True).encode()
+
+    @classmethod
+    def from_json(cls, payload: bytes) -> Receipt:
+        document = json.loads(payload)
+        if document.get("format") != RECEIPT_FORMAT:
+            raise ValueError(f"not a receipt of ours (format {document.get('format')!r})")
+        first = document["first"]
+        return cls(
+            receipt_id=document["receipt"],
+            lease_key=document["lease"],
+            stream_name=document["stream"],
+            shard_id=document["shard"],
+            start=_decode_position(document["start"]),
+            first=None if first is None else _decode_position(first),
+            end=_decode_position(document["end"]),
+            rows=int(document["rows"]),
+            data_bytes=int(document["bytes"]),
+            manifest_path=document["manifest"],
+            manifest_length=int(document["manifest_length"]),
+            spec_id=int(document["spec_id"]),
+        )
+
+    def range_text(self) -> str:
+        """`<shard> <first>..<end>` (positions as `sequence-subsequence`), for the snapshot summary."""
+        first = self.first if self.first is not None else self.start
+        return f"{self.shard_id} {_position_text(first)}..{_position_text(self.end)}"
+
+
+@dataclass(frozen=True)
+class LeasePosition:
+    """Through which position the table holds a lease's records, and of which stream."""
+
+    stream_name: str
+    stream_arn: str | None
+    stream_created: int | None
+    end: ExtendedSequenceNumber
+
+
+class IcebergSink:
+    """The table at `uri`, for the application `application` (its position map is the application's own)."""
+
+    def __init__(self, uri: str, application: str, catalog: Catalog | None = None) -> None:
+        self.address = parse_table_uri(uri)
+        self._uri = uri
+        self.application = application
+        self._catalog = catalog
+        self._table: Table | None = None
+        self._staged: dict[str, Receipt] = {}  # this process's staged batches, for their commit records
+
+    @property
+    def uri(self) -> str:
+        return self._uri
+
+    # --- the catalog and the table ------------------------------------------------------------
+
+    @property
+    def catalog(self) -> Catalog:
+        if self._catalog is None:
+            self._catalog = load_configured_catalog(self._uri, self.address.catalog)
+        return self._catalog
+
+    def check_writable(self) -> None:
+        """The catalog loads and can commit, the namespace exists, and a table there is one we can append to."""
+        with self._failures("reach the catalog"):
+            if not self.catalog.namespace_exists(self.address.namespace):
+                raise SinkError(
+                    self._uri,
+                    f"namespace {'.'.join(self.address.namespace)!r} does not exist in catalog "
+                    f"{self.address.catalog!r}; create it first (pyiceberg: catalog.create_namespace)",
+                )
+            table = self._load(required=False)
+        if table is not None and table.metadata.format_version < 2:
+            log.info("%s is an Iceberg v1 table; appends work, row-level deletes by users do not", self._uri)
+
+    def table(self, *, refresh: bool = False) -> Table | None:
+        """The table, loaded once and again when asked to (`refresh`); None when it does not exist yet."""
+        if self._table is None or refresh:
+            self._table = self._load(required=False)
+        return self._table
+
+    def _load(self, *, required: bool) -> Table | None:
+        with self._failures("load the table"):
+            try:
+                return self.catalog.load_table(self.address.identifier)
+            except NoSuchTableError:
+                if required:
+                    raise SinkError(self._uri, "the table does not exist") from None
+                return None
+
+    def _table_for(self, arrow_schema: pa.Schema) -> Table:
+        """The table, created with `arrow_schema` when missing (partitioned by day of arrival when it has
+        the arrival column), and evolved by name when the batch brings new columns. A column whose type
+        the table cannot hold is refused before anything is written."""
+        table = self.table()
+        if table is None:
+            table = self._create(arrow_schema)
+        missing = check_columns(self._uri, table.schema(), arrow_schema)
+        if missing:
+            table = self._add_columns(arrow_schema, missing)
+        return table
+
+    def _create(self, arrow_schema: pa.Schema) -> Table:
+        schema = assign_fresh_schema_ids(_pyarrow_to_schema_without_ids(arrow_schema))
+        spec = PartitionSpec()
+        if ARRIVAL_COLUMN in arrow_schema.names:
+            source_id = schema.find_field(ARRIVAL_COLUMN).field_id
+            spec = PartitionSpec(
+                PartitionField(source_id=source_id, field_id=1000, transform=DayTransform(), name="arrival_day")
+            )
+        with self._failures("create the table"):
+            try:
+                self._table = self.catalog.create_table(self.address.identifier, schema=schema, partition_spec=spec)
+                log.info("created %s, partitioned by %s", self._uri, spec)
+            except TableAlreadyExistsError:  # another slot created it meanwhile
+                self._table = self._load(required=True)
+            except NoSuchNamespaceError:
+                raise SinkError(
+                    self._uri, f"namespace {'.'.join(self.address.namespace)!r} does not exist; create it first"
+                ) from None
+        assert self._table is not None
+        return self._table
+
+    def _add_columns(self, arrow_schema: pa.Schema, missing: Sequence[str]) -> Table:
+        """Add the batch's new columns (union by name) in a schema-only commit: a column needs its field
+        id before a data file holding it can be written. Slots adding the same column race harmlessly:
+        the loser's union finds it there."""
+        for _ in range(COMMIT_ATTEMPTS):
+            table = self.table(refresh=True)
+            assert table is not None
+            if not check_columns(self._uri, table.schema(), arrow_schema):
+                return table
+            try:
+                with self._failures(f"add the column(s) {list(missing)}"):
+                    with table.update_schema() as update:
+                        update.union_by_name(arrow_schema)
+                log.info("%s: added the column(s) %s", self._uri, list(missing))
+            except SinkError as error:
+                if not isinstance(error.__cause__, CommitFailedException):
+                    raise
+        table = self.table(refresh=True)
+        assert table is not None
+        return table
+
+    # --- staging, by the slots ----------------------------------------------------------------
+
+    def batch_name(self, batch: BatchRange) -> str:
+        return f"{batch.stream_name}/{batch.shard_id}/{_position_text(batch.start)}_{_position_text(batch.end)}"
+
+    def staged_token(self, batch: BatchRange, attempt: str) -> str:
+        """The receipt id `stage` gives this attempt's batch: a pure function of both."""
+        return uuid.uuid5(uuid.NAMESPACE_URL, f"{self._uri}|{self.batch_name(batch)}|{attempt}").hex
+
+    def stage(self, batch: BatchRange, table: pa.Table, attempt: str) -> StagedBatch:
+        receipt_id = self.staged_token(batch, attempt)
+        iceberg_table = self._table_for(table.schema)
+        metadata = iceberg_table.metadata
+        io = iceberg_table.io
+        manifest_path, manifest_length, written = None, 0, 0
+        with self._failures(f"stage the batch {self.batch_name(batch)}"):
+            if table.num_rows:
+                table = as_table_types(table, iceberg_table.schema())
+                data_files = list(_dataframe_to_data_files(metadata, table, io, write_uuid=uuid.UUID(receipt_id)))
+                written = sum(data_file.file_size_in_bytes for data_file in data_files)
+                manifest_path = f"{self._staging_location(iceberg_table)}/{receipt_id}-m0.avro"
+                manifest_length = _write_manifest(iceberg_table, manifest_path, data_files, receipt_id)
+            receipt = Receipt(
+                receipt_id,
+                batch.lease_key,
+                batch.stream_name,
+                batch.shard_id,
+                batch.start,
+                batch.first,
+                batch.end,
+                table.num_rows,
+                written,
+                manifest_path,
+                manifest_length,
+                metadata.default_spec_id,
+            )
+            receipt_path = self._receipt_path(iceberg_table, receipt_id)
+            already_present = io.new_input(receipt_path).exists()
+            with io.new_output(receipt_path).create(overwrite=True) as stream:
+                stream.write(receipt.to_json())
+        self._staged[receipt_id] = receipt
+        return StagedBatch(receipt_id, table.num_rows, written, already_present)
+
+    def adopt(self, staged: str | None, batch: BatchRange, attempt: str) -> StagedBatch | None:
+        """None: a redo reads its range again and stages it as its own (a redo is rare; the other
+        attempt's files may still be being rewritten by it)."""
+        return None
+
+    # --- records, commits and visibility ------------------------------------------------------
+
+    def commit_record(self, previous: str | None, staged: StagedBatch | None) -> str | None:
+        """The lease's record after committing `staged`: the previous record's batches the table does
+        not hold yet, then `staged`'s (the record only ever names committed ranges)."""
+        record = LeaseRecord.decode(previous)
+        entries = list(record.entries) if record is not None else []
+        key = record.lease_key if record is not None else None
+        if entries and key is not None:
+            entries = self._not_visible(key, entries)
+        if staged is not None and staged.token is not None:
+            receipt = self._staged.get(staged.token) or self._read_receipt(staged.token)
+            key = receipt.lease_key
+            entries.append(_Entry(staged.token, receipt.end))
+        if key is None or not entries:
+            return None
+        return LeaseRecord(key, tuple(entries)).encode()
+
+    def make_visible(self, record: str | None) -> Visibility:
+        decoded = LeaseRecord.decode(record)
+        if decoded is None or not self._not_visible(decoded.lease_key, list(decoded.entries)):
+            return Visibility.VISIBLE
+        return Visibility.AT_ROUND_END
+
+    def awaiting_visibility(self, record: str | None) -> tuple[str, ...]:
+        decoded = LeaseRecord.decode(record)
+        if decoded is None:
+            return ()
+        waiting = self._not_visible(decoded.lease_key, list(decoded.entries))
+        return tuple(f"{decoded.lease_key} up to {entry.end} (receipt {entry.receipt})" for entry in waiting)
+
+    def _not_visible(self, lease_key: str, entries: list[_Entry]) -> list[_Entry]:
+        table = self.table(refresh=True)
+        positions = {} if table is None else self.positions(table)
+        held = positions.get(lease_key)
+        return [entry for entry in entries if held is None or entry.end > held.end]
+
+    def positions(self, table: Table) -> dict[str, LeasePosition]:
+        """The application's position map in the newest snapshot of its own in `main`'s history."""
+        snapshot = self._newest_own_snapshot(table)
+        if snapshot is None or snapshot.summary is None:
+            return {}
+        path = snapshot.summary.get(SUMMARY_POSITIONS)
+        if path is None:
+            return {}
+        with self._failures(f"read the position map {path}"):
+            with table.io.new_input(path).open() as stream:
+                document = json.loads(stream.read())
+        return {
+            key: LeasePosition(value["stream"], value.get("arn"), value.get("created"), _decode_position(value["end"]))
+            for key, value in document["leases"].items()
+        }
+
+    def _newest_own_snapshot(self, table: Table) -> Snapshot | None:
+        for snapshot in ancestors_of(table.current_snapshot(), table.metadata):
+            if snapshot.summary is not None and snapshot.summary.get(SUMMARY_APPLICATION) == self.application:
+                return snapshot
+        return None
+
+    # --- the round's commit, by the driver ----------------------------------------------------
+
+    def publish_round(self, records: Mapping[str, str], identity: RoundIdentity) -> RoundPublication:
+        waiting = {
+            key: decoded
+            for key, record in records.items()
+            if (decoded := LeaseRecord.decode(record)) is not None and decoded.entries
+        }
+        if not waiting:
+            return RoundPublication(0, 0, 0)
+        commit_id = uuid.uuid4().hex
+        for _ in range(COMMIT_ATTEMPTS):
+            table = self.table(refresh=True)
+            if table is None:
+                raise SinkError(self._uri, "the table is gone: committed batches were staged into it")
+            plan = self._plan(table, waiting)
+            if not plan.receipts:
+                return RoundPublication(0, 0, plan.already_visible, plan.missing)
+            try:
+                snapshot_id = self._commit(table, plan, identity, commit_id)
+            except CommitFailedException as error:
+                log.info("%s: another writer committed first (%s); checking again on the new head", self._uri, error)
+                continue
+            except CommitStateUnknownException as error:
+                landed = self._find_commit(commit_id)
+                if landed is None:
+                    log.warning("%s: a commit's answer was lost (%s) and it did not land; again", self._uri, error)
+                    continue
+                snapshot_id = landed
+            return RoundPublication(1, len(plan.receipts), plan.already_visible, plan.missing, snapshot_id)
+        raise SinkError(
+            self._uri, f"the round's commit met a newer head {COMMIT_ATTEMPTS} times in a row", retryable=True
+        )
+
+    def _plan(self, table: Table, waiting: Mapping[str, LeaseRecord]) -> _CommitPlan:
+        """The receipts to commit now: every listed batch past its lease's position in the table, in order."""
+        positions = self.positions(table)
+        receipts: list[Receipt] = []
+        already, missing = 0, []
+        for key, record in sorted(waiting.items()):
+            held = positions.get(key)
+            for entry in sorted(record.entries, key=lambda e: e.end):
+                if held is not None and entry.end <= held.end:
+                    already += 1
+                    continue
+                try:
+                    receipts.append(self._read_receipt(entry.receipt, table))
+                except FileNotFoundError:
+                    missing.append(f"{key} up to {entry.end}")
+        return _CommitPlan(positions, receipts, already, tuple(missing))
+
+    def _commit(self, table: Table, plan: _CommitPlan, identity: RoundIdentity, commit_id: str) -> int:
+        positions = dict(plan.positions)
+        for receipt in plan.receipts:
+            arn, created = identity.streams.get(receipt.stream_name, (None, None))
+            positions[receipt.lease_key] = LeasePosition(receipt.stream_name, arn, created, receipt.end)
+        positions_path = f"{table.metadata.location}/metadata/{POSITIONS_FOLDER}/{commit_id}.json"
+        with self._failures("write the position map"):
+            with table.io.new_output(positions_path).create(overwrite=True) as stream:
+                stream.write(_positions_json(self.application, positions))
+            data_files = [data_file for receipt in plan.receipts for data_file in self._data_files(table, receipt)]
+        summary = {
+            SUMMARY_APPLICATION: identity.application,
+            SUMMARY_ROUND: str(identity.round_number),
+            SUMMARY_COMMIT_ID: commit_id,
+            SUMMARY_STREAMS: "; ".join(
+                f"{name} {arn} created {created}" for name, (arn, created) in sorted(identity.streams.items())
+            ),
+            SUMMARY_RANGES: "; ".join(receipt.range_text() for receipt in plan.receipts),
+            SUMMARY_POSITIONS: positions_path,
+        }
+        transaction = table.transaction()
+        with transaction.update_snapshot(snapshot_properties=summary).fast_append() as append:
+            for data_file in data_files:
+                append.append_data_file(data_file)
+        # pyiceberg retries a conflicting append by rebasing it onto the new head through its
+        # registered snapshot producers; with none registered a conflict raises instead, and
+        # `publish_round` runs the visibility check again on the new head.
+        transaction._snapshot_producers.clear()
+        committed = transaction.commit_transaction()
+        snapshot = committed.current_snapshot()
+        assert snapshot is not None
+        self._table = committed
+        return snapshot.snapshot_id
+
+    def _find_commit(self, commit_id: str) -> int | None:
+        table = self.table(refresh=True)
+        if table is None:
+            return None
+        for snapshot in ancestors_of(table.current_snapshot(), table.metadata):
+            if snapshot.summary is not None and snapshot.summary.get(SUMMARY_COMMIT_ID) == commit_id:
+                return snapshot.snapshot_id
+        return None
+
+    # --- files --------------------------------------------------------------------------------
+
+    def _staging_location(self, table: Table) -> str:
+        return f"{table.metadata.location}/metadata/{STAGING_FOLDER}"
+
+    def _receipt_path(self, table: Table, receipt_id: str) -> str:
+        return f"{self._staging_location(table)}/{receipt_id}.json"
+
+    def _read_receipt(self, receipt_id: str, table: Table | None = None) -> Receipt:
+        table = table or self.table()
+        if table is None:
+            raise FileNotFoundError(receipt_id)
+        path = self._receipt_path(table, receipt_id)
+        with self._failures(f"read the receipt {path}"):
+            input_file = table.io.new_input(path)
+            if not input_file.exists():
+                raise FileNotFoundError(path)
+            with input_file.open() as stream:
+                return Receipt.from_json(stream.read())
+
+    def _data_files(self, table: Table, receipt: Receipt) -> list[DataFile]:
+        if receipt.manifest_path is None:
+            return []
+        manifest = ManifestFile.from_args(
+            manifest_path=receipt.manifest_path,
+            manifest_length=receipt.manifest_length,
+            partition_spec_id=receipt.spec_id,
+            content=ManifestContent.DATA,
+            sequence_number=UNASSIGNED_SEQ,
+            min_sequence_number=UNASSIGNED_SEQ,
+            added_snapshot_id=None,
+        )
+        return [entry.data_file for entry in manifest.fetch_manifest_entry(table.io)]
+
+    @contextmanager
+    def _failures(self, action: str) -> Iterator[None]:
+        """Storage and catalog failures as SinkError naming the table and what could not be done."""
+        try:
+            yield
+        except (SinkError, FileNotFoundError, CommitFailedException, CommitStateUnknownException):
+            raise
+        except (OSError, ValueError, pa.ArrowException) as error:
+            retryable = isinstance(error, OSError)
+            raise SinkError(
+                self._uri, f"cannot {action}: {type(error).__name__}: {error}", retryable=retryable
+            ) from error
+
+
+@dataclass(frozen=True)
+class _CommitPlan:
+    positions: Mapping[str, LeasePosition]
+    receipts: Sequence[Receipt]
+    already_visible: int
+    missing: tuple[str, ...]
+
+
+def load_configured_catalog(uri: str, name: str) -> Catalog:
+    """The catalog `name` as pyiceberg's configuration describes it; a clear SinkError when it is not
+    configured, is of a type that cannot commit, or fails to load."""
+    config = Config().get_catalog_config(name)
+    if not config:
+        raise SinkError(
+            uri,
+            f"catalog {name!r} is not configured: set PYICEBERG_CATALOG__{name.upper()}__TYPE and its "
+            "properties (e.g. __URI, __WAREHOUSE), or describe it in .pyiceberg.yaml",
+        )
+    catalog_type = str(config.get("type", "")).lower()
+    if catalog_type in CATALOGS_THAT_CANNOT_COMMIT:
+        raise SinkError(
+            uri,
+            f"catalog {name!r} is of type {catalog_type!r}, which pyiceberg cannot commit to (use sql, glue or rest)",
+        )
+    try:
+        # The configuration read now, not the one pyiceberg read when it was first imported.
+        return load_catalog(name, **{key: value for key, value in config.items() if isinstance(value, str)})
+    except Exception as error:  # pyiceberg raises ValueError, ImportError, driver errors...
+        raise SinkError(uri, f"catalog {name!r} cannot be loaded: {type(error).__name__}: {error}") from error
+
+
+def check_columns(uri: str, table_schema: Schema, arrow_schema: pa.Schema) -> list[str]:
+    """The batch's columns the table lacks; SinkError naming the first column whose type the table
+    cannot hold (a type that promotes to the table's, such as int to long, is held)."""
+    batch_schema = _pyarrow_to_schema_without_ids(arrow_schema)
+    missing = []
+    for field in batch_schema.fields:
+        try:
+            existing = table_schema.find_field(field.name)
+        except ValueError:
+            existing = None
+        if existing is None:
+            missing.append(field.name)
+            continue
+        if existing.field_type == field.field_type:
+            continue
+        try:
+            promote(field.field_type, existing.field_type)
+        except Exception:
+            raise SinkError(
+                uri,
+                f"column {field.name!r} is {field.field_type} in the batch but {existing.field_type} in the table; "
+                "the table cannot hold it",
+            ) from None
+    return missing
+
+
+def as_table_types(batch: pa.Table, table_schema: Schema) -> pa.Table:
+    """The batch with each column cast to the table's Arrow type for it (millisecond arrival times to
+    Iceberg's microseconds, an int to a long): partition transforms and writers take the table's types."""
+    wanted = table_schema.as_arrow()
+    fields = [
+        field.with_type(wanted.field(field.name).type) if field.name in wanted.names else field
+        for field in batch.schema
+    ]
+    target = pa.schema(fields, metadata=batch.schema.metadata)
+    return batch if target.equals(batch.schema) else batch.cast(target)
+
+
+def _write_manifest(table: Table, path: str, data_files: Iterable[DataFile], receipt_id: str) -> int:
+    metadata = table.metadata
+    snapshot_id = uuid.UUID(receipt_id).int & ((1 << 63) - 1)
+    writer = write_manifest(
+        format_version=metadata.format_version,
+        spec=metadata.spec(),
+        schema=metadata.schema(),
+        output_file=table.io.new_output(path),
+        snapshot_id=snapshot_id,
+        avro_compression="deflate",
+    )
+    with writer:
+        for data_file in data_files:
+            writer.add_entry(
+                ManifestEntry.from_args(status=ManifestEntryStatus.ADDED, snapshot_id=snapshot_id, data_file=data_file)
+            )
+    return writer.to_manifest_file().manifest_length
+
+
+def _positions_json(application: str, positions: Mapping[str, LeasePosition]) -> bytes:
+    leases: dict[str, Any] = {
+        key: {"stream": p.stream_name, "arn": p.stream_arn, "created": p.stream_created, "end": _encode_position(p.end)}
+        for key, p in sorted(positions.items())
+    }
+    return json.dumps({"format": POSITIONS_FORMAT, "application": application, "leases": leases}, indent=0).encode()
+
+
+def _position_text(position: ExtendedSequenceNumber) -> str:
+    if position.is_sentinel:
+        return position.sequence_number
+    return f"{int(position.sequence_number)}-{position.sub_sequence_number}"
+
+
+def _encode_position(position: ExtendedSequenceNumber) -> list[Any]:
+    return [position.sequence_number, position.sub_sequence_number]
+
+
+def _decode_position(raw: Any) -> ExtendedSequenceNumber:
+    if not isinstance(raw, list) or len(raw) != 2:
+        raise ValueError(f"a position is [sequence number, sub-sequence number], got {raw!r}")
+    return ExtendedSequenceNumber(str(raw[0]), int(raw[1]))
