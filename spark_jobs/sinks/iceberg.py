@@ -241,6 +241,7 @@ class IcebergSink:
         self._catalog = catalog
         self._table: Table | None = None
         self._staged: dict[str, Receipt] = {}  # this process's staged batches, for their commit records
+        self._positions: dict[str, LeasePosition] | None = None  # the view `_not_visible` reads
 
     @property
     def uri(self) -> str:
@@ -416,9 +417,13 @@ class IcebergSink:
         return tuple(f"{decoded.lease_key} up to {entry.end} (receipt {entry.receipt})" for entry in waiting)
 
     def _not_visible(self, lease_key: str, entries: list[_Entry]) -> list[_Entry]:
-        table = self.table(refresh=True)
-        positions = {} if table is None else self.positions(table)
-        held = positions.get(lease_key)
+        """The entries past the lease's position in this sink's view of the table: the view is read
+        once (a slot's commits, an idle check over every lease) and may be older than the table,
+        which only ever makes it keep or report a batch the table already holds, never the reverse."""
+        if self._positions is None:
+            table = self.table(refresh=True)
+            self._positions = {} if table is None else self.positions(table)
+        held = self._positions.get(lease_key)
         return [entry for entry in entries if held is None or entry.end > held.end]
 
     def positions(self, table: Table) -> dict[str, LeasePosition]:
@@ -526,6 +531,7 @@ class IcebergSink:
         snapshot = committed.current_snapshot()
         assert snapshot is not None
         self._table = committed
+        self._positions = positions
         return snapshot.snapshot_id
 
     def _find_commit(self, commit_id: str) -> int | None:

@@ -264,7 +264,7 @@ def test_the_application_finds_its_positions_beneath_other_writers_snapshots(cat
     table = sink.table(refresh=True)
     table.append(rows(500, 2).cast(table.schema().as_arrow()))
 
-    assert sink.awaiting_visibility(record) == ()
+    assert sink_on(catalog).awaiting_visibility(record) == ()
     assert sink_on(catalog, "another-app").awaiting_visibility(record) != ()
 
 
