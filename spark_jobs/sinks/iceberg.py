@@ -38,6 +38,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 from pyiceberg.catalog import Catalog, load_catalog
 from pyiceberg.exceptions import (
     CommitFailedException,
@@ -564,6 +565,21 @@ class IcebergSink:
                 return Receipt.from_json(stream.read())
 
     def _data_files(self, table: Table, receipt: Receipt) -> list[DataFile]:
+        """The receipt's data files, rewritten into the table's partition spec if it changed since
+        they were staged (an append writes every file it adds into one manifest of the current spec)."""
+        staged = self._staged_data_files(table, receipt)
+        if receipt.spec_id == table.metadata.default_spec_id or not staged:
+            return staged
+        log.info(
+            "%s: the partition spec changed since %s was staged; rewriting its files", self._uri, receipt.range_text()
+        )
+        rows = pa.concat_tables([_read_data_file(table, data_file.file_path) for data_file in staged])
+        rewrite_id = uuid.uuid5(uuid.UUID(receipt.receipt_id), f"spec-{table.metadata.default_spec_id}")
+        return list(
+            _dataframe_to_data_files(table.metadata, as_table_types(rows, table.schema()), table.io, rewrite_id)
+        )
+
+    def _staged_data_files(self, table: Table, receipt: Receipt) -> list[DataFile]:
         if receipt.manifest_path is None:
             return []
         manifest = ManifestFile.from_args(
@@ -658,6 +674,11 @@ def as_table_types(batch: pa.Table, table_schema: Schema) -> pa.Table:
     ]
     target = pa.schema(fields, metadata=batch.schema.metadata)
     return batch if target.equals(batch.schema) else batch.cast(target)
+
+
+def _read_data_file(table: Table, path: str) -> pa.Table:
+    with table.io.new_input(path).open() as stream:
+        return pq.read_table(stream)
 
 
 def _write_manifest(table: Table, path: str, data_files: Iterable[DataFile], receipt_id: str) -> int:

@@ -341,3 +341,18 @@ def test_a_missing_namespace_is_refused_before_anything_is_written(catalog):
     sink = IcebergSink("iceberg://lake/elsewhere.orders", APPLICATION, catalog=catalog)
     with pytest.raises(SinkError, match=r"namespace 'elsewhere' does not exist in catalog 'lake'"):
         sink.check_writable()
+
+
+def test_batches_staged_before_the_partition_spec_changed_land_in_the_new_spec(catalog):
+    sink = sink_on(catalog)
+    record = land(sink, None, TRIM_HORIZON, 1, 10)
+    table = sink.table()
+    with table.update_spec() as update:
+        update.add_identity("shard_id")
+
+    sink.publish_round({"shardId-000000000001": record}, IDENTITY)
+
+    table = sink.table(refresh=True)
+    assert len(table.scan(row_filter="shard_id == 'shardId-000000000001'").to_arrow()) == 10
+    specs = {task.file.spec_id for task in table.scan().plan_files()}
+    assert specs == {table.metadata.default_spec_id}
