@@ -88,6 +88,8 @@ SUMMARY_COMMIT_ID = "kinesis.commit-id"
 SUMMARY_STREAMS = "kinesis.streams"
 SUMMARY_RANGES = "kinesis.ranges"
 SUMMARY_POSITIONS = "kinesis.positions-file"
+# Table property: `<commit id> <position map>` of the application's newest commit.
+POSITIONS_PROPERTY_PREFIX = "kinesis.positions."
 
 _IDENTIFIER_PART = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_-]*")
 
@@ -428,11 +430,16 @@ class IcebergSink:
         return [entry for entry in entries if held is None or entry.end > held.end]
 
     def positions(self, table: Table) -> dict[str, LeasePosition]:
-        """The application's position map in the newest snapshot of its own in `main`'s history."""
+        """The application's position map: the one its newest snapshot in `main`'s history points to.
+
+        The table property `kinesis.positions.<application>` points to it as well (set by the same
+        commit), for when that snapshot has been expired by a tool that does not keep it (this
+        sink's own expiry does): the property is used only when the snapshot it names is gone from
+        the table, never when it exists off `main`'s history (a rollback took it out)."""
         snapshot = self._newest_own_snapshot(table)
-        if snapshot is None or snapshot.summary is None:
-            return {}
-        path = snapshot.summary.get(SUMMARY_POSITIONS)
+        path = None if snapshot is None or snapshot.summary is None else snapshot.summary.get(SUMMARY_POSITIONS)
+        if path is None:
+            path = self._expired_snapshots_positions(table)
         if path is None:
             return {}
         with self._failures(f"read the position map {path}"):
@@ -442,6 +449,25 @@ class IcebergSink:
             key: LeasePosition(value["stream"], value.get("arn"), value.get("created"), _decode_position(value["end"]))
             for key, value in document["leases"].items()
         }
+
+    @property
+    def positions_property(self) -> str:
+        return f"{POSITIONS_PROPERTY_PREFIX}{self.application}"
+
+    def _expired_snapshots_positions(self, table: Table) -> str | None:
+        commit_id, _, path = table.properties.get(self.positions_property, "").partition(" ")
+        if not path or any(
+            snapshot.summary is not None and snapshot.summary.get(SUMMARY_COMMIT_ID) == commit_id
+            for snapshot in table.metadata.snapshots
+        ):
+            return None
+        log.info(
+            "%s: the application's newest snapshot (commit %s) was expired; positions from %s",
+            self._uri,
+            commit_id,
+            path,
+        )
+        return path
 
     def _newest_own_snapshot(self, table: Table) -> Snapshot | None:
         for snapshot in ancestors_of(table.current_snapshot(), table.metadata):
@@ -521,6 +547,7 @@ class IcebergSink:
             SUMMARY_POSITIONS: positions_path,
         }
         transaction = table.transaction()
+        transaction.set_properties({self.positions_property: f"{commit_id} {positions_path}"})
         with transaction.update_snapshot(snapshot_properties=summary).fast_append() as append:
             for data_file in data_files:
                 append.append_data_file(data_file)

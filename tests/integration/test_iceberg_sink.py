@@ -356,3 +356,35 @@ def test_batches_staged_before_the_partition_spec_changed_land_in_the_new_spec(c
     assert len(table.scan(row_filter="shard_id == 'shardId-000000000001'").to_arrow()) == 10
     specs = {task.file.spec_id for task in table.scan().plan_files()}
     assert specs == {table.metadata.default_spec_id}
+
+
+def test_positions_outlive_the_expiry_of_the_applications_snapshots_by_another_tool(catalog):
+    sink = sink_on(catalog)
+    record = land(sink, None, TRIM_HORIZON, 1, 10)
+    sink.publish_round({"shardId-000000000001": record}, IDENTITY)
+    table = sink.table(refresh=True)
+    table.append(rows(500, 2).cast(table.schema().as_arrow()))
+    table = sink.table(refresh=True)
+    ours = [snapshot.snapshot_id for snapshot in table.snapshots() if snapshot.summary.get(SUMMARY_COMMIT_ID)]
+    table.maintenance.expire_snapshots().by_ids(ours).commit()
+
+    assert sink_on(catalog).awaiting_visibility(record) == ()
+    assert sink_on(catalog).publish_round({"shardId-000000000001": record}, IDENTITY).batches_published == 0
+    assert len(table_sequence_numbers(sink)) == 12
+
+
+def test_batches_a_rollback_took_out_of_the_table_are_published_again(catalog):
+    """Their ranges are committed on the leases: the table must hold them."""
+    sink = sink_on(catalog)
+    first = land(sink, None, TRIM_HORIZON, 1, 10)
+    sink.publish_round({"shardId-000000000001": first}, IDENTITY)
+    before = sink.table(refresh=True).current_snapshot().snapshot_id
+    second = land(sink, first, position(10), 11, 5)
+    sink.publish_round({"shardId-000000000001": second}, IDENTITY)
+    table = sink.table(refresh=True)
+    table.manage_snapshots().rollback_to_snapshot(before).commit()
+
+    again = sink_on(catalog).publish_round({"shardId-000000000001": second}, IDENTITY)
+
+    assert (again.batches_published, again.batches_already_visible) == (1, 0)
+    assert table_sequence_numbers(sink) == [str(n) for n in range(1, 16)]
