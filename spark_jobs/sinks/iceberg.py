@@ -260,7 +260,7 @@ class IcebergSink:
 
     def check_writable(self) -> None:
         """The catalog loads and can commit, the namespace exists, and a table there is one we can append to."""
-        with self._failures("reach the catalog"):
+        with self.failures("reach the catalog"):
             if not self.catalog.namespace_exists(self.address.namespace):
                 raise SinkError(
                     self._uri,
@@ -278,7 +278,7 @@ class IcebergSink:
         return self._table
 
     def _load(self, *, required: bool) -> Table | None:
-        with self._failures("load the table"):
+        with self.failures("load the table"):
             try:
                 return self.catalog.load_table(self.address.identifier)
             except NoSuchTableError:
@@ -306,7 +306,7 @@ class IcebergSink:
             spec = PartitionSpec(
                 PartitionField(source_id=source_id, field_id=1000, transform=DayTransform(), name="arrival_day")
             )
-        with self._failures("create the table"):
+        with self.failures("create the table"):
             try:
                 self._table = self.catalog.create_table(self.address.identifier, schema=schema, partition_spec=spec)
                 log.info("created %s, partitioned by %s", self._uri, spec)
@@ -329,7 +329,7 @@ class IcebergSink:
             if not check_columns(self._uri, table.schema(), arrow_schema):
                 return table
             try:
-                with self._failures(f"add the column(s) {list(missing)}"):
+                with self.failures(f"add the column(s) {list(missing)}"):
                     with table.update_schema() as update:
                         update.union_by_name(arrow_schema)
                 log.info("%s: added the column(s) %s", self._uri, list(missing))
@@ -355,7 +355,7 @@ class IcebergSink:
         metadata = iceberg_table.metadata
         io = iceberg_table.io
         manifest_path, manifest_length, written = None, 0, 0
-        with self._failures(f"stage the batch {self.batch_name(batch)}"):
+        with self.failures(f"stage the batch {self.batch_name(batch)}"):
             if table.num_rows:
                 table = as_table_types(table, iceberg_table.schema())
                 data_files = list(_dataframe_to_data_files(metadata, table, io, write_uuid=uuid.UUID(receipt_id)))
@@ -376,7 +376,7 @@ class IcebergSink:
                 manifest_length,
                 metadata.default_spec_id,
             )
-            receipt_path = self._receipt_path(iceberg_table, receipt_id)
+            receipt_path = self.receipt_path(iceberg_table, receipt_id)
             already_present = io.new_input(receipt_path).exists()
             with io.new_output(receipt_path).create(overwrite=True) as stream:
                 stream.write(receipt.to_json())
@@ -399,7 +399,7 @@ class IcebergSink:
         if entries and key is not None:
             entries = self._not_visible(key, entries)
         if staged is not None and staged.token is not None:
-            receipt = self._staged.get(staged.token) or self._read_receipt(staged.token)
+            receipt = self._staged.get(staged.token) or self.read_receipt(staged.token)
             key = receipt.lease_key
             entries.append(_Entry(staged.token, receipt.end))
         if key is None or not entries:
@@ -442,7 +442,7 @@ class IcebergSink:
             path = self._expired_snapshots_positions(table)
         if path is None:
             return {}
-        with self._failures(f"read the position map {path}"):
+        with self.failures(f"read the position map {path}"):
             with table.io.new_input(path).open() as stream:
                 document = json.loads(stream.read())
         return {
@@ -521,7 +521,7 @@ class IcebergSink:
                     already += 1
                     continue
                 try:
-                    receipts.append(self._read_receipt(entry.receipt, table))
+                    receipts.append(self.read_receipt(entry.receipt, table))
                 except FileNotFoundError:
                     missing.append(f"{key} up to {entry.end}")
         return _CommitPlan(positions, receipts, already, tuple(missing))
@@ -532,7 +532,7 @@ class IcebergSink:
             arn, created = identity.streams.get(receipt.stream_name, (None, None))
             positions[receipt.lease_key] = LeasePosition(receipt.stream_name, arn, created, receipt.end)
         positions_path = f"{table.metadata.location}/metadata/{POSITIONS_FOLDER}/{commit_id}.json"
-        with self._failures("write the position map"):
+        with self.failures("write the position map"):
             with table.io.new_output(positions_path).create(overwrite=True) as stream:
                 stream.write(_positions_json(self.application, positions))
             data_files = [data_file for receipt in plan.receipts for data_file in self._data_files(table, receipt)]
@@ -576,15 +576,15 @@ class IcebergSink:
     def _staging_location(self, table: Table) -> str:
         return f"{table.metadata.location}/metadata/{STAGING_FOLDER}"
 
-    def _receipt_path(self, table: Table, receipt_id: str) -> str:
+    def receipt_path(self, table: Table, receipt_id: str) -> str:
         return f"{self._staging_location(table)}/{receipt_id}.json"
 
-    def _read_receipt(self, receipt_id: str, table: Table | None = None) -> Receipt:
+    def read_receipt(self, receipt_id: str, table: Table | None = None) -> Receipt:
         table = table or self.table()
         if table is None:
             raise FileNotFoundError(receipt_id)
-        path = self._receipt_path(table, receipt_id)
-        with self._failures(f"read the receipt {path}"):
+        path = self.receipt_path(table, receipt_id)
+        with self.failures(f"read the receipt {path}"):
             input_file = table.io.new_input(path)
             if not input_file.exists():
                 raise FileNotFoundError(path)
@@ -594,7 +594,7 @@ class IcebergSink:
     def _data_files(self, table: Table, receipt: Receipt) -> list[DataFile]:
         """The receipt's data files, rewritten into the table's partition spec if it changed since
         they were staged (an append writes every file it adds into one manifest of the current spec)."""
-        staged = self._staged_data_files(table, receipt)
+        staged = self.staged_data_files(table, receipt)
         if receipt.spec_id == table.metadata.default_spec_id or not staged:
             return staged
         log.info(
@@ -606,7 +606,7 @@ class IcebergSink:
             _dataframe_to_data_files(table.metadata, as_table_types(rows, table.schema()), table.io, rewrite_id)
         )
 
-    def _staged_data_files(self, table: Table, receipt: Receipt) -> list[DataFile]:
+    def staged_data_files(self, table: Table, receipt: Receipt) -> list[DataFile]:
         if receipt.manifest_path is None:
             return []
         manifest = ManifestFile.from_args(
@@ -621,7 +621,7 @@ class IcebergSink:
         return [entry.data_file for entry in manifest.fetch_manifest_entry(table.io)]
 
     @contextmanager
-    def _failures(self, action: str) -> Iterator[None]:
+    def failures(self, action: str) -> Iterator[None]:
         """Storage and catalog failures as SinkError naming the table and what could not be done."""
         try:
             yield

@@ -1,0 +1,194 @@
+"""Upkeep of an Iceberg table the sink writes: expire old snapshots, remove files nothing will commit.
+
+Snapshots. Every round adds one; each keeps its metadata and the data files it replaced alive.
+`expire_snapshots` drops those older than the table's `history.expire.max-snapshot-age-ms` (Iceberg's
+default: 5 days), always keeping branch and tag heads, the newest `history.expire.min-snapshots-to-keep`,
+and the newest snapshot of every application that commits to the table (its position map is how
+a later round knows what the table holds).
+
+Orphans. A slot stages a batch's data files, a manifest and a receipt before the lease commits; an
+attempt fenced before its commit, or a redo that read the batch again, leaves its staged files to
+nobody. `remove_orphan_files` deletes, among the files under the table's location, those that:
+- no snapshot of the table references (data files, manifests, manifest lists, position maps), and
+- no lease names: neither in its record of committed batches awaiting the table, nor in its
+  pending checkpoint (the staged batch of a commit that may still be in flight), and
+- were last written before `older_than` (Iceberg's own default: 3 days): a writer between staging
+  and its commit, ours or another tool's, is never that slow.
+Table metadata files (`*.metadata.json`) are the catalog's and are never touched.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+
+import pyarrow.fs as pafs
+from pyiceberg.io.pyarrow import PyArrowFileIO
+from pyiceberg.table import Table
+from pyiceberg.table.snapshots import ancestors_of
+
+from spark_jobs.errors import SinkError
+from spark_jobs.sinks.iceberg import (
+    POSITIONS_FOLDER,
+    POSITIONS_PROPERTY_PREFIX,
+    STAGING_FOLDER,
+    SUMMARY_APPLICATION,
+    SUMMARY_POSITIONS,
+    IcebergSink,
+    LeaseRecord,
+)
+
+log = logging.getLogger(__name__)
+
+DEFAULT_ORPHAN_AGE = timedelta(days=3)
+MAX_SNAPSHOT_AGE_PROPERTY = "history.expire.max-snapshot-age-ms"
+MIN_SNAPSHOTS_PROPERTY = "history.expire.min-snapshots-to-keep"
+DEFAULT_MAX_SNAPSHOT_AGE = timedelta(days=5)
+DEFAULT_MIN_SNAPSHOTS = 1
+
+
+@dataclass(frozen=True)
+class OrphanRemoval:
+    removed: tuple[str, ...]
+    kept_too_young: int  # unreferenced, but written within the grace period
+
+
+def expire_snapshots(sink: IcebergSink, now: datetime | None = None) -> tuple[int, ...]:
+    """Expire the table's snapshots past its maximum age (see the module's docstring); the ids expired."""
+    table = _table(sink)
+    properties = table.properties
+    max_age = timedelta(milliseconds=int(properties.get(MAX_SNAPSHOT_AGE_PROPERTY, 0))) or DEFAULT_MAX_SNAPSHOT_AGE
+    keep_newest = int(properties.get(MIN_SNAPSHOTS_PROPERTY, DEFAULT_MIN_SNAPSHOTS))
+    cutoff_millis = int(((now or datetime.now(UTC)) - max_age).timestamp() * 1000)
+    kept = _kept_snapshots(table, keep_newest)
+    expired = [
+        snapshot.snapshot_id
+        for snapshot in table.snapshots()
+        if snapshot.timestamp_ms < cutoff_millis and snapshot.snapshot_id not in kept
+    ]
+    if expired:
+        with sink.failures("expire snapshots"):
+            table.maintenance.expire_snapshots().by_ids(expired).commit()
+        log.info("%s: expired %d snapshot(s) older than %s", sink.uri, len(expired), max_age)
+    return tuple(expired)
+
+
+def _kept_snapshots(table: Table, keep_newest: int) -> set[int]:
+    history = list(ancestors_of(table.current_snapshot(), table.metadata))
+    kept = {snapshot.snapshot_id for snapshot in history[:keep_newest]}
+    applications_seen: set[str] = set()
+    for snapshot in history:
+        application = snapshot.summary.get(SUMMARY_APPLICATION) if snapshot.summary is not None else None
+        if application is not None and application not in applications_seen:
+            applications_seen.add(application)
+            kept.add(snapshot.snapshot_id)
+    return kept
+
+
+def live_receipts(records: Iterable[str | None], pending_tokens: Iterable[str | None]) -> set[str]:
+    """The receipts the lease table still names: in records of committed batches awaiting the table,
+    and as the staged batches of pending checkpoints."""
+    named = {token for token in pending_tokens if token}
+    for record in records:
+        decoded = LeaseRecord.decode(record)
+        if decoded is not None:
+            named.update(entry.receipt for entry in decoded.entries)
+    return named
+
+
+def remove_orphan_files(
+    sink: IcebergSink, live: set[str], older_than: timedelta = DEFAULT_ORPHAN_AGE, now: datetime | None = None
+) -> OrphanRemoval:
+    """Delete the table's files that nothing references (see the module's docstring)."""
+    table = _table(sink)
+    cutoff = (now or datetime.now(UTC)) - older_than
+    with sink.failures("list the table's files"):
+        referenced = _referenced_files(sink, table, live)
+        filesystem, root = _filesystem(table)
+        candidates = [
+            info
+            for info in filesystem.get_file_info(pafs.FileSelector(root, recursive=True))
+            if info.type == pafs.FileType.File and _removable_kind(info.path)
+        ]
+    removed, too_young = [], 0
+    for info in candidates:
+        if _normal(info.path) in referenced:
+            continue
+        if info.mtime is None or info.mtime.replace(tzinfo=UTC) >= cutoff:
+            too_young += 1
+            continue
+        with sink.failures(f"delete the orphan file {info.path}"):
+            filesystem.delete_file(info.path)
+        removed.append(info.path)
+    log.info(
+        "%s: removed %d orphan file(s); %d unreferenced are younger than %s",
+        sink.uri,
+        len(removed),
+        too_young,
+        older_than,
+    )
+    return OrphanRemoval(tuple(removed), too_young)
+
+
+def _referenced_files(sink: IcebergSink, table: Table, live: set[str]) -> set[str]:
+    io = table.io
+    referenced: set[str] = set()
+    for snapshot in table.snapshots():
+        referenced.add(snapshot.manifest_list)
+        positions = snapshot.summary.get(SUMMARY_POSITIONS) if snapshot.summary is not None else None
+        if positions is not None:
+            referenced.add(positions)
+        for manifest in snapshot.manifests(io):
+            referenced.add(manifest.manifest_path)
+            referenced.update(
+                entry.data_file.file_path for entry in manifest.fetch_manifest_entry(io, discard_deleted=False)
+            )
+    for key, value in table.properties.items():
+        if key.startswith(POSITIONS_PROPERTY_PREFIX):
+            referenced.add(value.partition(" ")[2])
+    for receipt_id in live:
+        referenced.add(sink.receipt_path(table, receipt_id))
+        try:
+            receipt = sink.read_receipt(receipt_id, table)
+        except FileNotFoundError:
+            continue
+        if receipt.manifest_path is not None:
+            referenced.add(receipt.manifest_path)
+            referenced.update(data_file.file_path for data_file in sink.staged_data_files(table, receipt))
+    return {_normal(path) for path in referenced}
+
+
+def _removable_kind(path: str) -> bool:
+    """Data files, manifests and manifest lists, and this sink's staging and position files; never a
+    table metadata file or anything else a catalog keeps beside them."""
+    name = path.rsplit("/", 1)[-1]
+    if f"/{STAGING_FOLDER}/" in path or f"/{POSITIONS_FOLDER}/" in path:
+        return True
+    if "/metadata/" in path:
+        return name.endswith(".avro")
+    return "/data/" in path and name.endswith(".parquet")
+
+
+def _filesystem(table: Table) -> tuple[pafs.FileSystem, str]:
+    io = table.io
+    if not isinstance(io, PyArrowFileIO):
+        raise SinkError(
+            str(table.name()), f"orphan files can be listed through pyarrow's FileIO only, not {type(io).__name__}"
+        )
+    scheme, netloc, path = io.parse_location(table.metadata.location)
+    return io.fs_by_scheme(scheme, netloc), path
+
+
+def _normal(path: str) -> str:
+    """A location without its scheme, as pyarrow's listing names it (`bucket/key`, `/abs/path`)."""
+    scheme, _, rest = path.partition("://")
+    return rest if rest and scheme.isalnum() else path
+
+
+def _table(sink: IcebergSink) -> Table:
+    table = sink.table(refresh=True)
+    if table is None:
+        raise SinkError(sink.uri, "the table does not exist")
+    return table

@@ -1,0 +1,102 @@
+"""Upkeep of the Iceberg sink's table on a real SQL catalog: orphan files go, and nothing a lease, a
+commit in flight or a snapshot still names is ever removed; old snapshots expire, the application's
+newest one stays."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+from lease_core.model.sequence import TRIM_HORIZON
+from spark_jobs.sinks.iceberg import LeaseRecord
+from spark_jobs.sinks.iceberg_maintenance import expire_snapshots, live_receipts, remove_orphan_files
+from tests.integration.test_iceberg_sink import (
+    IDENTITY,
+    FaultyCatalog,
+    batch_of,
+    catalog,  # noqa: F401  (the fixture)
+    land,
+    position,
+    rows,
+    sink_on,
+    table_sequence_numbers,
+)
+
+LEASE = "shardId-000000000001"
+LATER = datetime.now(UTC) + timedelta(days=4)  # every file written by the test is past the 3-day grace
+
+
+def files_under(root: Path) -> set[Path]:
+    return {path for path in root.rglob("*") if path.is_file()}
+
+
+def test_only_what_nothing_names_is_removed(catalog: FaultyCatalog, tmp_path: Path):
+    sink = sink_on(catalog)
+    published = land(sink, None, TRIM_HORIZON, 1, 10)
+    sink.publish_round({LEASE: published}, IDENTITY)
+    awaiting = land(sink, published, position(10), 11, 5)  # committed on the lease, not yet in the table
+    in_flight = sink.stage(batch_of(position(15), 16, 5), rows(16, 5), "slot-1/attempt-0")  # prepared, not committed
+    warehouse = tmp_path / "warehouse"
+    before_zombie = files_under(warehouse)
+    sink.stage(batch_of(position(15), 16, 5), rows(16, 5), "zombie")  # fenced: nobody will commit it
+    zombie_files = files_under(warehouse) - before_zombie
+    assert {path.suffix for path in zombie_files} == {".parquet", ".avro", ".json"}
+
+    removal = remove_orphan_files(sink, live_receipts([awaiting], [in_flight.token]), now=LATER)
+
+    # And the published batch's receipt and manifest: the table holds its data files, no lease names it.
+    (published_receipt,) = LeaseRecord.decode(published).entries
+    staging = warehouse / "kinesis" / "orders" / "metadata" / "kinesis-staged"
+    done_with = {staging / f"{published_receipt.receipt}.json", staging / f"{published_receipt.receipt}-m0.avro"}
+    assert {Path(path) for path in removal.removed} == zombie_files | done_with
+    assert table_sequence_numbers(sink) == [str(n) for n in range(1, 11)]
+    result = sink.publish_round({LEASE: awaiting}, IDENTITY)
+    assert result.batches_published == 1 and not result.missing_batches
+    record = sink.commit_record(awaiting, in_flight)
+    assert sink.publish_round({LEASE: record}, IDENTITY).batches_published == 1
+    assert table_sequence_numbers(sink) == [str(n) for n in range(1, 21)]
+
+
+def test_unreferenced_files_younger_than_the_grace_period_stay(catalog: FaultyCatalog, tmp_path: Path):
+    sink = sink_on(catalog)
+    land(sink, None, TRIM_HORIZON, 1, 10, attempt="zombie")
+
+    removal = remove_orphan_files(sink, live=set())
+
+    assert removal.removed == ()
+    assert removal.kept_too_young == 4  # its manifest, receipt and two data files (rows either side of midnight)
+
+
+def test_the_metadata_of_a_commit_that_lost_a_race_is_removed(catalog: FaultyCatalog):
+    sink = sink_on(catalog)
+    record = land(sink, None, TRIM_HORIZON, 1, 10)
+    other = sink_on(catalog)
+    catalog.before_commit = lambda: other.publish_round({LEASE: record}, IDENTITY)
+    sink.publish_round({LEASE: record}, IDENTITY)  # its own commit failed: its manifest and list are orphans
+
+    removal = remove_orphan_files(sink, live_receipts([record], []), now=LATER)
+
+    assert sorted(Path(path).suffix for path in removal.removed) == [".avro", ".avro", ".json"]  # + position map
+    assert len(table_sequence_numbers(sink)) == 10
+
+
+def test_old_snapshots_expire_and_the_applications_newest_stays(catalog: FaultyCatalog):
+    sink = sink_on(catalog)
+    record = None
+    start = TRIM_HORIZON
+    for round_number in range(3):
+        first = 10 * round_number + 1
+        record = land(sink, record, start, first, 10)
+        sink.publish_round({LEASE: record}, IDENTITY)
+        start = position(first + 9)
+    table = sink.table(refresh=True)
+    table.append(rows(500, 2).cast(table.schema().as_arrow()))  # another writer's snapshot on top
+    ours = sink.table(refresh=True).current_snapshot().parent_snapshot_id
+
+    expired = expire_snapshots(sink, now=datetime.now(UTC) + timedelta(days=6))
+
+    table = sink.table(refresh=True)
+    assert len(expired) == 2
+    assert {snapshot.snapshot_id for snapshot in table.snapshots()} == {ours, table.current_snapshot().snapshot_id}
+    assert sink_on(catalog).awaiting_visibility(record) == ()
+    assert len(table_sequence_numbers(sink)) == 32
