@@ -12,7 +12,7 @@ import pytest
 
 from lease_core.model.sequence import TRIM_HORIZON
 from spark_jobs.sinks.iceberg import SUMMARY_RANGES, IcebergSink
-from tests.integration.test_iceberg_sink import APPLICATION, IDENTITY, batch_of, rows, table_sequence_numbers
+from tests.support.iceberg_tables import APPLICATION, IDENTITY, batch_of, rows, table_sequence_numbers
 from tests.support.postgres_server import PostgresServer, postgres_server
 
 SHARDS = [f"shardId-00000000000{index}" for index in range(4)]

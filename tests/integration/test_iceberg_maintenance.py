@@ -10,11 +10,10 @@ from pathlib import Path
 from lease_core.model.sequence import TRIM_HORIZON
 from spark_jobs.sinks.iceberg import LeaseRecord
 from spark_jobs.sinks.iceberg_maintenance import expire_snapshots, live_receipts, remove_orphan_files
-from tests.integration.test_iceberg_sink import (
+from tests.support.iceberg_tables import (
     IDENTITY,
     FaultyCatalog,
     batch_of,
-    catalog,  # noqa: F401  (the fixture)
     land,
     position,
     rows,
@@ -30,8 +29,8 @@ def files_under(root: Path) -> set[Path]:
     return {path for path in root.rglob("*") if path.is_file()}
 
 
-def test_only_what_nothing_names_is_removed(catalog: FaultyCatalog, tmp_path: Path):
-    sink = sink_on(catalog)
+def test_only_what_nothing_names_is_removed(iceberg_catalog: FaultyCatalog, tmp_path: Path):
+    sink = sink_on(iceberg_catalog)
     published = land(sink, None, TRIM_HORIZON, 1, 10)
     sink.publish_round({LEASE: published}, IDENTITY)
     awaiting = land(sink, published, position(10), 11, 5)  # committed on the lease, not yet in the table
@@ -57,8 +56,8 @@ def test_only_what_nothing_names_is_removed(catalog: FaultyCatalog, tmp_path: Pa
     assert table_sequence_numbers(sink) == [str(n) for n in range(1, 21)]
 
 
-def test_unreferenced_files_younger_than_the_grace_period_stay(catalog: FaultyCatalog, tmp_path: Path):
-    sink = sink_on(catalog)
+def test_unreferenced_files_younger_than_the_grace_period_stay(iceberg_catalog: FaultyCatalog, tmp_path: Path):
+    sink = sink_on(iceberg_catalog)
     land(sink, None, TRIM_HORIZON, 1, 10, attempt="zombie")
 
     removal = remove_orphan_files(sink, live=set())
@@ -67,11 +66,11 @@ def test_unreferenced_files_younger_than_the_grace_period_stay(catalog: FaultyCa
     assert removal.kept_too_young == 4  # its manifest, receipt and two data files (rows either side of midnight)
 
 
-def test_the_metadata_of_a_commit_that_lost_a_race_is_removed(catalog: FaultyCatalog):
-    sink = sink_on(catalog)
+def test_the_metadata_of_a_commit_that_lost_a_race_is_removed(iceberg_catalog: FaultyCatalog):
+    sink = sink_on(iceberg_catalog)
     record = land(sink, None, TRIM_HORIZON, 1, 10)
-    other = sink_on(catalog)
-    catalog.before_commit = lambda: other.publish_round({LEASE: record}, IDENTITY)
+    other = sink_on(iceberg_catalog)
+    iceberg_catalog.before_commit = lambda: other.publish_round({LEASE: record}, IDENTITY)
     sink.publish_round({LEASE: record}, IDENTITY)  # its own commit failed: its manifest and list are orphans
 
     removal = remove_orphan_files(sink, live_receipts([record], []), now=LATER)
@@ -80,8 +79,8 @@ def test_the_metadata_of_a_commit_that_lost_a_race_is_removed(catalog: FaultyCat
     assert len(table_sequence_numbers(sink)) == 10
 
 
-def test_old_snapshots_expire_and_the_applications_newest_stays(catalog: FaultyCatalog):
-    sink = sink_on(catalog)
+def test_old_snapshots_expire_and_the_applications_newest_stays(iceberg_catalog: FaultyCatalog):
+    sink = sink_on(iceberg_catalog)
     record = None
     start = TRIM_HORIZON
     for round_number in range(3):
@@ -98,5 +97,5 @@ def test_old_snapshots_expire_and_the_applications_newest_stays(catalog: FaultyC
     table = sink.table(refresh=True)
     assert len(expired) == 2
     assert {snapshot.snapshot_id for snapshot in table.snapshots()} == {ours, table.current_snapshot().snapshot_id}
-    assert sink_on(catalog).awaiting_visibility(record) == ()
+    assert sink_on(iceberg_catalog).awaiting_visibility(record) == ()
     assert len(table_sequence_numbers(sink)) == 32

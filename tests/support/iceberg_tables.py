@@ -1,0 +1,109 @@
+"""Iceberg tables for tests: pyiceberg's SQL catalog on a SQLite file with a local warehouse, wrapped
+to inject commit faults, and the batches a slot hands to the Iceberg sink."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+from pyiceberg.catalog.sql import SqlCatalog
+from pyiceberg.exceptions import CommitStateUnknownException
+
+from lease_core.model.sequence import ExtendedSequenceNumber
+from spark_jobs.sinks.batch_sink import BatchRange, RoundIdentity
+from spark_jobs.sinks.iceberg import IcebergSink
+
+APPLICATION = "orders-app"
+URI = "iceberg://lake/kinesis.orders"
+STREAM = "orders"
+STREAM_ARN = "arn:aws:kinesis:us-east-1:000000000000:stream/orders"
+CREATED = 1_764_000_000
+ARRIVAL = datetime(2026, 11, 26, 23, 59, 59, tzinfo=UTC)
+IDENTITY = RoundIdentity(APPLICATION, 7, {STREAM: (STREAM_ARN, CREATED)})
+
+
+def catalog_properties(tmp_path: Path) -> dict[str, str]:
+    return {"uri": f"sqlite:///{tmp_path}/catalog.db", "warehouse": f"file://{tmp_path}/warehouse"}
+
+
+class FaultyCatalog(SqlCatalog):
+    """A SQL catalog that runs `before_commit` before each table commit, and can lose a commit's answer."""
+
+    def __init__(self, name: str, **properties: str) -> None:
+        super().__init__(name, **properties)
+        self.before_commit: Callable[[], None] | None = None
+        self.lose_answers = 0  # commits that land, then answer CommitStateUnknownException
+        self.fail_unknown = 0  # commits that do not land, and answer CommitStateUnknownException
+        self.commits = 0
+
+    def commit_table(self, table: Any, requirements: Any, updates: Any) -> Any:
+        hook, self.before_commit = self.before_commit, None
+        if hook is not None:
+            hook()
+        if self.fail_unknown:
+            self.fail_unknown -= 1
+            raise CommitStateUnknownException("the gateway timed out")
+        response = super().commit_table(table, requirements, updates)
+        self.commits += 1
+        if self.lose_answers:
+            self.lose_answers -= 1
+            raise CommitStateUnknownException("the answer was lost")
+        return response
+
+
+@pytest.fixture
+def iceberg_catalog(tmp_path: Path) -> FaultyCatalog:
+    catalog = FaultyCatalog("lake", **catalog_properties(tmp_path))
+    catalog.create_namespace("kinesis")
+    return catalog
+
+
+def sink_on(catalog: FaultyCatalog, application: str = APPLICATION) -> IcebergSink:
+    return IcebergSink(URI, application, catalog=catalog)
+
+
+def position(number: int) -> ExtendedSequenceNumber:
+    return ExtendedSequenceNumber(str(number))
+
+
+def rows(first: int, count: int, shard: str = "shardId-000000000001", **extra: pa.Array) -> pa.Table:
+    """Records numbered first..first+count-1, as the consumer hands a batch to the sink."""
+    numbers = range(first, first + count)
+    columns: dict[str, Any] = {
+        "sequence_number": pa.array([str(n) for n in numbers], pa.string()),
+        "sub_sequence_number": pa.array([0] * count, pa.int64()),
+        "partition_key": pa.array([f"key-{n}" for n in numbers], pa.string()),
+        "approximate_arrival_timestamp": pa.array(
+            [ARRIVAL + timedelta(seconds=n - first) for n in numbers], pa.timestamp("ms", tz="UTC")
+        ),
+        "data": pa.array([f"payload {n}".encode() for n in numbers], pa.binary()),
+        "stream_name": pa.array([STREAM] * count, pa.string()),
+        "shard_id": pa.array([shard] * count, pa.string()),
+    }
+    columns.update(extra)
+    return pa.table(columns)
+
+
+def batch_of(start: ExtendedSequenceNumber, first: int, count: int, shard: str = "shardId-000000000001") -> BatchRange:
+    return BatchRange(shard, STREAM, shard, start, position(first), position(first + count - 1))
+
+
+def land(
+    sink: IcebergSink, record: str | None, start: ExtendedSequenceNumber, first: int, count: int, attempt: str = "a"
+) -> str:
+    """Stage a batch and return the lease's record after its commit."""
+    batch = batch_of(start, first, count)
+    staged = sink.stage(batch, rows(first, count, batch.shard_id), attempt)
+    committed = sink.commit_record(record, staged)
+    assert committed is not None
+    return committed
+
+
+def table_sequence_numbers(sink: IcebergSink) -> list[str]:
+    table = sink.table(refresh=True)
+    assert table is not None
+    return sorted(table.scan().to_arrow().column("sequence_number").to_pylist(), key=int)
