@@ -190,6 +190,22 @@ class RoundTotals:
 
 
 @dataclass(frozen=True)
+class Publication:
+    """The round's last step on the driver: the committed batches made visible at once, for a sink
+    that publishes a round in one commit (an Iceberg table). `error` says why they were not."""
+
+    commits: int
+    batches_published: int
+    batches_already_visible: int
+    snapshot_id: int | None = None
+    error: str | None = None
+
+    @classmethod
+    def failed(cls, error: str) -> Publication:
+        return cls(0, 0, 0, error=error)
+
+
+@dataclass(frozen=True)
 class RoundReport:
     application_name: str
     round_number: int
@@ -202,6 +218,7 @@ class RoundReport:
     slot_failures: tuple[str, ...] = ()
     leadership_lost: bool = False
     leader_record_version: str | None = None
+    publication: Publication | None = None
 
     @classmethod
     def build(
@@ -217,8 +234,15 @@ class RoundReport:
         leadership_lost: bool = False,
         leader_record_version: str | None = None,
         recorded_losses: Sequence[RetentionLoss] = (),
+        publication: Publication | None = None,
+        unpublishable_batches: Sequence[str] = (),
     ) -> RoundReport:
-        """`recorded_losses`: see `RoundTotals.of`."""
+        """`recorded_losses`: see `RoundTotals.of`. `unpublishable_batches`: committed batches the
+        round's publication found gone ("lease key: batch"), losses like the slots' missing batches."""
+        totals = RoundTotals.of(slots, recorded_losses)
+        totals = dataclasses.replace(
+            totals, missing_batches=tuple(sorted((*totals.missing_batches, *unpublishable_batches)))
+        )
         return cls(
             application_name=application_name,
             round_number=round_number,
@@ -227,10 +251,11 @@ class RoundReport:
             started_at=started_at,
             seconds=seconds,
             slots=tuple(sorted(slots, key=lambda slot: _slot_order(slot.worker_id))),
-            totals=RoundTotals.of(slots, recorded_losses),
+            totals=totals,
             slot_failures=tuple(slot_failures),
             leadership_lost=leadership_lost,
             leader_record_version=leader_record_version,
+            publication=publication,
         )
 
     @classmethod
@@ -249,9 +274,11 @@ class RoundReport:
 
     @property
     def succeeded(self) -> bool:
-        """No slot failed, no lease failed and the leader lock held throughout; lost leases and
-        retention losses are reported, not failures."""
-        return not self.slot_failures and not self.totals.failed_leases and not self.leadership_lost
+        """No slot failed, no lease failed, the round's batches were published (where the sink
+        publishes per round) and the leader lock held throughout; lost leases and retention losses
+        are reported, not failures."""
+        unpublished = self.publication is not None and self.publication.error is not None
+        return not (self.slot_failures or self.totals.failed_leases or self.leadership_lost or unpublished)
 
     def reported_losses(self) -> list[tuple[str, AgedOutRange]]:
         """The retention losses this report names, as (lease key, range)."""
@@ -268,6 +295,7 @@ class RoundReport:
             slot_failures=self.slot_failures,
             slots=tuple(SlotFigures.of(slot) for slot in self.slots),
             leases=tuple(LeaseFigures.of(lease) for slot in self.slots for lease in slot.leases),
+            publication=self.publication,
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -313,6 +341,7 @@ class RoundReport:
             lines.append(f"  LOSS: {batch}: committed, but its file was deleted before it was visible in the sink")
         for batch in self.totals.unpromoted_batches:
             lines.append(f"  NOT VISIBLE YET: {batch}: committed and staged; the next round makes it visible")
+        lines.extend(_publication_lines(self.publication))
         for failure in self.slot_failures:
             lines.append(f"  SLOT FAILED: {failure}")
         if self.leadership_lost:
@@ -373,6 +402,7 @@ class RoundFigures:
     slot_failures: tuple[str, ...]
     slots: tuple[SlotFigures, ...]
     leases: tuple[LeaseFigures, ...]
+    publication: Publication | None = None
 
     @classmethod
     def from_dict(cls, document: object, source: str) -> RoundFigures:
@@ -404,6 +434,7 @@ def history_figures(figures: RoundFigures | None) -> dict[str, Any]:
     by outcome.
     """
     totals = figures.totals if figures else RoundTotals.of(())
+    publication = figures.publication if figures else None
     return {
         "records": totals.records,
         "bytes": totals.bytes,
@@ -418,7 +449,22 @@ def history_figures(figures: RoundFigures | None) -> dict[str, Any]:
         "retention_losses": len(totals.retention_losses),
         "busiest_over_bound": totals.busiest_over_bound,
         "slots": {"columns": list(SLOT_COLUMNS), "rows": _slot_rows(figures)} if figures else None,
+        "snapshot_id": publication.snapshot_id if publication else None,
+        "table_commits": publication.commits if publication else None,
     }
+
+
+def _publication_lines(publication: Publication | None) -> list[str]:
+    if publication is None:
+        return []
+    if publication.error is not None:
+        return [f"  NOT VISIBLE YET: the round's committed batches were not published: {publication.error}"]
+    if not publication.commits:
+        return [f"  published: nothing new ({publication.batches_already_visible} batch(es) were visible already)"]
+    return [
+        f"  published: {publication.batches_published} batch(es) in {publication.commits} table commit(s), "
+        f"snapshot {publication.snapshot_id}"
+    ]
 
 
 def _slot_rows(figures: RoundFigures) -> list[list[Any]]:

@@ -82,6 +82,8 @@ ROUND_FIELDS = (
     "moves",
     "busiest_over_bound",
     "slots",
+    "snapshot_id",
+    "table_commits",
 )
 _DIGITS = re.compile(r"(\d+)")
 

@@ -4,6 +4,7 @@ return keep the keys and values the DAG, the monitoring UI and the e2e tests rea
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -17,9 +18,11 @@ from spark_jobs.round_report import (
     LeaseReport,
     MalformedReportError,
     Outcome,
+    Publication,
     RetentionLoss,
     RoundFigures,
     RoundReport,
+    RoundTotals,
     SlotReport,
     read_report,
     report_uri_for,
@@ -159,6 +162,7 @@ FIGURES = {
             "throughput_kbps": None,
         },
     ],
+    "publication": None,
 }
 
 
@@ -186,6 +190,7 @@ def test_the_files_keys_are_the_schemas_field_names_and_succeeded():
         "slot_failures",
         "leadership_lost",
         "leader_record_version",
+        "publication",
         "succeeded",
     }
     assert document["totals"] == FIGURES["totals"] and document["succeeded"] is False
@@ -240,6 +245,8 @@ def test_the_finalize_summary_of_a_consumed_round_counts_its_figures():
             "columns": ["slot", "leases", "records", "bytes", "seconds", "cpu_percent"],
             "rows": [[0, 1, 120, 4096, 3.0, 42.5], [1, 1, 0, 0, 1.5, None]],
         },
+        "snapshot_id": None,
+        "table_commits": None,
     }
     assert figures.lease_rows() == FIGURES["leases"]
 
@@ -269,6 +276,8 @@ def test_the_finalize_summary_of_a_round_whose_consume_step_was_skipped_has_zero
         "moves": 0,
         "busiest_over_bound": None,
         "slots": None,
+        "snapshot_id": None,
+        "table_commits": None,
     }
 
 
@@ -350,3 +359,32 @@ def test_fields_the_schema_does_not_have_are_ignored_and_missing_defaults_apply(
     document = _with(("slots", 0, "leases", 0, "detail"), ...)
     document["written_by"] = "a later version"
     assert RoundReport.from_dict(document, "report") == REPORT
+
+
+PUBLISHED = dataclasses.replace(REPORT, publication=Publication(1, 12, 3, snapshot_id=4270864056888507805))
+
+
+def test_a_rounds_publication_is_in_its_summary_its_figures_and_its_history_entry():
+    assert "  published: 12 batch(es) in 1 table commit(s), snapshot 4270864056888507805" in PUBLISHED.summary()
+    figures = RoundFigures.from_dict(json.loads(json.dumps(PUBLISHED.figures().to_dict())), "xcom")
+    assert figures.publication == PUBLISHED.publication
+    summary = round_summary(figures, {"round_number": 7}, {}, "manual__1")
+    assert (summary["snapshot_id"], summary["table_commits"]) == (4270864056888507805, 1)
+
+
+def test_a_round_whose_batches_could_not_be_published_did_not_succeed_and_says_why():
+    failed = dataclasses.replace(
+        REPORT, slots=(), totals=RoundTotals.of(()), publication=Publication.failed("the catalog is down")
+    )
+    assert not failed.succeeded
+    assert (
+        "  NOT VISIBLE YET: the round's committed batches were not published: the catalog is down" in failed.summary()
+    )
+
+
+def test_batches_the_publication_found_gone_are_losses_of_the_round():
+    report = RoundReport.build(
+        "orders", 7, ["orders"], "iceberg://lake/k.orders", "now", 1.0, (), unpublishable_batches=["shardId-1: up to 9"]
+    )
+    assert report.totals.missing_batches == ("shardId-1: up to 9",)
+    assert records_lost((), {}, report.totals.missing_batches)
