@@ -72,6 +72,7 @@ log = logging.getLogger(__name__)
 
 URI_FORM = "iceberg://CATALOG/NAMESPACE.TABLE"
 ARRIVAL_COLUMN = "approximate_arrival_timestamp"
+BATCH_COLUMNS = ("stream_name", "shard_id")
 # pyiceberg's catalogs that cannot commit a table change (0.12: DynamoDB raises NotImplementedError).
 CATALOGS_THAT_CANNOT_COMMIT = frozenset({"dynamodb"})
 # A round's commit is tried again after a conflict with another writer, with every check run again.
@@ -350,7 +351,9 @@ class IcebergSink:
         return uuid.uuid5(uuid.NAMESPACE_URL, f"{self._uri}|{self.batch_name(batch)}|{attempt}").hex
 
     def stage(self, batch: BatchRange, table: pa.Table, attempt: str) -> StagedBatch:
+        """Stage the batch's rows with its `stream_name` and `shard_id` as columns of the table."""
         receipt_id = self.staged_token(batch, attempt)
+        table = with_batch_columns(table, batch)
         iceberg_table = self._table_for(table.schema)
         metadata = iceberg_table.metadata
         io = iceberg_table.io
@@ -523,7 +526,7 @@ class IcebergSink:
                 try:
                     receipts.append(self.read_receipt(entry.receipt, table))
                 except FileNotFoundError:
-                    missing.append(f"{key} up to {entry.end}")
+                    missing.append(f"{key}: the batch up to {entry.end}")
         return _CommitPlan(positions, receipts, already, tuple(missing))
 
     def _commit(self, table: Table, plan: _CommitPlan, identity: RoundIdentity, commit_id: str) -> int:
@@ -689,6 +692,16 @@ def check_columns(uri: str, table_schema: Schema, arrow_schema: pa.Schema) -> li
                 "the table cannot hold it",
             ) from None
     return missing
+
+
+def with_batch_columns(table: pa.Table, batch: BatchRange) -> pa.Table:
+    """The rows with the batch's stream and shard as their first columns (replacing any of the same names)."""
+    rows = table.drop_columns([name for name in BATCH_COLUMNS if name in table.column_names])
+    for index, (name, value) in enumerate((("stream_name", batch.stream_name), ("shard_id", batch.shard_id))):
+        rows = rows.add_column(
+            index, pa.field(name, pa.string(), nullable=False), pa.array([value] * rows.num_rows, pa.string())
+        )
+    return rows
 
 
 def as_table_types(batch: pa.Table, table_schema: Schema) -> pa.Table:

@@ -37,7 +37,7 @@ def land_every_shard(sink: IcebergSink) -> dict[str, str]:
     for index, shard in enumerate(SHARDS):
         first = 1000 * (index + 1)
         batch = batch_of(TRIM_HORIZON, first, 25, shard)
-        record = sink.commit_record(None, sink.stage(batch, rows(first, 25, shard), f"attempt-{shard}"))
+        record = sink.commit_record(None, sink.stage(batch, rows(first, 25), f"attempt-{shard}"))
         assert record is not None
         records[shard] = record
     return records

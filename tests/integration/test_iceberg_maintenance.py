@@ -19,6 +19,7 @@ from tests.support.iceberg_tables import (
     rows,
     sink_on,
     table_sequence_numbers,
+    users_rows,
 )
 
 LEASE = "shardId-000000000001"
@@ -89,7 +90,7 @@ def test_old_snapshots_expire_and_the_applications_newest_stays(iceberg_catalog:
         sink.publish_round({LEASE: record}, IDENTITY)
         start = position(first + 9)
     table = sink.table(refresh=True)
-    table.append(rows(500, 2).cast(table.schema().as_arrow()))  # another writer's snapshot on top
+    table.append(users_rows(table, 500, 2))  # another writer's snapshot on top
     ours = sink.table(refresh=True).current_snapshot().parent_snapshot_id
 
     expired = expire_snapshots(sink, now=datetime.now(UTC) + timedelta(days=6))

@@ -36,6 +36,7 @@ from tests.support.iceberg_tables import (
     rows,
     sink_on,
     table_sequence_numbers,
+    users_rows,
 )
 
 
@@ -104,7 +105,7 @@ def test_another_writers_commit_in_between_is_retried_with_the_check_run_again(i
     table = sink.table()
 
     def users_append() -> None:
-        table.append(rows(500, 2).cast(table.schema().as_arrow()), snapshot_properties={"note": "a user's own rows"})
+        table.append(users_rows(table, 500, 2), snapshot_properties={"note": "a user's own rows"})
 
     iceberg_catalog.before_commit = users_append
     published = sink.publish_round({"shardId-000000000001": record}, IDENTITY)
@@ -160,7 +161,7 @@ def test_a_batch_whose_receipt_is_gone_is_reported_missing_and_the_rest_lands(ic
     published = sink.publish_round({"shardId-000000000001": record}, IDENTITY)
 
     assert published.batches_published == 1
-    assert published.missing_batches == ("shardId-000000000001 up to 10",)
+    assert published.missing_batches == ("shardId-000000000001: the batch up to 10",)
     assert table_sequence_numbers(sink) == [str(n) for n in range(11, 16)]
 
 
@@ -180,7 +181,7 @@ def test_the_application_finds_its_positions_beneath_other_writers_snapshots(ice
     record = land(sink, None, TRIM_HORIZON, 1, 10)
     sink.publish_round({"shardId-000000000001": record}, IDENTITY)
     table = sink.table(refresh=True)
-    table.append(rows(500, 2).cast(table.schema().as_arrow()))
+    table.append(users_rows(table, 500, 2))
 
     assert sink_on(iceberg_catalog).awaiting_visibility(record) == ()
     assert sink_on(iceberg_catalog, "another-app").awaiting_visibility(record) != ()
@@ -281,7 +282,7 @@ def test_positions_outlive_the_expiry_of_the_applications_snapshots_by_another_t
     record = land(sink, None, TRIM_HORIZON, 1, 10)
     sink.publish_round({"shardId-000000000001": record}, IDENTITY)
     table = sink.table(refresh=True)
-    table.append(rows(500, 2).cast(table.schema().as_arrow()))
+    table.append(users_rows(table, 500, 2))
     table = sink.table(refresh=True)
     ours = [snapshot.snapshot_id for snapshot in table.snapshots() if snapshot.summary.get(SUMMARY_COMMIT_ID)]
     table.maintenance.expire_snapshots().by_ids(ours).commit()

@@ -12,10 +12,11 @@ import pyarrow as pa
 import pytest
 from pyiceberg.catalog.sql import SqlCatalog
 from pyiceberg.exceptions import CommitStateUnknownException
+from pyiceberg.table import Table
 
-from lease_core.model.sequence import ExtendedSequenceNumber
+from lease_core.model.sequence import TRIM_HORIZON, ExtendedSequenceNumber
 from spark_jobs.sinks.batch_sink import BatchRange, RoundIdentity
-from spark_jobs.sinks.iceberg import IcebergSink
+from spark_jobs.sinks.iceberg import IcebergSink, with_batch_columns
 
 APPLICATION = "orders-app"
 URI = "iceberg://lake/kinesis.orders"
@@ -70,7 +71,7 @@ def position(number: int) -> ExtendedSequenceNumber:
     return ExtendedSequenceNumber(str(number))
 
 
-def rows(first: int, count: int, shard: str = "shardId-000000000001", **extra: pa.Array) -> pa.Table:
+def rows(first: int, count: int, **extra: pa.Array) -> pa.Table:
     """Records numbered first..first+count-1, as the consumer hands a batch to the sink."""
     numbers = range(first, first + count)
     columns: dict[str, Any] = {
@@ -81,8 +82,6 @@ def rows(first: int, count: int, shard: str = "shardId-000000000001", **extra: p
             [ARRIVAL + timedelta(seconds=n - first) for n in numbers], pa.timestamp("ms", tz="UTC")
         ),
         "data": pa.array([f"payload {n}".encode() for n in numbers], pa.binary()),
-        "stream_name": pa.array([STREAM] * count, pa.string()),
-        "shard_id": pa.array([shard] * count, pa.string()),
     }
     columns.update(extra)
     return pa.table(columns)
@@ -97,7 +96,7 @@ def land(
 ) -> str:
     """Stage a batch and return the lease's record after its commit."""
     batch = batch_of(start, first, count)
-    staged = sink.stage(batch, rows(first, count, batch.shard_id), attempt)
+    staged = sink.stage(batch, rows(first, count), attempt)
     committed = sink.commit_record(record, staged)
     assert committed is not None
     return committed
@@ -107,3 +106,10 @@ def table_sequence_numbers(sink: IcebergSink) -> list[str]:
     table = sink.table(refresh=True)
     assert table is not None
     return sorted(table.scan().to_arrow().column("sequence_number").to_pylist(), key=int)
+
+
+def users_rows(table: Table, first: int, count: int) -> pa.Table:
+    """Rows another writer of the table appends (a user's own), in the table's columns and types."""
+    own = with_batch_columns(rows(first, count), batch_of(TRIM_HORIZON, first, count, "users-own"))
+    schema = table.schema().as_arrow()
+    return own.select(schema.names).cast(schema)
