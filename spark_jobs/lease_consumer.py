@@ -47,8 +47,9 @@ from lease_core.retrieval.shard_reader import KINESIS_SHARD_READ_BYTES_PER_SECON
 from lease_core.retrieval.shard_source import KinesisShardSource, child_shards_of
 from lease_core.retry import RetryPolicy
 from lease_core.store.lease_store import LeaseStore
-from spark_jobs.parquet_sink import PARTITION_COLUMNS, ParquetSink, Promotion, records_table, staged_path, visible_path
 from spark_jobs.round_report import LeaseReport, Outcome, RetentionLoss
+from spark_jobs.sinks.parquet import PARTITION_COLUMNS, ParquetSink, Promotion, staged_path, visible_path
+from spark_jobs.sinks.record_columns import records_table
 from spark_jobs.transform import Transform, apply_transform
 
 log = logging.getLogger(__name__)

@@ -44,8 +44,8 @@ from spark_jobs.lease_consumer import (
     promote_committed_batch,
     visible_name_of,
 )
-from spark_jobs.parquet_sink import ParquetSink
 from spark_jobs.round_report import LeaseReport, Outcome, SlotReport
+from spark_jobs.sinks.parquet import ParquetSink
 from spark_jobs.transform import load_transform
 
 log = logging.getLogger(__name__)

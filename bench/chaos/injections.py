@@ -36,7 +36,7 @@ from devtools.fault_proxy import FAULT_KINDS as PROXY_FAULT_KINDS
 from devtools.fault_proxy import FaultRule
 from devtools.kinesis_streams import merge_shards, open_shards, split_shard
 from lease_core.model.shards import Shard
-from spark_jobs.parquet_sink import STAGED_PREFIX
+from spark_jobs.sinks.parquet import STAGED_PREFIX
 
 if TYPE_CHECKING:
     from bench.chaos.leader import Taking

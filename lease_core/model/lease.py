@@ -186,7 +186,7 @@ class Lease:
     shard_id: str | None = None
     # Ours, not KCL's (KCL readers ignore them): the token of the attempt that claimed the lease last,
     # which every write of that attempt is conditional on; and the staged output file of the batch
-    # committed last, which is made visible only after its commit (see `spark_jobs.parquet_sink`).
+    # committed last, which is made visible only after its commit (see `spark_jobs.sinks`).
     claim_token: str | None = None
     committed_batch_file: str | None = None
     # Also ours: retention losses met while reading this lease that no kept round report has named

@@ -47,8 +47,8 @@ from lease_core.store.lease_store import LeaseStore
 from lease_core.sync.audit import ShardSyncAuditor
 from lease_core.sync.step import is_multi_stream, sync_streams
 from spark_jobs.lease_consumer import committed_batch_left_staged
-from spark_jobs.parquet_sink import ParquetSink
 from spark_jobs.round_report import RetentionLoss, RoundFigures, history_figures, read_report, report_uri_for
+from spark_jobs.sinks.parquet import ParquetSink
 
 # The job file of the installed `spark_jobs` package (imported above), wherever the plugins folder is
 # mounted: in a checkout, an image or a deployment, the job and the code its executors import match.

@@ -23,7 +23,7 @@ from lease_core.config.settings import (
 )
 from lease_core.errors import ConfigurationError
 from spark_jobs.errors import SinkError
-from spark_jobs.parquet_sink import SINK_URI_FORMS, sink_root
+from spark_jobs.sinks.parquet import SINK_URI_FORMS, sink_root
 
 MODES = ("live", "backfill")
 # Params that are configuration keys of the consumer, passed through under the same name.

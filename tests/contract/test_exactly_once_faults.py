@@ -27,8 +27,9 @@ from spark_jobs.lease_consumer import (
     committed_batch_left_staged,
     promote_committed_batch,
 )
-from spark_jobs.parquet_sink import FILE_SCHEMA, ParquetSink, staged_path, visible_path
 from spark_jobs.round_report import LeaseReport, RoundReport, RoundTotals, SlotReport
+from spark_jobs.sinks.parquet import ParquetSink, staged_path, visible_path
+from spark_jobs.sinks.record_columns import RECORD_SCHEMA
 from spark_jobs.slot_task import SlotTask
 from tests.support.faults import FaultInjectingClient, client_error
 from tests.support.stores import FAST_RETRIES, dynamodb_store
@@ -113,7 +114,7 @@ def three_rows() -> pa.Table:
             }
             for n in (101, 102, 103)
         ],
-        schema=FILE_SCHEMA,
+        schema=RECORD_SCHEMA,
     )
 
 

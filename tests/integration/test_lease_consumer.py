@@ -19,8 +19,9 @@ from lease_core.model.lease import Lease, MeasurementBeforeClaim
 from lease_core.model.pending_batch import PendingBatch
 from lease_core.model.sequence import LATEST, SHARD_END, TRIM_HORIZON, ExtendedSequenceNumber
 from spark_jobs.lease_consumer import LeaseBudget
-from spark_jobs.parquet_sink import ParquetSink, records_table, staged_path, visible_path
 from spark_jobs.round_report import LeaseReport, Outcome
+from spark_jobs.sinks.parquet import ParquetSink, staged_path, visible_path
+from spark_jobs.sinks.record_columns import records_table
 from spark_jobs.slot_task import SlotTask
 from tests.support.pipeline import ConsumerPipeline, duplicates, pipeline_on_new_stream
 

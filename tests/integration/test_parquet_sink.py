@@ -23,18 +23,17 @@ from devtools.emulators import LOOPBACK, free_port
 from lease_core.model.sequence import AT_TIMESTAMP, LATEST, SHARD_END, TRIM_HORIZON, ExtendedSequenceNumber, Sentinel
 from lease_core.retrieval.kinesis_records import KinesisRecord
 from spark_jobs.errors import SinkError
-from spark_jobs.parquet_sink import (
+from spark_jobs.sinks.parquet import (
     DATASET_SCHEMA,
-    FILE_SCHEMA,
     WRITE_CHECK_NAME,
     ParquetSink,
     Promotion,
     PublishedFile,
     batch_file_name,
-    records_table,
     staged_path,
     visible_path,
 )
+from spark_jobs.sinks.record_columns import RECORD_SCHEMA, records_table
 from spark_jobs.transform import apply_transform, load_transform
 
 ARRIVAL = datetime(2026, 11, 2, 8, 30, tzinfo=UTC)
@@ -137,26 +136,6 @@ def test_a_name_that_cannot_be_a_partition_directory_is_refused(tmp_path, stream
         ParquetSink.from_uri(str(tmp_path)).batch_path(stream_name, shard_id, TRIM_HORIZON, position("1"))
 
 
-def test_the_records_table_keeps_every_field_and_the_given_order() -> None:
-    records = [
-        KinesisRecord("20", 1, "k", ARRIVAL, b"\x00\xff", explicit_hash_key="170141183460469231731687303715884105728"),
-        KinesisRecord("10", 0, "j", ARRIVAL + timedelta(seconds=1), b"", None),
-    ]
-    table = records_table(records)
-    assert table.schema == FILE_SCHEMA
-    assert table.to_pylist() == [
-        {
-            "sequence_number": r.sequence_number,
-            "sub_sequence_number": r.sub_sequence_number,
-            "partition_key": r.partition_key,
-            "approximate_arrival_timestamp": r.approximate_arrival_timestamp,
-            "data": r.data,
-            "explicit_hash_key": r.explicit_hash_key,
-        }
-        for r in records
-    ]
-
-
 # --- Publishing and reading, on both storages -----------------------------------------------------
 
 
@@ -167,7 +146,7 @@ def test_published_batches_read_back_through_pyarrow_dataset_with_their_partitio
     dataset = ds.dataset(sink.root, filesystem=sink.filesystem, format="parquet", partitioning="hive")
     table = dataset.to_table()
     assert table.num_rows == 9
-    assert table.schema.names == [*FILE_SCHEMA.names, "stream_name", "shard_id"]
+    assert table.schema.names == [*RECORD_SCHEMA.names, "stream_name", "shard_id"]
     by_shard = table.group_by("shard_id").aggregate([("sequence_number", "count")]).to_pylist()
     assert sorted((row["shard_id"], row["sequence_number_count"]) for row in by_shard) == [(SHARD, 5), (OTHER_SHARD, 4)]
     assert set(table["stream_name"].to_pylist()) == {STREAM}

@@ -24,7 +24,8 @@ from lease_core.store.coordinator_state import InMemoryCoordinatorStateStore
 from lease_core.store.memory_store import InMemoryLeaseStore
 from lease_core.sync.step import sync_streams
 from spark_jobs.lease_consumer import committed_batch_left_staged
-from spark_jobs.parquet_sink import ParquetSink, records_table, staged_path
+from spark_jobs.sinks.parquet import ParquetSink, staged_path
+from spark_jobs.sinks.record_columns import records_table
 from tests.support.faults import FaultInjectingClient, client_error
 
 CONFIG = ConsumerConfig(application_name="pending-work-test", initial_position_in_stream="TRIM_HORIZON")

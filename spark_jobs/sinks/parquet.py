@@ -36,7 +36,7 @@ import hashlib
 import os
 import re
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from urllib.parse import unquote, urlsplit
@@ -48,23 +48,14 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from lease_core.model.sequence import ExtendedSequenceNumber
-from lease_core.retrieval.kinesis_records import KinesisRecord
 from spark_jobs.errors import SinkError
+from spark_jobs.sinks.record_columns import BATCH_COLUMNS, RECORD_SCHEMA
 
-PARTITION_COLUMNS = ("stream_name", "shard_id")
-FILE_SCHEMA = pa.schema(
-    [
-        pa.field("sequence_number", pa.string(), nullable=False),
-        pa.field("sub_sequence_number", pa.int64(), nullable=False),
-        pa.field("partition_key", pa.string(), nullable=False),
-        pa.field("approximate_arrival_timestamp", pa.timestamp("ms", tz="UTC"), nullable=False),
-        pa.field("data", pa.binary(), nullable=False),
-        pa.field("explicit_hash_key", pa.string()),
-    ]
-)
+# The batch columns are the hive partitions: their values live in the directory names only.
+PARTITION_COLUMNS = BATCH_COLUMNS
 # Partition values are read as strings: inferring types would turn a stream named "2024" into an int.
 PARTITIONING = ds.partitioning(pa.schema([(name, pa.string()) for name in PARTITION_COLUMNS]), flavor="hive")
-DATASET_SCHEMA = pa.schema([*FILE_SCHEMA, *PARTITIONING.schema])
+DATASET_SCHEMA = pa.schema([*RECORD_SCHEMA, *PARTITIONING.schema])
 COMPRESSION = "zstd"
 WRITE_CHECK_NAME = "_write_check"
 SINK_URI_FORMS = "a local path, an absolute file:///path or an s3://bucket[/prefix] URI"
@@ -78,21 +69,6 @@ _AWS_ERROR = re.compile(r"AWS Error (?P<name>\w+|\[code \d+\])(?: \(HTTP status 
 _TRANSIENT_AWS_ERRORS = frozenset(
     {"NETWORK_CONNECTION", "REQUEST_TIMEOUT", "SLOW_DOWN", "THROTTLING", "SERVICE_UNAVAILABLE", "INTERNAL_FAILURE"}
 )
-
-
-def records_table(records: Sequence[KinesisRecord]) -> pa.Table:
-    """The records as a FILE_SCHEMA table, in the given order."""
-    return pa.table(
-        {
-            "sequence_number": [record.sequence_number for record in records],
-            "sub_sequence_number": [record.sub_sequence_number for record in records],
-            "partition_key": [record.partition_key for record in records],
-            "approximate_arrival_timestamp": [record.approximate_arrival_timestamp for record in records],
-            "data": [record.data for record in records],
-            "explicit_hash_key": [record.explicit_hash_key for record in records],
-        },
-        schema=FILE_SCHEMA,
-    )
 
 
 def batch_file_name(start: ExtendedSequenceNumber, end: ExtendedSequenceNumber) -> str:
