@@ -208,7 +208,7 @@ class LeaseConsumer:
     def _work(self, started: float) -> str:
         lease = self.held.require_held()
         # A file gone by now may be a dataset retention's doing: `promote_committed_batch` logs it.
-        self._promoting(lease.committed_batch_file, lambda: promote_committed_batch(self.context.sink, lease), False)
+        self._promoting(lease.committed_batch, lambda: promote_committed_batch(self.context.sink, lease), False)
         if lease.is_at_shard_end:
             return Outcome.FINISHED
         if lease.checkpoint == AT_TIMESTAMP and self.context.at_timestamp is None:
@@ -229,7 +229,7 @@ class LeaseConsumer:
         assert end is not None
         described = PendingBatch.decode(lease)
         self._tally.replayed += 1
-        path = described.path if described else self._path(start, end)
+        path = described.name if described else self._path(start, end)
         if end.is_shard_end:
             return self._redo_shard_end(lease, described, path)
         sink = self.context.sink
@@ -350,7 +350,7 @@ class LeaseConsumer:
         start, end = self.held.lease.checkpoint, records[-1].position
         path = self._path(start, end)
         described = PendingBatch(
-            start=start, end=end, first=records[0].position, path=path, records=len(records), staged=self._staged(path)
+            start=start, end=end, first=records[0].position, name=path, records=len(records), staged=self._staged(path)
         )
         self._recording(lambda losses: self.held.prepare(end, described.encode(), losses))
         self._commit(end, self._stage(path, records))
@@ -367,7 +367,7 @@ class LeaseConsumer:
 
     def _commit(self, end: ExtendedSequenceNumber, staged: str | None) -> None:
         """Commit `end`, naming the batch's staged file, then make the file visible."""
-        self._recording(lambda losses: self.held.commit(end, batch_file=staged, losses=losses))
+        self._recording(lambda losses: self.held.commit(end, record=staged, losses=losses))
         if staged is not None:
             self._promoting(staged, lambda: self.context.sink.promote(staged), True)
 
@@ -517,7 +517,7 @@ def committed_batch_left_staged(sink: ParquetSink, lease: Lease) -> bool:
     """Whether the lease's last committed batch file is staged and not visible: its promotion was cut
     short, and a round's holder of the lease makes it visible (`promote_committed_batch`). A file that
     is neither staged nor visible was deleted: no round can bring it back, so it is not work."""
-    staged = lease.committed_batch_file
+    staged = lease.committed_batch
     visible = visible_name_of(staged)
     return staged is not None and visible is not None and sink.exists(staged) and not sink.exists(visible)
 
@@ -530,7 +530,7 @@ def promote_committed_batch(sink: ParquetSink, lease: Lease) -> Promotion | None
     is gone while its batch file is not visible was deleted by someone: `Promotion.MISSING`, which the
     caller reports (a dataset's retention may delete old files, but so may a mistake).
     """
-    staged = lease.committed_batch_file
+    staged = lease.committed_batch
     if staged is None:
         return None
     try:

@@ -194,7 +194,7 @@ class SlotTask:
             promote_committed_batch(self.context.sink, lease)
         except LeaseCoreError as error:  # the sink is the leases' business, not the whole slot's
             log.warning("lease %s: its last committed batch file could not be made visible: %s", lease.lease_key, error)
-            return visible_name_of(lease.committed_batch_file)
+            return visible_name_of(lease.committed_batch)
         return None
 
     def _placement(self, lease: Lease) -> _Placement | None:

@@ -503,7 +503,7 @@ def reset_after_round(run: RoundRun, injection: Injection) -> None:
             f"round {run.plan.number}: leasectl reset {lease.lease_key} discarded the prepared "
             f"batch {path}, and that uncommitted batch's file is visible in the dataset"
         )
-    committed = {other.committed_batch_file for other in store.list_leases() if other.committed_batch_file}
+    committed = {other.committed_batch for other in store.list_leases() if other.committed_batch}
     root = Path(run.stack.output_uri)
     staged = [
         copy

@@ -102,7 +102,7 @@ def find_pending_work(
         )
         try:
             if left_staged is not None and left_staged(lease):
-                return f"its last committed batch {lease.committed_batch_file} is staged, not visible yet"
+                return f"its last committed batch {lease.committed_batch} is staged, not visible yet"
             batch = reader.read(ReadLimits(max_records=1))
             if batch.records:
                 return "records after its checkpoint"

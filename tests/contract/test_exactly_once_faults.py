@@ -118,7 +118,7 @@ def three_rows() -> pa.Table:
     )
 
 
-def test_cleanup_never_deletes_a_finished_lease_whose_committed_batch_file_was_not_made_visible(tmp_path: Path):
+def test_cleanup_never_deletes_a_finished_lease_whose_committed_batch_was_not_made_visible(tmp_path: Path):
     """A prepared (C, SHARD_END] batch (the earlier version's last-batch form, which the redo still
     supports) is redone: its file is staged (pre-staged here, so that no Kinesis is needed), SHARD_END is
     committed naming it, and the promotion fails (a 503 on the CopyObject, or the executor dies). The
@@ -312,13 +312,13 @@ def test_a_zombies_late_staged_copy_of_a_promoted_file_is_never_made_visible(tmp
     ours = staged_path(path, newer.claim_token)
     newer.prepare(end, PendingBatch(checkpoint, end, ESN("101"), path, 3, staged=ours).encode())
     sink.stage(ours, three_rows())
-    newer.commit(end, batch_file=ours)
+    newer.commit(end, record=ours)
     sink.promote(ours)
     sink.stage(staged_path(path, f"{SLOT}/attempt-0"), three_rows())  # the zombie's upload lands
     (tmp_path / "lake" / path).unlink()  # retention or compaction removes the visible file
 
     lease = store.get_lease(PARENT, consistent=True)
-    assert lease is not None and lease.committed_batch_file == ours and visible_path(ours) == path
+    assert lease is not None and lease.committed_batch == ours and visible_path(ours) == path
     promote_committed_batch(sink, lease)  # the next round's holder, first thing in `_work`
 
     assert not sink.exists(path), "a file promoted once, then removed, came back from a zombie's staged copy"

@@ -82,7 +82,7 @@ def test_a_committed_batch_left_staged_is_made_visible_by_the_next_run_of_a_quie
     ledger, conf = one_round_read(unique_name, late_ends, moto_endpoint, tmp_path / "lake")
     assert run_round(dag, conf)["consume"] == "success"
     (lease,) = ledger.leases().values()
-    staged = lease.committed_batch_file
+    staged = lease.committed_batch
     assert staged is not None
     # The state a crash between the commit and the promotion leaves: the committed file only staged.
     lake = tmp_path / "lake"

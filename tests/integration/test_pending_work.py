@@ -244,7 +244,7 @@ def test_a_committed_batch_left_staged_is_work_while_the_stream_is_quiet(
         sink.stage(file, rows)
     if visible:
         sink.publish(path, rows)
-    committed = dataclasses.replace(lease, committed_batch_file=file)
+    committed = dataclasses.replace(lease, committed_batch=file)
     left_staged = functools.partial(committed_batch_left_staged, sink)
     work = find_pending_work(
         [committed, *leases[1:]],
