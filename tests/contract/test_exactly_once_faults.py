@@ -20,15 +20,10 @@ from lease_core.model.sequence import SHARD_END, TRIM_HORIZON, ExtendedSequenceN
 from lease_core.model.shards import ChildShard
 from lease_core.store.dynamodb_store import DynamoDBLeaseStore
 from lease_core.store.memory_store import InMemoryLeaseStore
-from spark_jobs.lease_consumer import (
-    LeaseBudget,
-    LeaseConsumer,
-    LeaseContext,
-    committed_batch_left_staged,
-    promote_committed_batch,
-)
+from spark_jobs.lease_consumer import LeaseBudget, LeaseConsumer, LeaseContext, make_committed_visible
 from spark_jobs.round_report import LeaseReport, RoundReport, RoundTotals, SlotReport
-from spark_jobs.sinks.parquet import ParquetSink, staged_path, visible_path
+from spark_jobs.sinks.batch_sink import BatchRange
+from spark_jobs.sinks.parquet import ParquetSink, visible_path
 from spark_jobs.sinks.record_columns import RECORD_SCHEMA
 from spark_jobs.slot_task import SlotTask
 from tests.support.faults import FaultInjectingClient, client_error
@@ -87,8 +82,8 @@ def test_an_older_attempt_that_claims_late_does_not_fence_the_newer_attempt_of_i
 
 
 class PromoteFails:
-    """The slot's sink, except that promoting fails (an S3 503 on the CopyObject, or the executor dying
-    between the commit and the promotion)."""
+    """The slot's sink, except that making a batch visible fails (an S3 503 on the CopyObject, or the
+    executor dying between the commit and the promotion)."""
 
     def __init__(self, sink: ParquetSink) -> None:
         self._sink = sink
@@ -96,7 +91,7 @@ class PromoteFails:
     def __getattr__(self, name: str):
         return getattr(self._sink, name)
 
-    def promote(self, path: str):
+    def make_visible(self, record: str | None):
         raise OSError("injected: the promotion never happened")
 
 
@@ -142,12 +137,15 @@ def test_cleanup_never_deletes_a_finished_lease_whose_committed_batch_was_not_ma
 
     sink = ParquetSink.from_uri(str(tmp_path / "lake"))
     checkpoint = ESN("100")
-    path = sink.batch_path("stream", PARENT, checkpoint, SHARD_END)
+    batch = BatchRange(PARENT, "stream", PARENT, checkpoint, ESN("101"), SHARD_END)
+    path = sink.batch_name(batch)
     lease = owned(store, PARENT, checkpoint=checkpoint, hash_key_range=HashKeyRange(0, 2**128 - 1))
-    batch = PendingBatch(checkpoint, SHARD_END, ESN("101"), path, 3, children, staged=staged_path(path, "earlier"))
-    prepared = store.prepare_checkpoint(lease, SHARD_END, batch.encode()).lease
+    described = PendingBatch(
+        checkpoint, SHARD_END, ESN("101"), path, 3, children, staged=sink.staged_token(batch, "earlier")
+    )
+    prepared = store.prepare_checkpoint(lease, SHARD_END, described.encode()).lease
     assert prepared is not None
-    sink.stage(staged_path(path, "earlier"), three_rows())
+    sink.stage(batch, three_rows(), "earlier")
 
     held = HeldLease(store, prepared, DURATION, claim_token=f"{SLOT}/attempt-0")
     assert held.claim()
@@ -178,9 +176,10 @@ class StagedFileDeleted(PromoteFails):
     """The slot's sink, except that the staged file is gone when it is promoted (a lifecycle rule or
     another tool deleted it between this attempt's stage and its promotion)."""
 
-    def promote(self, path: str):
-        (Path(self._sink.root) / path).unlink()
-        return self._sink.promote(path)
+    def make_visible(self, record: str | None):
+        if record is not None:
+            (Path(self._sink.root) / record).unlink()
+        return self._sink.make_visible(record)
 
 
 def redo_staged_batch(store: InMemoryLeaseStore, sink: object, tmp_path: Path):
@@ -188,9 +187,9 @@ def redo_staged_batch(store: InMemoryLeaseStore, sink: object, tmp_path: Path):
     through `sink`: it copies the file to its own staged name, commits, and promotes."""
     lake = ParquetSink.from_uri(str(tmp_path / "lake"))
     checkpoint, end = ESN("100"), ESN("103")
-    path = lake.batch_path("stream", PARENT, checkpoint, end)
-    earlier = staged_path(path, "earlier")
-    lake.stage(earlier, three_rows())
+    batch = BatchRange(PARENT, "stream", PARENT, checkpoint, ESN("101"), end)
+    path = lake.batch_name(batch)
+    earlier = lake.stage(batch, three_rows(), "earlier").token
     lease = owned(store, PARENT, checkpoint=checkpoint)
     prepared = store.prepare_checkpoint(
         lease, end, PendingBatch(checkpoint, end, ESN("101"), path, 3, staged=earlier).encode()
@@ -230,10 +229,10 @@ def test_a_committed_batch_whose_promotion_fails_is_named_by_the_report_and_made
     totals = RoundTotals.of([SlotReport(SLOT, 1, 1.0, -1, (report,))])
     assert totals.unpromoted_batches == (f"{PARENT}: {path}",)
     assert f"NOT VISIBLE YET: {PARENT}: {path}" in round_of(report).summary()
-    assert committed_batch_left_staged(lake, lease), "the idle check would take the quiet lease for idle"
+    assert lake.awaiting_visibility(lease.committed_batch) == (path,), "the idle check would take it for idle"
 
-    promote_committed_batch(lake, lease)  # the next round's holder, first thing in `_work`
-    assert lake.exists(path) and not committed_batch_left_staged(lake, lease)
+    make_committed_visible(lake, lease)  # the next round's holder, first thing in `_work`
+    assert lake.exists(path) and lake.awaiting_visibility(lease.committed_batch) == ()
 
 
 def test_a_committed_batch_whose_staged_file_is_deleted_before_promotion_is_reported_as_lost(tmp_path: Path):
@@ -306,19 +305,19 @@ def test_a_zombies_late_staged_copy_of_a_promoted_file_is_never_made_visible(tmp
     store = InMemoryLeaseStore()
     sink = ParquetSink.from_uri(str(tmp_path / "lake"))
     checkpoint, end = ESN("100"), ESN("103")
-    path = sink.batch_path("stream", PARENT, checkpoint, end)
+    batch = BatchRange(PARENT, "stream", PARENT, checkpoint, ESN("101"), end)
+    path = sink.batch_name(batch)
     newer = HeldLease(store, owned(store, PARENT, checkpoint=checkpoint), DURATION, claim_token=f"{SLOT}/attempt-1")
     assert newer.claim()
-    ours = staged_path(path, newer.claim_token)
+    ours = sink.staged_token(batch, newer.claim_token)
     newer.prepare(end, PendingBatch(checkpoint, end, ESN("101"), path, 3, staged=ours).encode())
-    sink.stage(ours, three_rows())
-    newer.commit(end, record=ours)
-    sink.promote(ours)
-    sink.stage(staged_path(path, f"{SLOT}/attempt-0"), three_rows())  # the zombie's upload lands
+    newer.commit(end, record=sink.commit_record(None, sink.stage(batch, three_rows(), newer.claim_token)))
+    sink.make_visible(ours)
+    sink.stage(batch, three_rows(), f"{SLOT}/attempt-0")  # the zombie's upload lands
     (tmp_path / "lake" / path).unlink()  # retention or compaction removes the visible file
 
     lease = store.get_lease(PARENT, consistent=True)
     assert lease is not None and lease.committed_batch == ours and visible_path(ours) == path
-    promote_committed_batch(sink, lease)  # the next round's holder, first thing in `_work`
+    make_committed_visible(sink, lease)  # the next round's holder, first thing in `_work`
 
     assert not sink.exists(path), "a file promoted once, then removed, came back from a zombie's staged copy"

@@ -76,7 +76,7 @@ def test_a_closed_shard_at_its_last_record_is_ended_by_the_next_run_of_a_quiet_s
     assert set(ledger.landed()) == set(ledger.produced) and duplicates(ledger.landed()) == []
 
 
-def test_a_committed_batch_left_staged_is_made_visible_by_the_next_run_of_a_quiet_stream(
+def test_a_committed_batch_left_invisible_is_made_visible_by_the_next_run_of_a_quiet_stream(
     dag, rounds_with_late_ends, late_ends, moto_endpoint, unique_name, tmp_path
 ):
     ledger, conf = one_round_read(unique_name, late_ends, moto_endpoint, tmp_path / "lake")
