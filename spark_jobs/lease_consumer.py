@@ -411,7 +411,9 @@ class LeaseConsumer:
         if outcome.deferred:
             return False
         self._tally.children.extend(outcome.created)
-        self._recording(lambda losses: self.held.commit(SHARD_END, losses=losses))
+        # The sink's record goes on: a table sink's committed batches may wait for the round's end.
+        record = self.context.sink.commit_record(self.held.lease.committed_batch, None)
+        self._recording(lambda losses: self.held.commit(SHARD_END, record=record, losses=losses))
         return True
 
     def _listed_children(self) -> list[ChildShard]:

@@ -21,8 +21,8 @@ from lease_core.model.shards import ChildShard
 from lease_core.store.dynamodb_store import DynamoDBLeaseStore
 from lease_core.store.memory_store import InMemoryLeaseStore
 from spark_jobs.lease_consumer import LeaseBudget, LeaseConsumer, LeaseContext, make_committed_visible
-from spark_jobs.round_report import LeaseReport, RoundReport, RoundTotals, SlotReport
-from spark_jobs.sinks.batch_sink import BatchRange
+from spark_jobs.round_report import LeaseReport, Outcome, RoundReport, RoundTotals, SlotReport
+from spark_jobs.sinks.batch_sink import BatchRange, StagedBatch, Visibility
 from spark_jobs.sinks.parquet import ParquetSink, visible_path
 from spark_jobs.sinks.record_columns import RECORD_SCHEMA
 from spark_jobs.slot_task import SlotTask
@@ -49,6 +49,13 @@ def slot_attempt(store: InMemoryLeaseStore, attempt: int, started_millis: int) -
     task.spec = SimpleNamespace(round_number=1)  # type: ignore[assignment]
     task.context = SimpleNamespace(wall_clock_millis=lambda: started_millis)  # type: ignore[assignment]
     return task
+
+
+def split_of_parent() -> tuple[ChildShard, ...]:
+    """The two children of a split of PARENT, each with half of its hash range."""
+    half = (2**128 - 1) // 2
+    ranges = (HashKeyRange(0, half), HashKeyRange(half + 1, 2**128 - 1))
+    return tuple(ChildShard(child, frozenset({PARENT}), hash_range) for child, hash_range in zip(CHILDREN, ranges))
 
 
 def owned(store: InMemoryLeaseStore, key: str, owner: str = SLOT, **fields: object) -> Lease:
@@ -122,9 +129,7 @@ def test_cleanup_never_deletes_a_finished_lease_whose_committed_batch_was_not_ma
     children started, so it is deleted, and with it the only record that the staged file is committed.
     Its records are never visible, and nothing reports them. (A fix may also avoid SHARD_END here.)"""
     store = InMemoryLeaseStore()
-    half = (2**128 - 1) // 2
-    ranges = (HashKeyRange(0, half), HashKeyRange(half + 1, 2**128 - 1))
-    children = tuple(ChildShard(child, frozenset({PARENT}), hash_range) for child, hash_range in zip(CHILDREN, ranges))
+    children = split_of_parent()
     for child in children:  # created by shard sync, assigned to another slot for this round
         owned(
             store,
@@ -275,13 +280,7 @@ def test_child_creation_whose_retry_finds_its_first_try_in_progress_is_retried_a
     parent = healthy.claim_lease(assigned, "attempt-0").lease
     assert parent is not None
     store = DynamoDBLeaseStore(InProgressOnRetry(healthy.client), healthy.table_name, retry_policy=FAST_RETRIES)
-    half = (2**128 - 1) // 2
-    children = [
-        ChildShard(CHILDREN[0], frozenset({PARENT}), HashKeyRange(0, half)),
-        ChildShard(CHILDREN[1], frozenset({PARENT}), HashKeyRange(half + 1, 2**128 - 1)),
-    ]
-
-    outcome = create_child_leases(store, parent, children, SINGLE)
+    outcome = create_child_leases(store, parent, split_of_parent(), SINGLE)
 
     assert outcome.child_ids_recorded
     assert sorted(lease.lease_key for lease in healthy.list_leases()) == [PARENT, *CHILDREN]
@@ -321,3 +320,58 @@ def test_a_zombies_late_staged_copy_of_a_promoted_file_is_never_made_visible(tmp
     make_committed_visible(sink, lease)  # the next round's holder, first thing in `_work`
 
     assert not sink.exists(path), "a file promoted once, then removed, came back from a zombie's staged copy"
+
+
+# --- 4. a shard end under a sink that makes batches visible at the round's end -----------------------
+
+
+class RoundEndSink:
+    """A table sink in miniature: committed batches become visible when the round ends, so a lease's
+    record names them until then. The prepared batch is found visible already (no Kinesis needed)."""
+
+    uri = "memory://table"
+
+    def batch_name(self, batch: BatchRange) -> str:
+        return f"{batch.shard_id}/{batch.start}_{batch.end}"
+
+    def adopt(self, staged: str | None, batch: BatchRange, attempt: str) -> StagedBatch | None:
+        return StagedBatch(None, rows=3, bytes=0)
+
+    def commit_record(self, previous: str | None, staged: StagedBatch | None) -> str | None:
+        return previous if staged is None or staged.token is None else f"{previous} {staged.token}"
+
+    def make_visible(self, record: str | None) -> Visibility:
+        return Visibility.AT_ROUND_END
+
+
+def test_a_shard_end_keeps_the_record_of_batches_that_become_visible_only_at_the_round_end():
+    """Committing SHARD_END without the sink's record would forget the lease's committed batches the
+    round's publication has yet to make visible."""
+    store = InMemoryLeaseStore()
+    checkpoint = ESN("100")
+    lease = owned(store, PARENT, checkpoint=checkpoint, hash_key_range=HashKeyRange(0, 2**128 - 1))
+    committed = store.checkpoint(lease, checkpoint).lease
+    assert committed is not None
+    waiting = store.update_lease(committed.replace(committed_batch="batches up to 100")).lease
+    assert waiting is not None
+    described = PendingBatch(checkpoint, SHARD_END, ESN("101"), None, 3, split_of_parent())
+    prepared = store.prepare_checkpoint(waiting, SHARD_END, described.encode()).lease
+    assert prepared is not None
+    held = HeldLease(store, prepared, DURATION, claim_token=f"{SLOT}/attempt-0")
+    assert held.claim()
+    context = LeaseContext(
+        store=store,
+        kinesis=None,
+        sink=RoundEndSink(),  # type: ignore[arg-type]
+        transform_spec=None,
+        transform=None,
+        retry_policy=FAST_RETRIES,
+        at_timestamp=None,
+        budget=LeaseBudget(),
+    )
+
+    report = LeaseConsumer(held, "stream", PARENT, SINGLE, SLOT, context).run()
+
+    ended = store.get_lease(PARENT, consistent=True)
+    assert report.outcome == Outcome.SHARD_END, report.detail
+    assert ended is not None and (ended.checkpoint, ended.committed_batch) == (SHARD_END, "batches up to 100")
