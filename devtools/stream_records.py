@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from spark_jobs.parquet_sink import ParquetSink
+from spark_jobs.sinks.parquet import ParquetSink
 
 
 @dataclass(frozen=True)

@@ -43,8 +43,8 @@ from lease_core.ops.command_line import EXIT_FAILED, EXIT_OK, EXIT_USAGE, Argume
 from lease_core.sync.step import is_multi_stream, require_matching_lease_mode
 from spark_jobs.consume_spec import ConsumeSpec, settings_for_executors
 from spark_jobs.lease_consumer import LeaseBudget
-from spark_jobs.parquet_sink import ParquetSink
 from spark_jobs.round_report import RetentionLoss, RoundReport, check_report_location, report_location, write_report
+from spark_jobs.sinks import open_sink
 from spark_jobs.slot_task import slot_reports
 from spark_jobs.transform import load_transform
 
@@ -289,9 +289,7 @@ def check_prerequisites(app: LeaseApplication, streams: Sequence[str], output_ur
             raise TableNotFoundError(table, "run `leasectl init` (or the DAG's ensure-tables step) first")
     for stream in streams:
         app.shard_source.stream_identifier(stream)  # raises StreamNotFoundError / StreamNotActiveError
-    ParquetSink.from_uri(
-        output_uri, s3_endpoint_url=config.aws_endpoint_url_s3, region=config.aws_region
-    ).check_writable()
+    open_sink(output_uri, config=config).check_writable()
     load_transform(transform)
 
 

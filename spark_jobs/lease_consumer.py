@@ -1,19 +1,22 @@
 """One lease's work in one round: redo a prepared batch, then read, land and commit new batches.
 
-The exactly-once protocol of DESIGN.md §5, per batch, for a lease at committed checkpoint C:
-1. A pending checkpoint P means a batch (C, P] was prepared and maybe staged: redo exactly it. If
-   the preparing attempt's staged file exists (staged atomically, so complete), it is copied to this
-   attempt's own staged name instead of reading the range again; then commit and promote.
+The exactly-once protocol of DESIGN.md §5, per batch, for a lease at committed checkpoint C, through
+the round's sink (`spark_jobs.sinks.batch_sink`):
+1. A pending checkpoint P means a batch (C, P] was prepared and maybe staged: redo exactly it. When
+   the sink can adopt what the preparing attempt staged (for Parquet: its staged file exists, staged
+   atomically, so complete), this attempt takes it over instead of reading the range again; then
+   commit and make visible.
 2. Otherwise read after C to a bound, ending at the last record read E; prepare E (counter- and
-   claim-conditional, with the batch's description as pendingCheckpointState); stage the batch's
-   file under this attempt's own name (readers skip it) beside its visible name, a pure function of
-   (stream, shard, C, E); commit E, naming the staged file in `committedBatchFile`; promote it.
+   claim-conditional, with the batch's description as pendingCheckpointState: the sink's name for
+   it, a pure function of (stream, shard, C, E), and the token this attempt stages it under); stage
+   the batch, invisible to readers; commit E with the sink's record of it (`committedBatchFile`);
+   make it visible.
 3. At a closed shard's end, once every record is committed: create the child leases (in one
    transaction fenced by this holder) and commit SHARD_END.
 Every write goes through the `HeldLease`, so an attempt that lost the lease never commits, and a
-file is visible only once its range is committed: whatever a fenced attempt still writes stays
-staged, invisible. A committed file whose promotion was cut short is promoted by the lease's next
-holder (`promote_committed_batch`).
+batch is visible only once its range is committed: whatever a fenced attempt still stages stays
+invisible. A committed batch whose making visible was cut short is made visible by the lease's next
+holder (`make_committed_visible`).
 """
 
 from __future__ import annotations
@@ -47,8 +50,9 @@ from lease_core.retrieval.shard_reader import KINESIS_SHARD_READ_BYTES_PER_SECON
 from lease_core.retrieval.shard_source import KinesisShardSource, child_shards_of
 from lease_core.retry import RetryPolicy
 from lease_core.store.lease_store import LeaseStore
-from spark_jobs.parquet_sink import PARTITION_COLUMNS, ParquetSink, Promotion, records_table, staged_path, visible_path
 from spark_jobs.round_report import LeaseReport, Outcome, RetentionLoss
+from spark_jobs.sinks.batch_sink import BatchRange, BatchSink, StagedBatch, Visibility
+from spark_jobs.sinks.record_columns import BATCH_COLUMNS, records_table
 from spark_jobs.transform import Transform, apply_transform
 
 log = logging.getLogger(__name__)
@@ -83,7 +87,7 @@ class LeaseContext:
 
     store: LeaseStore
     kinesis: Any
-    sink: ParquetSink
+    sink: BatchSink
     transform_spec: str | None
     transform: Transform | None
     retry_policy: RetryPolicy
@@ -114,8 +118,8 @@ class _Tally:
     unrecorded: set[AgedOutRange] = field(default_factory=set)  # met by a read, not yet written on the lease
     first_arrival_millis: int | None = None  # of the records landed, for the throughput window
     last_arrival_millis: int | None = None
-    # The lease's last committed batch when it is not visible as the lease's round ends: left staged
-    # (its promotion failed; a later round promotes it) or missing (deleted before it was visible).
+    # The lease's committed batches not visible as its round ends: awaiting visibility (making them
+    # visible failed; a later round does it) or missing (their staged data was deleted before).
     unpromoted_batch: str | None = None
     missing_batches: list[str] = field(default_factory=list)
 
@@ -206,8 +210,8 @@ class LeaseConsumer:
 
     def _work(self, started: float) -> str:
         lease = self.held.require_held()
-        # A file gone by now may be a dataset retention's doing: `promote_committed_batch` logs it.
-        self._promoting(lease.committed_batch_file, lambda: promote_committed_batch(self.context.sink, lease), False)
+        # A batch gone by now may be a dataset retention's doing: `make_committed_visible` logs it.
+        self._making_visible(lease.committed_batch, lambda: make_committed_visible(self.context.sink, lease))
         if lease.is_at_shard_end:
             return Outcome.FINISHED
         if lease.checkpoint == AT_TIMESTAMP and self.context.at_timestamp is None:
@@ -224,43 +228,44 @@ class LeaseConsumer:
 
     def _redo(self, lease: Lease) -> str | None:
         """Redo the prepared batch (C, P]; an outcome when the lease's round ends with it, else None."""
-        start, end = lease.checkpoint, lease.pending_checkpoint
+        end = lease.pending_checkpoint
         assert end is not None
         described = PendingBatch.decode(lease)
         self._tally.replayed += 1
-        path = described.path if described else self._path(start, end)
+        batch = self._batch(lease.checkpoint, None if described is None else described.first, end)
         if end.is_shard_end:
-            return self._redo_shard_end(lease, described, path)
-        sink = self.context.sink
-        staged: str | None = None
-        if path is not None and described is not None and described.staged and sink.exists(described.staged):
-            staged = self._staged(path)
-            self.held.require_held()
-            sink.restage(described.staged, staged)
-            self._tally.files += 1
-            self._tally.records += sink.row_count(staged)
-        elif path is not None and described is not None and sink.exists(path):
-            self._tally.records += sink.row_count(path)  # published before commit by an earlier version
-        else:
+            return self._redo_shard_end(lease, described, batch)
+        # A batch described by someone else (a KCL application's state) was staged by nobody we know.
+        staged = None if described is None else self._adopt(described.staged, batch)
+        if staged is None:
             records, _ = self._read_until(self._replay_reader(lease, described), end)
-            staged = self._stage(path, records)
-        self._commit(end, staged)
+            staged = self._stage(batch, records)
+        self._commit(batch, staged)
         return None
 
-    def _redo_shard_end(self, lease: Lease, described: PendingBatch | None, path: str | None) -> str:
-        """Redo a prepared (C, SHARD_END]: the form an earlier version gave a shard's last batch, whose
-        file it published before committing. A published file is kept; otherwise the records are read
-        again and landed as a batch that ends at its last record, so that no committed file is ever
-        left to promote on a lease at SHARD_END (cleanup may delete such a lease)."""
+    def _redo_shard_end(self, lease: Lease, described: PendingBatch | None, batch: BatchRange) -> str:
+        """Redo a prepared (C, SHARD_END]: the form an earlier version gave a shard's last batch, which
+        it made visible before committing. A visible batch is kept; otherwise the records are read again
+        and landed as a batch that ends at its last record, so that no committed batch is ever left to
+        make visible on a lease at SHARD_END (cleanup may delete such a lease)."""
         children: Sequence[ChildShard] = described.child_shards if described else ()
-        if path is not None and self.context.sink.exists(path):
-            self._tally.records += self.context.sink.row_count(path)
-        else:
+        if self._adopt(None, batch) is None:
             records, last = self._read_until(self._replay_reader(lease, described), SHARD_END)
             children = children or last.child_shards
             if records:
                 self._land(records)
         return Outcome.SHARD_END if self._finish_shard(children) else Outcome.MERGE_DEFERRED
+
+    def _adopt(self, staged: str | None, batch: BatchRange) -> StagedBatch | None:
+        """What the preparing attempt staged (`staged`), taken over by this attempt, or the batch when
+        readers already see it; None when the range must be read again."""
+        self.held.require_held()
+        adopted = self.context.sink.adopt(staged, batch, self.held.claim_token)
+        if adopted is not None:
+            self._tally.records += adopted.rows
+            if adopted.token is not None:  # staged now (a batch readers already see was not)
+                self._tally.files += 1
+        return adopted
 
     def _replay_reader(self, lease: Lease, described: PendingBatch | None) -> ShardReader:
         """A reader of the prepared range: from its first record when described, else after C."""
@@ -341,18 +346,24 @@ class LeaseConsumer:
         )
 
     def _land(self, records: Sequence[KinesisRecord]) -> None:
-        """Prepare, stage, commit and promote one batch: the records after the committed checkpoint.
+        """Prepare, stage, commit and make visible one batch: the records after the committed checkpoint.
 
-        The transform runs after the prepare, like the write: whatever stops the batch from then on
+        The transform runs after the prepare, like the stage: whatever stops the batch from then on
         (a transform that raises, a crash) leaves the prepared range for the next attempt to redo.
         """
         start, end = self.held.lease.checkpoint, records[-1].position
-        path = self._path(start, end)
+        batch = self._batch(start, records[0].position, end)
+        sink = self.context.sink
         described = PendingBatch(
-            start=start, end=end, first=records[0].position, path=path, records=len(records), staged=self._staged(path)
+            start=start,
+            end=end,
+            first=batch.first,
+            name=sink.batch_name(batch),
+            records=len(records),
+            staged=sink.staged_token(batch, self.held.claim_token),
         )
         self._recording(lambda losses: self.held.prepare(end, described.encode(), losses))
-        self._commit(end, self._stage(path, records))
+        self._commit(batch, self._stage(batch, records))
 
     def _recording(self, write: Callable[[frozenset[AgedOutRange]], Lease]) -> None:
         """Run a prepare or commit that also writes the retention losses read so far onto the lease.
@@ -364,30 +375,29 @@ class LeaseConsumer:
         write(losses)
         self._tally.unrecorded -= losses
 
-    def _commit(self, end: ExtendedSequenceNumber, staged: str | None) -> None:
-        """Commit `end`, naming the batch's staged file, then make the file visible."""
-        self._recording(lambda losses: self.held.commit(end, batch_file=staged, losses=losses))
-        if staged is not None:
-            self._promoting(staged, lambda: self.context.sink.promote(staged), True)
-
-    def _promoting(self, staged: str | None, promote: Callable[[], Promotion | None], just_committed: bool) -> None:
-        """Run `promote` for the committed batch `staged`, keeping what the report must say of it: a
-        promotion that fails leaves it staged (and raises); a file deleted between this attempt's own
-        stage and promotion (`just_committed`) is a batch whose records the sink lacks."""
-        try:
-            promotion = promote()
-        except Exception:
-            self._tally.unpromoted_batch = visible_name_of(staged)
-            raise
-        if promotion is Promotion.MISSING and just_committed:
-            self._tally.missing_batches.append(visible_name_of(staged) or str(staged))
+    def _commit(self, batch: BatchRange, staged: StagedBatch | None) -> None:
+        """Commit the batch's end with the sink's record of it, then make it visible."""
+        sink = self.context.sink
+        record = sink.commit_record(self.held.lease.committed_batch, staged)
+        self._recording(lambda losses: self.held.commit(batch.end, record=record, losses=losses))
+        if self._making_visible(record, lambda: sink.make_visible(record)) is Visibility.MISSING:
+            name = sink.batch_name(batch)
+            self._tally.missing_batches.append(name)
             log.warning(
-                "lease %s: the committed batch file %s was deleted before it could be made visible; its records "
-                "are not in %s",
+                "lease %s: the committed batch %s was deleted before it was made visible; its records are not in %s",
                 self.held.lease_key,
-                staged,
-                self.context.sink.uri,
+                name,
+                sink.uri,
             )
+
+    def _making_visible(self, record: str | None, make_visible: Callable[[], Visibility | None]) -> Visibility | None:
+        """Run `make_visible` for the committed batches `record` names; when it fails (and raises), the
+        report names those readers cannot see yet."""
+        try:
+            return make_visible()
+        except Exception:
+            self._tally.unpromoted_batch = not_yet_visible(self.context.sink, record)
+            raise
 
     def _finish_shard(self, children: Sequence[ChildShard]) -> bool:
         """Create the child leases, then commit SHARD_END; False when the merge must wait (§3.8).
@@ -401,7 +411,9 @@ class LeaseConsumer:
         if outcome.deferred:
             return False
         self._tally.children.extend(outcome.created)
-        self._recording(lambda losses: self.held.commit(SHARD_END, losses=losses))
+        # The sink's record goes on: a table sink's committed batches may wait for the round's end.
+        record = self.context.sink.commit_record(self.held.lease.committed_batch, None)
+        self._recording(lambda losses: self.held.commit(SHARD_END, record=record, losses=losses))
         return True
 
     def _listed_children(self) -> list[ChildShard]:
@@ -438,28 +450,29 @@ class LeaseConsumer:
             busy_gate=self.context.busy_gate,
         )
 
-    def _stage(self, path: str | None, records: Sequence[KinesisRecord]) -> str | None:
-        """Stage the batch's file under this attempt's own name; that name, or None when there was
-        nothing to write."""
+    def _batch(
+        self, start: ExtendedSequenceNumber, first: ExtendedSequenceNumber | None, end: ExtendedSequenceNumber
+    ) -> BatchRange:
+        return BatchRange(self.held.lease_key, self.stream_name, self.shard_id, start, first, end)
+
+    def _stage(self, batch: BatchRange, records: Sequence[KinesisRecord]) -> StagedBatch | None:
+        """Stage the batch's rows for this attempt; None when there were no rows to stage."""
         with self.context.busy_gate:
             table = self._table(records)
-            staged = None if path is None or table.num_rows == 0 else self._staged(path)
-            if staged is not None:
+            staged = None
+            if table.num_rows:
                 # The lease may have been lost while the batch was read: a zombie need not even stage.
                 self.held.require_held()
-                self.context.sink.stage(staged, table)
+                staged = self.context.sink.stage(batch, table, self.held.claim_token)
                 self._tally.files += 1
         self._tally.count_landed(records)
         return staged
 
-    def _staged(self, path: str) -> str:
-        return staged_path(path, self.held.claim_token)
-
     def _table(self, records: Sequence[KinesisRecord]) -> pa.Table:
-        """The batch as written: the records, through the user transform if there is one.
+        """The batch as staged: the records, through the user transform if there is one.
 
-        The transform also sees the partition columns (stream_name, shard_id), so it can tell
-        streams apart; they are dropped again because the partition directories carry them.
+        The transform also sees the batch columns (stream_name, shard_id), so it can tell streams
+        apart; they are dropped again because the sink takes them from the batch.
         """
         table = records_table(records)
         if self.context.transform is None or self.context.transform_spec is None:
@@ -467,10 +480,7 @@ class LeaseConsumer:
         for name, value in (("stream_name", self.stream_name), ("shard_id", self.shard_id)):
             table = table.append_column(name, pa.array([value] * table.num_rows, pa.string()))
         table = apply_transform(self.context.transform_spec, self.context.transform, table)
-        return table.drop_columns([name for name in PARTITION_COLUMNS if name in table.column_names])
-
-    def _path(self, start: ExtendedSequenceNumber, end: ExtendedSequenceNumber) -> str:
-        return self.context.sink.batch_path(self.stream_name, self.shard_id, start, end)
+        return table.drop_columns([name for name in BATCH_COLUMNS if name in table.column_names])
 
     def _report_throughput(self, outcome: str) -> tuple[float | None, float | None]:
         """Store the lease's new throughput with a last renewal (§7): the rate at which data arrived
@@ -512,60 +522,31 @@ class LeaseConsumer:
             return False
 
 
-def committed_batch_left_staged(sink: ParquetSink, lease: Lease) -> bool:
-    """Whether the lease's last committed batch file is staged and not visible: its promotion was cut
-    short, and a round's holder of the lease makes it visible (`promote_committed_batch`). A file that
-    is neither staged nor visible was deleted: no round can bring it back, so it is not work."""
-    staged = lease.committed_batch_file
-    visible = visible_name_of(staged)
-    return staged is not None and visible is not None and sink.exists(staged) and not sink.exists(visible)
-
-
-def promote_committed_batch(sink: ParquetSink, lease: Lease) -> Promotion | None:
-    """Make the lease's last committed batch file visible if its promotion was cut short.
-
-    Anyone may do it at any time: the range is committed, and the staged file the lease names is the
-    committing attempt's own (a zombie's copy of the same batch has another name). A staged file that
-    is gone while its batch file is not visible was deleted by someone: `Promotion.MISSING`, which the
-    caller reports (a dataset's retention may delete old files, but so may a mistake).
-    """
-    staged = lease.committed_batch_file
-    if staged is None:
+def make_committed_visible(sink: BatchSink, lease: Lease) -> Visibility | None:
+    """Make the committed batches the lease's record names visible, where the committing attempt was
+    cut short (None when it names none). Anyone may do it at any time: the ranges are committed. A
+    batch whose staged data is gone while readers cannot see it was deleted by someone: logged (a
+    dataset's retention may delete old batches, but so may a mistake)."""
+    if lease.committed_batch is None:
         return None
-    try:
-        visible = visible_path(staged)
-    except ValueError:
+    visibility = sink.make_visible(lease.committed_batch)
+    if visibility is Visibility.MISSING:
         log.warning(
-            "lease %s: committedBatchFile %r is not a staged file name of ours; ignored", lease.lease_key, staged
-        )
-        return None
-    if sink.exists(visible):
-        return None
-    promotion = sink.promote(staged)
-    if promotion is Promotion.MISSING:
-        log.warning(
-            "lease %s: its last committed batch file %s is neither staged nor visible in %s (deleted?)",
+            "lease %s: the committed batches its record %r names are neither staged nor visible in %s (deleted?)",
             lease.lease_key,
-            visible,
+            lease.committed_batch,
             sink.uri,
         )
-    else:
-        log.info(
-            "lease %s: promoted its last committed batch file %s, left staged by an earlier attempt",
-            lease.lease_key,
-            visible,
-        )
-    return promotion
+    return visibility
 
 
-def visible_name_of(staged: str | None) -> str | None:
-    """The visible name of a staged batch file, or None for no name or one that is not ours."""
-    if staged is None:
-        return None
+def not_yet_visible(sink: BatchSink, record: str | None) -> str | None:
+    """For a report, once making the committed batches `record` names visible failed: the names of
+    those readers cannot see yet (None when none), or the record itself when the sink cannot tell."""
     try:
-        return visible_path(staged)
-    except ValueError:
-        return None
+        return ", ".join(sink.awaiting_visibility(record)) or None
+    except LeaseCoreError:
+        return record
 
 
 def _epoch_millis(moment: datetime) -> int:

@@ -41,11 +41,11 @@ from spark_jobs.lease_consumer import (
     LeaseBudget,
     LeaseConsumer,
     LeaseContext,
-    promote_committed_batch,
-    visible_name_of,
+    make_committed_visible,
+    not_yet_visible,
 )
-from spark_jobs.parquet_sink import ParquetSink
 from spark_jobs.round_report import LeaseReport, Outcome, SlotReport
+from spark_jobs.sinks import open_sink
 from spark_jobs.transform import load_transform
 
 log = logging.getLogger(__name__)
@@ -96,9 +96,7 @@ class SlotTask:
         self.context = LeaseContext(
             store=self.store,
             kinesis=app.client("kinesis"),
-            sink=ParquetSink.from_uri(
-                spec.output_uri, s3_endpoint_url=self.config.aws_endpoint_url_s3, region=self.config.aws_region
-            ),
+            sink=open_sink(spec.output_uri, config=self.config),
             transform_spec=spec.transform,
             transform=load_transform(spec.transform),
             retry_policy=app.retry_policy,
@@ -140,8 +138,8 @@ class SlotTask:
                 continue
             skipped = self._skip_reason(lease)
             if skipped is not None:
-                unpromoted = self._finish_promotion(lease)
-                reports.append(replace(self._untouched(lease, placement, *skipped), unpromoted_batch=unpromoted))
+                invisible = self._finish_visibility(lease)
+                reports.append(replace(self._untouched(lease, placement, *skipped), unpromoted_batch=invisible))
                 continue
             held = self._claim(lease)
             if not held.is_lost:
@@ -187,14 +185,15 @@ class SlotTask:
             lease = fresh
         return held
 
-    def _finish_promotion(self, lease: Lease) -> str | None:
-        """A lease this attempt does not work on may still name a committed file left staged: make it
-        visible; the file's visible name when that failed (the lease's report says it), else None."""
+    def _finish_visibility(self, lease: Lease) -> str | None:
+        """A lease this attempt does not work on may still name committed batches readers cannot see:
+        make them visible; the ones still invisible when that failed (the lease's report names them),
+        else None."""
         try:
-            promote_committed_batch(self.context.sink, lease)
+            make_committed_visible(self.context.sink, lease)
         except LeaseCoreError as error:  # the sink is the leases' business, not the whole slot's
-            log.warning("lease %s: its last committed batch file could not be made visible: %s", lease.lease_key, error)
-            return visible_name_of(lease.committed_batch_file)
+            log.warning("lease %s: its committed batches could not be made visible: %s", lease.lease_key, error)
+            return not_yet_visible(self.context.sink, lease.committed_batch)
         return None
 
     def _placement(self, lease: Lease) -> _Placement | None:

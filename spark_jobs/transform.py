@@ -1,13 +1,13 @@
-"""The user transform: an optional function the consume job applies to each batch before publishing it.
+"""The user transform: an optional function the consume job applies to each batch before staging it.
 
 A transform is named by a spec `package.module:function` and called once per batch with a table of
-the sink's FILE_SCHEMA columns (sequence_number, sub_sequence_number, partition_key,
-approximate_arrival_timestamp, data, explicit_hash_key) plus the batch's `stream_name` and `shard_id`
-(constant columns, so one transform can tell streams apart), one row per user record in shard order.
-The consume job drops `stream_name` and `shard_id` from the result again: they are the partition
-directories the file is published under. The transform may filter rows and add, drop or convert
-columns; it must return a `pyarrow.Table`, and it should be deterministic, because a retried batch
-must publish the same file.
+the record columns (`spark_jobs.sinks.record_columns`: sequence_number, sub_sequence_number,
+partition_key, approximate_arrival_timestamp, data, explicit_hash_key) plus the batch's `stream_name`
+and `shard_id` (constant columns, so one transform can tell streams apart), one row per user record
+in shard order. The consume job drops `stream_name` and `shard_id` from the result again: the sink
+takes them from the batch. The transform may filter rows and add, drop or convert columns; it must
+return a `pyarrow.Table`, and it should be deterministic, because a retried batch must stage the
+same rows.
 """
 
 from __future__ import annotations

@@ -36,7 +36,7 @@ from devtools.fault_proxy import FAULT_KINDS as PROXY_FAULT_KINDS
 from devtools.fault_proxy import FaultRule
 from devtools.kinesis_streams import merge_shards, open_shards, split_shard
 from lease_core.model.shards import Shard
-from spark_jobs.parquet_sink import STAGED_PREFIX
+from spark_jobs.sinks.parquet import STAGED_PREFIX
 
 if TYPE_CHECKING:
     from bench.chaos.leader import Taking
@@ -503,7 +503,7 @@ def reset_after_round(run: RoundRun, injection: Injection) -> None:
             f"round {run.plan.number}: leasectl reset {lease.lease_key} discarded the prepared "
             f"batch {path}, and that uncommitted batch's file is visible in the dataset"
         )
-    committed = {other.committed_batch_file for other in store.list_leases() if other.committed_batch_file}
+    committed = {other.committed_batch for other in store.list_leases() if other.committed_batch}
     root = Path(run.stack.output_uri)
     staged = [
         copy

@@ -158,12 +158,12 @@ class HeldLease:
     def commit(
         self,
         value: ExtendedSequenceNumber,
-        batch_file: str | None = None,
+        record: str | None = None,
         losses: frozenset[AgedOutRange] = frozenset(),
     ) -> Lease:
-        """Checkpoint at `value`, clearing the pending checkpoint (§10.2); `batch_file` is the output
-        file of the batch it commits, if it wrote one; `losses` as for `prepare`."""
-        return self._update(lambda lease: lease.with_checkpoint(value, batch_file), "checkpoint", losses)
+        """Checkpoint at `value`, clearing the pending checkpoint (§10.2); `record` is the sink's record
+        of the committed batches (`Lease.committed_batch`); `losses` as for `prepare`."""
+        return self._update(lambda lease: lease.with_checkpoint(value, record), "checkpoint", losses)
 
     def require_held(self) -> Lease:
         """The current value; raises `LeaseLostError` when the lease is lost or locally expired."""
@@ -240,7 +240,7 @@ def _update_recovered(intended: Lease, result: WriteResult) -> bool:
         and stored.checkpoint == intended.checkpoint
         and stored.pending_checkpoint == intended.pending_checkpoint
         and stored.pending_checkpoint_state == intended.pending_checkpoint_state
-        and stored.committed_batch_file == intended.committed_batch_file
+        and stored.committed_batch == intended.committed_batch
     )
 
 

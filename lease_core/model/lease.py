@@ -185,10 +185,11 @@ class Lease:
     stream_name: str | None = None
     shard_id: str | None = None
     # Ours, not KCL's (KCL readers ignore them): the token of the attempt that claimed the lease last,
-    # which every write of that attempt is conditional on; and the staged output file of the batch
-    # committed last, which is made visible only after its commit (see `spark_jobs.parquet_sink`).
+    # which every write of that attempt is conditional on; and the sink's record of the committed
+    # batches readers may not see yet (a sink makes a batch visible only after its commit). The lease
+    # keeps the record for the sink and never looks inside it (`spark_jobs.sinks.batch_sink`).
     claim_token: str | None = None
-    committed_batch_file: str | None = None
+    committed_batch: str | None = None
     # Also ours: retention losses met while reading this lease that no kept round report has named
     # yet. A holder adds them with the write that moves past them (set ADD); the step that keeps the
     # round's report removes exactly the ones it named (set DELETE), so a report lost with its
@@ -209,9 +210,9 @@ class Lease:
     def __post_init__(self) -> None:
         if not self.lease_key:
             raise ValueError("lease_key must be a non-empty string")
-        if "" in (self.lease_owner, self.checkpoint_owner, self.claim_token, self.committed_batch_file):
+        if "" in (self.lease_owner, self.checkpoint_owner, self.claim_token, self.committed_batch):
             raise ValueError(
-                f"lease {self.lease_key!r}: owners, tokens and files are absent (None), never empty strings"
+                f"lease {self.lease_key!r}: owners, tokens and batch records are absent (None), never empty strings"
             )
         if self.lease_counter < 0:
             raise ValueError(f"lease {self.lease_key!r}: lease_counter must be >= 0")
@@ -271,10 +272,10 @@ class Lease:
     def replace(self, **changes: Any) -> Lease:
         return dataclasses.replace(self, **changes)
 
-    def with_checkpoint(self, value: ExtendedSequenceNumber, batch_file: str | None = None) -> Lease:
+    def with_checkpoint(self, value: ExtendedSequenceNumber, record: str | None = None) -> Lease:
         """The lease after a real checkpoint: pending fields cleared and owner switches zeroed (§10.2).
 
-        `batch_file`: the output file of the batch this checkpoint commits, if it wrote one.
+        `record`: the sink's record of the committed batches (`committed_batch`), None when it keeps none.
         """
         self._require_not_backwards(value)
         return self.replace(
@@ -282,7 +283,7 @@ class Lease:
             pending_checkpoint=None,
             pending_checkpoint_state=None,
             owner_switches_since_checkpoint=0,
-            committed_batch_file=batch_file,
+            committed_batch=record,
             latest_start_millis=None,
         )
 

@@ -7,13 +7,14 @@ state bytes describe that batch so a redo needs no guessing:
 - `first`: the position of the batch's first record. A batch that started at a sentinel (LATEST,
   AT_TIMESTAMP, TRIM_HORIZON) cannot be replayed from the sentinel: LATEST has moved on and the trim
   horizon may have. The redo reads from `first` instead.
-- `path`: the output file, a pure function of (stream, shard, C, P); None when the batch had no
-  rows to write (e.g. a transform dropped them all).
-- `staged`: where the preparing attempt stages that file before the commit (a name of its own,
-  readers skip it); a redo by another attempt copies it to its own staged name rather than read
-  the range again. Absent in batches prepared before files were staged.
-- `child_shards`: at P = SHARD_END, the children GetRecords named, so a redo whose file already
-  exists can create the child leases without reading the shard again.
+- `name`: the sink's name for the batch, a pure function of (stream, shard, C, P), shown in reports
+  (kept under the key `path`, from when it was always a file's); None when the batch had no rows to
+  write (e.g. a transform dropped them all).
+- `staged`: the sink's token for what the preparing attempt stages before the commit (its own,
+  invisible to readers); a redo by another attempt adopts it rather than read the range again.
+  Absent in batches prepared before batches were staged, or when the sink cannot name it in advance.
+- `child_shards`: at P = SHARD_END, the children GetRecords named, so a redo whose batch is already
+  visible can create the child leases without reading the shard again.
 
 State written by anyone else (a KCL application sharing the table stores its own bytes) is not ours:
 `decode` returns None and the redo falls back to reading (C, P] from C.
@@ -38,7 +39,7 @@ class PendingBatch:
     start: ExtendedSequenceNumber
     end: ExtendedSequenceNumber
     first: ExtendedSequenceNumber | None
-    path: str | None
+    name: str | None
     records: int
     child_shards: tuple[ChildShard, ...] = ()
     staged: str | None = None
@@ -49,7 +50,7 @@ class PendingBatch:
             "start": _position(self.start),
             "end": _position(self.end),
             "first": None if self.first is None else _position(self.first),
-            "path": self.path,
+            "path": self.name,
             "staged": self.staged,
             "records": self.records,
             "children": [_child(child) for child in sorted(self.child_shards, key=lambda c: c.shard_id)],
@@ -75,7 +76,7 @@ class PendingBatch:
                 start=_parse_position(document["start"]),
                 end=_parse_position(document["end"]),
                 first=None if document["first"] is None else _parse_position(document["first"]),
-                path=document["path"],
+                name=document["path"],
                 records=int(document["records"]),
                 child_shards=tuple(_parse_child(child) for child in document["children"]),
                 staged=document.get("staged"),

@@ -42,9 +42,9 @@ write like any other: conditional, fencing, and reported. The rules:
   whose retry then lost the condition against it is recognised as applied.
 - Reported. The checkpoint before and after, the counter, the direction with what it costs
   (backward: records already landed land again, duplicates by request; forward: records in between
-  are never landed, loss by request), and a discarded prepared batch: its range and output file.
-  That file is never made visible: an attempt stages a batch's file and promotes it only after its
-  commit, which the reset fences (a staged file is left behind under a `_staged-` name readers skip).
+  are never landed, loss by request), and a discarded prepared batch: its range and the sink's name
+  for it. It is never made visible: the consume job makes a batch visible only after its commit,
+  which the reset fences (whatever the batch staged stays invisible to readers).
 """
 
 from __future__ import annotations
@@ -262,7 +262,7 @@ class DiscardedBatch:
     """The prepared checkpoint a reset removes, with what is known of the batch's output."""
 
     pending_checkpoint: ExtendedSequenceNumber
-    batch: PendingBatch | None  # described by our consume job (range, records, output file)
+    batch: PendingBatch | None  # described by our consume job (range, records, name)
     unreadable: str | None = None  # our description, but unreadable
 
     @classmethod
@@ -275,7 +275,7 @@ class DiscardedBatch:
             return cls(lease.pending_checkpoint, None, error.problem)
 
     def notes(self, checkpoint: ExtendedSequenceNumber, target: ExtendedSequenceNumber) -> tuple[str, ...]:
-        """What keeping or deleting the batch's file means after a reset of `checkpoint` to `target`."""
+        """What discarding the batch means after a reset of `checkpoint` to `target`."""
         pending = describe_position(self.pending_checkpoint)
         if self.batch is None:
             why = (
@@ -284,15 +284,13 @@ class DiscardedBatch:
                 else ("it carries no batch description of ours (another application's state, or none)")
             )
             return (
-                f"the prepared batch up to {pending} is discarded; {why}, so its output file, if any, is not known",
+                f"the prepared batch up to {pending} is discarded; {why}, so its name in the sink, if any, "
+                "is not known",
             )
-        if self.batch.path is None:
-            return ("the batch wrote no file (it had no rows to write)",)
-        # The consume job makes a batch's file visible only after committing it, which this reset fences.
-        notes = [
-            "its file (a path relative to the consume job's output URI) is never made visible: at most it "
-            "was staged under a `_staged-` name, which readers skip"
-        ]
+        if self.batch.name is None:
+            return ("the batch staged nothing (it had no rows to write)",)
+        # The consume job makes a batch visible only after committing it, which this reset fences.
+        notes = [f"the batch {self.batch.name} is never made visible: at most it was staged, invisible to readers"]
         after_target = compare_positions(target, self.pending_checkpoint)
         if after_target is None or after_target < 0:
             notes.append(f"its records after {render_position(target)} will be read and landed again, once")
@@ -385,7 +383,7 @@ class ResetReport:
                 "start": None if described is None else _position(described.start),
                 "end": _position(discarded.pending_checkpoint),
                 "records": None if described is None else described.records,
-                "path": None if described is None else described.path,
+                "path": None if described is None else described.name,
                 "notes": list(self.plan.batch_notes()),
             }
         return {

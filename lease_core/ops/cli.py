@@ -142,8 +142,8 @@ application's leader lock, so no round runs meanwhile (it fails if someone else 
 writes the checkpoint conditional on the lease counter, removes the pending checkpoint and raises
 the counter by 2, so a worker still holding the lease is fenced; the owner stays. Moving backwards
 lands records again (duplicates, by request); moving forward never lands the records skipped
-(loss, by request). A discarded prepared batch is reported with its output file, which the
-consume job never makes visible (it promotes a batch's file only after committing the batch).
+(loss, by request). A discarded prepared batch is reported with the sink's name for it; the
+consume job never makes it visible (a batch becomes visible only after its commit).
 
 Exit status: 0 reset; 1 no such lease, SHARD_END, leader lock held, or the lease kept changing;
 2 usage.
@@ -389,7 +389,7 @@ def render_reset_report(report: ResetReport) -> str:
         else:
             lines.append(
                 f"  discarded the prepared batch ({render_position(batch.start)}, {pending}]: "
-                f"{batch.records} record(s), file {batch.path or '(none)'}"
+                f"{batch.records} record(s), batch {batch.name or '(none)'}"
             )
         lines += [f"    {note}" for note in plan.batch_notes()]
     lines += [f"WARNING: {warning}" for warning in plan.warnings()]

@@ -6,14 +6,14 @@ carries retention losses no kept report has named, has a prepared batch to finis
 with no pin yet (`Lease.latest_since`: leases from before pins, or reset to LATEST), is of a shard
 the listing says is closed and has not reached SHARD_END (the end of a closed shard is a null
 iterator, which the reader may only see a call after the last record: the children wait for it),
-has a record after its checkpoint (after its pin, at LATEST), has reached its shard's end, or names
-a committed batch that is still staged, not visible (its promotion was cut short; the sink says,
-through `left_staged`). A lease the check could not read (an error, or every GetRecords throttled
-by the shard's other readers) counts as work too: "idle" must mean nothing to read, never "could not
-look". Records that aged out unread with none after them are not work on their own: the round that
-reads the next record reports them (a round would report the same gap every time). Leases are
-looked at without a call first; then one GetShardIterator and one short GetRecords per open lease,
-a few at a time, stopping at the first lease with work.
+has a record after its checkpoint (after its pin, at LATEST), has reached its shard's end, or has
+committed batches readers cannot see yet (making them visible was cut short; the sink says, through
+`awaiting_visibility`, from the lease's record of them). A lease the check could not read (an
+error, or every GetRecords throttled by the shard's other readers) counts as work too: "idle" must
+mean nothing to read, never "could not look". Records that aged out unread with none after them
+are not work on their own: the round that reads the next record reports them (a round would report
+the same gap every time). Leases are looked at without a call first; then one GetShardIterator and
+one short GetRecords per open lease, a few at a time, stopping at the first lease with work.
 """
 
 from __future__ import annotations
@@ -70,13 +70,13 @@ def find_pending_work(
     retry_policy: RetryPolicy,
     threads: int = CHECK_THREADS,
     closed_lease_keys: Collection[str] = (),
-    left_staged: Callable[[Lease], bool] | None = None,
+    awaiting_visibility: Callable[[Lease], tuple[str, ...]] | None = None,
 ) -> PendingWork:
     """The first of `leases` that needs a round (module doc), or an idle answer; `stream_names` are
     the round's streams (a single-stream lease key names only its shard, and a multi-stream lease of
     another stream is not the round's). `closed_lease_keys`: the leases of shards the sync's listing
-    says are closed. `left_staged`: whether a lease's last committed batch is staged and not visible
-    (the sink's answer; None: not asked)."""
+    says are closed. `awaiting_visibility`: the names of a lease's committed batches that readers
+    cannot see yet (the sink's answer; None: not asked)."""
     leases = [lease for lease in leases if _of_streams(lease, stream_names)]
     open_leases = [lease for lease in leases if not lease.is_at_shard_end]
     for lease in leases:
@@ -101,8 +101,9 @@ def find_pending_work(
             min_call_interval_seconds=0,
         )
         try:
-            if left_staged is not None and left_staged(lease):
-                return f"its last committed batch {lease.committed_batch_file} is staged, not visible yet"
+            awaiting = () if awaiting_visibility is None else awaiting_visibility(lease)
+            if awaiting:
+                return f"committed batches are not visible yet: {', '.join(awaiting)}"
             batch = reader.read(ReadLimits(max_records=1))
             if batch.records:
                 return "records after its checkpoint"

@@ -39,7 +39,8 @@ STREAM_NAME = "streamName"
 SHARD_ID = "shardId"
 # Ours (kcl-compatibility.md): KCL neither reads nor writes them.
 CLAIM_TOKEN = "claimToken"
-COMMITTED_BATCH_FILE = "committedBatchFile"
+# `Lease.committed_batch`, under the name it had when it held a file name: existing items keep theirs.
+COMMITTED_BATCH = "committedBatchFile"
 UNREPORTED_LOSSES = "unreportedRetentionLosses"
 READ_THROUGH_MILLIS = "readThroughMillis"
 MEASURED_BEFORE_CLAIM = "measuredBeforeClaim"
@@ -104,8 +105,8 @@ def lease_to_item(lease: Lease) -> Item:
     item.update(multi_stream_attributes(lease))
     if lease.claim_token is not None:
         item[CLAIM_TOKEN] = string_value(lease.claim_token)
-    if lease.committed_batch_file is not None:
-        item[COMMITTED_BATCH_FILE] = string_value(lease.committed_batch_file)
+    if lease.committed_batch is not None:
+        item[COMMITTED_BATCH] = string_value(lease.committed_batch)
     if lease.unreported_losses:
         item[UNREPORTED_LOSSES] = aged_out_ranges_value(lease.unreported_losses)
     if lease.read_through_millis is not None:
@@ -184,7 +185,7 @@ def lease_from_item(item: Mapping[str, AttributeValue]) -> Lease:
             stream_name=stream_name,
             shard_id=shard_id,
             claim_token=reader.string(CLAIM_TOKEN),
-            committed_batch_file=reader.string(COMMITTED_BATCH_FILE),
+            committed_batch=reader.string(COMMITTED_BATCH),
             unreported_losses=reader.aged_out_ranges(UNREPORTED_LOSSES),
             read_through_millis=reader.integer(READ_THROUGH_MILLIS),
             measured_before_claim=reader.measurement_before_claim(MEASURED_BEFORE_CLAIM),
@@ -235,7 +236,7 @@ LEASE_ATTRIBUTES = frozenset(
         STREAM_NAME,
         SHARD_ID,
         CLAIM_TOKEN,
-        COMMITTED_BATCH_FILE,
+        COMMITTED_BATCH,
         UNREPORTED_LOSSES,
         READ_THROUGH_MILLIS,
         MEASURED_BEFORE_CLAIM,

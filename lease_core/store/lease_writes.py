@@ -209,10 +209,10 @@ def update(lease: Lease, losses: frozenset[AgedOutRange] = frozenset()) -> Lease
     ]
     if lease.child_shard_ids:
         sets[codec.CHILD_SHARD_IDS] = codec.string_set_value(lease.child_shard_ids)
-    if lease.committed_batch_file is not None:
-        sets[codec.COMMITTED_BATCH_FILE] = codec.string_value(lease.committed_batch_file)
+    if lease.committed_batch is not None:
+        sets[codec.COMMITTED_BATCH] = codec.string_value(lease.committed_batch)
     else:
-        removes.append(codec.COMMITTED_BATCH_FILE)
+        removes.append(codec.COMMITTED_BATCH)
     if lease.latest_since is not None and lease.latest_start_millis is not None:
         sets[codec.LATEST_START_MILLIS] = codec.number_value(lease.latest_start_millis)
     else:  # a checkpoint off LATEST, or a reset to a LATEST the next claim pins

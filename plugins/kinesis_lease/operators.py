@@ -46,9 +46,9 @@ from lease_core.store.coordinator_state import CoordinatorStateStore
 from lease_core.store.lease_store import LeaseStore
 from lease_core.sync.audit import ShardSyncAuditor
 from lease_core.sync.step import is_multi_stream, sync_streams
-from spark_jobs.lease_consumer import committed_batch_left_staged
-from spark_jobs.parquet_sink import ParquetSink
 from spark_jobs.round_report import RetentionLoss, RoundFigures, history_figures, read_report, report_uri_for
+from spark_jobs.sinks import open_sink
+from spark_jobs.sinks.batch_sink import BatchSink
 
 # The job file of the installed `spark_jobs` package (imported above), wherever the plugins folder is
 # mounted: in a checkout, an image or a deployment, the job and the code its executors import match.
@@ -156,8 +156,9 @@ class TakeLeadershipOperator(_LeaderStep):
 class ShardSyncOperator(_LeaderStep):
     """Syncs shards to leases and cleans up, audits the lease table's hash-range coverage, and looks
     for the round's first lease with work (`pending_work`, which `IdleCheckOperator` acts on), all
-    over the sync's one scan of the lease table. With the round's `output_uri`, a lease whose last
-    committed batch is left staged in that sink (its promotion was cut short) is work too."""
+    over the sync's one scan of the lease table. With the round's `output_uri`, a lease with
+    committed batches that sink's readers cannot see yet (making them visible was cut short) is work
+    too."""
 
     template_fields: Sequence[str] = ("settings", "leader_owner", "streams", "output_uri")
 
@@ -184,11 +185,11 @@ class ShardSyncOperator(_LeaderStep):
                 access.config,
                 access.app.retry_policy,
                 closed_lease_keys=report.closed_lease_keys,
-                left_staged=self._left_staged(access),
+                awaiting_visibility=self._awaiting_visibility(access),
             )
         return {**report.to_dict(), "audits": audits, "pending_work": work.to_dict()}
 
-    def _left_staged(self, access: AwsAccess) -> Callable[[Lease], bool] | None:
+    def _awaiting_visibility(self, access: AwsAccess) -> Callable[[Lease], tuple[str, ...]] | None:
         """The idle check's question to the round's sink, built when first asked: a sink that cannot be
         reached (no credentials, say) makes each lease work with the reason, not the sync fail."""
         if not self.output_uri:
@@ -196,12 +197,10 @@ class ShardSyncOperator(_LeaderStep):
         uri, config = self.output_uri, access.config
 
         @functools.cache
-        def sink() -> ParquetSink:
-            return ParquetSink.from_uri(
-                uri, s3_endpoint_url=config.aws_endpoint_url_s3, region=config.aws_region, session=access.session
-            )
+        def sink() -> BatchSink:
+            return open_sink(uri, config=config, session=access.session)
 
-        return lambda lease: committed_batch_left_staged(sink(), lease)
+        return lambda lease: sink().awaiting_visibility(lease.committed_batch)
 
     @staticmethod
     def _audit(

@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from typing import Any
+from urllib.parse import urlsplit
 
 from lease_core.config.settings import (
     COORDINATOR_STATE_TABLE_SUFFIX,
@@ -23,7 +24,7 @@ from lease_core.config.settings import (
 )
 from lease_core.errors import ConfigurationError
 from spark_jobs.errors import SinkError
-from spark_jobs.parquet_sink import SINK_URI_FORMS, sink_root
+from spark_jobs.sinks import check_sink_uri
 
 MODES = ("live", "backfill")
 # Params that are configuration keys of the consumer, passed through under the same name.
@@ -116,12 +117,12 @@ def _application_name(params: Mapping[str, Any]) -> str:
 
 def _output_uri(params: Mapping[str, Any], mode: str) -> str:
     """The dataset's URI, in a form the sink writes to (checked here, not after the round's first steps)."""
-    uri = _required_text(params, "output_uri").rstrip("/")
     try:
-        on_s3, root = sink_root(uri)
-    except SinkError:
-        raise ConfigurationError("output_uri", f"must be {SINK_URI_FORMS}, got {params.get('output_uri')!r}") from None
-    if on_s3 and "/" not in root and mode == "backfill":
+        uri = check_sink_uri(_required_text(params, "output_uri"))
+    except SinkError as error:
+        raise ConfigurationError("output_uri", f"{error.problem}, got {params.get('output_uri')!r}") from None
+    parts = urlsplit(uri)
+    if mode == "backfill" and parts.scheme == "s3" and not parts.path.strip("/"):
         # A backfill writes to `<output_uri>-backfill/...`: at a bucket's root, that is another bucket.
         raise ConfigurationError(
             "output_uri", f"a backfill needs a prefix in the bucket (s3://bucket/prefix), got {uri!r}"

@@ -4,8 +4,8 @@ A lease's batch is the records after its committed checkpoint C up to and includ
 E. The consumer (`spark_jobs.lease_consumer`) drives every sink through the same few steps:
 
 1. `stage` the batch's rows under the attempt's own name, invisible to readers, after the batch is
-   prepared (pending checkpoint E). A redo by another attempt first tries to `adopt` what the
-   preparing attempt staged.
+   prepared (pending checkpoint E, whose description keeps `staged_token`: what the stage will be
+   called). A redo by another attempt first tries to `adopt` what the preparing attempt staged.
 2. Commit E on the lease, recording `commit_record(previous, staged)`: an opaque string the lease
    keeps for the sink (the item attribute `committedBatchFile`). The lease protocol never looks
    inside it; the sink alone knows which committed batches it names.
@@ -99,12 +99,17 @@ class BatchSink(Protocol):
         """A name for the batch that is a pure function of (stream, shard, start, end): kept in the
         pending checkpoint's description and shown in reports."""
 
+    def staged_token(self, batch: BatchRange, attempt: str) -> str | None:
+        """The token `stage` will give `attempt`'s batch, known before it is written (the prepare, which
+        comes first, keeps it for a redo to `adopt`), or None when the sink cannot say."""
+
     def stage(self, batch: BatchRange, table: pa.Table, attempt: str) -> StagedBatch:
         """Write `table` (the batch's rows) for `attempt` (its claim token) so that readers do not see it."""
 
     def adopt(self, staged: str | None, batch: BatchRange, attempt: str) -> StagedBatch | None:
         """The batch staged by the attempt that prepared it (`staged`, its token), taken over by
-        `attempt`; None when it cannot be (then the batch is read again and staged anew)."""
+        `attempt`; None when it cannot be (then the batch is read again and staged anew). With `staged`
+        None there is nothing to take over: only a batch readers already see is answered (token None)."""
 
     def commit_record(self, previous: str | None, staged: StagedBatch | None) -> str | None:
         """The record the lease's commit of `staged` keeps, given the lease's `previous` record."""

@@ -20,15 +20,11 @@ from lease_core.model.sequence import SHARD_END, TRIM_HORIZON, ExtendedSequenceN
 from lease_core.model.shards import ChildShard
 from lease_core.store.dynamodb_store import DynamoDBLeaseStore
 from lease_core.store.memory_store import InMemoryLeaseStore
-from spark_jobs.lease_consumer import (
-    LeaseBudget,
-    LeaseConsumer,
-    LeaseContext,
-    committed_batch_left_staged,
-    promote_committed_batch,
-)
-from spark_jobs.parquet_sink import FILE_SCHEMA, ParquetSink, staged_path, visible_path
-from spark_jobs.round_report import LeaseReport, RoundReport, RoundTotals, SlotReport
+from spark_jobs.lease_consumer import LeaseBudget, LeaseConsumer, LeaseContext, make_committed_visible
+from spark_jobs.round_report import LeaseReport, Outcome, RoundReport, RoundTotals, SlotReport
+from spark_jobs.sinks.batch_sink import BatchRange, StagedBatch, Visibility
+from spark_jobs.sinks.parquet import ParquetSink, visible_path
+from spark_jobs.sinks.record_columns import RECORD_SCHEMA
 from spark_jobs.slot_task import SlotTask
 from tests.support.faults import FaultInjectingClient, client_error
 from tests.support.stores import FAST_RETRIES, dynamodb_store
@@ -53,6 +49,13 @@ def slot_attempt(store: InMemoryLeaseStore, attempt: int, started_millis: int) -
     task.spec = SimpleNamespace(round_number=1)  # type: ignore[assignment]
     task.context = SimpleNamespace(wall_clock_millis=lambda: started_millis)  # type: ignore[assignment]
     return task
+
+
+def split_of_parent() -> tuple[ChildShard, ...]:
+    """The two children of a split of PARENT, each with half of its hash range."""
+    half = (2**128 - 1) // 2
+    ranges = (HashKeyRange(0, half), HashKeyRange(half + 1, 2**128 - 1))
+    return tuple(ChildShard(child, frozenset({PARENT}), hash_range) for child, hash_range in zip(CHILDREN, ranges))
 
 
 def owned(store: InMemoryLeaseStore, key: str, owner: str = SLOT, **fields: object) -> Lease:
@@ -86,8 +89,8 @@ def test_an_older_attempt_that_claims_late_does_not_fence_the_newer_attempt_of_i
 
 
 class PromoteFails:
-    """The slot's sink, except that promoting fails (an S3 503 on the CopyObject, or the executor dying
-    between the commit and the promotion)."""
+    """The slot's sink, except that making a batch visible fails (an S3 503 on the CopyObject, or the
+    executor dying between the commit and the promotion)."""
 
     def __init__(self, sink: ParquetSink) -> None:
         self._sink = sink
@@ -95,7 +98,7 @@ class PromoteFails:
     def __getattr__(self, name: str):
         return getattr(self._sink, name)
 
-    def promote(self, path: str):
+    def make_visible(self, record: str | None):
         raise OSError("injected: the promotion never happened")
 
 
@@ -113,11 +116,11 @@ def three_rows() -> pa.Table:
             }
             for n in (101, 102, 103)
         ],
-        schema=FILE_SCHEMA,
+        schema=RECORD_SCHEMA,
     )
 
 
-def test_cleanup_never_deletes_a_finished_lease_whose_committed_batch_file_was_not_made_visible(tmp_path: Path):
+def test_cleanup_never_deletes_a_finished_lease_whose_committed_batch_was_not_made_visible(tmp_path: Path):
     """A prepared (C, SHARD_END] batch (the earlier version's last-batch form, which the redo still
     supports) is redone: its file is staged (pre-staged here, so that no Kinesis is needed), SHARD_END is
     committed naming it, and the promotion fails (a 503 on the CopyObject, or the executor dies). The
@@ -126,9 +129,7 @@ def test_cleanup_never_deletes_a_finished_lease_whose_committed_batch_file_was_n
     children started, so it is deleted, and with it the only record that the staged file is committed.
     Its records are never visible, and nothing reports them. (A fix may also avoid SHARD_END here.)"""
     store = InMemoryLeaseStore()
-    half = (2**128 - 1) // 2
-    ranges = (HashKeyRange(0, half), HashKeyRange(half + 1, 2**128 - 1))
-    children = tuple(ChildShard(child, frozenset({PARENT}), hash_range) for child, hash_range in zip(CHILDREN, ranges))
+    children = split_of_parent()
     for child in children:  # created by shard sync, assigned to another slot for this round
         owned(
             store,
@@ -141,12 +142,15 @@ def test_cleanup_never_deletes_a_finished_lease_whose_committed_batch_file_was_n
 
     sink = ParquetSink.from_uri(str(tmp_path / "lake"))
     checkpoint = ESN("100")
-    path = sink.batch_path("stream", PARENT, checkpoint, SHARD_END)
+    batch = BatchRange(PARENT, "stream", PARENT, checkpoint, ESN("101"), SHARD_END)
+    path = sink.batch_name(batch)
     lease = owned(store, PARENT, checkpoint=checkpoint, hash_key_range=HashKeyRange(0, 2**128 - 1))
-    batch = PendingBatch(checkpoint, SHARD_END, ESN("101"), path, 3, children, staged=staged_path(path, "earlier"))
-    prepared = store.prepare_checkpoint(lease, SHARD_END, batch.encode()).lease
+    described = PendingBatch(
+        checkpoint, SHARD_END, ESN("101"), path, 3, children, staged=sink.staged_token(batch, "earlier")
+    )
+    prepared = store.prepare_checkpoint(lease, SHARD_END, described.encode()).lease
     assert prepared is not None
-    sink.stage(staged_path(path, "earlier"), three_rows())
+    sink.stage(batch, three_rows(), "earlier")
 
     held = HeldLease(store, prepared, DURATION, claim_token=f"{SLOT}/attempt-0")
     assert held.claim()
@@ -177,9 +181,10 @@ class StagedFileDeleted(PromoteFails):
     """The slot's sink, except that the staged file is gone when it is promoted (a lifecycle rule or
     another tool deleted it between this attempt's stage and its promotion)."""
 
-    def promote(self, path: str):
-        (Path(self._sink.root) / path).unlink()
-        return self._sink.promote(path)
+    def make_visible(self, record: str | None):
+        if record is not None:
+            (Path(self._sink.root) / record).unlink()
+        return self._sink.make_visible(record)
 
 
 def redo_staged_batch(store: InMemoryLeaseStore, sink: object, tmp_path: Path):
@@ -187,9 +192,9 @@ def redo_staged_batch(store: InMemoryLeaseStore, sink: object, tmp_path: Path):
     through `sink`: it copies the file to its own staged name, commits, and promotes."""
     lake = ParquetSink.from_uri(str(tmp_path / "lake"))
     checkpoint, end = ESN("100"), ESN("103")
-    path = lake.batch_path("stream", PARENT, checkpoint, end)
-    earlier = staged_path(path, "earlier")
-    lake.stage(earlier, three_rows())
+    batch = BatchRange(PARENT, "stream", PARENT, checkpoint, ESN("101"), end)
+    path = lake.batch_name(batch)
+    earlier = lake.stage(batch, three_rows(), "earlier").token
     lease = owned(store, PARENT, checkpoint=checkpoint)
     prepared = store.prepare_checkpoint(
         lease, end, PendingBatch(checkpoint, end, ESN("101"), path, 3, staged=earlier).encode()
@@ -229,10 +234,10 @@ def test_a_committed_batch_whose_promotion_fails_is_named_by_the_report_and_made
     totals = RoundTotals.of([SlotReport(SLOT, 1, 1.0, -1, (report,))])
     assert totals.unpromoted_batches == (f"{PARENT}: {path}",)
     assert f"NOT VISIBLE YET: {PARENT}: {path}" in round_of(report).summary()
-    assert committed_batch_left_staged(lake, lease), "the idle check would take the quiet lease for idle"
+    assert lake.awaiting_visibility(lease.committed_batch) == (path,), "the idle check would take it for idle"
 
-    promote_committed_batch(lake, lease)  # the next round's holder, first thing in `_work`
-    assert lake.exists(path) and not committed_batch_left_staged(lake, lease)
+    make_committed_visible(lake, lease)  # the next round's holder, first thing in `_work`
+    assert lake.exists(path) and lake.awaiting_visibility(lease.committed_batch) == ()
 
 
 def test_a_committed_batch_whose_staged_file_is_deleted_before_promotion_is_reported_as_lost(tmp_path: Path):
@@ -275,13 +280,7 @@ def test_child_creation_whose_retry_finds_its_first_try_in_progress_is_retried_a
     parent = healthy.claim_lease(assigned, "attempt-0").lease
     assert parent is not None
     store = DynamoDBLeaseStore(InProgressOnRetry(healthy.client), healthy.table_name, retry_policy=FAST_RETRIES)
-    half = (2**128 - 1) // 2
-    children = [
-        ChildShard(CHILDREN[0], frozenset({PARENT}), HashKeyRange(0, half)),
-        ChildShard(CHILDREN[1], frozenset({PARENT}), HashKeyRange(half + 1, 2**128 - 1)),
-    ]
-
-    outcome = create_child_leases(store, parent, children, SINGLE)
+    outcome = create_child_leases(store, parent, split_of_parent(), SINGLE)
 
     assert outcome.child_ids_recorded
     assert sorted(lease.lease_key for lease in healthy.list_leases()) == [PARENT, *CHILDREN]
@@ -305,19 +304,74 @@ def test_a_zombies_late_staged_copy_of_a_promoted_file_is_never_made_visible(tmp
     store = InMemoryLeaseStore()
     sink = ParquetSink.from_uri(str(tmp_path / "lake"))
     checkpoint, end = ESN("100"), ESN("103")
-    path = sink.batch_path("stream", PARENT, checkpoint, end)
+    batch = BatchRange(PARENT, "stream", PARENT, checkpoint, ESN("101"), end)
+    path = sink.batch_name(batch)
     newer = HeldLease(store, owned(store, PARENT, checkpoint=checkpoint), DURATION, claim_token=f"{SLOT}/attempt-1")
     assert newer.claim()
-    ours = staged_path(path, newer.claim_token)
+    ours = sink.staged_token(batch, newer.claim_token)
     newer.prepare(end, PendingBatch(checkpoint, end, ESN("101"), path, 3, staged=ours).encode())
-    sink.stage(ours, three_rows())
-    newer.commit(end, batch_file=ours)
-    sink.promote(ours)
-    sink.stage(staged_path(path, f"{SLOT}/attempt-0"), three_rows())  # the zombie's upload lands
+    newer.commit(end, record=sink.commit_record(None, sink.stage(batch, three_rows(), newer.claim_token)))
+    sink.make_visible(ours)
+    sink.stage(batch, three_rows(), f"{SLOT}/attempt-0")  # the zombie's upload lands
     (tmp_path / "lake" / path).unlink()  # retention or compaction removes the visible file
 
     lease = store.get_lease(PARENT, consistent=True)
-    assert lease is not None and lease.committed_batch_file == ours and visible_path(ours) == path
-    promote_committed_batch(sink, lease)  # the next round's holder, first thing in `_work`
+    assert lease is not None and lease.committed_batch == ours and visible_path(ours) == path
+    make_committed_visible(sink, lease)  # the next round's holder, first thing in `_work`
 
     assert not sink.exists(path), "a file promoted once, then removed, came back from a zombie's staged copy"
+
+
+# --- 4. a shard end under a sink that makes batches visible at the round's end -----------------------
+
+
+class RoundEndSink:
+    """A table sink in miniature: committed batches become visible when the round ends, so a lease's
+    record names them until then. The prepared batch is found visible already (no Kinesis needed)."""
+
+    uri = "memory://table"
+
+    def batch_name(self, batch: BatchRange) -> str:
+        return f"{batch.shard_id}/{batch.start}_{batch.end}"
+
+    def adopt(self, staged: str | None, batch: BatchRange, attempt: str) -> StagedBatch | None:
+        return StagedBatch(None, rows=3, bytes=0)
+
+    def commit_record(self, previous: str | None, staged: StagedBatch | None) -> str | None:
+        return previous if staged is None or staged.token is None else f"{previous} {staged.token}"
+
+    def make_visible(self, record: str | None) -> Visibility:
+        return Visibility.AT_ROUND_END
+
+
+def test_a_shard_end_keeps_the_record_of_batches_that_become_visible_only_at_the_round_end():
+    """Committing SHARD_END without the sink's record would forget the lease's committed batches the
+    round's publication has yet to make visible."""
+    store = InMemoryLeaseStore()
+    checkpoint = ESN("100")
+    lease = owned(store, PARENT, checkpoint=checkpoint, hash_key_range=HashKeyRange(0, 2**128 - 1))
+    committed = store.checkpoint(lease, checkpoint).lease
+    assert committed is not None
+    waiting = store.update_lease(committed.replace(committed_batch="batches up to 100")).lease
+    assert waiting is not None
+    described = PendingBatch(checkpoint, SHARD_END, ESN("101"), None, 3, split_of_parent())
+    prepared = store.prepare_checkpoint(waiting, SHARD_END, described.encode()).lease
+    assert prepared is not None
+    held = HeldLease(store, prepared, DURATION, claim_token=f"{SLOT}/attempt-0")
+    assert held.claim()
+    context = LeaseContext(
+        store=store,
+        kinesis=None,
+        sink=RoundEndSink(),  # type: ignore[arg-type]
+        transform_spec=None,
+        transform=None,
+        retry_policy=FAST_RETRIES,
+        at_timestamp=None,
+        budget=LeaseBudget(),
+    )
+
+    report = LeaseConsumer(held, "stream", PARENT, SINGLE, SLOT, context).run()
+
+    ended = store.get_lease(PARENT, consistent=True)
+    assert report.outcome == Outcome.SHARD_END, report.detail
+    assert ended is not None and (ended.checkpoint, ended.committed_batch) == (SHARD_END, "batches up to 100")

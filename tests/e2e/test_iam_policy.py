@@ -36,7 +36,7 @@ from devtools.fault_proxy import FaultProxy, RecordedCall
 from devtools.kinesis_streams import create_stream, kinesis_client, shards_of, split_shard
 from lease_core.model.sequence import SHARD_END
 from lease_core.ops import cli
-from spark_jobs.parquet_sink import ParquetSink
+from spark_jobs.sinks.parquet import ParquetSink
 from tests.support.airflow_dag import LOCAL_SPARK_CONNECTION, airflow_environment, run_round
 from tests.support.iam_policy import (
     Grant,

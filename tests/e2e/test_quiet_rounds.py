@@ -18,7 +18,7 @@ from devtools.airflow_env import run_environment
 from devtools.fault_proxy import LATE_SHARD_END_STAT, FaultProxy
 from devtools.kinesis_streams import create_stream, kinesis_client, split_shard
 from lease_core.model.sequence import SHARD_END
-from spark_jobs.parquet_sink import visible_path
+from spark_jobs.sinks.parquet import visible_path
 from tests.support.airflow_dag import airflow_environment, run_round
 from tests.support.pipeline import ConsumerPipeline, duplicates
 
@@ -76,13 +76,13 @@ def test_a_closed_shard_at_its_last_record_is_ended_by_the_next_run_of_a_quiet_s
     assert set(ledger.landed()) == set(ledger.produced) and duplicates(ledger.landed()) == []
 
 
-def test_a_committed_batch_left_staged_is_made_visible_by_the_next_run_of_a_quiet_stream(
+def test_a_committed_batch_left_invisible_is_made_visible_by_the_next_run_of_a_quiet_stream(
     dag, rounds_with_late_ends, late_ends, moto_endpoint, unique_name, tmp_path
 ):
     ledger, conf = one_round_read(unique_name, late_ends, moto_endpoint, tmp_path / "lake")
     assert run_round(dag, conf)["consume"] == "success"
     (lease,) = ledger.leases().values()
-    staged = lease.committed_batch_file
+    staged = lease.committed_batch
     assert staged is not None
     # The state a crash between the commit and the promotion leaves: the committed file only staged.
     lake = tmp_path / "lake"

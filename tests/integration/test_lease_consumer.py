@@ -19,8 +19,10 @@ from lease_core.model.lease import Lease, MeasurementBeforeClaim
 from lease_core.model.pending_batch import PendingBatch
 from lease_core.model.sequence import LATEST, SHARD_END, TRIM_HORIZON, ExtendedSequenceNumber
 from spark_jobs.lease_consumer import LeaseBudget
-from spark_jobs.parquet_sink import ParquetSink, records_table, staged_path, visible_path
 from spark_jobs.round_report import LeaseReport, Outcome
+from spark_jobs.sinks.batch_sink import BatchRange
+from spark_jobs.sinks.parquet import ParquetSink, visible_path
+from spark_jobs.sinks.record_columns import records_table
 from spark_jobs.slot_task import SlotTask
 from tests.support.pipeline import ConsumerPipeline, duplicates, pipeline_on_new_stream
 
@@ -61,14 +63,15 @@ def test_a_prepared_batch_whose_file_was_staged_is_copied_committed_and_promoted
     lease = owned_lease(pipeline)
     end = ESN(produced[19].sequence_number)
     sink = ParquetSink.from_uri(pipeline.output_uri)
-    path = sink.batch_path(pipeline.streams[0], lease.lease_key, TRIM_HORIZON, end)
-    staged = staged_path(path, "crashed-attempt")
-    described = PendingBatch(TRIM_HORIZON, end, ESN(produced[0].sequence_number), path, 20, staged=staged)
+    first = ESN(produced[0].sequence_number)
+    batch = BatchRange(lease.lease_key, pipeline.streams[0], lease.lease_key, TRIM_HORIZON, first, end)
+    staged = sink.staged_token(batch, "crashed-attempt")
+    described = PendingBatch(TRIM_HORIZON, end, first, sink.batch_name(batch), 20, staged=staged)
     prepare(pipeline, lease, end, described.encode())
     # The crashed attempt had staged its file: a stand-in with the same 20 records.
     crashed_attempt = SlotTask(pipeline.spec(1, 1), 0)
     records = _read_records(crashed_attempt, produced[:20])
-    sink.stage(staged, records_table(records))
+    sink.stage(batch, records_table(records), "crashed-attempt")
     assert pipeline.landed() == [], "a staged file is invisible until its range is committed"
     report = run_slot(pipeline)[lease.lease_key]
     assert (report.outcome, report.replayed_batches, report.records) == (Outcome.CAUGHT_UP, 1, 30)
@@ -192,11 +195,11 @@ class PausingSink:
     def __getattr__(self, name: str):
         return getattr(self._sink, name)
 
-    def stage(self, path: str, table):
+    def stage(self, batch: BatchRange, table, attempt: str):
         if not self.paused.is_set():
             self.paused.set()
             assert self.resume.wait(60), "the test never let the paused attempt go on"
-        return self._sink.stage(path, table)
+        return self._sink.stage(batch, table, attempt)
 
 
 def paused_attempt(pipeline: ConsumerPipeline, attempt: int) -> tuple[SlotTask, PausingSink]:

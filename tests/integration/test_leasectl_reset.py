@@ -103,7 +103,7 @@ def test_reset_forward_prints_the_move_and_warns_of_the_records_it_skips(moto_en
     lines = result.stdout.splitlines()
     assert lines[0] == f"reset lease {KEY} of table {unique_name} (owner {OWNER}): checkpoint 500 -> LATEST (forward)"
     assert f"lease counter {counter} -> {counter + 2}" in lines[1]
-    assert f"discarded the prepared batch (500, 800]: 30 record(s), file {BATCH_FILE}" in result.stdout
+    assert f"discarded the prepared batch (500, 800]: 30 record(s), batch {BATCH_FILE}" in result.stdout
     assert "will not be read again and are not in the sink" in result.stdout
     assert any(line.startswith("WARNING: moving forward from 500") and "loss" in line for line in lines)
 

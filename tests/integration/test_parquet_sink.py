@@ -1,5 +1,6 @@
-"""The Parquet sink: deterministic batch paths, atomic publishing, and readers of the dataset
-(pyarrow.dataset, pandas, Spark) on a local disk and on S3 (moto)."""
+"""The Parquet sink: deterministic batch paths, atomic staging, adopting and making visible (the
+`BatchSink` protocol), and readers of the dataset (pyarrow.dataset, pandas, Spark) on a local disk and
+on S3 (moto)."""
 
 from __future__ import annotations
 
@@ -23,18 +24,16 @@ from devtools.emulators import LOOPBACK, free_port
 from lease_core.model.sequence import AT_TIMESTAMP, LATEST, SHARD_END, TRIM_HORIZON, ExtendedSequenceNumber, Sentinel
 from lease_core.retrieval.kinesis_records import KinesisRecord
 from spark_jobs.errors import SinkError
-from spark_jobs.parquet_sink import (
+from spark_jobs.sinks.batch_sink import BatchRange, RoundIdentity, RoundPublication, StagedBatch, Visibility
+from spark_jobs.sinks.parquet import (
     DATASET_SCHEMA,
-    FILE_SCHEMA,
     WRITE_CHECK_NAME,
     ParquetSink,
-    Promotion,
-    PublishedFile,
     batch_file_name,
-    records_table,
     staged_path,
     visible_path,
 )
+from spark_jobs.sinks.record_columns import RECORD_SCHEMA, records_table
 from spark_jobs.transform import apply_transform, load_transform
 
 ARRIVAL = datetime(2026, 11, 2, 8, 30, tzinfo=UTC)
@@ -48,7 +47,7 @@ def position(sequence_number: str, sub_sequence_number: int = 0) -> ExtendedSequ
     return ExtendedSequenceNumber(sequence_number, sub_sequence_number)
 
 
-def batch(first: int, count: int) -> pa.Table:
+def rows(first: int, count: int) -> pa.Table:
     """Records numbered first..first+count-1, each payload naming its number."""
     return records_table(
         [
@@ -58,10 +57,22 @@ def batch(first: int, count: int) -> pa.Table:
     )
 
 
-def publish_batch(sink: ParquetSink, first: int, count: int, shard: str = SHARD) -> PublishedFile:
-    """Publishes the batch (first - 1, first + count - 1], as the consume job names it."""
-    path = sink.batch_path(STREAM, shard, position(str(first - 1)), position(str(first + count - 1)))
-    return sink.publish(path, batch(first, count))
+def batch_range(start: ExtendedSequenceNumber, end: ExtendedSequenceNumber, shard: str = SHARD) -> BatchRange:
+    return BatchRange(shard, STREAM, shard, start, None, end)
+
+
+def publish(sink: ParquetSink, batch: BatchRange, table: pa.Table) -> StagedBatch:
+    """Stages the batch and makes it visible, as the consume job does around the batch's commit."""
+    staged = sink.stage(batch, table, "attempt-0")
+    assert sink.make_visible(sink.commit_record(None, staged)) is Visibility.VISIBLE
+    return staged
+
+
+def publish_batch(sink: ParquetSink, first: int, count: int, shard: str = SHARD) -> str:
+    """Publishes the batch (first - 1, first + count - 1], as the consume job names it; its file's path."""
+    batch = batch_range(position(str(first - 1)), position(str(first + count - 1)), shard)
+    publish(sink, batch, rows(first, count))
+    return sink.batch_name(batch)
 
 
 def sequence_numbers(table: pa.Table) -> list[int]:
@@ -115,9 +126,9 @@ def test_two_ranges_share_a_file_name_exactly_when_they_are_equal(a, b, c, d) ->
     assert (batch_file_name(a, b) == batch_file_name(c, d)) == ((a, b) == (c, d))
 
 
-def test_the_batch_path_puts_stream_and_shard_in_hive_directories_whatever_the_root(tmp_path) -> None:
+def test_the_batch_name_puts_stream_and_shard_in_hive_directories_whatever_the_root(tmp_path) -> None:
     paths = {
-        ParquetSink.from_uri(uri).batch_path(STREAM, SHARD, position("1", 2), position("9"))
+        ParquetSink.from_uri(uri).batch_name(batch_range(position("1", 2), position("9")))
         for uri in (str(tmp_path / "a"), f"file://{tmp_path}/b")
     }
     assert paths == {f"stream_name=orders/shard_id={SHARD}/1-2_9-0.parquet"}
@@ -134,27 +145,9 @@ BAD_PARTITION_VALUES = [
 @pytest.mark.parametrize(("stream_name", "shard_id"), BAD_PARTITION_VALUES)
 def test_a_name_that_cannot_be_a_partition_directory_is_refused(tmp_path, stream_name, shard_id) -> None:
     with pytest.raises(SinkError, match="cannot name a partition directory"):
-        ParquetSink.from_uri(str(tmp_path)).batch_path(stream_name, shard_id, TRIM_HORIZON, position("1"))
-
-
-def test_the_records_table_keeps_every_field_and_the_given_order() -> None:
-    records = [
-        KinesisRecord("20", 1, "k", ARRIVAL, b"\x00\xff", explicit_hash_key="170141183460469231731687303715884105728"),
-        KinesisRecord("10", 0, "j", ARRIVAL + timedelta(seconds=1), b"", None),
-    ]
-    table = records_table(records)
-    assert table.schema == FILE_SCHEMA
-    assert table.to_pylist() == [
-        {
-            "sequence_number": r.sequence_number,
-            "sub_sequence_number": r.sub_sequence_number,
-            "partition_key": r.partition_key,
-            "approximate_arrival_timestamp": r.approximate_arrival_timestamp,
-            "data": r.data,
-            "explicit_hash_key": r.explicit_hash_key,
-        }
-        for r in records
-    ]
+        ParquetSink.from_uri(str(tmp_path)).batch_name(
+            BatchRange(shard_id, stream_name, shard_id, TRIM_HORIZON, None, position("1"))
+        )
 
 
 # --- Publishing and reading, on both storages -----------------------------------------------------
@@ -167,7 +160,7 @@ def test_published_batches_read_back_through_pyarrow_dataset_with_their_partitio
     dataset = ds.dataset(sink.root, filesystem=sink.filesystem, format="parquet", partitioning="hive")
     table = dataset.to_table()
     assert table.num_rows == 9
-    assert table.schema.names == [*FILE_SCHEMA.names, "stream_name", "shard_id"]
+    assert table.schema.names == [*RECORD_SCHEMA.names, "stream_name", "shard_id"]
     by_shard = table.group_by("shard_id").aggregate([("sequence_number", "count")]).to_pylist()
     assert sorted((row["shard_id"], row["sequence_number_count"]) for row in by_shard) == [(SHARD, 5), (OTHER_SHARD, 4)]
     assert set(table["stream_name"].to_pylist()) == {STREAM}
@@ -202,40 +195,45 @@ def test_pandas_reads_the_dataset_with_the_partition_columns(sink: ParquetSink) 
     ]
 
 
-def test_publish_reports_the_file_and_exists_and_row_count_see_it(sink: ParquetSink) -> None:
-    path = sink.batch_path(STREAM, SHARD, TRIM_HORIZON, position("3"))
-    assert not sink.exists(path)
-    published = sink.publish(path, batch(1, 3))
-    size = sink.filesystem.get_file_info(f"{sink.root}/{path}").size
-    assert published == PublishedFile(path=path, rows=3, bytes=size, already_present=False)
-    assert sink.exists(path)
-    assert sink.row_count(path) == 3
+def test_a_staged_batch_is_named_by_its_staged_file_and_becomes_the_batch_file(sink: ParquetSink) -> None:
+    batch = batch_range(TRIM_HORIZON, position("3"))
+    path = sink.batch_name(batch)
+    staged = sink.stage(batch, rows(1, 3), "attempt-0")
+    size = sink.filesystem.get_file_info(f"{sink.root}/{staged.token}").size
+    assert staged == StagedBatch(staged_path(path, "attempt-0"), rows=3, bytes=size, already_present=False)
+    assert staged.token == sink.staged_token(batch, "attempt-0"), "the prepare knows the token in advance"
+    assert sink.commit_record("an earlier batch's staged file", staged) == staged.token
+    assert sink.make_visible(staged.token) is Visibility.VISIBLE
+    assert (sink.exists(path), sink.row_count(path)) == (True, 3)
 
 
 def test_staging_a_batch_again_replaces_the_staged_file_with_identical_bytes_and_no_duplicate_rows(
     sink: ParquetSink,
 ) -> None:
-    staged = staged_path(sink.batch_path(STREAM, SHARD, position("0"), position("3")), "attempt-0")
-    first = sink.stage(staged, batch(1, 3))
-    with sink.filesystem.open_input_file(f"{sink.root}/{staged}") as file:
+    batch = batch_range(position("0"), position("3"))
+    first = sink.stage(batch, rows(1, 3), "attempt-0")
+    with sink.filesystem.open_input_file(f"{sink.root}/{first.token}") as file:
         original = file.read()
-    again = sink.stage(staged, batch(1, 3))
-    with sink.filesystem.open_input_file(f"{sink.root}/{staged}") as file:
+    again = sink.stage(batch, rows(1, 3), "attempt-0")
+    with sink.filesystem.open_input_file(f"{sink.root}/{first.token}") as file:
         assert file.read() == original
     assert (first.already_present, again.already_present, again.rows, again.bytes) == (False, True, 3, first.bytes)
-    assert sink.promote(staged) is Promotion.PROMOTED
+    assert sink.make_visible(again.token) is Visibility.VISIBLE
     assert sequence_numbers(sink.read_dataset()) == [1, 2, 3]
 
 
-def test_a_staged_file_is_invisible_to_every_reader_until_it_is_promoted(sink: ParquetSink) -> None:
-    path = sink.batch_path(STREAM, SHARD, position("0"), position("3"))
-    staged = staged_path(path, "attempt-0")
-    sink.stage(staged, batch(1, 3))
+def test_a_staged_file_is_invisible_to_every_reader_until_it_is_made_visible(sink: ParquetSink) -> None:
+    batch = batch_range(position("0"), position("3"))
+    path = sink.batch_name(batch)
+    staged = sink.stage(batch, rows(1, 3), "attempt-0").token
+    assert staged is not None
     assert (sink.exists(staged), sink.exists(path), sink.row_count(staged)) == (True, False, 3)
+    assert sink.awaiting_visibility(staged) == (path,)
     assert sink.read_dataset().num_rows == 0
     assert len(pd.read_parquet(sink.root, filesystem=sink.filesystem)) == 0
-    assert sink.promote(staged) is Promotion.PROMOTED
+    assert sink.make_visible(staged) is Visibility.VISIBLE
     assert (sink.exists(staged), sink.exists(path), sink.row_count(path)) == (False, True, 3)
+    assert sink.awaiting_visibility(staged) == ()
     assert len(pd.read_parquet(sink.root, filesystem=sink.filesystem)) == 3
 
 
@@ -249,45 +247,88 @@ def test_each_attempt_stages_under_a_name_of_its_own_beside_the_batch_file() -> 
         visible_path(path)
 
 
-def test_promoting_again_or_after_another_promoter_finds_the_file_visible(sink: ParquetSink) -> None:
-    staged = staged_path(sink.batch_path(STREAM, SHARD, position("0"), position("3")), "attempt-0")
-    sink.stage(staged, batch(1, 3))
-    assert [sink.promote(staged), sink.promote(staged)] == [Promotion.PROMOTED, Promotion.ALREADY_VISIBLE]
+def test_making_a_batch_visible_again_or_after_another_promoter_finds_it_visible(sink: ParquetSink) -> None:
+    staged = sink.stage(batch_range(position("0"), position("3")), rows(1, 3), "attempt-0").token
+    assert [sink.make_visible(staged), sink.make_visible(staged)] == [Visibility.VISIBLE, Visibility.VISIBLE]
     assert sequence_numbers(sink.read_dataset()) == [1, 2, 3]
 
 
-def test_promoting_a_file_that_was_never_staged_reports_it_missing(sink: ParquetSink) -> None:
-    staged = staged_path(sink.batch_path(STREAM, SHARD, position("0"), position("3")), "attempt-0")
-    assert sink.promote(staged) is Promotion.MISSING
+def test_a_committed_batch_that_was_never_staged_is_missing_and_awaits_nothing(sink: ParquetSink) -> None:
+    staged = sink.staged_token(batch_range(position("0"), position("3")), "attempt-0")
+    assert sink.make_visible(staged) is Visibility.MISSING
+    assert sink.awaiting_visibility(staged) == ()
     assert sink.read_dataset().num_rows == 0
+
+
+RECORDS_NAMING_NOTHING = [
+    pytest.param(None, id="none"),
+    pytest.param("stream_name=orders/shard_id=x/1-0_2-0.parquet", id="a-visible-name"),
+    pytest.param("snapshot 42", id="another-sinks-record"),
+]
+
+
+@pytest.mark.parametrize("record", RECORDS_NAMING_NOTHING)
+def test_a_record_that_is_not_a_staged_file_of_ours_names_no_batch(sink: ParquetSink, record: str | None) -> None:
+    assert (sink.make_visible(record), sink.awaiting_visibility(record)) == (Visibility.VISIBLE, ())
+    assert sink.commit_record(record, None) is None
 
 
 def test_a_late_stage_by_a_fenced_attempt_never_shows_beside_the_committed_batches(sink: ParquetSink) -> None:
     """Hole 4 of issue 13: a batch discarded by a reset and staged late by its zombie stays invisible."""
-    committed = staged_path(sink.batch_path(STREAM, SHARD, position("0"), position("5")), "next-round")
-    sink.stage(committed, batch(1, 5))
-    sink.promote(committed)  # the next round re-read the range with another end and committed it
-    discarded = staged_path(sink.batch_path(STREAM, SHARD, position("0"), position("3")), "zombie")
-    sink.stage(discarded, batch(1, 3))  # the zombie's late write: its commit then fails, it never promotes
+    # The next round re-read the range with another end and committed it.
+    publish(sink, batch_range(position("0"), position("5")), rows(1, 5))
+    # The zombie's late write: its commit then fails, it never makes its batch visible.
+    sink.stage(batch_range(position("0"), position("3")), rows(1, 3), "zombie")
     assert sequence_numbers(sink.read_dataset()) == [1, 2, 3, 4, 5]
     dataset = ds.dataset(sink.root, filesystem=sink.filesystem, format="parquet", partitioning="hive")
     assert dataset.to_table().num_rows == 5
 
 
-def test_restaging_copies_another_attempts_staged_file_to_this_attempts_own_name(sink: ParquetSink) -> None:
-    path = sink.batch_path(STREAM, SHARD, position("0"), position("3"))
-    theirs, ours = staged_path(path, "attempt-0"), staged_path(path, "attempt-1")
-    sink.stage(theirs, batch(1, 3))
-    sink.restage(theirs, ours)
-    assert sink.promote(ours) is Promotion.PROMOTED
-    assert sink.exists(theirs), "the other attempt's file is left alone"
+def test_adopting_copies_another_attempts_staged_file_to_this_attempts_own_name(sink: ParquetSink) -> None:
+    batch = batch_range(position("0"), position("3"))
+    theirs = sink.stage(batch, rows(1, 3), "attempt-0")
+    assert theirs.token is not None
+    ours = sink.adopt(theirs.token, batch, "attempt-1")
+    assert ours == StagedBatch(sink.staged_token(batch, "attempt-1"), rows=3, bytes=theirs.bytes)
+    assert sink.make_visible(sink.commit_record(None, ours)) is Visibility.VISIBLE
+    assert sink.exists(theirs.token), "the other attempt's file is left alone"
     assert sequence_numbers(sink.read_dataset()) == [1, 2, 3]
 
 
+def test_adopting_a_batch_published_before_its_commit_gives_its_rows_and_nothing_to_make_visible(
+    sink: ParquetSink,
+) -> None:
+    publish_batch(sink, 1, 3)  # (0, 3] made visible, as an earlier version did before committing it
+    batch = batch_range(position("0"), position("3"))
+    for staged in (None, sink.staged_token(batch, "attempt-9")):
+        assert sink.adopt(staged, batch, "attempt-1") == StagedBatch(None, rows=3, bytes=0)
+
+
+def test_adopting_a_batch_nobody_staged_gives_nothing_so_it_is_read_again(sink: ParquetSink) -> None:
+    batch = batch_range(position("0"), position("3"))
+    assert sink.adopt(sink.staged_token(batch, "attempt-0"), batch, "attempt-1") is None
+    assert sink.adopt(None, batch, "attempt-1") is None
+
+
+IDENTITY = RoundIdentity("app", 7, {STREAM: (f"arn:aws:kinesis:us-east-1:123456789012:stream/{STREAM}", 1)})
+
+
+def test_publishing_a_round_promotes_what_commits_left_staged_and_counts_the_rest(sink: ParquetSink) -> None:
+    visible = publish(sink, batch_range(position("0"), position("3")), rows(1, 3)).token
+    left_staged = sink.stage(batch_range(position("3"), position("5")), rows(4, 2), "attempt-0").token
+    deleted = batch_range(position("5"), position("6"), OTHER_SHARD)
+    assert visible is not None and left_staged is not None
+    records = {"visible": visible, "left staged": left_staged, "deleted": sink.staged_token(deleted, "attempt-0")}
+    assert sink.publish_round(records, IDENTITY) == RoundPublication(
+        commits=0, batches_published=1, batches_already_visible=1, missing_batches=(sink.batch_name(deleted),)
+    )
+    assert sequence_numbers(sink.read_dataset()) == [1, 2, 3, 4, 5]
+
+
 def test_a_file_whose_name_starts_with_an_underscore_is_never_read(sink: ParquetSink) -> None:
-    published = publish_batch(sink, 1, 3)
-    # What a publish that crashed before its rename leaves behind: a partial file under a staging name.
-    directory = published.path.rsplit("/", 1)[0]
+    path = publish_batch(sink, 1, 3)
+    # What a stage that crashed before its rename leaves behind: a partial file under a staging name.
+    directory = path.rsplit("/", 1)[0]
     with sink.filesystem.open_output_stream(f"{sink.root}/{directory}/_0f3a9c.4-0_9-0.parquet") as file:
         file.write(b"PAR1 half of a parquet file")
     assert sequence_numbers(sink.read_dataset()) == [1, 2, 3]
@@ -317,19 +358,18 @@ def test_row_count_of_a_missing_file_is_a_sink_error_that_is_not_retryable(sink:
     assert raised.value.uri == sink.uri
 
 
-def test_a_transform_that_adds_the_partition_columns_cannot_publish(sink: ParquetSink) -> None:
+def test_a_transform_that_adds_the_partition_columns_cannot_stage(sink: ParquetSink) -> None:
     spec = "tests.support.transforms:with_partition_columns"
-    table = apply_transform(spec, load_transform(spec), batch(1, 2))
+    table = apply_transform(spec, load_transform(spec), rows(1, 2))
     with pytest.raises(SinkError, match=r"\['stream_name', 'shard_id'\]; partition values live in paths only"):
-        sink.publish(sink.batch_path(STREAM, SHARD, TRIM_HORIZON, position("2")), table)
+        sink.stage(batch_range(TRIM_HORIZON, position("2")), table, "attempt-0")
     assert sink.read_dataset().num_rows == 0
 
 
 def test_a_transformed_batch_is_published_with_its_extra_columns(sink: ParquetSink) -> None:
     spec = "tests.support.transforms:with_payload_size"
-    table = apply_transform(spec, load_transform(spec), batch(1, 2))
-    published = sink.publish(sink.batch_path(STREAM, SHARD, TRIM_HORIZON, position("2")), table)
-    assert published.rows == 2
+    table = apply_transform(spec, load_transform(spec), rows(1, 2))
+    assert publish(sink, batch_range(TRIM_HORIZON, position("2")), table).rows == 2
     assert sink.read_dataset()["payload_size"].to_pylist() == [9, 9]
 
 
@@ -338,8 +378,7 @@ def test_a_transformed_batch_is_published_with_its_extra_columns(sink: ParquetSi
 
 def test_a_published_file_leaves_no_staging_file_behind(tmp_path) -> None:
     sink = ParquetSink.from_uri(str(tmp_path))
-    published = publish_batch(sink, 1, 3)
-    directory, name = os.path.split(tmp_path / published.path)
+    directory, name = os.path.split(tmp_path / publish_batch(sink, 1, 3))
     assert os.listdir(directory) == [name]
 
 
@@ -446,9 +485,9 @@ def test_the_s3_endpoint_comes_from_the_standard_environment_variables(
 ) -> None:
     monkeypatch.setenv(variable, moto_endpoint)
     sink = ParquetSink.from_uri(f"s3://{new_bucket(moto_endpoint)}/dataset")
-    published = publish_batch(sink, 1, 2)
-    assert sink.exists(published.path)
-    assert sink.row_count(published.path) == 2
+    path = publish_batch(sink, 1, 2)
+    assert sink.exists(path)
+    assert sink.row_count(path) == 2
 
 
 @pytest.mark.moto
@@ -526,12 +565,12 @@ S3_ERRORS = [
 def test_an_s3_failure_is_retryable_exactly_when_the_storage_may_recover(status: int, code: str, retryable: bool):
     with S3ErrorServer(status, code) as server:
         sink = single_attempt_sink(server.address)
-        with pytest.raises(SinkError) as published:
-            sink.publish("stream_name=orders/shard_id=x/1-0_2-0.parquet", batch(1, 2))
+        with pytest.raises(SinkError) as staged:
+            sink.stage(batch_range(position("1"), position("2")), rows(1, 2), "attempt-0")
         with pytest.raises(SinkError) as read:
             sink.read_dataset()
-    assert (published.value.retryable, read.value.retryable) == (retryable, retryable)
-    assert published.value.uri == "s3://bucket/dataset"
+    assert (staged.value.retryable, read.value.retryable) == (retryable, retryable)
+    assert staged.value.uri == "s3://bucket/dataset"
 
 
 def test_an_unreachable_s3_endpoint_is_a_retryable_sink_error() -> None:

@@ -5,7 +5,6 @@ streams the round does not consume left alone."""
 from __future__ import annotations
 
 import dataclasses
-import functools
 from datetime import UTC, datetime
 from typing import Any
 
@@ -23,8 +22,9 @@ from lease_core.retry import RetryPolicy
 from lease_core.store.coordinator_state import InMemoryCoordinatorStateStore
 from lease_core.store.memory_store import InMemoryLeaseStore
 from lease_core.sync.step import sync_streams
-from spark_jobs.lease_consumer import committed_batch_left_staged
-from spark_jobs.parquet_sink import ParquetSink, records_table, staged_path
+from spark_jobs.sinks.batch_sink import BatchRange, Visibility
+from spark_jobs.sinks.parquet import ParquetSink
+from spark_jobs.sinks.record_columns import records_table
 from tests.support.faults import FaultInjectingClient, client_error
 
 CONFIG = ConsumerConfig(application_name="pending-work-test", initial_position_in_stream="TRIM_HORIZON")
@@ -225,32 +225,31 @@ def test_a_lease_whose_every_get_records_is_throttled_is_work_and_the_answer_say
 @pytest.mark.parametrize(
     ("staged", "visible", "expected"),
     [
-        pytest.param(True, False, "its last committed batch {file} is staged, not visible yet", id="left-staged"),
+        pytest.param(True, False, "committed batches are not visible yet: {batch}", id="left-staged"),
         pytest.param(False, True, None, id="promoted"),
         pytest.param(False, False, None, id="deleted-since-no-round-can-bring-it-back"),
     ],
 )
-def test_a_committed_batch_left_staged_is_work_while_the_stream_is_quiet(
+def test_a_committed_batch_readers_cannot_see_yet_is_work_while_the_stream_is_quiet(
     kinesis_endpoint, caught_up, tmp_path, staged, visible, expected
 ):
     stream, leases = caught_up
     sink = ParquetSink.from_uri(str(tmp_path / "lake"))
     lease = leases[0]
-    path = sink.batch_path(stream, lease.lease_key, ExtendedSequenceNumber("1"), lease.checkpoint)
-    file = staged_path(path, "worker-0/attempt-0/1")
+    batch = BatchRange(lease.lease_key, stream, lease.lease_key, ExtendedSequenceNumber("1"), None, lease.checkpoint)
+    record = sink.staged_token(batch, "worker-0/attempt-0/1")
     rows = records_table([KinesisRecord(lease.checkpoint.sequence_number, 0, "k", ARRIVAL, b"r")])
     if staged:
-        sink.stage(file, rows)
+        sink.stage(batch, rows, "worker-0/attempt-0/1")
     if visible:
-        sink.publish(path, rows)
-    committed = dataclasses.replace(lease, committed_batch_file=file)
-    left_staged = functools.partial(committed_batch_left_staged, sink)
+        assert sink.make_visible(sink.stage(batch, rows, "an earlier attempt").token) is Visibility.VISIBLE
+    committed = dataclasses.replace(lease, committed_batch=record)
     work = find_pending_work(
         [committed, *leases[1:]],
         [stream],
         kinesis_client(kinesis_endpoint),
         CONFIG,
         RetryPolicy(attempts=2),
-        left_staged=left_staged,
+        awaiting_visibility=lambda checked: sink.awaiting_visibility(checked.committed_batch),
     )
-    assert work.reason == (None if expected is None else expected.format(file=file))
+    assert work.reason == (None if expected is None else expected.format(batch=sink.batch_name(batch)))

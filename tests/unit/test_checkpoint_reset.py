@@ -296,8 +296,8 @@ def test_the_write_is_a_counter_conditional_checkpoint_without_pending_fields_tw
     assert not untouched & (set(sets) | set(write.remove_attributes))
 
 
-def test_the_write_keeps_the_last_committed_batch_file_so_that_a_promotion_cut_short_still_happens():
-    lease = owned(ESN("500")).replace(committed_batch_file="stream_name=s/shard_id=x/400-0_500-0.parquet")
+def test_the_write_keeps_the_sinks_record_of_the_committed_batches_so_that_one_left_invisible_is_made_visible():
+    lease = owned(ESN("500")).replace(committed_batch="stream_name=s/shard_id=x/400-0_500-0.parquet")
     write = plan_reset(lease, ESN("100")).write
     assert dict(write.set_attributes)["committedBatchFile"] == {"S": "stream_name=s/shard_id=x/400-0_500-0.parquet"}
     assert "committedBatchFile" not in write.remove_attributes
@@ -353,7 +353,7 @@ def test_a_prepared_batch_of_ours_is_reported_with_its_range_records_and_file():
     discarded = plan_reset(prepared(ESN("500"), ESN("800")), ESN("100")).discarded
     assert discarded is not None and discarded.batch is not None
     assert (discarded.batch.start, discarded.pending_checkpoint) == (ESN("500"), ESN("800"))
-    assert (discarded.batch.records, discarded.batch.path) == (30, "stream_name=s/shard_id=x/500_800.parquet")
+    assert (discarded.batch.records, discarded.batch.name) == (30, "stream_name=s/shard_id=x/500_800.parquet")
 
 
 @pytest.mark.parametrize(
@@ -412,12 +412,12 @@ def test_a_pending_checkpoint_without_a_readable_description_is_reported_with_it
     assert (plan.discarded.pending_checkpoint, plan.discarded.batch) == (ESN("800"), None)
     assert (plan.discarded.unreadable is not None) is unreadable
     (text,) = plan.batch_notes()
-    assert note in text and "up to 800" in text and "output file, if any, is not known" in text
+    assert note in text and "up to 800" in text and "name in the sink, if any, is not known" in text
 
 
-def test_a_batch_that_wrote_no_file_says_so():
+def test_a_batch_that_staged_nothing_says_so():
     (note,) = plan_reset(prepared(ESN("500"), ESN("800"), path=None), ESN("100")).batch_notes()
-    assert note == "the batch wrote no file (it had no rows to write)"
+    assert note == "the batch staged nothing (it had no rows to write)"
 
 
 @pytest.mark.parametrize(

@@ -1,5 +1,7 @@
-"""The map of docs/architecture.md, enforced: lease_core's packages import only the ones below them, none
-imports Airflow or Spark, and DynamoDB's attribute-value format is written only inside `store/`."""
+"""The map of docs/architecture.md, enforced: lease_core is below spark_jobs, which is below the Airflow
+plugins and the DAG; inside lease_core and spark_jobs, parts import only the ones below them (the sinks
+are below the consumer); lease_core imports neither Airflow nor Spark, spark_jobs not Airflow; and
+DynamoDB's attribute-value format is written only inside `store/`."""
 
 from __future__ import annotations
 
@@ -56,15 +58,77 @@ MODULES = sorted(path for path in LEASE_CORE.rglob("*.py") if part_of(path) != "
 @pytest.mark.parametrize("path", MODULES, ids=lambda path: str(path.relative_to(REPOSITORY)))
 def test_a_module_imports_only_parts_below_its_own(path):
     part = part_of(path)
-    allowed = ALLOWED[part] | {part}
+    for module in imported_modules(path):
+        root = module.partition(".")[0]
+        assert root not in FORBIDDEN_ROOTS, f"{path.name} imports {module}: lease_core runs without Airflow and Spark"
+    assert_imports_only_parts_below(path, LEASE_CORE, "lease_core", ALLOWED[part] | {part})
+
+
+# The project's top-level packages and the ones each may import. The plugins import one another as
+# `kinesis_lease` and `kinesis_lease_plugin` (Airflow puts plugins/ on sys.path).
+PACKAGES = {
+    "lease_core": set(),
+    "spark_jobs": {"lease_core"},
+    "plugins": {"lease_core", "spark_jobs"},
+    "dags": {"lease_core", "plugins"},
+}
+PACKAGE_OF_ROOT = {
+    "lease_core": "lease_core",
+    "spark_jobs": "spark_jobs",
+    "plugins": "plugins",
+    "kinesis_lease": "plugins",
+    "kinesis_lease_plugin": "plugins",
+    "dags": "dags",
+}
+PACKAGE_MODULES = sorted(path for package in PACKAGES for path in (REPOSITORY / package).rglob("*.py"))
+
+
+@pytest.mark.parametrize("path", PACKAGE_MODULES, ids=lambda path: str(path.relative_to(REPOSITORY)))
+def test_a_package_imports_only_the_packages_below_it(path):
+    package = path.relative_to(REPOSITORY).parts[0]
+    allowed = PACKAGES[package] | {package}
+    upward = {
+        module
+        for module in imported_modules(path)
+        if PACKAGE_OF_ROOT.get(module.partition(".")[0], package) not in allowed
+    }
+    assert not upward, (
+        f"{package}/ may import only {sorted(allowed - {package})}, but {path.name} imports {sorted(upward)}"
+    )
+
+
+# Each part of spark_jobs and the parts it may import. The sinks are below the consumer: a sink
+# stages, adopts and makes visible batches it is given, and knows nothing of leases being worked.
+SPARK_JOBS = REPOSITORY / "spark_jobs"
+SPARK_JOBS_ALLOWED = {
+    "consume_job": {"errors", "consume_spec", "lease_consumer", "round_report", "sinks", "slot_task", "transform"},
+    "slot_task": {"errors", "consume_spec", "lease_consumer", "round_report", "sinks", "transform"},
+    "consume_spec": {"errors", "lease_consumer"},
+    "lease_consumer": {"errors", "round_report", "sinks", "transform"},
+    "round_report": {"errors"},
+    "transform": {"errors"},
+    "sinks": {"errors"},
+    "errors": set(),
+}
+SPARK_JOBS_MODULES = sorted(path for path in SPARK_JOBS.rglob("*.py") if path != SPARK_JOBS / "__init__.py")
+
+
+@pytest.mark.parametrize("path", SPARK_JOBS_MODULES, ids=lambda path: str(path.relative_to(REPOSITORY)))
+def test_a_spark_jobs_module_imports_only_parts_below_its_own(path):
+    part = path.relative_to(SPARK_JOBS).parts[0].removesuffix(".py")
+    for module in imported_modules(path):
+        assert module.partition(".")[0] != "airflow", f"{path.name} imports {module}: spark_jobs runs without Airflow"
+    assert_imports_only_parts_below(path, SPARK_JOBS, "spark_jobs", SPARK_JOBS_ALLOWED[part] | {part})
+
+
+def assert_imports_only_parts_below(path: Path, package: Path, name: str, allowed: set[str]) -> None:
+    """Every `<name>.<part>` that the module at `path` imports is an `allowed` part."""
+    part = path.relative_to(package).parts[0].removesuffix(".py")
     upward = set()
     for module in imported_modules(path):
         root, _, rest = module.partition(".")
-        assert root not in FORBIDDEN_ROOTS, f"{path.name} imports {module}: lease_core runs without Airflow and Spark"
-        if root == "lease_core" and rest:
-            target = rest.split(".")[0]
-            if target not in allowed:
-                upward.add(module)
+        if root == name and rest and rest.split(".")[0] not in allowed:
+            upward.add(module)
     assert not upward, f"{part}/ may import only {sorted(allowed - {part})}, but {path.name} imports {sorted(upward)}"
 
 

@@ -10,7 +10,7 @@ import pytest
 
 from lease_core.retrieval.kinesis_records import KinesisRecord
 from spark_jobs.errors import TransformError
-from spark_jobs.parquet_sink import FILE_SCHEMA, records_table
+from spark_jobs.sinks.record_columns import RECORD_SCHEMA, records_table
 from spark_jobs.transform import apply_transform, load_transform
 from tests.support import transforms
 
@@ -37,8 +37,8 @@ def test_a_spec_loads_the_named_function_and_the_transform_sees_exactly_the_file
     result = apply_transform(
         "tests.support.transforms:with_payload_size", load("tests.support.transforms:with_payload_size"), BATCH
     )
-    assert BATCH.schema == FILE_SCHEMA
-    assert result.column_names == [*FILE_SCHEMA.names, "payload_size"]
+    assert BATCH.schema == RECORD_SCHEMA
+    assert result.column_names == [*RECORD_SCHEMA.names, "payload_size"]
     assert result["payload_size"].to_pylist() == [8, 0]
 
 

@@ -1,4 +1,5 @@
-"""The consume job's output: a hive-partitioned Parquet dataset on a local disk or on S3 (DESIGN.md §5).
+"""A `BatchSink` (`spark_jobs.sinks.batch_sink`): a hive-partitioned Parquet dataset on a local disk or
+on S3 (DESIGN.md §5).
 
 Layout: `<root>/stream_name=<stream>/shard_id=<shard>/<start>_<end>.parquet`, one file per committed
 batch, named by the batch's range so that a retried or zombie attempt can only ever rewrite the same
@@ -13,8 +14,9 @@ pyarrow, pandas and Spark 4 all read it without extra libraries.
 
 A batch's file becomes visible only once its range is committed (DESIGN.md §5). It is first *staged*:
 written under `_staged-<attempt tag>.<name>` in its final directory, a name readers skip and that is
-the writing attempt's own. The consume job commits the checkpoint naming that staged file, then
-*promotes* it to its visible name. An attempt fenced before its commit (a twin attempt of its slot
+the writing attempt's own (`stage`; a redo copies another attempt's staged file to its own name,
+`adopt`). The consume job commits the checkpoint naming that staged file (`commit_record`), then
+*promotes* it to its visible name (`make_visible`). An attempt fenced before its commit (a twin attempt of its slot
 claimed the lease, an operator reset it) never promotes, so whatever it still writes stays
 invisible, under a name nobody will promote; a batch committed but not yet promoted (the attempt
 died between the two) is promoted by the lease's next holder, which finds the staged name in the
@@ -30,13 +32,12 @@ to the visible name (one request, the object appears complete), then the staged 
 
 from __future__ import annotations
 
-import dataclasses
-import enum
 import hashlib
+import logging
 import os
 import re
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from urllib.parse import unquote, urlsplit
@@ -48,26 +49,20 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from lease_core.model.sequence import ExtendedSequenceNumber
-from lease_core.retrieval.kinesis_records import KinesisRecord
 from spark_jobs.errors import SinkError
+from spark_jobs.sinks.batch_sink import BatchRange, RoundIdentity, RoundPublication, StagedBatch, Visibility
+from spark_jobs.sinks.record_columns import BATCH_COLUMNS, RECORD_SCHEMA
 
-PARTITION_COLUMNS = ("stream_name", "shard_id")
-FILE_SCHEMA = pa.schema(
-    [
-        pa.field("sequence_number", pa.string(), nullable=False),
-        pa.field("sub_sequence_number", pa.int64(), nullable=False),
-        pa.field("partition_key", pa.string(), nullable=False),
-        pa.field("approximate_arrival_timestamp", pa.timestamp("ms", tz="UTC"), nullable=False),
-        pa.field("data", pa.binary(), nullable=False),
-        pa.field("explicit_hash_key", pa.string()),
-    ]
-)
+log = logging.getLogger(__name__)
+
+# The batch columns are the hive partitions: their values live in the directory names only.
+PARTITION_COLUMNS = BATCH_COLUMNS
 # Partition values are read as strings: inferring types would turn a stream named "2024" into an int.
 PARTITIONING = ds.partitioning(pa.schema([(name, pa.string()) for name in PARTITION_COLUMNS]), flavor="hive")
-DATASET_SCHEMA = pa.schema([*FILE_SCHEMA, *PARTITIONING.schema])
+DATASET_SCHEMA = pa.schema([*RECORD_SCHEMA, *PARTITIONING.schema])
 COMPRESSION = "zstd"
 WRITE_CHECK_NAME = "_write_check"
-SINK_URI_FORMS = "a local path, an absolute file:///path or an s3://bucket[/prefix] URI"
+URI_FORMS = "a local path, an absolute file:///path or an s3://bucket[/prefix] URI"
 STAGED_PREFIX = "_staged-"
 _STAGED_NAME = re.compile(re.escape(STAGED_PREFIX) + r"[0-9a-f]{16}\.(?P<name>.+)")
 
@@ -78,21 +73,6 @@ _AWS_ERROR = re.compile(r"AWS Error (?P<name>\w+|\[code \d+\])(?: \(HTTP status 
 _TRANSIENT_AWS_ERRORS = frozenset(
     {"NETWORK_CONNECTION", "REQUEST_TIMEOUT", "SLOW_DOWN", "THROTTLING", "SERVICE_UNAVAILABLE", "INTERNAL_FAILURE"}
 )
-
-
-def records_table(records: Sequence[KinesisRecord]) -> pa.Table:
-    """The records as a FILE_SCHEMA table, in the given order."""
-    return pa.table(
-        {
-            "sequence_number": [record.sequence_number for record in records],
-            "sub_sequence_number": [record.sub_sequence_number for record in records],
-            "partition_key": [record.partition_key for record in records],
-            "approximate_arrival_timestamp": [record.approximate_arrival_timestamp for record in records],
-            "data": [record.data for record in records],
-            "explicit_hash_key": [record.explicit_hash_key for record in records],
-        },
-        schema=FILE_SCHEMA,
-    )
 
 
 def batch_file_name(start: ExtendedSequenceNumber, end: ExtendedSequenceNumber) -> str:
@@ -132,24 +112,9 @@ def visible_path(staged: str) -> str:
 
 
 @dataclass(frozen=True)
-class PublishedFile:
-    path: str  # relative to the dataset root: the staged file's (`stage`) or the batch file's (`publish`)
-    rows: int
-    bytes: int
-    already_present: bool  # a file was staged there before: a retried or zombie attempt rewrote it
-
-
-class Promotion(str, enum.Enum):
-    """What `promote` found."""
-
-    PROMOTED = "promoted"  # the staged file is visible now
-    ALREADY_VISIBLE = "already visible"  # promoted before (by this attempt's earlier try, or another)
-    MISSING = "missing"  # neither staged nor visible: the file was deleted
-
-
-@dataclass(frozen=True)
 class ParquetSink:
-    """The dataset at `uri`; `root` is its location in `filesystem` (an absolute path, or bucket/prefix)."""
+    """The dataset at `uri`, a `BatchSink`; `root` is its location in `filesystem` (an absolute path,
+    or bucket/prefix). A staged batch's token, and a commit's record, is its staged file's path."""
 
     uri: str
     filesystem: pafs.LocalFileSystem | pafs.S3FileSystem
@@ -175,28 +140,22 @@ class ParquetSink:
             return cls(uri, _s3_filesystem(uri, s3_endpoint_url, region, session or boto3.Session()), root)
         return cls(uri, pafs.LocalFileSystem(), root)
 
-    def batch_path(
-        self, stream_name: str, shard_id: str, start: ExtendedSequenceNumber, end: ExtendedSequenceNumber
-    ) -> str:
-        """`stream_name=<s>/shard_id=<id>/<batch_file_name>`, relative to the root: a pure function of its arguments."""
-        for kind, value in (("stream name", stream_name), ("shard id", shard_id)):
+    def batch_name(self, batch: BatchRange) -> str:
+        """The batch file's path relative to the root, `stream_name=<s>/shard_id=<id>/<batch_file_name>`:
+        a pure function of the batch's stream, shard and range."""
+        for kind, value in (("stream name", batch.stream_name), ("shard id", batch.shard_id)):
             if not _PARTITION_VALUE.fullmatch(value):
                 raise SinkError(self.uri, f"{kind} {value!r} cannot name a partition directory")
-        return f"stream_name={stream_name}/shard_id={shard_id}/{batch_file_name(start, end)}"
+        return f"stream_name={batch.stream_name}/shard_id={batch.shard_id}/{batch_file_name(batch.start, batch.end)}"
 
-    def exists(self, path: str) -> bool:
-        """Whether the file `path` (a batch file, visible to readers, or a staged one) is there."""
-        return self._is_file(path)
+    def staged_token(self, batch: BatchRange, attempt: str) -> str:
+        """The file `attempt` stages the batch as (`staged_path`)."""
+        return staged_path(self.batch_name(batch), attempt)
 
-    def row_count(self, path: str) -> int:
-        """The file's row count, from its Parquet footer (no data pages are read)."""
-        with self._failures(f"read the footer of {path}"):
-            with self.filesystem.open_input_file(self._location(path)) as file:
-                return pq.read_metadata(file).num_rows
-
-    def stage(self, staged: str, table: pa.Table) -> PublishedFile:
-        """Write `table` as the staged file `staged` (`staged_path`), atomically, replacing any file
-        there (the same attempt, the same range, the same content). Readers do not see it."""
+    def stage(self, batch: BatchRange, table: pa.Table, attempt: str) -> StagedBatch:
+        """Write `table` as `attempt`'s staged file of the batch, atomically, replacing any file there
+        (the same attempt, the same range, the same content). Readers do not see it."""
+        staged = self.staged_token(batch, attempt)
         clashing = [name for name in PARTITION_COLUMNS if name in table.column_names]
         if clashing:
             raise SinkError(
@@ -206,20 +165,99 @@ class ParquetSink:
             payload = _parquet_bytes(table)
             already_present = self.exists(staged)
             self._write_atomically(staged, payload)
-        return PublishedFile(staged, table.num_rows, payload.size, already_present)
+        return StagedBatch(staged, table.num_rows, payload.size, already_present)
 
-    def restage(self, source: str, staged: str) -> None:
-        """Copy another attempt's staged file to this attempt's own staged name (a redo that finds the
-        prepared batch already written): only this attempt's name is ever committed and promoted."""
+    def adopt(self, staged: str | None, batch: BatchRange, attempt: str) -> StagedBatch | None:
+        """Another attempt's staged file of the batch, copied to `attempt`'s own staged name (only that
+        name is ever committed and promoted); else the batch file itself when it is visible already (an
+        earlier version published batches before committing them); else None."""
+        if staged is not None and self.exists(staged):
+            ours = self.staged_token(batch, attempt)
+            size = self._restage(staged, ours)
+            return StagedBatch(ours, self.row_count(ours), size)
+        visible = self.batch_name(batch)
+        if self.exists(visible):
+            return StagedBatch(None, self.row_count(visible), 0)
+        return None
+
+    def commit_record(self, previous: str | None, staged: StagedBatch | None) -> str | None:
+        """The staged file of the batch committed. The previous record is not kept: a lease commits its
+        next batch only once the previous one is visible (or found missing)."""
+        return None if staged is None else staged.token
+
+    def make_visible(self, record: str | None) -> Visibility:
+        """Promote the staged file `record` names unless its batch file is visible already.
+
+        Anyone may do it at any time: the range is committed, and the staged file the record names is
+        the committing attempt's own (a zombie's copy of the same batch has another name). A staged file
+        that is gone while its batch file is not visible was deleted by someone: MISSING (a dataset's
+        retention may delete old files, but so may a mistake).
+        """
+        visible = self._committed_file(record)
+        if record is None or visible is None or self.exists(visible):
+            return Visibility.VISIBLE
+        return self._promote(record, visible)
+
+    def awaiting_visibility(self, record: str | None) -> tuple[str, ...]:
+        """The batch file of `record` when it is staged and not visible: its promotion was cut short. A
+        file neither staged nor visible was deleted: no promotion can bring it back, so it is not named."""
+        visible = self._committed_file(record)
+        if record is None or visible is None or not self.exists(record) or self.exists(visible):
+            return ()
+        return (visible,)
+
+    def publish_round(self, records: Mapping[str, str], identity: RoundIdentity) -> RoundPublication:
+        """Promote the committed batches still staged: normally none, since each is promoted right
+        after its commit. A dataset has no commits of its own to make."""
+        published, already_visible, missing = 0, 0, []
+        for record in records.values():
+            visible = self._committed_file(record)
+            if visible is None:
+                continue
+            if self.exists(visible):
+                already_visible += 1
+            elif self._promote(record, visible) is Visibility.MISSING:
+                missing.append(visible)
+            else:
+                published += 1
+        return RoundPublication(0, published, already_visible, tuple(missing))
+
+    def exists(self, path: str) -> bool:
+        """Whether the file `path` (a batch file, visible to readers, or a staged one) is there."""
+        with self._failures(f"look for {path}"):
+            return self.filesystem.get_file_info(self._location(path)).type == pafs.FileType.File
+
+    def row_count(self, path: str) -> int:
+        """The file's row count, from its Parquet footer (no data pages are read)."""
+        with self._failures(f"read the footer of {path}"):
+            with self.filesystem.open_input_file(self._location(path)) as file:
+                return pq.read_metadata(file).num_rows
+
+    def _committed_file(self, record: str | None) -> str | None:
+        """The batch file a commit's record (a staged file) becomes; None for no record, and, with a
+        warning, for one that is not a staged name of ours (written by hand, or by another sink)."""
+        if record is None:
+            return None
+        try:
+            return visible_path(record)
+        except ValueError:
+            log.warning(
+                "%s: the committed batch record %r is not a staged file name of ours; ignored", self.uri, record
+            )
+            return None
+
+    def _restage(self, source: str, staged: str) -> int:
+        """Copy the staged file `source` to `staged`; the bytes copied."""
         with self._failures(f"stage {staged} from {source}"):
             with self.filesystem.open_input_file(self._location(source)) as file:
                 payload = file.read_buffer()
             self._write_atomically(staged, payload)
+        return payload.size
 
-    def promote(self, staged: str) -> Promotion:
-        """Make the staged file visible under its batch file name; call it only once its range is
+    def _promote(self, staged: str, visible: str) -> Visibility:
+        """Make the staged file visible as the batch file `visible`; call it only once its range is
         committed. Safe to repeat and to race with another promoter of the same file."""
-        source, target = self._location(staged), self._location(visible_path(staged))
+        source, target = self._location(staged), self._location(visible)
         with self._failures(f"promote {staged}"):
             try:
                 if isinstance(self.filesystem, pafs.LocalFileSystem):
@@ -232,24 +270,14 @@ class ParquetSink:
                 if self.exists(staged):
                     raise  # a real failure: the staged file is still there to promote
                 # Someone promoted it meanwhile (or, S3, between our copy and our delete).
-                return Promotion.ALREADY_VISIBLE if self.exists(visible_path(staged)) else Promotion.MISSING
-        return Promotion.PROMOTED
-
-    def publish(self, path: str, table: pa.Table, attempt: str = "publish") -> PublishedFile:
-        """Stage and promote at once: for a batch whose range is already committed."""
-        published = self.stage(staged_path(path, attempt), table)
-        self.promote(published.path)
-        return dataclasses.replace(published, path=path)
+                return Visibility.VISIBLE if self.exists(visible) else Visibility.MISSING
+        return Visibility.VISIBLE
 
     def _write_atomically(self, path: str, payload: pa.Buffer) -> None:
         if isinstance(self.filesystem, pafs.LocalFileSystem):
             _replace_file(self._location(path), payload)
         else:
             _put_object(self.filesystem, self._location(path), payload)
-
-    def _is_file(self, path: str) -> bool:
-        with self._failures(f"look for {path}"):
-            return self.filesystem.get_file_info(self._location(path)).type == pafs.FileType.File
 
     def read_dataset(self) -> pa.Table:
         """Every published row, with `stream_name` and `shard_id` as string columns from the directory names.
@@ -309,7 +337,7 @@ def sink_root(uri: str) -> tuple[bool, str]:
     if parts.scheme == "s3" and parts.netloc:
         prefix = parts.path.strip("/")
         return True, f"{parts.netloc}/{prefix}" if prefix else parts.netloc
-    raise SinkError(uri, f"is not {SINK_URI_FORMS}")
+    raise SinkError(uri, f"is not {URI_FORMS}")
 
 
 def _is_transient(error: Exception) -> bool:

@@ -1,0 +1,42 @@
+"""The columns of a batch's rows, whatever sink they land in (DESIGN.md §5).
+
+A batch is staged as a table of RECORD_SCHEMA, one row per user record in shard order (through the
+user transform when there is one, which may change the columns). The columns every row of a batch
+shares, BATCH_COLUMNS, are not in it: the sink takes them from the batch (`BatchRange`), and stores
+them its own way (a Parquet dataset in its partition directories).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import pyarrow as pa
+
+from lease_core.retrieval.kinesis_records import KinesisRecord
+
+BATCH_COLUMNS = ("stream_name", "shard_id")
+RECORD_SCHEMA = pa.schema(
+    [
+        pa.field("sequence_number", pa.string(), nullable=False),
+        pa.field("sub_sequence_number", pa.int64(), nullable=False),
+        pa.field("partition_key", pa.string(), nullable=False),
+        pa.field("approximate_arrival_timestamp", pa.timestamp("ms", tz="UTC"), nullable=False),
+        pa.field("data", pa.binary(), nullable=False),
+        pa.field("explicit_hash_key", pa.string()),
+    ]
+)
+
+
+def records_table(records: Sequence[KinesisRecord]) -> pa.Table:
+    """The records as a RECORD_SCHEMA table, in the given order."""
+    return pa.table(
+        {
+            "sequence_number": [record.sequence_number for record in records],
+            "sub_sequence_number": [record.sub_sequence_number for record in records],
+            "partition_key": [record.partition_key for record in records],
+            "approximate_arrival_timestamp": [record.approximate_arrival_timestamp for record in records],
+            "data": [record.data for record in records],
+            "explicit_hash_key": [record.explicit_hash_key for record in records],
+        },
+        schema=RECORD_SCHEMA,
+    )

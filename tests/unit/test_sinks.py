@@ -1,0 +1,41 @@
+"""Choosing a sink by its URI: the round plan's pure check of the form, and `open_sink`."""
+
+from __future__ import annotations
+
+import pytest
+
+from lease_core.config.settings import ConsumerConfig
+from spark_jobs.errors import SinkError
+from spark_jobs.sinks import check_sink_uri, open_sink
+from spark_jobs.sinks.parquet import ParquetSink
+
+PARQUET_URIS = [
+    pytest.param("/lake", "/lake", id="absolute-path"),
+    pytest.param("relative/lake/", "relative/lake", id="relative-path"),
+    pytest.param("file:///lake", "file:///lake", id="file-uri"),
+    pytest.param("s3://bucket/lake/", "s3://bucket/lake", id="s3-prefix"),
+    pytest.param("s3://bucket", "s3://bucket", id="s3-bucket"),
+]
+
+
+@pytest.mark.parametrize(("uri", "checked"), PARQUET_URIS)
+def test_a_parquet_uri_passes_the_check_without_its_trailing_slashes(uri: str, checked: str) -> None:
+    assert check_sink_uri(uri) == checked
+
+
+@pytest.mark.parametrize("uri", ["hdfs://namenode/lake", "s3:///lake", "file://host/lake", ""])
+def test_a_uri_no_sink_writes_to_is_refused_naming_the_forms(uri: str) -> None:
+    with pytest.raises(SinkError, match=r"is not a local path, an absolute file:///path or an s3://bucket\[/prefix\]"):
+        check_sink_uri(uri)
+
+
+def test_an_iceberg_uri_is_refused_until_the_iceberg_sink_exists() -> None:
+    with pytest.raises(SinkError, match="iceberg sinks are not available yet"):
+        check_sink_uri("iceberg://glue/lake.orders")
+    with pytest.raises(SinkError, match="iceberg sinks are not available yet"):
+        open_sink("iceberg://glue/lake.orders", config=ConsumerConfig())
+
+
+def test_a_local_path_opens_a_parquet_dataset_there(tmp_path) -> None:
+    sink = open_sink(str(tmp_path / "lake"), config=ConsumerConfig())
+    assert isinstance(sink, ParquetSink) and sink.root == str(tmp_path / "lake")
