@@ -38,12 +38,21 @@ from lease_core.leader.leader_lock import LeaderLock, LockHeartbeat
 from lease_core.leader.leadership import release_quietly
 from lease_core.lifecycle.lease_lifecycle import forget_reported_losses
 from lease_core.lifecycle.parent_watch import closing_lease_keys
+from lease_core.model.lease import Lease
 from lease_core.model.lease_keys import LeaseKeyScheme
 from lease_core.ops.command_line import EXIT_FAILED, EXIT_OK, EXIT_USAGE, ArgumentParser, UsageError
 from lease_core.sync.step import is_multi_stream, require_matching_lease_mode
 from spark_jobs.consume_spec import ConsumeSpec, settings_for_executors
 from spark_jobs.lease_consumer import LeaseBudget
-from spark_jobs.round_report import RetentionLoss, RoundReport, check_report_location, report_location, write_report
+from spark_jobs.round_publication import publish_committed_batches, round_identity
+from spark_jobs.round_report import (
+    Publication,
+    RetentionLoss,
+    RoundReport,
+    check_report_location,
+    report_location,
+    write_report,
+)
 from spark_jobs.sinks import open_sink
 from spark_jobs.slot_task import slot_reports
 from spark_jobs.transform import load_transform
@@ -317,7 +326,9 @@ def run_round(spark: Any, spec: ConsumeSpec, leadership: HandedOverLock | None =
             reports = slot_reports(spark, with_round_start(spark, spec, app))
         except Exception as error:  # Spark wraps executor failures in Py4J errors; keep the message
             failures.append(_first_line(error))
-        recorded = recorded_losses(app)
+        leases = scanned_leases(app)
+        recorded = recorded_losses(leases)
+        publication, gone = publish(app, spec, leases)
     return RoundReport.build(
         spec.application_name,
         spec.round_number,
@@ -330,6 +341,8 @@ def run_round(spark: Any, spec: ConsumeSpec, leadership: HandedOverLock | None =
         leadership_lost=watch.lost,
         leader_record_version=watch.record_version,
         recorded_losses=recorded,
+        publication=publication,
+        unpublishable_batches=gone,
     )
 
 
@@ -399,23 +412,39 @@ def closing_parents(spec: ConsumeSpec, app: LeaseApplication, closed: Mapping[st
     return closing_lease_keys(leases, set(closed), slot_ids(spec.application_name, spec.num_workers))
 
 
-def recorded_losses(app: LeaseApplication) -> list[RetentionLoss]:
-    """The retention losses the lease table carries: this round's, and earlier rounds' whose report
-    was never kept (their driver died first). Best effort: a failed scan leaves them on the leases
-    for the next round's report."""
+def scanned_leases(app: LeaseApplication) -> Sequence[Lease] | None:
+    """Every lease of the application after the slots ended, or None when the table cannot be scanned
+    now (then what the scan is for, the retention losses to report and the committed batches to
+    publish, is left on the leases for the next round)."""
     try:
-        leases = app.lease_store.scan_leases().leases
+        return app.lease_store.scan_leases().leases
     except LeaseCoreError as error:
-        log.warning(
-            "the lease table could not be scanned for unreported retention losses (%s); the next round reports them",
-            error,
-        )
-        return []
+        log.warning("the lease table could not be scanned (%s); the next round reports and publishes for it", error)
+        return None
+
+
+def recorded_losses(leases: Sequence[Lease] | None) -> list[RetentionLoss]:
+    """The retention losses the lease table carries: this round's, and earlier rounds' whose report
+    was never kept (their driver died first)."""
     return [
         RetentionLoss.of(lease.lease_key, aged_out)
-        for lease in leases
+        for lease in leases or ()
         for aged_out in sorted(lease.unreported_losses, key=lambda loss: loss.after)
     ]
+
+
+def publish(
+    app: LeaseApplication, spec: ConsumeSpec, leases: Sequence[Lease] | None
+) -> tuple[Publication, tuple[str, ...]]:
+    """Make the round's committed batches visible (`spark_jobs.round_publication`)."""
+    if leases is None:
+        return Publication.failed("the lease table could not be scanned for the round's committed batches"), ()
+    try:
+        sink = open_sink(spec.output_uri, config=spec.config)
+    except LeaseCoreError as error:
+        return Publication.failed(str(error)), ()
+    identity = round_identity(app, spec.application_name, spec.round_number, spec.streams)
+    return publish_committed_batches(sink, identity, leases)
 
 
 def forget_kept_losses(app: LeaseApplication, report: RoundReport) -> None:

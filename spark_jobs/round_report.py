@@ -459,8 +459,8 @@ def _publication_lines(publication: Publication | None) -> list[str]:
         return []
     if publication.error is not None:
         return [f"  NOT VISIBLE YET: the round's committed batches were not published: {publication.error}"]
-    if not publication.commits:
-        return [f"  published: nothing new ({publication.batches_already_visible} batch(es) were visible already)"]
+    if not publication.commits and not publication.batches_published:
+        return []  # nothing waited for the round's end (every batch of a Parquet dataset is visible at once)
     return [
         f"  published: {publication.batches_published} batch(es) in {publication.commits} table commit(s), "
         f"snapshot {publication.snapshot_id}"
@@ -568,15 +568,13 @@ def _short(position: str) -> str:
 
 # --- where a round's report lives, and how it is written and read ---------------------------------
 
-# Beside the output, under a name Parquet readers skip (it starts with `_`).
-REPORTS_FOLDER = "_rounds"
 
-
-def report_uri_for(output_uri: str, run_id: str) -> str:
-    """The report of the round run `run_id` writes to `output_uri`: `<output>/_rounds/<run id>.json`
-    (the run id's `:` and `+` made `-`, which object stores and file systems both take)."""
+def report_uri_for(reports_root: str, run_id: str) -> str:
+    """The report of the round run `run_id` under `reports_root` (`BatchSink.reports_root`):
+    `<root>/<run id>.json`, the run id's `:` and `+` made `-`, which object stores and file systems
+    both take."""
     name = run_id.replace(":", "-").replace("+", "-")
-    return f"{output_uri.rstrip('/')}/{REPORTS_FOLDER}/{name}.json"
+    return f"{reports_root.rstrip('/')}/{name}.json"
 
 
 REPORT_URI_FORMS = "a local path, an absolute file:///path or an s3://bucket/key URI"

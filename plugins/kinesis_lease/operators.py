@@ -277,8 +277,9 @@ class KinesisConsumeOperator(SparkSubmitOperator):
 
     The application arguments are built from the round's plan at run time; the AWS connection's
     credentials and region go to the job's environment, its endpoints into the configuration. The
-    round report is written next to the output (`round_report.report_uri_for`:
-    `<output>/_rounds/<run id>.json`, skipped by readers) unless `report_uri` names another place,
+    round report is written beside the output (`BatchSink.reports_root`: `<output>/_rounds/<run id>.json`
+    for a Parquet dataset, the table's `metadata/kinesis-rounds/` for an Iceberg table), out of the
+    readers' way, unless `report_uri` names another place,
     and its totals are returned to XCom.
     """
 
@@ -327,19 +328,23 @@ class KinesisConsumeOperator(SparkSubmitOperator):
     def execute(self, context: Any) -> dict[str, Any]:  # type: ignore[override]  # XCom: the round's figures
         with airflow_outcomes():
             access = aws_access(self.aws_conn_id, dict(self.settings))
-            self.application_args = self._arguments(access, context)
+            report_uri = self._report_uri(access, context)
+            self.application_args = self._arguments(access, context, report_uri)
             # The executors must run this environment's Python (STACK.md: otherwise the system one).
             python = {"PYSPARK_PYTHON": os.environ.get("PYSPARK_PYTHON", sys.executable)}
             self.env_vars = {**(self.env_vars or {}), **access.spark_env(), **python}
             self.conf = {**(self.conf or {}), "spark.speculation": "false"}
         super().execute(context)
         with airflow_outcomes():
-            return read_report(self._report_uri(context), access.app).figures().to_dict()
+            return read_report(report_uri, access.app).figures().to_dict()
 
-    def _report_uri(self, context: Any) -> str:
-        return self.report_uri or report_uri_for(self.output_uri, context["run_id"])
+    def _report_uri(self, access: AwsAccess, context: Any) -> str:
+        if self.report_uri:
+            return self.report_uri
+        sink = open_sink(self.output_uri, config=access.config, session=access.session)
+        return report_uri_for(sink.reports_root(), context["run_id"])
 
-    def _arguments(self, access: AwsAccess, context: Any) -> list[str]:
+    def _arguments(self, access: AwsAccess, context: Any, report_uri: str) -> list[str]:
         config = access.config
         arguments = [
             "--workers",
@@ -347,7 +352,7 @@ class KinesisConsumeOperator(SparkSubmitOperator):
             "--output-uri",
             self.output_uri,
             "--report-uri",
-            self._report_uri(context),
+            report_uri,
             "--leader-owner",
             self.leader_owner,
             "--round",

@@ -14,7 +14,6 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from typing import Any
-from urllib.parse import urlsplit
 
 from lease_core.config.settings import (
     COORDINATOR_STATE_TABLE_SUFFIX,
@@ -24,7 +23,7 @@ from lease_core.config.settings import (
 )
 from lease_core.errors import ConfigurationError
 from spark_jobs.errors import SinkError
-from spark_jobs.sinks import check_sink_uri
+from spark_jobs.sinks import backfill_uri, check_sink_uri
 
 MODES = ("live", "backfill")
 # Params that are configuration keys of the consumer, passed through under the same name.
@@ -55,7 +54,7 @@ def plan_round(params: Mapping[str, Any]) -> RoundPlan:
         raise ConfigurationError("mode", f"must be one of {', '.join(MODES)}, got {mode!r}")
     application = _application_name(params)
     streams = stream_names(params.get("streams"))
-    output_uri = _output_uri(params, mode)
+    output_uri = _output_uri(params)
     settings: dict[str, Any] = {key: params[key] for key in _SETTING_PARAMS if params.get(key) is not None}
     settings["initial_position_in_stream"] = params.get("initial_position") or "LATEST"
     if params.get("at_timestamp"):
@@ -80,12 +79,16 @@ def plan_round(params: Mapping[str, Any]) -> RoundPlan:
         initial_position_in_stream="AT_TIMESTAMP",
         initial_position_timestamp=start.isoformat(),
     )
+    try:
+        backfill_output = backfill_uri(output_uri, window)
+    except SinkError as error:
+        raise ConfigurationError("output_uri", f"{error.problem}, got {output_uri!r}") from None
     return RoundPlan(
         mode,
         backfill_application,
         streams,
         workers,
-        f"{output_uri}-backfill/{window}",
+        backfill_output,
         settings,
         end.isoformat(),
         limits,
@@ -115,19 +118,12 @@ def _application_name(params: Mapping[str, Any]) -> str:
     return name
 
 
-def _output_uri(params: Mapping[str, Any], mode: str) -> str:
-    """The dataset's URI, in a form the sink writes to (checked here, not after the round's first steps)."""
+def _output_uri(params: Mapping[str, Any]) -> str:
+    """The sink's URI, in a form a sink writes to (checked here, not after the round's first steps)."""
     try:
-        uri = check_sink_uri(_required_text(params, "output_uri"))
+        return check_sink_uri(_required_text(params, "output_uri"))
     except SinkError as error:
         raise ConfigurationError("output_uri", f"{error.problem}, got {params.get('output_uri')!r}") from None
-    parts = urlsplit(uri)
-    if mode == "backfill" and parts.scheme == "s3" and not parts.path.strip("/"):
-        # A backfill writes to `<output_uri>-backfill/...`: at a bucket's root, that is another bucket.
-        raise ConfigurationError(
-            "output_uri", f"a backfill needs a prefix in the bucket (s3://bucket/prefix), got {uri!r}"
-        )
-    return uri
 
 
 def _window(params: Mapping[str, Any]) -> tuple[datetime, datetime]:

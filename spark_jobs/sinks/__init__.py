@@ -3,7 +3,7 @@
 - A local path, an absolute file:///path or s3://bucket[/prefix]: a hive-partitioned Parquet dataset
   (`parquet`).
 - iceberg://CATALOG/NAMESPACE.TABLE: an Apache Iceberg table (`iceberg`, imported only for such a
-  URI, so that the Parquet sink never loads pyiceberg). Not available yet.
+  URI, so that the Parquet sink never loads pyiceberg), its catalog configured as pyiceberg's are.
 """
 
 from __future__ import annotations
@@ -15,9 +15,11 @@ import boto3
 from lease_core.config.settings import ConsumerConfig
 from spark_jobs.errors import SinkError
 from spark_jobs.sinks.batch_sink import BatchSink
+from spark_jobs.sinks.parquet import URI_FORMS as PARQUET_URI_FORMS
 from spark_jobs.sinks.parquet import ParquetSink, sink_root
 
 ICEBERG_SCHEME = "iceberg"
+SINK_URI_FORMS = f"{PARQUET_URI_FORMS} (a Parquet dataset), or iceberg://CATALOG/NAMESPACE.TABLE (an Iceberg table)"
 
 
 def check_sink_uri(uri: str) -> str:
@@ -25,8 +27,14 @@ def check_sink_uri(uri: str) -> str:
     forms otherwise. Whether the storage is there and writable is `BatchSink.check_writable`'s question."""
     uri = uri.rstrip("/")
     if urlsplit(uri).scheme == ICEBERG_SCHEME:
-        raise _iceberg_unavailable(uri)
-    sink_root(uri)
+        from spark_jobs.sinks.iceberg import parse_table_uri
+
+        parse_table_uri(uri)
+        return uri
+    try:
+        sink_root(uri)
+    except SinkError:
+        raise SinkError(uri, f"is not {SINK_URI_FORMS}") from None
     return uri
 
 
@@ -35,11 +43,27 @@ def open_sink(uri: str, *, config: ConsumerConfig, session: boto3.Session | None
     (`aws_endpoint_url_s3`, `aws_region`), its credentials from `session` (an Airflow connection's),
     else boto3's default chain."""
     if urlsplit(uri).scheme == ICEBERG_SCHEME:
-        raise _iceberg_unavailable(uri)
+        from spark_jobs.sinks.iceberg import IcebergSink
+
+        return IcebergSink(uri, config.require_application_name())
     return ParquetSink.from_uri(
         uri, s3_endpoint_url=config.aws_endpoint_url_s3, region=config.aws_region, session=session
     )
 
 
-def _iceberg_unavailable(uri: str) -> SinkError:
-    return SinkError(uri, "iceberg sinks are not available yet")
+def backfill_uri(uri: str, window: str) -> str:
+    """Pure: where a backfill of `window` (`<start>-<end>`, ISO 8601 basic format) of the sink at `uri`
+    lands, apart from the live output and from every other window's: `<uri>-backfill/<window>` for a
+    Parquet dataset, a table `<table>_backfill_<window>` beside an Iceberg table (lower case, `.` as
+    `p` and `-` as `_`: the names Glue keeps, and still one per window). `SinkError` for a dataset at
+    a bucket's root, whose backfill prefix would be another bucket."""
+    if urlsplit(uri).scheme == ICEBERG_SCHEME:
+        from spark_jobs.sinks.iceberg import parse_table_uri
+
+        address = parse_table_uri(uri)
+        suffix = window.lower().replace(".", "p").replace("-", "_")
+        return f"iceberg://{address.catalog}/{'.'.join(address.namespace)}.{address.table}_backfill_{suffix}"
+    parts = urlsplit(uri)
+    if parts.scheme == "s3" and not parts.path.strip("/"):
+        raise SinkError(uri, "a backfill needs a prefix in the bucket (s3://bucket/prefix)")
+    return f"{uri}-backfill/{window}"

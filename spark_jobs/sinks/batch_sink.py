@@ -95,6 +95,10 @@ class BatchSink(Protocol):
     def check_writable(self) -> None:
         """Fail, before any lease moves, when the sink cannot take batches (missing bucket, catalog or namespace)."""
 
+    def reports_root(self) -> str:
+        """Where round reports go by default (a local path, file:// or s3:// URI), beside the output
+        and out of its readers' way."""
+
     def batch_name(self, batch: BatchRange) -> str:
         """A name for the batch that is a pure function of (stream, shard, start, end): kept in the
         pending checkpoint's description and shown in reports."""

@@ -62,11 +62,13 @@ from pyiceberg.schema import Schema, assign_fresh_schema_ids, promote
 from pyiceberg.table import Table
 from pyiceberg.table.snapshots import Snapshot, ancestors_of
 from pyiceberg.transforms import DayTransform
+from pyiceberg.types import NestedField
 from pyiceberg.utils.config import Config
 
-from lease_core.model.sequence import ExtendedSequenceNumber
+from lease_core.model.sequence import TRIM_HORIZON, ExtendedSequenceNumber
 from spark_jobs.errors import SinkError
 from spark_jobs.sinks.batch_sink import BatchRange, RoundIdentity, RoundPublication, StagedBatch, Visibility
+from spark_jobs.sinks.record_columns import RECORD_SCHEMA
 
 log = logging.getLogger(__name__)
 
@@ -82,6 +84,7 @@ POSITIONS_FORMAT = "kinesis-lease-batch/iceberg-positions/1"
 RECORD_FORMAT = "iceberg/1"
 STAGING_FOLDER = "kinesis-staged"  # under the table's metadata location: receipts and their manifests
 POSITIONS_FOLDER = "kinesis-positions"
+REPORTS_FOLDER = "kinesis-rounds"
 # Snapshot summary keys (plain text in every Iceberg client's $snapshots table).
 SUMMARY_APPLICATION = "kinesis.application"
 SUMMARY_ROUND = "kinesis.round"
@@ -272,6 +275,12 @@ class IcebergSink:
         if table is not None and table.metadata.format_version < 2:
             log.info("%s is an Iceberg v1 table; appends work, row-level deletes by users do not", self._uri)
 
+    def reports_root(self) -> str:
+        """`<table location>/metadata/kinesis-rounds`, the table created now (with the record columns)
+        if it does not exist yet: a round's report needs a place before its first batch."""
+        table = self.table() or self._create(record_schema_with_batch_columns())
+        return f"{table.metadata.location}/metadata/{REPORTS_FOLDER}"
+
     def table(self, *, refresh: bool = False) -> Table | None:
         """The table, loaded once and again when asked to (`refresh`); None when it does not exist yet."""
         if self._table is None or refresh:
@@ -300,7 +309,11 @@ class IcebergSink:
         return table
 
     def _create(self, arrow_schema: pa.Schema) -> Table:
-        schema = assign_fresh_schema_ids(_pyarrow_to_schema_without_ids(arrow_schema))
+        # Every column optional: a column a transform leaves out later must be able to hold nulls,
+        # and a required one can never become optional again.
+        fields = _pyarrow_to_schema_without_ids(arrow_schema).fields
+        optional = (NestedField(field.field_id, field.name, field.field_type, required=False) for field in fields)
+        schema = assign_fresh_schema_ids(Schema(*optional))
         spec = PartitionSpec()
         if ARRIVAL_COLUMN in arrow_schema.names:
             source_id = schema.find_field(ARRIVAL_COLUMN).field_id
@@ -692,6 +705,12 @@ def check_columns(uri: str, table_schema: Schema, arrow_schema: pa.Schema) -> li
                 "the table cannot hold it",
             ) from None
     return missing
+
+
+def record_schema_with_batch_columns() -> pa.Schema:
+    """The columns of a batch without a transform, as the table holds them."""
+    placeholder = BatchRange("", "", "", TRIM_HORIZON, None, TRIM_HORIZON)
+    return with_batch_columns(RECORD_SCHEMA.empty_table(), placeholder).schema
 
 
 def with_batch_columns(table: pa.Table, batch: BatchRange) -> pa.Table:

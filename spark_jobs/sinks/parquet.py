@@ -62,6 +62,7 @@ PARTITIONING = ds.partitioning(pa.schema([(name, pa.string()) for name in PARTIT
 DATASET_SCHEMA = pa.schema([*RECORD_SCHEMA, *PARTITIONING.schema])
 COMPRESSION = "zstd"
 WRITE_CHECK_NAME = "_write_check"
+REPORTS_FOLDER = "_rounds"  # round reports beside the dataset, under a name its readers skip
 URI_FORMS = "a local path, an absolute file:///path or an s3://bucket[/prefix] URI"
 STAGED_PREFIX = "_staged-"
 _STAGED_NAME = re.compile(re.escape(STAGED_PREFIX) + r"[0-9a-f]{16}\.(?P<name>.+)")
@@ -291,6 +292,10 @@ class ParquetSink:
                 return DATASET_SCHEMA.empty_table()
             dataset = ds.dataset(self.root, filesystem=self.filesystem, format="parquet", partitioning=PARTITIONING)
             return dataset.to_table() if dataset.files else DATASET_SCHEMA.empty_table()
+
+    def reports_root(self) -> str:
+        """`<uri>/_rounds`: a name every reader of the dataset skips."""
+        return f"{self.uri.rstrip('/')}/{REPORTS_FOLDER}"
 
     def check_writable(self) -> None:
         """Fail before a job starts if files cannot be created under the root.

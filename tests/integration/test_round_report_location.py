@@ -4,11 +4,14 @@
 from __future__ import annotations
 
 import boto3
+import pyarrow.fs as pafs
 import pytest
 
 from lease_core.application import LeaseApplication
 from lease_core.errors import ConfigurationError
 from spark_jobs.round_report import RoundReport, read_report, report_uri_for, write_report
+from spark_jobs.sinks.iceberg import IcebergSink
+from spark_jobs.sinks.parquet import ParquetSink
 from tests.support.stores import fast_config
 
 REPORT = RoundReport.build("orders", 7, ("orders",), "/lake", "2026-11-24T03:00:00+00:00", 1.5, [])
@@ -26,9 +29,24 @@ LOCATION_CASES = [
 ]
 
 
+def report_uri_beside(output_uri: str, run_id: str) -> str:
+    return report_uri_for(ParquetSink(output_uri, pafs.LocalFileSystem(), "/unused").reports_root(), run_id)
+
+
 @pytest.mark.parametrize(("output_uri", "run_id", "expected"), LOCATION_CASES)
 def test_a_rounds_report_lives_beside_its_output_named_for_its_run(output_uri, run_id, expected):
-    assert report_uri_for(output_uri, run_id) == expected
+    assert report_uri_beside(output_uri, run_id) == expected
+
+
+def test_a_rounds_report_lives_in_its_iceberg_tables_metadata_folder_created_with_the_table(
+    iceberg_catalog, tmp_path, moto_endpoint
+):
+    sink = IcebergSink("iceberg://lake/kinesis.orders", "orders", catalog=iceberg_catalog)
+    uri = report_uri_for(sink.reports_root(), "manual__3")
+    assert uri == f"file://{tmp_path}/warehouse/kinesis/orders/metadata/kinesis-rounds/manual__3.json"
+    assert sink.table() is not None
+    write_report(uri, REPORT, application(moto_endpoint))
+    assert read_report(uri, application(moto_endpoint)) == REPORT
 
 
 def application(moto_endpoint: str) -> LeaseApplication:
@@ -38,7 +56,7 @@ def application(moto_endpoint: str) -> LeaseApplication:
 
 
 def test_a_report_written_to_a_local_path_is_read_back_whole(tmp_path, moto_endpoint):
-    uri = report_uri_for(str(tmp_path / "lake"), "manual__1")
+    uri = report_uri_beside(str(tmp_path / "lake"), "manual__1")
     write_report(uri, REPORT, application(moto_endpoint))
     assert read_report(uri, application(moto_endpoint)) == REPORT
     assert [path.name for path in (tmp_path / "lake" / "_rounds").iterdir()] == ["manual__1.json"]
@@ -47,7 +65,7 @@ def test_a_report_written_to_a_local_path_is_read_back_whole(tmp_path, moto_endp
 def test_a_report_written_to_s3_is_read_back_whole(unique_name, moto_endpoint):
     bucket = unique_name.lower().replace("_", "-")[:40]
     boto3.client("s3", endpoint_url=moto_endpoint, region_name="us-east-1").create_bucket(Bucket=bucket)
-    uri = report_uri_for(f"s3://{bucket}/landing", "manual__2")
+    uri = report_uri_beside(f"s3://{bucket}/landing", "manual__2")
     write_report(uri, REPORT, application(moto_endpoint))
     assert read_report(uri, application(moto_endpoint)) == REPORT
 

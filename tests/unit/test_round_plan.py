@@ -11,14 +11,14 @@ from lease_core.errors import ConfigurationError
 START, END = "2026-11-20T00:00:00Z", "2026-11-21T00:00:00Z"
 
 
-def backfill(start: str, end: str, application: str = "app") -> RoundPlan:
+def backfill(start: str, end: str, application: str = "app", output_uri: str = "s3://bucket/lake") -> RoundPlan:
     return plan_round(
         {
             "mode": "backfill",
             "application_name": application,
             "streams": "s",
             "num_workers": 1,
-            "output_uri": "s3://bucket/lake",
+            "output_uri": output_uri,
             "start": start,
             "end": end,
         }
@@ -146,3 +146,25 @@ def test_a_plan_accepts_every_output_the_sink_writes_to(uri):
 
 def test_the_longest_application_name_whose_derived_tables_fit_is_accepted():
     assert live(application_name="a" * 237).application_name == "a" * 237
+
+
+@pytest.mark.parametrize(
+    ("start", "end", "table"),
+    [
+        pytest.param(START, END, "orders_backfill_20261120t000000z_20261121t000000z", id="whole-seconds"),
+        pytest.param(
+            START,
+            "2026-11-21T00:00:00.5Z",
+            "orders_backfill_20261120t000000p000000z_20261121t000000p500000z",
+            id="fractional",
+        ),
+    ],
+)
+def test_an_iceberg_backfill_lands_in_a_table_of_its_window_beside_the_live_one(start, end, table):
+    plan = backfill(start, end, output_uri="iceberg://glue/lake.orders")
+    assert plan.output_uri == f"iceberg://glue/lake.{table}"
+
+
+def test_a_backfill_of_a_dataset_at_a_buckets_root_is_refused_naming_the_param():
+    with pytest.raises(ConfigurationError, match=r"output_uri.*a backfill needs a prefix in the bucket"):
+        backfill(START, END, output_uri="s3://bucket")

@@ -171,7 +171,7 @@ def local_application() -> LeaseApplication:
 
 
 def test_a_written_report_is_read_back_equal_to_the_one_written(tmp_path):
-    uri = report_uri_for(str(tmp_path / "lake"), "manual__1")
+    uri = report_uri_for(str(tmp_path / "lake" / "_rounds"), "manual__1")
     write_report(uri, REPORT, local_application())
     assert read_report(uri, local_application()) == REPORT
 

@@ -7,6 +7,7 @@ import pytest
 from lease_core.config.settings import ConsumerConfig
 from spark_jobs.errors import SinkError
 from spark_jobs.sinks import check_sink_uri, open_sink
+from spark_jobs.sinks.iceberg import IcebergSink
 from spark_jobs.sinks.parquet import ParquetSink
 
 PARQUET_URIS = [
@@ -25,15 +26,21 @@ def test_a_parquet_uri_passes_the_check_without_its_trailing_slashes(uri: str, c
 
 @pytest.mark.parametrize("uri", ["hdfs://namenode/lake", "s3:///lake", "file://host/lake", ""])
 def test_a_uri_no_sink_writes_to_is_refused_naming_the_forms(uri: str) -> None:
-    with pytest.raises(SinkError, match=r"is not a local path, an absolute file:///path or an s3://bucket\[/prefix\]"):
+    forms = r"is not a local path, an absolute file:///path or an s3://bucket\[/prefix\] URI \(a Parquet dataset\), or iceberg://"
+    with pytest.raises(SinkError, match=forms):
         check_sink_uri(uri)
 
 
-def test_an_iceberg_uri_is_refused_until_the_iceberg_sink_exists() -> None:
-    with pytest.raises(SinkError, match="iceberg sinks are not available yet"):
-        check_sink_uri("iceberg://glue/lake.orders")
-    with pytest.raises(SinkError, match="iceberg sinks are not available yet"):
-        open_sink("iceberg://glue/lake.orders", config=ConsumerConfig())
+def test_an_iceberg_uri_passes_the_check_and_opens_an_iceberg_sink_for_the_application() -> None:
+    assert check_sink_uri("iceberg://glue/lake.orders/") == "iceberg://glue/lake.orders"
+    sink = open_sink("iceberg://glue/lake.orders", config=ConsumerConfig(application_name="orders-app"))
+    assert isinstance(sink, IcebergSink) and sink.application == "orders-app"
+    assert (sink.address.catalog, sink.address.namespace, sink.address.table) == ("glue", ("lake",), "orders")
+
+
+def test_a_malformed_iceberg_uri_is_refused_naming_its_form() -> None:
+    with pytest.raises(SinkError, match=r"is not of the form iceberg://CATALOG/NAMESPACE.TABLE"):
+        check_sink_uri("iceberg://glue/orders")
 
 
 def test_a_local_path_opens_a_parquet_dataset_there(tmp_path) -> None:
