@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import enum
 import logging
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from lease_core.errors import DependencyError, InvalidShardLineageError, LeaseLostError
@@ -227,18 +227,33 @@ def unlisted_leases(
     return tuple(lease for lease in leases if scheme.owns(lease) and scheme.shard_id_of(lease) not in listed)
 
 
+# Whether the committed batches a lease's record names may not be visible in the sink yet. The sink
+# answers (`BatchSink.awaiting_visibility`); where no sink can be asked, every record may.
+AwaitingVisibility = Callable[[Lease], bool]
+
+
+def may_await_visibility(lease: Lease, awaiting_visibility: AwaitingVisibility | None) -> bool:
+    """Whether deleting `lease` could lose the only record of committed batches readers cannot see yet."""
+    if lease.committed_batch is None:
+        return False
+    return awaiting_visibility is None or awaiting_visibility(lease)
+
+
 def plan_lease_cleanup(
     leases: Sequence[Lease],
     shards: Sequence[Shard] | None,
     scheme: LeaseKeyScheme,
     cleanup_on_completion: bool = True,
     shard_exists: Mapping[str, bool] | None = None,
+    awaiting_visibility: AwaitingVisibility | None = None,
 ) -> CleanupPlan:
     """Which of the stream's leases to delete, from a snapshot of the leases, the shard listing and
     what Kinesis answered about single shards.
 
-    A lease goes when it is provably finished or provably orphaned, never on a listing's word, and
-    never while it carries retention losses no kept round report has named yet:
+    A lease goes when it is provably finished or provably orphaned, never on a listing's word, never
+    while it carries retention losses no kept round report has named yet, and never while its record
+    names committed batches that may not be visible yet (`may_await_visibility`: a table sink makes a
+    round's batches visible at the round's end, from the records on the leases):
     - completed (when `cleanup_on_completion`): at SHARD_END, every child lease exists and has
       started, and no parent lease is left. Child ids come from the lease, else from the listing;
     - shard gone: `shard_exists` (shard id -> Kinesis' answer, KCL's garbage check) says False,
@@ -259,6 +274,8 @@ def plan_lease_cleanup(
     for lease in own:
         shard_id = scheme.shard_id_of(lease)
         if lease.unreported_losses:  # kept until a kept round report names them (`forget_reported_losses`)
+            continue
+        if may_await_visibility(lease, awaiting_visibility):
             continue
         if answers.get(shard_id) is False:
             deletions.append(LeaseDeletion(lease, CleanupReason.SHARD_GONE, not lease.is_at_shard_end))

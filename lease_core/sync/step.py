@@ -21,7 +21,13 @@ from typing import Any
 
 from lease_core.config.settings import ConsumerConfig
 from lease_core.errors import ConfigurationError, CorruptLeaseError
-from lease_core.lifecycle.lease_lifecycle import CleanupOutcome, apply_cleanup, plan_lease_cleanup, unlisted_leases
+from lease_core.lifecycle.lease_lifecycle import (
+    AwaitingVisibility,
+    CleanupOutcome,
+    apply_cleanup,
+    plan_lease_cleanup,
+    unlisted_leases,
+)
 from lease_core.model.lease import Lease, StreamIdentifier
 from lease_core.model.lease_keys import LeaseKeyScheme
 from lease_core.model.shards import InitialPositionInStream, Shard, StreamDescription
@@ -123,8 +129,10 @@ class _StreamStep:
         source: ShardSource,
         state: CoordinatorStateStore,
         clock_millis: Callable[[], int],
+        awaiting_visibility: AwaitingVisibility | None,
     ) -> None:
         self.store = store
+        self.awaiting_visibility = awaiting_visibility
         self.syncer = ShardSyncer(
             store, source, initial_position_of(config), config.ignore_unexpected_child_shards, clock_millis
         )
@@ -148,7 +156,9 @@ class _StreamStep:
         leases = list(snapshot.leases)
         unlisted = {scheme.shard_id_of(lease) for lease in unlisted_leases(leases, result.full_listing, scheme)}
         answers = self.probe.ask(stream_key, stream_name, unlisted)
-        plan = plan_lease_cleanup(leases, result.full_listing, scheme, self.cleanup_on_completion, answers)
+        plan = plan_lease_cleanup(
+            leases, result.full_listing, scheme, self.cleanup_on_completion, answers, self.awaiting_visibility
+        )
         cleanup = apply_cleanup(self.store, plan)
         return result, cleanup, _with_changes(snapshot, deleted=cleanup.deleted)
 
@@ -218,8 +228,11 @@ def sync_streams(
     source: ShardSource,
     state: CoordinatorStateStore,
     clock_millis: Callable[[], int] = lambda: int(time.time() * 1000),
+    awaiting_visibility: AwaitingVisibility | None = None,
 ) -> ShardSyncReport:
-    """One full shard sync of every configured stream (no auditor involved)."""
+    """One full shard sync of every configured stream (no auditor involved). `awaiting_visibility`
+    tells the cleanup which leases' committed batches may not be visible in the sink yet; without it
+    (a sync that knows no sink), no lease carrying a record of committed batches is deleted."""
     if not stream_names:
         raise ValueError("at least one stream is needed")
     multi_stream = is_multi_stream(config, stream_names)
@@ -227,7 +240,7 @@ def sync_streams(
         source = _ListingsAhead(source, stream_names, multi_stream, pool)
         snapshot = _scan(store)
     require_matching_lease_mode(snapshot.leases, multi_stream)
-    step = _StreamStep(config, store, source, state, clock_millis)
+    step = _StreamStep(config, store, source, state, clock_millis, awaiting_visibility)
     if not multi_stream:
         name = stream_names[0]
         consumed = remember_consumed_stream(state, source.describe_stream(name), table_has_leases=bool(snapshot.leases))
@@ -247,6 +260,7 @@ def sync_streams(
         clock_millis,
         config.former_streams_leases_deletion_strategy,
         config.wait_period_to_delete_former_streams_millis,
+        awaiting_visibility,
     )
     former = cleaner.run(identifiers, snapshot.leases)
     deleted = (key for keys in former.deleted_leases.values() for key in keys)

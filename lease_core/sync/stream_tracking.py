@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from lease_core.errors import StreamNotFoundError
+from lease_core.lifecycle.lease_lifecycle import AwaitingVisibility, may_await_visibility
 from lease_core.model.lease import Lease, StreamIdentifier
 from lease_core.store.coordinator_state import CoordinatorStateStore, decide_and_record
 from lease_core.store.lease_store import LeaseStore
@@ -60,7 +61,8 @@ def decide_former_streams(
 @dataclass(frozen=True)
 class FormerStreamsOutcome:
     """Streams are serialized identifiers. changed_leases: leases of a stream being deleted that
-    changed after the snapshot (someone still works them); they are judged again next round."""
+    changed after the snapshot (someone still works them) or whose committed batches may not be
+    visible yet (`may_await_visibility`); they are judged again next round."""
 
     pending: Mapping[str, int]
     deleted_leases: Mapping[str, tuple[str, ...]]  # stream -> lease keys deleted
@@ -82,8 +84,10 @@ class FormerStreamsCleaner:
         clock_millis: Callable[[], int],
         strategy: str,
         wait_millis: int,
+        awaiting_visibility: AwaitingVisibility | None = None,
     ) -> None:
         self.store = store
+        self.awaiting_visibility = awaiting_visibility
         self.state = state
         self.stream_exists = stream_exists
         self.clock_millis = clock_millis
@@ -117,16 +121,26 @@ class FormerStreamsCleaner:
         deleted: dict[str, tuple[str, ...]] = {}
         changed: dict[str, tuple[str, ...]] = {}
         for stream in decision.delete_leases_of:
+            of_stream = [
+                lease for lease in sorted(leases, key=lambda lease: lease.lease_key) if lease.stream_name == stream
+            ]
+            waiting = tuple(
+                lease.lease_key for lease in of_stream if may_await_visibility(lease, self.awaiting_visibility)
+            )
             results = [
                 (lease.lease_key, self.store.delete_lease_if_unchanged(lease))
-                for lease in sorted(leases, key=lambda lease: lease.lease_key)
-                if lease.stream_name == stream
+                for lease in of_stream
+                if lease.lease_key not in waiting
             ]
             # A lease already gone counts as deleted: possibly by this very delete, its answer lost.
             deleted[stream] = tuple(key for key, result in results if not result.lost_to_a_change)
-            kept = tuple(key for key, result in results if result.lost_to_a_change)
+            kept = tuple(key for key, result in results if result.lost_to_a_change) + waiting
             if kept:
-                log.info("former stream %s: %d lease(s) changed since listed and stay this round", stream, len(kept))
+                log.info(
+                    "former stream %s: %d lease(s) changed since listed or await their batches' visibility, and stay",
+                    stream,
+                    len(kept),
+                )
                 changed[stream] = kept
         return FormerStreamsOutcome(decision.pending, deleted, changed)
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 import functools
 import importlib.util
 import json
+import logging
 import os
 import sys
 import time
@@ -33,7 +34,7 @@ from airflow.sdk.exceptions import AirflowSkipException
 from kinesis_lease.aws_connection import AwsAccess, aws_access
 from kinesis_lease.errors import airflow_outcomes
 from kinesis_lease.round_plan import plan_round, stream_names
-from lease_core.errors import CorruptLeasesSkippedError, RecordsLostError
+from lease_core.errors import CorruptLeasesSkippedError, LeaseCoreError, RecordsLostError
 from lease_core.leader.assignment_round import AssignmentCoordinator, slot_ids
 from lease_core.leader.leadership import Leadership, hold
 from lease_core.leader.round_history import RoundHistory
@@ -52,6 +53,8 @@ from spark_jobs.sinks.batch_sink import BatchSink
 
 # The job file of the installed `spark_jobs` package (imported above), wherever the plugins folder is
 # mounted: in a checkout, an image or a deployment, the job and the code its executors import match.
+log = logging.getLogger(__name__)
+
 _CONSUME_JOB_SPEC = importlib.util.find_spec("spark_jobs.consume_job")
 assert _CONSUME_JOB_SPEC is not None and _CONSUME_JOB_SPEC.origin is not None, "spark_jobs is not installed"
 CONSUME_JOB = str(Path(_CONSUME_JOB_SPEC.origin).resolve())
@@ -174,7 +177,10 @@ class ShardSyncOperator(_LeaderStep):
             store, state = self.fenced_stores(access, leadership)
             # The sync first: it refuses a stream the application does not consume before the
             # auditor writes anything (hash ranges filled from that stream's listing, its record).
-            report = sync_streams(names, access.config, store, source, state)
+            awaiting = self._awaiting_visibility(access)
+            report = sync_streams(
+                names, access.config, store, source, state, awaiting_visibility=_kept_if_unsure(awaiting)
+            )
             # The sync's own view of the table (its scan plus its writes): the audit needs no second scan.
             audits = self._audit(access, names, store, state, source, report.leases)
             leases = report.leases if report.leases is not None else store.list_leases()
@@ -185,7 +191,7 @@ class ShardSyncOperator(_LeaderStep):
                 access.config,
                 access.app.retry_policy,
                 closed_lease_keys=report.closed_lease_keys,
-                awaiting_visibility=self._awaiting_visibility(access),
+                awaiting_visibility=awaiting,
             )
         return {**report.to_dict(), "audits": audits, "pending_work": work.to_dict()}
 
@@ -385,6 +391,26 @@ def _setting_text(value: Any) -> str:
     if isinstance(value, Mapping):
         return json.dumps(dict(value))
     return str(value)
+
+
+def _kept_if_unsure(
+    awaiting: Callable[[Lease], tuple[str, ...]] | None,
+) -> Callable[[Lease], bool] | None:
+    """The cleanup's question (`may_await_visibility`): a lease whose batches the sink cannot be asked
+    about now (unreachable, say) is kept, as one whose batches are not visible yet is."""
+    if awaiting is None:
+        return None
+
+    def may_await(lease: Lease) -> bool:
+        try:
+            return bool(awaiting(lease))
+        except LeaseCoreError as error:
+            log.warning(
+                "lease %s stays: the sink could not say whether its batches are visible (%s)", lease.lease_key, error
+            )
+            return True
+
+    return may_await
 
 
 def records_lost(

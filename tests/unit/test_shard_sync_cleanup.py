@@ -245,3 +245,30 @@ def test_the_report_keeps_its_keys_and_leaves_the_listing_out():
     report = application(quarters()).sync().to_dict()
     assert {"created", "deleted", "possibly_unread", "former_streams_pending", "streams", "multi_stream"} <= set(report)
     assert "full_listing" not in report["streams"][0] and "cleanup" in report["streams"][0]
+
+
+# --- a lease whose record names batches the sink may not show yet stays ------------------------------
+
+RECORD = '{"f":"iceberg/1","lease":"shardId-000000000000","batches":[["r1","1400",0]]}'
+
+
+@pytest.mark.parametrize(
+    ("awaiting", "kept"),
+    [
+        pytest.param(None, True, id="no-sink-to-ask"),
+        pytest.param(lambda lease: True, True, id="the-sink-says-not-visible-yet"),
+        pytest.param(lambda lease: False, False, id="the-sink-says-visible"),
+    ],
+)
+def test_a_finished_or_gone_lease_stays_while_its_committed_batches_may_not_be_visible(awaiting, kept):
+    """A table sink publishes a round's batches at its end, from the records on the leases: deleting a
+    lease whose publication failed would lose the only record of its committed batches."""
+    finished = Lease(S(0), checkpoint=SHARD_END, child_shard_ids=frozenset({S(1), S(2)}), committed_batch=RECORD)
+    gone = Lease(S(9), checkpoint=READING, committed_batch=RECORD)
+    app = application(split_of_shard_0(), finished, *leased(1, 2), gone)
+    app.source.listing = without(9)
+
+    report = sync_streams(["orders"], CONFIG, app.store, app.source, app.state, lambda: app.now, awaiting)
+
+    assert sorted(report.deleted) == ([] if kept else [S(0), S(9)])
+    assert (S(0) in app.lease_keys(), S(9) in app.lease_keys()) == (kept, kept)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from lease_core.model.lease import Lease, StreamIdentifier
@@ -113,3 +115,29 @@ def test_a_former_streams_lease_changed_since_it_was_listed_is_kept_and_reported
     assert outcome.deleted_leases == {B: (f"{B}:shardId-0",)}
     assert outcome.changed_leases == {B: (f"{B}:shardId-1",)}
     assert store.get_lease(f"{B}:shardId-1") is not None
+
+
+@pytest.mark.parametrize(
+    ("awaiting", "kept"),
+    [
+        pytest.param(None, True, id="no-sink-to-ask"),
+        pytest.param(lambda lease: True, True, id="not-visible-yet"),
+        pytest.param(lambda lease: False, False, id="visible"),
+    ],
+)
+def test_a_former_streams_lease_stays_while_its_committed_batches_may_not_be_visible(awaiting, kept):
+    store = InMemoryLeaseStore()
+    stream = StreamIdentifier.parse(B)
+    store.create_lease_if_not_exists(
+        replace(Lease.for_stream(stream, "shardId-0"), committed_batch='{"f":"iceberg/1"}')
+    )
+    store.create_lease_if_not_exists(Lease.for_stream(stream, "shardId-1"))
+    cleaner = FormerStreamsCleaner(
+        store, InMemoryCoordinatorStateStore(), lambda stream: False, lambda: 1_000, DEFERRED_DELETION, HOUR, awaiting
+    )
+
+    outcome = cleaner.run([StreamIdentifier.parse(A)])  # B is gone from Kinesis: its leases go at once
+
+    waiting = f"{B}:shardId-0"
+    assert outcome.deleted_leases == {B: (f"{B}:shardId-1",) if kept else (waiting, f"{B}:shardId-1")}
+    assert (store.get_lease(waiting) is not None) == kept
