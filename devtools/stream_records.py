@@ -1,10 +1,12 @@
-"""Records by their identity, to check what landed in the Parquet sink against what a producer wrote."""
+"""Records by their identity, to check what landed in a sink (a Parquet dataset, an Iceberg table)
+against what a producer wrote."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any
 
+from spark_jobs.sinks.iceberg import IcebergSink
 from spark_jobs.sinks.parquet import ParquetSink
 
 
@@ -23,10 +25,21 @@ class StreamRecord:
         return cls(result["ShardId"], result["SequenceNumber"], 0, entry["Data"])
 
 
+IDENTITY_COLUMNS = ("shard_id", "sequence_number", "sub_sequence_number", "data")
+
+
 def landed_records(output_uri: str, s3_endpoint_url: str | None = None) -> list[StreamRecord]:
-    """Every record of the sink's dataset at `output_uri`, duplicates included."""
-    table = ParquetSink.from_uri(output_uri, s3_endpoint_url=s3_endpoint_url).read_dataset()
-    columns = table.select(["shard_id", "sequence_number", "sub_sequence_number", "data"]).to_pydict()
+    """Every record the sink at `output_uri` shows its readers, duplicates included: the Parquet
+    dataset's files, or the Iceberg table's current snapshot as pyiceberg reads it (its catalog
+    configured as pyiceberg's are)."""
+    if output_uri.startswith("iceberg://"):
+        table = IcebergSink(output_uri, "landed-records").table(refresh=True)
+        if table is None:
+            return []
+        landed = table.scan(selected_fields=IDENTITY_COLUMNS).to_arrow()
+    else:
+        landed = ParquetSink.from_uri(output_uri, s3_endpoint_url=s3_endpoint_url).read_dataset()
+    columns = landed.select(list(IDENTITY_COLUMNS)).to_pydict()
     return [
         StreamRecord(*row)
         for row in zip(columns["shard_id"], columns["sequence_number"], columns["sub_sequence_number"], columns["data"])

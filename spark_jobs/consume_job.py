@@ -53,7 +53,7 @@ from spark_jobs.round_report import (
     report_location,
     write_report,
 )
-from spark_jobs.sinks import open_sink
+from spark_jobs.sinks import open_sink, sink_configuration
 from spark_jobs.slot_task import slot_reports
 from spark_jobs.transform import load_transform
 
@@ -353,7 +353,8 @@ def with_round_start(spark: Any, spec: ConsumeSpec, app: LeaseApplication | None
     MillisBehindLatest says (`ShardReader`), so none stops at its last record forever. The leases of
     closing parents other slots hold, only when every slot runs at once: then slots out of work wait
     for those to end. With fewer task slots than slots (local[2] and four slots), the slots run in
-    waves, and a waiting slot would keep a later one from starting."""
+    waves, and a waiting slot would keep a later one from starting. And the sink's configuration as
+    this machine has it (`sink_configuration`), unless the spec carries one."""
     task_slots = concurrent_task_slots(spark)
     together = task_slots is not None and task_slots >= spec.num_workers
     if not together:
@@ -366,7 +367,16 @@ def with_round_start(spark: Any, spec: ConsumeSpec, app: LeaseApplication | None
     app = app or LeaseApplication.from_config(spec.config)
     closed = closed_shards(spec, app)
     parents = closing_parents(spec, app, closed) if together else ()
-    return replace(spec, closed_shards=closed, slots_run_together=together, closing_parents=parents)
+    configuration = (
+        spec.sink_configuration if spec.sink_configuration is not None else sink_configuration(spec.output_uri)
+    )
+    return replace(
+        spec,
+        closed_shards=closed,
+        slots_run_together=together,
+        closing_parents=parents,
+        sink_configuration=configuration,
+    )
 
 
 def concurrent_task_slots(spark: Any) -> int | None:
@@ -440,7 +450,7 @@ def publish(
     if leases is None:
         return Publication.failed("the lease table could not be scanned for the round's committed batches"), ()
     try:
-        sink = open_sink(spec.output_uri, config=spec.config)
+        sink = open_sink(spec.output_uri, config=spec.config, configuration=spec.sink_configuration)
     except LeaseCoreError as error:
         return Publication.failed(str(error)), ()
     identity = round_identity(app, spec.application_name, spec.round_number, spec.streams)

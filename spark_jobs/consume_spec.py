@@ -53,6 +53,10 @@ class ConsumeSpec:
     # The round's closed shards as the driver listed them at round start: lease key -> the shard's known
     # EndingSequenceNumber or None. A slot reads these to their null iterator (`ShardReader`'s `closed`).
     closed_shards: Mapping[str, str | None] = field(default_factory=dict)
+    # The sink's configuration as the driver resolved it (`spark_jobs.sinks.sink_configuration`: an
+    # Iceberg catalog's properties), so that executors on other machines open the same sink; None:
+    # each opens it from its own machine's configuration.
+    sink_configuration: Mapping[str, str] | None = None
 
     def __post_init__(self) -> None:
         if not self.streams:

@@ -8,6 +8,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from urllib.parse import urlsplit
 
 import boto3
@@ -38,14 +39,33 @@ def check_sink_uri(uri: str) -> str:
     return uri
 
 
-def open_sink(uri: str, *, config: ConsumerConfig, session: boto3.Session | None = None) -> BatchSink:
+def sink_configuration(uri: str) -> dict[str, str]:
+    """What a sink needs to be opened elsewhere, resolved here: an Iceberg catalog's properties from
+    pyiceberg's configuration of this machine (`.pyiceberg.yaml`, `PYICEBERG_CATALOG__*`), so that
+    executors on other machines open the same catalog (they travel in the job's tasks, like its
+    settings); nothing for a Parquet dataset."""
+    if urlsplit(uri).scheme == ICEBERG_SCHEME:
+        from spark_jobs.sinks.iceberg import catalog_properties, parse_table_uri
+
+        return catalog_properties(uri, parse_table_uri(uri).catalog)
+    return {}
+
+
+def open_sink(
+    uri: str,
+    *,
+    config: ConsumerConfig,
+    session: boto3.Session | None = None,
+    configuration: Mapping[str, str] | None = None,
+) -> BatchSink:
     """The sink `uri` names. Its storage's endpoint and region come from `config`
     (`aws_endpoint_url_s3`, `aws_region`), its credentials from `session` (an Airflow connection's),
-    else boto3's default chain."""
+    else boto3's default chain; `configuration` is `sink_configuration`'s, resolved where the job
+    started (None: this machine's own)."""
     if urlsplit(uri).scheme == ICEBERG_SCHEME:
         from spark_jobs.sinks.iceberg import IcebergSink
 
-        return IcebergSink(uri, config.require_application_name())
+        return IcebergSink(uri, config.require_application_name(), catalog_configuration=configuration)
     return ParquetSink.from_uri(
         uri, s3_endpoint_url=config.aws_endpoint_url_s3, region=config.aws_region, session=session
     )

@@ -241,11 +241,20 @@ class LeasePosition:
 class IcebergSink:
     """The table at `uri`, for the application `application` (its position map is the application's own)."""
 
-    def __init__(self, uri: str, application: str, catalog: Catalog | None = None) -> None:
+    def __init__(
+        self,
+        uri: str,
+        application: str,
+        catalog: Catalog | None = None,
+        catalog_configuration: Mapping[str, str] | None = None,
+    ) -> None:
+        """`catalog_configuration`: the catalog's properties as the driver resolved them (see
+        `spark_jobs.sinks.sink_configuration`), else this process's pyiceberg configuration."""
         self.address = parse_table_uri(uri)
         self._uri = uri
         self.application = application
         self._catalog = catalog
+        self._catalog_configuration = catalog_configuration
         self._table: Table | None = None
         self._staged: dict[str, Receipt] = {}  # this process's staged batches, for their commit records
         self._positions: dict[str, LeasePosition] | None = None  # the view `_not_visible` reads
@@ -259,7 +268,7 @@ class IcebergSink:
     @property
     def catalog(self) -> Catalog:
         if self._catalog is None:
-            self._catalog = load_configured_catalog(self._uri, self.address.catalog)
+            self._catalog = load_configured_catalog(self._uri, self.address.catalog, self._catalog_configuration)
         return self._catalog
 
     def check_writable(self) -> None:
@@ -658,9 +667,10 @@ class _CommitPlan:
     missing: tuple[str, ...]
 
 
-def load_configured_catalog(uri: str, name: str) -> Catalog:
-    """The catalog `name` as pyiceberg's configuration describes it; a clear SinkError when it is not
-    configured, is of a type that cannot commit, or fails to load."""
+def catalog_properties(uri: str, name: str) -> dict[str, str]:
+    """The properties of the catalog `name` as pyiceberg's configuration gives them here (read now, not
+    when pyiceberg was first imported); a clear SinkError when it is not configured or is of a type
+    that cannot commit."""
     config = Config().get_catalog_config(name)
     if not config:
         raise SinkError(
@@ -674,9 +684,15 @@ def load_configured_catalog(uri: str, name: str) -> Catalog:
             uri,
             f"catalog {name!r} is of type {catalog_type!r}, which pyiceberg cannot commit to (use sql, glue or rest)",
         )
+    return {key: value for key, value in config.items() if isinstance(value, str)}
+
+
+def load_configured_catalog(uri: str, name: str, properties: Mapping[str, str] | None = None) -> Catalog:
+    """The catalog `name` from `properties` (`catalog_properties`, resolved where the job was started),
+    else from this process's own configuration."""
+    resolved = dict(properties) if properties is not None else catalog_properties(uri, name)
     try:
-        # The configuration read now, not the one pyiceberg read when it was first imported.
-        return load_catalog(name, **{key: value for key, value in config.items() if isinstance(value, str)})
+        return load_catalog(name, **resolved)
     except Exception as error:  # pyiceberg raises ValueError, ImportError, driver errors...
         raise SinkError(uri, f"catalog {name!r} cannot be loaded: {type(error).__name__}: {error}") from error
 
