@@ -64,5 +64,5 @@ def unique_name(request: pytest.FixtureRequest) -> str:
 
 
 # Spark fixtures live with their support code; pytest finds them through this import.
-from tests.support.iceberg_tables import iceberg_catalog  # noqa: E402,F401
+from tests.support.iceberg_tables import iceberg_catalog, table_pipeline  # noqa: E402,F401
 from tests.support.spark import spark, spark_control_dir  # noqa: E402,F401

@@ -2,13 +2,16 @@
 
     leasectl [--app APP] [--config FILE] [--set KEY=VALUE ...] COMMAND
 
-The commands that write for the application as a whole (`sync`, `assign`, `reset`, `repair`, `teardown`)
+The commands that write for the application as a whole (`sync`, `assign`, `reset`, `repair`, `restore`,
+`teardown`)
 hold the application's leader lock while they write, like a round, so they never run beside one;
 they fail naming the holder (and when a dead holder's lock can be taken over) when it is held, and
 stop before their next write if they lose it. `reset` moves one lease's checkpoint; its rules are in
 `lease_core.ops.checkpoint_reset`. `repair` writes an item that cannot be read as a lease anew
 (`lease_core.ops.lease_repair`). `status`, `sync` and `assign` exit 1 after their work when they met
 such items, naming each one and its attribute: their shards are not read until repaired.
+`verify` compares what a sink that records what landed (an Iceberg table) holds with the
+checkpoints (`lease_core.ops.landed_audit`), and `restore` moves checkpoints forward to it.
 
 `init` and `teardown` act only on tables that are the application's own
 (`lease_core.store.table_ownership`): `init` refuses an existing table whose key schema is not its
@@ -35,6 +38,7 @@ from lease_core.errors import ConfigurationError, LeaseCoreError
 from lease_core.leader.assignment_round import AssignmentCoordinator, AssignmentReport, slot_ids
 from lease_core.leader.leader_lock import LeaderLock
 from lease_core.leader.leadership import Leadership, hold, release_quietly
+from lease_core.model.sequence import ExtendedSequenceNumber
 from lease_core.ops.checkpoint_reset import (
     TARGET_FORMS,
     CheckpointReset,
@@ -46,6 +50,7 @@ from lease_core.ops.checkpoint_reset import (
     render_position,
 )
 from lease_core.ops.command_line import EXIT_FAILED, EXIT_OK, EXIT_USAGE, ArgumentParser, UsageError
+from lease_core.ops.landed_audit import LandedRecords, OpenLanded, audit_landed, plan_restore
 from lease_core.ops.lease_repair import LeaseRepair
 from lease_core.ops.status import render_status, status_report
 from lease_core.store.coordinator_state import CoordinatorStateStore
@@ -168,14 +173,33 @@ def _add_reset_parser(commands: argparse._SubParsersAction[ArgumentParser]) -> N
     )
     reset.add_argument("--json", action="store_true", help="print the result as JSON")
     reset.add_argument("--yes", action="store_true", help="confirm the reset")
+    verify = commands.add_parser(
+        "verify",
+        help="compare what the sink says it holds (an Iceberg table's commits) with the lease checkpoints",
+    )
+    verify.add_argument("--output-uri", required=True, metavar="URI", help="the sink, as the job's --output-uri")
+    verify.add_argument("--json", action="store_true", help="print the findings as JSON")
+    restore = commands.add_parser(
+        "restore",
+        help="move checkpoints forward to what the sink holds (a lost or re-created lease table), under the lock",
+    )
+    restore.add_argument("--output-uri", required=True, metavar="URI", help="the sink, as the job's --output-uri")
+    restore.add_argument("--yes", action="store_true", help="confirm the restore")
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def main(argv: Sequence[str] | None = None, open_landed: OpenLanded | None = None) -> int:
+    """`open_landed` opens a sink's record of what landed, for `verify` and `restore`: the sinks live
+    above lease_core, so the installed `leasectl` (`spark_jobs.leasectl`) passes it in."""
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     try:
         arguments = build_parser().parse_args(argv)
         config = _load(arguments)
-        return COMMANDS[arguments.command](arguments, LeaseApplication.from_config(config))
+        app = LeaseApplication.from_config(config)
+        if arguments.command in SINK_COMMANDS:
+            if open_landed is None:
+                raise UsageError(f"{arguments.command} needs the sinks: run the installed `leasectl` command")
+            return SINK_COMMANDS[arguments.command](arguments, app, open_landed(arguments.output_uri, config))
+        return COMMANDS[arguments.command](arguments, app)
     except (UsageError, ConfigurationError) as error:
         print(f"leasectl: {error}", file=sys.stderr)
         return EXIT_USAGE
@@ -437,6 +461,72 @@ COMMANDS: dict[str, Callable[[argparse.Namespace, LeaseApplication], int]] = {
     "reset": run_reset,
     "repair": run_repair,
     "teardown": run_teardown,
+}
+
+
+def run_verify(arguments: argparse.Namespace, app: LeaseApplication, landed: LandedRecords) -> int:
+    leases = app.lease_store.scan_leases().leases
+    awaiting = {lease.lease_key: start for lease in leases if (start := landed.awaiting_from(lease)) is not None}
+    batches = landed.landed_batches()
+    findings = audit_landed(leases, batches, awaiting)
+    faults = [finding for finding in findings if finding.finding.is_fault]
+    if arguments.json:
+        document = {
+            "sink": arguments.output_uri,
+            "batches": len(batches),
+            "leases": len(leases),
+            "findings": [
+                {"lease_key": f.lease_key, "finding": f.finding.value, "fault": f.finding.is_fault, "detail": f.detail}
+                for f in findings
+            ],
+        }
+        print(json.dumps(document, indent=2))
+    else:
+        print(
+            f"{arguments.output_uri}: {len(batches)} batch(es) of {len({b.lease_key for b in batches})} lease(s) "
+            f"in the sink, {len(leases)} lease(s) in {app.config.lease_table!r}"
+        )
+        for finding in findings:
+            print(f"  {'FAULT' if finding.finding.is_fault else 'note '}  {finding.render()}")
+        print(f"  {len(faults)} fault(s)" if faults else "  the sink and the checkpoints agree")
+    return EXIT_FAILED if faults else EXIT_OK
+
+
+def run_restore(arguments: argparse.Namespace, app: LeaseApplication, landed: LandedRecords) -> int:
+    restores, missing = plan_restore(app.lease_store.scan_leases().leases, landed.landed_batches())
+    if not arguments.yes:
+        raise UsageError(
+            f"restore would move {len(restores)} checkpoint(s) of lease table {app.config.lease_table!r} forward "
+            f"to what {arguments.output_uri} holds, fencing their holders; add --yes to confirm"
+        )
+    with hold(_leader_lock(app, "restore"), "leasectl restore", acquire=True, release=True) as leadership:
+        store = leadership.lease_store(app.lease_store)
+        for restore in restores:
+            moved = _restore_one(store, restore.lease.lease_key, restore.target)
+            print(f"{'restored' if moved else 'kept    '}  {restore.lease.lease_key}  -> {restore.target}")
+    for key in missing:
+        print(f"absent    {key}: in the sink, not in the lease table (run `leasectl sync`, then restore again)")
+    return EXIT_OK
+
+
+def _restore_one(store: LeaseStore, lease_key: str, target: ExtendedSequenceNumber) -> bool:
+    """Move the lease forward to `target` unless it is there or past it already (read again each try)."""
+    for _ in range(RESTORE_ATTEMPTS):
+        lease = store.get_lease(lease_key, consistent=True)
+        checkpoint = None if lease is None else lease.checkpoint
+        if lease is None or checkpoint is None or (not checkpoint.is_sentinel and checkpoint >= target):
+            return False
+        if checkpoint.is_shard_end:
+            return False
+        if store.reset_checkpoint(lease, target).applied:
+            return True
+    raise LeaseCoreError(lease_key, f"its counter kept changing during {RESTORE_ATTEMPTS} attempts to restore it")
+
+
+RESTORE_ATTEMPTS = 5
+SINK_COMMANDS: dict[str, Callable[[argparse.Namespace, LeaseApplication, LandedRecords], int]] = {
+    "verify": run_verify,
+    "restore": run_restore,
 }
 
 

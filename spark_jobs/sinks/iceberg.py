@@ -65,7 +65,9 @@ from pyiceberg.transforms import DayTransform
 from pyiceberg.types import NestedField
 from pyiceberg.utils.config import Config
 
+from lease_core.model.lease import Lease
 from lease_core.model.sequence import TRIM_HORIZON, ExtendedSequenceNumber
+from lease_core.ops.landed_audit import LandedBatch
 from spark_jobs.errors import SinkError
 from spark_jobs.sinks.batch_sink import BatchRange, RoundIdentity, RoundPublication, StagedBatch, Visibility
 from spark_jobs.sinks.record_columns import RECORD_SCHEMA
@@ -444,6 +446,23 @@ class IcebergSink:
         waiting = self._not_visible(decoded.lease_key, list(decoded.entries))
         return tuple(f"{decoded.lease_key} up to {entry.end} (receipt {entry.receipt})" for entry in waiting)
 
+    def awaiting_from(self, lease: Lease) -> ExtendedSequenceNumber | None:
+        """Where the batches the lease's record waits to publish begin (`leasectl verify`): the first
+        waiting batch's start, from its receipt; None when none waits, or the first one's receipt is
+        gone (then it can never be published, and verify says the checkpoint is ahead)."""
+        decoded = LeaseRecord.decode(lease.committed_batch)
+        waiting = (
+            []
+            if decoded is None
+            else sorted(self._not_visible(decoded.lease_key, list(decoded.entries)), key=lambda e: e.end)
+        )
+        if not waiting:
+            return None
+        try:
+            return self.read_receipt(waiting[0].receipt).start
+        except FileNotFoundError:
+            return None
+
     def _not_visible(self, lease_key: str, entries: list[_Entry]) -> list[_Entry]:
         """The entries past the lease's position in this sink's view of the table: the view is read
         once (a slot's commits, an idle check over every lease) and may be older than the table,
@@ -474,6 +493,37 @@ class IcebergSink:
             key: LeasePosition(value["stream"], value.get("arn"), value.get("created"), _decode_position(value["end"]))
             for key, value in document["leases"].items()
         }
+
+    def landed_batches(self) -> list[LandedBatch]:
+        """Every batch this application's commits added to the table, oldest commit first, as `main`'s
+        history holds them (a rollback takes commits out; an expired snapshot's batches are gone)."""
+        table = self.table(refresh=True)
+        if table is None:
+            return []
+        own = [
+            snapshot
+            for snapshot in ancestors_of(table.current_snapshot(), table.metadata)
+            if snapshot.summary is not None and snapshot.summary.get(SUMMARY_APPLICATION) == self.application
+        ]
+        landed: list[LandedBatch] = []
+        for snapshot in reversed(own):
+            path = snapshot.summary.get(SUMMARY_POSITIONS) if snapshot.summary is not None else None
+            if path is None:
+                continue
+            with self.failures(f"read the position map {path}"):
+                with table.io.new_input(path).open() as stream:
+                    document = json.loads(stream.read())
+            landed.extend(
+                LandedBatch(
+                    batch["lease"],
+                    _decode_position(batch["start"]),
+                    _decode_position(batch["end"]),
+                    int(document.get("round", 0)),
+                    snapshot.snapshot_id,
+                )
+                for batch in document.get("batches", ())
+            )
+        return landed
 
     @property
     def positions_property(self) -> str:
@@ -559,7 +609,7 @@ class IcebergSink:
         positions_path = f"{table.metadata.location}/metadata/{POSITIONS_FOLDER}/{commit_id}.json"
         with self.failures("write the position map"):
             with table.io.new_output(positions_path).create(overwrite=True) as stream:
-                stream.write(_positions_json(self.application, positions))
+                stream.write(_positions_json(self.application, identity.round_number, positions, plan.receipts))
             data_files = [data_file for receipt in plan.receipts for data_file in self._data_files(table, receipt)]
         summary = {
             SUMMARY_APPLICATION: identity.application,
@@ -775,12 +825,27 @@ def _write_manifest(table: Table, path: str, data_files: Iterable[DataFile], rec
     return writer.to_manifest_file().manifest_length
 
 
-def _positions_json(application: str, positions: Mapping[str, LeasePosition]) -> bytes:
+def _positions_json(
+    application: str, round_number: int, positions: Mapping[str, LeasePosition], added: Sequence[Receipt]
+) -> bytes:
+    """The position map after a commit (`leases`), and the batches the commit adds (`batches`, each
+    with the checkpoint it starts after, so that a chain of commits can be checked for gaps)."""
     leases: dict[str, Any] = {
         key: {"stream": p.stream_name, "arn": p.stream_arn, "created": p.stream_created, "end": _encode_position(p.end)}
         for key, p in sorted(positions.items())
     }
-    return json.dumps({"format": POSITIONS_FORMAT, "application": application, "leases": leases}, indent=0).encode()
+    batches = [
+        {
+            "lease": receipt.lease_key,
+            "start": _encode_position(receipt.start),
+            "first": None if receipt.first is None else _encode_position(receipt.first),
+            "end": _encode_position(receipt.end),
+            "rows": receipt.rows,
+        }
+        for receipt in added
+    ]
+    document = {"format": POSITIONS_FORMAT, "application": application, "round": round_number, "leases": leases}
+    return json.dumps({**document, "batches": batches}, indent=0).encode()
 
 
 def _position_text(position: ExtendedSequenceNumber) -> str:

@@ -5,11 +5,6 @@ slot, a zombie, and drivers that die before their round's commit or cannot make 
 
 from __future__ import annotations
 
-from pathlib import Path
-
-import pytest
-from pyiceberg.catalog.sql import SqlCatalog
-
 from devtools.kinesis_streams import merge_shards, split_shard
 from lease_core.leader.assignment_round import slot_ids
 from spark_jobs import consume_job
@@ -19,30 +14,10 @@ from spark_jobs.round_report import Outcome
 from spark_jobs.sinks.iceberg import SUMMARY_APPLICATION, SUMMARY_RANGES, SUMMARY_ROUND, IcebergSink
 from spark_jobs.slot_task import SlotTask, slot_reports
 from tests.integration.test_consume_job import BackgroundRound, assert_exactly_once, control, wait_for
-from tests.support.pipeline import ConsumerPipeline, pipeline_on_new_stream
+from tests.support.pipeline import ConsumerPipeline
 from tests.support.shard_ends import KinesisShardEnds
 
 STEER = "tests.support.spark_transforms:steer"
-CATALOG = "lakehouse"
-
-
-@pytest.fixture
-def table_pipeline(unique_name, kinesis_endpoint, moto_endpoint, tmp_path: Path, monkeypatch) -> ConsumerPipeline:
-    properties = {"type": "sql", "uri": f"sqlite:///{tmp_path}/catalog.db", "warehouse": f"file://{tmp_path}/warehouse"}
-    for key, value in properties.items():
-        monkeypatch.setenv(f"PYICEBERG_CATALOG__{CATALOG.upper()}__{key.upper()}", value)
-    SqlCatalog(CATALOG, **properties).create_namespace("kinesis")
-    pipeline = pipeline_on_new_stream(
-        unique_name,
-        4,
-        kinesis_endpoint,
-        moto_endpoint,
-        tmp_path,
-        initial_position_in_stream="TRIM_HORIZON",
-        failover_time_millis=6000,
-    )
-    pipeline.output_uri = f"iceberg://{CATALOG}/kinesis.{unique_name.replace('-', '_').replace('.', '_')}"
-    return pipeline
 
 
 def table_of(pipeline: ConsumerPipeline) -> IcebergSink:

@@ -17,6 +17,7 @@ from pyiceberg.table import Table
 from lease_core.model.sequence import TRIM_HORIZON, ExtendedSequenceNumber
 from spark_jobs.sinks.batch_sink import BatchRange, RoundIdentity
 from spark_jobs.sinks.iceberg import IcebergSink, with_batch_columns
+from tests.support.pipeline import ConsumerPipeline, pipeline_on_new_stream
 
 APPLICATION = "orders-app"
 URI = "iceberg://lake/kinesis.orders"
@@ -113,3 +114,27 @@ def users_rows(table: Table, first: int, count: int) -> pa.Table:
     own = with_batch_columns(rows(first, count), batch_of(TRIM_HORIZON, first, count, "users-own"))
     schema = table.schema().as_arrow()
     return own.select(schema.names).cast(schema)
+
+
+PIPELINE_CATALOG = "lakehouse"
+
+
+@pytest.fixture
+def table_pipeline(unique_name, kinesis_endpoint, moto_endpoint, tmp_path: Path, monkeypatch) -> ConsumerPipeline:
+    """A consumer application on a new 4-shard stream landing in an Iceberg table of a SQL catalog on
+    SQLite, configured by environment variables as a user configures pyiceberg."""
+    properties = {"type": "sql", "uri": f"sqlite:///{tmp_path}/catalog.db", "warehouse": f"file://{tmp_path}/warehouse"}
+    for key, value in properties.items():
+        monkeypatch.setenv(f"PYICEBERG_CATALOG__{PIPELINE_CATALOG.upper()}__{key.upper()}", value)
+    SqlCatalog(PIPELINE_CATALOG, **properties).create_namespace("kinesis")
+    pipeline = pipeline_on_new_stream(
+        unique_name,
+        4,
+        kinesis_endpoint,
+        moto_endpoint,
+        tmp_path,
+        initial_position_in_stream="TRIM_HORIZON",
+        failover_time_millis=6000,
+    )
+    pipeline.output_uri = f"iceberg://{PIPELINE_CATALOG}/kinesis.{unique_name.replace('-', '_').replace('.', '_')}"
+    return pipeline

@@ -112,6 +112,7 @@ SPARK_JOBS_ALLOWED = {
         "transform",
     },
     "round_publication": {"errors", "round_report", "sinks"},
+    "leasectl": {"errors", "sinks"},
     "slot_task": {"errors", "consume_spec", "lease_consumer", "round_report", "sinks", "transform"},
     "consume_spec": {"errors", "lease_consumer"},
     "lease_consumer": {"errors", "round_report", "sinks", "transform"},

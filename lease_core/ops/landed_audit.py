@@ -1,0 +1,164 @@
+"""What a sink says it holds, against what the lease table says is committed (`leasectl verify`), and
+the checkpoints a lost lease table gets back from the sink (`leasectl restore`). Pure: the sink's
+record of its batches and the leases come in, findings and a plan go out.
+
+A sink that records what landed (an Iceberg table: every commit names the batches it adds, each as
+the checkpoint it starts after and its last record) gives, per lease, a chain of batches. The chain
+must be unbroken (each batch starts where the one before ended) and must end where the lease's
+checkpoint is, or where the batches the lease's record still waits to publish begin.
+"""
+
+from __future__ import annotations
+
+import enum
+import itertools
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
+
+from lease_core.config.settings import ConsumerConfig
+from lease_core.model.lease import Lease
+from lease_core.model.sequence import ExtendedSequenceNumber
+
+
+@dataclass(frozen=True)
+class LandedBatch:
+    """One batch in the sink: the records of `lease_key` after `start` through `end`, added by a commit."""
+
+    lease_key: str
+    start: ExtendedSequenceNumber
+    end: ExtendedSequenceNumber
+    round_number: int
+    commit: int  # the sink's own id of the commit (an Iceberg snapshot id)
+
+
+@runtime_checkable
+class LandedRecords(Protocol):
+    """A sink's record of what landed, as `leasectl verify` and `restore` read it."""
+
+    def landed_batches(self) -> list[LandedBatch]:
+        """Every batch the sink holds, each lease's in the order they landed."""
+
+    def awaiting_from(self, lease: Lease) -> ExtendedSequenceNumber | None:
+        """Where the batches the lease's record waits to publish begin (the first one's start), or None."""
+
+
+OpenLanded = Callable[[str, ConsumerConfig], LandedRecords]
+
+
+class Finding(str, enum.Enum):
+    GAP = "gap"  # a lease's batches skip records: the sink lacks committed records
+    OVERLAP = "overlap"  # a lease's batches overlap: the sink holds records twice
+    CHECKPOINT_AHEAD = "checkpoint ahead of the sink"  # committed, not in the sink, not waiting either
+    SINK_AHEAD = "sink ahead of the checkpoint"  # the next round would land records the sink holds
+    AWAITING = "awaiting publication"  # committed, and the next round's commit publishes it: not a fault
+
+    @property
+    def is_fault(self) -> bool:
+        return self is not Finding.AWAITING
+
+
+@dataclass(frozen=True)
+class AuditFinding:
+    lease_key: str
+    finding: Finding
+    detail: str
+
+    def render(self) -> str:
+        return f"{self.lease_key}: {self.finding.value}: {self.detail}"
+
+
+def audit_landed(
+    leases: Iterable[Lease],
+    landed: Sequence[LandedBatch],
+    awaiting_from: Mapping[str, ExtendedSequenceNumber],
+) -> list[AuditFinding]:
+    """Findings per lease, in lease-key order. `awaiting_from`: per lease whose record names batches
+    the sink does not hold yet, the position the first of them starts after."""
+    chains = _chains(landed)
+    findings = [finding for key in sorted(chains) for finding in _chain_findings(key, chains[key])]
+    for lease in sorted(leases, key=lambda lease: lease.lease_key):
+        held = chains[lease.lease_key][-1].end if chains.get(lease.lease_key) else None
+        findings.extend(_checkpoint_findings(lease, held, awaiting_from.get(lease.lease_key)))
+    return findings
+
+
+def _chains(landed: Sequence[LandedBatch]) -> dict[str, list[LandedBatch]]:
+    chains: dict[str, list[LandedBatch]] = defaultdict(list)
+    for batch in landed:
+        chains[batch.lease_key].append(batch)
+    return chains
+
+
+def _chain_findings(lease_key: str, chain: Sequence[LandedBatch]) -> list[AuditFinding]:
+    findings = []
+    for before, after in itertools.pairwise(chain):
+        if after.start == before.end:
+            continue
+        kind = Finding.OVERLAP if after.start < before.end else Finding.GAP
+        findings.append(
+            AuditFinding(
+                lease_key,
+                kind,
+                f"round {before.round_number} landed through {before.end}, round {after.round_number} landed "
+                f"from after {after.start}",
+            )
+        )
+    return findings
+
+
+def _checkpoint_findings(
+    lease: Lease, held: ExtendedSequenceNumber | None, awaiting_from: ExtendedSequenceNumber | None
+) -> list[AuditFinding]:
+    """The lease's checkpoint against the end of its chain (`held`) and its waiting batches."""
+    key, checkpoint = lease.lease_key, lease.checkpoint
+    in_sink = "nothing" if held is None else f"through {held}"
+    if checkpoint.is_sentinel and not checkpoint.is_shard_end:  # nothing committed yet
+        if held is None:
+            return []
+        return [
+            AuditFinding(key, Finding.SINK_AHEAD, f"the sink holds records {in_sink}, the lease is at {checkpoint}")
+        ]
+    if awaiting_from is not None:
+        if held is not None and awaiting_from > held:
+            detail = f"the sink holds {in_sink}, the batches waiting for publication start after {awaiting_from}"
+            return [AuditFinding(key, Finding.GAP, detail)]
+        return [AuditFinding(key, Finding.AWAITING, f"committed through {checkpoint}, in the sink {in_sink}")]
+    if checkpoint.is_shard_end or checkpoint == held:
+        return []
+    if held is not None and held > checkpoint:
+        detail = f"the sink holds records {in_sink}, the checkpoint is {checkpoint}: they would land again"
+        return [AuditFinding(key, Finding.SINK_AHEAD, detail)]
+    detail = f"committed through {checkpoint}, but the sink holds {in_sink} and no batch waits for publication"
+    return [AuditFinding(key, Finding.CHECKPOINT_AHEAD, detail)]
+
+
+@dataclass(frozen=True)
+class Restore:
+    """A lease whose checkpoint the sink is ahead of: it is moved to `target`, the sink's last position."""
+
+    lease: Lease
+    target: ExtendedSequenceNumber
+
+
+def plan_restore(leases: Iterable[Lease], landed: Sequence[LandedBatch]) -> tuple[list[Restore], list[str]]:
+    """The leases to move forward to what the sink holds (a lease table lost and made again starts
+    every lease at its initial position), and the leases the sink knows that the table lacks (the
+    shard sync creates them; restore again after it)."""
+    chains = _chains(landed)
+    by_key = {lease.lease_key: lease for lease in leases}
+    restores = []
+    for key, chain in sorted(chains.items()):
+        lease = by_key.get(key)
+        if lease is None:
+            continue
+        held = chain[-1].end
+        checkpoint = lease.checkpoint
+        behind = (checkpoint.is_sentinel and not checkpoint.is_shard_end) or (
+            not checkpoint.is_sentinel and checkpoint < held
+        )
+        if behind:
+            restores.append(Restore(lease, held))
+    missing = sorted(key for key in chains if key not in by_key)
+    return restores, missing

@@ -1,0 +1,97 @@
+"""`leasectl verify` and `leasectl restore`, the installed command as a process, against an Iceberg table
+that real rounds (a local SparkSession, kinesis-mock, moto) landed into: the table as the record of
+what landed, checked against the checkpoints and used to rebuild a lost lease table."""
+
+from __future__ import annotations
+
+import json
+
+import boto3
+
+from lease_core.model.sequence import TRIM_HORIZON
+from spark_jobs.consume_job import with_round_start
+from spark_jobs.slot_task import slot_reports
+from tests.integration.test_consume_job import assert_exactly_once
+from tests.support.leasectl import run_leasectl
+from tests.support.pipeline import ConsumerPipeline
+
+
+def leasectl(pipeline: ConsumerPipeline, *arguments: str):
+    return run_leasectl(
+        "--app",
+        pipeline.application_name,
+        "--set",
+        "aws_region=us-east-1",
+        *arguments,
+        dynamodb=pipeline.dynamodb_endpoint,
+        kinesis=pipeline.kinesis_endpoint,
+        AWS_ACCESS_KEY_ID="testing",
+        AWS_SECRET_ACCESS_KEY="testing",
+    )
+
+
+def verify(pipeline: ConsumerPipeline) -> tuple[int, dict]:
+    result = leasectl(pipeline, "verify", "--output-uri", pipeline.output_uri, "--json")
+    assert result.stdout, result.stderr
+    return result.returncode, json.loads(result.stdout)
+
+
+def test_verify_finds_the_table_and_the_checkpoints_in_agreement_after_rounds(spark, table_pipeline):
+    pipeline = table_pipeline
+    for produced in (200, 150):
+        pipeline.produce(produced)
+        assert pipeline.round(spark, workers=2).succeeded
+
+    status, document = verify(pipeline)
+
+    assert status == 0, document
+    assert document["findings"] == [] and document["batches"] >= 4
+
+
+def test_verify_notes_committed_batches_awaiting_the_next_rounds_commit_and_is_not_alarmed(spark, table_pipeline):
+    pipeline = table_pipeline
+    pipeline.produce(200)
+    assert pipeline.round(spark, workers=2).succeeded
+    pipeline.produce(100)
+    pipeline.sync()
+    assignment = pipeline.assign(2)
+    slot_reports(spark, with_round_start(spark, pipeline.spec(2, assignment.round_number)))  # the driver died
+
+    status, document = verify(pipeline)
+
+    assert status == 0, document
+    assert {finding["finding"] for finding in document["findings"]} == {"awaiting publication"}
+
+
+def test_a_lost_lease_table_is_restored_from_the_table_and_nothing_lands_twice(spark, table_pipeline):
+    pipeline = table_pipeline
+    pipeline.produce(300)
+    assert pipeline.round(spark, workers=2).succeeded
+    held = {key: lease.checkpoint for key, lease in pipeline.leases().items()}
+    # The lease table is lost and made again: the sync starts every lease at TRIM_HORIZON.
+    dynamodb = boto3.client("dynamodb", endpoint_url=pipeline.dynamodb_endpoint, region_name="us-east-1")
+    dynamodb.delete_table(TableName=pipeline.config.lease_table)
+    dynamodb.get_waiter("table_not_exists").wait(TableName=pipeline.config.lease_table)
+    assert leasectl(pipeline, "init").returncode == 0
+    pipeline.sync()
+    assert {lease.checkpoint for lease in pipeline.leases().values()} == {TRIM_HORIZON}
+
+    status, document = verify(pipeline)
+    assert status == 1
+    assert {finding["finding"] for finding in document["findings"]} == {"sink ahead of the checkpoint"}
+    refused = leasectl(pipeline, "restore", "--output-uri", pipeline.output_uri)
+    assert refused.returncode == 2 and "add --yes" in refused.stderr
+    restored = leasectl(pipeline, "restore", "--output-uri", pipeline.output_uri, "--yes")
+    assert restored.returncode == 0, restored.stderr
+
+    assert {key: lease.checkpoint for key, lease in pipeline.leases().items()} == held
+    assert verify(pipeline)[0] == 0
+    pipeline.produce(100)
+    assert pipeline.round(spark, workers=2).succeeded
+    assert_exactly_once(pipeline)
+
+
+def test_verify_of_a_parquet_dataset_says_it_records_nothing_to_verify(table_pipeline, tmp_path):
+    result = leasectl(table_pipeline, "verify", "--output-uri", str(tmp_path / "lake"))
+    assert result.returncode == 2
+    assert "is a Parquet dataset, which does not record what landed" in result.stderr
