@@ -13,8 +13,9 @@ it over once it has been seen unchanged for the lock's lease duration (2 minutes
 its `take_leadership` retries. Clearing a task of a finished run re-takes the lock first.
 
 Trigger with `mode = backfill`, `start` and `end` to replay [start, end) of the streams into a
-separate lease namespace and output prefix (`<output_uri>-backfill/<window>`); triggering the same
-window again lands nothing twice.
+separate lease namespace and output (`<output_uri>-backfill/<window>` for a Parquet dataset, a
+table `<table>_backfill_<window>` beside an Iceberg table); triggering the same window again lands
+nothing twice.
 
 Defaults come from `KINESIS_PIPELINE_*` environment variables (read when the file is parsed,
 no I/O): `STREAMS` (comma-separated), `APPLICATION`, `WORKERS`, `OUTPUT_URI`, `SCHEDULE`
@@ -119,7 +120,10 @@ with DAG(
             _default("OUTPUT_URI", "/tmp/kinesis-lease/output"),
             type="string",
             minLength=1,
-            description="The Parquet dataset: a local path or s3://bucket/prefix.",
+            description=(
+                "Where the records land: an Iceberg table, iceberg://CATALOG/NAMESPACE.TABLE (the catalog "
+                "configured as pyiceberg's are), or a Parquet dataset, a local path or s3://bucket/prefix."
+            ),
         ),
         "lease_assignment_strategy": Param(
             _default("STRATEGY", LEASE_ASSIGNMENT_STRATEGIES[0]),

@@ -31,6 +31,7 @@ import json
 import random
 import shutil
 import signal
+import subprocess
 import sys
 import tempfile
 import time
@@ -41,6 +42,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from bench.chaos.injections import LEASECTL
 from bench.chaos.processes import stop_leftovers
 from bench.chaos.producer import ProducedRecord, Producer
 from bench.chaos.rounds import RoundResult, RoundRun
@@ -54,7 +56,7 @@ from bench.chaos.schedule import (
     RoundPlan,
     build_schedule,
 )
-from bench.chaos.stack import Stack
+from bench.chaos.stack import SINKS, Stack, set_arguments
 from bench.chaos.verdict import Verdict, check_records, read_landed, reported_losses, stuck_leases
 from bench.harness import prepare_environment
 from devtools.fault_proxy import LATE_SHARD_END_STAT
@@ -95,6 +97,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--workdir", type=Path, help="where logs, reports and the dataset go (default: a temporary directory)"
     )
+    parser.add_argument(
+        "--sink",
+        choices=SINKS,
+        default="parquet",
+        help="where the rounds land: a Parquet dataset, or an Iceberg table in a SQLite SQL catalog (default parquet)",
+    )
     parser.add_argument("--keep", action="store_true", help="keep the working directory")
     parser.add_argument("--summary", type=Path, help="also write the result as JSON here")
     return parser
@@ -118,7 +126,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     workdir.mkdir(parents=True, exist_ok=True)
     previous = signal.signal(signal.SIGTERM, _interrupt)
     campaign = Campaign(
-        arguments.seed, arguments.minutes * 60, arguments.faults, arguments.rate, workdir, arguments.kinds
+        arguments.seed,
+        arguments.minutes * 60,
+        arguments.faults,
+        arguments.rate,
+        workdir,
+        arguments.kinds,
+        arguments.sink,
     )
     try:
         result = campaign.run()
@@ -156,8 +170,10 @@ class Campaign:
         rate: float,
         workdir: Path,
         kinds: tuple[str, ...] = FAULT_KINDS,
+        sink: str = "parquet",
     ) -> None:
         self.seed = seed
+        self.sink = sink
         self.kinds = kinds
         self.budget_seconds = budget_seconds
         self.faults = faults
@@ -216,7 +232,7 @@ class Campaign:
             f"budget {self.budget_seconds / 60:.1f} min, workdir {self.workdir}"
         )
         drained, verdict = 0, Verdict()
-        with Stack(self.workdir, self.run_id, APPLICATION, STREAM) as stack:
+        with Stack(self.workdir, self.run_id, APPLICATION, STREAM, self.sink) as stack:
             self.stack = stack
             self.producer = Producer(stack.kinesis(), STREAM, f"seed-{self.seed}", self.rate).start()
             try:
@@ -224,6 +240,7 @@ class Campaign:
                 self.producer.stop()
                 drained, settled = self._drain()
                 verdict = self._verdict(settled)
+                self._verify_sink_record()
             finally:
                 self.producer.stop()
         self._judge_final_outcomes(verdict)
@@ -323,6 +340,31 @@ class Campaign:
         verdict.stuck = stuck
         self.final_leases = {lease.lease_key: lease for lease in self.stack.lease_store().list_leases()}
         return verdict
+
+    def _verify_sink_record(self) -> None:
+        """A sink that records what landed (an Iceberg table) must agree with the checkpoints at the end:
+        `leasectl verify` finds no gap, overlap or checkpoint ahead of the table."""
+        if self.sink == "parquet":
+            return
+        settings = self.stack.control_settings()
+        command = [
+            str(LEASECTL),
+            "--app",
+            settings["application_name"],
+            *set_arguments(settings),
+            "verify",
+            "--output-uri",
+            self.stack.output_uri,
+        ]
+        completed = subprocess.run(
+            command, env=self.stack.process_env(), capture_output=True, text=True, timeout=300, check=False
+        )
+        self._say(f"leasectl verify of {self.stack.output_uri}: exit {completed.returncode}\n{completed.stdout}")
+        if completed.returncode != 0:
+            self.violation(
+                f"leasectl verify of {self.stack.output_uri} exited {completed.returncode}: "
+                f"{(completed.stdout + completed.stderr).strip()[-800:]}"
+            )
 
     def _judge_final_outcomes(self, verdict: Verdict) -> None:
         """Reshards: the parents ended and the children were read. Trims: what aged out, and was it reported."""

@@ -491,6 +491,11 @@ def reset_after_round(run: RoundRun, injection: Injection) -> None:
     discarded = json.loads(completed.stdout).get("discarded_batch")
     path = discarded.get("path") if discarded else None
     injection.evidence["discarded"] = discarded
+    if path is not None and not Path(run.stack.output_uri).is_absolute():
+        # A table sink: the discarded batch was staged but never committed, so no lease record names it
+        # and no round publishes it; the final check of every record (and leasectl verify) says so.
+        injection.outcome += ", reset after the round (discarded a prepared batch, never published)"
+        return
     if path is None:
         injection.outcome += ", reset after the round" + (
             " (discarded a prepared batch without a file)" if discarded else ""

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import boto3
+from pyiceberg.catalog import load_catalog
 
 from bench.chaos.processes import RUN_MARKER
 from bench.harness import REGION
@@ -30,6 +31,8 @@ from lease_core.store.tables import TableAdministrator
 
 INITIAL_SHARDS = 4
 CONTROL_DIR_VARIABLE = "KINESIS_CHAOS_CONTROL_DIR"
+SINKS = ("parquet", "iceberg")
+CATALOG = "chaos"
 
 # Short durations so that the campaign sees failovers and takeovers within seconds. The leader
 # lock's lease must outlast the gap between the leader's last heartbeat and the consume job's
@@ -50,12 +53,15 @@ SETTINGS: dict[str, str] = {
 class Stack:
     """Started with `with`; everything it started is stopped on leaving, whatever happened."""
 
-    def __init__(self, workdir: Path, run_id: str, application: str, stream: str) -> None:
+    def __init__(self, workdir: Path, run_id: str, application: str, stream: str, sink: str = "parquet") -> None:
         self.workdir = workdir
         self.run_id = run_id
         self.application = application
         self.stream = stream
-        self.output_uri = str(workdir / "lake")
+        self.sink = sink
+        # An Iceberg table in pyiceberg's SQL catalog on a SQLite file, which every process of the
+        # campaign opens through the same PYICEBERG_CATALOG__* variables (`catalog_environment`).
+        self.output_uri = str(workdir / "lake") if sink == "parquet" else f"iceberg://{CATALOG}/kinesis.orders"
         self.control_dir = workdir / "control"
         self._exit = ExitStack()
         self.dynamodb_endpoint = ""
@@ -82,6 +88,9 @@ class Stack:
         self.kinesis_proxy = self._exit.enter_context(FaultProxy(self.kinesis_endpoint, seed=1))
         self.dynamodb_proxy = self._exit.enter_context(FaultProxy(self.dynamodb_endpoint, seed=2))
         create_stream(self.kinesis(), self.stream, INITIAL_SHARDS)
+        if self.sink == "iceberg":
+            os.environ.update(self.catalog_environment())
+            load_catalog(CATALOG).create_namespace("kinesis")
         TableAdministrator(
             self.dynamodb(), self.control_config(), retry_policy=aws.retry_policy(self.control_config())
         ).ensure_tables()
@@ -124,9 +133,26 @@ class Stack:
         config = self.control_config()
         return DynamoDBCoordinatorStateStore(self.dynamodb(), config.coordinator_state_table, aws.retry_policy(config))
 
+    def catalog_environment(self) -> dict[str, str]:
+        """The Iceberg catalog's configuration, as pyiceberg reads it from the environment (none for Parquet)."""
+        if self.sink != "iceberg":
+            return {}
+        prefix = f"PYICEBERG_CATALOG__{CATALOG.upper()}__"
+        return {
+            f"{prefix}TYPE": "sql",
+            f"{prefix}URI": f"sqlite:///{self.workdir}/catalog.db",
+            f"{prefix}WAREHOUSE": f"file://{self.workdir}/warehouse",
+        }
+
     def process_env(self, extra: Mapping[str, str] | None = None) -> dict[str, str]:
         """The environment of every process the campaign starts (marked, loopback, this venv's Python)."""
-        return {**os.environ, RUN_MARKER: self.run_id, CONTROL_DIR_VARIABLE: str(self.control_dir), **(extra or {})}
+        return {
+            **os.environ,
+            **self.catalog_environment(),
+            RUN_MARKER: self.run_id,
+            CONTROL_DIR_VARIABLE: str(self.control_dir),
+            **(extra or {}),
+        }
 
 
 def set_arguments(settings: Mapping[str, str]) -> list[str]:

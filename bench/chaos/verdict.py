@@ -19,9 +19,8 @@ from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-import pyarrow.dataset as ds
-
 from bench.chaos.producer import ProducedRecord
+from devtools.stream_records import landed_records
 from lease_core.model.lease import Lease
 from lease_core.model.shards import Shard
 from spark_jobs.round_report import RoundReport
@@ -113,13 +112,10 @@ class Verdict:
 
 
 def read_landed(output_uri: str) -> list[tuple[Key, bytes]]:
-    dataset = ds.dataset(output_uri, format="parquet", partitioning="hive")
-    table = dataset.to_table(columns=["shard_id", "sequence_number", "sub_sequence_number", "data"]).to_pydict()
+    """Every row readers see in the sink (the Parquet dataset's visible files, the Iceberg table's snapshot)."""
     return [
-        ((str(shard), sequence, int(sub)), data)
-        for shard, sequence, sub, data in zip(
-            table["shard_id"], table["sequence_number"], table["sub_sequence_number"], table["data"]
-        )
+        ((record.shard_id, record.sequence_number, record.sub_sequence_number), record.data)
+        for record in landed_records(output_uri)
     ]
 
 

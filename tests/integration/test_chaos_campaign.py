@@ -1,9 +1,10 @@
 """A short seeded fault campaign (`bench/chaos.py`, run as the command it is): rounds of the real consume
 job on Spark local mode against moto and kinesis-mock, with a producer writing the whole time and
-every kind of fault injected at least once, land every record exactly once and leave no lease stuck.
+every kind of fault injected at least once, land every record exactly once and leave no lease stuck,
+in a Parquet dataset and in an Iceberg table.
 
 It starts its own emulators (the campaign's stack, not the session's) and takes about four minutes
-on two cores. docs/operating.md ("Fault campaign") has the long run and its table.
+on two cores per sink. docs/operating.md ("Fault campaign") has the long run and its table.
 """
 
 from __future__ import annotations
@@ -24,7 +25,10 @@ FAULTS = 10
 
 
 @pytest.mark.timeout(600)
-def test_a_short_seeded_fault_campaign_duplicates_and_loses_nothing_and_injects_every_fault_kind(tmp_path):
+@pytest.mark.parametrize("sink", ["parquet", "iceberg"])
+def test_a_short_seeded_fault_campaign_duplicates_and_loses_nothing_and_injects_every_fault_kind(tmp_path, sink):
+    """With an Iceberg table, the campaign also ends with `leasectl verify`: the table's record of what
+    landed agrees with the checkpoints."""
     summary = tmp_path / "summary.json"
     completed = subprocess.run(
         [
@@ -40,6 +44,8 @@ def test_a_short_seeded_fault_campaign_duplicates_and_loses_nothing_and_injects_
             str(tmp_path / "campaign"),
             "--summary",
             str(summary),
+            "--sink",
+            sink,
         ],
         capture_output=True,
         text=True,
