@@ -335,8 +335,9 @@ def exactly_once(produced: list[StreamRecord], landed: list[StreamRecord], round
 
 
 class EmbeddedDemo:
-    def __init__(self, dag: Any, kinesis: Any, workdir: Path) -> None:
+    def __init__(self, dag: Any, kinesis: Any, workdir: Path, endpoints: tuple[str, str]) -> None:
         self.dag = dag
+        self.endpoints = endpoints  # moto's and kinesis-mock's
         self.kinesis = kinesis
         self.output_uri = TABLE_URI
         self.log = workdir / "rounds.log"
@@ -369,7 +370,7 @@ class EmbeddedDemo:
         self.round()
         passed = exactly_once(self.producer.ledger, landed_records(self.output_uri), self.rounds)
         print_table_commits(self.output_uri)
-        return verify_against_the_lease_table(self.output_uri) and passed
+        return verify_against_the_lease_table(self.output_uri, *self.endpoints) and passed
 
     def produce(self, count: int) -> Counter[str]:
         load = self.producer.produce(count)
@@ -397,9 +398,11 @@ def print_table_commits(uri: str) -> None:
         )
 
 
-def verify_against_the_lease_table(uri: str) -> bool:
+def verify_against_the_lease_table(uri: str, moto: str, kinesis: str) -> bool:
     print("\n== leasectl verify: the table's record of what landed against the lease checkpoints")
-    return leasectl_main(["--app", APPLICATION, "verify", "--output-uri", uri]) == 0
+    endpoints = [f"aws_endpoint_url_dynamodb={moto}", f"aws_endpoint_url_kinesis={kinesis}", f"aws_region={REGION}"]
+    settings = [argument for setting in endpoints for argument in ("--set", setting)]
+    return leasectl_main(["--app", APPLICATION, *settings, "verify", "--output-uri", uri]) == 0
 
 
 def configure_catalog(workdir: Path) -> None:
@@ -424,7 +427,7 @@ def run_demo(workdir: Path) -> bool:
             f"{time.monotonic() - started:.1f} s; "
             f"Spark master {SPARK_MASTER}"
         )
-        return EmbeddedDemo(dag, kinesis_client(kinesis.endpoint), workdir).run()
+        return EmbeddedDemo(dag, kinesis_client(kinesis.endpoint), workdir, (moto.endpoint, kinesis.endpoint)).run()
 
 
 def print_emulators(moto: EmulatorProcess, kinesis: EmulatorProcess) -> None:

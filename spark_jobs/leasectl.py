@@ -1,17 +1,48 @@
-"""The installed `leasectl`: lease_core's commands (`lease_core.ops.cli`), with `verify` and `restore`
-reading the application's sink, which lives here, above lease_core."""
+"""The installed `leasectl`: lease_core's commands (`lease_core.ops.cli`), with `verify`, `restore` and
+`maintain` reading the application's sink, which lives here, above lease_core."""
 
 from __future__ import annotations
 
 import sys
 from collections.abc import Sequence
+from datetime import timedelta
 
 from lease_core.config.settings import ConsumerConfig
 from lease_core.errors import ConfigurationError
+from lease_core.model.lease import Lease
+from lease_core.model.pending_batch import PendingBatch
+from lease_core.model.sequence import ExtendedSequenceNumber
 from lease_core.ops.cli import main as lease_main
-from lease_core.ops.landed_audit import LandedRecords
+from lease_core.ops.landed_audit import LandedBatch, LandedRecords
 from spark_jobs.errors import SinkError
 from spark_jobs.sinks import open_sink
+from spark_jobs.sinks.iceberg import IcebergSink
+from spark_jobs.sinks.iceberg_maintenance import expire_snapshots, live_receipts, remove_orphan_files
+
+
+class IcebergTableRecords:
+    """An Iceberg sink as leasectl's sink commands use it: its record of what landed, and its upkeep."""
+
+    def __init__(self, sink: IcebergSink) -> None:
+        self.sink = sink
+
+    def landed_batches(self) -> list[LandedBatch]:
+        return self.sink.landed_batches()
+
+    def awaiting_from(self, lease: Lease) -> ExtendedSequenceNumber | None:
+        return self.sink.awaiting_from(lease)
+
+    def maintain(self, leases: Sequence[Lease], orphan_age: timedelta) -> list[str]:
+        expired = expire_snapshots(self.sink)
+        pending = [batch.staged for lease in leases if (batch := PendingBatch.decode(lease)) is not None]
+        live = live_receipts([lease.committed_batch for lease in leases], pending)
+        removal = remove_orphan_files(self.sink, live, orphan_age)
+        return [
+            f"expired {len(expired)} snapshot(s) past the table's maximum age",
+            f"removed {len(removal.removed)} orphan file(s); {removal.kept_too_young} unreferenced file(s) are "
+            f"younger than {orphan_age} and stay",
+            *(f"  removed {path}" for path in removal.removed),
+        ]
 
 
 def open_landed(output_uri: str, config: ConsumerConfig) -> LandedRecords:
@@ -20,11 +51,11 @@ def open_landed(output_uri: str, config: ConsumerConfig) -> LandedRecords:
         sink = open_sink(output_uri, config=config)
     except SinkError as error:
         raise ConfigurationError("output_uri", error.problem) from None
-    if not isinstance(sink, LandedRecords):
+    if not isinstance(sink, IcebergSink):
         raise ConfigurationError(
             "output_uri", f"{output_uri!r} is a Parquet dataset, which does not record what landed; only table sinks do"
         )
-    return sink
+    return IcebergTableRecords(sink)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

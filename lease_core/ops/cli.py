@@ -3,7 +3,7 @@
     leasectl [--app APP] [--config FILE] [--set KEY=VALUE ...] COMMAND
 
 The commands that write for the application as a whole (`sync`, `assign`, `reset`, `repair`, `restore`,
-`teardown`)
+`maintain`, `teardown`)
 hold the application's leader lock while they write, like a round, so they never run beside one;
 they fail naming the holder (and when a dead holder's lock can be taken over) when it is held, and
 stop before their next write if they lose it. `reset` moves one lease's checkpoint; its rules are in
@@ -11,7 +11,8 @@ stop before their next write if they lose it. `reset` moves one lease's checkpoi
 (`lease_core.ops.lease_repair`). `status`, `sync` and `assign` exit 1 after their work when they met
 such items, naming each one and its attribute: their shards are not read until repaired.
 `verify` compares what a sink that records what landed (an Iceberg table) holds with the
-checkpoints (`lease_core.ops.landed_audit`), and `restore` moves checkpoints forward to it.
+checkpoints (`lease_core.ops.landed_audit`), `restore` moves checkpoints forward to it, and
+`maintain` runs the table's upkeep.
 
 `init` and `teardown` act only on tables that are the application's own
 (`lease_core.store.table_ownership`): `init` refuses an existing table whose key schema is not its
@@ -31,6 +32,7 @@ import socket
 import sys
 import uuid
 from collections.abc import Callable, Sequence
+from datetime import timedelta
 
 from lease_core.application import LeaseApplication
 from lease_core.config.settings import ConsumerConfig, load_config
@@ -185,6 +187,18 @@ def _add_reset_parser(commands: argparse._SubParsersAction[ArgumentParser]) -> N
     )
     restore.add_argument("--output-uri", required=True, metavar="URI", help="the sink, as the job's --output-uri")
     restore.add_argument("--yes", action="store_true", help="confirm the restore")
+    maintain = commands.add_parser(
+        "maintain",
+        help="a table sink's upkeep: expire old snapshots, remove files nothing will commit (under the lock)",
+    )
+    maintain.add_argument("--output-uri", required=True, metavar="URI", help="the sink, as the job's --output-uri")
+    maintain.add_argument(
+        "--orphan-age-hours",
+        type=float,
+        default=72.0,
+        help="remove unreferenced files only when older than this (default 72, Iceberg's own)",
+    )
+    maintain.add_argument("--yes", action="store_true", help="confirm the upkeep")
 
 
 def main(argv: Sequence[str] | None = None, open_landed: OpenLanded | None = None) -> int:
@@ -523,10 +537,27 @@ def _restore_one(store: LeaseStore, lease_key: str, target: ExtendedSequenceNumb
     raise LeaseCoreError(lease_key, f"its counter kept changing during {RESTORE_ATTEMPTS} attempts to restore it")
 
 
+def run_maintain(arguments: argparse.Namespace, app: LeaseApplication, landed: LandedRecords) -> int:
+    if arguments.orphan_age_hours < 1:
+        raise UsageError("--orphan-age-hours must be at least 1: a slot between staging and its commit is not orphaned")
+    if not arguments.yes:
+        raise UsageError(
+            f"maintain would expire old snapshots of {arguments.output_uri} and delete its files that no snapshot "
+            f"and no lease names, older than {arguments.orphan_age_hours:g} h; add --yes to confirm"
+        )
+    # Under the lock: no round stages or commits meanwhile, so the leases read now name every batch in flight.
+    with hold(_leader_lock(app, "maintain"), "leasectl maintain", acquire=True, release=True) as leadership:
+        leases = leadership.lease_store(app.lease_store).scan_leases().leases
+        for line in landed.maintain(leases, timedelta(hours=arguments.orphan_age_hours)):
+            print(line)
+    return EXIT_OK
+
+
 RESTORE_ATTEMPTS = 5
 SINK_COMMANDS: dict[str, Callable[[argparse.Namespace, LeaseApplication, LandedRecords], int]] = {
     "verify": run_verify,
     "restore": run_restore,
+    "maintain": run_maintain,
 }
 
 

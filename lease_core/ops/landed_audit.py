@@ -15,7 +15,8 @@ import itertools
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
+from datetime import timedelta
+from typing import Protocol
 
 from lease_core.config.settings import ConsumerConfig
 from lease_core.model.lease import Lease
@@ -33,7 +34,6 @@ class LandedBatch:
     commit: int  # the sink's own id of the commit (an Iceberg snapshot id)
 
 
-@runtime_checkable
 class LandedRecords(Protocol):
     """A sink's record of what landed, as `leasectl verify` and `restore` read it."""
 
@@ -42,6 +42,10 @@ class LandedRecords(Protocol):
 
     def awaiting_from(self, lease: Lease) -> ExtendedSequenceNumber | None:
         """Where the batches the lease's record waits to publish begin (the first one's start), or None."""
+
+    def maintain(self, leases: Sequence[Lease], orphan_age: timedelta) -> list[str]:
+        """The sink's upkeep (expired snapshots, orphan files no lease names and older than
+        `orphan_age`); a line per thing done."""
 
 
 OpenLanded = Callable[[str, ConsumerConfig], LandedRecords]

@@ -5,13 +5,19 @@ what landed, checked against the checkpoints and used to rebuild a lost lease ta
 from __future__ import annotations
 
 import json
+import os
+import time
+from pathlib import Path
 
 import boto3
 
 from lease_core.model.sequence import TRIM_HORIZON
 from spark_jobs.consume_job import with_round_start
+from spark_jobs.sinks.batch_sink import BatchRange
+from spark_jobs.sinks.iceberg import IcebergSink
 from spark_jobs.slot_task import slot_reports
 from tests.integration.test_consume_job import assert_exactly_once
+from tests.support.iceberg_tables import rows
 from tests.support.leasectl import run_leasectl
 from tests.support.pipeline import ConsumerPipeline
 
@@ -95,3 +101,33 @@ def test_verify_of_a_parquet_dataset_says_it_records_nothing_to_verify(table_pip
     result = leasectl(table_pipeline, "verify", "--output-uri", str(tmp_path / "lake"))
     assert result.returncode == 2
     assert "is a Parquet dataset, which does not record what landed" in result.stderr
+
+
+def test_maintain_removes_what_a_fenced_attempt_staged_and_keeps_the_table_whole(spark, table_pipeline):
+    pipeline = table_pipeline
+    pipeline.produce(200)
+    assert pipeline.round(spark, workers=2).succeeded
+    sink = IcebergSink(pipeline.output_uri, pipeline.application_name)
+    warehouse = Path(sink.table().metadata.location.removeprefix("file://"))
+    before = {path for path in warehouse.rglob("*") if path.is_file()}
+    zombie = BatchRange(
+        "shardId-000000000000", pipeline.streams[0], "shardId-000000000000", TRIM_HORIZON, None, TRIM_HORIZON
+    )
+    sink.stage(zombie, rows(1, 5), "a-fenced-attempt")
+    staged = {path for path in warehouse.rglob("*") if path.is_file()} - before
+    days_ago = time.time() - 4 * 86400
+    for path in warehouse.rglob("*"):
+        if path.is_file():
+            os.utime(path, (days_ago, days_ago))
+
+    refused = leasectl(pipeline, "maintain", "--output-uri", pipeline.output_uri)
+    assert refused.returncode == 2 and "add --yes" in refused.stderr
+    result = leasectl(pipeline, "maintain", "--output-uri", pipeline.output_uri, "--yes")
+
+    assert result.returncode == 0, result.stderr
+    removed = {
+        Path(line.split("removed ", 1)[1]) for line in result.stdout.splitlines() if line.startswith("  removed ")
+    }
+    assert staged <= removed
+    assert verify(pipeline)[0] == 0
+    assert_exactly_once(pipeline)
