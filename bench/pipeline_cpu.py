@@ -12,8 +12,11 @@ each. moto serves DynamoDB. Both run in processes of their own, so this process'
    for slot 0. It claims the leases, reads them all at once (GetRecords, decoding, deaggregation),
    builds Arrow tables, writes Parquet with zstd, stages and publishes the files, prepares and commits
    checkpoints in DynamoDB, heartbeats, and reports throughput and its worker metrics. Every record
-   must land once.
-The two are interleaved --repeats times and the least CPU of each is kept (a neighbour's burst is
+   must land once. The same slot again with an Iceberg table as the sink (pyiceberg's SQL catalog on
+   a SQLite file): it writes the batches' data files, manifests and receipts; the round's one table
+   commit is the driver's, after the slot, and not counted. The ratio Iceberg / Parquet slot is the
+   sink's own figure (goal >= 0.9).
+The runs are interleaved --repeats times and the least CPU of each is kept (a neighbour's burst is
 noise). MB/s per core = payload MiB / CPU seconds. The ratio pipeline / baseline is the figure (goal
 >= 0.8): the pipeline does everything the baseline does and writes the data too. On KPL aggregates
 the baseline also deaggregates every response with aws_kinesis_agg, as a hand-written consumer would.
@@ -34,6 +37,7 @@ from __future__ import annotations
 import argparse
 import base64
 import math
+import os
 import resource
 import sys
 import tempfile
@@ -51,18 +55,22 @@ import boto3  # noqa: E402
 import botocore.config  # noqa: E402
 import psutil  # noqa: E402
 from aws_kinesis_agg.deaggregator import iter_deaggregate_records  # noqa: E402
+from pyiceberg.catalog.sql import SqlCatalog  # noqa: E402
 
 from bench.harness import REGION, Application, BenchmarkFailure, prepare_environment, start_spark  # noqa: E402
 from devtools.emulators import moto_server  # noqa: E402
 from devtools.kinesis_standin import MIB, KinesisStandIn, Limits, StreamSpec  # noqa: E402
 from devtools.stream_records import landed_records  # noqa: E402
+from lease_core.application import LeaseApplication  # noqa: E402
 from lease_core.leader.assignment_round import AssignmentCoordinator, slot_ids  # noqa: E402
 from lease_core.sync.step import sync_streams  # noqa: E402
-from spark_jobs.consume_job import run_round  # noqa: E402
+from spark_jobs.consume_job import publish, run_round, scanned_leases  # noqa: E402
 from spark_jobs.consume_spec import ConsumeSpec  # noqa: E402
 from spark_jobs.round_report import Outcome  # noqa: E402
 from spark_jobs.slot_task import run_slot  # noqa: E402
 
+PARQUET, ICEBERG = "parquet", "iceberg"
+CATALOG = "benchcpu"
 PLAIN = "bench-cpu-plain"
 AGGREGATED = "bench-cpu-kpl"
 GET_RECORDS_LIMIT = 10_000
@@ -147,10 +155,16 @@ def bare_loop(kinesis: Any, stream: str, deaggregate: bool) -> int:
 # --- the pipeline ---------------------------------------------------------------------------------
 
 
-def fresh_round(moto: str, standin: KinesisStandIn, stream: str, workers: int) -> tuple[Application, ConsumeSpec]:
-    """A new application on `stream`, synced and assigned to `workers` slots: a round ready to consume."""
-    output = tempfile.mkdtemp(prefix=f"bench-cpu-{stream}-")
-    application = Application(stream, moto, standin.endpoint, output, stream=stream, shard_read_limit_kbps=UNPACED_KBPS)
+def fresh_round(
+    moto: str, standin: KinesisStandIn, stream: str, workers: int, sink: str = PARQUET
+) -> tuple[Application, ConsumeSpec]:
+    """A new application on `stream`, synced and assigned to `workers` slots: a round ready to consume,
+    into a new Parquet dataset or a new Iceberg table."""
+    folder = tempfile.mkdtemp(prefix=f"bench-cpu-{stream}-")
+    output = folder if sink == PARQUET else f"iceberg://{CATALOG}/bench.{Path(folder).name.replace('-', '_')}"
+    application = Application(
+        f"{stream}-{sink}", moto, standin.endpoint, output, stream=stream, shard_read_limit_kbps=UNPACED_KBPS
+    )
     sync_streams((stream,), application.config, application.store, application.source, application.state)
     assignment = AssignmentCoordinator(application.store, application.metrics, application.state, application.config)
     round_number = assignment.run(slot_ids(application.name, workers)).round_number
@@ -175,14 +189,29 @@ def check_landed(spec: ConsumeSpec, expected_records: int) -> None:
         )
 
 
-def slot_pipeline(moto: str, standin: KinesisStandIn, stream: str, expected_records: int) -> Cost:
-    _, spec = fresh_round(moto, standin, stream, workers=1)
+def slot_pipeline(moto: str, standin: KinesisStandIn, stream: str, expected_records: int, sink: str = PARQUET) -> Cost:
+    _, spec = fresh_round(moto, standin, stream, workers=1, sink=sink)
     with metered() as cost:
         report = run_slot(spec, 0)
     if any(lease.outcome != Outcome.CAUGHT_UP for lease in report.leases):
         raise BenchmarkFailure(f"{stream}: a lease did not catch up: {report}")
+    measured = cost(report.bytes)
+    if sink == ICEBERG:  # the round's table commit, by the driver: after the slot, not counted
+        app = LeaseApplication.from_config(spec.config)
+        publication, _ = publish(app, spec, scanned_leases(app))
+        if publication.error or publication.commits != 1:
+            raise BenchmarkFailure(f"{stream}: the round's table commit did not happen: {publication}")
     check_landed(spec, expected_records)
-    return cost(report.bytes)
+    return measured
+
+
+def configure_catalog() -> None:
+    """pyiceberg's SQL catalog on a SQLite file, for the Iceberg runs, with its namespace."""
+    folder = tempfile.mkdtemp(prefix="bench-cpu-catalog-")
+    properties = {"type": "sql", "uri": f"sqlite:///{folder}/catalog.db", "warehouse": f"file://{folder}/warehouse"}
+    for key, value in properties.items():
+        os.environ[f"PYICEBERG_CATALOG__{CATALOG.upper()}__{key.upper()}"] = value
+    SqlCatalog(CATALOG, **properties).create_namespace("bench")
 
 
 # --- scaling --------------------------------------------------------------------------------------
@@ -229,13 +258,19 @@ def scaling_run(
 # --- the run --------------------------------------------------------------------------------------
 
 
-def print_costs(costs: dict[str, tuple[Cost, Cost]]) -> None:
-    print(f"\n{'stream':<24}{'boto3 loop MiB/s/core':>22}{'slot MiB/s/core':>17}{'ratio':>7}{'slot CPU s':>12}")
-    for name, (bare, pipeline) in costs.items():
+def print_costs(costs: dict[str, tuple[Cost, Cost, Cost]]) -> None:
+    print(
+        f"\n{'stream':<24}{'boto3 loop MiB/s/core':>22}{'slot, Parquet':>15}{'ratio':>7}"
+        f"{'slot, Iceberg':>15}{'ratio':>7}{'Iceberg / Parquet':>19}"
+    )
+    for name, (bare, parquet, iceberg) in costs.items():
         print(
-            f"{name:<24}{bare.mib_per_core_second:>22.1f}{pipeline.mib_per_core_second:>17.1f}"
-            f"{pipeline.mib_per_core_second / bare.mib_per_core_second:>7.2f}{pipeline.cpu_seconds:>12.2f}"
+            f"{name:<24}{bare.mib_per_core_second:>22.1f}{parquet.mib_per_core_second:>15.1f}"
+            f"{parquet.mib_per_core_second / bare.mib_per_core_second:>7.2f}{iceberg.mib_per_core_second:>15.1f}"
+            f"{iceberg.mib_per_core_second / bare.mib_per_core_second:>7.2f}"
+            f"{iceberg.mib_per_core_second / parquet.mib_per_core_second:>19.2f}"
         )
+    print("(MiB/s/core: payload MiB per CPU second of this process; ratios are against the boto3 loop, then Parquet)")
 
 
 def print_scaling(runs: list[ScalingRun]) -> None:
@@ -279,14 +314,16 @@ def run(arguments: argparse.Namespace, stack: ExitStack) -> None:
         f"({expected[PLAIN] * arguments.record_bytes / MIB:.0f} MiB); best of {arguments.repeats}"
     )
     kinesis = bare_client(standin.endpoint)
-    best: dict[str, tuple[Cost, Cost]] = {}
+    configure_catalog()
+    best: dict[str, tuple[Cost, Cost, Cost]] = {}
     for _ in range(arguments.repeats):
         for stream in (PLAIN, AGGREGATED):
             with metered() as cost:
                 bare = cost(bare_loop(kinesis, stream, deaggregate=stream == AGGREGATED))
-            pipeline = slot_pipeline(moto_process.endpoint, standin, stream, expected[stream])
-            kept_bare, kept_pipeline = best.get(stream, (bare, pipeline))
-            best[stream] = (least_cpu(kept_bare, bare), least_cpu(kept_pipeline, pipeline))
+            parquet = slot_pipeline(moto_process.endpoint, standin, stream, expected[stream], PARQUET)
+            iceberg = slot_pipeline(moto_process.endpoint, standin, stream, expected[stream], ICEBERG)
+            kept = best.get(stream, (bare, parquet, iceberg))
+            best[stream] = (least_cpu(kept[0], bare), least_cpu(kept[1], parquet), least_cpu(kept[2], iceberg))
     print_costs({labels[stream]: costs for stream, costs in best.items()})
 
     spark = start_spark()
