@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import Any
 
 import boto3
-from pyiceberg.catalog import load_catalog
 
 from bench.chaos.processes import RUN_MARKER
 from bench.harness import REGION
@@ -28,6 +27,7 @@ from lease_core.config.settings import ConsumerConfig, load_config
 from lease_core.store.coordinator_state import DynamoDBCoordinatorStateStore
 from lease_core.store.dynamodb_store import DynamoDBLeaseStore
 from lease_core.store.tables import TableAdministrator
+from spark_jobs.sinks.iceberg import load_configured_catalog
 
 INITIAL_SHARDS = 4
 CONTROL_DIR_VARIABLE = "KINESIS_CHAOS_CONTROL_DIR"
@@ -90,7 +90,7 @@ class Stack:
         create_stream(self.kinesis(), self.stream, INITIAL_SHARDS)
         if self.sink == "iceberg":
             os.environ.update(self.catalog_environment())
-            load_catalog(CATALOG).create_namespace("kinesis")
+            load_configured_catalog(self.output_uri, CATALOG).create_namespace("kinesis")
         TableAdministrator(
             self.dynamodb(), self.control_config(), retry_policy=aws.retry_policy(self.control_config())
         ).ensure_tables()
