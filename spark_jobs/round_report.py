@@ -449,7 +449,8 @@ def history_figures(figures: RoundFigures | None) -> dict[str, Any]:
         "retention_losses": len(totals.retention_losses),
         "busiest_over_bound": totals.busiest_over_bound,
         "slots": {"columns": list(SLOT_COLUMNS), "rows": _slot_rows(figures)} if figures else None,
-        "snapshot_id": publication.snapshot_id if publication else None,
+        # As text: an Iceberg snapshot id is a 64-bit number, which JavaScript's numbers cannot hold.
+        "snapshot_id": str(publication.snapshot_id) if publication and publication.snapshot_id is not None else None,
         "table_commits": publication.commits if publication else None,
     }
 

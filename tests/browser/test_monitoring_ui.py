@@ -160,6 +160,9 @@ def round_entry(number: int, run_id: str, records: int) -> dict[str, Any]:
         "corrupt_leases": 1,
         "moves": 0 if idle else number % 3,
         "busiest_over_bound": None if idle else 1.0712,
+        # A 64-bit Iceberg snapshot id, beyond what a JavaScript number holds exactly.
+        "snapshot_id": None if idle else f"{9_007_199_254_740_993 + number}",
+        "table_commits": None if idle else 1,
         "slots": None
         if idle
         else {
@@ -475,6 +478,7 @@ def test_a_dag_run_tab_shows_its_round_and_a_lease_table_that_fits(context, serv
     expect(frame.locator("#run-heading")).to_have_text(f"DAG run manual__r5 of {DAG_ID}")
     expect(frame.locator("#run-round .badge")).to_have_text(["success"])
     expect(frame.locator("#run-round dd").nth(3)).to_have_text("1,234")
+    expect(frame.locator("#run-round")).to_contain_text("table snapshot9007199254740998")
     expect(frame.locator("#leases tbody tr")).to_have_count(100)
     assert_fits(frame.locator("#leases-frame"))
     assert_fits(frame.locator("#rounds-section .table-frame"))

@@ -369,7 +369,7 @@ def test_a_rounds_publication_is_in_its_summary_its_figures_and_its_history_entr
     figures = RoundFigures.from_dict(json.loads(json.dumps(PUBLISHED.figures().to_dict())), "xcom")
     assert figures.publication == PUBLISHED.publication
     summary = round_summary(figures, {"round_number": 7}, {}, "manual__1")
-    assert (summary["snapshot_id"], summary["table_commits"]) == (4270864056888507805, 1)
+    assert (summary["snapshot_id"], summary["table_commits"]) == ("4270864056888507805", 1)
 
 
 def test_a_round_whose_batches_could_not_be_published_did_not_succeed_and_says_why():

@@ -646,6 +646,8 @@
       ...figure("failed leases", format.number(round.failed_leases)),
       ...figure("retention losses", format.number(round.retention_losses)),
       ...figure("busiest slot / bound", busy(format.ratio(round.busiest_over_bound))),
+      // A table sink's round: the snapshot its one commit made (text: a 64-bit id).
+      ...(round.snapshot_id ? figure("table snapshot", round.snapshot_id) : []),
     );
     target.replaceChildren(list);
   }
