@@ -84,6 +84,8 @@ COMMIT_ATTEMPTS = 8
 RECEIPT_FORMAT = "kinesis-lease-batch/iceberg-receipt/1"
 POSITIONS_FORMAT = "kinesis-lease-batch/iceberg-positions/1"
 RECORD_FORMAT = "iceberg/1"
+# Batches a lease's record names at most (about 100 bytes each, against DynamoDB's 400 KB per item).
+MAX_WAITING_BATCHES = 1000
 STAGING_FOLDER = "kinesis-staged"  # under the table's metadata location: receipts and their manifests
 POSITIONS_FOLDER = "kinesis-positions"
 REPORTS_FOLDER = "kinesis-rounds"
@@ -428,6 +430,15 @@ class IcebergSink:
         if staged is not None and staged.token is not None:
             receipt = self._staged.get(staged.token) or self.read_receipt(staged.token)
             key = receipt.lease_key
+            if len(entries) >= MAX_WAITING_BATCHES:
+                # The lease item would outgrow DynamoDB's 400 KB: the batch stays prepared, and the lease
+                # goes on once a round's commit has taken what waits.
+                raise SinkError(
+                    self._uri,
+                    f"lease {key} has {len(entries)} committed batches waiting for the table's commit, the most "
+                    "a lease keeps; the rounds' commits are failing (see the round reports)",
+                    retryable=True,
+                )
             entries.append(_Entry(staged.token, receipt.end))
         if key is None or not entries:
             return None

@@ -307,3 +307,17 @@ def test_batches_a_rollback_took_out_of_the_table_are_published_again(iceberg_ca
 
     assert (again.batches_published, again.batches_already_visible) == (1, 0)
     assert table_sequence_numbers(sink) == [str(n) for n in range(1, 16)]
+
+
+def test_a_lease_refuses_more_waiting_batches_than_its_item_can_hold(iceberg_catalog, monkeypatch):
+    """The rounds' commits keep failing: the lease's record would outgrow its DynamoDB item. The commit
+    is refused (the batch stays prepared) until a round's commit takes what waits."""
+    monkeypatch.setattr("spark_jobs.sinks.iceberg.MAX_WAITING_BATCHES", 2)
+    sink = sink_on(iceberg_catalog)
+    record = land(sink, None, TRIM_HORIZON, 1, 5)
+    record = land(sink, record, position(5), 6, 5)
+
+    with pytest.raises(SinkError, match="has 2 committed batches waiting for the table's commit"):
+        land(sink, record, position(10), 11, 5)
+    sink.publish_round({"shardId-000000000001": record}, IDENTITY)
+    assert land(sink, record, position(10), 11, 5).count('"15"') == 1
