@@ -456,17 +456,18 @@ class LeaseConsumer:
         return BatchRange(self.held.lease_key, self.stream_name, self.shard_id, start, first, end)
 
     def _stage(self, batch: BatchRange, records: Sequence[KinesisRecord]) -> StagedBatch | None:
-        """Stage the batch's rows for this attempt; None when there were no rows to stage."""
+        """Stage the batch's rows for this attempt, none too (a transform dropped them all, or they aged
+        out before a redo read them): a sink that records the ranges it holds records this one as well,
+        so that its record of a lease stays unbroken; a dataset of files writes nothing for it."""
         with self.context.busy_gate:
             table = self._table(records)
-            staged = None
-            if table.num_rows:
-                # The lease may have been lost while the batch was read: a zombie need not even stage.
-                self.held.require_held()
-                staged = self.context.sink.stage(batch, table, self.held.claim_token)
+            # The lease may have been lost while the batch was read: a zombie need not even stage.
+            self.held.require_held()
+            staged = self.context.sink.stage(batch, table, self.held.claim_token)
+            if staged.rows:
                 self._tally.files += 1
         self._tally.count_landed(records)
-        return staged
+        return staged if staged.token is not None else None
 
     def _table(self, records: Sequence[KinesisRecord]) -> pa.Table:
         """The batch as staged: the records, through the user transform if there is one.

@@ -30,9 +30,11 @@ def publish_committed_batches(
     records = {lease.lease_key: lease.committed_batch for lease in leases if lease.committed_batch}
     try:
         published = sink.publish_round(records, identity)
-    except LeaseCoreError as error:
+    except Exception as error:  # a sink's own failure, or a library's it did not expect: the round says it
         log.error("the round's committed batches could not be made visible in %s: %s", sink.uri, error)
-        return Publication.failed(str(error)), ()
+        return Publication.failed(
+            str(error) if isinstance(error, LeaseCoreError) else f"{type(error).__name__}: {error}"
+        ), ()
     publication = Publication(
         published.commits, published.batches_published, published.batches_already_visible, published.snapshot_id
     )

@@ -33,6 +33,7 @@ import logging
 import re
 import uuid
 from collections.abc import Iterable, Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -81,6 +82,10 @@ BATCH_COLUMNS = ("stream_name", "shard_id")
 CATALOGS_THAT_CANNOT_COMMIT = frozenset({"dynamodb"})
 # A round's commit is tried again after a conflict with another writer, with every check run again.
 COMMIT_ATTEMPTS = 8
+STAGED_READERS = 16  # receipts and manifests a round's commit reads at once (object store round trips)
+# Batches the summary's `kinesis.ranges` names at most: every snapshot's summary stays in the table's
+# metadata file, which every reader and writer loads.
+SUMMARY_RANGES_SHOWN = 100
 RECEIPT_FORMAT = "kinesis-lease-batch/iceberg-receipt/1"
 POSITIONS_FORMAT = "kinesis-lease-batch/iceberg-positions/1"
 RECORD_FORMAT = "iceberg/1"
@@ -100,6 +105,10 @@ SUMMARY_POSITIONS = "kinesis.positions-file"
 POSITIONS_PROPERTY_PREFIX = "kinesis.positions."
 
 _IDENTIFIER_PART = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_-]*")
+
+
+class StagedBatchGone(Exception):
+    """A committed batch's receipt or manifest is not there any more (deleted before it was published)."""
 
 
 @dataclass(frozen=True)
@@ -360,9 +369,8 @@ class IcebergSink:
                     with table.update_schema() as update:
                         update.union_by_name(arrow_schema)
                 log.info("%s: added the column(s) %s", self._uri, list(missing))
-            except SinkError as error:
-                if not isinstance(error.__cause__, CommitFailedException):
-                    raise
+            except CommitFailedException:  # another slot (or writer) changed the schema first: look again
+                continue
         table = self.table(refresh=True)
         assert table is not None
         return table
@@ -389,7 +397,7 @@ class IcebergSink:
                 table = as_table_types(table, iceberg_table.schema())
                 data_files = list(_dataframe_to_data_files(metadata, table, io, write_uuid=uuid.UUID(receipt_id)))
                 written = sum(data_file.file_size_in_bytes for data_file in data_files)
-                manifest_path = f"{self._staging_location(iceberg_table)}/{receipt_id}-m0.avro"
+                manifest_path = f"{self.staging_location(iceberg_table)}/{receipt_id}-m0.avro"
                 manifest_length = _write_manifest(iceberg_table, manifest_path, data_files, receipt_id)
             receipt = Receipt(
                 receipt_id,
@@ -471,7 +479,7 @@ class IcebergSink:
             return None
         try:
             return self.read_receipt(waiting[0].receipt).start
-        except FileNotFoundError:
+        except StagedBatchGone:
             return None
 
     def _not_visible(self, lease_key: str, entries: list[_Entry]) -> list[_Entry]:
@@ -541,14 +549,22 @@ class IcebergSink:
         return f"{POSITIONS_PROPERTY_PREFIX}{self.application}"
 
     def _expired_snapshots_positions(self, table: Table) -> str | None:
+        """The position map the table property names, when `main`'s history no longer reaches the
+        snapshot that names it: it was expired, or another tool expired snapshots above it and cut the
+        history off. Not when a rollback took it out of `main` (it is newer than `main`'s head then)."""
         commit_id, _, path = table.properties.get(self.positions_property, "").partition(" ")
-        if not path or any(
-            snapshot.summary is not None and snapshot.summary.get(SUMMARY_COMMIT_ID) == commit_id
-            for snapshot in table.metadata.snapshots
-        ):
+        if not path:
             return None
+        named = [
+            snapshot
+            for snapshot in table.metadata.snapshots
+            if snapshot.summary is not None and snapshot.summary.get(SUMMARY_COMMIT_ID) == commit_id
+        ]
+        history = list(ancestors_of(table.current_snapshot(), table.metadata))
+        if named and (not history or named[0].timestamp_ms >= history[-1].timestamp_ms):
+            return None  # off `main`'s history and not older than it: rolled back
         log.info(
-            "%s: the application's newest snapshot (commit %s) was expired; positions from %s",
+            "%s: the application's newest snapshot (commit %s) is not in main's history; positions from %s",
             self._uri,
             commit_id,
             path,
@@ -572,12 +588,13 @@ class IcebergSink:
         if not waiting:
             return RoundPublication(0, 0, 0)
         commit_id = uuid.uuid4().hex
+        staged: dict[str, _StagedFiles | None] = {}  # receipt id -> what it names, read once for every attempt
         for _ in range(COMMIT_ATTEMPTS):
             table = self.table(refresh=True)
             if table is None:
                 raise SinkError(self._uri, "the table is gone: committed batches were staged into it")
-            plan = self._plan(table, waiting)
-            if not plan.receipts:
+            plan = self._plan(table, waiting, staged)
+            if not plan.batches:
                 return RoundPublication(0, 0, plan.already_visible, plan.missing)
             try:
                 snapshot_id = self._commit(table, plan, identity, commit_id)
@@ -590,38 +607,52 @@ class IcebergSink:
                     log.warning("%s: a commit's answer was lost (%s) and it did not land; again", self._uri, error)
                     continue
                 snapshot_id = landed
-            return RoundPublication(1, len(plan.receipts), plan.already_visible, plan.missing, snapshot_id)
+            return RoundPublication(1, len(plan.batches), plan.already_visible, plan.missing, snapshot_id)
         raise SinkError(
             self._uri, f"the round's commit met a newer head {COMMIT_ATTEMPTS} times in a row", retryable=True
         )
 
-    def _plan(self, table: Table, waiting: Mapping[str, LeaseRecord]) -> _CommitPlan:
-        """The receipts to commit now: every listed batch past its lease's position in the table, in order."""
+    def _plan(
+        self, table: Table, waiting: Mapping[str, LeaseRecord], staged: dict[str, _StagedFiles | None]
+    ) -> _CommitPlan:
+        """The batches to commit now: every listed batch past its lease's position in the table, in
+        order. Their receipts and data files are read once (`staged`, kept across attempts), in parallel:
+        only the positions are read again after a conflict."""
         positions = self.positions(table)
-        receipts: list[Receipt] = []
-        already, missing = 0, []
-        for key, record in sorted(waiting.items()):
-            held = positions.get(key)
-            for entry in sorted(record.entries, key=lambda e: e.end):
-                if held is not None and entry.end <= held.end:
-                    already += 1
-                    continue
-                try:
-                    receipts.append(self.read_receipt(entry.receipt, table))
-                except FileNotFoundError:
-                    missing.append(f"{key}: the batch up to {entry.end}")
-        return _CommitPlan(positions, receipts, already, tuple(missing))
+        due = [
+            (key, entry)
+            for key, record in sorted(waiting.items())
+            for entry in sorted(record.entries, key=lambda e: e.end)
+            if (held := positions.get(key)) is None or entry.end > held.end
+        ]
+        unread = [entry.receipt for _, entry in due if entry.receipt not in staged]
+        with ThreadPoolExecutor(max_workers=STAGED_READERS) as pool:
+            staged.update(zip(unread, pool.map(lambda receipt: self._staged_files(table, receipt), unread)))
+        batches = [files for _, entry in due if (files := staged[entry.receipt]) is not None]
+        missing = tuple(f"{key}: the batch up to {entry.end}" for key, entry in due if staged[entry.receipt] is None)
+        already = sum(len(record.entries) for record in waiting.values()) - len(due)
+        return _CommitPlan(positions, batches, already, missing)
+
+    def _staged_files(self, table: Table, receipt_id: str) -> _StagedFiles | None:
+        """A staged batch's receipt and data files, rewritten into the table's current partition spec
+        if needed; None when its receipt or manifest is gone."""
+        try:
+            receipt = self.read_receipt(receipt_id, table)
+            return _StagedFiles(receipt, self._data_files(table, receipt))
+        except StagedBatchGone:
+            return None
 
     def _commit(self, table: Table, plan: _CommitPlan, identity: RoundIdentity, commit_id: str) -> int:
         positions = dict(plan.positions)
-        for receipt in plan.receipts:
+        receipts = [batch.receipt for batch in plan.batches]
+        for receipt in receipts:
             arn, created = identity.streams.get(receipt.stream_name, (None, None))
             positions[receipt.lease_key] = LeasePosition(receipt.stream_name, arn, created, receipt.end)
-        positions_path = f"{table.metadata.location}/metadata/{POSITIONS_FOLDER}/{commit_id}.json"
+        positions_path = f"{self.positions_location(table)}/{commit_id}.json"
         with self.failures("write the position map"):
             with table.io.new_output(positions_path).create(overwrite=True) as stream:
-                stream.write(_positions_json(self.application, identity.round_number, positions, plan.receipts))
-            data_files = [data_file for receipt in plan.receipts for data_file in self._data_files(table, receipt)]
+                stream.write(_positions_json(self.application, identity.round_number, positions, receipts))
+        data_files = [data_file for batch in plan.batches for data_file in batch.data_files]
         summary = {
             SUMMARY_APPLICATION: identity.application,
             SUMMARY_ROUND: str(identity.round_number),
@@ -629,7 +660,7 @@ class IcebergSink:
             SUMMARY_STREAMS: "; ".join(
                 f"{name} {arn} created {created}" for name, (arn, created) in sorted(identity.streams.items())
             ),
-            SUMMARY_RANGES: "; ".join(receipt.range_text() for receipt in plan.receipts),
+            SUMMARY_RANGES: ranges_text(receipts),
             SUMMARY_POSITIONS: positions_path,
         }
         transaction = table.transaction()
@@ -659,21 +690,26 @@ class IcebergSink:
 
     # --- files --------------------------------------------------------------------------------
 
-    def _staging_location(self, table: Table) -> str:
-        return f"{table.metadata.location}/metadata/{STAGING_FOLDER}"
+    def staging_location(self, table: Table) -> str:
+        """`metadata/kinesis-staged/<application>`: each application's staged batches apart, so that
+        one application's upkeep never removes another's (`iceberg_maintenance`)."""
+        return f"{table.metadata.location}/metadata/{STAGING_FOLDER}/{self.application}"
+
+    def positions_location(self, table: Table) -> str:
+        return f"{table.metadata.location}/metadata/{POSITIONS_FOLDER}/{self.application}"
 
     def receipt_path(self, table: Table, receipt_id: str) -> str:
-        return f"{self._staging_location(table)}/{receipt_id}.json"
+        return f"{self.staging_location(table)}/{receipt_id}.json"
 
     def read_receipt(self, receipt_id: str, table: Table | None = None) -> Receipt:
         table = table or self.table()
         if table is None:
-            raise FileNotFoundError(receipt_id)
+            raise StagedBatchGone(receipt_id)
         path = self.receipt_path(table, receipt_id)
         with self.failures(f"read the receipt {path}"):
             input_file = table.io.new_input(path)
             if not input_file.exists():
-                raise FileNotFoundError(path)
+                raise StagedBatchGone(path)
             with input_file.open() as stream:
                 return Receipt.from_json(stream.read())
 
@@ -693,8 +729,11 @@ class IcebergSink:
         )
 
     def staged_data_files(self, table: Table, receipt: Receipt) -> list[DataFile]:
+        """The data files a staged batch's manifest lists; `StagedBatchGone` when the manifest is gone."""
         if receipt.manifest_path is None:
             return []
+        if not table.io.new_input(receipt.manifest_path).exists():
+            raise StagedBatchGone(receipt.manifest_path)
         manifest = ManifestFile.from_args(
             manifest_path=receipt.manifest_path,
             manifest_length=receipt.manifest_length,
@@ -711,21 +750,37 @@ class IcebergSink:
         """Storage and catalog failures as SinkError naming the table and what could not be done."""
         try:
             yield
-        except (SinkError, FileNotFoundError, CommitFailedException, CommitStateUnknownException):
+        except (SinkError, StagedBatchGone, CommitFailedException, CommitStateUnknownException):
             raise
-        except (OSError, ValueError, pa.ArrowException) as error:
-            retryable = isinstance(error, OSError)
+        except Exception as error:  # a catalog's driver (sqlalchemy, botocore, REST), pyarrow's I/O, a bad file
+            # A file or document that is not what it must be stays so; anything else may be the catalog
+            # or the storage being unavailable for a while.
+            retryable = not isinstance(error, (FileNotFoundError, ValueError, KeyError, TypeError))
             raise SinkError(
                 self._uri, f"cannot {action}: {type(error).__name__}: {error}", retryable=retryable
             ) from error
 
 
 @dataclass(frozen=True)
+class _StagedFiles:
+    receipt: Receipt
+    data_files: list[DataFile]
+
+
+@dataclass(frozen=True)
 class _CommitPlan:
     positions: Mapping[str, LeasePosition]
-    receipts: Sequence[Receipt]
+    batches: Sequence[_StagedFiles]
     already_visible: int
     missing: tuple[str, ...]
+
+
+def ranges_text(receipts: Sequence[Receipt]) -> str:
+    """The summary's `kinesis.ranges`: a batch per entry, at most SUMMARY_RANGES_SHOWN of them (the
+    position map the summary points to names every one)."""
+    shown = "; ".join(receipt.range_text() for receipt in receipts[:SUMMARY_RANGES_SHOWN])
+    hidden = len(receipts) - SUMMARY_RANGES_SHOWN
+    return shown if hidden <= 0 else f"{shown}; and {hidden} more (see {SUMMARY_POSITIONS})"
 
 
 def catalog_properties(uri: str, name: str) -> dict[str, str]:

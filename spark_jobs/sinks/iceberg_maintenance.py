@@ -3,12 +3,17 @@
 Snapshots. Every round adds one; each keeps its metadata and the data files it replaced alive.
 `expire_snapshots` drops those older than the table's `history.expire.max-snapshot-age-ms` (Iceberg's
 default: 5 days), always keeping branch and tag heads, the newest `history.expire.min-snapshots-to-keep`,
-and the newest snapshot of every application that commits to the table (its position map is how
-a later round knows what the table holds).
+and the newest snapshot of every application that commits to the table with every snapshot above it
+in `main`'s history (its position map is how a later round knows what the table holds, found by
+walking back from the head: an application idle for long keeps the history since its last commit).
 
 Orphans. A slot stages a batch's data files, a manifest and a receipt before the lease commits; an
 attempt fenced before its commit, or a redo that read the batch again, leaves its staged files to
 nobody. `remove_orphan_files` deletes, among the files under the table's location, those that:
+- are this application's (its staged batches under `metadata/kinesis-staged/<application>/` with the
+  data files they name, its position maps under `metadata/kinesis-positions/<application>/`), or
+  manifests and manifest lists of commits that never landed: another application writing the same
+  table, and any other writer's data files, are left alone;
 - no snapshot of the table references (data files, manifests, manifest lists, position maps), and
 - no lease names: neither in its record of committed batches awaiting the table, nor in its
   pending checkpoint (the staged batch of a commit that may still be in flight), and
@@ -38,6 +43,7 @@ from spark_jobs.sinks.iceberg import (
     SUMMARY_POSITIONS,
     IcebergSink,
     LeaseRecord,
+    StagedBatchGone,
 )
 
 log = logging.getLogger(__name__)
@@ -76,15 +82,20 @@ def expire_snapshots(sink: IcebergSink, now: datetime | None = None) -> tuple[in
 
 
 def _kept_snapshots(table: Table, keep_newest: int) -> set[int]:
+    """Branch and tag heads, the newest `keep_newest` of `main`'s history, each application's newest
+    snapshot, and every snapshot between `main`'s head and the oldest of those: expiring one in
+    between would cut `main`'s history above an application's snapshot, and the application would
+    no longer find its position map by walking back from the head."""
     history = list(ancestors_of(table.current_snapshot(), table.metadata))
-    kept = {snapshot.snapshot_id for snapshot in history[:keep_newest]}
+    kept = {ref.snapshot_id for ref in table.metadata.refs.values()}
+    deepest = min(keep_newest, len(history))
     applications_seen: set[str] = set()
-    for snapshot in history:
+    for depth, snapshot in enumerate(history):
         application = snapshot.summary.get(SUMMARY_APPLICATION) if snapshot.summary is not None else None
         if application is not None and application not in applications_seen:
             applications_seen.add(application)
-            kept.add(snapshot.snapshot_id)
-    return kept
+            deepest = depth + 1
+    return kept | {snapshot.snapshot_id for snapshot in history[:deepest]}
 
 
 def live_receipts(records: Iterable[str | None], pending_tokens: Iterable[str | None]) -> set[str]:
@@ -101,27 +112,33 @@ def live_receipts(records: Iterable[str | None], pending_tokens: Iterable[str | 
 def remove_orphan_files(
     sink: IcebergSink, live: set[str], older_than: timedelta = DEFAULT_ORPHAN_AGE, now: datetime | None = None
 ) -> OrphanRemoval:
-    """Delete the table's files that nothing references (see the module's docstring)."""
+    """Delete the application's files that nothing references (see the module's docstring): its
+    staged batches no lease names (with their data files), its position maps no snapshot names, and
+    manifests and manifest lists of commits that never landed (anyone's, past the grace period). Data
+    files are removed only as a batch of this application's: another writer's are its own business."""
     table = _table(sink)
     cutoff = (now or datetime.now(UTC)) - older_than
     with sink.failures("list the table's files"):
         referenced = _referenced_files(sink, table, live)
         filesystem, root = _filesystem(table)
+        own = (_normal(sink.staging_location(table)) + "/", _normal(sink.positions_location(table)) + "/")
+        metadata = f"{_normal(table.metadata.location)}/metadata/"
         candidates = [
             info
             for info in filesystem.get_file_info(pafs.FileSelector(root, recursive=True))
-            if info.type == pafs.FileType.File and _removable_kind(info.path)
+            if info.type == pafs.FileType.File and _removable(info.path, own, metadata)
         ]
+        orphaned_data = _orphaned_batch_data_files(sink, table, candidates, referenced, cutoff)
     removed, too_young = [], 0
+    for path in orphaned_data:  # before their receipts, which name them
+        removed.append(_delete(sink, filesystem, path))
     for info in candidates:
         if _normal(info.path) in referenced:
             continue
         if info.mtime is None or info.mtime.replace(tzinfo=UTC) >= cutoff:
             too_young += 1
             continue
-        with sink.failures(f"delete the orphan file {info.path}"):
-            filesystem.delete_file(info.path)
-        removed.append(info.path)
+        removed.append(_delete(sink, filesystem, info.path))
     log.info(
         "%s: removed %d orphan file(s); %d unreferenced are younger than %s",
         sink.uri,
@@ -130,6 +147,42 @@ def remove_orphan_files(
         older_than,
     )
     return OrphanRemoval(tuple(removed), too_young)
+
+
+def _removable(path: str, own: tuple[str, ...], metadata: str) -> bool:
+    """This application's staged batches and position maps, and manifests and manifest lists; never a
+    table metadata file, another application's files, or a data file (`_orphaned_batch_data_files`)."""
+    if f"/{STAGING_FOLDER}/" in path or f"/{POSITIONS_FOLDER}/" in path:
+        return path.startswith(own)
+    return path.startswith(metadata) and path.endswith(".avro")
+
+
+def _orphaned_batch_data_files(
+    sink: IcebergSink, table: Table, candidates: list[pafs.FileInfo], referenced: set[str], cutoff: datetime
+) -> list[str]:
+    """The data files of this application's orphaned staged batches (receipts past the grace period
+    that no lease names), unless a snapshot references them."""
+    data_files: list[str] = []
+    for info in candidates:
+        name = info.path.rsplit("/", 1)[-1]
+        receipt_like = name.endswith(".json") and f"/{STAGING_FOLDER}/" in info.path
+        old = info.mtime is not None and info.mtime.replace(tzinfo=UTC) < cutoff
+        if not (receipt_like and old) or _normal(info.path) in referenced:
+            continue
+        try:
+            files = sink.staged_data_files(table, sink.read_receipt(name.removesuffix(".json"), table))
+        except StagedBatchGone:
+            continue
+        data_files.extend(f.file_path for f in files if _normal(f.file_path) not in referenced)
+    return data_files
+
+
+def _delete(sink: IcebergSink, filesystem: pafs.FileSystem, path: str) -> str:
+    """Delete `path` (a listing's path or a table's location); the path as the file system names it."""
+    located = _normal(path)
+    with sink.failures(f"delete the orphan file {path}"):
+        filesystem.delete_file(located)
+    return located
 
 
 def _referenced_files(sink: IcebergSink, table: Table, live: set[str]) -> set[str]:
@@ -152,23 +205,12 @@ def _referenced_files(sink: IcebergSink, table: Table, live: set[str]) -> set[st
         referenced.add(sink.receipt_path(table, receipt_id))
         try:
             receipt = sink.read_receipt(receipt_id, table)
-        except FileNotFoundError:
+        except StagedBatchGone:
             continue
         if receipt.manifest_path is not None:
             referenced.add(receipt.manifest_path)
             referenced.update(data_file.file_path for data_file in sink.staged_data_files(table, receipt))
     return {_normal(path) for path in referenced}
-
-
-def _removable_kind(path: str) -> bool:
-    """Data files, manifests and manifest lists, and this sink's staging and position files; never a
-    table metadata file or anything else a catalog keeps beside them."""
-    name = path.rsplit("/", 1)[-1]
-    if f"/{STAGING_FOLDER}/" in path or f"/{POSITIONS_FOLDER}/" in path:
-        return True
-    if "/metadata/" in path:
-        return name.endswith(".avro")
-    return "/data/" in path and name.endswith(".parquet")
 
 
 def _filesystem(table: Table) -> tuple[pafs.FileSystem, str]:

@@ -155,7 +155,10 @@ class ParquetSink:
 
     def stage(self, batch: BatchRange, table: pa.Table, attempt: str) -> StagedBatch:
         """Write `table` as `attempt`'s staged file of the batch, atomically, replacing any file there
-        (the same attempt, the same range, the same content). Readers do not see it."""
+        (the same attempt, the same range, the same content). Readers do not see it. A batch without
+        rows writes no file (token None): the dataset's files are the only record of what it holds."""
+        if table.num_rows == 0:
+            return StagedBatch(None, 0, 0)
         staged = self.staged_token(batch, attempt)
         clashing = [name for name in PARTITION_COLUMNS if name in table.column_names]
         if clashing:

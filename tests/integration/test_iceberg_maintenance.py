@@ -11,6 +11,7 @@ from lease_core.model.sequence import TRIM_HORIZON
 from spark_jobs.sinks.iceberg import LeaseRecord
 from spark_jobs.sinks.iceberg_maintenance import expire_snapshots, live_receipts, remove_orphan_files
 from tests.support.iceberg_tables import (
+    APPLICATION,
     IDENTITY,
     FaultyCatalog,
     batch_of,
@@ -46,7 +47,7 @@ def test_only_what_nothing_names_is_removed(iceberg_catalog: FaultyCatalog, tmp_
 
     # And the published batch's receipt and manifest: the table holds its data files, no lease names it.
     (published_receipt,) = LeaseRecord.decode(published).entries
-    staging = warehouse / "kinesis" / "orders" / "metadata" / "kinesis-staged"
+    staging = warehouse / "kinesis" / "orders" / "metadata" / "kinesis-staged" / APPLICATION
     done_with = {staging / f"{published_receipt.receipt}.json", staging / f"{published_receipt.receipt}-m0.avro"}
     assert {Path(path) for path in removal.removed} == zombie_files | done_with
     assert table_sequence_numbers(sink) == [str(n) for n in range(1, 11)]
@@ -64,7 +65,7 @@ def test_unreferenced_files_younger_than_the_grace_period_stay(iceberg_catalog: 
     removal = remove_orphan_files(sink, live=set())
 
     assert removal.removed == ()
-    assert removal.kept_too_young == 4  # its manifest, receipt and two data files (rows either side of midnight)
+    assert removal.kept_too_young == 2  # its manifest and receipt (its data files would go with its receipt)
 
 
 def test_the_metadata_of_a_commit_that_lost_a_race_is_removed(iceberg_catalog: FaultyCatalog):
@@ -100,3 +101,37 @@ def test_old_snapshots_expire_and_the_applications_newest_stays(iceberg_catalog:
     assert {snapshot.snapshot_id for snapshot in table.snapshots()} == {ours, table.current_snapshot().snapshot_id}
     assert sink_on(iceberg_catalog).awaiting_visibility(record) == ()
     assert len(table_sequence_numbers(sink)) == 32
+
+
+def test_expiry_keeps_main_whole_down_to_an_idle_applications_newest_snapshot(iceberg_catalog: FaultyCatalog):
+    """Expiring the old snapshots between an idle application's snapshot and `main`'s head would cut
+    `main`'s history above it: the application would find no position map and publish again."""
+    sink = sink_on(iceberg_catalog)
+    record = land(sink, None, TRIM_HORIZON, 1, 10)
+    sink.publish_round({LEASE: record}, IDENTITY)
+    for first in (500, 600):
+        table = sink.table(refresh=True)
+        table.append(users_rows(table, first, 2))
+
+    assert expire_snapshots(sink, now=datetime.now(UTC) + timedelta(days=6)) == ()
+
+    assert sink_on(iceberg_catalog).publish_round({LEASE: record}, IDENTITY).batches_published == 0
+    assert len(table_sequence_numbers(sink)) == 14
+
+
+def test_expiry_keeps_tagged_snapshots_and_does_not_fail_on_them(iceberg_catalog: FaultyCatalog):
+    sink = sink_on(iceberg_catalog)
+    record = None
+    start = TRIM_HORIZON
+    for first in (1, 11, 21):
+        record = land(sink, record, start, first, 10)
+        sink.publish_round({LEASE: record}, IDENTITY)
+        start = position(first + 9)
+    table = sink.table(refresh=True)
+    oldest = min(table.snapshots(), key=lambda snapshot: snapshot.timestamp_ms).snapshot_id
+    table.manage_snapshots().create_tag(oldest, "audited").commit()
+
+    expired = expire_snapshots(sink, now=datetime.now(UTC) + timedelta(days=6))
+
+    assert len(expired) == 1 and oldest not in expired
+    assert oldest in {snapshot.snapshot_id for snapshot in sink.table(refresh=True).snapshots()}

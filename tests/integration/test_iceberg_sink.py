@@ -155,7 +155,7 @@ def test_a_batch_whose_receipt_is_gone_is_reported_missing_and_the_rest_lands(ic
     sink = sink_on(iceberg_catalog)
     record = land(sink, None, TRIM_HORIZON, 1, 10)
     record = land(sink, record, position(10), 11, 5)
-    receipts = sorted((tmp_path / "warehouse").rglob("kinesis-staged/*.json"), key=os.path.getmtime)
+    receipts = sorted((tmp_path / "warehouse").rglob("kinesis-staged/*/*.json"), key=os.path.getmtime)
     receipts[0].unlink()
 
     published = sink.publish_round({"shardId-000000000001": record}, IDENTITY)
@@ -321,3 +321,65 @@ def test_a_lease_refuses_more_waiting_batches_than_its_item_can_hold(iceberg_cat
         land(sink, record, position(10), 11, 5)
     sink.publish_round({"shardId-000000000001": record}, IDENTITY)
     assert land(sink, record, position(10), 11, 5).count('"15"') == 1
+
+
+def test_a_slot_that_loses_the_race_to_add_a_column_finds_it_added_and_stages(iceberg_catalog):
+    first, second = sink_on(iceberg_catalog), sink_on(iceberg_catalog)
+    record = land(first, None, TRIM_HORIZON, 1, 3)
+    second.table()  # its view of the table predates the column
+    amount = pa.array([1.5, 2.5], pa.float64())
+    iceberg_catalog.before_commit = lambda: first.stage(batch_of(position(3), 4, 2), rows(4, 2, amount=amount), "a")
+
+    staged = second.stage(batch_of(position(3), 4, 2), rows(4, 2, amount=amount), "b")
+
+    assert staged.rows == 2
+    assert second.table(refresh=True).schema().find_field("amount")
+    assert record
+
+
+def test_a_batch_whose_manifest_is_gone_is_reported_missing_and_the_rest_lands(iceberg_catalog, tmp_path):
+    sink = sink_on(iceberg_catalog)
+    record = land(sink, None, TRIM_HORIZON, 1, 10)
+    record = land(sink, record, position(10), 11, 5)
+    manifests = sorted((tmp_path / "warehouse").rglob("kinesis-staged/*/*-m0.avro"), key=os.path.getmtime)
+    manifests[0].unlink()
+
+    published = sink.publish_round({"shardId-000000000001": record}, IDENTITY)
+
+    assert published.missing_batches == ("shardId-000000000001: the batch up to 10",)
+    assert table_sequence_numbers(sink) == [str(n) for n in range(11, 16)]
+
+
+def test_a_gone_position_map_stops_the_sink_with_an_error_naming_it_rather_than_publishing_again(
+    iceberg_catalog, tmp_path
+):
+    """An external orphan-file cleanup that does not know the sink's files deleted the map."""
+    sink = sink_on(iceberg_catalog)
+    record = land(sink, None, TRIM_HORIZON, 1, 10)
+    sink.publish_round({"shardId-000000000001": record}, IDENTITY)
+    for position_map in (tmp_path / "warehouse").rglob("kinesis-positions/*/*.json"):
+        position_map.unlink()
+
+    with pytest.raises(SinkError, match=r"cannot read the position map .*kinesis-positions"):
+        sink_on(iceberg_catalog).publish_round({"shardId-000000000001": record}, IDENTITY)
+    assert len(table_sequence_numbers(sink)) == 10
+
+
+def test_a_batch_without_rows_is_recorded_so_the_leases_chain_has_no_gap(iceberg_catalog):
+    """A transform dropped every row, or the records aged out before a redo read them: the commit still
+    moves the checkpoint, and the table's record of the lease must move with it."""
+    sink = sink_on(iceberg_catalog)
+    record = land(sink, None, TRIM_HORIZON, 1, 10)
+    empty = sink.stage(batch_of(position(10), 11, 5), rows(11, 5).slice(0, 0), "a")
+    record = sink.commit_record(record, empty)
+    record = land(sink, record, position(15), 16, 5)
+
+    sink.publish_round({"shardId-000000000001": record}, IDENTITY)
+
+    landed = sink_on(iceberg_catalog).landed_batches()
+    assert [(str(batch.start), str(batch.end)) for batch in landed] == [
+        ("TRIM_HORIZON", "10"),
+        ("10", "15"),
+        ("15", "20"),
+    ]
+    assert len(table_sequence_numbers(sink)) == 15
