@@ -184,12 +184,7 @@ class Receipt:
     """A staged batch: its range and the manifest listing its data files."""
 
     receipt_id: str
-    lease_key: str
-    stream_name: str
-    shard_id: str
-    start: ExtendedSequenceNumber
-    first: ExtendedSequenceNumber | None
-    end: ExtendedSequenceNumber
+    batch: BatchRange
     rows: int
     data_bytes: int
     manifest_path: str | None  # None: the batch has no rows (a transform dropped them all)
@@ -197,15 +192,16 @@ class Receipt:
     spec_id: int
 
     def to_json(self) -> bytes:
+        batch = self.batch
         document = {
             "format": RECEIPT_FORMAT,
             "receipt": self.receipt_id,
-            "lease": self.lease_key,
-            "stream": self.stream_name,
-            "shard": self.shard_id,
-            "start": _encode_position(self.start),
-            "first": None if self.first is None else _encode_position(self.first),
-            "end": _encode_position(self.end),
+            "lease": batch.lease_key,
+            "stream": batch.stream_name,
+            "shard": batch.shard_id,
+            "start": _encode_position(batch.start),
+            "first": None if batch.first is None else _encode_position(batch.first),
+            "end": _encode_position(batch.end),
             "rows": self.rows,
             "bytes": self.data_bytes,
             "manifest": self.manifest_path,
@@ -220,14 +216,17 @@ class Receipt:
         if document.get("format") != RECEIPT_FORMAT:
             raise ValueError(f"not a receipt of ours (format {document.get('format')!r})")
         first = document["first"]
-        return cls(
-            receipt_id=document["receipt"],
+        batch = BatchRange(
             lease_key=document["lease"],
             stream_name=document["stream"],
             shard_id=document["shard"],
             start=_decode_position(document["start"]),
             first=None if first is None else _decode_position(first),
             end=_decode_position(document["end"]),
+        )
+        return cls(
+            receipt_id=document["receipt"],
+            batch=batch,
             rows=int(document["rows"]),
             data_bytes=int(document["bytes"]),
             manifest_path=document["manifest"],
@@ -237,8 +236,9 @@ class Receipt:
 
     def range_text(self) -> str:
         """`<shard> <first>..<end>` (positions as `sequence-subsequence`), for the snapshot summary."""
-        first = self.first if self.first is not None else self.start
-        return f"{self.shard_id} {_position_text(first)}..{_position_text(self.end)}"
+        batch = self.batch
+        first = batch.first if batch.first is not None else batch.start
+        return f"{batch.shard_id} {_position_text(first)}..{_position_text(batch.end)}"
 
 
 @dataclass(frozen=True)
@@ -401,12 +401,7 @@ class IcebergSink:
                 manifest_length = _write_manifest(iceberg_table, manifest_path, data_files, receipt_id)
             receipt = Receipt(
                 receipt_id,
-                batch.lease_key,
-                batch.stream_name,
-                batch.shard_id,
-                batch.start,
-                batch.first,
-                batch.end,
+                batch,
                 table.num_rows,
                 written,
                 manifest_path,
@@ -437,7 +432,7 @@ class IcebergSink:
             entries = self._not_visible(key, entries)
         if staged is not None and staged.token is not None:
             receipt = self._staged.get(staged.token) or self.read_receipt(staged.token)
-            key = receipt.lease_key
+            key = receipt.batch.lease_key
             if len(entries) >= MAX_WAITING_BATCHES:
                 # The lease item would outgrow DynamoDB's 400 KB: the batch stays prepared, and the lease
                 # goes on once a round's commit has taken what waits.
@@ -447,7 +442,7 @@ class IcebergSink:
                     "a lease keeps; the rounds' commits are failing (see the round reports)",
                     retryable=True,
                 )
-            entries.append(_Entry(staged.token, receipt.end))
+            entries.append(_Entry(staged.token, receipt.batch.end))
         if key is None or not entries:
             return None
         return LeaseRecord(key, tuple(entries)).encode()
@@ -478,7 +473,7 @@ class IcebergSink:
         if not waiting:
             return None
         try:
-            return self.read_receipt(waiting[0].receipt).start
+            return self.read_receipt(waiting[0].receipt).batch.start
         except StagedBatchGone:
             return None
 
@@ -646,8 +641,9 @@ class IcebergSink:
         positions = dict(plan.positions)
         receipts = [batch.receipt for batch in plan.batches]
         for receipt in receipts:
-            arn, created = identity.streams.get(receipt.stream_name, (None, None))
-            positions[receipt.lease_key] = LeasePosition(receipt.stream_name, arn, created, receipt.end)
+            batch = receipt.batch
+            arn, created = identity.streams.get(batch.stream_name, (None, None))
+            positions[batch.lease_key] = LeasePosition(batch.stream_name, arn, created, batch.end)
         positions_path = f"{self.positions_location(table)}/{commit_id}.json"
         with self.failures("write the position map"):
             with table.io.new_output(positions_path).create(overwrite=True) as stream:
@@ -902,10 +898,10 @@ def _positions_json(
     }
     batches = [
         {
-            "lease": receipt.lease_key,
-            "start": _encode_position(receipt.start),
-            "first": None if receipt.first is None else _encode_position(receipt.first),
-            "end": _encode_position(receipt.end),
+            "lease": receipt.batch.lease_key,
+            "start": _encode_position(receipt.batch.start),
+            "first": None if receipt.batch.first is None else _encode_position(receipt.batch.first),
+            "end": _encode_position(receipt.batch.end),
             "rows": receipt.rows,
         }
         for receipt in added
