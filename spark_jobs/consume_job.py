@@ -44,7 +44,7 @@ from lease_core.ops.command_line import EXIT_FAILED, EXIT_OK, EXIT_USAGE, Argume
 from lease_core.sync.step import is_multi_stream, require_matching_lease_mode
 from spark_jobs.consume_spec import ConsumeSpec, settings_for_executors
 from spark_jobs.lease_consumer import LeaseBudget
-from spark_jobs.round_publication import publish_committed_batches, round_identity
+from spark_jobs.round_publication import publish_committed_batches, stream_incarnations
 from spark_jobs.round_report import (
     Publication,
     RetentionLoss,
@@ -54,8 +54,9 @@ from spark_jobs.round_report import (
     write_report,
 )
 from spark_jobs.sinks import open_sink, sink_configuration
+from spark_jobs.sinks.batch_sink import RoundIdentity
 from spark_jobs.slot_task import slot_reports
-from spark_jobs.transform import load_transform
+from spark_jobs.transform import batch_columns, load_transform
 
 log = logging.getLogger(__name__)
 
@@ -298,8 +299,7 @@ def check_prerequisites(app: LeaseApplication, streams: Sequence[str], output_ur
             raise TableNotFoundError(table, "run `leasectl init` (or the DAG's ensure-tables step) first")
     for stream in streams:
         app.shard_source.stream_identifier(stream)  # raises StreamNotFoundError / StreamNotActiveError
-    open_sink(output_uri, config=config).check_writable()
-    load_transform(transform)
+    open_sink(output_uri, config=config).check_writable(batch_columns(transform, load_transform(transform)))
 
 
 def check_lease_mode(app: LeaseApplication, streams: Sequence[str], num_workers: int) -> None:
@@ -354,7 +354,8 @@ def with_round_start(spark: Any, spec: ConsumeSpec, app: LeaseApplication | None
     closing parents other slots hold, only when every slot runs at once: then slots out of work wait
     for those to end. With fewer task slots than slots (local[2] and four slots), the slots run in
     waves, and a waiting slot would keep a later one from starting. And the sink's configuration as
-    this machine has it (`sink_configuration`), unless the spec carries one."""
+    this machine has it (`sink_configuration`), unless the spec carries one, and the streams'
+    incarnations (`stream_incarnations`)."""
     task_slots = concurrent_task_slots(spark)
     together = task_slots is not None and task_slots >= spec.num_workers
     if not together:
@@ -376,6 +377,7 @@ def with_round_start(spark: Any, spec: ConsumeSpec, app: LeaseApplication | None
         slots_run_together=together,
         closing_parents=parents,
         sink_configuration=configuration,
+        stream_incarnations=spec.stream_incarnations or stream_incarnations(app, spec.streams),
     )
 
 
@@ -450,10 +452,15 @@ def publish(
     if leases is None:
         return Publication.failed("the lease table could not be scanned for the round's committed batches"), ()
     try:
-        sink = open_sink(spec.output_uri, config=spec.config, configuration=spec.sink_configuration)
+        sink = open_sink(
+            spec.output_uri,
+            config=spec.config,
+            configuration=spec.sink_configuration,
+            streams=spec.stream_incarnations,
+        )
     except LeaseCoreError as error:
         return Publication.failed(str(error)), ()
-    identity = round_identity(app, spec.application_name, spec.round_number, spec.streams)
+    identity = RoundIdentity(spec.application_name, spec.round_number, spec.stream_incarnations)
     return publish_committed_batches(sink, identity, leases)
 
 

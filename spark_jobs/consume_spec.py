@@ -57,6 +57,9 @@ class ConsumeSpec:
     # Iceberg catalog's properties), so that executors on other machines open the same sink; None:
     # each opens it from its own machine's configuration.
     sink_configuration: Mapping[str, str] | None = None
+    # The streams' ARNs and creation times at round start (`spark_jobs.round_publication`), so that the
+    # sink tells a stream created again under its name from the one it replaced.
+    stream_incarnations: Mapping[str, tuple[str, int]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if not self.streams:

@@ -52,8 +52,8 @@ from lease_core.retry import RetryPolicy
 from lease_core.store.lease_store import LeaseStore
 from spark_jobs.round_report import LeaseReport, Outcome, RetentionLoss
 from spark_jobs.sinks.batch_sink import BatchRange, BatchSink, StagedBatch, Visibility
-from spark_jobs.sinks.record_columns import BATCH_COLUMNS, records_table
-from spark_jobs.transform import Transform, apply_transform
+from spark_jobs.sinks.record_columns import records_table
+from spark_jobs.transform import Transform, transformed
 
 log = logging.getLogger(__name__)
 
@@ -470,18 +470,11 @@ class LeaseConsumer:
         return staged if staged.token is not None else None
 
     def _table(self, records: Sequence[KinesisRecord]) -> pa.Table:
-        """The batch as staged: the records, through the user transform if there is one.
-
-        The transform also sees the batch columns (stream_name, shard_id), so it can tell streams
-        apart; they are dropped again because the sink takes them from the batch.
-        """
+        """The batch as staged: the records, through the user transform if there is one."""
         table = records_table(records)
         if self.context.transform is None or self.context.transform_spec is None:
             return table
-        for name, value in (("stream_name", self.stream_name), ("shard_id", self.shard_id)):
-            table = table.append_column(name, pa.array([value] * table.num_rows, pa.string()))
-        table = apply_transform(self.context.transform_spec, self.context.transform, table)
-        return table.drop_columns([name for name in BATCH_COLUMNS if name in table.column_names])
+        return transformed(table, self.stream_name, self.shard_id, self.context.transform_spec, self.context.transform)
 
     def _report_throughput(self, outcome: str) -> tuple[float | None, float | None]:
         """Store the lease's new throughput with a last renewal (§7): the rate at which data arrived

@@ -41,18 +41,16 @@ def publish_committed_batches(
     return publication, published.missing_batches
 
 
-def round_identity(
-    app: LeaseApplication, application_name: str, round_number: int, streams: Sequence[str]
-) -> RoundIdentity:
-    """The round as a publication records it, with each stream's ARN and creation time (epoch
-    seconds), so that a stream deleted and created again under its name is told apart. A stream
-    that cannot be described now is named without them: the publication must not fail for it."""
-    identities = {}
+def stream_incarnations(app: LeaseApplication, streams: Sequence[str]) -> dict[str, tuple[str, int]]:
+    """Each stream's ARN and creation time (epoch seconds), so that a stream deleted and created again
+    under its name is told apart. A stream that cannot be described now is left out: neither the
+    round nor its publication must fail for it (the sink then cannot tell its incarnations apart)."""
+    incarnations = {}
     for stream in streams:
         try:
             description = app.shard_source.describe_stream(stream)
         except LeaseCoreError as error:
             log.warning("stream %r could not be described for the round's publication: %s", stream, error)
             continue
-        identities[stream] = (description.stream_arn, description.creation_epoch_millis // 1000)
-    return RoundIdentity(application_name, round_number, identities)
+        incarnations[stream] = (description.stream_arn, description.creation_epoch_millis // 1000)
+    return incarnations

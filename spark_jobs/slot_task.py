@@ -96,7 +96,12 @@ class SlotTask:
         self.context = LeaseContext(
             store=self.store,
             kinesis=app.client("kinesis"),
-            sink=open_sink(spec.output_uri, config=self.config, configuration=spec.sink_configuration),
+            sink=open_sink(
+                spec.output_uri,
+                config=self.config,
+                configuration=spec.sink_configuration,
+                streams=spec.stream_incarnations,
+            ),
             transform_spec=spec.transform,
             transform=load_transform(spec.transform),
             retry_policy=app.retry_policy,

@@ -18,6 +18,7 @@ from collections.abc import Callable
 import pyarrow as pa
 
 from spark_jobs.errors import TransformError
+from spark_jobs.sinks.record_columns import BATCH_COLUMNS, RECORD_SCHEMA
 
 Transform = Callable[[pa.Table], pa.Table]
 
@@ -60,3 +61,25 @@ def apply_transform(spec: str, transform: Transform, table: pa.Table) -> pa.Tabl
     if not isinstance(result, pa.Table):
         raise TransformError(spec, f"returned an object of type {type(result).__name__!r}, not a pyarrow.Table")
     return result
+
+
+def transformed(table: pa.Table, stream_name: str, shard_id: str, spec: str, transform: Transform) -> pa.Table:
+    """A batch's record table through `transform`, which also sees the batch columns (stream_name,
+    shard_id) so that it can tell streams apart; they are dropped again because the sink takes them
+    from the batch."""
+    for name, value in (("stream_name", stream_name), ("shard_id", shard_id)):
+        table = table.append_column(name, pa.array([value] * table.num_rows, pa.string()))
+    table = apply_transform(spec, transform, table)
+    return table.drop_columns([name for name in BATCH_COLUMNS if name in table.column_names])
+
+
+def batch_columns(spec: str | None, transform: Transform | None) -> pa.Schema | None:
+    """The columns a batch will have, told before any data is read: the record columns, or what the
+    transform makes of a batch without rows. None when the transform cannot take an empty batch (its
+    columns are then checked when its first batch is staged)."""
+    if spec is None or transform is None:
+        return RECORD_SCHEMA
+    try:
+        return transformed(RECORD_SCHEMA.empty_table(), "", "", spec, transform).schema
+    except TransformError:
+        return None

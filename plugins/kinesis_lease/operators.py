@@ -47,6 +47,7 @@ from lease_core.store.coordinator_state import CoordinatorStateStore
 from lease_core.store.lease_store import LeaseStore
 from lease_core.sync.audit import ShardSyncAuditor
 from lease_core.sync.step import is_multi_stream, sync_streams
+from spark_jobs.round_publication import stream_incarnations
 from spark_jobs.round_report import RetentionLoss, RoundFigures, history_figures, read_report, report_uri_for
 from spark_jobs.sinks import open_sink
 from spark_jobs.sinks.batch_sink import BatchSink
@@ -177,7 +178,7 @@ class ShardSyncOperator(_LeaderStep):
             store, state = self.fenced_stores(access, leadership)
             # The sync first: it refuses a stream the application does not consume before the
             # auditor writes anything (hash ranges filled from that stream's listing, its record).
-            awaiting = self._awaiting_visibility(access)
+            awaiting = self._awaiting_visibility(access, names)
             report = sync_streams(
                 names, access.config, store, source, state, awaiting_visibility=_kept_if_unsure(awaiting)
             )
@@ -195,7 +196,9 @@ class ShardSyncOperator(_LeaderStep):
             )
         return {**report.to_dict(), "audits": audits, "pending_work": work.to_dict()}
 
-    def _awaiting_visibility(self, access: AwsAccess) -> Callable[[Lease], tuple[str, ...]] | None:
+    def _awaiting_visibility(
+        self, access: AwsAccess, names: Sequence[str]
+    ) -> Callable[[Lease], tuple[str, ...]] | None:
         """The idle check's question to the round's sink, built when first asked: a sink that cannot be
         reached (no credentials, say) makes each lease work with the reason, not the sync fail."""
         if not self.output_uri:
@@ -204,7 +207,8 @@ class ShardSyncOperator(_LeaderStep):
 
         @functools.cache
         def sink() -> BatchSink:
-            return open_sink(uri, config=config, session=access.session)
+            streams = stream_incarnations(access.app, names)
+            return open_sink(uri, config=config, session=access.session, streams=streams)
 
         return lambda lease: sink().awaiting_visibility(lease.committed_batch)
 

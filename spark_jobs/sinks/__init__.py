@@ -15,7 +15,7 @@ import boto3
 
 from lease_core.config.settings import ConsumerConfig
 from spark_jobs.errors import SinkError
-from spark_jobs.sinks.batch_sink import BatchSink
+from spark_jobs.sinks.batch_sink import BatchSink, StreamIncarnations
 from spark_jobs.sinks.parquet import URI_FORMS as PARQUET_URI_FORMS
 from spark_jobs.sinks.parquet import ParquetSink, sink_root
 
@@ -57,15 +57,17 @@ def open_sink(
     config: ConsumerConfig,
     session: boto3.Session | None = None,
     configuration: Mapping[str, str] | None = None,
+    streams: StreamIncarnations | None = None,
 ) -> BatchSink:
     """The sink `uri` names. Its storage's endpoint and region come from `config`
     (`aws_endpoint_url_s3`, `aws_region`), its credentials from `session` (an Airflow connection's),
     else boto3's default chain; `configuration` is `sink_configuration`'s, resolved where the job
-    started (None: this machine's own)."""
+    started (None: this machine's own); `streams` the round's streams as they are now, for a table
+    sink to tell a re-created stream from the one it replaced."""
     if urlsplit(uri).scheme == ICEBERG_SCHEME:
         from spark_jobs.sinks.iceberg import IcebergSink
 
-        return IcebergSink(uri, config.require_application_name(), catalog_configuration=configuration)
+        return IcebergSink(uri, config.require_application_name(), catalog_configuration=configuration, streams=streams)
     return ParquetSink.from_uri(
         uri, s3_endpoint_url=config.aws_endpoint_url_s3, region=config.aws_region, session=session
     )

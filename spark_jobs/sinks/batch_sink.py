@@ -65,14 +65,18 @@ class Visibility(str, enum.Enum):
     MISSING = "missing"  # a committed batch's staged data was deleted before it became visible
 
 
+# Stream name -> its ARN and creation time (epoch seconds): a stream deleted and created again under
+# its name is another incarnation, whose shards and sequence numbers start over.
+StreamIncarnations = Mapping[str, tuple[str, int]]
+
+
 @dataclass(frozen=True)
 class RoundIdentity:
     """What a round's publication records about the round (an Iceberg snapshot's summary)."""
 
     application: str
     round_number: int
-    # Stream name -> its ARN and creation time (epoch seconds): a re-created stream is told apart.
-    streams: Mapping[str, tuple[str, int]]
+    streams: StreamIncarnations
 
 
 @dataclass(frozen=True)
@@ -92,8 +96,9 @@ class BatchSink(Protocol):
     @property
     def uri(self) -> str: ...
 
-    def check_writable(self) -> None:
-        """Fail, before any lease moves, when the sink cannot take batches (missing bucket, catalog or namespace)."""
+    def check_writable(self, columns: pa.Schema | None) -> None:
+        """Fail, before any lease moves, when the sink cannot take batches (missing bucket, catalog or
+        namespace) or cannot hold their `columns` (None: not known before the data)."""
 
     def reports_root(self) -> str:
         """Where round reports go by default (a local path, file:// or s3:// URI), beside the output

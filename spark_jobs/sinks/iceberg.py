@@ -59,25 +59,31 @@ from pyiceberg.manifest import (
     write_manifest,
 )
 from pyiceberg.partitioning import PartitionField, PartitionSpec
-from pyiceberg.schema import Schema, assign_fresh_schema_ids, promote
+from pyiceberg.schema import Schema, assign_fresh_schema_ids
 from pyiceberg.table import Table
 from pyiceberg.table.snapshots import Snapshot, ancestors_of
 from pyiceberg.transforms import DayTransform
-from pyiceberg.types import NestedField
+from pyiceberg.types import DecimalType, DoubleType, FloatType, IcebergType, IntegerType, LongType, NestedField
 from pyiceberg.utils.config import Config
 
 from lease_core.model.lease import Lease
 from lease_core.model.sequence import TRIM_HORIZON, ExtendedSequenceNumber
 from lease_core.ops.landed_audit import LandedBatch
 from spark_jobs.errors import SinkError
-from spark_jobs.sinks.batch_sink import BatchRange, RoundIdentity, RoundPublication, StagedBatch, Visibility
-from spark_jobs.sinks.record_columns import RECORD_SCHEMA
+from spark_jobs.sinks.batch_sink import (
+    BatchRange,
+    RoundIdentity,
+    RoundPublication,
+    StagedBatch,
+    StreamIncarnations,
+    Visibility,
+)
+from spark_jobs.sinks.record_columns import BATCH_COLUMNS, RECORD_SCHEMA
 
 log = logging.getLogger(__name__)
 
 URI_FORM = "iceberg://CATALOG/NAMESPACE.TABLE"
 ARRIVAL_COLUMN = "approximate_arrival_timestamp"
-BATCH_COLUMNS = ("stream_name", "shard_id")
 # pyiceberg's catalogs that cannot commit a table change (0.12: DynamoDB raises NotImplementedError).
 CATALOGS_THAT_CANNOT_COMMIT = frozenset({"dynamodb"})
 # A round's commit is tried again after a conflict with another writer, with every check run again.
@@ -103,6 +109,8 @@ SUMMARY_RANGES = "kinesis.ranges"
 SUMMARY_POSITIONS = "kinesis.positions-file"
 # Table property: `<commit id> <position map>` of the application's newest commit.
 POSITIONS_PROPERTY_PREFIX = "kinesis.positions."
+
+PLACEHOLDER = BatchRange("", "", "", TRIM_HORIZON, None, TRIM_HORIZON)  # a batch whose columns alone matter
 
 _IDENTIFIER_PART = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_-]*")
 
@@ -250,6 +258,21 @@ class LeasePosition:
     stream_created: int | None
     end: ExtendedSequenceNumber
 
+    def of_another_incarnation(self, streams: StreamIncarnations) -> bool:
+        """Whether the position is that of a stream that was deleted since and created again under its
+        name: its sequence numbers say nothing about the new stream's (a lease key without the
+        stream's creation time, single-stream mode's, names a shard of either)."""
+        known = streams.get(self.stream_name)
+        return known is not None and self.stream_created is not None and known != (self.stream_arn, self.stream_created)
+
+
+def held_position(
+    positions: Mapping[str, LeasePosition], lease_key: str, streams: StreamIncarnations
+) -> ExtendedSequenceNumber | None:
+    """Through which position the table holds the lease's records of the stream as it is now."""
+    held = positions.get(lease_key)
+    return None if held is None or held.of_another_incarnation(streams) else held.end
+
 
 class IcebergSink:
     """The table at `uri`, for the application `application` (its position map is the application's own)."""
@@ -260,14 +283,18 @@ class IcebergSink:
         application: str,
         catalog: Catalog | None = None,
         catalog_configuration: Mapping[str, str] | None = None,
+        streams: StreamIncarnations | None = None,
     ) -> None:
         """`catalog_configuration`: the catalog's properties as the driver resolved them (see
-        `spark_jobs.sinks.sink_configuration`), else this process's pyiceberg configuration."""
+        `spark_jobs.sinks.sink_configuration`), else this process's pyiceberg configuration.
+        `streams`: the streams as they are now, so that a position the table holds for a stream of the
+        same name that was deleted since is not taken for the lease's (None: not known)."""
         self.address = parse_table_uri(uri)
         self._uri = uri
         self.application = application
         self._catalog = catalog
         self._catalog_configuration = catalog_configuration
+        self.streams: StreamIncarnations = streams or {}
         self._table: Table | None = None
         self._staged: dict[str, Receipt] = {}  # this process's staged batches, for their commit records
         self._positions: dict[str, LeasePosition] | None = None  # the view `_not_visible` reads
@@ -284,8 +311,9 @@ class IcebergSink:
             self._catalog = load_configured_catalog(self._uri, self.address.catalog, self._catalog_configuration)
         return self._catalog
 
-    def check_writable(self) -> None:
-        """The catalog loads and can commit, the namespace exists, and a table there is one we can append to."""
+    def check_writable(self, columns: pa.Schema | None) -> None:
+        """The catalog loads and can commit, the namespace exists, and a table there can hold batches
+        of `columns` (with the batch columns added as `stage` adds them)."""
         with self.failures("reach the catalog"):
             if not self.catalog.namespace_exists(self.address.namespace):
                 raise SinkError(
@@ -294,6 +322,8 @@ class IcebergSink:
                     f"{self.address.catalog!r}; create it first (pyiceberg: catalog.create_namespace)",
                 )
             table = self._load(required=False)
+        if table is not None and columns is not None:
+            check_columns(self._uri, table.schema(), with_batch_columns(columns.empty_table(), PLACEHOLDER).schema)
         if table is not None and table.metadata.format_version < 2:
             log.info("%s is an Iceberg v1 table; appends work, row-level deletes by users do not", self._uri)
 
@@ -484,8 +514,8 @@ class IcebergSink:
         if self._positions is None:
             table = self.table(refresh=True)
             self._positions = {} if table is None else self.positions(table)
-        held = self._positions.get(lease_key)
-        return [entry for entry in entries if held is None or entry.end > held.end]
+        held = held_position(self._positions, lease_key, self.streams)
+        return [entry for entry in entries if held is None or entry.end > held]
 
     def positions(self, table: Table) -> dict[str, LeasePosition]:
         """The application's position map: the one its newest snapshot in `main`'s history points to.
@@ -588,7 +618,7 @@ class IcebergSink:
             table = self.table(refresh=True)
             if table is None:
                 raise SinkError(self._uri, "the table is gone: committed batches were staged into it")
-            plan = self._plan(table, waiting, staged)
+            plan = self._plan(table, waiting, staged, identity)
             if not plan.batches:
                 return RoundPublication(0, 0, plan.already_visible, plan.missing)
             try:
@@ -608,7 +638,11 @@ class IcebergSink:
         )
 
     def _plan(
-        self, table: Table, waiting: Mapping[str, LeaseRecord], staged: dict[str, _StagedFiles | None]
+        self,
+        table: Table,
+        waiting: Mapping[str, LeaseRecord],
+        staged: dict[str, _StagedFiles | None],
+        identity: RoundIdentity,
     ) -> _CommitPlan:
         """The batches to commit now: every listed batch past its lease's position in the table, in
         order. Their receipts and data files are read once (`staged`, kept across attempts), in parallel:
@@ -618,7 +652,7 @@ class IcebergSink:
             (key, entry)
             for key, record in sorted(waiting.items())
             for entry in sorted(record.entries, key=lambda e: e.end)
-            if (held := positions.get(key)) is None or entry.end > held.end
+            if (held := held_position(positions, key, identity.streams)) is None or entry.end > held
         ]
         unread = [entry.receipt for _, entry in due if entry.receipt not in staged]
         with ThreadPoolExecutor(max_workers=STAGED_READERS) as pool:
@@ -811,8 +845,16 @@ def load_configured_catalog(uri: str, name: str, properties: Mapping[str, str] |
 
 def check_columns(uri: str, table_schema: Schema, arrow_schema: pa.Schema) -> list[str]:
     """The batch's columns the table lacks; SinkError naming the first column whose type the table
-    cannot hold (a type that promotes to the table's, such as int to long, is held)."""
+    cannot hold (a type that widens to the table's, such as int to long, is held), or a column the
+    table requires that the batch lacks."""
     batch_schema = _pyarrow_to_schema_without_ids(arrow_schema)
+    for required in table_schema.fields:
+        if required.required and required.name not in arrow_schema.names:
+            raise SinkError(
+                uri,
+                f"the table requires column {required.name!r} ({required.field_type}), which the batches do "
+                f"not have (they have {arrow_schema.names})",
+            )
     missing = []
     for field in batch_schema.fields:
         try:
@@ -822,23 +864,33 @@ def check_columns(uri: str, table_schema: Schema, arrow_schema: pa.Schema) -> li
         if existing is None:
             missing.append(field.name)
             continue
-        if existing.field_type == field.field_type:
-            continue
-        try:
-            promote(field.field_type, existing.field_type)
-        except Exception:
+        if not widens_to(field.field_type, existing.field_type):
             raise SinkError(
                 uri,
                 f"column {field.name!r} is {field.field_type} in the batch but {existing.field_type} in the table; "
                 "the table cannot hold it",
-            ) from None
+            )
     return missing
+
+
+def widens_to(batch_type: IcebergType, table_type: IcebergType) -> bool:
+    """Whether every value of `batch_type` is written as a `table_type` value without loss: the same
+    type, or a widening Iceberg allows (int to long, float to double, a decimal to a wider one of the
+    same scale). Reading promotions that can fail on a value (binary to string) are not widenings."""
+    if batch_type == table_type:
+        return True
+    if isinstance(batch_type, IntegerType):
+        return isinstance(table_type, LongType)
+    if isinstance(batch_type, FloatType):
+        return isinstance(table_type, DoubleType)
+    if isinstance(batch_type, DecimalType) and isinstance(table_type, DecimalType):
+        return batch_type.scale == table_type.scale and batch_type.precision <= table_type.precision
+    return False
 
 
 def record_schema_with_batch_columns() -> pa.Schema:
     """The columns of a batch without a transform, as the table holds them."""
-    placeholder = BatchRange("", "", "", TRIM_HORIZON, None, TRIM_HORIZON)
-    return with_batch_columns(RECORD_SCHEMA.empty_table(), placeholder).schema
+    return with_batch_columns(RECORD_SCHEMA.empty_table(), PLACEHOLDER).schema
 
 
 def with_batch_columns(table: pa.Table, batch: BatchRange) -> pa.Table:

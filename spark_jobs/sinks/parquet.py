@@ -300,8 +300,9 @@ class ParquetSink:
         """`<uri>/_rounds`: a name every reader of the dataset skips."""
         return f"{self.uri.rstrip('/')}/{REPORTS_FOLDER}"
 
-    def check_writable(self) -> None:
-        """Fail before a job starts if files cannot be created under the root.
+    def check_writable(self, columns: pa.Schema | None) -> None:
+        """Fail before a job starts if files cannot be created under the root. (A dataset of files
+        holds any `columns`: each file has its own schema.)
 
         Creates the local root directory if needed, then writes an empty `_write_check` file there,
         which stays (readers skip it; deleting it would need a permission the job never uses on S3).

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import pytest
+from pyiceberg.schema import Schema
+from pyiceberg.types import NestedField, StringType
 
 from devtools.kinesis_streams import create_stream, kinesis_client
 from lease_core.model.lease import Lease, StreamIdentifier
 from spark_jobs.consume_job import EXIT_FAILED, EXIT_USAGE, main
+from tests.support.iceberg_tables import URI, catalog_properties
 from tests.support.stores import dynamodb_store
 
 
@@ -103,3 +106,14 @@ def test_a_lease_table_keyed_in_the_other_mode_is_refused_before_any_slot_runs(r
     assert main(arguments(ready)) == EXIT_USAGE
     error = capsys.readouterr().err
     assert "'multi_stream'" in error and "this consume job runs in single-stream mode" in error
+
+
+def test_an_iceberg_table_that_cannot_hold_the_records_exits_before_spark(
+    ready, capsys, iceberg_catalog, tmp_path, monkeypatch
+):
+    for key, value in {"type": "sql", **catalog_properties(tmp_path)}.items():
+        monkeypatch.setenv(f"PYICEBERG_CATALOG__LAKE__{key.upper()}", value)
+    iceberg_catalog.create_table(("kinesis", "orders"), schema=Schema(NestedField(1, "data", StringType())))
+
+    assert main(arguments(ready, **{"--output-uri": URI})) == EXIT_FAILED
+    assert "column 'data' is binary in the batch but string in the table" in capsys.readouterr().err

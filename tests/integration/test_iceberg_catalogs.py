@@ -12,6 +12,7 @@ import pytest
 
 from lease_core.model.sequence import TRIM_HORIZON
 from spark_jobs.sinks.iceberg import SUMMARY_RANGES, IcebergSink
+from spark_jobs.sinks.record_columns import RECORD_SCHEMA
 from tests.support.iceberg_tables import APPLICATION, IDENTITY, batch_of, rows, table_sequence_numbers
 from tests.support.postgres_server import PostgresServer, postgres_server
 
@@ -53,7 +54,7 @@ def test_concurrent_publishers_on_postgres_land_every_batch_once(monkeypatch, po
     )
     sink = IcebergSink("iceberg://pglake/kinesis.orders", APPLICATION)
     sink.catalog.create_namespace("kinesis")
-    sink.check_writable()
+    sink.check_writable(RECORD_SCHEMA)
     records = land_every_shard(sink)
     publishers = [IcebergSink(sink.uri, APPLICATION) for _ in range(4)]
     results: list[object] = []
@@ -92,7 +93,7 @@ def test_glue_with_an_s3_warehouse_on_moto(monkeypatch, moto_endpoint, unique_na
     )
     sink = IcebergSink("iceberg://gluelake/kinesis_db.orders", APPLICATION)
     sink.catalog.create_namespace("kinesis_db", {"location": f"s3://{bucket}/warehouse/kinesis_db"})
-    sink.check_writable()
+    sink.check_writable(RECORD_SCHEMA)
     records = land_every_shard(sink)
 
     published = sink.publish_round(records, IDENTITY)

@@ -9,10 +9,12 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
+from pyiceberg.schema import Schema
+from pyiceberg.types import LongType, NestedField, StringType
 
 from lease_core.model.sequence import TRIM_HORIZON
 from spark_jobs.errors import SinkError
-from spark_jobs.sinks.batch_sink import Visibility
+from spark_jobs.sinks.batch_sink import RoundIdentity, Visibility
 from spark_jobs.sinks.iceberg import (
     SUMMARY_APPLICATION,
     SUMMARY_COMMIT_ID,
@@ -23,12 +25,15 @@ from spark_jobs.sinks.iceberg import (
     IcebergSink,
     parse_table_uri,
 )
+from spark_jobs.sinks.record_columns import RECORD_SCHEMA
+from spark_jobs.transform import batch_columns
 from tests.support.iceberg_tables import (
     APPLICATION,
     CREATED,
     IDENTITY,
     STREAM,
     STREAM_ARN,
+    URI,
     batch_of,
     catalog_properties,
     land,
@@ -176,6 +181,23 @@ def test_a_lease_record_keeps_only_the_batches_the_table_does_not_hold(iceberg_c
     assert '"10"' not in record and '"15"' in record
 
 
+def test_a_stream_created_again_under_its_name_is_not_taken_for_the_one_the_table_holds(iceberg_catalog):
+    """Single-stream lease keys are shard ids, the same in a stream deleted and created again: the
+    new stream's batches of shardId-000000000001 up to sequence number 10 are not the old ones."""
+    old = sink_on(iceberg_catalog)
+    old.publish_round({"shardId-000000000001": land(old, None, TRIM_HORIZON, 1, 50)}, IDENTITY)
+    again = {STREAM: (STREAM_ARN, CREATED + 86_400)}
+    sink = IcebergSink(URI, APPLICATION, catalog=iceberg_catalog, streams=again)
+
+    record = land(sink, None, TRIM_HORIZON, 1, 10)
+    assert sink.make_visible(record) is Visibility.AT_ROUND_END and len(sink.awaiting_visibility(record)) == 1
+    published = sink.publish_round({"shardId-000000000001": record}, RoundIdentity(APPLICATION, 8, again))
+
+    assert published.batches_published == 1
+    assert table_sequence_numbers(sink).count("1") == 2, "the new stream's first record is in the table as well"
+    assert sink_on(iceberg_catalog).awaiting_visibility(record) == (), "the table now holds the new stream's"
+
+
 def test_the_application_finds_its_positions_beneath_other_writers_snapshots(iceberg_catalog):
     sink = sink_on(iceberg_catalog)
     record = land(sink, None, TRIM_HORIZON, 1, 10)
@@ -210,6 +232,52 @@ def test_a_column_of_a_conflicting_type_is_refused_before_anything_is_written(ic
     assert sorted((tmp_path / "warehouse").rglob("*")) == files_before
 
 
+def users_table(catalog, *fields: NestedField) -> None:
+    """A table the user created for the pipeline, with columns of their choice."""
+    catalog.create_table(("kinesis", "orders"), schema=Schema(*fields))
+
+
+@pytest.mark.parametrize(
+    ("fields", "complaint"),
+    [
+        (
+            (NestedField(1, "sequence_number", LongType(), required=False),),
+            r"column 'sequence_number' is string in the batch but long in the table",
+        ),
+        (
+            (NestedField(1, "customer_id", StringType(), required=True),),
+            r"the table requires column 'customer_id' \(string\), which the batches do not have",
+        ),
+    ],
+    ids=["a column of another type", "a required column the records lack"],
+)
+def test_a_table_that_cannot_hold_the_records_is_refused_before_any_lease_moves(iceberg_catalog, fields, complaint):
+    users_table(iceberg_catalog, *fields)
+    with pytest.raises(SinkError, match=complaint):
+        sink_on(iceberg_catalog).check_writable(RECORD_SCHEMA)
+
+
+def test_a_table_is_checked_against_what_the_transform_makes_of_the_records(iceberg_catalog):
+    users_table(iceberg_catalog, NestedField(1, "amount", LongType(), required=False))
+
+    def as_text(table: pa.Table) -> pa.Table:
+        return table.append_column("amount", pa.array(["1"] * table.num_rows, pa.string()))
+
+    with pytest.raises(SinkError, match=r"column 'amount' is string in the batch but long in the table"):
+        sink_on(iceberg_catalog).check_writable(batch_columns("users.module:as_text", as_text))
+
+
+def test_a_transform_that_cannot_take_a_batch_without_rows_leaves_the_check_to_its_first_batch(iceberg_catalog):
+    users_table(iceberg_catalog, NestedField(1, "amount", LongType(), required=False))
+
+    def first_row_only(table: pa.Table) -> pa.Table:
+        return table.slice(0, 1).append_column("amount", pa.array([table.num_rows // table.num_rows], pa.int64()))
+
+    columns = batch_columns("users.module:first_row_only", first_row_only)
+    assert columns is None
+    sink_on(iceberg_catalog).check_writable(columns)
+
+
 @pytest.mark.parametrize(
     ("uri", "complaint"),
     [
@@ -235,13 +303,13 @@ def test_an_unconfigured_catalog_is_refused_naming_the_variables_to_set(monkeypa
     monkeypatch.delenv("PYICEBERG_CATALOG__NOWHERE__TYPE", raising=False)
     monkeypatch.setenv("PYICEBERG_HOME", "/nonexistent")
     with pytest.raises(SinkError, match=r"catalog 'nowhere' is not configured: set PYICEBERG_CATALOG__NOWHERE__TYPE"):
-        IcebergSink("iceberg://nowhere/kinesis.orders", APPLICATION).check_writable()
+        IcebergSink("iceberg://nowhere/kinesis.orders", APPLICATION).check_writable(RECORD_SCHEMA)
 
 
 def test_a_dynamodb_catalog_is_refused_because_pyiceberg_cannot_commit_to_it(monkeypatch):
     monkeypatch.setenv("PYICEBERG_CATALOG__DDB__TYPE", "dynamodb")
     with pytest.raises(SinkError, match=r"catalog 'ddb' is of type 'dynamodb', which pyiceberg cannot commit to"):
-        IcebergSink("iceberg://ddb/kinesis.orders", APPLICATION).check_writable()
+        IcebergSink("iceberg://ddb/kinesis.orders", APPLICATION).check_writable(RECORD_SCHEMA)
 
 
 def test_a_catalog_configured_by_environment_variables_is_used(monkeypatch, tmp_path):
@@ -250,7 +318,7 @@ def test_a_catalog_configured_by_environment_variables_is_used(monkeypatch, tmp_
     monkeypatch.setenv("PYICEBERG_CATALOG__ENVLAKE__TYPE", "sql")
     sink = IcebergSink("iceberg://envlake/kinesis.orders", APPLICATION)
     sink.catalog.create_namespace("kinesis")
-    sink.check_writable()
+    sink.check_writable(RECORD_SCHEMA)
     record = land(sink, None, TRIM_HORIZON, 1, 2)
     sink.publish_round({"shardId-000000000001": record}, IDENTITY)
     assert len(table_sequence_numbers(sink)) == 2
@@ -259,7 +327,7 @@ def test_a_catalog_configured_by_environment_variables_is_used(monkeypatch, tmp_
 def test_a_missing_namespace_is_refused_before_anything_is_written(iceberg_catalog):
     sink = IcebergSink("iceberg://lake/elsewhere.orders", APPLICATION, catalog=iceberg_catalog)
     with pytest.raises(SinkError, match=r"namespace 'elsewhere' does not exist in catalog 'lake'"):
-        sink.check_writable()
+        sink.check_writable(RECORD_SCHEMA)
 
 
 def test_batches_staged_before_the_partition_spec_changed_land_in_the_new_spec(iceberg_catalog):

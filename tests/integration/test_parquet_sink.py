@@ -338,13 +338,13 @@ def test_a_file_whose_name_starts_with_an_underscore_is_never_read(sink: Parquet
 
 def test_reading_a_dataset_nothing_was_published_to_gives_an_empty_table(sink: ParquetSink) -> None:
     assert sink.read_dataset().num_rows == 0
-    sink.check_writable()
+    sink.check_writable(RECORD_SCHEMA)
     assert sink.read_dataset().schema.equals(DATASET_SCHEMA)
 
 
 def test_check_writable_passes_on_a_fresh_root_and_leaves_only_a_file_readers_skip(sink: ParquetSink) -> None:
-    sink.check_writable()
-    sink.check_writable()
+    sink.check_writable(RECORD_SCHEMA)
+    sink.check_writable(RECORD_SCHEMA)
     names = [info.base_name for info in sink.filesystem.get_file_info(pafs.FileSelector(sink.root, recursive=True))]
     assert names == [WRITE_CHECK_NAME]
     publish_batch(sink, 1, 2)
@@ -395,14 +395,14 @@ def test_a_file_where_a_partition_directory_belongs_makes_staging_fail_without_r
 def test_check_writable_refuses_a_root_that_is_a_file(tmp_path) -> None:
     (tmp_path / "dataset").write_text("")
     with pytest.raises(SinkError, match="exists and is not a directory") as raised:
-        ParquetSink.from_uri(str(tmp_path / "dataset")).check_writable()
+        ParquetSink.from_uri(str(tmp_path / "dataset")).check_writable(RECORD_SCHEMA)
     assert not raised.value.retryable
 
 
 def test_check_writable_refuses_a_root_below_a_file(tmp_path) -> None:
     (tmp_path / "blocker").write_text("")
     with pytest.raises(SinkError, match="cannot check that the dataset root is writable") as raised:
-        ParquetSink.from_uri(str(tmp_path / "blocker" / "dataset")).check_writable()
+        ParquetSink.from_uri(str(tmp_path / "blocker" / "dataset")).check_writable(RECORD_SCHEMA)
     assert not raised.value.retryable
 
 
@@ -463,7 +463,7 @@ def test_spark_reads_the_dataset_with_partition_columns_and_skips_staging_files(
 def test_a_missing_bucket_fails_check_writable_publish_and_reads_naming_the_bucket(moto_endpoint: str) -> None:
     sink = ParquetSink.from_uri("s3://no-such-bucket-here/dataset", s3_endpoint_url=moto_endpoint)
     with pytest.raises(SinkError, match="bucket 'no-such-bucket-here' does not exist") as checked:
-        sink.check_writable()
+        sink.check_writable(RECORD_SCHEMA)
     with pytest.raises(SinkError, match="bucket 'no-such-bucket-here' does not exist") as read:
         sink.read_dataset()
     with pytest.raises(SinkError, match="no-such-bucket-here") as published:
@@ -494,7 +494,7 @@ def test_the_s3_endpoint_comes_from_the_standard_environment_variables(
 def test_an_explicit_endpoint_wins_over_the_environment(moto_endpoint: str, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("AWS_ENDPOINT_URL_S3", f"http://{LOOPBACK}:{free_port()}")
     sink = ParquetSink.from_uri(f"s3://{new_bucket(moto_endpoint)}", s3_endpoint_url=moto_endpoint)
-    sink.check_writable()
+    sink.check_writable(RECORD_SCHEMA)
     assert sink.root.count("/") == 0
 
 

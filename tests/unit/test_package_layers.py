@@ -117,7 +117,7 @@ SPARK_JOBS_ALLOWED = {
     "consume_spec": {"errors", "lease_consumer"},
     "lease_consumer": {"errors", "round_report", "sinks", "transform"},
     "round_report": {"errors"},
-    "transform": {"errors"},
+    "transform": {"errors", "sinks"},
     "sinks": {"errors"},
     "errors": set(),
 }

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import pytest
+from pyiceberg.types import BinaryType, DecimalType, DoubleType, FloatType, IntegerType, LongType, StringType
 
 from lease_core.config.settings import ConsumerConfig
 from spark_jobs.errors import SinkError
 from spark_jobs.sinks import check_sink_uri, open_sink
-from spark_jobs.sinks.iceberg import IcebergSink
+from spark_jobs.sinks.iceberg import IcebergSink, widens_to
 from spark_jobs.sinks.parquet import ParquetSink
 
 PARQUET_URIS = [
@@ -46,3 +47,30 @@ def test_a_malformed_iceberg_uri_is_refused_naming_its_form() -> None:
 def test_a_local_path_opens_a_parquet_dataset_there(tmp_path) -> None:
     sink = open_sink(str(tmp_path / "lake"), config=ConsumerConfig())
     assert isinstance(sink, ParquetSink) and sink.root == str(tmp_path / "lake")
+
+
+@pytest.mark.parametrize(
+    ("batch_type", "table_type", "held"),
+    [
+        (StringType(), StringType(), True),
+        (IntegerType(), LongType(), True),
+        (FloatType(), DoubleType(), True),
+        (DecimalType(9, 2), DecimalType(18, 2), True),
+        (LongType(), IntegerType(), False),
+        (DecimalType(9, 2), DecimalType(18, 3), False),
+        (BinaryType(), StringType(), False),
+        (StringType(), LongType(), False),
+    ],
+    ids=[
+        "same",
+        "int to long",
+        "float to double",
+        "wider decimal",
+        "long to int",
+        "decimal of another scale",
+        "binary to string (not every byte string is text)",
+        "string to long",
+    ],
+)
+def test_a_table_column_holds_a_batch_column_only_of_its_own_type_or_a_lossless_widening(batch_type, table_type, held):
+    assert widens_to(batch_type, table_type) is held
