@@ -296,6 +296,7 @@ class RoundReport:
             slots=tuple(SlotFigures.of(slot) for slot in self.slots),
             leases=tuple(LeaseFigures.of(lease) for slot in self.slots for lease in slot.leases),
             publication=self.publication,
+            output_uri=self.output_uri,
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -403,6 +404,7 @@ class RoundFigures:
     slots: tuple[SlotFigures, ...]
     leases: tuple[LeaseFigures, ...]
     publication: Publication | None = None
+    output_uri: str | None = None  # None: a report written by a release that did not keep it here
 
     @classmethod
     def from_dict(cls, document: object, source: str) -> RoundFigures:
@@ -452,6 +454,7 @@ def history_figures(figures: RoundFigures | None) -> dict[str, Any]:
         # As text: an Iceberg snapshot id is a 64-bit number, which JavaScript's numbers cannot hold.
         "snapshot_id": str(publication.snapshot_id) if publication and publication.snapshot_id is not None else None,
         "table_commits": publication.commits if publication else None,
+        "output": figures.output_uri if figures else None,
     }
 
 

@@ -84,6 +84,7 @@ ROUND_FIELDS = (
     "slots",
     "snapshot_id",
     "table_commits",
+    "output",
 )
 _DIGITS = re.compile(r"(\d+)")
 

@@ -163,6 +163,7 @@ def round_entry(number: int, run_id: str, records: int) -> dict[str, Any]:
         # A 64-bit Iceberg snapshot id, beyond what a JavaScript number holds exactly.
         "snapshot_id": None if idle else f"{9_007_199_254_740_993 + number}",
         "table_commits": None if idle else 1,
+        "output": "iceberg://glue/lake.orders",
         "slots": None
         if idle
         else {
@@ -479,6 +480,7 @@ def test_a_dag_run_tab_shows_its_round_and_a_lease_table_that_fits(context, serv
     expect(frame.locator("#run-round .badge")).to_have_text(["success"])
     expect(frame.locator("#run-round dd").nth(3)).to_have_text("1,234")
     expect(frame.locator("#run-round")).to_contain_text("table snapshot9007199254740998")
+    expect(frame.locator("#run-round")).to_contain_text("outputiceberg://glue/lake.orders")
     expect(frame.locator("#leases tbody tr")).to_have_count(100)
     assert_fits(frame.locator("#leases-frame"))
     assert_fits(frame.locator("#rounds-section .table-frame"))

@@ -163,6 +163,7 @@ FIGURES = {
         },
     ],
     "publication": None,
+    "output_uri": "/lake",
 }
 
 
@@ -247,6 +248,7 @@ def test_the_finalize_summary_of_a_consumed_round_counts_its_figures():
         },
         "snapshot_id": None,
         "table_commits": None,
+        "output": "/lake",
     }
     assert figures.lease_rows() == FIGURES["leases"]
 
@@ -278,6 +280,7 @@ def test_the_finalize_summary_of_a_round_whose_consume_step_was_skipped_has_zero
         "slots": None,
         "snapshot_id": None,
         "table_commits": None,
+        "output": None,
     }
 
 
@@ -370,6 +373,7 @@ def test_a_rounds_publication_is_in_its_summary_its_figures_and_its_history_entr
     assert figures.publication == PUBLISHED.publication
     summary = round_summary(figures, {"round_number": 7}, {}, "manual__1")
     assert (summary["snapshot_id"], summary["table_commits"]) == ("4270864056888507805", 1)
+    assert summary["output"] == PUBLISHED.output_uri
 
 
 def test_a_round_whose_batches_could_not_be_published_did_not_succeed_and_says_why():

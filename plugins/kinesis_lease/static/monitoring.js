@@ -648,6 +648,8 @@
       ...figure("busiest slot / bound", busy(format.ratio(round.busiest_over_bound))),
       // A table sink's round: the snapshot its one commit made (text: a 64-bit id).
       ...(round.snapshot_id ? figure("table snapshot", round.snapshot_id) : []),
+      // Where the round landed: the dataset or the table (`iceberg://catalog/namespace.table`).
+      ...(round.output ? figure("output", round.output) : []),
     );
     target.replaceChildren(list);
   }
