@@ -206,21 +206,31 @@ LOST_BATCHES = {
 }
 
 
+def a_round_losing_its_batch(under: SinkUnderTest) -> RoundReport:
+    """(100, 103] prepared and staged by an attempt that died, redone and committed by this round's; a
+    lifecycle rule or an orphan-file cleanup deletes its staged data before each step to make it visible."""
+    store = InMemoryLeaseStore()
+    prepared_and_staged_by_an_earlier_attempt(store, under.sink())
+    return a_round(store, 1, lambda: StagedDataGone(under.sink(), under.remove_staged), OPEN_SHARD)
+
+
 def test_a_committed_batch_whose_staged_data_is_deleted_before_it_is_visible_is_reported_as_lost(
     sink_under_test: SinkUnderTest,
 ):
-    """A lifecycle rule or an orphan-file cleanup deletes the committed batch's staged data before the
-    sink's step to make it visible: its records are not in the sink, and the round says so."""
-    under = sink_under_test
-    store = InMemoryLeaseStore()
-    prepared_and_staged_by_an_earlier_attempt(store, under.sink())
+    report = a_round_losing_its_batch(sink_under_test)
 
-    report = a_round(store, 1, lambda: StagedDataGone(under.sink(), under.remove_staged), OPEN_SHARD)
-
-    lost = LOST_BATCHES[under.name]
+    lost = LOST_BATCHES[sink_under_test.name]
     assert lost in report.totals.missing_batches and report.totals.unpromoted_batches == ()
     assert f"LOSS: {lost}: committed, but its file was deleted before it was visible in the sink" in report.summary()
-    assert under.visible_sequence_numbers() == []
+    assert sink_under_test.visible_sequence_numbers() == []
+
+
+def test_a_round_names_a_lost_batch_once_by_its_lease(sink_under_test: SinkUnderTest):
+    """The slot that finds the batch's staged data gone names it, and so does the driver's publication
+    after it: the round's report (its LOSS lines, the alert `records_lost` raises) names it once."""
+    report = a_round_losing_its_batch(sink_under_test)
+
+    assert report.totals.missing_batches == (LOST_BATCHES[sink_under_test.name],)
 
 
 def test_a_zombies_late_staged_copy_of_a_batch_made_visible_is_never_made_visible(sink_under_test: SinkUnderTest):
