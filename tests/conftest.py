@@ -63,6 +63,7 @@ def unique_name(request: pytest.FixtureRequest) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]", "-", f"t{next(_names)}-{request.node.name}")[:60]
 
 
-# Spark fixtures live with their support code; pytest finds them through this import.
+# Spark and sink fixtures live with their support code; pytest finds them through these imports.
 from tests.support.iceberg_tables import iceberg_catalog, table_pipeline  # noqa: E402,F401
+from tests.support.sinks_under_test import sink_under_test  # noqa: E402,F401
 from tests.support.spark import spark, spark_control_dir  # noqa: E402,F401

@@ -1,15 +1,18 @@
 """Exactly-once under the faults an adversarial review found: a slot's attempts claiming out of
-order, a shard's last batch whose promotion fails, a transaction retried while its first try is in
-progress. No Kinesis is needed: what the redo would read is already staged or refused."""
+order, a committed batch its sink cannot make visible or whose staged data is deleted first, a
+zombie's late copy of a batch, a finished lease whose last batch is not visible yet, a transaction
+retried while its first try is in progress. The cases that depend on the sink run over every sink
+(`tests/support/sinks_under_test.py`): a Parquet dataset, whose slots make each batch visible right
+after its commit, and an Iceberg table, whose driver makes a round's batches visible at its end.
+Kinesis is a shard in memory (`tests/support/kinesis_shard.py`)."""
 
 from __future__ import annotations
 
-import datetime as dt
-from pathlib import Path
+from collections.abc import Callable
+from dataclasses import dataclass
 from types import SimpleNamespace
 
 import botocore.exceptions
-import pyarrow as pa
 
 from lease_core.lifecycle.lease_holder import HeldLease
 from lease_core.lifecycle.lease_lifecycle import apply_cleanup, create_child_leases, plan_lease_cleanup
@@ -20,13 +23,13 @@ from lease_core.model.sequence import SHARD_END, TRIM_HORIZON, ExtendedSequenceN
 from lease_core.model.shards import ChildShard
 from lease_core.store.dynamodb_store import DynamoDBLeaseStore
 from lease_core.store.memory_store import InMemoryLeaseStore
-from spark_jobs.lease_consumer import LeaseBudget, LeaseConsumer, LeaseContext, make_committed_visible
-from spark_jobs.round_report import LeaseReport, Outcome, RoundReport, RoundTotals, SlotReport
-from spark_jobs.sinks.batch_sink import BatchRange, StagedBatch, Visibility
-from spark_jobs.sinks.parquet import ParquetSink, visible_path
-from spark_jobs.sinks.record_columns import RECORD_SCHEMA
+from spark_jobs.lease_consumer import LeaseBudget, LeaseConsumer, LeaseContext
+from spark_jobs.round_report import LeaseReport, Outcome, RoundReport, SlotReport
+from spark_jobs.sinks.batch_sink import BatchRange, BatchSink, StagedBatch, Visibility
 from spark_jobs.slot_task import SlotTask
 from tests.support.faults import FaultInjectingClient, client_error
+from tests.support.kinesis_shard import InMemoryShard
+from tests.support.sinks_under_test import APPLICATION, STREAM, SinkUnderTest, StagedDataGone, end_round
 from tests.support.stores import FAST_RETRIES, dynamodb_store
 
 ESN = ExtendedSequenceNumber
@@ -85,52 +88,197 @@ def test_an_older_attempt_that_claims_late_does_not_fence_the_newer_attempt_of_i
     assert older.is_lost
 
 
-# --- 2. a committed file that nobody will ever promote ---------------------------------------------
+# --- 2. committed batches every sink must make visible exactly once -----------------------------------
+# Each test runs over every sink (`tests/support/sinks_under_test.py`). A round is the consume job's: the
+# slot's lease consumer, then the driver's publication of every committed batch the lease table names.
+
+START, FIRST, END = ESN("100"), ESN("101"), ESN("103")
+BATCH = BatchRange(PARENT, STREAM, PARENT, START, FIRST, END)
+LANDED = ["101", "102", "103"]
+OPEN_SHARD = InMemoryShard(range(100, 104))
+CLOSED_SHARD = InMemoryShard(range(100, 104), split_of_parent())
 
 
-class PromoteFails:
-    """The slot's sink, except that making a batch visible fails (an S3 503 on the CopyObject, or the
-    executor dying between the commit and the promotion)."""
-
-    def __init__(self, sink: ParquetSink) -> None:
-        self._sink = sink
-
-    def __getattr__(self, name: str):
-        return getattr(self._sink, name)
-
-    def make_visible(self, record: str | None):
-        raise OSError("injected: the promotion never happened")
-
-
-def three_rows() -> pa.Table:
-    arrival = dt.datetime(2024, 1, 1, tzinfo=dt.UTC)
-    return pa.Table.from_pylist(
-        [
-            {
-                "sequence_number": str(n),
-                "sub_sequence_number": 0,
-                "partition_key": "k",
-                "approximate_arrival_timestamp": arrival,
-                "data": b"x",
-                "explicit_hash_key": None,
-            }
-            for n in (101, 102, 103)
-        ],
-        schema=RECORD_SCHEMA,
+def a_round(
+    store: InMemoryLeaseStore, number: int, sinks: Callable[[], BatchSink], shard: InMemoryShard
+) -> RoundReport:
+    """Round `number` on PARENT: attempt `number` of SLOT claims it and does its work, then the driver
+    publishes; each opens its own sink (`sinks`), as the slot's and the driver's processes do."""
+    lease = store.get_lease(PARENT, consistent=True)
+    assert lease is not None
+    held = HeldLease(store, lease, DURATION, claim_token=f"{SLOT}/attempt-{number}")
+    assert held.claim()
+    context = LeaseContext(
+        store=store,
+        kinesis=shard,
+        sink=sinks(),
+        transform_spec=None,
+        transform=None,
+        retry_policy=FAST_RETRIES,
+        at_timestamp=None,
+        budget=LeaseBudget(),
+        read_bytes_per_second=None,
+        closed_shards={PARENT: None} if shard.children else {},
+    )
+    report = LeaseConsumer(held, STREAM, PARENT, SINGLE, SLOT, context).run()
+    driver = sinks()
+    publication, gone = end_round(driver, store, number)
+    slots = [SlotReport(SLOT, number, 1.0, -1, (report,))]
+    return RoundReport.build(
+        APPLICATION,
+        number,
+        [STREAM],
+        driver.uri,
+        "2026-11-26T00:00:00",
+        1.0,
+        slots,
+        publication=publication,
+        unpublishable_batches=gone,
     )
 
 
-def test_cleanup_never_deletes_a_finished_lease_whose_committed_batch_was_not_made_visible(tmp_path: Path):
-    """A prepared (C, SHARD_END] batch (the earlier version's last-batch form, which the redo still
-    supports) is redone: its file is staged (pre-staged here, so that no Kinesis is needed), SHARD_END is
-    committed naming it, and the promotion fails (a 503 on the CopyObject, or the executor dies). The
-    children already had leases (shard sync created them), so their slots read them as soon as the
-    parent reached SHARD_END. Next round, cleanup runs before any slot: the parent is finished, its
-    children started, so it is deleted, and with it the only record that the staged file is committed.
-    Its records are never visible, and nothing reports them. (A fix may also avoid SHARD_END here.)"""
+def lease_report(report: RoundReport) -> LeaseReport:
+    ((lease,),) = (slot.leases for slot in report.slots)
+    return lease
+
+
+def prepared_and_staged_by_an_earlier_attempt(store: InMemoryLeaseStore, sink: BatchSink) -> None:
+    """PARENT at 100 with (100, 103] prepared and staged by an attempt that died before its commit."""
+    earlier = sink.stage(BATCH, OPEN_SHARD.rows(101, 103), "earlier")
+    lease = owned(store, PARENT, checkpoint=START)
+    described = PendingBatch(START, END, FIRST, sink.batch_name(BATCH), 3, staged=earlier.token)
+    assert store.prepare_checkpoint(lease, END, described.encode()).applied
+
+
+@dataclass(frozen=True)
+class NotVisibleYet:
+    """What a round whose sink cannot make its committed batch visible says of it."""
+
+    outcome: str  # the lease's, in its slot's report
+    named_by_the_lease: bool  # the lease's report names the batch: its slot's step to make it visible failed
+    publication_error: str  # the round's publication failed as well
+
+
+NOT_VISIBLE_YET = {
+    # The slot's promotion fails, and so does the driver's of what the slot left staged.
+    "parquet": NotVisibleYet(Outcome.FAILED, True, "injected: the promotion failed"),
+    # The slot only stages and commits; the round's one table commit fails.
+    "iceberg": NotVisibleYet(Outcome.CAUGHT_UP, False, "injected: the catalog cannot be reached to commit"),
+}
+
+
+def test_a_committed_batch_its_sink_cannot_make_visible_is_reported_and_made_visible_once_by_the_next_round(
+    sink_under_test: SinkUnderTest,
+):
+    """(100, 103] was prepared and staged by an attempt that died; this round's attempt redoes it (takes
+    the staged batch over, or reads it again) and commits it, and the sink cannot make it visible all
+    round long (an S3 503 on every promotion, a catalog that cannot be reached to commit)."""
+    under = sink_under_test
     store = InMemoryLeaseStore()
-    children = split_of_parent()
-    for child in children:  # created by shard sync, assigned to another slot for this round
+    prepared_and_staged_by_an_earlier_attempt(store, under.sink())
+
+    report = a_round(store, 1, under.visibility_failing, OPEN_SHARD)
+
+    expected = NOT_VISIBLE_YET[under.name]
+    lease = store.get_lease(PARENT, consistent=True)
+    assert lease is not None and lease.checkpoint == END and under.visible_sequence_numbers() == []
+    named = under.sink().batch_name(BATCH) if expected.named_by_the_lease else None
+    assert (lease_report(report).outcome, lease_report(report).unpromoted_batch) == (expected.outcome, named)
+    assert report.totals.unpromoted_batches == ((f"{PARENT}: {named}",) if named else ())
+    assert not report.succeeded and report.publication is not None
+    assert expected.publication_error in (report.publication.error or "")
+    assert "NOT VISIBLE YET: the round's committed batches were not published" in report.summary()
+    assert under.sink().awaiting_visibility(lease.committed_batch) != (), "the idle check would take it for idle"
+
+    healed = a_round(store, 2, under.sink, OPEN_SHARD)  # the next holder, then the driver
+
+    assert healed.succeeded and healed.totals.missing_batches == ()
+    assert under.visible_sequence_numbers() == LANDED
+    assert under.sink().awaiting_visibility(lease.committed_batch) == ()
+    end_round(under.sink(), store, 3)  # a driver publishing again
+    assert under.visible_sequence_numbers() == LANDED
+
+
+# How a round's report names a committed batch whose staged data is gone: "lease key: batch".
+LOST_BATCHES = {
+    "parquet": f"{PARENT}: stream_name={STREAM}/shard_id={PARENT}/100-0_103-0.parquet",
+    "iceberg": f"{PARENT}: the batch up to 103",
+}
+
+
+def a_round_losing_its_batch(under: SinkUnderTest) -> RoundReport:
+    """(100, 103] prepared and staged by an attempt that died, redone and committed by this round's; a
+    lifecycle rule or an orphan-file cleanup deletes its staged data before each step to make it visible."""
+    store = InMemoryLeaseStore()
+    prepared_and_staged_by_an_earlier_attempt(store, under.sink())
+    return a_round(store, 1, lambda: StagedDataGone(under.sink(), under.remove_staged), OPEN_SHARD)
+
+
+def test_a_committed_batch_whose_staged_data_is_deleted_before_it_is_visible_is_reported_as_lost(
+    sink_under_test: SinkUnderTest,
+):
+    report = a_round_losing_its_batch(sink_under_test)
+
+    lost = LOST_BATCHES[sink_under_test.name]
+    assert lost in report.totals.missing_batches and report.totals.unpromoted_batches == ()
+    assert f"LOSS: {lost}: committed, but its file was deleted before it was visible in the sink" in report.summary()
+    assert sink_under_test.visible_sequence_numbers() == []
+
+
+def test_a_round_names_a_lost_batch_once_by_its_lease(sink_under_test: SinkUnderTest):
+    """The slot that finds the batch's staged data gone names it, and so does the driver's publication
+    after it: the round's report (its LOSS lines, the alert `records_lost` raises) names it once."""
+    report = a_round_losing_its_batch(sink_under_test)
+
+    assert report.totals.missing_batches == (LOST_BATCHES[sink_under_test.name],)
+
+
+def test_a_zombies_late_staged_copy_of_a_batch_made_visible_is_never_made_visible(sink_under_test: SinkUnderTest):
+    """Attempt 0 was inside its upload of (100, 103] when attempt 1 claimed the lease, read the batch,
+    committed it and made it visible; attempt 0's upload lands then. The next rounds' steps to make
+    committed batches visible never bring the zombie's copy to readers: not while the batch is visible
+    (no second copy), nor once retention or compaction removed the batch's rows."""
+    under = sink_under_test
+    store = InMemoryLeaseStore()
+    owned(store, PARENT, checkpoint=START)
+    assert a_round(store, 1, under.sink, OPEN_SHARD).succeeded
+    assert under.visible_sequence_numbers() == LANDED
+
+    under.sink().stage(BATCH, OPEN_SHARD.rows(101, 103), f"{SLOT}/attempt-0")  # the zombie's upload lands
+    assert a_round(store, 2, under.sink, OPEN_SHARD).succeeded
+    assert under.visible_sequence_numbers() == LANDED, "a zombie's staged copy was made visible as well"
+
+    under.remove_visible_rows(PARENT)
+    a_round(store, 3, under.sink, OPEN_SHARD)
+    assert under.visible_sequence_numbers() == [], "a batch made visible, then removed, came back from a zombie's copy"
+
+
+# Where a closed shard's lease stands after a round whose sink could not make its last batch visible.
+AFTER_AN_UNSEEN_LAST_BATCH = {
+    "parquet": END,  # its slot's promotion failed, so the slot stopped before the shard's end
+    "iceberg": SHARD_END,  # a table's batches wait for the round's end: the lease ends its shard, naming them
+}
+
+
+def shard_sync_cleanup(store: InMemoryLeaseStore, sink: BatchSink) -> None:
+    """The next round's shard sync, before any slot: cleanup asks the sink which committed batches wait."""
+
+    def waiting(lease: Lease) -> bool:
+        return bool(sink.awaiting_visibility(lease.committed_batch))
+
+    apply_cleanup(store, plan_lease_cleanup(store.list_leases(), None, SINGLE, awaiting_visibility=waiting))
+
+
+def test_cleanup_never_deletes_a_finished_lease_whose_committed_batch_is_not_visible_yet(
+    sink_under_test: SinkUnderTest,
+):
+    """The closed shard's last batch (100, 103] is committed and the round cannot make it visible. The
+    children already had leases (shard sync created them), and their slots read them as soon as the
+    parent reached SHARD_END. Deleting the parent then would delete the only record that its batch is
+    committed: nobody would ever make it visible, and nothing would report it."""
+    under = sink_under_test
+    store = InMemoryLeaseStore()
+    for child in split_of_parent():  # created by shard sync, assigned to another slot for this round
         owned(
             store,
             child.shard_id,
@@ -139,116 +287,22 @@ def test_cleanup_never_deletes_a_finished_lease_whose_committed_batch_was_not_ma
             parent_shard_ids=frozenset({PARENT}),
             hash_key_range=child.hash_key_range,
         )
+    owned(store, PARENT, checkpoint=START, hash_key_range=HashKeyRange(0, 2**128 - 1))
 
-    sink = ParquetSink.from_uri(str(tmp_path / "lake"))
-    checkpoint = ESN("100")
-    batch = BatchRange(PARENT, "stream", PARENT, checkpoint, ESN("101"), SHARD_END)
-    path = sink.batch_name(batch)
-    lease = owned(store, PARENT, checkpoint=checkpoint, hash_key_range=HashKeyRange(0, 2**128 - 1))
-    described = PendingBatch(
-        checkpoint, SHARD_END, ESN("101"), path, 3, children, staged=sink.staged_token(batch, "earlier")
-    )
-    prepared = store.prepare_checkpoint(lease, SHARD_END, described.encode()).lease
-    assert prepared is not None
-    sink.stage(batch, three_rows(), "earlier")
-
-    held = HeldLease(store, prepared, DURATION, claim_token=f"{SLOT}/attempt-0")
-    assert held.claim()
-    context = LeaseContext(
-        store=store,
-        kinesis=None,
-        sink=PromoteFails(sink),  # type: ignore[arg-type]
-        transform_spec=None,
-        transform=None,
-        retry_policy=FAST_RETRIES,
-        at_timestamp=None,
-        budget=LeaseBudget(),
-    )
-    LeaseConsumer(held, "stream", PARENT, SINGLE, SLOT, context).run()  # fails at the promotion
-
-    for child in CHILDREN:  # the children's slots saw their parent at SHARD_END and read them
+    a_round(store, 1, under.visibility_failing, CLOSED_SHARD)
+    parent = store.get_lease(PARENT, consistent=True)
+    assert parent is not None and parent.checkpoint == AFTER_AN_UNSEEN_LAST_BATCH[under.name]
+    assert under.sink().awaiting_visibility(parent.committed_batch) != ()
+    for child in CHILDREN:  # the children's slots read them
         started = store.get_lease(child, consistent=True)
         assert started is not None and store.checkpoint(started, ESN("500")).applied
-    apply_cleanup(store, plan_lease_cleanup(store.list_leases(), None, SINGLE))  # the next round's shard sync
+    shard_sync_cleanup(store, under.sink())
+    assert store.get_lease(PARENT, consistent=True) is not None, "deleted while its committed batch is not visible"
 
-    still_known = store.get_lease(PARENT, consistent=True) is not None
-    assert sink.exists(path) or still_known, (
-        "the parent lease was deleted while its committed last batch is still staged: nobody will promote it"
-    )
-
-
-class StagedFileDeleted(PromoteFails):
-    """The slot's sink, except that the staged file is gone when it is promoted (a lifecycle rule or
-    another tool deleted it between this attempt's stage and its promotion)."""
-
-    def make_visible(self, record: str | None):
-        if record is not None:
-            (Path(self._sink.root) / record).unlink()
-        return self._sink.make_visible(record)
-
-
-def redo_staged_batch(store: InMemoryLeaseStore, sink: object, tmp_path: Path):
-    """A lease with a prepared (100, 103] whose file an earlier attempt staged; this attempt redoes it
-    through `sink`: it copies the file to its own staged name, commits, and promotes."""
-    lake = ParquetSink.from_uri(str(tmp_path / "lake"))
-    checkpoint, end = ESN("100"), ESN("103")
-    batch = BatchRange(PARENT, "stream", PARENT, checkpoint, ESN("101"), end)
-    path = lake.batch_name(batch)
-    earlier = lake.stage(batch, three_rows(), "earlier").token
-    lease = owned(store, PARENT, checkpoint=checkpoint)
-    prepared = store.prepare_checkpoint(
-        lease, end, PendingBatch(checkpoint, end, ESN("101"), path, 3, staged=earlier).encode()
-    )
-    assert prepared.lease is not None
-    held = HeldLease(store, prepared.lease, DURATION, claim_token=f"{SLOT}/attempt-1")
-    assert held.claim()
-    context = LeaseContext(
-        store=store,
-        kinesis=None,
-        sink=sink,  # type: ignore[arg-type]
-        transform_spec=None,
-        transform=None,
-        retry_policy=FAST_RETRIES,
-        at_timestamp=None,
-        budget=LeaseBudget(max_records=1),  # the redo only: no fresh read (no Kinesis here)
-    )
-    return LeaseConsumer(held, "stream", PARENT, SINGLE, SLOT, context).run(), lake, path
-
-
-def round_of(report: LeaseReport) -> RoundReport:
-    return RoundReport.build(
-        "app", 1, ["stream"], "lake", "2026-11-26T00:00:00", 1.0, [SlotReport(SLOT, 1, 1.0, -1, (report,))]
-    )
-
-
-def test_a_committed_batch_whose_promotion_fails_is_named_by_the_report_and_made_visible_by_the_next_holder(
-    tmp_path: Path,
-):
-    store = InMemoryLeaseStore()
-    lake = ParquetSink.from_uri(str(tmp_path / "lake"))
-    report, lake, path = redo_staged_batch(store, PromoteFails(lake), tmp_path)
-
-    lease = store.get_lease(PARENT, consistent=True)
-    assert lease is not None and lease.checkpoint == ESN("103") and not lake.exists(path)
-    assert (report.outcome, report.unpromoted_batch) == ("failed", path)
-    totals = RoundTotals.of([SlotReport(SLOT, 1, 1.0, -1, (report,))])
-    assert totals.unpromoted_batches == (f"{PARENT}: {path}",)
-    assert f"NOT VISIBLE YET: {PARENT}: {path}" in round_of(report).summary()
-    assert lake.awaiting_visibility(lease.committed_batch) == (path,), "the idle check would take it for idle"
-
-    make_committed_visible(lake, lease)  # the next round's holder, first thing in `_work`
-    assert lake.exists(path) and lake.awaiting_visibility(lease.committed_batch) == ()
-
-
-def test_a_committed_batch_whose_staged_file_is_deleted_before_promotion_is_reported_as_lost(tmp_path: Path):
-    store = InMemoryLeaseStore()
-    lake = ParquetSink.from_uri(str(tmp_path / "lake"))
-    report, lake, path = redo_staged_batch(store, StagedFileDeleted(lake), tmp_path)
-
-    assert (report.missing_batches, report.unpromoted_batch) == ((path,), None)
-    totals = RoundTotals.of([SlotReport(SLOT, 1, 1.0, -1, (report,))])
-    assert totals.missing_batches == (f"{PARENT}: {path}",)
-    assert f"LOSS: {PARENT}: {path}: committed, but its file was deleted" in round_of(report).summary()
+    assert a_round(store, 2, under.sink, CLOSED_SHARD).succeeded
+    shard_sync_cleanup(store, under.sink())
+    assert store.get_lease(PARENT, consistent=True) is None, "finished, its batch visible: cleanup deletes it"
+    assert under.visible_sequence_numbers() == LANDED
 
 
 # --- 3. a transaction retried while the first try is still in progress ------------------------------
@@ -295,31 +349,6 @@ def test_an_older_attempt_that_wrote_the_lease_after_it_was_listed_is_claimed_ov
     newer = slot_attempt(store, attempt=1, started_millis=2_000)._claim(listed)
 
     assert not newer.is_lost and older.renew() is False
-
-
-def test_a_zombies_late_staged_copy_of_a_promoted_file_is_never_made_visible(tmp_path: Path):
-    """Attempt 0 was inside its upload of the staged file when attempt 1 claimed the lease, redid
-    (C, E], committed and promoted it; attempt 0's upload then landed. When the visible file is
-    removed later (retention, compaction), the next holder must not bring the zombie's copy back."""
-    store = InMemoryLeaseStore()
-    sink = ParquetSink.from_uri(str(tmp_path / "lake"))
-    checkpoint, end = ESN("100"), ESN("103")
-    batch = BatchRange(PARENT, "stream", PARENT, checkpoint, ESN("101"), end)
-    path = sink.batch_name(batch)
-    newer = HeldLease(store, owned(store, PARENT, checkpoint=checkpoint), DURATION, claim_token=f"{SLOT}/attempt-1")
-    assert newer.claim()
-    ours = sink.staged_token(batch, newer.claim_token)
-    newer.prepare(end, PendingBatch(checkpoint, end, ESN("101"), path, 3, staged=ours).encode())
-    newer.commit(end, record=sink.commit_record(None, sink.stage(batch, three_rows(), newer.claim_token)))
-    sink.make_visible(ours)
-    sink.stage(batch, three_rows(), f"{SLOT}/attempt-0")  # the zombie's upload lands
-    (tmp_path / "lake" / path).unlink()  # retention or compaction removes the visible file
-
-    lease = store.get_lease(PARENT, consistent=True)
-    assert lease is not None and lease.committed_batch == ours and visible_path(ours) == path
-    make_committed_visible(sink, lease)  # the next round's holder, first thing in `_work`
-
-    assert not sink.exists(path), "a file promoted once, then removed, came back from a zombie's staged copy"
 
 
 # --- 4. a shard end under a sink that makes batches visible at the round's end -----------------------

@@ -33,19 +33,23 @@ def catalog_properties(tmp_path: Path) -> dict[str, str]:
 
 
 class FaultyCatalog(SqlCatalog):
-    """A SQL catalog that runs `before_commit` before each table commit, and can lose a commit's answer."""
+    """A SQL catalog that runs `before_commit` before each table commit, can lose a commit's answer,
+    and can refuse every commit (`refuse_commits`: the catalog cannot be reached to commit)."""
 
     def __init__(self, name: str, **properties: str) -> None:
         super().__init__(name, **properties)
         self.before_commit: Callable[[], None] | None = None
         self.lose_answers = 0  # commits that land, then answer CommitStateUnknownException
         self.fail_unknown = 0  # commits that do not land, and answer CommitStateUnknownException
+        self.refuse_commits = False
         self.commits = 0
 
     def commit_table(self, table: Any, requirements: Any, updates: Any) -> Any:
         hook, self.before_commit = self.before_commit, None
         if hook is not None:
             hook()
+        if self.refuse_commits:
+            raise ConnectionRefusedError("injected: the catalog cannot be reached to commit")
         if self.fail_unknown:
             self.fail_unknown -= 1
             raise CommitStateUnknownException("the gateway timed out")
@@ -57,11 +61,16 @@ class FaultyCatalog(SqlCatalog):
         return response
 
 
+def faulty_catalog(tmp_path: Path) -> FaultyCatalog:
+    """The catalog on `tmp_path`, its namespace created when missing: another process's view of it."""
+    catalog = FaultyCatalog("lake", **catalog_properties(tmp_path))
+    catalog.create_namespace_if_not_exists("kinesis")
+    return catalog
+
+
 @pytest.fixture
 def iceberg_catalog(tmp_path: Path) -> FaultyCatalog:
-    catalog = FaultyCatalog("lake", **catalog_properties(tmp_path))
-    catalog.create_namespace("kinesis")
-    return catalog
+    return faulty_catalog(tmp_path)
 
 
 def sink_on(catalog: FaultyCatalog, application: str = APPLICATION) -> IcebergSink:

@@ -1,0 +1,159 @@
+"""The sinks the exactly-once tests run over, each behind the same few steps in behavioural terms
+(`SinkUnderTest`): a Parquet dataset, whose slots make each batch visible right after its commit, and
+an Iceberg table, whose driver makes a round's batches visible at the round's end. A test that takes
+the `sink_under_test` fixture runs against every one of them, its id the sink's name."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+import pytest
+from pyiceberg.expressions import EqualTo
+
+from lease_core.store.lease_store import LeaseStore
+from spark_jobs.errors import SinkError
+from spark_jobs.round_publication import publish_committed_batches
+from spark_jobs.round_report import Publication
+from spark_jobs.sinks.batch_sink import BatchSink, RoundIdentity, RoundPublication, Visibility
+from spark_jobs.sinks.iceberg import IcebergSink, LeaseRecord, StagedBatchGone
+from spark_jobs.sinks.parquet import ParquetSink
+from tests.support.iceberg_tables import URI, faulty_catalog, table_sequence_numbers
+
+APPLICATION = "app"
+STREAM = "stream"
+STREAM_ARN = f"arn:aws:kinesis:us-east-1:123456789012:stream/{STREAM}"
+
+
+class SinkUnderTest(Protocol):
+    name: str
+
+    def sink(self) -> BatchSink:
+        """The sink as a new process opens it (a slot's, the driver's), its storage healthy."""
+
+    def visibility_failing(self) -> BatchSink:
+        """The sink while making batches visible fails, all round long: a Parquet promotion (an S3 503
+        on every CopyObject), an Iceberg round's commit (the catalog cannot be reached to commit)."""
+
+    def remove_staged(self, record: str | None) -> None:
+        """Delete the staged data of the committed batches a lease's `record` names, behind the sink's
+        back (a lifecycle rule, an orphan-file cleanup): a Parquet staged file, an Iceberg receipt and
+        its manifest."""
+
+    def remove_visible_rows(self, shard_id: str) -> None:
+        """Delete the rows of the shard readers see, behind the sink's back (retention, compaction)."""
+
+    def visible_sequence_numbers(self) -> list[str]:
+        """The sequence numbers of the rows readers see, in order."""
+
+
+def end_round(sink: BatchSink, store: LeaseStore, round_number: int) -> tuple[Publication, tuple[str, ...]]:
+    """The round's last step as the consume job's driver takes it for every sink (`consume_job.publish`):
+    every committed batch the lease table names made visible. A dataset's finishes what a slot's
+    promotion left; a table's is the round's one commit."""
+    identity = RoundIdentity(APPLICATION, round_number, {STREAM: (STREAM_ARN, 1_764_000_000)})
+    return publish_committed_batches(sink, identity, store.list_leases())
+
+
+class StagedDataGone:
+    """`sink`, except that the staged data of the committed batches is deleted right before each of its
+    visibility steps (the slot's after a commit, the driver's at the round's end)."""
+
+    def __init__(self, sink: BatchSink, remove_staged: Callable[[str | None], None]) -> None:
+        self._sink = sink
+        self._remove_staged = remove_staged
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._sink, name)
+
+    def make_visible(self, record: str | None) -> Visibility:
+        self._remove_staged(record)
+        return self._sink.make_visible(record)
+
+    def publish_round(self, records: Mapping[str, str], identity: RoundIdentity) -> RoundPublication:
+        for record in records.values():
+            self._remove_staged(record)
+        return self._sink.publish_round(records, identity)
+
+
+class PromotionFails(ParquetSink):
+    """The dataset while every promotion fails as the storage's does (an S3 503 on the CopyObject)."""
+
+    def _promote(self, staged: str, visible: str) -> Visibility:
+        raise SinkError(self.uri, f"cannot promote {staged}: injected: the promotion failed", retryable=True)
+
+
+@dataclass(frozen=True)
+class ParquetUnderTest:
+    root: Path
+    name: str = "parquet"
+
+    def sink(self) -> ParquetSink:
+        return ParquetSink.from_uri(str(self.root))
+
+    def visibility_failing(self) -> BatchSink:
+        healthy = self.sink()
+        return PromotionFails(healthy.uri, healthy.filesystem, healthy.root)
+
+    def remove_staged(self, record: str | None) -> None:
+        if record is not None:
+            (self.root / record).unlink(missing_ok=True)
+
+    def remove_visible_rows(self, shard_id: str) -> None:
+        for visible in self.root.glob(f"stream_name=*/shard_id={shard_id}/[!_]*.parquet"):
+            visible.unlink()
+
+    def visible_sequence_numbers(self) -> list[str]:
+        return sorted(self.sink().read_dataset().column("sequence_number").to_pylist(), key=int)
+
+
+@dataclass(frozen=True)
+class IcebergUnderTest:
+    """A table of a SQL catalog on SQLite; each sink opens the catalog anew, as another process does."""
+
+    tmp_path: Path
+    name: str = "iceberg"
+
+    def sink(self) -> IcebergSink:
+        return IcebergSink(URI, APPLICATION, catalog=faulty_catalog(self.tmp_path))
+
+    def visibility_failing(self) -> BatchSink:
+        catalog = faulty_catalog(self.tmp_path)
+        catalog.refuse_commits = True
+        return IcebergSink(URI, APPLICATION, catalog=catalog)
+
+    def remove_staged(self, record: str | None) -> None:
+        decoded = LeaseRecord.decode(record)
+        sink = self.sink()
+        table = sink.table()
+        if decoded is None or table is None:
+            return
+        for entry in decoded.entries:
+            try:
+                receipt = sink.read_receipt(entry.receipt, table)
+            except StagedBatchGone:
+                continue
+            if receipt.manifest_path is not None:
+                table.io.delete(receipt.manifest_path)
+            table.io.delete(sink.receipt_path(table, entry.receipt))
+
+    def remove_visible_rows(self, shard_id: str) -> None:
+        table = self.sink().table()
+        assert table is not None
+        table.delete(EqualTo("shard_id", shard_id))
+
+    def visible_sequence_numbers(self) -> list[str]:
+        return table_sequence_numbers(self.sink())
+
+
+SINKS_UNDER_TEST: dict[str, Callable[[Path], SinkUnderTest]] = {
+    "parquet": lambda tmp_path: ParquetUnderTest(tmp_path / "lake"),
+    "iceberg": IcebergUnderTest,
+}
+
+
+@pytest.fixture(params=sorted(SINKS_UNDER_TEST))
+def sink_under_test(request: pytest.FixtureRequest, tmp_path: Path) -> SinkUnderTest:
+    return SINKS_UNDER_TEST[request.param](tmp_path)
