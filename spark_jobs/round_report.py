@@ -241,7 +241,7 @@ class RoundReport:
         round's publication found gone ("lease key: batch"), losses like the slots' missing batches."""
         totals = RoundTotals.of(slots, recorded_losses)
         totals = dataclasses.replace(
-            totals, missing_batches=tuple(sorted((*totals.missing_batches, *unpublishable_batches)))
+            totals, missing_batches=tuple(sorted({*totals.missing_batches, *unpublishable_batches}))
         )
         return cls(
             application_name=application_name,

@@ -214,14 +214,14 @@ class ParquetSink:
         """Promote the committed batches still staged: normally none, since each is promoted right
         after its commit. A dataset has no commits of its own to make."""
         published, already_visible, missing = 0, 0, []
-        for record in records.values():
+        for lease_key, record in records.items():
             visible = self._committed_file(record)
             if visible is None:
                 continue
             if self.exists(visible):
                 already_visible += 1
             elif self._promote(record, visible) is Visibility.MISSING:
-                missing.append(visible)
+                missing.append(f"{lease_key}: {visible}")
             else:
                 published += 1
         return RoundPublication(0, published, already_visible, tuple(missing))

@@ -320,7 +320,10 @@ def test_publishing_a_round_promotes_what_commits_left_staged_and_counts_the_res
     assert visible is not None and left_staged is not None
     records = {"visible": visible, "left staged": left_staged, "deleted": sink.staged_token(deleted, "attempt-0")}
     assert sink.publish_round(records, IDENTITY) == RoundPublication(
-        commits=0, batches_published=1, batches_already_visible=1, missing_batches=(sink.batch_name(deleted),)
+        commits=0,
+        batches_published=1,
+        batches_already_visible=1,
+        missing_batches=(f"deleted: {sink.batch_name(deleted)}",),
     )
     assert sequence_numbers(sink.read_dataset()) == [1, 2, 3, 4, 5]
 
