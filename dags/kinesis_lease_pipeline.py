@@ -5,7 +5,8 @@ One round of a KCL-compatible batch consumer of Kinesis per run: plan the run, e
 tables, take the application's leader lock, sync shards to leases (with the hash-range auditor and
 cleanup) and look for new records over the same scan of the lease table, skip the rest when there
 are none, assign leases to the slots `<app>-worker-0..W-1`, consume with Spark (exactly once into
-the Parquet dataset), keep the round's figures, and release the lock whatever happened
+the sink), keep the round's figures (`finalize_round`, or `record_failed_round` when the consume
+step failed: a failed round is in the history too), and release the lock whatever happened
 (`release_leadership` is the teardown of `take_leadership`).
 
 A run marked failed or successful by hand, or killed, may leave the lock behind: the next run takes
@@ -36,6 +37,7 @@ except ImportError:
 
 from airflow.sdk import DAG, Asset, Param, TriggerRule
 from kinesis_lease.operators import (
+    FAILED_ROUND_KEY,
     EnsureLeaseTablesOperator,
     FinalizeRoundOperator,
     IdleCheckOperator,
@@ -139,6 +141,15 @@ with DAG(
         "max_seconds_per_lease": Param(
             None, type=["null", "number"], exclusiveMinimum=0, description="Reading time per lease per round."
         ),
+        "transform": Param(
+            None,
+            type=["null", "string"],
+            pattern=r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*$",
+            description=(
+                "Your batch transform, package.module:function (an Arrow table of the records in, one out), "
+                "importable where Spark runs; none: the records as they are."
+            ),
+        ),
         "mode": Param(
             "live", enum=["live", "backfill"], description="live: the scheduled round; backfill: replay [start, end)."
         ),
@@ -174,6 +185,7 @@ with DAG(
         output_uri="{{ " + PLAN + "['output_uri'] }}",
         limits="{{ " + PLAN + "['limits'] }}",
         stop_at_arrival="{{ " + PLAN + "['stop_at_arrival'] }}",
+        transform="{{ " + PLAN + "['transform'] }}",
         leader_owner=LEADER,
         round_number="{{ ti.xcom_pull(task_ids='assign_leases')['round_number'] }}",
         outlets=[OUTPUT],
@@ -187,6 +199,18 @@ with DAG(
         shard_sync="{{ ti.xcom_pull(task_ids='sync_shards') }}",
         trigger_rule=TriggerRule.NONE_FAILED,
     )
+    # A round whose consume step failed (a lease failed, the job died) is kept in the history as well,
+    # with what stopped it; the run stays failed (finalize_round, a leaf, is upstream-failed).
+    record_failed_round = FinalizeRoundOperator(
+        task_id="record_failed_round",
+        settings=SETTINGS,
+        leader_owner=LEADER,
+        after_failure=True,
+        failed_round="{{ ti.xcom_pull(task_ids='consume', key='" + FAILED_ROUND_KEY + "') }}",
+        assignment="{{ ti.xcom_pull(task_ids='assign_leases') }}",
+        shard_sync="{{ ti.xcom_pull(task_ids='sync_shards') }}",
+        trigger_rule=TriggerRule.ONE_FAILED,
+    )
     # The teardown of take_leadership: it runs whatever happened in between, and as a teardown it
     # does not decide the run's state, so a failed finalize_round (the data-loss alert) fails the run.
     release_leadership = ReleaseLeadershipOperator(
@@ -196,7 +220,7 @@ with DAG(
     # An idle round (the sync found nothing to read) skips the assignment with the consume step: its
     # decisions are only used by a consume, and the next round that consumes assigns first.
     plan >> ensure_tables >> take_leadership >> sync_shards >> check_idle >> assign_leases >> consume
-    consume >> finalize_round
+    consume >> [finalize_round, record_failed_round]
     # Every step under the lock precedes its release, so clearing one step (which re-runs the setup
     # and the teardown with it) releases the lock only once that step is done.
-    [sync_shards, assign_leases, check_idle, consume, finalize_round] >> release_leadership
+    [sync_shards, assign_leases, check_idle, consume, finalize_round, record_failed_round] >> release_leadership

@@ -385,10 +385,26 @@ class LeaseFigures:
     end: str
     millis_behind_latest: int | None
     throughput_kbps: float | None
+    # What stopped a failed or lost lease, cut to `ERROR_CHARACTERS`: a lease that fails every round
+    # (a record its processing cannot handle) shows why on the monitoring page.
+    error: str | None = None
+    retryable: bool | None = None  # of a failed lease: whether its error says a retry can succeed
 
     @classmethod
     def of(cls, lease: LeaseReport) -> LeaseFigures:
-        return cls(**{field.name: getattr(lease, field.name) for field in dataclasses.fields(cls)})
+        copied = {field.name: getattr(lease, field.name) for field in dataclasses.fields(cls) if field.name != "error"}
+        problem = lease.outcome in Outcome.PROBLEMS and lease.detail
+        return cls(**copied, error=shortened(lease.detail) if problem else None)
+
+
+# A failure's text as the round history keeps it (a lease row's `error`, a round's `failures`).
+ERROR_CHARACTERS = 300
+# The failed leases a round's history entry names with their errors (it counts them all).
+FAILURES_KEPT = 5
+
+
+def shortened(text: str | None, limit: int = ERROR_CHARACTERS) -> str | None:
+    return text if text is None or len(text) <= limit else text[: limit - 1] + "…"
 
 
 @dataclass(frozen=True)
@@ -414,6 +430,16 @@ class RoundFigures:
     def to_dict(self) -> dict[str, Any]:
         document: dict[str, Any] = _plain(self)
         return document
+
+    def failed_for_good(self) -> tuple[str, ...]:
+        """The failed leases ("lease key: error") when they alone failed the round and each one's error
+        says that retrying cannot help (a transform that raises on a record, a refusal): running the
+        round again now would fail the same way. Empty otherwise."""
+        failed = [lease for lease in self.leases if lease.outcome == Outcome.FAILED]
+        published = self.publication is None or self.publication.error is None
+        if not failed or self.slot_failures or not published or any(lease.retryable is not False for lease in failed):
+            return ()
+        return tuple(f"{lease.lease_key}: {lease.error}" for lease in failed)
 
     def lease_rows(self) -> list[Mapping[str, Any]]:
         """The per-lease rows as the round history keeps them."""
@@ -455,6 +481,11 @@ def history_figures(figures: RoundFigures | None) -> dict[str, Any]:
         "snapshot_id": str(publication.snapshot_id) if publication and publication.snapshot_id is not None else None,
         "table_commits": publication.commits if publication else None,
         "output": figures.output_uri if figures else None,
+        "failures": [
+            f"{lease.lease_key}: {lease.error}" for lease in figures.leases if lease.outcome == Outcome.FAILED
+        ][:FAILURES_KEPT]
+        if figures
+        else [],
     }
 
 

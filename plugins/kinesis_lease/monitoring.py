@@ -85,6 +85,8 @@ ROUND_FIELDS = (
     "snapshot_id",
     "table_commits",
     "output",
+    "error",
+    "failures",
 )
 _DIGITS = re.compile(r"(\d+)")
 
@@ -341,12 +343,13 @@ def slot_documents(slots: Any, application: str) -> list[dict[str, Any]] | None:
 
 
 def lease_document(row: LeaseRow, last_round: Mapping[str, Any] | None) -> dict[str, Any]:
-    """A lease's stored state, with what the latest round did to it (records, lag, outcome), if anything."""
+    """A lease's stored state, with what the latest round did to it (records, lag, outcome, and the
+    error that stopped it), if anything."""
     return {
         **{name: getattr(row, name) for name in _LEASE_ROW_FIELDS},
         "last_round": None
         if last_round is None
-        else {key: last_round.get(key) for key in ("records", "millis_behind_latest", "outcome", "worker_id")},
+        else {key: last_round.get(key) for key in ("records", "millis_behind_latest", "outcome", "worker_id", "error")},
     }
 
 

@@ -29,7 +29,7 @@ from typing import Any
 
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 from airflow.sdk import BaseOperator
-from airflow.sdk.exceptions import AirflowSkipException
+from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
 from kinesis_lease.aws_connection import AwsAccess, aws_access
 from kinesis_lease.errors import airflow_outcomes
@@ -48,13 +48,24 @@ from lease_core.store.lease_store import LeaseStore
 from lease_core.sync.audit import ShardSyncAuditor
 from lease_core.sync.step import is_multi_stream, sync_streams
 from spark_jobs.round_publication import stream_incarnations
-from spark_jobs.round_report import RetentionLoss, RoundFigures, history_figures, read_report, report_uri_for
+from spark_jobs.round_report import (
+    ERROR_CHARACTERS,
+    RetentionLoss,
+    RoundFigures,
+    history_figures,
+    read_report,
+    report_uri_for,
+    shortened,
+)
 from spark_jobs.sinks import open_sink
 from spark_jobs.sinks.batch_sink import BatchSink
 
 # The job file of the installed `spark_jobs` package (imported above), wherever the plugins folder is
 # mounted: in a checkout, an image or a deployment, the job and the code its executors import match.
 log = logging.getLogger(__name__)
+
+# The consume step's XCom when it fails: {"error": text, "figures": the report's figures or None}.
+FAILED_ROUND_KEY = "failed_round"
 
 _CONSUME_JOB_SPEC = importlib.util.find_spec("spark_jobs.consume_job")
 assert _CONSUME_JOB_SPEC is not None and _CONSUME_JOB_SPEC.origin is not None, "spark_jobs is not installed"
@@ -304,6 +315,7 @@ class KinesisConsumeOperator(SparkSubmitOperator):
         "leader_owner",
         "round_number",
         "report_uri",
+        "transform",
     )
 
     def __init__(
@@ -318,9 +330,12 @@ class KinesisConsumeOperator(SparkSubmitOperator):
         report_uri: str | None = None,
         limits: Any = None,
         stop_at_arrival: Any = None,
+        transform: str | None = None,
         aws_conn_id: str | None = "aws_default",
         **kwargs: Any,
     ) -> None:
+        """`transform`: the user's batch transform, `package.module:function`, importable where the
+        job's driver and executors run (`spark_jobs.transform`)."""
         kwargs.setdefault("application", CONSUME_JOB)
         kwargs.setdefault("conf", {"spark.speculation": "false"})
         super().__init__(**kwargs)
@@ -333,20 +348,46 @@ class KinesisConsumeOperator(SparkSubmitOperator):
         self.leader_owner = leader_owner
         self.round_number = round_number
         self.report_uri = report_uri
+        self.transform = transform
         self.aws_conn_id = aws_conn_id
 
     def execute(self, context: Any) -> dict[str, Any]:  # type: ignore[override]  # XCom: the round's figures
-        with airflow_outcomes():
-            access = aws_access(self.aws_conn_id, dict(self.settings))
-            report_uri = self._report_uri(access, context)
-            self.application_args = self._arguments(access, context, report_uri)
-            # The executors must run this environment's Python (STACK.md: otherwise the system one).
-            python = {"PYSPARK_PYTHON": os.environ.get("PYSPARK_PYTHON", sys.executable)}
-            self.env_vars = {**(self.env_vars or {}), **access.spark_env(), **python}
-            self.conf = {**(self.conf or {}), "spark.speculation": "false"}
-        super().execute(context)
-        with airflow_outcomes():
-            return read_report(report_uri, access.app).figures().to_dict()
+        report_uri: str | None = None
+        access: AwsAccess | None = None
+        earlier: dict[str, Any] | None = None
+        try:
+            with airflow_outcomes():
+                access = aws_access(self.aws_conn_id, dict(self.settings))
+                report_uri = self._report_uri(access, context)
+                earlier = _figures_if_any(report_uri, access)  # an earlier try's, which this one replaces
+                self.application_args = self._arguments(access, context, report_uri)
+                # The executors must run this environment's Python (STACK.md: otherwise the system one).
+                python = {"PYSPARK_PYTHON": os.environ.get("PYSPARK_PYTHON", sys.executable)}
+                self.env_vars = {**(self.env_vars or {}), **access.spark_env(), **python}
+                self.conf = {**(self.conf or {}), "spark.speculation": "false"}
+            super().execute(context)
+            with airflow_outcomes():
+                return read_report(report_uri, access.app).figures().to_dict()
+        except Exception as error:
+            # For the round's failure recorder (the DAG's `record_failed_round`): what stopped it, and
+            # the figures of its report if this try's job wrote one (a lease failed: the job exits 1
+            # after writing it), not an earlier try's.
+            figures = _figures_if_any(report_uri, access)
+            figures = None if figures == earlier else figures
+            for_good = RoundFigures.from_dict(figures, "the round's report").failed_for_good() if figures else ()
+            raised: Exception = error
+            if for_good and not isinstance(error, AirflowFailException):
+                # The same round again would fail the same way: the run fails now, and the next one
+                # (or a fix) takes the leases up again.
+                raised = AirflowFailException(
+                    f"the round ran, and {len(for_good)} lease(s) failed in a way a retry cannot help: "
+                    + "; ".join(for_good)
+                )
+            failure = {"error": f"{type(raised).__name__}: {raised}", "figures": figures}
+            context["ti"].xcom_push(key=FAILED_ROUND_KEY, value=failure)
+            if raised is error:
+                raise
+            raise raised from error
 
     def _report_uri(self, access: AwsAccess, context: Any) -> str:
         if self.report_uri:
@@ -374,6 +415,8 @@ class KinesisConsumeOperator(SparkSubmitOperator):
             arguments += [f"--{key.replace('_', '-')}", str(value)]
         if self.stop_at_arrival:
             arguments += ["--stop-at-arrival", str(self.stop_at_arrival)]
+        if self.transform:
+            arguments += ["--transform", str(self.transform)]
         # The run's settings, plus what the connection resolved (endpoints, region): the driver
         # may run where the connection does not exist (a cluster), so it gets plain values.
         settings = dict(self.settings)
@@ -435,6 +478,18 @@ def records_lost(
     return aged_out + vanished + deleted
 
 
+def _figures_if_any(report_uri: str | None, access: AwsAccess | None) -> dict[str, Any] | None:
+    """The figures of the round's report, or None when there is none to read (the job stopped before
+    writing it, or the step failed before starting the job)."""
+    if report_uri is None or access is None:
+        return None
+    try:
+        return read_report(report_uri, access.app).figures().to_dict()
+    except Exception as error:  # the failure that matters is the round's own, already on its way up
+        log.info("no round report to read at %s (%s)", report_uri, error)
+        return None
+
+
 class FinalizeRoundOperator(_LeaderStep):
     """Keeps the round's figures (round history, per-lease rows) and sets the output asset event's extra.
 
@@ -446,21 +501,48 @@ class FinalizeRoundOperator(_LeaderStep):
     writing its report leaves them for the next round's).
     """
 
-    template_fields: Sequence[str] = ("settings", "leader_owner", "round_report", "assignment", "shard_sync")
+    template_fields: Sequence[str] = (
+        "settings",
+        "leader_owner",
+        "round_report",
+        "assignment",
+        "shard_sync",
+        "failed_round",
+    )
 
-    def __init__(self, *, round_report: Any, assignment: Any, shard_sync: Any = None, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        *,
+        round_report: Any = None,
+        assignment: Any,
+        shard_sync: Any = None,
+        failed_round: Any = None,
+        after_failure: bool = False,
+        **kwargs: Any,
+    ) -> None:
+        """`after_failure`: this is the round's failure recorder, which keeps the round whose consume
+        step failed (`failed_round`, the consume step's `FAILED_ROUND_KEY` XCom) in the history;
+        a round whose consume step never ran has nothing to keep (the step is skipped)."""
         super().__init__(**kwargs)
         self.round_report = round_report
         self.assignment = assignment
         self.shard_sync = shard_sync
+        self.failed_round = failed_round
+        self.after_failure = after_failure
 
     def run(self, access: AwsAccess, context: Any) -> dict[str, Any]:
+        report, error = self.round_report, None
+        if self.after_failure:
+            if not self.failed_round:
+                raise AirflowSkipException("the round's consume step did not run: its failed upstream step says why")
+            report, error = self.failed_round.get("figures"), str(self.failed_round.get("error") or "failed")
         # No figures when the consume step was skipped (nothing to read): the round consumed nothing.
-        figures = RoundFigures.from_dict(self.round_report, "the consume step's XCom") if self.round_report else None
+        figures = RoundFigures.from_dict(report, "the consume step's XCom") if report else None
         shard_sync = dict(self.shard_sync or {})
         summary = round_summary(
             figures, dict(self.assignment or {}), shard_sync, context["run_id"], self.dag_id, self.leader_owner
         )
+        summary["error"] = shortened(error, ERROR_CHARACTERS * 2)
         totals = figures.totals if figures else None
         losses = records_lost(
             totals.retention_losses if totals else (), shard_sync, totals.missing_batches if totals else ()

@@ -42,6 +42,7 @@ class RoundPlan:
     settings: dict[str, Any]
     stop_at_arrival: str | None = None
     limits: dict[str, Any] = field(default_factory=dict)
+    transform: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -64,12 +65,21 @@ def plan_round(params: Mapping[str, Any]) -> RoundPlan:
         for key in ("max_records_per_lease", "max_bytes_per_lease", "max_seconds_per_lease")
         if params.get(key) is not None
     }
+    transform = _transform(params)
     workers = params.get("num_workers")
     if not isinstance(workers, int) or isinstance(workers, bool) or workers < 1:
         raise ConfigurationError("num_workers", f"must be an integer of at least 1, got {workers!r}")
     if mode == "live":
         return RoundPlan(
-            mode, application, streams, workers, output_uri, {**settings, "application_name": application}, None, limits
+            mode,
+            application,
+            streams,
+            workers,
+            output_uri,
+            {**settings, "application_name": application},
+            None,
+            limits,
+            transform,
         )
     start, end = _window(params)
     window = _window_name(start, end)
@@ -92,6 +102,7 @@ def plan_round(params: Mapping[str, Any]) -> RoundPlan:
         settings,
         end.isoformat(),
         limits,
+        transform,
     )
 
 
@@ -116,6 +127,19 @@ def _application_name(params: Mapping[str, Any]) -> str:
     name = _required_text(params, "application_name")
     ConsumerConfig(application_name=name)  # ConfigurationError naming application_name
     return name
+
+
+def _transform(params: Mapping[str, Any]) -> str | None:
+    """The user transform's spec, `package.module:function` (imported by the job, where it runs)."""
+    value = params.get("transform")
+    if value is None or (isinstance(value, str) and not value.strip()):
+        return None
+    module, _, function = str(value).strip().partition(":")
+    if not (
+        isinstance(value, str) and all(part.isidentifier() for part in module.split(".")) and function.isidentifier()
+    ):
+        raise ConfigurationError("transform", f"must be of the form 'package.module:function', got {value!r}")
+    return value.strip()
 
 
 def _output_uri(params: Mapping[str, Any]) -> str:

@@ -4,16 +4,17 @@ the Apache Spark provider) and the emulators, run in-process with `dag.test()`."
 from __future__ import annotations
 
 import copy
+import os
 import socket
 from datetime import UTC
 
 import pytest
 
-from devtools.airflow_env import DAG_FILE, load_dag_module
+from devtools.airflow_env import DAG_FILE, REPOSITORY, load_dag_module
 from devtools.kinesis_streams import create_stream, kinesis_client, merge_shards, split_shard
 from lease_core.leader.round_history import RoundHistory
 from lease_core.model.sequence import SHARD_END
-from tests.support.airflow_dag import run_round
+from tests.support.airflow_dag import consumed_cleanly, run_round
 from tests.support.pipeline import ConsumerPipeline, duplicates
 
 # The fixtures `dag` and `airflow_run_environment` (Spark `local[2,4]`) are in tests/e2e/conftest.py.
@@ -54,10 +55,16 @@ def test_leadership_is_released_whatever_happened_and_a_failed_round_fails_the_r
     assert {task.task_id for task in dag.leaves} == {"release_leadership"}
 
 
+def test_a_round_whose_consume_step_failed_is_recorded_and_its_run_still_fails(dag):
+    record, finalize = dag.get_task("record_failed_round"), dag.get_task("finalize_round")
+    assert record.upstream_task_ids == {"consume"} and record.trigger_rule == "one_failed" and record.after_failure
+    assert finalize.trigger_rule == "none_failed", "an upstream-failed finalize_round, a leaf, fails the run"
+
+
 def test_clearing_one_step_releases_the_lock_only_once_that_step_is_done(dag):
     """Clearing a step re-runs its setup and teardown with it; the teardown waits for every step under the lock."""
     release = dag.get_task("release_leadership")
-    under_the_lock = {"sync_shards", "assign_leases", "check_idle", "consume", "finalize_round"}
+    under_the_lock = {"sync_shards", "assign_leases", "check_idle", "consume", "finalize_round", "record_failed_round"}
     assert release.upstream_task_ids == {"take_leadership", *under_the_lock}
     for step in under_the_lock:
         cleared = dag.partial_subset(task_ids=[step], include_downstream=False, include_upstream=False)
@@ -148,14 +155,14 @@ def test_a_split_and_a_merge_between_scheduled_rounds_are_read_with_their_childr
     }
     ledger.produce(300, hot_keys=2)
     first = run_round(dag, conf)
-    assert set(first.values()) == {"success"}, first
+    assert consumed_cleanly(first), first
     shards = sorted(ledger.leases())
     children = set(split_shard(kinesis, unique_name, shards[0])) | {
         merge_shards(kinesis, unique_name, shards[1], shards[2])
     }
     ledger.produce(200)
     second = run_round(dag, conf)
-    assert set(second.values()) == {"success"}, second
+    assert consumed_cleanly(second), second
     # The parents were read to their ends and every child in the same round: nothing is left over.
     landed = ledger.landed()
     assert duplicates(landed) == []
@@ -203,7 +210,7 @@ def test_at_latest_a_quiet_shard_skips_what_came_before_and_lands_what_comes_bet
     assert (first["check_idle"], first["consume"], first["finalize_round"]) == ("skipped", "skipped", "success")
     between = ledger.produce(30)
     second = run_round(dag, conf)
-    assert set(second.values()) == {"success"}, second
+    assert consumed_cleanly(second), second
     landed = ledger.landed()
     assert duplicates(landed) == []
     assert sorted(record.data for record in landed) == sorted(record.data for record in between)
@@ -263,3 +270,43 @@ def test_a_backfill_replays_its_window_into_its_own_namespace_and_is_idempotent(
     assert sorted(record.data for record in landed) == sorted(record.data for record in inside)
     assert live.leases() == {}  # the live application's lease table was never written
     assert not (tmp_path / "lake").exists() or not any((tmp_path / "lake").rglob("*.parquet"))
+
+
+def test_a_lease_whose_processing_fails_is_in_the_history_with_its_error_and_the_run_fails_without_retrying(
+    dag, airflow_run_environment, unique_name, kinesis_endpoint, moto_endpoint, tmp_path, monkeypatch
+):
+    """A transform with a deterministic bug: the same round again would fail the same way."""
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(REPOSITORY), os.environ.get("PYTHONPATH")])))
+    kinesis = kinesis_client(kinesis_endpoint)
+    create_stream(kinesis, unique_name, 2)
+    ledger = ConsumerPipeline(unique_name, (unique_name,), kinesis_endpoint, moto_endpoint, str(tmp_path / "lake"))
+    ledger.produce(40)
+    poisoned = kinesis.put_record(StreamName=unique_name, Data=b"poison", PartitionKey="poison")["ShardId"]
+    conf = {
+        "streams": [unique_name],
+        "application_name": unique_name,
+        "num_workers": 1,
+        "initial_position": "TRIM_HORIZON",
+        "output_uri": str(tmp_path / "lake"),
+        "transform": "tests.support.spark_transforms:refuse_poison",
+        "mode": "live",  # in one process, `dag.test` runs keep an earlier run's backfill mode otherwise
+    }
+
+    states = run_round(dag, conf)
+
+    assert (states["consume"], states["record_failed_round"], states["finalize_round"]) == (
+        "failed",
+        "success",
+        "upstream_failed",
+    )
+    assert states["release_leadership"] == "success"
+    healthy = [record for record in ledger.produced if record.shard_id != poisoned]
+    assert sorted(ledger.landed(), key=lambda r: r.data) == sorted(healthy, key=lambda r: r.data)
+    entry = RoundHistory(ledger.state).rounds()[-1]
+    assert entry["failed_leases"] == 1 and "a retry cannot help" in entry["error"]
+    assert entry["failures"] == [
+        f"{poisoned}: transform 'tests.support.spark_transforms:refuse_poison': raised ValueError: "
+        "cannot decode the payload b'poison'"
+    ]
+    _, rows = RoundHistory(ledger.state).lease_rows()
+    assert [row["outcome"] for row in rows if row["lease_key"] == poisoned] == ["failed"]

@@ -57,3 +57,10 @@ def upper_case_data(table: pa.Table) -> pa.Table:
     data = [value.upper() for value in table.column("data").to_pylist()]
     table = table.set_column(table.schema.get_field_index("data"), "data", pa.array(data, pa.binary()))
     return table.append_column("data_length", pa.array([len(value) for value in data], pa.int64()))
+
+
+def refuse_poison(table: pa.Table) -> pa.Table:
+    """A user transform with a deterministic bug: it cannot handle a record whose payload is `poison`."""
+    if b"poison" in table.column("data").to_pylist():
+        raise ValueError("cannot decode the payload b'poison'")
+    return table

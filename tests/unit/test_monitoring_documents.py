@@ -134,6 +134,7 @@ def test_a_page_names_the_owners_and_outcomes_its_filters_can_take_and_the_filte
         "millis_behind_latest": 100,
         "outcome": "limit",
         "worker_id": "w-0",
+        "error": None,
     }
 
 

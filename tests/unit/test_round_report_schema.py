@@ -15,6 +15,8 @@ from lease_core.config.settings import ConsumerConfig
 from lease_core.errors import LeaseCoreError
 from lease_core.model.lease import AgedOutRange
 from spark_jobs.round_report import (
+    ERROR_CHARACTERS,
+    LeaseFigures,
     LeaseReport,
     MalformedReportError,
     Outcome,
@@ -146,6 +148,8 @@ FIGURES = {
             "end": "49600000000000000120",
             "millis_behind_latest": 1200,
             "throughput_kbps": 1.6,
+            "error": None,
+            "retryable": None,
         },
         {
             "lease_key": "shardId-000000000002",
@@ -160,6 +164,8 @@ FIGURES = {
             "end": "TRIM_HORIZON",
             "millis_behind_latest": None,
             "throughput_kbps": None,
+            "error": "cannot promote its batch: 503 Slow Down",
+            "retryable": True,
         },
     ],
     "publication": None,
@@ -249,6 +255,7 @@ def test_the_finalize_summary_of_a_consumed_round_counts_its_figures():
         "snapshot_id": None,
         "table_commits": None,
         "output": "/lake",
+        "failures": ["shardId-000000000002: cannot promote its batch: 503 Slow Down"],
     }
     assert figures.lease_rows() == FIGURES["leases"]
 
@@ -281,6 +288,7 @@ def test_the_finalize_summary_of_a_round_whose_consume_step_was_skipped_has_zero
         "snapshot_id": None,
         "table_commits": None,
         "output": None,
+        "failures": [],
     }
 
 
@@ -392,3 +400,21 @@ def test_batches_the_publication_found_gone_are_losses_of_the_round():
     )
     assert report.totals.missing_batches == ("shardId-1: up to 9",)
     assert records_lost((), {}, report.totals.missing_batches)
+
+
+def test_a_failed_leases_error_is_kept_in_its_row_cut_short_and_a_healthy_leases_detail_is_not():
+    long = dataclasses.replace(FAILED, detail="TransformError: " + "x" * 1000)
+    healthy = dataclasses.replace(FAILED, outcome=Outcome.CAUGHT_UP, detail="read to the tip")
+    error = LeaseFigures.of(long).error
+    assert error is not None and len(error) == ERROR_CHARACTERS and error.startswith("TransformError: xxx")
+    assert LeaseFigures.of(healthy).error is None
+
+
+def test_a_round_failed_for_good_only_when_each_failed_lease_says_a_retry_cannot_help():
+    refused = dataclasses.replace(FAILED, detail="transform 'm:f': raised ValueError: bad record", retryable=False)
+    slots = (SlotReport("orders-worker-1", 1, 1.0, -1, (refused,)),)
+    figures = dataclasses.replace(REPORT, slots=slots, slot_failures=()).figures()
+    assert figures.failed_for_good() == ("shardId-000000000002: transform 'm:f': raised ValueError: bad record",)
+    assert REPORT.figures().failed_for_good() == (), "a 503 may pass: the step is retried"
+    unpublished = dataclasses.replace(figures, publication=Publication.failed("the catalog is down"))
+    assert unpublished.failed_for_good() == ()

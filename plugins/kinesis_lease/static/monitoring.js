@@ -516,6 +516,9 @@
     if (!last.worker_id) return cell(last.outcome ?? "-", "The last round's row of this lease was not kept (too many leases)");
     const td = cell(null, `Read by ${last.worker_id ?? "-"} in the last round`);
     td.append(element("span", last.outcome ?? "-", BAD_OUTCOMES.has(last.outcome) ? "outcome bad" : "outcome"));
+    // What stopped a failed or lost lease, under its outcome: the same error every round is a record
+    // its processing cannot handle.
+    if (last.error) td.append(element("div", last.error, "lease-error"));
     return td;
   }
 
@@ -650,6 +653,11 @@
       ...(round.snapshot_id ? figure("table snapshot", round.snapshot_id) : []),
       // Where the round landed: the dataset or the table (`iceberg://catalog/namespace.table`).
       ...(round.output ? figure("output", round.output) : []),
+      // A round whose consume step failed: what stopped it, and its failed leases' errors.
+      ...(round.error ? figure("error", element("span", round.error, "outcome bad")) : []),
+      ...((round.failures || []).length
+        ? figure("failed leases", wrap("ul", ...round.failures.map((failure) => element("li", failure, "lease-error"))))
+        : []),
     );
     target.replaceChildren(list);
   }
