@@ -13,20 +13,24 @@ Kinesis and DynamoDB really produce:
 - "drop_response": the emulator applies the request, then the client connection closes unanswered,
   so the client cannot tell whether its write happened.
 
-Faults apply only to requests whose X-Amz-Target names Kinesis or DynamoDB; the operation is the part
-after the dot. Rule draws come from a seeded `random.Random`, so a sequential test sees the same
-faults on every run.
+Faults apply only to requests whose X-Amz-Target names Kinesis, DynamoDB or Glue; the operation is
+the part after the dot. Rule draws come from a seeded `random.Random`, so a sequential test sees the
+same faults on every run.
 
-Every call is recorded (`calls()`): for Kinesis and DynamoDB the operation and the resources its
-body names (tables, index, stream; a GetRecords or a paged ListShards names its stream through the
-iterator or token an earlier answer handed out), for S3 (REST, no X-Amz-Target) the operation that
-the method, bucket, key and query make. tests/support/iam_policy.py turns them into IAM requests.
+Every call is recorded (`calls()`): for Kinesis, DynamoDB and Glue the operation and the resources
+its body names (tables, index, stream, database; a GetRecords or a paged ListShards names its stream
+through the iterator or token an earlier answer handed out), for S3 (REST, no X-Amz-Target) the
+operation that the method, bucket, key and query make. tests/support/iam_policy.py turns them into
+IAM requests.
 
 `end_shards_after_last_records()` makes closed shards end as the GetRecords documentation describes
 real Kinesis, which kinesis-mock does not: kinesis-mock answers a closed shard's last records with
 the null NextShardIterator and the ChildShards; through the proxy, that answer carries a next
 iterator of the proxy's own (and MillisBehindLatest 0) instead, and only the call with it answers no
 records, the null iterator and the ChildShards. Reshard tests run against both behaviours this way.
+
+`age_listings()` makes S3 listings report every object as written that much earlier: moto has no
+clock to move, and upkeep that removes only old files (an Iceberg table's orphans) lists them.
 
 `trim()` simulates retention, which kinesis-mock never applies. It rewrites or rejects
 GetShardIterator requests only, so it applies to iterators obtained after `trim()`: iterators
@@ -41,6 +45,7 @@ import contextlib
 import http.client
 import json
 import random
+import re
 import socket
 import sys
 import threading
@@ -48,6 +53,7 @@ import uuid
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from datetime import datetime, timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qsl, unquote, urlsplit
@@ -121,7 +127,11 @@ DYNAMODB = ServiceShape(
     "com.amazonaws.dynamodb.v20120810#InternalServerError",
     "dynamodb",
 )
-SERVICES_BY_TARGET_PREFIX = {"Kinesis_20131202": KINESIS, "DynamoDB_20120810": DYNAMODB}
+GLUE = ServiceShape("application/x-amz-json-1.1", "ThrottlingException", "InternalServiceException", "glue")
+SERVICES_BY_TARGET_PREFIX = {"Kinesis_20131202": KINESIS, "DynamoDB_20120810": DYNAMODB, "AWSGlue": GLUE}
+# The S3 listings `age_listings` rewrites, and how they spell an object's time.
+S3_LISTINGS = frozenset({"ListObjects", "ListObjectsV2"})
+_LAST_MODIFIED = re.compile(rb"<LastModified>([^<]+)</LastModified>")
 
 
 @dataclass(frozen=True)
@@ -148,10 +158,11 @@ class RecordedCall:
 
     `status` is the HTTP status the client got (None: the connection was closed unanswered).
     JSON services: `tables` (TableName, or the tables of a batch or transaction; a ResourceArn's
-    table), `index` (IndexName), `stream` (StreamName/StreamARN, or the stream of the iterator or
-    NextToken; None when the proxy never saw it handed out), `parameters` (the body's top-level
-    names), `transaction` (a TransactWriteItems' parts as (kind, table): Put, Update, Delete,
-    ConditionCheck). S3: `method`, `bucket`, `key` and `query` (name/value pairs, sorted).
+    table; a Glue call's table), `index` (IndexName), `stream` (StreamName/StreamARN, or the stream of
+    the iterator or NextToken; None when the proxy never saw it handed out), `database` (a Glue call's
+    database), `parameters` (the body's top-level names), `transaction` (a TransactWriteItems' parts
+    as (kind, table): Put, Update, Delete, ConditionCheck). S3: `method`, `bucket`, `key` and `query`
+    (name/value pairs, sorted).
     """
 
     service: str
@@ -162,6 +173,7 @@ class RecordedCall:
     stream: str | None = None
     parameters: tuple[str, ...] = ()
     transaction: tuple[tuple[str, str], ...] = ()
+    database: str | None = None
     method: str | None = None
     bucket: str | None = None
     key: str | None = None
@@ -207,6 +219,22 @@ def tables_named(request: dict[str, Any]) -> tuple[str, ...]:
     if isinstance(arn, str) and ":table/" in arn:
         names.append(arn.split(":table/", 1)[1].split("/", 1)[0])
     return tuple(dict.fromkeys(names))
+
+
+def glue_names(request: dict[str, Any]) -> tuple[str | None, tuple[str, ...]]:
+    """The database and the tables a Glue request names: a table call names its database by
+    DatabaseName and its table by Name, TableName or TableInput.Name; a database call (GetDatabase,
+    CreateDatabase) names its database by Name or DatabaseInput.Name."""
+    if isinstance(request.get("DatabaseName"), str):
+        table = request.get("Name") or request.get("TableName") or _input_name(request.get("TableInput"))
+        return request["DatabaseName"], (table,) if isinstance(table, str) else ()
+    database = request.get("Name") or _input_name(request.get("DatabaseInput"))
+    return (database if isinstance(database, str) else None), ()
+
+
+def _input_name(value: Any) -> Any:
+    """The Name of a Glue TableInput or DatabaseInput; None for anything else."""
+    return value.get("Name") if isinstance(value, dict) else None
 
 
 def s3_operation(method: str, key: str | None, query: dict[str, str], headers: dict[str, str]) -> str:
@@ -255,6 +283,8 @@ def s3_operation(method: str, key: str | None, query: dict[str, str], headers: d
 def fault_response(kind: str, service: ServiceShape, request: dict[str, Any]) -> HttpResponse:
     if kind == "server_error":
         return error_response(500, service, service.server_error_type, "Internal service error (injected)")
+    if service is GLUE:
+        return error_response(400, service, service.throttle_type, "Rate exceeded (injected)")
     if service is KINESIS:
         message = (
             f"Rate exceeded for shard {request.get('ShardId', '(from iterator)')} in stream "
@@ -305,6 +335,7 @@ class FaultProxy:
         self._rules: tuple[FaultRule, ...] = ()
         self._trims: dict[tuple[str, str], Trim] = {}
         self._late_shard_ends = False
+        self._listing_age = timedelta(0)
         self._shard_ends: dict[str, list[Any]] = {}  # an iterator of ours -> the ChildShards its call answers
         self._counts: Counter[str] = Counter()
         self._calls: list[RecordedCall] = []
@@ -361,6 +392,11 @@ class FaultProxy:
         with self._lock:
             self._late_shard_ends = enabled
 
+    def age_listings(self, by: timedelta) -> None:
+        """S3 listings from now on report every object's LastModified `by` earlier (module doc)."""
+        with self._lock:
+            self._listing_age = by
+
     def stats(self) -> dict[str, int]:
         with self._lock:
             return dict(self._counts)
@@ -375,8 +411,9 @@ class FaultProxy:
         target = parse_target(headers.get("x-amz-target"))
         if target is None:
             forwarded = self._forward(request)
-            self._record(self._rest_call(request, headers, forwarded))
-            return forwarded
+            call = self._rest_call(request, headers, forwarded)
+            self._record(call)
+            return self._aged(forwarded) if call.operation in S3_LISTINGS else forwarded
         service, operation = target
         response = self._respond_json(request, service, operation)
         self._record(self._json_call(request, service, operation, response))
@@ -434,6 +471,18 @@ class FaultProxy:
         self._count("trim_rewrite:GetShardIterator")
         return self._forward(replace(request, body=json.dumps(served).encode()))
 
+    def _aged(self, listing: HttpResponse) -> HttpResponse:
+        with self._lock:
+            age = self._listing_age
+        if not age or listing.status != 200:
+            return listing
+
+        def earlier(match: re.Match[bytes]) -> bytes:
+            written = datetime.fromisoformat(match[1].decode()) - age
+            return b"<LastModified>%sZ</LastModified>" % written.strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3].encode()
+
+        return replace(listing, body=_LAST_MODIFIED.sub(earlier, listing.body))
+
     def _draw_fault(self, operation: str) -> str | None:
         with self._lock:
             for rule in self._rules:
@@ -455,11 +504,12 @@ class FaultProxy:
     ) -> RecordedCall:
         body = _json_object(request.body)
         stream = self._stream_of(body, response) if service is KINESIS else None
+        database, glue_tables = glue_names(body) if service is GLUE else (None, ())
         return RecordedCall(
             service=service.name,
             operation=operation,
             status=None if response is None else response.status,
-            tables=tables_named(body) if service is DYNAMODB else (),
+            tables=tables_named(body) if service is DYNAMODB else glue_tables,
             index=body.get("IndexName") if isinstance(body.get("IndexName"), str) else None,
             stream=stream,
             parameters=tuple(sorted(body)),
@@ -469,6 +519,7 @@ class FaultProxy:
                 for kind, part in entry.items()
                 if isinstance(part, dict) and "TableName" in part
             ),
+            database=database,
         )
 
     def _stream_of(self, body: dict[str, Any], response: HttpResponse | None) -> str | None:

@@ -10,9 +10,18 @@ round (SHARD_END, child leases, the children read), two idle rounds (the first c
 parent), a backfill
 round, the plugin's monitoring API reading both namespaces (the Airflow api-server runs it under the
 same connection), then teardown of both namespaces. Tags and point-in-time recovery are configured so that the
-table options' calls happen too. Every recorded call is then evaluated against the policy
-(tests/support/iam_policy.py), and every action and resource each statement grants must have been
-needed by some call.
+table options' calls happen too.
+
+A second application lands in an Iceberg table of AWS Glue with its files in S3 (Glue -> proxy -> moto,
+configured as pyiceberg's catalogs are, in the environment of the Airflow tasks and spark-submit):
+two live rounds (the first creates the table), a backfill round (its own table), then
+`leasectl maintain` with the table's snapshots kept for a millisecond and the listings reporting its
+files four days old, so that it expires the first round's snapshot and deletes what nothing names any
+more (with what an attempt fenced after staging left), then `leasectl verify` and `restore`.
+
+Every recorded call is then evaluated (tests/support/iam_policy.py) against the statements a
+deployment on that sink attaches: every statement but the other sink's (`Parquet*`, `Iceberg*`).
+Every action and resource each statement grants must have been needed by some call of either run.
 """
 
 from __future__ import annotations
@@ -22,20 +31,25 @@ import re
 import time
 import uuid
 from collections import Counter
-from collections.abc import Iterator
-from dataclasses import dataclass
-from datetime import UTC, datetime
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import boto3
 import pytest
+from pyiceberg.catalog import load_catalog
 
 from devtools.airflow_env import load_dag_module, run_environment
 from devtools.fault_proxy import FaultProxy, RecordedCall
 from devtools.kinesis_streams import create_stream, kinesis_client, shards_of, split_shard
-from lease_core.model.sequence import SHARD_END
-from lease_core.ops import cli
+from lease_core.model.sequence import SHARD_END, TRIM_HORIZON
+from spark_jobs import leasectl
+from spark_jobs.sinks import backfill_uri
+from spark_jobs.sinks.iceberg import IcebergSink
+from spark_jobs.sinks.iceberg_maintenance import MAX_SNAPSHOT_AGE_PROPERTY
 from spark_jobs.sinks.parquet import ParquetSink
 from tests.support.airflow_dag import LOCAL_SPARK_CONNECTION, airflow_environment, consumed_cleanly, run_round
 from tests.support.iam_policy import (
@@ -43,26 +57,36 @@ from tests.support.iam_policy import (
     IamRequest,
     Policy,
     PolicyError,
+    as_named_in,
     evaluate,
     glob_matches,
     iam_requests,
     load_policy,
     parse_policy,
+    substitute,
 )
+from tests.support.iceberg_tables import batch_of, catalog_environment, glue_catalog_properties, rows
 
 REPOSITORY = Path(__file__).resolve().parents[2]
 POLICY_FILE = REPOSITORY / "docs" / "iam-policy.json"
 REGION = "us-east-1"
 ACCOUNT = "123456789012"  # moto's default account
 PREFIX = "lake/orders"
-PLACEHOLDERS = ("Region", "Account", "Application", "Stream", "Bucket", "Prefix")
+PLACEHOLDERS = ("Region", "Account", "Application", "Stream", "Bucket", "Prefix", "Database", "Table")
+# The statements only a deployment on that sink attaches, by their Sid's start; the rest every deployment does.
+SINK_STATEMENTS = {"parquet": "Parquet", "iceberg": "Iceberg"}
+ICEBERG_CATALOG = "iamglue"
+ICEBERG_TABLE = "orders"
+WAREHOUSE = "warehouse"  # in the bucket: a Glue database without a location of its own is at <warehouse>/<name>.db
 
-# Grants the run cannot use, each with why the policy still needs it.
+# Grants the runs cannot use, each with why the policy still needs it.
+ABORTED_UPLOADS = (
+    "pyarrow's S3 filesystem writes every file as a multipart upload and aborts it when a part or the "
+    "completion fails, so a failed write leaves no billed parts behind; no upload fails in these runs"
+)
 NOT_EXERCISED = {
-    Grant("SinkObjects", "action", "s3:AbortMultipartUpload"): (
-        "pyarrow's S3 filesystem writes every file as a multipart upload and aborts it when a part or the "
-        "completion fails, so a failed write leaves no billed parts behind; no upload fails in this run"
-    ),
+    Grant("ParquetObjects", "action", "s3:AbortMultipartUpload"): ABORTED_UPLOADS,
+    Grant("IcebergTableObjects", "action", "s3:AbortMultipartUpload"): ABORTED_UPLOADS,
 }
 
 
@@ -84,6 +108,31 @@ class RecordedRun:
     landed: list[bytes]
     lease_checkpoints: list[str]
 
+    @property
+    def placeholders(self) -> dict[str, str]:
+        return {
+            "Region": REGION,
+            "Account": ACCOUNT,
+            "Application": self.application,
+            "Stream": self.stream,
+            "Bucket": self.bucket,
+            "Prefix": PREFIX,
+        }
+
+
+@dataclass(frozen=True)
+class IcebergRun:
+    placeholders: dict[str, str]
+    backfill_table: str
+    rounds: dict[str, dict[str, str]]
+    leasectl_exit_codes: dict[str, int]  # command -> exit code
+    calls: list[RecordedCall]
+    maintain_calls: list[RecordedCall]
+    produced: list[bytes]
+    landed: list[bytes]
+    backfilled: list[bytes]
+    fenced_files: list[str]  # what the fenced attempt staged: its data files, manifest and receipt
+
 
 @pytest.fixture(scope="module")
 def proxies(moto_endpoint: str, kinesis_endpoint: str) -> Iterator[dict[str, FaultProxy]]:
@@ -91,8 +140,51 @@ def proxies(moto_endpoint: str, kinesis_endpoint: str) -> Iterator[dict[str, Fau
         FaultProxy(moto_endpoint) as dynamodb,
         FaultProxy(moto_endpoint) as s3,
         FaultProxy(kinesis_endpoint) as kinesis,
+        FaultProxy(moto_endpoint) as glue,
     ):
-        yield {"dynamodb": dynamodb, "s3": s3, "kinesis": kinesis}
+        yield {"dynamodb": dynamodb, "s3": s3, "kinesis": kinesis, "glue": glue}
+
+
+def call_counts(proxies: Mapping[str, FaultProxy]) -> dict[str, int]:
+    return {service: len(proxy.calls()) for service, proxy in proxies.items()}
+
+
+def calls_since(proxies: Mapping[str, FaultProxy], counts: Mapping[str, int]) -> list[RecordedCall]:
+    return [call for service, proxy in proxies.items() for call in proxy.calls()[counts[service] :]]
+
+
+@dataclass
+class DagRounds:
+    """DAG runs of one application: each round's task states, and the calls made while it ran."""
+
+    dag: Any
+    proxies: Mapping[str, FaultProxy]
+    conf: dict[str, Any]
+    states: dict[str, dict[str, str]] = field(default_factory=dict)
+    calls: dict[str, list[RecordedCall]] = field(default_factory=dict)
+
+    def run(self, name: str, **conf: Any) -> None:
+        counts = call_counts(self.proxies)
+        self.states[name] = run_round(self.dag, {**self.conf, **conf})
+        self.calls[name] = calls_since(self.proxies, counts)
+
+
+def window_bound() -> datetime:
+    """A backfill window's bound: kinesis-mock compares AT_TIMESTAMP in whole seconds, and a time before
+    a stream existed lists every shard, a split's children included (which the hash-range check
+    refuses), so a bound is a whole second after everything before it."""
+    time.sleep(1.1)
+    return datetime.now(UTC).replace(microsecond=0)
+
+
+def window_name(start: datetime, end: datetime) -> str:
+    return f"{start:%Y%m%dT%H%M%SZ}-{end:%Y%m%dT%H%M%SZ}"
+
+
+def leasectl_main(application: str, dynamodb_endpoint: str, *command: str) -> int:
+    """The installed leasectl, in this process, on the application's tables through the proxy."""
+    settings = ("--set", f"aws_endpoint_url_dynamodb={dynamodb_endpoint}", "--set", f"aws_region={REGION}")
+    return leasectl.main(["--app", application, *settings, "--set", "table_status_poll_seconds=0.05", *command])
 
 
 @pytest.fixture(scope="module")
@@ -148,42 +240,30 @@ def recorded_run(
     boto3.client("s3", endpoint_url=moto_endpoint, region_name=REGION).create_bucket(Bucket=bucket)
     create_stream(kinesis, stream, 2)
     create_kcl2_lease_table(dynamodb, application)
-    dag = load_dag_module("kinesis_lease_pipeline_iam_policy").dag
-
-    def run(name: str, **conf: Any) -> None:
-        before = {service: len(proxy.calls()) for service, proxy in proxies.items()}
-        rounds[name] = run_round(
-            dag,
-            {
-                "streams": [stream],
-                "application_name": application,
-                "num_workers": 2,
-                "initial_position": "TRIM_HORIZON",
-                "output_uri": output,
-                **conf,
-            },
-        )
-        round_calls[name] = [call for service, proxy in proxies.items() for call in proxy.calls()[before[service] :]]
-
-    rounds: dict[str, dict[str, str]] = {}
-    round_calls: dict[str, list[RecordedCall]] = {}
+    counts = call_counts(proxies)
+    rounds = DagRounds(
+        load_dag_module("kinesis_lease_pipeline_iam_policy").dag,
+        proxies,
+        {
+            "streams": [stream],
+            "application_name": application,
+            "num_workers": 2,
+            "initial_position": "TRIM_HORIZON",
+            "output_uri": output,
+        },
+    )
     serial = [0]
-    # kinesis-mock compares AT_TIMESTAMP in whole seconds, and a time before the stream existed lists
-    # every shard, the split's children included (which the hash-range check refuses): the window
-    # starts on a whole second after the stream's creation.
-    time.sleep(1.1)
-    window_start = datetime.now(UTC).replace(microsecond=0)
+    window_start = window_bound()
     produced = produce(kinesis, stream, 120, serial)
-    run("first")
+    rounds.run("first")
     split_shard(kinesis, stream, sorted(shard.shard_id for shard in shards_of(kinesis, stream))[0])
     produced += produce(kinesis, stream, 80, serial)
-    run("after-split")  # the parent to its end, and its children in the same round
-    run("cleanup")  # nothing new to read: shard sync deletes the finished parent, the consume step is skipped
-    run("idle")
-    time.sleep(1.1)
-    window_end = datetime.now(UTC).replace(microsecond=0)
-    run("backfill", mode="backfill", start=window_start.isoformat(), end=window_end.isoformat())
-    backfill_application = f"{application}-backfill-{window_start:%Y%m%dT%H%M%SZ}-{window_end:%Y%m%dT%H%M%SZ}"
+    rounds.run("after-split")  # the parent to its end, and its children in the same round
+    rounds.run("cleanup")  # nothing new to read: shard sync deletes the finished parent, the consume step is skipped
+    rounds.run("idle")
+    window_end = window_bound()
+    rounds.run("backfill", mode="backfill", start=window_start.isoformat(), end=window_end.isoformat())
+    backfill_application = f"{application}-backfill-{window_name(window_start, window_end)}"
 
     from kinesis_lease.aws_connection import aws_access
     from kinesis_lease.monitoring import LeaseQuery, application_document, leases_document, read_application
@@ -198,56 +278,146 @@ def recorded_run(
         item["checkpoint"]["S"] for item in dynamodb.scan(TableName=application, ConsistentRead=True)["Items"]
     ]
     teardown = [
-        cli.main(
-            [
-                "--app",
-                name,
-                "--set",
-                f"aws_endpoint_url_dynamodb={proxies['dynamodb'].endpoint}",
-                "--set",
-                f"aws_region={REGION}",
-                "--set",
-                "table_status_poll_seconds=0.05",
-                "teardown",
-                "--yes",
-            ]
-        )
+        leasectl_main(name, proxies["dynamodb"].endpoint, "teardown", "--yes")
         for name in (application, backfill_application)
     ]
     table = ParquetSink.from_uri(output, s3_endpoint_url=moto_endpoint, region=REGION).read_dataset()
-    calls = [call for proxy in proxies.values() for call in proxy.calls()]
     return RecordedRun(
         application,
         backfill_application,
         stream,
         bucket,
-        rounds,
-        round_calls,
+        rounds.states,
+        rounds.calls,
         monitored,
         teardown,
-        calls,
+        calls_since(proxies, counts),
         produced,
         table.column("data").to_pylist(),
         checkpoints,
     )
 
 
-def policy_for(run: RecordedRun) -> Policy:
-    return load_policy(
-        POLICY_FILE,
+def stage_as_a_fenced_attempt(sink: IcebergSink) -> list[str]:
+    """Stage a batch that no lease commits, as an attempt fenced after staging leaves it; its data
+    files, manifest and receipt."""
+    staged = sink.stage(batch_of(TRIM_HORIZON, 1, 5, "shardId-000000000000"), rows(1, 5), "fenced")
+    receipt = sink.read_receipt(staged.token or "")
+    table = sink.table()
+    assert table is not None
+    data_files = [data_file.file_path for data_file in sink.staged_data_files(table, receipt)]
+    return [*data_files, str(receipt.manifest_path), sink.receipt_path(table, receipt.receipt_id)]
+
+
+@contextmanager
+def listings_aged(proxy: FaultProxy, by: timedelta) -> Iterator[None]:
+    proxy.age_listings(by)
+    try:
+        yield
+    finally:
+        proxy.age_listings(timedelta(0))
+
+
+@pytest.fixture(scope="module")
+def iceberg_run(
+    proxied_environment: None, proxies: dict[str, FaultProxy], moto_endpoint: str, kinesis_endpoint: str
+) -> IcebergRun:
+    token = uuid.uuid4().hex[:8]
+    application, stream, bucket = f"iam-ice-{token}", f"iam-ice-stream-{token}", f"iam-warehouse-{token}"
+    database = f"iam_db_{token}"
+    output = f"iceberg://{ICEBERG_CATALOG}/{database}.{ICEBERG_TABLE}"
+    warehouse = f"s3://{bucket}/{WAREHOUSE}"
+    kinesis = kinesis_client(kinesis_endpoint)
+    boto3.client("s3", endpoint_url=moto_endpoint, region_name=REGION).create_bucket(Bucket=bucket)
+    boto3.client("glue", endpoint_url=moto_endpoint, region_name=REGION).create_database(
+        DatabaseInput={"Name": database}
+    )
+    create_stream(kinesis, stream, 2)
+    # The deployment's catalog goes through the proxies; the test's own look at the tables does not.
+    proxied = glue_catalog_properties(proxies["glue"].endpoint, proxies["s3"].endpoint, warehouse)
+    direct = load_catalog("direct", **glue_catalog_properties(moto_endpoint, moto_endpoint, warehouse))
+    counts = call_counts(proxies)
+    with airflow_environment(catalog_environment(ICEBERG_CATALOG, proxied)):
+        rounds = DagRounds(
+            load_dag_module("kinesis_lease_pipeline_iam_policy_iceberg").dag,
+            proxies,
+            {
+                "streams": [stream],
+                "application_name": application,
+                "num_workers": 2,
+                "initial_position": "TRIM_HORIZON",
+                "output_uri": output,
+            },
+        )
+        serial = [0]
+        window_start = window_bound()
+        produced = produce(kinesis, stream, 60, serial)
+        rounds.run("first")  # creates the table
+        produced += produce(kinesis, stream, 40, serial)
+        rounds.run("second")
+        window_end = window_bound()
+        rounds.run("backfill", mode="backfill", start=window_start.isoformat(), end=window_end.isoformat())
+        backfill_table = backfill_uri(output, window_name(window_start, window_end)).rpartition(".")[2]
+
+        # A deployment keeping a millisecond of history, and what an attempt fenced after staging leaves.
+        with direct.load_table((database, ICEBERG_TABLE)).transaction() as settings:
+            settings.set_properties({MAX_SNAPSHOT_AGE_PROPERTY: "1"})
+        fenced_files = stage_as_a_fenced_attempt(IcebergSink(output, application, catalog=direct))
+
+        def run_leasectl(*command: str) -> int:
+            return leasectl_main(application, proxies["dynamodb"].endpoint, *command, "--output-uri", output)
+
+        before_maintain = call_counts(proxies)
+        with listings_aged(proxies["s3"], timedelta(days=4)):  # past the orphan age of 3 days
+            exit_codes = {"maintain": run_leasectl("maintain", "--yes")}
+        maintain_calls = calls_since(proxies, before_maintain)
+        exit_codes.update(verify=run_leasectl("verify"), restore=run_leasectl("restore", "--yes"))
+    calls = calls_since(proxies, counts)
+
+    def records(table_name: str) -> list[bytes]:
+        return direct.load_table((database, table_name)).scan().to_arrow().column("data").to_pylist()
+
+    return IcebergRun(
         {
             "Region": REGION,
             "Account": ACCOUNT,
-            "Application": run.application,
-            "Stream": run.stream,
-            "Bucket": run.bucket,
-            "Prefix": PREFIX,
+            "Application": application,
+            "Stream": stream,
+            "Bucket": bucket,
+            "Prefix": f"{WAREHOUSE}/{database}.db",
+            "Database": database,
+            "Table": ICEBERG_TABLE,
         },
+        backfill_table,
+        rounds.states,
+        exit_codes,
+        calls,
+        maintain_calls,
+        produced,
+        records(ICEBERG_TABLE),
+        records(backfill_table),
+        fenced_files,
     )
 
 
-def requests_of(run: RecordedRun) -> list[IamRequest]:
-    return [request for call in run.calls for request in iam_requests(call, REGION, ACCOUNT)]
+RUNS = {"parquet": "recorded_run", "iceberg": "iceberg_run"}
+
+
+def deployment_policy(sink: str, values: Mapping[str, str]) -> Policy:
+    """The statements a deployment on `sink` attaches (all but the other sink's), with `values` for the placeholders."""
+    document = json.loads(POLICY_FILE.read_text())
+    others = tuple(prefix for name, prefix in SINK_STATEMENTS.items() if name != sink)
+    document["Statement"] = [entry for entry in document["Statement"] if not entry["Sid"].startswith(others)]
+    return parse_policy(json.loads(substitute(json.dumps(document), values)))
+
+
+def template_policy() -> Policy:
+    """The whole policy with its placeholders kept, to name grants alike across runs."""
+    return load_policy(POLICY_FILE, {name: f"${{{name}}}" for name in PLACEHOLDERS})
+
+
+def requests_of(calls: list[RecordedCall]) -> list[IamRequest]:
+    return [request for call in calls for request in iam_requests(call, REGION, ACCOUNT)]
 
 
 # --- the run -------------------------------------------------------------------------------------
@@ -292,30 +462,80 @@ def test_the_operators_the_spark_executors_and_leasectl_all_called_aws_through_t
     assert all(call.stream == recorded_run.stream for call in recorded_run.calls if call.service == "kinesis")
 
 
+def test_the_iceberg_run_lands_every_record_once_in_its_table_and_its_backfill_s_and_leasectl_succeeds(iceberg_run):
+    for name, states in iceberg_run.rounds.items():
+        assert set(states.values()) == {"success"}, (name, states)
+    assert sorted(iceberg_run.landed) == sorted(iceberg_run.produced)
+    assert sorted(iceberg_run.backfilled) == sorted(iceberg_run.produced)
+    assert iceberg_run.leasectl_exit_codes == {"maintain": 0, "verify": 0, "restore": 0}
+
+
+def test_the_iceberg_sink_asks_glue_for_its_database_and_to_get_create_and_update_its_two_tables(iceberg_run):
+    glue = [call for call in iceberg_run.calls if call.service == "glue"]
+    print("Glue calls:", dict(Counter((call.operation, call.status) for call in glue)))
+    assert {call.operation for call in glue} == {"GetDatabase", "GetTable", "CreateTable", "UpdateTable"}
+    assert {call.database for call in glue} == {iceberg_run.placeholders["Database"]}
+    assert {table for call in glue for table in call.tables} == {ICEBERG_TABLE, iceberg_run.backfill_table}
+
+
+def test_leasectl_maintain_deletes_the_fenced_attempt_s_files_and_the_expired_snapshot_s_list_and_position_map(
+    iceberg_run,
+):
+    values = iceberg_run.placeholders
+    metadata, application = f"{values['Prefix']}/{ICEBERG_TABLE}/metadata/", values["Application"]
+    fenced = {path.removeprefix(f"s3://{values['Bucket']}/") for path in iceberg_run.fenced_files}
+    deleted = [call.key or "" for call in iceberg_run.maintain_calls if call.operation == "DeleteObject"]
+    others = [key.removeprefix(metadata) for key in deleted if key not in fenced]
+    print("maintain deleted:", json.dumps(deleted, indent=1))
+    assert fenced <= set(deleted)
+    assert all(key.startswith(metadata) for key in deleted if key not in fenced)
+    assert len([name for name in others if name.startswith(f"kinesis-positions/{application}/")]) == 1
+    assert len([name for name in others if name.startswith("snap-")]) == 1  # the first round's manifest list
+    assert [name for name in others if name.startswith(f"kinesis-staged/{application}/")], "the first round's"
+    own = (f"kinesis-staged/{application}/", f"kinesis-positions/{application}/", "snap-")
+    assert [name for name in others if not name.startswith(own)] == []
+    deletes = [call for call in iceberg_run.calls if call.operation == "DeleteObject"]
+    assert len(deletes) == len(deleted), "only the upkeep deletes"
+
+
 # --- the policy ----------------------------------------------------------------------------------
 
 
-def test_every_call_of_the_run_is_allowed_by_the_policy(recorded_run):
-    evaluation = evaluate(policy_for(recorded_run), requests_of(recorded_run))
-    print("IAM requests per action:", json.dumps(evaluation.actions, indent=1))
+@pytest.mark.parametrize("sink", list(RUNS))
+def test_every_call_of_the_run_is_allowed_by_the_statements_a_deployment_on_its_sink_attaches(sink, request):
+    run = request.getfixturevalue(RUNS[sink])
+    evaluation = evaluate(deployment_policy(sink, run.placeholders), requests_of(run.calls))
+    print(f"IAM requests per action ({sink}):", json.dumps(evaluation.actions, indent=1))
     denied = sorted({str(request) for request in evaluation.denied})
     assert denied == [], "calls the policy does not allow:\n" + "\n".join(denied)
 
 
-def test_every_action_and_resource_the_policy_grants_was_needed_by_the_run(recorded_run):
-    policy = policy_for(recorded_run)
-    unused = evaluate(policy, requests_of(recorded_run)).unused(policy)
-    needless = sorted(map(str, unused - set(NOT_EXERCISED)))
-    assert needless == [], "granted but never needed by the run:\n" + "\n".join(needless)
-    assert set(NOT_EXERCISED) <= policy.grants(), "an exemption names a grant the policy no longer has"
+def test_every_action_and_resource_the_policy_grants_was_needed_by_one_of_the_runs(recorded_run, iceberg_run):
+    template = template_policy()
+    used: set[Grant] = set()
+    for sink, run in (("parquet", recorded_run), ("iceberg", iceberg_run)):
+        policy = deployment_policy(sink, run.placeholders)
+        used |= as_named_in(template, policy, evaluate(policy, requests_of(run.calls)).used)
+    needless = sorted(map(str, template.grants() - used - set(NOT_EXERCISED)))
+    assert needless == [], "granted but never needed by a run:\n" + "\n".join(needless)
+    assert set(NOT_EXERCISED) <= template.grants(), "an exemption names a grant the policy no longer has"
 
 
-def test_the_policy_names_every_action_and_resource_explicitly_with_exactly_the_six_placeholders():
+def test_the_policy_names_every_action_and_resource_explicitly_with_exactly_its_eight_placeholders():
     text = POLICY_FILE.read_text()
     policy = load_policy(POLICY_FILE, dict.fromkeys(PLACEHOLDERS, "x"))  # refuses Deny and anything unmodelled
     assert set(re.findall(r"\$\{(\w+)\}", text)) == set(PLACEHOLDERS)
     assert not [action for statement in policy.statements for action in statement.actions if "*" in action]
     assert not [resource for statement in policy.statements for resource in statement.resources if resource == "*"]
+
+
+def test_a_deployment_on_either_sink_attaches_the_shared_statements_and_none_of_the_other_sink_s():
+    values = dict.fromkeys(PLACEHOLDERS, "x")
+    parquet, iceberg = ({s.sid for s in deployment_policy(sink, values).statements} for sink in RUNS)
+    assert {"SinkBucket", "ParquetObjects", "ParquetStagedObjects"} <= parquet
+    assert {"SinkBucket", "IcebergCatalog", "IcebergTableObjects", "IcebergUpkeepDeletes"} <= iceberg
+    assert parquet - iceberg == {"ParquetObjects", "ParquetStagedObjects"}
+    assert iceberg - parquet == {"IcebergCatalog", "IcebergTableObjects", "IcebergUpkeepDeletes"}
 
 
 # --- the evaluator -------------------------------------------------------------------------------
@@ -436,7 +656,7 @@ MAPPING_CASES = [
         id="get-records-on-the-iterator-s-stream",
     ),
     pytest.param(
-        RecordedCall("s3", "HeadObject", 404, method="HEAD", bucket="b", key="p/k"),
+        RecordedCall("s3", "HeadObject", 200, method="HEAD", bucket="b", key="p/k"),
         [("s3:GetObject", "arn:aws:s3:::b/p/k")],
         id="head-object-is-get-object",
     ),
@@ -450,12 +670,72 @@ MAPPING_CASES = [
         [("s3:ListBucket", "arn:aws:s3:::b")],
         id="head-bucket-is-list-bucket",
     ),
+    pytest.param(
+        RecordedCall("s3", "GetObject", 404, method="GET", bucket="b", key="p/k"),
+        [("s3:GetObject", "arn:aws:s3:::b/p/k"), ("s3:ListBucket", "arn:aws:s3:::b")],
+        id="a-missing-object-s-404-needs-list-bucket",
+    ),
+    pytest.param(
+        RecordedCall("glue", "GetDatabase", 200, database="d", parameters=("Name",)),
+        [("glue:GetDatabase", "arn:aws:glue:r:1:catalog"), ("glue:GetDatabase", "arn:aws:glue:r:1:database/d")],
+        id="glue-database-call-on-catalog-and-database",
+    ),
+    pytest.param(
+        RecordedCall("glue", "UpdateTable", 200, tables=("t",), database="d", parameters=("DatabaseName",)),
+        [
+            ("glue:UpdateTable", "arn:aws:glue:r:1:catalog"),
+            ("glue:UpdateTable", "arn:aws:glue:r:1:database/d"),
+            ("glue:UpdateTable", "arn:aws:glue:r:1:table/d/t"),
+        ],
+        id="glue-table-call-on-catalog-database-and-table",
+    ),
+    pytest.param(
+        RecordedCall("glue", "GetTables", 200, database="d", parameters=("DatabaseName",)),
+        [
+            ("glue:GetTables", "arn:aws:glue:r:1:catalog"),
+            ("glue:GetTables", "arn:aws:glue:r:1:database/d"),
+            ("glue:GetTables", "arn:aws:glue:r:1:table/d/*"),
+        ],
+        id="glue-table-listing-on-every-table-of-the-database",
+    ),
+    pytest.param(
+        RecordedCall("glue", "GetDatabases", 200),
+        [("glue:GetDatabases", "arn:aws:glue:r:1:catalog"), ("glue:GetDatabases", "arn:aws:glue:r:1:database/*")],
+        id="glue-database-listing-on-every-database",
+    ),
 ]
 
 
 @pytest.mark.parametrize(("call", "expected"), MAPPING_CASES)
 def test_a_recorded_call_maps_to_the_iam_actions_and_resources_aws_authorizes(call, expected):
     assert [(request.action, request.resource) for request in iam_requests(call, "r", "1")] == expected
+
+
+def test_a_glue_call_naming_another_account_s_catalog_is_refused_not_mapped_to_this_account_s():
+    call = RecordedCall("glue", "GetTable", 200, tables=("t",), database="d", parameters=("CatalogId", "Name"))
+    with pytest.raises(ValueError, match="CatalogId"):
+        iam_requests(call, "r", "1")
+
+
+def test_grants_of_a_substituted_policy_are_named_as_the_policy_file_names_them():
+    document = {
+        "Version": "2012-10-17",
+        "Statement": [
+            {
+                "Sid": "A",
+                "Effect": "Allow",
+                "Action": "s3:GetObject",
+                "Resource": ["arn:aws:s3:::${B}/x", "arn:aws:s3:::${B}/y"],
+            }
+        ],
+    }
+    template = parse_policy(document)
+    policy = parse_policy(json.loads(substitute(json.dumps(document), {"B": "bucket"})))
+    used = {Grant("A", "action", "s3:GetObject"), Grant("A", "resource", "arn:aws:s3:::bucket/y")}
+    assert as_named_in(template, policy, used) == {
+        Grant("A", "action", "s3:GetObject"),
+        Grant("A", "resource", "arn:aws:s3:::${B}/y"),
+    }
 
 
 def test_a_list_objects_call_carries_its_prefix_as_the_s3_prefix_condition_key():

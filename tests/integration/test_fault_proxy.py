@@ -1,4 +1,4 @@
-"""The fault-injecting, recording proxy in front of moto (DynamoDB, S3) and kinesis-mock (Kinesis), seen through boto3.
+"""The fault-injecting, recording proxy in front of moto (DynamoDB, S3, Glue) and kinesis-mock (Kinesis), via boto3.
 
 Clients here make exactly one attempt per call (no botocore retries), so each injected fault
 surfaces as the exception a consumer's retry logic would see first.
@@ -10,6 +10,7 @@ import http.client
 import socket
 import time
 from collections.abc import Iterator
+from datetime import timedelta
 from typing import Any
 
 import boto3
@@ -329,6 +330,12 @@ def s3_proxy(moto_endpoint: str) -> Iterator[FaultProxy]:
 
 
 @pytest.fixture
+def glue_proxy(moto_endpoint: str) -> Iterator[FaultProxy]:
+    with FaultProxy(moto_endpoint) as proxy:
+        yield proxy
+
+
+@pytest.fixture
 def bucket(moto_endpoint: str, unique_name: str) -> str:
     name = unique_name.lower().replace("_", "-")[:50].strip("-.")
     s3(moto_endpoint).create_bucket(Bucket=name)
@@ -439,6 +446,41 @@ def test_s3_rest_calls_are_recorded_as_the_s3_operations_their_method_key_and_qu
         ("DeleteObject", "s3", "DELETE", bucket, "lake/big"),
     ]
     assert {"prefix": "lake/", "delimiter": "/", "list-type": "2"}.items() <= dict(s3_proxy.calls()[3].query).items()
+
+
+def test_glue_calls_are_recorded_with_their_database_and_table(glue_proxy: FaultProxy, unique_name: str) -> None:
+    client = boto3.client("glue", endpoint_url=glue_proxy.endpoint, region_name="us-east-1", config=ONE_ATTEMPT)
+    database = unique_name.lower().replace("-", "_").replace(".", "_")
+    client.create_database(DatabaseInput={"Name": database})
+    client.get_database(Name=database)
+    with pytest.raises(client.exceptions.EntityNotFoundException):
+        client.get_table(DatabaseName=database, Name="orders")
+    client.create_table(DatabaseName=database, TableInput={"Name": "orders"})
+    client.update_table(DatabaseName=database, TableInput={"Name": "orders", "Description": "d"})
+
+    assert recorded(glue_proxy, "service", "database", "tables", "status") == [
+        ("CreateDatabase", "glue", database, (), 200),
+        ("GetDatabase", "glue", database, (), 200),
+        ("GetTable", "glue", database, ("orders",), 400),
+        ("CreateTable", "glue", database, ("orders",), 200),
+        ("UpdateTable", "glue", database, ("orders",), 200),
+    ]
+
+
+def test_aged_listings_report_objects_written_that_much_earlier_and_nothing_else_changes(
+    s3_proxy: FaultProxy, bucket: str
+) -> None:
+    client = s3(s3_proxy.endpoint)
+    client.put_object(Bucket=bucket, Key="lake/old", Body=b"x")
+    written = client.head_object(Bucket=bucket, Key="lake/old")["LastModified"]
+    s3_proxy.age_listings(timedelta(days=4))
+
+    listed = client.list_objects_v2(Bucket=bucket, Prefix="lake/")["Contents"]
+
+    assert [(entry["Key"], written - entry["LastModified"]) for entry in listed] == [("lake/old", timedelta(days=4))]
+    assert client.head_object(Bucket=bucket, Key="lake/old")["LastModified"] == written
+    s3_proxy.age_listings(timedelta(0))
+    assert client.list_objects_v2(Bucket=bucket, Prefix="lake/")["Contents"][0]["LastModified"] == written
 
 
 def test_head_is_relayed_with_the_object_s_length_and_no_body_so_pyarrow_can_stat_through_the_proxy(

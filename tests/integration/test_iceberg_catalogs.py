@@ -13,7 +13,15 @@ import pytest
 from lease_core.model.sequence import TRIM_HORIZON
 from spark_jobs.sinks.iceberg import SUMMARY_RANGES, IcebergSink
 from spark_jobs.sinks.record_columns import RECORD_SCHEMA
-from tests.support.iceberg_tables import APPLICATION, IDENTITY, batch_of, rows, table_sequence_numbers
+from tests.support.iceberg_tables import (
+    APPLICATION,
+    IDENTITY,
+    batch_of,
+    catalog_environment,
+    glue_catalog_properties,
+    rows,
+    table_sequence_numbers,
+)
 from tests.support.postgres_server import PostgresServer, postgres_server
 
 SHARDS = [f"shardId-00000000000{index}" for index in range(4)]
@@ -26,10 +34,8 @@ def postgres() -> Iterator[PostgresServer]:
 
 
 def configure(monkeypatch: pytest.MonkeyPatch, catalog: str, properties: dict[str, str]) -> None:
-    """pyiceberg's environment form: `.` in a property name is `__`, `-` is `_`."""
-    for key, value in properties.items():
-        name = key.upper().replace(".", "__").replace("-", "_")
-        monkeypatch.setenv(f"PYICEBERG_CATALOG__{catalog.upper()}__{name}", value)
+    for name, value in catalog_environment(catalog, properties).items():
+        monkeypatch.setenv(name, value)
 
 
 def land_every_shard(sink: IcebergSink) -> dict[str, str]:
@@ -78,18 +84,8 @@ def test_concurrent_publishers_on_postgres_land_every_batch_once(monkeypatch, po
 def test_glue_with_an_s3_warehouse_on_moto(monkeypatch, moto_endpoint, unique_name):
     bucket = unique_name.lower().replace("_", "-")[:50]
     boto3.client("s3", endpoint_url=moto_endpoint, region_name="us-east-1").create_bucket(Bucket=bucket)
-    credentials = {"access-key-id": "testing", "secret-access-key": "testing", "region": "us-east-1"}
     configure(
-        monkeypatch,
-        "gluelake",
-        {
-            "type": "glue",
-            "glue.endpoint": moto_endpoint,
-            **{f"glue.{key}": value for key, value in credentials.items()},
-            "s3.endpoint": moto_endpoint,
-            **{f"s3.{key}": value for key, value in credentials.items()},
-            "warehouse": f"s3://{bucket}/warehouse",
-        },
+        monkeypatch, "gluelake", glue_catalog_properties(moto_endpoint, moto_endpoint, f"s3://{bucket}/warehouse")
     )
     sink = IcebergSink("iceberg://gluelake/kinesis_db.orders", APPLICATION)
     sink.catalog.create_namespace("kinesis_db", {"location": f"s3://{bucket}/warehouse/kinesis_db"})

@@ -8,9 +8,12 @@ is refused when the policy is loaded, so a policy can never rely on something th
 
 `iam_requests` maps one call a `FaultProxy` recorded to the IAM requests AWS authorizes for it:
 `dynamodb:<Operation>` on the table (or `.../index/<IndexName>`), plus `dynamodb:TagResource` for a
-CreateTable with Tags; `kinesis:<Operation>` on the stream; S3 REST operations to their IAM actions
-on the object or the bucket (ListObjects* and HeadBucket are `s3:ListBucket`, with `s3:prefix` when
-the request has one).
+CreateTable with Tags; `kinesis:<Operation>` on the stream; `glue:<Operation>` on the catalog and on
+each database and table the call names (a table's call names its database as well: AWS authorizes
+a Glue call on every resource in its path); S3 REST operations to their IAM actions on the object or
+the bucket (ListObjects* and HeadBucket are `s3:ListBucket`, with `s3:prefix` when the request has
+one; an object read answered 404 is `s3:ListBucket` on the bucket as well, without which S3 answers
+403).
 """
 
 from __future__ import annotations
@@ -56,6 +59,10 @@ S3_BUCKET_ACTIONS = {
     "DeleteBucket": "s3:DeleteBucket",
     "DeleteObjects": "s3:DeleteObject",
 }
+# A read of a missing object answers 404 only to a caller allowed s3:ListBucket on the bucket (403 otherwise).
+S3_READS = frozenset({"GetObject", "HeadObject"})
+# Glue listings act on every database, or on every table of the database they name.
+GLUE_LISTINGS = {"GetDatabases": "database/*", "GetTables": "table/{database}/*"}
 
 
 @cache
@@ -236,8 +243,10 @@ def iam_requests(call: RecordedCall, region: str, account: str) -> list[IamReque
         stream = call.stream if call.stream is not None else "(unknown: the proxy never saw its iterator or token)"
         resource = f"arn:aws:kinesis:{region}:{account}:stream/{stream}"
         return [IamRequest(f"kinesis:{call.operation}", resource, call=described)]
+    if call.service == "glue":
+        return _glue_requests(call, f"arn:aws:glue:{region}:{account}", described)
     if call.service == "s3":
-        return [_s3_request(call, described)]
+        return _s3_requests(call, described)
     raise ValueError(f"no IAM mapping for service {call.service!r}")
 
 
@@ -268,19 +277,35 @@ def _dynamodb_requests(call: RecordedCall, prefix: str, described: str) -> list[
     return requests
 
 
-def _s3_request(call: RecordedCall, described: str) -> IamRequest:
+def _glue_requests(call: RecordedCall, prefix: str, described: str) -> list[IamRequest]:
+    if "CatalogId" in call.parameters:
+        raise ValueError(f"a Glue call with a CatalogId (another account's catalog) is not modelled: {described}")
+    resources = [f"{prefix}:catalog"]
+    if call.database is not None:
+        resources.append(f"{prefix}:database/{call.database}")
+    resources.extend(f"{prefix}:table/{call.database}/{table}" for table in call.tables)
+    if call.operation in GLUE_LISTINGS:
+        resources.append(f"{prefix}:{GLUE_LISTINGS[call.operation].format(database=call.database)}")
+    return [IamRequest(f"glue:{call.operation}", resource, call=described) for resource in resources]
+
+
+def _s3_requests(call: RecordedCall, described: str) -> list[IamRequest]:
     if call.bucket is None:
         action = "s3:ListAllMyBuckets" if call.operation == "ListBuckets" else f"s3:{call.operation}"
-        return IamRequest(action, "*", call=described)
+        return [IamRequest(action, "*", call=described)]
+    bucket = f"arn:aws:s3:::{call.bucket}"
     if call.key is not None:
         action = S3_OBJECT_ACTIONS.get(call.operation, f"s3:{call.operation}")
-        return IamRequest(action, f"arn:aws:s3:::{call.bucket}/{call.key}", call=described)
+        requests = [IamRequest(action, f"{bucket}/{call.key}", call=described)]
+        if call.operation in S3_READS and call.status == 404:
+            requests.append(IamRequest("s3:ListBucket", bucket, call=described))
+        return requests
     action = S3_BUCKET_ACTIONS.get(call.operation, f"s3:{call.operation}")
     query = dict(call.query)
     context = {f"s3:{name}": query[name] for name in ("prefix", "delimiter", "max-keys") if name in query}
     if call.operation == "DeleteObjects":
-        return IamRequest(action, f"arn:aws:s3:::{call.bucket}/*", call=described)  # keys are in the body
-    return IamRequest(action, f"arn:aws:s3:::{call.bucket}", context if action == "s3:ListBucket" else {}, described)
+        return [IamRequest(action, f"{bucket}/*", call=described)]  # keys are in the body
+    return [IamRequest(action, bucket, context if action == "s3:ListBucket" else {}, described)]
 
 
 def _describe(call: RecordedCall) -> str:
@@ -292,5 +317,27 @@ def _describe(call: RecordedCall) -> str:
         *call.tables,
         *([f"index {call.index}"] if call.index else []),
         *([f"stream {call.stream}"] if call.stream else []),
+        *([f"database {call.database}"] if call.database else []),
     ]
     return f"{call.service} {call.operation} {', '.join(names)} -> {call.status}"
+
+
+def as_named_in(template: Policy, policy: Policy, grants: Iterable[Grant]) -> set[Grant]:
+    """`policy`'s `grants` as `template` names them: `policy` is the same document (or some of its
+    statements) with its placeholders replaced, `template` with them kept, so that grants used by runs
+    with different names (applications, tables) can be compared."""
+    templates = {statement.sid: statement for statement in template.statements}
+    names: dict[Grant, Grant] = {}
+    for statement in policy.statements:
+        original = templates[statement.sid]
+        for kind, values, patterns in (
+            ("action", statement.actions, original.actions),
+            ("resource", statement.resources, original.resources),
+        ):
+            names.update(
+                {
+                    Grant(statement.sid, kind, value): Grant(statement.sid, kind, pattern)
+                    for value, pattern in zip(values, patterns, strict=True)
+                }
+            )
+    return {names[grant] for grant in grants}

@@ -3,7 +3,7 @@ to inject commit faults, and the batches a slot hands to the Iceberg sink."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -30,6 +30,27 @@ IDENTITY = RoundIdentity(APPLICATION, 7, {STREAM: (STREAM_ARN, CREATED)})
 
 def catalog_properties(tmp_path: Path) -> dict[str, str]:
     return {"uri": f"sqlite:///{tmp_path}/catalog.db", "warehouse": f"file://{tmp_path}/warehouse"}
+
+
+def catalog_environment(catalog: str, properties: Mapping[str, str]) -> dict[str, str]:
+    """The catalog's properties as pyiceberg's environment variables: `.` in a name is `__`, `-` is `_`."""
+    return {
+        f"PYICEBERG_CATALOG__{catalog.upper()}__{key.upper().replace('.', '__').replace('-', '_')}": value
+        for key, value in properties.items()
+    }
+
+
+def glue_catalog_properties(glue_endpoint: str, s3_endpoint: str, warehouse: str) -> dict[str, str]:
+    """AWS Glue with its tables in S3 at `warehouse`, both at an emulator's endpoints, with dummy credentials."""
+    credentials = {"access-key-id": "testing", "secret-access-key": "testing", "region": "us-east-1"}
+    return {
+        "type": "glue",
+        "glue.endpoint": glue_endpoint,
+        **{f"glue.{key}": value for key, value in credentials.items()},
+        "s3.endpoint": s3_endpoint,
+        **{f"s3.{key}": value for key, value in credentials.items()},
+        "warehouse": warehouse,
+    }
 
 
 class FaultyCatalog(SqlCatalog):
@@ -133,8 +154,8 @@ def table_pipeline(unique_name, kinesis_endpoint, moto_endpoint, tmp_path: Path,
     """A consumer application on a new 4-shard stream landing in an Iceberg table of a SQL catalog on
     SQLite, configured by environment variables as a user configures pyiceberg."""
     properties = {"type": "sql", "uri": f"sqlite:///{tmp_path}/catalog.db", "warehouse": f"file://{tmp_path}/warehouse"}
-    for key, value in properties.items():
-        monkeypatch.setenv(f"PYICEBERG_CATALOG__{PIPELINE_CATALOG.upper()}__{key.upper()}", value)
+    for name, value in catalog_environment(PIPELINE_CATALOG, properties).items():
+        monkeypatch.setenv(name, value)
     SqlCatalog(PIPELINE_CATALOG, **properties).create_namespace("kinesis")
     pipeline = pipeline_on_new_stream(
         unique_name,
