@@ -64,7 +64,7 @@ Path(sys.argv[1]).write_text(json.dumps({
         {"name": p["name"], "source": str(p["source"]), "fastapi_apps": [a["url_prefix"] for a in p["fastapi_apps"]]}
         for p in plugins
     ],
-    "plugin_import_errors": plugins_manager._get_plugins()[1],
+    "plugin_import_errors": plugins_manager.get_import_errors(),
     "static": sorted(path.name for path in static.iterdir()),
 }, default=str))
 """
