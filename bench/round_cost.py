@@ -59,7 +59,7 @@ from devtools.airflow_env import home_environment  # noqa: E402
 # The idle check is the plugin's operator: Airflow reads its home when first imported.
 os.environ.update(home_environment(tempfile.mkdtemp(prefix="round-cost-airflow-")))
 os.environ.setdefault("AIRFLOW__CORE__LOAD_EXAMPLES", "False")
-sys.path.insert(0, os.environ["AIRFLOW__CORE__PLUGINS_FOLDER"])
+sys.path.insert(0, str(REPOSITORY / "plugins"))  # the package kinesis_lease, as the editable install maps it
 
 
 import boto3  # noqa: E402

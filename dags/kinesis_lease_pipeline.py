@@ -26,14 +26,7 @@ no I/O): `STREAMS` (comma-separated), `APPLICATION`, `WORKERS`, `OUTPUT_URI`, `S
 from __future__ import annotations
 
 import os
-import sys
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
-
-try:  # Airflow puts its plugins folder on sys.path; a bare `python` parsing this file may not.
-    import kinesis_lease  # noqa: F401
-except ImportError:
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "plugins"))
 
 from airflow.sdk import DAG, Asset, Param, TriggerRule
 from kinesis_lease.operators import (

@@ -7,6 +7,7 @@ imported, so `home_environment` must be in `os.environ` before anything imports 
 
 from __future__ import annotations
 
+import importlib.metadata
 import importlib.util
 import json
 import os
@@ -19,16 +20,26 @@ from typing import Any
 REPOSITORY = Path(__file__).resolve().parents[1]
 DAG_FILE = REPOSITORY / "dags" / "kinesis_lease_pipeline.py"
 REGION = "us-east-1"
+PLUGIN_ENTRY_POINT = "kinesis_lease.plugin:KinesisLeasePlugin"
 
 
 def home_environment(home: Path | str, dags_folder: Path = REPOSITORY / "dags") -> dict[str, str]:
-    """A throwaway home (its SQLite database is there), no example DAGs, and this repository's plugins."""
+    """A throwaway home (its SQLite database is there), no example DAGs, and the home's own plugins folder:
+    the monitoring UI's plugin comes from the installed package's entry point, as in a deployment."""
     return {
         "AIRFLOW_HOME": str(home),
         "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
         "AIRFLOW__CORE__DAGS_FOLDER": str(dags_folder),
-        "AIRFLOW__CORE__PLUGINS_FOLDER": str(REPOSITORY / "plugins"),
+        "AIRFLOW__CORE__PLUGINS_FOLDER": str(Path(home) / "plugins"),
     }
+
+
+def require_installed_plugin() -> None:
+    """Airflow processes load the monitoring UI's plugin from the installed project's entry point: fail
+    early, saying why, in a venv whose install of the project predates it (`uv sync` reinstalls it)."""
+    targets = {entry_point.value for entry_point in importlib.metadata.entry_points(group="airflow.plugins")}
+    if PLUGIN_ENTRY_POINT not in targets:
+        raise RuntimeError(f"no airflow.plugins entry point {PLUGIN_ENTRY_POINT} is installed: run `uv sync`")
 
 
 def run_environment(

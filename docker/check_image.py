@@ -7,8 +7,10 @@ Run by docker/project.Dockerfile with the image's Python after the install:
   the lock also pins were replaced, not left behind);
 - pyspark is the full 4.x distribution, untouched by `pyspark-client` (STACK.md: the registry's
   pyspark-client wheel overwrites pyspark's files; ours is metadata-only and installs no files);
-- `lease_core` and `spark_jobs` are installed in site-packages, not editable, so the plugin finds
-  the consume job with `importlib.util.find_spec("spark_jobs.consume_job")`;
+- `lease_core`, `spark_jobs` and `kinesis_lease` are installed in site-packages, not editable, so the
+  operators find the consume job with `importlib.util.find_spec("spark_jobs.consume_job")`;
+- Airflow finds the integration through the installed package alone: its `apache_airflow_provider`
+  and `airflow.plugins` entry points, and the monitoring UI's static files inside `kinesis_lease`;
 - `SPARK_HOME` is the installed pyspark, `spark-submit`/`spark-class` are on PATH, `PYSPARK_PYTHON`
   is this Python (executors and driver share one interpreter), and a Java runtime answers;
 - the Postgres driver of the metadata database imports.
@@ -29,6 +31,11 @@ from pathlib import Path
 
 from packaging.requirements import InvalidRequirement, Requirement
 
+DISTRIBUTION = "kinesis-lease-batch"
+ENTRY_POINTS = {
+    ("apache_airflow_provider", "kinesis_lease.provider_info:get_provider_info"),
+    ("airflow.plugins", "kinesis_lease.plugin:KinesisLeasePlugin"),
+}
 MODULES = (
     "airflow.providers.amazon.aws.hooks.base_aws",
     "airflow.providers.apache.spark.hooks.spark_submit",
@@ -76,11 +83,18 @@ def problems(requirements: Path) -> Iterator[str]:
         yield f"pyspark-client installed files of its own: {client_files[:3]}"
 
     site_packages = Path(sysconfig.get_paths()["purelib"]).resolve()
-    for module in ("lease_core", "spark_jobs.consume_job"):
+    for module in ("lease_core", "spark_jobs.consume_job", "kinesis_lease.plugin"):
         spec = importlib.util.find_spec(module)
         origin = Path(spec.origin).resolve() if spec and spec.origin else None
         if origin is None or site_packages not in origin.parents:
             yield f"{module} is not installed in {site_packages} (found at {origin})"
+
+    declared = {(entry.group, entry.value) for entry in importlib.metadata.distribution(DISTRIBUTION).entry_points}
+    for entry_point in ENTRY_POINTS - declared:
+        yield f"{DISTRIBUTION} does not declare the entry point {entry_point}"
+    static = site_packages / "kinesis_lease" / "static"
+    if not (static / "index.html").is_file():
+        yield f"the monitoring UI's static files are not installed in {static}"
 
     spark_home = Path(os.environ.get("SPARK_HOME", "/nonexistent"))
     if spark_home.resolve() != Path(pyspark.__file__).parent.resolve():

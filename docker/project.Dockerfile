@@ -1,8 +1,10 @@
 # The project image, built from the repository root (see .dockerignore): Airflow 3.3.2 on Python
 # 3.11, a Java runtime for Spark, the dependencies locked in uv.lock, and this project (lease_core,
-# spark_jobs) installed as a wheel. Every Airflow service, the Spark master and both Spark workers
-# run this one image, so the Spark driver (inside the scheduler) and the executors run the same
-# Python with the same packages, as PySpark requires.
+# spark_jobs, and kinesis_lease: the operators and the monitoring UI's plugin) installed as a wheel,
+# registered with Airflow by its entry points: Airflow needs only the DAG file besides (mounted by
+# docker-compose.yaml). Every Airflow service, the Spark master and both Spark workers run this one
+# image, so the Spark driver (inside the scheduler) and the executors run the same Python with the
+# same packages, as PySpark requires.
 ARG AIRFLOW_IMAGE=apache/airflow:3.3.2-python3.11
 # The uv that scripts/bootstrap.sh pins; only its binary is taken.
 ARG UV_IMAGE=ghcr.io/astral-sh/uv:0.13.9
@@ -46,10 +48,12 @@ COPY --chown=airflow:0 packaging/pyspark-client-provided packaging/pyspark-clien
 RUN uv export --frozen --no-dev --no-emit-project --output-file requirements.txt \
     && uv pip install --python "$(command -v python)" --no-cache --no-deps --requirements requirements.txt
 
-# The project itself, as a wheel (not editable): lease_core, spark_jobs and the leasectl command.
+# The project itself, as a wheel (not editable): lease_core, spark_jobs, kinesis_lease (from
+# plugins/kinesis_lease, with the UI's static files) and the leasectl command.
 COPY --chown=airflow:0 README.md ./
 COPY --chown=airflow:0 lease_core lease_core
 COPY --chown=airflow:0 spark_jobs spark_jobs
+COPY --chown=airflow:0 plugins/kinesis_lease plugins/kinesis_lease
 COPY --chown=airflow:0 docker/check_image.py docker/check_image.py
 RUN uv pip install --python "$(command -v python)" --no-cache --no-deps . \
     && python docker/check_image.py requirements.txt

@@ -6,6 +6,7 @@ import re
 import sys
 import tempfile
 from collections.abc import Iterator
+from pathlib import Path
 
 import boto3
 import pytest
@@ -22,11 +23,15 @@ for variable in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_ENDPOINT_URL"):
     os.environ.pop(variable, None)
 
 # Airflow reads its home and settings when first imported: a throwaway home with SQLite, no example
-# DAGs, this repository's DAGs and plugins, before any test module imports Airflow.
+# DAGs, this repository's DAGs and an empty plugins folder, before any test module imports Airflow.
 os.environ.update(home_environment(tempfile.mkdtemp(prefix="airflow-home-")))
 os.environ["AIRFLOW__CORE__UNIT_TEST_MODE"] = "False"
-# Airflow puts its plugins folder on sys.path; so do the tests, to import the plugin's modules.
-sys.path.insert(0, os.environ["AIRFLOW__CORE__PLUGINS_FOLDER"])
+# plugins/kinesis_lease is the installed package `kinesis_lease`: the editable install puts plugins/ on
+# sys.path for it. The tests put this checkout's plugins/ first, here and in every process they start,
+# so a worktree tests its own copy even when the venv's editable install points at another checkout.
+PLUGINS = Path(__file__).resolve().parents[1] / "plugins"
+sys.path.insert(0, str(PLUGINS))
+os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, (str(PLUGINS), os.environ.get("PYTHONPATH"))))
 
 _names = itertools.count()
 

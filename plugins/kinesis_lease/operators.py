@@ -60,13 +60,13 @@ from spark_jobs.round_report import (
 from spark_jobs.sinks import open_sink
 from spark_jobs.sinks.batch_sink import BatchSink
 
-# The job file of the installed `spark_jobs` package (imported above), wherever the plugins folder is
-# mounted: in a checkout, an image or a deployment, the job and the code its executors import match.
 log = logging.getLogger(__name__)
 
 # The consume step's XCom when it fails: {"error": text, "figures": the report's figures or None}.
 FAILED_ROUND_KEY = "failed_round"
 
+# The job file of the installed `spark_jobs` package (imported above), installed beside this one: in a
+# checkout, an image or a deployment, the job and the code its executors import match.
 _CONSUME_JOB_SPEC = importlib.util.find_spec("spark_jobs.consume_job")
 assert _CONSUME_JOB_SPEC is not None and _CONSUME_JOB_SPEC.origin is not None, "spark_jobs is not installed"
 CONSUME_JOB = str(Path(_CONSUME_JOB_SPEC.origin).resolve())

@@ -50,7 +50,6 @@ from fastapi import Depends, FastAPI, HTTPException, Query, Request, status
 from fastapi.exception_handlers import http_exception_handler
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, RedirectResponse, Response
-from kinesis_lease_plugin import URL_PREFIX
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 from starlette.exceptions import HTTPException as StarletteHTTPException
@@ -71,6 +70,7 @@ from kinesis_lease.monitoring import (
     run_document,
     run_settings,
 )
+from kinesis_lease.plugin import URL_PREFIX
 from lease_core.config.settings import load_config
 from lease_core.errors import AccessError, ConfigurationError, DependencyError, TableNotFoundError
 

@@ -10,6 +10,9 @@ heartbeating, the scheduler finds it after `task_instance_heartbeat_timeout` and
 the retry runs while the killed try's task process and Spark job may still be going. Then the
 producer stops and the schedule runs until a round found nothing new. Afterwards every record landed
 exactly once in the live output, and the backfill output holds exactly the window's records, once.
+
+No plugins folder of ours: as in docker-compose.yaml, Airflow finds the monitoring UI's plugin and the
+provider through the installed package's entry points (the editable install of `uv sync`).
 """
 
 from __future__ import annotations
@@ -81,6 +84,9 @@ class Story:
     live: list[StreamRecord]
     live_arrivals: dict[StreamRecord, datetime]
     backfill: list[StreamRecord]
+    plugins: list[dict[str, Any]]  # GET /plugins
+    plugin_import_errors: list[dict[str, Any]]  # GET /plugins/importErrors
+    providers: list[dict[str, Any]]  # GET /providers
 
 
 def form_conf(deployment: AirflowDeployment, **values: Any) -> dict[str, Any]:
@@ -245,6 +251,9 @@ def tell_the_story(
         live=landed_records(output),
         live_arrivals=live_arrivals,
         backfill=landed_records(f"{output}-backfill/{window}"),
+        plugins=deployment.api("GET", "/plugins?limit=100")["plugins"],
+        plugin_import_errors=deployment.api("GET", "/plugins/importErrors")["import_errors"],
+        providers=deployment.api("GET", "/providers?limit=100")["providers"],
     )
 
 
@@ -281,6 +290,15 @@ def test_the_schedule_ran_several_rounds_and_every_run_succeeded(story):
     scheduled = [run for run in story.runs if run["run_type"] == "scheduled"]
     assert len(scheduled) >= 3
     assert {run["state"] for run in story.runs} == {"success"}, [(r["dag_run_id"], r["state"]) for r in story.runs]
+
+
+def test_the_api_server_has_the_ui_plugin_and_the_provider_of_the_installed_package(story):
+    [plugin] = [plugin for plugin in story.plugins if plugin["name"] == "kinesis_lease"]
+    assert plugin["source"].startswith("kinesis-lease-batch=="), plugin["source"]
+    assert "group='airflow.plugins'" in plugin["source"]
+    assert [view["destination"] for view in plugin["external_views"]] == ["nav", "dag_run"]
+    assert story.plugin_import_errors == []
+    assert "kinesis-lease-batch" in {provider["package_name"] for provider in story.providers}
 
 
 def _utc(value: datetime) -> datetime:

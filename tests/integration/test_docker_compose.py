@@ -273,12 +273,21 @@ def mount(service: dict[str, Any], target: str) -> dict[str, Any]:
 
 
 @pytest.mark.parametrize("name", AIRFLOW_SERVICES)
-@pytest.mark.parametrize(
-    ("folder", "setting"), [("dags", "AIRFLOW__CORE__DAGS_FOLDER"), ("plugins", "AIRFLOW__CORE__PLUGINS_FOLDER")]
-)
-def test_the_repository_dags_and_plugins_are_mounted_where_airflow_looks_for_them(services, name, folder, setting):
-    found = mount(services[name], environment(services[name])[setting])
-    assert (found["type"], Path(found["source"])) == ("bind", REPOSITORY / folder)
+def test_the_repository_dags_are_mounted_where_airflow_looks_for_them(services, name):
+    found = mount(services[name], environment(services[name])["AIRFLOW__CORE__DAGS_FOLDER"])
+    assert (found["type"], Path(found["source"])) == ("bind", REPOSITORY / "dags")
+
+
+def test_the_dags_are_the_only_part_of_the_repository_mounted_the_plugin_comes_from_the_image(services):
+    """The image has the project installed like a provider: no service mounts plugins/ or sets a plugins folder."""
+    bound = {
+        Path(volume["source"])
+        for service in services.values()
+        for volume in service.get("volumes", ())
+        if volume["type"] == "bind"
+    }
+    assert bound == {REPOSITORY / "dags"}
+    assert [name for name, service in services.items() if "AIRFLOW__CORE__PLUGINS_FOLDER" in environment(service)] == []
 
 
 @pytest.mark.parametrize("name", ("airflow-scheduler", *SPARK_WORKERS))
@@ -408,7 +417,14 @@ def test_the_stack_builds_this_dockerfile_from_the_repository(services, dockerfi
     [
         pytest.param(
             PROJECT_DOCKERFILE,
-            {"pyproject.toml", "uv.lock", "packaging/pyspark-client-provided", "lease_core", "spark_jobs"},
+            {
+                "pyproject.toml",
+                "uv.lock",
+                "packaging/pyspark-client-provided",
+                "lease_core",
+                "spark_jobs",
+                "plugins/kinesis_lease",
+            },
             id="project-from-the-lock-and-the-packages",
         ),
         pytest.param(
@@ -457,6 +473,7 @@ def test_the_build_context_leaves_out_what_no_image_needs(path):
     "path",
     [
         pytest.param("lease_core/model/lease.py", id="a-package-module"),
+        pytest.param("plugins/kinesis_lease/static/uplot.iife.min.js", id="the-monitoring-ui-static-files"),
         pytest.param("packaging/pyspark-client-provided/pyproject.toml", id="the-pyspark-client-stand-in"),
         pytest.param("packaging/kinesis-mock/package-lock.json", id="the-kinesis-mock-lock"),
     ],

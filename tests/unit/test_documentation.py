@@ -5,7 +5,6 @@ from __future__ import annotations
 import importlib.util
 import math
 import re
-import sys
 from pathlib import Path
 
 import pytest
@@ -89,7 +88,6 @@ def test_the_reference_command_refuses_a_document_without_markers(tmp_path, caps
 
 @pytest.fixture(scope="module")
 def dag():
-    sys.path.insert(0, str(REPOSITORY / "plugins"))
     spec = importlib.util.spec_from_file_location("kinesis_lease_pipeline_documented", DAG_FILE)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

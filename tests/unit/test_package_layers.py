@@ -64,8 +64,8 @@ def test_a_module_imports_only_parts_below_its_own(path):
     assert_imports_only_parts_below(path, LEASE_CORE, "lease_core", ALLOWED[part] | {part})
 
 
-# The project's top-level packages and the ones each may import. The plugins import one another as
-# `kinesis_lease` and `kinesis_lease_plugin` (Airflow puts plugins/ on sys.path).
+# The project's top-level packages and the ones each may import. plugins/kinesis_lease is installed
+# as the package `kinesis_lease` (pyproject.toml), the name the DAG and the plugin import it by.
 PACKAGES = {
     "lease_core": set(),
     "spark_jobs": {"lease_core"},
@@ -77,7 +77,6 @@ PACKAGE_OF_ROOT = {
     "spark_jobs": "spark_jobs",
     "plugins": "plugins",
     "kinesis_lease": "plugins",
-    "kinesis_lease_plugin": "plugins",
     "dags": "dags",
 }
 PACKAGE_MODULES = sorted(path for package in PACKAGES for path in (REPOSITORY / package).rglob("*.py"))

@@ -4,6 +4,10 @@ It mounts `kinesis_lease.ui_app` (which authenticates every route itself, see th
 views to the Airflow UI: a navigation entry showing one application, and a tab on every DAG run
 showing the application that run consumed as. The operators are not registered here: DAGs import
 them from `kinesis_lease.operators`.
+
+Airflow loads it through the `airflow.plugins` entry point of the installed package (pyproject.toml),
+never from a plugins folder: it lives inside the package, which plugins/.airflowignore hides from a
+plugins folder scan, so a checkout whose plugins/ is also Airflow's plugins folder registers it once.
 """
 
 from __future__ import annotations
