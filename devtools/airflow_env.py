@@ -83,9 +83,10 @@ def migrate_metadata_db() -> None:
         raise RuntimeError(f"airflow db migrate failed:\n{migration.stderr[-2000:]}")
 
 
-def load_dag_module(name: str) -> Any:
-    """The DAG file run as a module called `name` (the DAG is its `dag`); not registered in sys.modules."""
-    spec = importlib.util.spec_from_file_location(name, DAG_FILE)
+def load_dag_module(name: str, path: Path = DAG_FILE) -> Any:
+    """The DAG file at `path` (the shipped one by default) run as a module called `name` (the shipped
+    DAG is its `dag`); not registered in sys.modules."""
+    spec = importlib.util.spec_from_file_location(name, path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

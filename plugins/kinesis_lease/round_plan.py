@@ -48,15 +48,18 @@ class RoundPlan:
         return asdict(self)
 
 
-def plan_round(params: Mapping[str, Any]) -> RoundPlan:
-    """The run's plan from its params; `ConfigurationError` naming the param when one is wrong."""
+def plan_round(params: Mapping[str, Any], pipeline_settings: Mapping[str, Any] | None = None) -> RoundPlan:
+    """The run's plan from its params; `ConfigurationError` naming the param when one is wrong.
+    `pipeline_settings`: the pipeline's own consumer settings (`kinesis_lease.pipeline`), under what
+    the params set."""
     mode = params.get("mode") or "live"
     if mode not in MODES:
         raise ConfigurationError("mode", f"must be one of {', '.join(MODES)}, got {mode!r}")
     application = _application_name(params)
     streams = stream_names(params.get("streams"))
     output_uri = _output_uri(params)
-    settings: dict[str, Any] = {key: params[key] for key in _SETTING_PARAMS if params.get(key) is not None}
+    settings: dict[str, Any] = dict(pipeline_settings or {})
+    settings.update({key: params[key] for key in _SETTING_PARAMS if params.get(key) is not None})
     settings["initial_position_in_stream"] = params.get("initial_position") or "LATEST"
     if params.get("at_timestamp"):
         settings["initial_position_timestamp"] = params["at_timestamp"]

@@ -57,7 +57,7 @@ def test_leadership_is_released_whatever_happened_and_a_failed_round_fails_the_r
 
 def test_a_round_whose_consume_step_failed_is_recorded_and_its_run_still_fails(dag):
     record, finalize = dag.get_task("record_failed_round"), dag.get_task("finalize_round")
-    assert record.upstream_task_ids == {"consume"} and record.trigger_rule == "one_failed" and record.after_failure
+    assert record.upstream_task_ids == {"consume"} and record.trigger_rule == "all_done" and record.after_failure
     assert finalize.trigger_rule == "none_failed", "an upstream-failed finalize_round, a leaf, fails the run"
 
 
