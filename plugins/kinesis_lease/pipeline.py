@@ -47,13 +47,13 @@ from kinesis_lease.operators import (
     ShardSyncOperator,
     TakeLeadershipOperator,
 )
+from kinesis_lease.plugin import PIPELINE_TAG
 from kinesis_lease.round_plan import plan_round
 from lease_core.config.settings import LEASE_ASSIGNMENT_STRATEGIES, ConsumerConfig
 from lease_core.errors import ConfigurationError
 
 INITIAL_POSITIONS = ("LATEST", "TRIM_HORIZON", "AT_TIMESTAMP")
 DEFAULT_SCHEDULE = "*/5 * * * *"
-TAG = "kinesis-lease"  # every pipeline's DAG carries it: the monitoring page finds the applications by it
 
 
 @dataclass(frozen=True)
@@ -216,7 +216,7 @@ def kinesis_pipeline(
         catchup=False,
         max_active_runs=1,
         default_args={"retries": retries, "retry_delay": timedelta(seconds=20), "retry_exponential_backoff": True},
-        tags=sorted({TAG, "kinesis", "kcl", "spark", "exactly-once", *tags}),
+        tags=sorted({PIPELINE_TAG, "kinesis", "kcl", "spark", "exactly-once", *tags}),
         render_template_as_native_obj=True,
         params=values.trigger_form(),
     ) as dag:

@@ -17,6 +17,9 @@ from typing import Any
 from airflow.plugins_manager import AirflowPlugin
 
 URL_PREFIX = "/kinesis-lease"
+# Every pipeline's DAG carries this tag (`kinesis_lease.pipeline`): the monitoring page lists the
+# deployment's applications from the DAGs that have it.
+PIPELINE_TAG = "kinesis-lease"
 # Relative hrefs: the Airflow UI resolves them against its <base href>, so they follow [api] base_url.
 PAGE_HREF = URL_PREFIX.lstrip("/") + "/"
 

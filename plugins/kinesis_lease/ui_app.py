@@ -43,6 +43,7 @@ from airflow.api_fastapi.auth.managers.models.base_user import BaseUser
 from airflow.api_fastapi.auth.managers.models.resource_details import DagAccessEntity
 from airflow.api_fastapi.common.db.common import SessionDep
 from airflow.api_fastapi.core_api.security import GetUserDep, requires_access_dag
+from airflow.models.dag import DagModel, DagTag
 from airflow.models.dagbag import DBDagBag
 from airflow.models.dagrun import DagRun
 from airflow.models.serialized_dag import SerializedDagModel
@@ -70,7 +71,7 @@ from kinesis_lease.monitoring import (
     run_document,
     run_settings,
 )
-from kinesis_lease.plugin import URL_PREFIX
+from kinesis_lease.plugin import PIPELINE_TAG, URL_PREFIX
 from lease_core.config.settings import load_config
 from lease_core.errors import AccessError, ConfigurationError, DependencyError, TableNotFoundError
 
@@ -127,9 +128,34 @@ def asset(name: str) -> FileResponse:
 
 @app.get("/api/default-application")
 def default_application(session: SessionDep) -> dict[str, Any]:
-    dag = SerializedDagModel.get_dag(PIPELINE_DAG_ID, session=session)
-    default = dag.params.get("application_name") if dag is not None else None
-    return {"dag_id": PIPELINE_DAG_ID, "application": default if isinstance(default, str) else None}
+    """The shipped DAG's application, else the first of the deployment's pipelines."""
+    pipelines = _pipelines(session)
+    shipped = [pipeline for pipeline in pipelines if pipeline["dag_id"] == PIPELINE_DAG_ID]
+    chosen = (shipped or pipelines or [{"dag_id": PIPELINE_DAG_ID, "application": None}])[0]
+    return {"dag_id": chosen["dag_id"], "application": chosen["application"]}
+
+
+@app.get("/api/applications")
+def applications(session: SessionDep) -> dict[str, Any]:
+    """The deployment's pipelines (`kinesis_lease.pipeline`): each DAG tagged `PIPELINE_TAG` with the
+    application its runs consume as by default, in DAG id order."""
+    return {"pipelines": _pipelines(session)}
+
+
+def _pipelines(session: Session) -> list[dict[str, Any]]:
+    dag_ids = session.scalars(
+        select(DagModel.dag_id)
+        .join(DagTag, DagTag.dag_id == DagModel.dag_id)
+        .where(DagTag.name == PIPELINE_TAG, DagModel.is_stale.is_(False))
+        .order_by(DagModel.dag_id)
+    ).all()
+    pipelines = []
+    for dag_id in dag_ids:
+        dag = SerializedDagModel.get_dag(dag_id, session=session)
+        default = dag.params.get("application_name") if dag is not None else None
+        if isinstance(default, str):
+            pipelines.append({"dag_id": dag_id, "application": default})
+    return pipelines
 
 
 @app.get("/api/applications/{application}")

@@ -83,6 +83,17 @@ def finished_at(number: int) -> int:
     return FIRST_ROUND_AT + (number - 1) * ROUND_MILLIS
 
 
+# A second pipeline of the deployment, defined in a user's DAG file beside the shipped one.
+USERS_PIPELINES = f"""
+from airflow.sdk import DAG
+from kinesis_lease.pipeline import kinesis_pipeline
+
+empty: DAG = kinesis_pipeline(
+    "empty_to_lake", streams=["empty"], application_name="{EMPTY_APPLICATION}", output_uri="/tmp/e", schedule=None
+)
+"""
+
+
 def utc(millis: int) -> str:
     return datetime.fromtimestamp(millis / 1000, UTC).strftime("%Y-%m-%d %H:%M:%S")
 
@@ -92,6 +103,7 @@ def server(moto_endpoint: str) -> Iterator[AirflowServer]:
     """The api-server with the pipeline DAG serialized, so that its runs can be triggered and linked."""
     with airflow_api_server(moto_endpoint) as airflow:
         shutil.copy(REPO / "dags" / "kinesis_lease_pipeline.py", airflow.dags_folder)
+        (Path(airflow.dags_folder) / "users_pipelines.py").write_text(USERS_PIPELINES)
         airflow.airflow("dags", "reserialize", env={"KINESIS_PIPELINE_APPLICATION": APPLICATION})
         yield airflow
 
@@ -443,6 +455,20 @@ def test_250_leases_page_sort_and_filter_by_owner_outcome_and_text(context, serv
     page.get_by_label("Search").fill("no-such-shard")
     expect(page.locator("#leases-empty")).to_have_text("No lease matches these filters (250 lease(s) in all).")
     expect(page.locator("#leases-frame")).to_be_hidden()
+    page.close()
+
+
+def test_the_deployments_pipelines_are_listed_and_choosing_one_shows_its_application(
+    context, server, application, empty_application
+):
+    page = open_page(context, server, application)
+    select = page.get_by_role("combobox", name="The deployment's pipelines")
+    expect(select.locator("option")).to_have_text([f"{EMPTY_APPLICATION} (empty_to_lake)", f"{APPLICATION} ({DAG_ID})"])
+    expect(select).to_have_value(APPLICATION)
+    with page.expect_navigation(url=lambda url: f"application={EMPTY_APPLICATION}" in url):
+        select.select_option(EMPTY_APPLICATION)
+    expect(page.locator("#application-name")).to_have_text(EMPTY_APPLICATION)
+    expect(page.locator("#leader")).to_have_text("no round has run yet")
     page.close()
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import shutil
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
@@ -33,6 +34,20 @@ LEADER = f"{DAG_ID}/manual__round-2"
 
 pytestmark = pytest.mark.moto
 
+# A user's DAG file beside the shipped one: two more pipelines, and a DAG that is not a pipeline.
+USERS_PIPELINES = """
+from airflow.sdk import DAG
+from kinesis_lease.pipeline import kinesis_pipeline
+
+clicks: DAG = kinesis_pipeline(
+    "clicks_to_lake", streams=["clicks"], application_name="clicks-app", output_uri="/tmp/clicks", schedule=None
+)
+audit: DAG = kinesis_pipeline(
+    "audit_to_lake", streams=["audit"], application_name="audit-app", output_uri="/tmp/audit", schedule=None
+)
+other = DAG("not_a_pipeline", schedule=None)
+"""
+
 
 @pytest.fixture(scope="module")
 def proxy(moto_endpoint: str) -> Iterator[FaultProxy]:
@@ -44,6 +59,7 @@ def proxy(moto_endpoint: str) -> Iterator[FaultProxy]:
 def server(proxy: FaultProxy) -> Iterator[AirflowServer]:
     with airflow_api_server(proxy.endpoint) as airflow:
         shutil.copy(REPO / "dags" / "kinesis_lease_pipeline.py", airflow.dags_folder)
+        (Path(airflow.dags_folder) / "users_pipelines.py").write_text(USERS_PIPELINES)
         airflow.airflow("dags", "reserialize", env={"KINESIS_PIPELINE_APPLICATION": DEFAULT_APPLICATION})
         yield airflow
 
@@ -150,6 +166,7 @@ PROTECTED_PATHS = [
     "/dag-runs/some_dag/some_run",
     "/static/monitoring.js",
     "/api/default-application",
+    "/api/applications",
     "/api/applications/monitored-app",
     f"/api/dag-runs/{DAG_ID}/some_run",
 ]
@@ -239,6 +256,7 @@ def test_the_leases_page_shows_each_shards_owner_checkpoint_throughput_and_last_
                 "millis_behind_latest": 1200,
                 "outcome": "caught_up",
                 "worker_id": f"{application}-worker-0",
+                "error": None,
             },
         ),
         "shardId-001": (f"{application}-worker-0", "200", 100.0, [], None),
@@ -247,7 +265,13 @@ def test_the_leases_page_shows_each_shards_owner_checkpoint_throughput_and_last_
             "300",
             200.0,
             ["shardId-000"],
-            {"records": 25, "millis_behind_latest": 0, "outcome": "limit", "worker_id": f"{application}-worker-1"},
+            {
+                "records": 25,
+                "millis_behind_latest": 0,
+                "outcome": "limit",
+                "worker_id": f"{application}-worker-1",
+                "error": None,
+            },
         ),
         "shardId-003": (None, "TRIM_HORIZON", None, [], None),
     }
@@ -323,6 +347,19 @@ def test_the_default_application_is_the_pipeline_dags_param_default(server, toke
     assert get(server, "/api/default-application", token) == (
         200,
         {"dag_id": DAG_ID, "application": DEFAULT_APPLICATION},
+    )
+
+
+def test_the_deployments_pipelines_are_listed_by_dag_with_their_applications(server, token):
+    assert get(server, "/api/applications", token) == (
+        200,
+        {
+            "pipelines": [
+                {"dag_id": "audit_to_lake", "application": "audit-app"},
+                {"dag_id": "clicks_to_lake", "application": "clicks-app"},
+                {"dag_id": DAG_ID, "application": DEFAULT_APPLICATION},
+            ]
+        },
     )
 
 

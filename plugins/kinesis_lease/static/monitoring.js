@@ -679,9 +679,29 @@
     return (await getJson("/api/default-application")).application;
   }
 
+  // The deployment's pipelines, to switch between (a select, when there are any); read once per page.
+  let pipelinesShown = false;
+  async function showPipelines(application) {
+    if (pipelinesShown) return;
+    pipelinesShown = true;
+    const { pipelines } = await getJson("/api/applications");
+    const select = byId("application-select");
+    const known = pipelines.some((pipeline) => pipeline.application === application);
+    const options = pipelines.map((pipeline) => {
+      const option = element("option", `${pipeline.application} (${pipeline.dag_id})`);
+      option.value = pipeline.application;
+      return option;
+    });
+    if (!known && application) options.unshift(Object.assign(element("option", application), { value: application }));
+    select.replaceChildren(...options);
+    select.value = application ?? "";
+    select.hidden = pipelines.length === 0;
+  }
+
   async function loadApplication(fresh) {
     byId("application-form").hidden = false;
     const application = await applicationName();
+    await showPipelines(application);
     if (!application) {
       showMessage("Enter the name of a KCL application (its lease table).");
       return false;
@@ -730,6 +750,10 @@
     }
   }
 
+  byId("application-select").addEventListener("change", (event) => {
+    const search = new URLSearchParams({ application: event.target.value });
+    window.location.search = search.toString();
+  });
   byId("application-form").addEventListener("submit", (event) => {
     event.preventDefault();
     const search = new URLSearchParams({ application: byId("application-input").value.trim() });
