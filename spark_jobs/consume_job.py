@@ -43,6 +43,7 @@ from lease_core.model.lease_keys import LeaseKeyScheme
 from lease_core.ops.command_line import EXIT_FAILED, EXIT_OK, EXIT_USAGE, ArgumentParser, UsageError
 from lease_core.sync.step import is_multi_stream, require_matching_lease_mode
 from spark_jobs.consume_spec import ConsumeSpec, settings_for_executors
+from spark_jobs.decode import load_decoder
 from spark_jobs.lease_consumer import LeaseBudget
 from spark_jobs.round_publication import publish_committed_batches, stream_incarnations
 from spark_jobs.round_report import (
@@ -55,6 +56,7 @@ from spark_jobs.round_report import (
 )
 from spark_jobs.sinks import open_sink, sink_configuration
 from spark_jobs.sinks.batch_sink import RoundIdentity
+from spark_jobs.sinks.record_columns import RECORD_SCHEMA
 from spark_jobs.slot_task import slot_reports
 from spark_jobs.transform import batch_columns, load_transform
 
@@ -126,6 +128,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--transform",
         metavar="MODULE:FUNCTION",
         help="a function pyarrow.Table -> pyarrow.Table applied to each batch before it is written",
+    )
+    parser.add_argument(
+        "--decode",
+        metavar="MODULE:FUNCTION",
+        help="a function (payload bytes, record) -> row (a mapping) or None, applied to each record "
+        "before the transform",
     )
     parser.add_argument(
         "--round",
@@ -261,7 +269,7 @@ def _leadership(arguments: argparse.Namespace) -> HandedOverLock | None:
 def prepare_round(arguments: argparse.Namespace, config: ConsumerConfig) -> ConsumeSpec:
     """Check everything checkable on the driver, then build the spec the slots receive."""
     app = LeaseApplication.from_config(config)
-    check_prerequisites(app, arguments.streams, arguments.output_uri, arguments.transform)
+    check_prerequisites(app, arguments.streams, arguments.output_uri, arguments.transform, arguments.decode)
     check_lease_mode(app, arguments.streams, arguments.workers)
     if arguments.report_uri:  # before the round commits anything it could then not report
         try:
@@ -287,11 +295,14 @@ def prepare_round(arguments: argparse.Namespace, config: ConsumerConfig) -> Cons
         busy_leases=arguments.busy_leases,
         slot_buffer_bytes=arguments.slot_buffer_bytes,
         transform=arguments.transform,
+        decode=arguments.decode,
         settings=settings_for_executors(config),
     )
 
 
-def check_prerequisites(app: LeaseApplication, streams: Sequence[str], output_uri: str, transform: str | None) -> None:
+def check_prerequisites(
+    app: LeaseApplication, streams: Sequence[str], output_uri: str, transform: str | None, decode: str | None = None
+) -> None:
     """Fail before Spark starts, with an error naming what is missing."""
     config = app.config
     for table in (config.lease_table, config.worker_metrics_table, config.coordinator_state_table):
@@ -299,7 +310,9 @@ def check_prerequisites(app: LeaseApplication, streams: Sequence[str], output_ur
             raise TableNotFoundError(table, "run `leasectl init` (or the DAG's ensure-tables step) first")
     for stream in streams:
         app.shard_source.stream_identifier(stream)  # raises StreamNotFoundError / StreamNotActiveError
-    open_sink(output_uri, config=config).check_writable(batch_columns(transform, load_transform(transform)))
+    decoder = load_decoder(decode)
+    decoded = RECORD_SCHEMA if decoder is None else decoder.columns()
+    open_sink(output_uri, config=config).check_writable(batch_columns(transform, load_transform(transform), decoded))
 
 
 def check_lease_mode(app: LeaseApplication, streams: Sequence[str], num_workers: int) -> None:

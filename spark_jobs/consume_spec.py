@@ -44,6 +44,7 @@ class ConsumeSpec:
     # reads at once batches at most 1/N of it (and at most `budget.file_max_bytes`).
     slot_buffer_bytes: int = 256 * 1024 * 1024
     transform: str | None = None
+    decode: str | None = None  # the per-record decode hook's spec (`spark_jobs.decode`)
     settings: Mapping[str, Any] = field(default_factory=dict)
     # Whether every slot of the round runs at once (enough task slots), and the leases of closed shards
     # the round's slots hold (the driver's look at round start): then slots out of work wait for those

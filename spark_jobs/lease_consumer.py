@@ -50,6 +50,7 @@ from lease_core.retrieval.shard_reader import KINESIS_SHARD_READ_BYTES_PER_SECON
 from lease_core.retrieval.shard_source import KinesisShardSource, child_shards_of
 from lease_core.retry import RetryPolicy
 from lease_core.store.lease_store import LeaseStore
+from spark_jobs.decode import Decoder
 from spark_jobs.round_report import LeaseReport, Outcome, RetentionLoss
 from spark_jobs.sinks.batch_sink import BatchRange, BatchSink, StagedBatch, Visibility
 from spark_jobs.sinks.record_columns import records_table
@@ -99,6 +100,7 @@ class LeaseContext:
     # Held around the CPU-heavy steps (a GetRecords and its parsing, building and staging a file): the
     # slot's lanes, shared by every lease it reads at once (`spark_jobs.slot_task`).
     busy_gate: AbstractContextManager[Any] = field(default_factory=nullcontext)
+    decoder: Decoder | None = None  # the per-record decode hook, before the transform
     clock: Callable[[], float] = time.monotonic
     wall_clock_millis: Callable[[], int] = lambda: time.time_ns() // 1_000_000
 
@@ -470,8 +472,10 @@ class LeaseConsumer:
         return staged if staged.token is not None else None
 
     def _table(self, records: Sequence[KinesisRecord]) -> pa.Table:
-        """The batch as staged: the records, through the user transform if there is one."""
-        table = records_table(records)
+        """The batch as staged: the records (or what the decoder makes of them), through the user
+        transform if there is one."""
+        decoder = self.context.decoder
+        table = records_table(records) if decoder is None else decoder.table(records, self.stream_name, self.shard_id)
         if self.context.transform is None or self.context.transform_spec is None:
             return table
         return transformed(table, self.stream_name, self.shard_id, self.context.transform_spec, self.context.transform)

@@ -37,6 +37,7 @@ from lease_core.metrics.worker_metrics import (
 from lease_core.model.lease import Lease, StreamIdentifier
 from lease_core.model.lease_keys import LeaseKeyScheme
 from spark_jobs.consume_spec import ConsumeSpec
+from spark_jobs.decode import load_decoder
 from spark_jobs.lease_consumer import (
     LeaseBudget,
     LeaseConsumer,
@@ -104,6 +105,7 @@ class SlotTask:
             ),
             transform_spec=spec.transform,
             transform=load_transform(spec.transform),
+            decoder=load_decoder(spec.decode),
             retry_policy=app.retry_policy,
             at_timestamp=spec.at_timestamp,
             budget=spec.budget,

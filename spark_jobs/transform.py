@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Callable
+from typing import Any
 
 import pyarrow as pa
 
@@ -24,6 +25,11 @@ Transform = Callable[[pa.Table], pa.Table]
 
 
 def load_transform(spec: str | None) -> Transform | None:
+    """The transform named by `spec` ("package.module:function"), or None when there is no spec."""
+    return load_function(spec)
+
+
+def load_function(spec: str | None) -> Any:
     """The function named by `spec` ("package.module:function"), or None when there is no spec."""
     if spec is None:
         return None
@@ -73,13 +79,17 @@ def transformed(table: pa.Table, stream_name: str, shard_id: str, spec: str, tra
     return table.drop_columns([name for name in BATCH_COLUMNS if name in table.column_names])
 
 
-def batch_columns(spec: str | None, transform: Transform | None) -> pa.Schema | None:
-    """The columns a batch will have, told before any data is read: the record columns, or what the
-    transform makes of a batch without rows. None when the transform cannot take an empty batch (its
-    columns are then checked when its first batch is staged)."""
+def batch_columns(
+    spec: str | None, transform: Transform | None, decoded: pa.Schema | None = RECORD_SCHEMA
+) -> pa.Schema | None:
+    """The columns a batch will have, told before any data is read: the record columns (or `decoded`,
+    a decoder's, None when it declares none), or what the transform makes of a batch without rows.
+    None when that cannot be told (the columns are then checked when the first batch is staged)."""
+    if decoded is None:
+        return None
     if spec is None or transform is None:
-        return RECORD_SCHEMA
+        return decoded
     try:
-        return transformed(RECORD_SCHEMA.empty_table(), "", "", spec, transform).schema
+        return transformed(decoded.empty_table(), "", "", spec, transform).schema
     except TransformError:
         return None
