@@ -319,6 +319,7 @@ class KinesisConsumeOperator(SparkSubmitOperator):
         "round_number",
         "report_uri",
         "transform",
+        "decode",
     )
 
     def __init__(
@@ -334,11 +335,13 @@ class KinesisConsumeOperator(SparkSubmitOperator):
         limits: Any = None,
         stop_at_arrival: Any = None,
         transform: str | None = None,
+        decode: str | None = None,
         aws_conn_id: str | None = "aws_default",
         **kwargs: Any,
     ) -> None:
-        """`transform`: the user's batch transform, `package.module:function`, importable where the
-        job's driver and executors run (`spark_jobs.transform`)."""
+        """`transform`: the user's batch transform, `package.module:function`; `decode`: the user's
+        per-record decoder (`spark_jobs.decode`). Both must be importable where the job's driver and
+        executors run: installed there, or shipped with the job (`py_files`)."""
         kwargs.setdefault("application", CONSUME_JOB)
         kwargs.setdefault("conf", {"spark.speculation": "false"})
         super().__init__(**kwargs)
@@ -352,6 +355,7 @@ class KinesisConsumeOperator(SparkSubmitOperator):
         self.round_number = round_number
         self.report_uri = report_uri
         self.transform = transform
+        self.decode = decode
         self.aws_conn_id = aws_conn_id
 
     def execute(self, context: Any) -> dict[str, Any]:  # type: ignore[override]  # XCom: the round's figures
@@ -420,6 +424,8 @@ class KinesisConsumeOperator(SparkSubmitOperator):
             arguments += ["--stop-at-arrival", str(self.stop_at_arrival)]
         if self.transform:
             arguments += ["--transform", str(self.transform)]
+        if self.decode:
+            arguments += ["--decode", str(self.decode)]
         # The run's settings, plus what the connection resolved (endpoints, region): the driver
         # may run where the connection does not exist (a cluster), so it gets plain values.
         settings = dict(self.settings)

@@ -68,12 +68,16 @@ class Pipeline:
     at_timestamp: str | None = None
     lease_assignment_strategy: str = LEASE_ASSIGNMENT_STRATEGIES[0]
     transform: str | None = None
+    decode: str | None = None
     settings: Mapping[str, Any] = field(default_factory=dict)
     max_records_per_lease: int | None = None
     max_bytes_per_lease: int | None = None
     max_seconds_per_lease: float | None = None
     aws_conn_id: str | None = "aws_default"
     spark_conn_id: str = "spark_default"
+    # Files spark-submit ships with the job (`--py-files`: .py, .zip, .egg), put on the driver's and
+    # the executors' path: where the decoder or transform module comes from when Spark's image lacks it.
+    py_files: str | None = None
 
     def __post_init__(self) -> None:
         reserved = sorted(set(self.settings) & {"application_name", "lease_assignment_strategy"})
@@ -96,6 +100,7 @@ class Pipeline:
             "max_bytes_per_lease": self.max_bytes_per_lease,
             "max_seconds_per_lease": self.max_seconds_per_lease,
             "transform": self.transform,
+            "decode": self.decode,
             "mode": "live",
             "start": None,
             "end": None,
@@ -173,6 +178,15 @@ class Pipeline:
                 pattern=r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*$",
                 description=(
                     "Your batch transform, package.module:function (an Arrow table of the records in, one "
+                    "out), importable where Spark runs; none: the records as they are."
+                ),
+            ),
+            "decode": Param(
+                self.decode,
+                type=["null", "string"],
+                pattern=r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*$",
+                description=(
+                    "Your per-record decoder, package.module:function (payload bytes and the record in, a row "
                     "out), importable where Spark runs; none: the records as they are."
                 ),
             ),
@@ -280,6 +294,8 @@ def _round_tasks(values: Pipeline, round_params: Any, output: Asset, *, prefix: 
         limits="{{ " + plan + "['limits'] }}",
         stop_at_arrival="{{ " + plan + "['stop_at_arrival'] }}",
         transform="{{ " + plan + "['transform'] }}",
+        decode="{{ " + plan + "['decode'] }}",
+        py_files=values.py_files,
         round_number="{{ " + pull("assign_leases") + "['round_number'] }}",
         outlets=[output],
         **steps,

@@ -43,6 +43,7 @@ class RoundPlan:
     stop_at_arrival: str | None = None
     limits: dict[str, Any] = field(default_factory=dict)
     transform: str | None = None
+    decode: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -68,7 +69,8 @@ def plan_round(params: Mapping[str, Any], pipeline_settings: Mapping[str, Any] |
         for key in ("max_records_per_lease", "max_bytes_per_lease", "max_seconds_per_lease")
         if params.get(key) is not None
     }
-    transform = _transform(params)
+    transform = _user_function(params, "transform")
+    decode = _user_function(params, "decode")
     workers = params.get("num_workers")
     if not isinstance(workers, int) or isinstance(workers, bool) or workers < 1:
         raise ConfigurationError("num_workers", f"must be an integer of at least 1, got {workers!r}")
@@ -83,6 +85,7 @@ def plan_round(params: Mapping[str, Any], pipeline_settings: Mapping[str, Any] |
             None,
             limits,
             transform,
+            decode,
         )
     start, end = _window(params)
     window = _window_name(start, end)
@@ -106,6 +109,7 @@ def plan_round(params: Mapping[str, Any], pipeline_settings: Mapping[str, Any] |
         end.isoformat(),
         limits,
         transform,
+        decode,
     )
 
 
@@ -132,16 +136,17 @@ def _application_name(params: Mapping[str, Any]) -> str:
     return name
 
 
-def _transform(params: Mapping[str, Any]) -> str | None:
-    """The user transform's spec, `package.module:function` (imported by the job, where it runs)."""
-    value = params.get("transform")
+def _user_function(params: Mapping[str, Any], key: str) -> str | None:
+    """The spec of a user's function (the transform, the decoder), `package.module:function`:
+    imported by the job, where it runs."""
+    value = params.get(key)
     if value is None or (isinstance(value, str) and not value.strip()):
         return None
     module, _, function = str(value).strip().partition(":")
     if not (
         isinstance(value, str) and all(part.isidentifier() for part in module.split(".")) and function.isidentifier()
     ):
-        raise ConfigurationError("transform", f"must be of the form 'package.module:function', got {value!r}")
+        raise ConfigurationError(key, f"must be of the form 'package.module:function', got {value!r}")
     return value.strip()
 
 

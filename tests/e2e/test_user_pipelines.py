@@ -9,12 +9,14 @@ import textwrap
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
 import pytest
 
 from devtools.airflow_env import REPOSITORY, load_dag_module
 from devtools.kinesis_streams import create_stream, kinesis_client
 from lease_core.errors import ConfigurationError
 from lease_core.leader.round_history import RoundHistory
+from spark_jobs.sinks.parquet import ParquetSink
 from tests.support.airflow_dag import consumed_cleanly, run_round
 from tests.support.pipeline import ConsumerPipeline, duplicates
 
@@ -168,3 +170,63 @@ def test_a_pipeline_with_a_bad_argument_is_refused_when_its_dag_file_is_parsed_n
     arguments = {"streams": ["orders"], "application_name": "orders", "output_uri": "/tmp/lake", **changes}
     with pytest.raises(ConfigurationError, match=complaint):
         kinesis_pipeline("refused", **arguments)
+
+
+DECODER_MODULE = '''
+"""The user's decoder: JSON order events to typed columns."""
+import json
+
+import pyarrow as pa
+
+
+def decode(data, record):
+    event = json.loads(data)
+    return {"order_id": event["id"], "amount": event["amount"], "placed_at_shard": record.shard_id}
+
+
+decode.schema = pa.schema([("order_id", pa.int64()), ("amount", pa.float64()), ("placed_at_shard", pa.string())])
+'''
+
+DECODING_DAG_FILE = """
+from airflow.sdk import DAG
+from kinesis_lease.pipeline import kinesis_pipeline
+
+orders: DAG = kinesis_pipeline(
+    "{stream}_decoded",
+    streams=["{stream}"],
+    application_name="{stream}",
+    output_uri="{lake}",
+    schedule=None,
+    num_workers=1,
+    initial_position="TRIM_HORIZON",
+    decode="orders_decoding:decode",
+    py_files="{module}",
+)
+"""
+
+
+def test_a_decoder_shipped_with_the_job_lands_typed_columns_from_json_payloads(
+    airflow_run_environment, unique_name, kinesis_endpoint, moto_endpoint, tmp_path, monkeypatch
+):
+    """The decoder's module is nowhere on the path of Airflow, the driver or the executors: only in
+    the job's --py-files."""
+    module = tmp_path / "users_code" / "orders_decoding.py"
+    module.parent.mkdir()
+    module.write_text(DECODER_MODULE)
+    kinesis = kinesis_client(kinesis_endpoint)
+    create_stream(kinesis, unique_name, 2)
+    events = [{"id": n, "amount": n * 1.5} for n in range(1, 31)]
+    for event in events:
+        kinesis.put_record(StreamName=unique_name, Data=json.dumps(event).encode(), PartitionKey=str(event["id"]))
+    text = DECODING_DAG_FILE.format(stream=unique_name, lake=tmp_path / "lake", module=module)
+    dag = users_dag_file(tmp_path / "dags", "decoded_pipeline", text, monkeypatch).orders
+
+    states = run_round(dag, {})
+
+    assert consumed_cleanly(states), states
+    landed = ParquetSink.from_uri(str(tmp_path / "lake")).read_dataset()
+    assert landed.schema.field("order_id").type == pa.int64() and landed.schema.field("amount").type == pa.float64()
+    assert "data" not in landed.column_names
+    rows = sorted(landed.select(["order_id", "amount"]).to_pylist(), key=lambda row: row["order_id"])
+    assert rows == [{"order_id": event["id"], "amount": event["amount"]} for event in events]
+    assert set(landed.column("placed_at_shard").to_pylist()) <= {"shardId-000000000000", "shardId-000000000001"}
