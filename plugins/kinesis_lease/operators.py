@@ -365,6 +365,7 @@ class KinesisConsumeOperator(SparkSubmitOperator):
         try:
             with airflow_outcomes():
                 access = aws_access(self.aws_conn_id, dict(self.settings))
+                self._access = access  # for the lineage, asked for after the step
                 report_uri = self._report_uri(access, context)
                 earlier = _figures_if_any(report_uri, access)  # an earlier try's, which this one replaces
                 self.application_args = self._arguments(access, context, report_uri)
@@ -395,6 +396,33 @@ class KinesisConsumeOperator(SparkSubmitOperator):
             if raised is error:
                 raise
             raise raised from error
+
+    def get_openlineage_facets_on_complete(self, task_instance: Any) -> Any:
+        """The round's lineage for Airflow's OpenLineage integration (called only when it is on):
+        the streams it read, by ARN, and the dataset or table it landed in, by location."""
+        from airflow.providers.common.compat.openlineage.facet import Dataset
+        from airflow.providers.openlineage.extractors import OperatorLineage
+
+        access = getattr(self, "_access", None)
+        if access is None:  # the step failed before it could reach AWS: nothing is known
+            return OperatorLineage()
+        inputs = []
+        for name in stream_names(self.streams):
+            try:
+                arn = access.app.shard_source.describe_stream(name).stream_arn
+            except LeaseCoreError as error:
+                log.warning("lineage: stream %r could not be described (%s)", name, error)
+                continue
+            inputs.append(Dataset(*stream_dataset(arn)))
+        try:
+            namespace, name = open_sink(self.output_uri, config=access.config, session=access.session).lineage_dataset()
+            outputs = [Dataset(namespace=namespace, name=name)]
+        except LeaseCoreError as error:
+            log.warning("lineage: the output %s could not be named (%s)", self.output_uri, error)
+            outputs = []
+        return OperatorLineage(inputs=inputs, outputs=outputs)
+
+    get_openlineage_facets_on_failure = get_openlineage_facets_on_complete
 
     def _report_uri(self, access: AwsAccess, context: Any) -> str:
         if self.report_uri:
@@ -485,6 +513,14 @@ def records_lost(
         for key in shard_sync.get("possibly_unread", [])
     )
     return aged_out + vanished + deleted
+
+
+def stream_dataset(arn: str) -> tuple[str, str]:
+    """OpenLineage's (namespace, name) of a Kinesis stream, from its ARN
+    `arn:aws:kinesis:REGION:ACCOUNT:stream/NAME`: ("arn:aws:kinesis:REGION:ACCOUNT", "stream/NAME"),
+    the form the naming spec gives AWS resources named by ARN (Glue's tables are alike)."""
+    prefix, _, resource = arn.rpartition(":")
+    return prefix, resource
 
 
 def _figures_if_any(report_uri: str | None, access: AwsAccess | None) -> dict[str, Any] | None:

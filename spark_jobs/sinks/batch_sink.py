@@ -24,9 +24,11 @@ Implementations: `spark_jobs.sinks.parquet` (a hive-partitioned dataset) and
 from __future__ import annotations
 
 import enum
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Protocol
+from urllib.parse import urlsplit
 
 import pyarrow as pa
 
@@ -100,6 +102,10 @@ class BatchSink(Protocol):
         """Fail, before any lease moves, when the sink cannot take batches (missing bucket, catalog or
         namespace) or cannot hold their `columns` (None: not known before the data)."""
 
+    def lineage_dataset(self) -> tuple[str, str]:
+        """What lineage calls the output (OpenLineage's naming: a namespace and a name): the
+        dataset's or the table's location, as s3://bucket and its path, or file and a local path."""
+
     def reports_root(self) -> str:
         """Where round reports go by default (a local path, file:// or s3:// URI), beside the output
         and out of its readers' way."""
@@ -132,3 +138,12 @@ class BatchSink(Protocol):
     def publish_round(self, records: Mapping[str, str], identity: RoundIdentity) -> RoundPublication:
         """At the round's end, by the driver: make visible every committed batch that `records` (lease
         key -> the lease's record) name and readers cannot see yet."""
+
+
+def location_dataset(location: str) -> tuple[str, str]:
+    """OpenLineage's (namespace, name) of a storage location: ("s3://bucket", "path") for an object
+    store, ("file", "/absolute/path") for a local path or file:// URI."""
+    parts = urlsplit(location)
+    if parts.scheme in ("", "file"):
+        return "file", os.path.abspath(parts.path if parts.scheme else location)
+    return f"{parts.scheme}://{parts.netloc}", parts.path.strip("/")

@@ -77,6 +77,7 @@ from spark_jobs.sinks.batch_sink import (
     StagedBatch,
     StreamIncarnations,
     Visibility,
+    location_dataset,
 )
 from spark_jobs.sinks.record_columns import BATCH_COLUMNS, RECORD_SCHEMA
 
@@ -326,6 +327,14 @@ class IcebergSink:
             check_columns(self._uri, table.schema(), with_batch_columns(columns.empty_table(), PLACEHOLDER).schema)
         if table is not None and table.metadata.format_version < 2:
             log.info("%s is an Iceberg v1 table; appends work, row-level deletes by users do not", self._uri)
+
+    def lineage_dataset(self) -> tuple[str, str]:
+        """The table's location (OpenLineage names an Iceberg table by it when its catalog has no
+        naming of its own in the spec); the URI's catalog and table while the table does not exist."""
+        table = self.table()
+        if table is None:
+            return f"iceberg://{self.address.catalog}", ".".join(self.address.identifier)
+        return location_dataset(table.metadata.location)
 
     def reports_root(self) -> str:
         """`<table location>/metadata/kinesis-rounds`, the table created now (with the record columns)

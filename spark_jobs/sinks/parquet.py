@@ -50,7 +50,14 @@ import pyarrow.parquet as pq
 
 from lease_core.model.sequence import ExtendedSequenceNumber
 from spark_jobs.errors import SinkError
-from spark_jobs.sinks.batch_sink import BatchRange, RoundIdentity, RoundPublication, StagedBatch, Visibility
+from spark_jobs.sinks.batch_sink import (
+    BatchRange,
+    RoundIdentity,
+    RoundPublication,
+    StagedBatch,
+    Visibility,
+    location_dataset,
+)
 from spark_jobs.sinks.record_columns import BATCH_COLUMNS, RECORD_SCHEMA
 
 log = logging.getLogger(__name__)
@@ -295,6 +302,9 @@ class ParquetSink:
                 return DATASET_SCHEMA.empty_table()
             dataset = ds.dataset(self.root, filesystem=self.filesystem, format="parquet", partitioning=PARTITIONING)
             return dataset.to_table() if dataset.files else DATASET_SCHEMA.empty_table()
+
+    def lineage_dataset(self) -> tuple[str, str]:
+        return location_dataset(self.uri)
 
     def reports_root(self) -> str:
         """`<uri>/_rounds`: a name every reader of the dataset skips."""

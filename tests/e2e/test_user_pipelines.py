@@ -230,3 +230,40 @@ def test_a_decoder_shipped_with_the_job_lands_typed_columns_from_json_payloads(
     rows = sorted(landed.select(["order_id", "amount"]).to_pylist(), key=lambda row: row["order_id"])
     assert rows == [{"order_id": event["id"], "amount": event["amount"]} for event in events]
     assert set(landed.column("placed_at_shard").to_pylist()) <= {"shardId-000000000000", "shardId-000000000001"}
+
+
+def test_a_rounds_lineage_names_the_streams_it_read_and_the_dataset_it_landed_in(
+    airflow_run_environment, unique_name, kinesis_endpoint, moto_endpoint, tmp_path, monkeypatch
+):
+    """Through Airflow's OpenLineage integration, with its file transport."""
+    events_file = tmp_path / "openlineage.jsonl"
+    monkeypatch.setenv(
+        "AIRFLOW__OPENLINEAGE__TRANSPORT",
+        json.dumps({"type": "file", "log_file_path": str(events_file), "append": True}),
+    )
+    monkeypatch.setenv("AIRFLOW__OPENLINEAGE__NAMESPACE", "lineage-test")
+    create_stream(kinesis_client(kinesis_endpoint), unique_name, 1)
+    ledger = ConsumerPipeline(unique_name, (unique_name,), kinesis_endpoint, moto_endpoint, str(tmp_path / "lake"))
+    ledger.produce(10)
+    text = EMBEDDING_DAG_FILE.format(
+        dag_id=f"{unique_name.replace('-', '_')}_lineage", stream=unique_name, lake=tmp_path / "lake"
+    )
+    dag = users_dag_file(tmp_path / "dags", "lineage_dag", text, monkeypatch).dag
+
+    assert run_round(dag, {})["kinesis_round.consume"] == "success"
+
+    events = [json.loads(line) for line in events_file.read_text().splitlines() if line.strip()]
+    completed = [
+        event
+        for event in events
+        if event["eventType"] == "COMPLETE" and event["job"]["name"].endswith("kinesis_round.consume")
+    ]
+    assert len(completed) == 1, [(event["eventType"], event["job"]["name"]) for event in events]
+    (event,) = completed
+    assert event["job"]["namespace"] == "lineage-test"
+    assert [(dataset["namespace"], dataset["name"]) for dataset in event["inputs"]] == [
+        ("arn:aws:kinesis:us-east-1:000000000000", f"stream/{unique_name}")
+    ]
+    assert [(dataset["namespace"], dataset["name"]) for dataset in event["outputs"]] == [
+        ("file", str(tmp_path / "lake"))
+    ]
