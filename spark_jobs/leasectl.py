@@ -17,7 +17,12 @@ from lease_core.ops.landed_audit import LandedBatch, LandedRecords
 from spark_jobs.errors import SinkError
 from spark_jobs.sinks import open_sink
 from spark_jobs.sinks.iceberg import IcebergSink
-from spark_jobs.sinks.iceberg_maintenance import expire_snapshots, live_receipts, remove_orphan_files
+from spark_jobs.sinks.iceberg_maintenance import (
+    compact_small_files,
+    expire_snapshots,
+    live_receipts,
+    remove_orphan_files,
+)
 
 
 class IcebergTableRecords:
@@ -32,13 +37,17 @@ class IcebergTableRecords:
     def awaiting_from(self, lease: Lease) -> ExtendedSequenceNumber | None:
         return self.sink.awaiting_from(lease)
 
-    def maintain(self, leases: Sequence[Lease], orphan_age: timedelta) -> list[str]:
+    def maintain(self, leases: Sequence[Lease], orphan_age: timedelta, target_file_bytes: int) -> list[str]:
+        compaction = compact_small_files(self.sink, target_file_bytes)
         expired = expire_snapshots(self.sink)
         pending = [batch.staged for lease in leases if (batch := PendingBatch.decode(lease)) is not None]
         live = live_receipts([lease.committed_batch for lease in leases], pending)
         removal = remove_orphan_files(self.sink, live, orphan_age)
         return [
-            f"expired {len(expired)} snapshot(s) past the table's maximum age",
+            f"compacted {compaction.files_rewritten} small file(s) ({compaction.bytes_rewritten} bytes) of "
+            f"{compaction.partitions} partition(s) into {compaction.files_written}",
+            f"expired {len(expired.snapshot_ids)} snapshot(s) past the table's maximum age, and removed the "
+            f"{len(expired.files_removed)} file(s) only they referenced",
             f"removed {len(removal.removed)} orphan file(s); {removal.kept_too_young} unreferenced file(s) are "
             f"younger than {orphan_age} and stay",
             *(f"  removed {path}" for path in removal.removed),

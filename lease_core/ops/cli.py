@@ -189,7 +189,8 @@ def _add_reset_parser(commands: argparse._SubParsersAction[ArgumentParser]) -> N
     restore.add_argument("--yes", action="store_true", help="confirm the restore")
     maintain = commands.add_parser(
         "maintain",
-        help="a table sink's upkeep: expire old snapshots, remove files nothing will commit (under the lock)",
+        help="a table sink's upkeep: compact small files, expire old snapshots, remove files nothing will commit "
+        "(under the lock)",
     )
     maintain.add_argument("--output-uri", required=True, metavar="URI", help="the sink, as the job's --output-uri")
     maintain.add_argument(
@@ -197,6 +198,12 @@ def _add_reset_parser(commands: argparse._SubParsersAction[ArgumentParser]) -> N
         type=float,
         default=72.0,
         help="remove unreferenced files only when older than this (default 72, Iceberg's own)",
+    )
+    maintain.add_argument(
+        "--target-file-mib",
+        type=float,
+        default=128.0,
+        help="rewrite each partition's data files smaller than this into files of about this size (default 128)",
     )
     maintain.add_argument("--yes", action="store_true", help="confirm the upkeep")
 
@@ -540,15 +547,19 @@ def _restore_one(store: LeaseStore, lease_key: str, target: ExtendedSequenceNumb
 def run_maintain(arguments: argparse.Namespace, app: LeaseApplication, landed: LandedRecords) -> int:
     if arguments.orphan_age_hours < 1:
         raise UsageError("--orphan-age-hours must be at least 1: a slot between staging and its commit is not orphaned")
+    if arguments.target_file_mib <= 0:
+        raise UsageError("--target-file-mib must be positive")
     if not arguments.yes:
         raise UsageError(
-            f"maintain would expire old snapshots of {arguments.output_uri} and delete its files that no snapshot "
-            f"and no lease names, older than {arguments.orphan_age_hours:g} h; add --yes to confirm"
+            f"maintain would compact the small files of {arguments.output_uri}, expire its old snapshots and delete "
+            f"its files that no snapshot and no lease names, older than {arguments.orphan_age_hours:g} h; add --yes "
+            "to confirm"
         )
     # Under the lock: no round stages or commits meanwhile, so the leases read now name every batch in flight.
     with hold(_leader_lock(app, "maintain"), "leasectl maintain", acquire=True, release=True) as leadership:
         leases = leadership.lease_store(app.lease_store).scan_leases().leases
-        for line in landed.maintain(leases, timedelta(hours=arguments.orphan_age_hours)):
+        orphan_age = timedelta(hours=arguments.orphan_age_hours)
+        for line in landed.maintain(leases, orphan_age, int(arguments.target_file_mib * 1024 * 1024)):
             print(line)
     return EXIT_OK
 

@@ -43,9 +43,9 @@ class LandedRecords(Protocol):
     def awaiting_from(self, lease: Lease) -> ExtendedSequenceNumber | None:
         """Where the batches the lease's record waits to publish begin (the first one's start), or None."""
 
-    def maintain(self, leases: Sequence[Lease], orphan_age: timedelta) -> list[str]:
-        """The sink's upkeep (expired snapshots, orphan files no lease names and older than
-        `orphan_age`); a line per thing done."""
+    def maintain(self, leases: Sequence[Lease], orphan_age: timedelta, target_file_bytes: int) -> list[str]:
+        """The sink's upkeep (small files compacted towards `target_file_bytes`, expired snapshots,
+        orphan files no lease names and older than `orphan_age`); a line per thing done."""
 
 
 OpenLanded = Callable[[str, ConsumerConfig], LandedRecords]

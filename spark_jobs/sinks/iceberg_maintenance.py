@@ -20,6 +20,16 @@ nobody. `remove_orphan_files` deletes, among the files under the table's locatio
 - were last written before `older_than` (Iceberg's own default: 3 days): a writer between staging
   and its commit, ours or another tool's, is never that slow.
 Table metadata files (`*.metadata.json`) are the catalog's and are never touched.
+
+Small files. Each round's commit adds a data file per batch and partition, so a table written every
+few minutes by many leases gathers small files, which slow every reader. `compact_small_files`
+rewrites each partition's files smaller than the target into files of about the target size, in one
+commit that replaces exactly the files it read (an overwrite snapshot; readers see the same rows
+before and after). It is planned and committed on one snapshot: if anyone commits in between (a
+round's publication), the commit fails and the compaction is planned again on the new head (never
+rebased, which could drop the files the other commit added). Partitions with row-level deletes are
+left alone (their delete files would outlive the files they apply to). The applications' snapshots,
+and so their position maps, stay in `main`'s history: a compaction's snapshot only sits above them.
 """
 
 from __future__ import annotations
@@ -30,9 +40,11 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 import pyarrow.fs as pafs
-from pyiceberg.io.pyarrow import PyArrowFileIO
-from pyiceberg.table import Table
-from pyiceberg.table.snapshots import ancestors_of
+from pyiceberg.exceptions import CommitFailedException, CommitStateUnknownException
+from pyiceberg.expressions import AlwaysTrue
+from pyiceberg.io.pyarrow import ArrowScan, PyArrowFileIO, _dataframe_to_data_files
+from pyiceberg.table import FileScanTask, Table
+from pyiceberg.table.snapshots import Snapshot, ancestors_of
 
 from spark_jobs.errors import SinkError
 from spark_jobs.sinks.iceberg import (
@@ -61,8 +73,92 @@ class OrphanRemoval:
     kept_too_young: int  # unreferenced, but written within the grace period
 
 
-def expire_snapshots(sink: IcebergSink, now: datetime | None = None) -> tuple[int, ...]:
-    """Expire the table's snapshots past its maximum age (see the module's docstring); the ids expired."""
+@dataclass(frozen=True)
+class Compaction:
+    files_rewritten: int
+    files_written: int
+    bytes_rewritten: int
+    partitions: int
+    snapshot_id: int | None  # None: nothing was small enough in numbers to be worth a commit
+
+
+DEFAULT_TARGET_FILE_BYTES = 128 * 1024 * 1024
+COMPACTION_ATTEMPTS = 4
+SUMMARY_COMPACTION = "kinesis.compaction"
+
+
+def compact_small_files(
+    sink: IcebergSink, target_bytes: int = DEFAULT_TARGET_FILE_BYTES, min_files: int = 2
+) -> Compaction:
+    """Rewrite the table's small data files (see the module's docstring); what was rewritten."""
+    for _ in range(COMPACTION_ATTEMPTS):
+        table = _table(sink)
+        groups = _small_file_groups(table, target_bytes, min_files)
+        if not groups:
+            return Compaction(0, 0, 0, 0, None)
+        tasks = [task for group in groups for task in group]
+        with sink.failures("read the small files"):
+            rows = ArrowScan(table.metadata, table.io, table.schema(), AlwaysTrue()).to_table(tasks)
+        with sink.failures("write the compacted files"):
+            written = list(_dataframe_to_data_files(table.metadata, rows, table.io))
+        transaction = table.transaction()
+        summary = {SUMMARY_COMPACTION: f"{len(tasks)} file(s) in {len(groups)} partition(s)"}
+        with transaction.update_snapshot(snapshot_properties=summary).overwrite() as overwrite:
+            for task in tasks:
+                overwrite.delete_data_file(task.file)
+            for data_file in written:
+                overwrite.append_data_file(data_file)
+        transaction._snapshot_producers.clear()  # never rebased onto another commit: planned again instead
+        try:
+            with sink.failures("commit the compaction"):
+                committed = transaction.commit_transaction()
+        except CommitFailedException:
+            log.info("%s: the table changed during the compaction; planning it again", sink.uri)
+            continue
+        except CommitStateUnknownException as error:
+            raise SinkError(
+                sink.uri,
+                f"the compaction's commit was answered {error!r}: whether it landed is not known (either way "
+                "the table holds each row once); run it again",
+                retryable=True,
+            ) from error
+        snapshot = committed.current_snapshot()
+        log.info("%s: compacted %d file(s) into %d", sink.uri, len(tasks), len(written))
+        return Compaction(
+            len(tasks),
+            len(written),
+            sum(task.file.file_size_in_bytes for task in tasks),
+            len(groups),
+            snapshot.snapshot_id if snapshot is not None else None,
+        )
+    raise SinkError(sink.uri, f"the table changed during {COMPACTION_ATTEMPTS} compactions in a row", retryable=True)
+
+
+def _small_file_groups(table: Table, target_bytes: int, min_files: int) -> list[list[FileScanTask]]:
+    """Per partition (and spec), its data files smaller than `target_bytes` without delete files,
+    where there are at least `min_files` of them."""
+    groups: dict[tuple[int, str], list[FileScanTask]] = {}
+    with_deletes: set[tuple[int, str]] = set()
+    for task in table.scan().plan_files():
+        key = (task.file.spec_id, repr(task.file.partition))
+        if task.delete_files:
+            with_deletes.add(key)
+        if task.file.file_size_in_bytes < target_bytes:
+            groups.setdefault(key, []).append(task)
+    return [tasks for key, tasks in sorted(groups.items()) if key not in with_deletes and len(tasks) >= min_files]
+
+
+@dataclass(frozen=True)
+class Expiry:
+    snapshot_ids: tuple[int, ...]
+    files_removed: tuple[str, ...]  # what only the expired snapshots referenced
+
+
+def expire_snapshots(sink: IcebergSink, now: datetime | None = None) -> Expiry:
+    """Expire the table's snapshots past its maximum age (see the module's docstring), and delete the
+    files only they referenced (manifest lists, manifests, data files), as Iceberg's own expiry does:
+    pyiceberg's expires the snapshots alone, which would leave every file a compaction or a user's
+    delete replaced for good."""
     table = _table(sink)
     properties = table.properties
     max_age = timedelta(milliseconds=int(properties.get(MAX_SNAPSHOT_AGE_PROPERTY, 0))) or DEFAULT_MAX_SNAPSHOT_AGE
@@ -70,15 +166,37 @@ def expire_snapshots(sink: IcebergSink, now: datetime | None = None) -> tuple[in
     cutoff_millis = int(((now or datetime.now(UTC)) - max_age).timestamp() * 1000)
     kept = _kept_snapshots(table, keep_newest)
     expired = [
-        snapshot.snapshot_id
+        snapshot
         for snapshot in table.snapshots()
         if snapshot.timestamp_ms < cutoff_millis and snapshot.snapshot_id not in kept
     ]
-    if expired:
-        with sink.failures("expire snapshots"):
-            table.maintenance.expire_snapshots().by_ids(expired).commit()
-        log.info("%s: expired %d snapshot(s) older than %s", sink.uri, len(expired), max_age)
-    return tuple(expired)
+    if not expired:
+        return Expiry((), ())
+    with sink.failures("list the expiring snapshots' files"):
+        expiring = _snapshot_files(table, expired)
+    with sink.failures("expire snapshots"):
+        table.maintenance.expire_snapshots().by_ids([snapshot.snapshot_id for snapshot in expired]).commit()
+    log.info("%s: expired %d snapshot(s) older than %s", sink.uri, len(expired), max_age)
+    table = _table(sink)
+    with sink.failures("list the remaining snapshots' files"):
+        remaining = _snapshot_files(table, table.snapshots())
+        filesystem, _ = _filesystem(table)
+    removed = tuple(_delete(sink, filesystem, path) for path in sorted(expiring - remaining))
+    return Expiry(tuple(snapshot.snapshot_id for snapshot in expired), removed)
+
+
+def _snapshot_files(table: Table, snapshots: Iterable[Snapshot]) -> set[str]:
+    """The manifest lists, manifests and data and delete files `snapshots` reference."""
+    io = table.io
+    files: set[str] = set()
+    for snapshot in snapshots:
+        files.add(_normal(snapshot.manifest_list))
+        for manifest in snapshot.manifests(io):
+            files.add(_normal(manifest.manifest_path))
+            files.update(
+                _normal(entry.data_file.file_path) for entry in manifest.fetch_manifest_entry(io, discard_deleted=False)
+            )
+    return files
 
 
 def _kept_snapshots(table: Table, keep_newest: int) -> set[int]:

@@ -9,7 +9,12 @@ from pathlib import Path
 
 from lease_core.model.sequence import TRIM_HORIZON
 from spark_jobs.sinks.iceberg import LeaseRecord
-from spark_jobs.sinks.iceberg_maintenance import expire_snapshots, live_receipts, remove_orphan_files
+from spark_jobs.sinks.iceberg_maintenance import (
+    compact_small_files,
+    expire_snapshots,
+    live_receipts,
+    remove_orphan_files,
+)
 from tests.support.iceberg_tables import (
     APPLICATION,
     IDENTITY,
@@ -94,7 +99,7 @@ def test_old_snapshots_expire_and_the_applications_newest_stays(iceberg_catalog:
     table.append(users_rows(table, 500, 2))  # another writer's snapshot on top
     ours = sink.table(refresh=True).current_snapshot().parent_snapshot_id
 
-    expired = expire_snapshots(sink, now=datetime.now(UTC) + timedelta(days=6))
+    expired = expire_snapshots(sink, now=datetime.now(UTC) + timedelta(days=6)).snapshot_ids
 
     table = sink.table(refresh=True)
     assert len(expired) == 2
@@ -113,7 +118,7 @@ def test_expiry_keeps_main_whole_down_to_an_idle_applications_newest_snapshot(ic
         table = sink.table(refresh=True)
         table.append(users_rows(table, first, 2))
 
-    assert expire_snapshots(sink, now=datetime.now(UTC) + timedelta(days=6)) == ()
+    assert expire_snapshots(sink, now=datetime.now(UTC) + timedelta(days=6)).snapshot_ids == ()
 
     assert sink_on(iceberg_catalog).publish_round({LEASE: record}, IDENTITY).batches_published == 0
     assert len(table_sequence_numbers(sink)) == 14
@@ -131,7 +136,97 @@ def test_expiry_keeps_tagged_snapshots_and_does_not_fail_on_them(iceberg_catalog
     oldest = min(table.snapshots(), key=lambda snapshot: snapshot.timestamp_ms).snapshot_id
     table.manage_snapshots().create_tag(oldest, "audited").commit()
 
-    expired = expire_snapshots(sink, now=datetime.now(UTC) + timedelta(days=6))
+    expired = expire_snapshots(sink, now=datetime.now(UTC) + timedelta(days=6)).snapshot_ids
 
     assert len(expired) == 1 and oldest not in expired
     assert oldest in {snapshot.snapshot_id for snapshot in sink.table(refresh=True).snapshots()}
+
+
+def rounds_of_small_files(sink, rounds: int) -> str:
+    """`rounds` rounds of one 10-record batch each: a small data file per round. The lease's record."""
+    record, start = None, TRIM_HORIZON
+    for round_number in range(rounds):
+        first = 10 * round_number + 1
+        record = land(sink, record, start, first, 10)
+        sink.publish_round({LEASE: record}, IDENTITY)
+        start = position(first + 9)
+    assert record is not None
+    return record
+
+
+def data_files(sink) -> list[str]:
+    return [task.file.file_path for task in sink.table(refresh=True).scan().plan_files()]
+
+
+def partitions(sink) -> set[str]:
+    return {repr(task.file.partition) for task in sink.table(refresh=True).scan().plan_files()}
+
+
+def test_small_files_are_rewritten_into_one_per_partition_and_the_rows_and_positions_stay(
+    iceberg_catalog: FaultyCatalog,
+):
+    sink = sink_on(iceberg_catalog)
+    record = rounds_of_small_files(sink, 5)
+    before = sorted(sink.table(refresh=True).scan().to_arrow().to_pylist(), key=lambda row: int(row["sequence_number"]))
+    # Each batch's records arrive either side of midnight: a file in each of two days' partitions.
+    assert (len(data_files(sink)), len(partitions(sink))) == (10, 2)
+
+    compaction = compact_small_files(sink)
+
+    assert (compaction.files_rewritten, compaction.files_written, compaction.partitions) == (10, 2, 2)
+    table = sink.table(refresh=True)
+    assert table.current_snapshot().snapshot_id == compaction.snapshot_id
+    assert len(data_files(sink)) == 2
+    after = sorted(table.scan().to_arrow().to_pylist(), key=lambda row: int(row["sequence_number"]))
+    assert after == before, "readers see the same rows"
+    again = sink_on(iceberg_catalog)
+    assert again.awaiting_visibility(record) == (), "the application still finds what the table holds"
+    assert again.publish_round({LEASE: record}, IDENTITY).batches_published == 0
+    assert compact_small_files(sink).snapshot_id is None, "one file per partition: nothing to do"
+
+
+def test_a_round_committing_during_a_compaction_keeps_its_rows_and_the_compaction_is_planned_again(
+    iceberg_catalog: FaultyCatalog,
+):
+    """The compaction's overwrite is never rebased past the round's append (that could drop its files)."""
+    sink = sink_on(iceberg_catalog)
+    record = rounds_of_small_files(sink, 3)
+    publisher = sink_on(iceberg_catalog)
+    later = land(publisher, record, position(30), 31, 10)
+    iceberg_catalog.before_commit = lambda: publisher.publish_round({LEASE: later}, IDENTITY)
+
+    compaction = compact_small_files(sink)
+
+    assert compaction.files_rewritten == 8, "planned again on the new head, with the round's two files"
+    assert table_sequence_numbers(sink) == [str(n) for n in range(1, 41)]
+
+
+def test_rows_a_user_deleted_before_a_compaction_stay_deleted(iceberg_catalog: FaultyCatalog):
+    sink = sink_on(iceberg_catalog)
+    rounds_of_small_files(sink, 3)
+    sink.table(refresh=True).delete("sequence_number = '5'")  # a user's delete (copy-on-write in pyiceberg)
+
+    compaction = compact_small_files(sink)
+
+    assert compaction.files_written == len(partitions(sink))
+    assert table_sequence_numbers(sink) == [str(n) for n in range(1, 31) if n != 5]
+
+
+def test_files_only_expired_snapshots_referenced_are_removed_with_them(iceberg_catalog: FaultyCatalog):
+    """A compaction's replaced files go once the snapshots that still read them expire."""
+    sink = sink_on(iceberg_catalog)
+    record = rounds_of_small_files(sink, 3)
+    replaced = set(data_files(sink))
+    compact_small_files(sink)
+    compacted = set(data_files(sink))
+    # The application's newest snapshot is kept (its position map); a next round's makes the one
+    # below the compaction, which still reads the replaced files, expirable.
+    sink.publish_round({LEASE: land(sink, record, position(30), 31, 10)}, IDENTITY)
+
+    expiry = expire_snapshots(sink, now=datetime.now(UTC) + timedelta(days=6))
+
+    removed = set(expiry.files_removed)
+    assert {path.removeprefix("file://") for path in replaced} <= removed
+    assert not any(Path(path.removeprefix("file://")).exists() for path in replaced)
+    assert all(Path(path.removeprefix("file://")).exists() for path in compacted)
+    assert table_sequence_numbers(sink) == [str(n) for n in range(1, 41)]
