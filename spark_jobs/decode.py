@@ -105,8 +105,12 @@ class Decoder:
         self, rows: list[Mapping[str, Any]], records: list[KinesisRecord], stream_name: str, shard_id: str
     ) -> pa.Table:
         try:
-            table = pa.Table.from_pylist(rows, schema=self.schema)
-        except (pa.ArrowInvalid, pa.ArrowTypeError) as error:
+            if self.schema is not None:
+                table = pa.Table.from_pylist(rows, schema=self.schema)
+            else:  # every row's columns, not the first row's alone
+                names = list(dict.fromkeys(name for row in rows for name in row))
+                table = pa.table({name: [row.get(name) for row in rows] for name in names})
+        except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError) as error:
             raise TransformError(self.spec, self._first_misfit(rows, records, stream_name, shard_id, error)) from error
         clashes = sorted(set(table.column_names) & {*POSITION_COLUMNS, *BATCH_COLUMNS})
         if clashes:
@@ -125,7 +129,7 @@ class Decoder:
         for row, record in zip(rows, records, strict=True):
             try:
                 pa.Table.from_pylist([row], schema=self.schema)
-            except (pa.ArrowInvalid, pa.ArrowTypeError) as misfit:
+            except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError) as misfit:
                 name = _record_name(record, stream_name, shard_id)
                 return f"decoded a row that does not fit its schema ({misfit}) from {name}"
         return f"decoded rows that do not fit one table ({error})"

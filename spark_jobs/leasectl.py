@@ -38,14 +38,20 @@ class IcebergTableRecords:
         return self.sink.awaiting_from(lease)
 
     def maintain(self, leases: Sequence[Lease], orphan_age: timedelta, target_file_bytes: int) -> list[str]:
-        compaction = compact_small_files(self.sink, target_file_bytes)
+        try:
+            compaction = compact_small_files(self.sink, target_file_bytes)
+            compacted = (
+                f"compacted {compaction.files_rewritten} small file(s) ({compaction.bytes_rewritten} bytes) of "
+                f"{compaction.partitions} partition(s) into {compaction.files_written}"
+            )
+        except SinkError as error:  # the rest of the upkeep does not depend on it
+            compacted = f"compaction not done: {error}"
         expired = expire_snapshots(self.sink)
         pending = [batch.staged for lease in leases if (batch := PendingBatch.decode(lease)) is not None]
         live = live_receipts([lease.committed_batch for lease in leases], pending)
         removal = remove_orphan_files(self.sink, live, orphan_age)
         return [
-            f"compacted {compaction.files_rewritten} small file(s) ({compaction.bytes_rewritten} bytes) of "
-            f"{compaction.partitions} partition(s) into {compaction.files_written}",
+            compacted,
             f"expired {len(expired.snapshot_ids)} snapshot(s) past the table's maximum age, and removed the "
             f"{len(expired.files_removed)} file(s) only they referenced",
             f"removed {len(removal.removed)} orphan file(s); {removal.kept_too_young} unreferenced file(s) are "

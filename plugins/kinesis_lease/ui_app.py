@@ -127,28 +127,30 @@ def asset(name: str) -> FileResponse:
 
 
 @app.get("/api/default-application")
-def default_application(session: SessionDep) -> dict[str, Any]:
-    """The shipped DAG's application, else the first of the deployment's pipelines."""
-    pipelines = _pipelines(session)
+def default_application(session: SessionDep, user: GetUserDep) -> dict[str, Any]:
+    """The shipped DAG's application, else the first of the deployment's pipelines the user may read."""
+    pipelines = _pipelines(session, user)
     shipped = [pipeline for pipeline in pipelines if pipeline["dag_id"] == PIPELINE_DAG_ID]
     chosen = (shipped or pipelines or [{"dag_id": PIPELINE_DAG_ID, "application": None}])[0]
     return {"dag_id": chosen["dag_id"], "application": chosen["application"]}
 
 
 @app.get("/api/applications")
-def applications(session: SessionDep) -> dict[str, Any]:
-    """The deployment's pipelines (`kinesis_lease.pipeline`): each DAG tagged `PIPELINE_TAG` with the
-    application its runs consume as by default, in DAG id order."""
-    return {"pipelines": _pipelines(session)}
+def applications(session: SessionDep, user: GetUserDep) -> dict[str, Any]:
+    """The deployment's pipelines (`kinesis_lease.pipeline`) whose DAGs the user may read: each DAG
+    tagged `PIPELINE_TAG` with the application its runs consume as by default, in DAG id order."""
+    return {"pipelines": _pipelines(session, user)}
 
 
-def _pipelines(session: Session) -> list[dict[str, Any]]:
-    dag_ids = session.scalars(
+def _pipelines(session: Session, user: BaseUser) -> list[dict[str, Any]]:
+    tagged = session.scalars(
         select(DagModel.dag_id)
         .join(DagTag, DagTag.dag_id == DagModel.dag_id)
         .where(DagTag.name == PIPELINE_TAG, DagModel.is_stale.is_(False))
         .order_by(DagModel.dag_id)
     ).all()
+    readable = get_auth_manager().filter_authorized_dag_ids(dag_ids=set(tagged), user=user)
+    dag_ids = [dag_id for dag_id in tagged if dag_id in readable]
     pipelines = []
     for dag_id in dag_ids:
         dag = SerializedDagModel.get_dag(dag_id, session=session)

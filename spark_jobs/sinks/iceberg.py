@@ -270,9 +270,16 @@ class LeasePosition:
 def held_position(
     positions: Mapping[str, LeasePosition], lease_key: str, streams: StreamIncarnations
 ) -> ExtendedSequenceNumber | None:
-    """Through which position the table holds the lease's records of the stream as it is now."""
+    """Through which position the table holds the lease's records of the stream as it is now. A
+    multi-stream lease key (`account:stream:creation epoch:shard`) names its stream's incarnation
+    itself: the position under it is that incarnation's, whatever the stream of that name is now
+    (a former stream's lease, still waiting for its batches, must not publish them again)."""
     held = positions.get(lease_key)
-    return None if held is None or held.of_another_incarnation(streams) else held.end
+    if held is None:
+        return None
+    if ":" not in lease_key and held.of_another_incarnation(streams):
+        return None
+    return held.end
 
 
 class IcebergSink:

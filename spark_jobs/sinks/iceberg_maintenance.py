@@ -34,6 +34,7 @@ and so their position maps, stay in `main`'s history: a compaction's snapshot on
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -93,7 +94,8 @@ def compact_small_files(
     """Rewrite the table's small data files (see the module's docstring); what was rewritten."""
     for _ in range(COMPACTION_ATTEMPTS):
         table = _table(sink)
-        groups = _small_file_groups(table, target_bytes, min_files)
+        with sink.failures("plan the compaction"):
+            groups = _small_file_groups(table, target_bytes, min_files)
         if not groups:
             return Compaction(0, 0, 0, 0, None)
         tasks = [task for group in groups for task in group]
@@ -114,6 +116,9 @@ def compact_small_files(
                 committed = transaction.commit_transaction()
         except CommitFailedException:
             log.info("%s: the table changed during the compaction; planning it again", sink.uri)
+            filesystem, _ = _filesystem(table)
+            for data_file in written:  # this commit certainly did not land: nothing references them
+                _delete(sink, filesystem, data_file.file_path)
             continue
         except CommitStateUnknownException as error:
             raise SinkError(
@@ -298,8 +303,10 @@ def _orphaned_batch_data_files(
 def _delete(sink: IcebergSink, filesystem: pafs.FileSystem, path: str) -> str:
     """Delete `path` (a listing's path or a table's location); the path as the file system names it."""
     located = _normal(path)
-    with sink.failures(f"delete the orphan file {path}"):
-        filesystem.delete_file(located)
+    with sink.failures(f"delete the file {path}"):
+        # Gone already: deleted by an earlier upkeep, or with the expired snapshot that held it.
+        with contextlib.suppress(FileNotFoundError):
+            filesystem.delete_file(located)
     return located
 
 

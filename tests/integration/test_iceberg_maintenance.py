@@ -230,3 +230,41 @@ def test_files_only_expired_snapshots_referenced_are_removed_with_them(iceberg_c
     assert not any(Path(path.removeprefix("file://")).exists() for path in replaced)
     assert all(Path(path.removeprefix("file://")).exists() for path in compacted)
     assert table_sequence_numbers(sink) == [str(n) for n in range(1, 41)]
+
+
+def test_a_compaction_that_loses_the_race_leaves_none_of_its_files_behind(iceberg_catalog: FaultyCatalog, tmp_path):
+    sink = sink_on(iceberg_catalog)
+    record = rounds_of_small_files(sink, 3)
+    publisher = sink_on(iceberg_catalog)
+    iceberg_catalog.before_commit = lambda: publisher.publish_round(
+        {LEASE: land(publisher, record, position(30), 31, 10)}, IDENTITY
+    )
+
+    compact_small_files(sink)
+
+    table = sink.table(refresh=True)
+    referenced = {
+        entry.data_file.file_path.removeprefix("file://")
+        for snapshot in table.snapshots()
+        for manifest in snapshot.manifests(table.io)
+        for entry in manifest.fetch_manifest_entry(table.io, discard_deleted=False)
+    }
+    on_disk = {str(path) for path in (tmp_path / "warehouse").rglob("data/**/*.parquet")}
+    assert on_disk == referenced, f"files no snapshot references: {sorted(on_disk - referenced)}"
+
+
+def test_upkeep_runs_again_after_expiry_removed_the_data_files_of_a_receipt_still_on_disk(
+    iceberg_catalog: FaultyCatalog,
+):
+    """Expiry deleted a compacted batch's data files while its receipt stays (named by a lease for
+    longer than the snapshots lived): the orphan removal that meets them gone goes on."""
+    sink = sink_on(iceberg_catalog)
+    record = rounds_of_small_files(sink, 3)
+    compact_small_files(sink)
+    sink.publish_round({LEASE: land(sink, record, position(30), 31, 10)}, IDENTITY)
+    expire_snapshots(sink, now=datetime.now(UTC) + timedelta(days=6))
+
+    for _ in range(2):
+        removal = remove_orphan_files(sink, live=set(), now=LATER)
+        assert removal.kept_too_young == 0
+    assert table_sequence_numbers(sink) == [str(n) for n in range(1, 41)]

@@ -4,6 +4,7 @@ records what it holds."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from pathlib import Path
 
@@ -451,3 +452,19 @@ def test_a_batch_without_rows_is_recorded_so_the_leases_chain_has_no_gap(iceberg
         ("15", "20"),
     ]
     assert len(table_sequence_numbers(sink)) == 15
+
+
+def test_a_former_multi_stream_lease_of_a_re_created_stream_does_not_publish_its_batches_again(iceberg_catalog):
+    """A multi-stream lease key carries its stream's creation epoch: the position under it is that
+    incarnation's, whatever the stream of the same name is now."""
+    key = f"000000000000:{STREAM}:{CREATED}:shardId-000000000001"
+    sink = sink_on(iceberg_catalog)
+    staged = sink.stage(dataclasses.replace(batch_of(TRIM_HORIZON, 1, 5), lease_key=key), rows(1, 5), "a")
+    record = sink.commit_record(None, staged)
+    sink.publish_round({key: record}, IDENTITY)
+    again = {STREAM: (STREAM_ARN, CREATED + 86_400)}
+    later = IcebergSink(URI, APPLICATION, catalog=iceberg_catalog, streams=again)
+
+    assert later.awaiting_visibility(record) == ()
+    assert later.publish_round({key: record}, RoundIdentity(APPLICATION, 8, again)).batches_published == 0
+    assert table_sequence_numbers(sink) == [str(n) for n in range(1, 6)]

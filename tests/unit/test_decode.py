@@ -57,6 +57,7 @@ def users_module(monkeypatch: pytest.MonkeyPatch) -> None:
     module.untyped = untyped  # type: ignore[attr-defined]
     module.not_a_row = not_a_row  # type: ignore[attr-defined]
     module.clashing = clashing  # type: ignore[attr-defined]
+    module.sparse = lambda data, record: json.loads(data)  # type: ignore[attr-defined]
     badly_declared = types.FunctionType(untyped.__code__, untyped.__globals__)
     badly_declared.schema = {"order_id": "long"}  # type: ignore[attr-defined]
     module.badly_declared = badly_declared  # type: ignore[attr-defined]
@@ -145,3 +146,10 @@ def test_a_transform_runs_on_what_the_decoder_made_and_the_columns_are_told_befo
 
     columns = batch_columns("users:with_total", with_total, decoder.columns())
     assert columns is not None and columns.names == [*POSITION_COLUMNS, "order_id", "amount", "customer", "large"]
+
+
+def test_a_decoder_without_a_schema_keeps_every_rows_columns_not_the_first_rows_alone():
+    decoder = load_decoder("users_decoders:sparse")
+    assert decoder is not None
+    table = decoder.table([record(1, b'{"a": 1}'), record(2, b'{"b": "x"}')], "s", "shardId-000000000001")
+    assert table.select(["a", "b"]).to_pylist() == [{"a": 1, "b": None}, {"a": None, "b": "x"}]
