@@ -54,6 +54,8 @@ from lease_core.errors import ConfigurationError
 
 INITIAL_POSITIONS = ("LATEST", "TRIM_HORIZON", "AT_TIMESTAMP")
 DEFAULT_SCHEDULE = "*/5 * * * *"
+# A user's function as the trigger form takes it: `package.module:function`.
+FUNCTION_SPEC = r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*$"
 
 
 @dataclass(frozen=True)
@@ -175,7 +177,7 @@ class Pipeline:
             "transform": Param(
                 self.transform,
                 type=["null", "string"],
-                pattern=r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*$",
+                pattern=FUNCTION_SPEC,
                 description=(
                     "Your batch transform, package.module:function (an Arrow table of the records in, one "
                     "out), importable where Spark runs; none: the records as they are."
@@ -184,7 +186,7 @@ class Pipeline:
             "decode": Param(
                 self.decode,
                 type=["null", "string"],
-                pattern=r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*$",
+                pattern=FUNCTION_SPEC,
                 description=(
                     "Your per-record decoder, package.module:function (payload bytes and the record in, a row "
                     "out), importable where Spark runs; none: the records as they are."
