@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 import textwrap
 from pathlib import Path
 from typing import Any
@@ -235,7 +237,8 @@ def test_a_decoder_shipped_with_the_job_lands_typed_columns_from_json_payloads(
 def test_a_rounds_lineage_names_the_streams_it_read_and_the_dataset_it_landed_in(
     airflow_run_environment, unique_name, kinesis_endpoint, moto_endpoint, tmp_path, monkeypatch
 ):
-    """Through Airflow's OpenLineage integration, with its file transport."""
+    """Through Airflow's OpenLineage integration, with its file transport, in `airflow dags test`: a
+    process of its own, as the provider reads its configuration once per process."""
     events_file = tmp_path / "openlineage.jsonl"
     monkeypatch.setenv(
         "AIRFLOW__OPENLINEAGE__TRANSPORT",
@@ -245,13 +248,20 @@ def test_a_rounds_lineage_names_the_streams_it_read_and_the_dataset_it_landed_in
     create_stream(kinesis_client(kinesis_endpoint), unique_name, 1)
     ledger = ConsumerPipeline(unique_name, (unique_name,), kinesis_endpoint, moto_endpoint, str(tmp_path / "lake"))
     ledger.produce(10)
-    text = EMBEDDING_DAG_FILE.format(
-        dag_id=f"{unique_name.replace('-', '_')}_lineage", stream=unique_name, lake=tmp_path / "lake"
+    dag_id = f"{unique_name.replace('-', '_')}_lineage"
+    text = EMBEDDING_DAG_FILE.format(dag_id=dag_id, stream=unique_name, lake=tmp_path / "lake")
+    users_dag_file(tmp_path / "dags", "lineage_dag", text, monkeypatch)
+
+    run = subprocess.run(
+        [sys.executable, "-m", "airflow", "dags", "test", dag_id],
+        env=dict(os.environ),
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
     )
-    dag = users_dag_file(tmp_path / "dags", "lineage_dag", text, monkeypatch).dag
 
-    assert run_round(dag, {})["kinesis_round.consume"] == "success"
-
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     events = [json.loads(line) for line in events_file.read_text().splitlines() if line.strip()]
     completed = [
         event
@@ -267,3 +277,6 @@ def test_a_rounds_lineage_names_the_streams_it_read_and_the_dataset_it_landed_in
     assert [(dataset["namespace"], dataset["name"]) for dataset in event["outputs"]] == [
         ("file", str(tmp_path / "lake"))
     ]
+    assert sorted(record.sequence_number for record in ledger.landed()) == sorted(
+        record.sequence_number for record in ledger.produced
+    )

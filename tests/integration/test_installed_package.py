@@ -182,7 +182,11 @@ def test_airflow_loads_the_ui_plugin_once_from_its_entry_point(request, setup):
     [plugin] = [plugin for plugin in found["plugins"] if plugin["name"] == "kinesis_lease"]
     assert plugin["source"].startswith(f"{DISTRIBUTION}=={VERSION}: EntryPoint(name='kinesis_lease'")
     assert plugin["fastapi_apps"] == ["/kinesis-lease"]
-    assert found["plugin_import_errors"] == {}
+    # Ours only: other installed providers' plugins (OpenLineage's, under eager discovery) say their own.
+    ours = {
+        source: error for source, error in found["plugin_import_errors"].items() if "kinesis" in f"{source} {error}"
+    }
+    assert ours == {}
 
 
 def test_the_installed_ui_has_every_static_file_of_the_checkout(deployment):
