@@ -43,6 +43,7 @@ from lease_core.model.lease_keys import LeaseKeyScheme
 from lease_core.ops.command_line import EXIT_FAILED, EXIT_OK, EXIT_USAGE, ArgumentParser, UsageError
 from lease_core.sync.step import is_multi_stream, require_matching_lease_mode
 from spark_jobs.consume_spec import ConsumeSpec, settings_for_executors
+from spark_jobs.dead_letters import BAD_RECORD_ACTIONS, DEFAULT_MAX_SHARE, WHOLESALE_MIN_REJECTED, BadRecordPolicy
 from spark_jobs.decode import load_decoder
 from spark_jobs.lease_consumer import LeaseBudget
 from spark_jobs.round_publication import publish_committed_batches, stream_incarnations
@@ -54,7 +55,7 @@ from spark_jobs.round_report import (
     report_location,
     write_report,
 )
-from spark_jobs.sinks import open_sink, sink_configuration
+from spark_jobs.sinks import open_round_sink, sink_configuration
 from spark_jobs.sinks.batch_sink import RoundIdentity
 from spark_jobs.sinks.record_columns import RECORD_SCHEMA
 from spark_jobs.slot_task import slot_reports
@@ -136,6 +137,21 @@ def build_parser() -> argparse.ArgumentParser:
         "before the transform",
     )
     parser.add_argument(
+        "--bad-records",
+        choices=BAD_RECORD_ACTIONS,
+        default="fail",
+        help="what a record the decoder rejects does: fail its lease (the default), or go to the dead-letter "
+        "destination beside the output (the rest of its batch lands)",
+    )
+    parser.add_argument(
+        "--dead-letter-max-share",
+        type=_share,
+        default=DEFAULT_MAX_SHARE,
+        metavar="SHARE",
+        help="with --bad-records dead_letter: a batch with more of its records rejected than this share (and "
+        f"at least {WHOLESALE_MIN_REJECTED}) fails its lease instead (the processing fails, not a few records)",
+    )
+    parser.add_argument(
         "--round",
         type=_positive_int,
         dest="round_number",
@@ -171,6 +187,13 @@ def _positive_float(text: str) -> float:
     value = float(text)
     if not value > 0:
         raise argparse.ArgumentTypeError(f"must be greater than 0, got {text}")
+    return value
+
+
+def _share(text: str) -> float:
+    value = float(text)
+    if not 0 < value <= 1:
+        raise argparse.ArgumentTypeError(f"must be above 0 and at most 1, got {text}")
     return value
 
 
@@ -255,6 +278,8 @@ def _load(arguments: argparse.Namespace) -> ConsumerConfig:
             parse_iso_timestamp(arguments.stop_at_arrival)
         except ValueError as error:
             raise UsageError(f"--stop-at-arrival: {error}") from None
+    if arguments.bad_records == "dead_letter" and not arguments.decode:
+        raise UsageError("--bad-records dead_letter needs --decode: records are rejected one by one by a decoder")
     if arguments.leader_record_version and not arguments.leader_owner:
         raise UsageError("--leader-record-version needs --leader-owner")
     return config
@@ -269,7 +294,10 @@ def _leadership(arguments: argparse.Namespace) -> HandedOverLock | None:
 def prepare_round(arguments: argparse.Namespace, config: ConsumerConfig) -> ConsumeSpec:
     """Check everything checkable on the driver, then build the spec the slots receive."""
     app = LeaseApplication.from_config(config)
-    check_prerequisites(app, arguments.streams, arguments.output_uri, arguments.transform, arguments.decode)
+    bad_records = BadRecordPolicy(arguments.bad_records, arguments.dead_letter_max_share)
+    check_prerequisites(
+        app, arguments.streams, arguments.output_uri, arguments.transform, arguments.decode, bad_records.dead_letters
+    )
     check_lease_mode(app, arguments.streams, arguments.workers)
     if arguments.report_uri:  # before the round commits anything it could then not report
         try:
@@ -296,12 +324,18 @@ def prepare_round(arguments: argparse.Namespace, config: ConsumerConfig) -> Cons
         slot_buffer_bytes=arguments.slot_buffer_bytes,
         transform=arguments.transform,
         decode=arguments.decode,
+        bad_records=bad_records,
         settings=settings_for_executors(config),
     )
 
 
 def check_prerequisites(
-    app: LeaseApplication, streams: Sequence[str], output_uri: str, transform: str | None, decode: str | None = None
+    app: LeaseApplication,
+    streams: Sequence[str],
+    output_uri: str,
+    transform: str | None,
+    decode: str | None = None,
+    dead_letters: bool = False,
 ) -> None:
     """Fail before Spark starts, with an error naming what is missing."""
     config = app.config
@@ -312,7 +346,8 @@ def check_prerequisites(
         app.shard_source.stream_identifier(stream)  # raises StreamNotFoundError / StreamNotActiveError
     decoder = load_decoder(decode)
     decoded = RECORD_SCHEMA if decoder is None else decoder.columns()
-    open_sink(output_uri, config=config).check_writable(batch_columns(transform, load_transform(transform), decoded))
+    sink = open_round_sink(output_uri, config=config, dead_letters=dead_letters)
+    sink.check_writable(batch_columns(transform, load_transform(transform), decoded))
 
 
 def check_lease_mode(app: LeaseApplication, streams: Sequence[str], num_workers: int) -> None:
@@ -465,9 +500,10 @@ def publish(
     if leases is None:
         return Publication.failed("the lease table could not be scanned for the round's committed batches"), ()
     try:
-        sink = open_sink(
+        sink = open_round_sink(
             spec.output_uri,
             config=spec.config,
+            dead_letters=spec.bad_records.dead_letters,
             configuration=spec.sink_configuration,
             streams=spec.stream_incarnations,
         )

@@ -14,6 +14,7 @@ from typing import Any
 
 from lease_core.config.settings import ConsumerConfig, load_config, parse_iso_timestamp
 from lease_core.sync.step import is_multi_stream
+from spark_jobs.dead_letters import BadRecordPolicy
 from spark_jobs.lease_consumer import LeaseBudget
 
 # boto3's endpoint variables, most specific first. The driver resolves them into the configuration
@@ -45,6 +46,7 @@ class ConsumeSpec:
     slot_buffer_bytes: int = 256 * 1024 * 1024
     transform: str | None = None
     decode: str | None = None  # the per-record decode hook's spec (`spark_jobs.decode`)
+    bad_records: BadRecordPolicy = field(default_factory=BadRecordPolicy)  # records the decoder rejects
     settings: Mapping[str, Any] = field(default_factory=dict)
     # Whether every slot of the round runs at once (enough task slots), and the leases of closed shards
     # the round's slots hold (the driver's look at round start): then slots out of work wait for those

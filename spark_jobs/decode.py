@@ -10,9 +10,12 @@ The batch's table holds the record's position columns (`sequence_number`, `sub_s
 `partition_key`, `approximate_arrival_timestamp`), then the decoded columns. A decoder with a
 `schema` attribute (a `pyarrow.Schema`) has its rows typed by it, the same in every batch; without
 one, each batch's types are inferred from its rows. A record the decoder raises on, or whose row does
-not fit the schema, fails its lease for the round with an error naming the record (the lease stays
-at its checkpoint before that batch, so nothing is lost or skipped). A batch transform, if there is
-one too, runs on the decoded table.
+not fit the schema, is rejected: by default it fails its lease for the round with an error naming
+the record (the lease stays at its checkpoint before that batch, so nothing is lost or skipped). A
+batch transform, if there is one too, runs on the decoded table.
+
+A pipeline that dead-letters bad records (`spark_jobs.dead_letters`) sets the rejected records aside
+instead: `Decoder.decode_batch` tells them apart from the rows.
 """
 
 from __future__ import annotations
@@ -50,27 +53,62 @@ DecodeFunction = Callable[[bytes, RecordContext], Mapping[str, Any] | None]
 
 
 @dataclass(frozen=True)
+class RejectedRecord:
+    """A record the decoder could not make a row of: it raised, returned no mapping, or the row does
+    not fit the decoder's schema. `error` says which, naming the record."""
+
+    record: KinesisRecord
+    error: str
+
+
+@dataclass(frozen=True)
+class DecodedBatch:
+    """A batch through the decoder: the rows of the records it decoded, and those it rejected."""
+
+    table: pa.Table
+    rejected: tuple[RejectedRecord, ...]
+
+
+@dataclass(frozen=True)
 class Decoder:
     spec: str
     function: DecodeFunction
     schema: pa.Schema | None  # the decoded columns' types; None: inferred per batch
 
     def table(self, records: Sequence[KinesisRecord], stream_name: str, shard_id: str) -> pa.Table:
-        """The batch's rows: each kept record's position columns and its decoded columns."""
+        """The batch's rows: each kept record's position columns and its decoded columns; a
+        `TransformError` naming the first record the decoder rejects."""
+        decoded = self.decode_batch(records, stream_name, shard_id)
+        if decoded.rejected:
+            raise TransformError(self.spec, decoded.rejected[0].error)
+        return decoded.table
+
+    def decode_batch(self, records: Sequence[KinesisRecord], stream_name: str, shard_id: str) -> DecodedBatch:
+        """The batch's rows and the records the decoder rejected, each with its error. A failure of
+        the batch as a whole (a decoded column that clashes with the batch's, rows whose inferred
+        types conflict although each one alone is fine) raises `TransformError`."""
         kept: list[KinesisRecord] = []
         rows: list[Mapping[str, Any]] = []
+        rejected: list[RejectedRecord] = []
         for record in records:
-            row = self._decode(record, stream_name, shard_id)
+            try:
+                row = self._decode(record, stream_name, shard_id)
+            except TransformError as error:
+                rejected.append(RejectedRecord(record, error.problem))
+                continue
             if row is not None:
                 kept.append(record)
                 rows.append(row)
+        decoded, misfits = self._rows_table(rows, kept, stream_name, shard_id)
+        if misfits:
+            rejected = sorted([*rejected, *misfits], key=lambda rejection: rejection.record.position)
+            kept = [record for record in kept if all(record is not misfit.record for misfit in misfits)]
         positions = pa.table(
             {name: [getattr(record, name) for record in kept] for name in POSITION_COLUMNS}, schema=POSITION_SCHEMA
         )
-        decoded = self._rows_table(rows, kept, stream_name, shard_id)
         for field in decoded.schema:
             positions = positions.append_column(field, decoded.column(field.name))
-        return positions
+        return DecodedBatch(positions, tuple(rejected))
 
     def columns(self) -> pa.Schema | None:
         """The columns of every batch, when the decoder declares its schema; None otherwise."""
@@ -103,36 +141,38 @@ class Decoder:
 
     def _rows_table(
         self, rows: list[Mapping[str, Any]], records: list[KinesisRecord], stream_name: str, shard_id: str
-    ) -> pa.Table:
+    ) -> tuple[pa.Table, list[RejectedRecord]]:
+        """The decoded rows as a table, and the records whose rows do not fit the decoder's schema
+        (left out of the table)."""
+        misfits: list[RejectedRecord] = []
         try:
-            if self.schema is not None:
-                table = pa.Table.from_pylist(rows, schema=self.schema)
-            else:  # every row's columns, not the first row's alone
-                names = list(dict.fromkeys(name for row in rows for name in row))
-                table = pa.table({name: [row.get(name) for row in rows] for name in names})
+            table = self._build(rows)
         except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError) as error:
-            raise TransformError(self.spec, self._first_misfit(rows, records, stream_name, shard_id, error)) from error
+            # The batch's error names no row: find the rows that do not fit on their own.
+            fitting = []
+            for row, record in zip(rows, records, strict=True):
+                try:
+                    self._build([row])
+                except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError) as misfit:
+                    name = _record_name(record, stream_name, shard_id)
+                    misfits.append(
+                        RejectedRecord(record, f"decoded a row that does not fit its schema ({misfit}) from {name}")
+                    )
+                else:
+                    fitting.append(row)
+            if not misfits:
+                raise TransformError(self.spec, f"decoded rows that do not fit one table ({error})") from error
+            table = self._build(fitting)
         clashes = sorted(set(table.column_names) & {*POSITION_COLUMNS, *BATCH_COLUMNS})
         if clashes:
             raise TransformError(self.spec, f"decodes a column named {clashes[0]!r}, which the batch has already")
-        return table
+        return table, misfits
 
-    def _first_misfit(
-        self,
-        rows: list[Mapping[str, Any]],
-        records: list[KinesisRecord],
-        stream_name: str,
-        shard_id: str,
-        error: Exception,
-    ) -> str:
-        """Which record's row does not fit (the batch's error names none)."""
-        for row, record in zip(rows, records, strict=True):
-            try:
-                pa.Table.from_pylist([row], schema=self.schema)
-            except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError) as misfit:
-                name = _record_name(record, stream_name, shard_id)
-                return f"decoded a row that does not fit its schema ({misfit}) from {name}"
-        return f"decoded rows that do not fit one table ({error})"
+    def _build(self, rows: list[Mapping[str, Any]]) -> pa.Table:
+        if self.schema is not None:
+            return pa.Table.from_pylist(rows, schema=self.schema)
+        names = list(dict.fromkeys(name for row in rows for name in row))  # every row's columns, not the first's
+        return pa.table({name: [row.get(name) for row in rows] for name in names})
 
 
 def load_decoder(spec: str | None) -> Decoder | None:

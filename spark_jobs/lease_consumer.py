@@ -50,9 +50,12 @@ from lease_core.retrieval.shard_reader import KINESIS_SHARD_READ_BYTES_PER_SECON
 from lease_core.retrieval.shard_source import KinesisShardSource, child_shards_of
 from lease_core.retry import RetryPolicy
 from lease_core.store.lease_store import LeaseStore
+from spark_jobs.dead_letters import BadRecordPolicy, dead_letter_table
 from spark_jobs.decode import Decoder
+from spark_jobs.errors import SinkError
 from spark_jobs.round_report import LeaseReport, Outcome, RetentionLoss
 from spark_jobs.sinks.batch_sink import BatchRange, BatchSink, StagedBatch, Visibility
+from spark_jobs.sinks.dead_lettering import DeadLetteringSink
 from spark_jobs.sinks.record_columns import records_table
 from spark_jobs.transform import Transform, transformed
 
@@ -101,6 +104,7 @@ class LeaseContext:
     # slot's lanes, shared by every lease it reads at once (`spark_jobs.slot_task`).
     busy_gate: AbstractContextManager[Any] = field(default_factory=nullcontext)
     decoder: Decoder | None = None  # the per-record decode hook, before the transform
+    bad_records: BadRecordPolicy = field(default_factory=BadRecordPolicy)  # what a record the decoder rejects does
     clock: Callable[[], float] = time.monotonic
     wall_clock_millis: Callable[[], int] = lambda: time.time_ns() // 1_000_000
 
@@ -124,6 +128,7 @@ class _Tally:
     # visible failed; a later round does it) or missing (their staged data was deleted before).
     unpromoted_batch: str | None = None
     missing_batches: list[str] = field(default_factory=list)
+    dead_lettered: int = 0
 
     def count_landed(self, records: Sequence[KinesisRecord]) -> None:
         self.records += len(records)
@@ -206,6 +211,7 @@ class LeaseConsumer:
             retryable=retryable,
             unpromoted_batch=tally.unpromoted_batch,
             missing_batches=tuple(tally.missing_batches),
+            dead_lettered=tally.dead_lettered,
         )
 
     # --- the round's work ----------------------------------------------------------------------
@@ -264,7 +270,8 @@ class LeaseConsumer:
         self.held.require_held()
         adopted = self.context.sink.adopt(staged, batch, self.held.claim_token)
         if adopted is not None:
-            self._tally.records += adopted.rows
+            self._tally.records += adopted.rows + adopted.dead_letters
+            self._tally.dead_lettered += adopted.dead_letters
             if adopted.token is not None:  # staged now (a batch readers already see was not)
                 self._tally.files += 1
         return adopted
@@ -460,25 +467,42 @@ class LeaseConsumer:
     def _stage(self, batch: BatchRange, records: Sequence[KinesisRecord]) -> StagedBatch | None:
         """Stage the batch's rows for this attempt, none too (a transform dropped them all, or they aged
         out before a redo read them): a sink that records the ranges it holds records this one as well,
-        so that its record of a lease stays unbroken; a dataset of files writes nothing for it."""
+        so that its record of a lease stays unbroken; a dataset of files writes nothing for it. The
+        records the decoder rejected go with them, as dead letters, when the pipeline sets them aside."""
         with self.context.busy_gate:
-            table = self._table(records)
+            table, dead_letters = self._tables(batch, records)
             # The lease may have been lost while the batch was read: a zombie need not even stage.
             self.held.require_held()
-            staged = self.context.sink.stage(batch, table, self.held.claim_token)
+            sink, attempt = self.context.sink, self.held.claim_token
+            if dead_letters is None:
+                staged = sink.stage(batch, table, attempt)
+            elif isinstance(sink, DeadLetteringSink):
+                staged = sink.stage_with_dead_letters(batch, table, dead_letters, attempt)
+            else:
+                raise SinkError(sink.uri, "this sink has no dead-letter destination beside it")
             if staged.rows:
                 self._tally.files += 1
         self._tally.count_landed(records)
+        self._tally.dead_lettered += staged.dead_letters
         return staged if staged.token is not None else None
 
-    def _table(self, records: Sequence[KinesisRecord]) -> pa.Table:
+    def _tables(self, batch: BatchRange, records: Sequence[KinesisRecord]) -> tuple[pa.Table, pa.Table | None]:
         """The batch as staged: the records (or what the decoder makes of them), through the user
-        transform if there is one."""
-        decoder = self.context.decoder
-        table = records_table(records) if decoder is None else decoder.table(records, self.stream_name, self.shard_id)
-        if self.context.transform is None or self.context.transform_spec is None:
-            return table
-        return transformed(table, self.stream_name, self.shard_id, self.context.transform_spec, self.context.transform)
+        transform if there is one; and the records the decoder rejected, as dead letters (None: none)."""
+        decoder, dead_letters = self.context.decoder, None
+        if decoder is None:
+            table = records_table(records)
+        else:
+            decoded = decoder.decode_batch(records, self.stream_name, self.shard_id)
+            rejected = self.context.bad_records.set_aside(decoded.rejected, len(records), decoder.spec)
+            table = decoded.table
+            if rejected:
+                dead_letters = dead_letter_table(rejected, batch, decoder.spec)
+        if self.context.transform is not None and self.context.transform_spec is not None:
+            table = transformed(
+                table, self.stream_name, self.shard_id, self.context.transform_spec, self.context.transform
+            )
+        return table, dead_letters
 
     def _report_throughput(self, outcome: str) -> tuple[float | None, float | None]:
         """Store the lease's new throughput with a last renewal (§7): the rate at which data arrived

@@ -117,6 +117,7 @@ class LeaseReport:
     # before it was visible (its records are not in the sink).
     unpromoted_batch: str | None = None
     missing_batches: tuple[str, ...] = ()
+    dead_lettered: int = 0  # records its processing rejected, set aside in the dead-letter destination
 
 
 @dataclass(frozen=True)
@@ -153,6 +154,7 @@ class RoundTotals:
     # Committed batches not visible at the end of the round, as "lease key: file" (`LeaseReport`).
     unpromoted_batches: tuple[str, ...] = ()
     missing_batches: tuple[str, ...] = ()
+    dead_lettered: int = 0
 
     @classmethod
     def of(cls, slots: Sequence[SlotReport], recorded_losses: Sequence[RetentionLoss] = ()) -> RoundTotals:
@@ -182,6 +184,7 @@ class RoundTotals:
             missing_batches=tuple(
                 sorted(f"{lease.lease_key}: {batch}" for lease in leases for batch in lease.missing_batches)
             ),
+            dead_lettered=sum(lease.dead_lettered for lease in leases),
         )
 
     def reported_losses(self) -> list[tuple[str, AgedOutRange]]:
@@ -340,6 +343,11 @@ class RoundReport:
             lines.append(f"  LOSS: {loss.description}")
         for batch in self.totals.missing_batches:
             lines.append(f"  LOSS: {batch}: committed, but its file was deleted before it was visible in the sink")
+        for lease in sorted((lease for slot in self.slots for lease in slot.leases), key=lambda lease: lease.lease_key):
+            if lease.dead_lettered:
+                lines.append(
+                    f"  DEAD-LETTERED: {lease.lease_key}: {lease.dead_lettered} record(s) its processing rejected"
+                )
         for batch in self.totals.unpromoted_batches:
             lines.append(f"  NOT VISIBLE YET: {batch}: committed and staged; the next round makes it visible")
         lines.extend(_publication_lines(self.publication))
@@ -389,6 +397,7 @@ class LeaseFigures:
     # (a record its processing cannot handle) shows why on the monitoring page.
     error: str | None = None
     retryable: bool | None = None  # of a failed lease: whether its error says a retry can succeed
+    dead_lettered: int = 0
 
     @classmethod
     def of(cls, lease: LeaseReport) -> LeaseFigures:
@@ -475,6 +484,7 @@ def history_figures(figures: RoundFigures | None) -> dict[str, Any]:
         "lost_leases": len(totals.lost_leases),
         "failed_leases": len(totals.failed_leases),
         "retention_losses": len(totals.retention_losses),
+        "dead_lettered": totals.dead_lettered,
         "busiest_over_bound": totals.busiest_over_bound,
         "slots": {"columns": list(SLOT_COLUMNS), "rows": _slot_rows(figures)} if figures else None,
         # As text: an Iceberg snapshot id is a 64-bit number, which JavaScript's numbers cannot hold.

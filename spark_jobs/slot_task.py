@@ -46,7 +46,7 @@ from spark_jobs.lease_consumer import (
     not_yet_visible,
 )
 from spark_jobs.round_report import LeaseReport, Outcome, SlotReport
-from spark_jobs.sinks import open_sink
+from spark_jobs.sinks import open_round_sink
 from spark_jobs.transform import load_transform
 
 log = logging.getLogger(__name__)
@@ -97,15 +97,17 @@ class SlotTask:
         self.context = LeaseContext(
             store=self.store,
             kinesis=app.client("kinesis"),
-            sink=open_sink(
+            sink=open_round_sink(
                 spec.output_uri,
                 config=self.config,
+                dead_letters=spec.bad_records.dead_letters,
                 configuration=spec.sink_configuration,
                 streams=spec.stream_incarnations,
             ),
             transform_spec=spec.transform,
             transform=load_transform(spec.transform),
             decoder=load_decoder(spec.decode),
+            bad_records=spec.bad_records,
             retry_policy=app.retry_policy,
             at_timestamp=spec.at_timestamp,
             budget=spec.budget,

@@ -57,7 +57,7 @@ from spark_jobs.round_report import (
     report_uri_for,
     shortened,
 )
-from spark_jobs.sinks import open_sink
+from spark_jobs.sinks import open_round_sink, open_sink
 from spark_jobs.sinks.batch_sink import BatchSink
 
 log = logging.getLogger(__name__)
@@ -222,7 +222,8 @@ class ShardSyncOperator(_LeaderStep):
         @functools.cache
         def sink() -> BatchSink:
             streams = stream_incarnations(access.app, names)
-            return open_sink(uri, config=config, session=access.session, streams=streams)
+            # Whether this round sets records aside or not, it finishes the dead letters earlier ones did.
+            return open_round_sink(uri, config=config, dead_letters=False, session=access.session, streams=streams)
 
         return lambda lease: sink().awaiting_visibility(lease.committed_batch)
 
@@ -320,6 +321,8 @@ class KinesisConsumeOperator(SparkSubmitOperator):
         "report_uri",
         "transform",
         "decode",
+        "bad_records",
+        "dead_letter_max_share",
     )
 
     def __init__(
@@ -336,12 +339,16 @@ class KinesisConsumeOperator(SparkSubmitOperator):
         stop_at_arrival: Any = None,
         transform: str | None = None,
         decode: str | None = None,
+        bad_records: str | None = None,
+        dead_letter_max_share: Any = None,
         aws_conn_id: str | None = "aws_default",
         **kwargs: Any,
     ) -> None:
         """`transform`: the user's batch transform, `package.module:function`; `decode`: the user's
         per-record decoder (`spark_jobs.decode`). Both must be importable where the job's driver and
-        executors run: installed there, or shipped with the job (`py_files`)."""
+        executors run: installed there, or shipped with the job (`py_files`). `bad_records`: `fail` or
+        `dead_letter`, what a record the decoder rejects does, with `dead_letter_max_share`
+        (`spark_jobs.dead_letters`)."""
         kwargs.setdefault("application", CONSUME_JOB)
         kwargs.setdefault("conf", {"spark.speculation": "false"})
         super().__init__(**kwargs)
@@ -356,6 +363,8 @@ class KinesisConsumeOperator(SparkSubmitOperator):
         self.report_uri = report_uri
         self.transform = transform
         self.decode = decode
+        self.bad_records = bad_records
+        self.dead_letter_max_share = dead_letter_max_share
         self.aws_conn_id = aws_conn_id
 
     def execute(self, context: Any) -> dict[str, Any]:  # type: ignore[override]  # XCom: the round's figures
@@ -454,6 +463,10 @@ class KinesisConsumeOperator(SparkSubmitOperator):
             arguments += ["--transform", str(self.transform)]
         if self.decode:
             arguments += ["--decode", str(self.decode)]
+        if self.bad_records:
+            arguments += ["--bad-records", str(self.bad_records)]
+        if self.dead_letter_max_share not in (None, ""):
+            arguments += ["--dead-letter-max-share", str(self.dead_letter_max_share)]
         # The run's settings, plus what the connection resolved (endpoints, region): the driver
         # may run where the connection does not exist (a cluster), so it gets plain values.
         settings = dict(self.settings)

@@ -10,7 +10,8 @@ orders = kinesis_pipeline(
     output_uri="iceberg://glue/lake.orders",
     schedule="*/10 * * * *",
     num_workers=8,
-    transform="my_company.decoding:orders",
+    decode="my_company.decoding:order",
+    bad_records="dead_letter",
     settings={"max_leases_for_worker": 64},
 )
 ```
@@ -51,6 +52,7 @@ from kinesis_lease.plugin import PIPELINE_TAG
 from kinesis_lease.round_plan import plan_round
 from lease_core.config.settings import LEASE_ASSIGNMENT_STRATEGIES, ConsumerConfig
 from lease_core.errors import ConfigurationError
+from spark_jobs.dead_letters import BAD_RECORD_ACTIONS, DEFAULT_MAX_SHARE, WHOLESALE_MIN_REJECTED
 
 INITIAL_POSITIONS = ("LATEST", "TRIM_HORIZON", "AT_TIMESTAMP")
 DEFAULT_SCHEDULE = "*/5 * * * *"
@@ -71,6 +73,10 @@ class Pipeline:
     lease_assignment_strategy: str = LEASE_ASSIGNMENT_STRATEGIES[0]
     transform: str | None = None
     decode: str | None = None
+    # What a record the decoder rejects does: "fail" its lease, or "dead_letter" it beside the output
+    # (`spark_jobs.dead_letters`); a batch with more than `dead_letter_max_share` rejected still fails.
+    bad_records: str = "fail"
+    dead_letter_max_share: float = DEFAULT_MAX_SHARE
     settings: Mapping[str, Any] = field(default_factory=dict)
     max_records_per_lease: int | None = None
     max_bytes_per_lease: int | None = None
@@ -103,6 +109,8 @@ class Pipeline:
             "max_seconds_per_lease": self.max_seconds_per_lease,
             "transform": self.transform,
             "decode": self.decode,
+            "bad_records": self.bad_records,
+            "dead_letter_max_share": self.dead_letter_max_share,
             "mode": "live",
             "start": None,
             "end": None,
@@ -190,6 +198,24 @@ class Pipeline:
                 description=(
                     "Your per-record decoder, package.module:function (payload bytes and the record in, a row "
                     "out), importable where Spark runs; none: the records as they are."
+                ),
+            ),
+            "bad_records": Param(
+                self.bad_records,
+                enum=list(BAD_RECORD_ACTIONS),
+                description=(
+                    "What a record your decoder rejects does: fail its lease (loud; nothing moves until it is "
+                    "fixed), or dead_letter: set it aside beside the output with its error, and land the rest."
+                ),
+            ),
+            "dead_letter_max_share": Param(
+                self.dead_letter_max_share,
+                type="number",
+                exclusiveMinimum=0,
+                maximum=1,
+                description=(
+                    "With dead_letter: a batch with more of its records rejected than this share (and at least "
+                    f"{WHOLESALE_MIN_REJECTED}) fails its lease instead: the processing fails, not a few records."
                 ),
             ),
             "mode": Param(
@@ -297,6 +323,8 @@ def _round_tasks(values: Pipeline, round_params: Any, output: Asset, *, prefix: 
         stop_at_arrival="{{ " + plan + "['stop_at_arrival'] }}",
         transform="{{ " + plan + "['transform'] }}",
         decode="{{ " + plan + "['decode'] }}",
+        bad_records="{{ " + plan + "['bad_records'] }}",
+        dead_letter_max_share="{{ " + plan + "['dead_letter_max_share'] }}",
         py_files=values.py_files,
         round_number="{{ " + pull("assign_leases") + "['round_number'] }}",
         outlets=[output],

@@ -22,6 +22,7 @@ from lease_core.config.settings import (
     parse_iso_timestamp,
 )
 from lease_core.errors import ConfigurationError
+from spark_jobs.dead_letters import BAD_RECORD_ACTIONS, DEFAULT_MAX_SHARE
 from spark_jobs.errors import SinkError
 from spark_jobs.sinks import backfill_uri, check_sink_uri
 
@@ -44,6 +45,8 @@ class RoundPlan:
     limits: dict[str, Any] = field(default_factory=dict)
     transform: str | None = None
     decode: str | None = None
+    bad_records: str = "fail"
+    dead_letter_max_share: float = DEFAULT_MAX_SHARE
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -71,6 +74,7 @@ def plan_round(params: Mapping[str, Any], pipeline_settings: Mapping[str, Any] |
     }
     transform = _user_function(params, "transform")
     decode = _user_function(params, "decode")
+    processing = {"transform": transform, "decode": decode, **_bad_records(params, decode)}
     workers = params.get("num_workers")
     if not isinstance(workers, int) or isinstance(workers, bool) or workers < 1:
         raise ConfigurationError("num_workers", f"must be an integer of at least 1, got {workers!r}")
@@ -84,8 +88,7 @@ def plan_round(params: Mapping[str, Any], pipeline_settings: Mapping[str, Any] |
             {**settings, "application_name": application},
             None,
             limits,
-            transform,
-            decode,
+            **processing,
         )
     start, end = _window(params)
     window = _window_name(start, end)
@@ -108,8 +111,7 @@ def plan_round(params: Mapping[str, Any], pipeline_settings: Mapping[str, Any] |
         settings,
         end.isoformat(),
         limits,
-        transform,
-        decode,
+        **processing,
     )
 
 
@@ -148,6 +150,20 @@ def _user_function(params: Mapping[str, Any], key: str) -> str | None:
     ):
         raise ConfigurationError(key, f"must be of the form 'package.module:function', got {value!r}")
     return value.strip()
+
+
+def _bad_records(params: Mapping[str, Any], decode: str | None) -> dict[str, Any]:
+    """What a record the decoder rejects does (`spark_jobs.dead_letters`), checked."""
+    action = params.get("bad_records") or "fail"
+    if action not in BAD_RECORD_ACTIONS:
+        raise ConfigurationError("bad_records", f"must be one of {', '.join(BAD_RECORD_ACTIONS)}, got {action!r}")
+    if action == "dead_letter" and decode is None:
+        raise ConfigurationError("bad_records", "dead_letter needs a decoder (decode): it rejects records one by one")
+    share = params.get("dead_letter_max_share")
+    share = DEFAULT_MAX_SHARE if share is None else share
+    if isinstance(share, bool) or not isinstance(share, int | float) or not 0 < share <= 1:
+        raise ConfigurationError("dead_letter_max_share", f"must be a number above 0 and at most 1, got {share!r}")
+    return {"bad_records": action, "dead_letter_max_share": float(share)}
 
 
 def _output_uri(params: Mapping[str, Any]) -> str:

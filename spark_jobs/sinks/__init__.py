@@ -16,6 +16,7 @@ import boto3
 from lease_core.config.settings import ConsumerConfig
 from spark_jobs.errors import SinkError
 from spark_jobs.sinks.batch_sink import BatchSink, StreamIncarnations
+from spark_jobs.sinks.dead_lettering import DeadLetteringSink, dead_letter_uri
 from spark_jobs.sinks.parquet import URI_FORMS as PARQUET_URI_FORMS
 from spark_jobs.sinks.parquet import ParquetSink, sink_root
 
@@ -71,6 +72,37 @@ def open_sink(
     return ParquetSink.from_uri(
         uri, s3_endpoint_url=config.aws_endpoint_url_s3, region=config.aws_region, session=session
     )
+
+
+def open_round_sink(
+    uri: str,
+    *,
+    config: ConsumerConfig,
+    dead_letters: bool,
+    session: boto3.Session | None = None,
+    configuration: Mapping[str, str] | None = None,
+    streams: StreamIncarnations | None = None,
+) -> DeadLetteringSink:
+    """The sink a round drives (`open_sink`'s, with its dead-letter destination beside it, opened only
+    when needed); `dead_letters`: whether the round sets bad records aside. A pipeline that does not
+    still finishes, through it, the dead letters an earlier round left to make visible."""
+    output = open_sink(uri, config=config, session=session, configuration=configuration, streams=streams)
+    dead_uri = dead_letter_uri(uri) if dead_letters else _dead_letter_uri_or_none(uri)
+
+    def open_dead_letters() -> BatchSink:
+        if dead_uri is None:
+            raise SinkError(uri, "a lease record names dead letters, but none can go beside this output")
+        # An Iceberg table's catalog is the output's: the same configuration opens it.
+        return open_sink(dead_uri, config=config, session=session, configuration=configuration, streams=streams)
+
+    return DeadLetteringSink(output, dead_uri or "", open_dead_letters, enabled=dead_letters)
+
+
+def _dead_letter_uri_or_none(uri: str) -> str | None:
+    try:
+        return dead_letter_uri(uri)
+    except SinkError:
+        return None
 
 
 def backfill_uri(uri: str, window: str) -> str:

@@ -57,6 +57,7 @@ class StagedBatch:
     rows: int
     bytes: int
     already_present: bool = False  # this attempt staged the batch before (a retried write)
+    dead_letters: int = 0  # the batch's records set aside as dead letters (`spark_jobs.sinks.dead_lettering`)
 
 
 class Visibility(str, enum.Enum):

@@ -110,12 +110,15 @@ SPARK_JOBS_ALLOWED = {
         "slot_task",
         "transform",
         "decode",
+        "dead_letters",
     },
     "round_publication": {"errors", "round_report", "sinks"},
     "leasectl": {"errors", "sinks"},
     "slot_task": {"errors", "consume_spec", "lease_consumer", "round_report", "sinks", "transform", "decode"},
-    "consume_spec": {"errors", "lease_consumer"},
-    "lease_consumer": {"errors", "round_report", "sinks", "transform", "decode"},
+    "consume_spec": {"errors", "lease_consumer", "dead_letters"},
+    "lease_consumer": {"errors", "round_report", "sinks", "transform", "decode", "dead_letters"},
+    # What a record the decoder rejects does: fail the batch, or set it aside as a dead letter.
+    "dead_letters": {"errors", "sinks", "decode"},
     "round_report": {"errors"},
     "transform": {"errors", "sinks"},
     # The per-record decode hook: loads the user's function as the transform does.

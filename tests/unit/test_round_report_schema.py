@@ -54,6 +54,7 @@ CAUGHT_UP = LeaseReport(
     get_records_calls=4,
     throttled_calls=1,
     expired_iterators=1,
+    dead_lettered=3,
 )
 FAILED = LeaseReport(
     "shardId-000000000002",
@@ -112,6 +113,7 @@ FIGURES = {
         "busiest_over_bound": 1.0,
         "unpromoted_batches": ["shardId-000000000002: stream_name=orders/shard_id=shardId-000000000002/b.parquet"],
         "missing_batches": [],
+        "dead_lettered": 3,
     },
     "slot_failures": ["slot 3: executor lost"],
     "slots": [
@@ -150,6 +152,7 @@ FIGURES = {
             "throughput_kbps": 1.6,
             "error": None,
             "retryable": None,
+            "dead_lettered": 3,
         },
         {
             "lease_key": "shardId-000000000002",
@@ -166,6 +169,7 @@ FIGURES = {
             "throughput_kbps": None,
             "error": "cannot promote its batch: 503 Slow Down",
             "retryable": True,
+            "dead_lettered": 0,
         },
     ],
     "publication": None,
@@ -243,6 +247,7 @@ def test_the_finalize_summary_of_a_consumed_round_counts_its_figures():
         "lost_leases": 0,
         "failed_leases": 1,
         "retention_losses": 2,
+        "dead_lettered": 3,
         "possibly_unread": 1,
         "corrupt_leases": 1,
         "moves": 2,
@@ -280,6 +285,7 @@ def test_the_finalize_summary_of_a_round_whose_consume_step_was_skipped_has_zero
         "lost_leases": 0,
         "failed_leases": 0,
         "retention_losses": 0,
+        "dead_lettered": 0,
         "possibly_unread": 0,
         "corrupt_leases": 0,
         "moves": 0,
