@@ -79,6 +79,7 @@ from spark_jobs.sinks.batch_sink import (
     Visibility,
     location_dataset,
 )
+from spark_jobs.sinks.dead_lettering import split_record
 from spark_jobs.sinks.record_columns import BATCH_COLUMNS, RECORD_SCHEMA
 
 log = logging.getLogger(__name__)
@@ -510,7 +511,7 @@ class IcebergSink:
         """Where the batches the lease's record waits to publish begin (`leasectl verify`): the first
         waiting batch's start, from its receipt; None when none waits, or the first one's receipt is
         gone (then it can never be published, and verify says the checkpoint is ahead)."""
-        decoded = LeaseRecord.decode(lease.committed_batch)
+        decoded = LeaseRecord.decode(split_record(lease.committed_batch)[0])
         waiting = (
             []
             if decoded is None

@@ -48,6 +48,7 @@ from pyiceberg.table import FileScanTask, Table
 from pyiceberg.table.snapshots import Snapshot, ancestors_of
 
 from spark_jobs.errors import SinkError
+from spark_jobs.sinks.dead_lettering import split_record
 from spark_jobs.sinks.iceberg import (
     POSITIONS_FOLDER,
     POSITIONS_PROPERTY_PREFIX,
@@ -223,12 +224,14 @@ def _kept_snapshots(table: Table, keep_newest: int) -> set[int]:
 
 def live_receipts(records: Iterable[str | None], pending_tokens: Iterable[str | None]) -> set[str]:
     """The receipts the lease table still names: in records of committed batches awaiting the table,
-    and as the staged batches of pending checkpoints."""
-    named = {token for token in pending_tokens if token}
+    and as the staged batches of pending checkpoints; the output's and its dead letters' alike (the
+    upkeep of either table keeps both)."""
+    named = {part for token in pending_tokens for part in split_record(token) if part}
     for record in records:
-        decoded = LeaseRecord.decode(record)
-        if decoded is not None:
-            named.update(entry.receipt for entry in decoded.entries)
+        for part in split_record(record):
+            decoded = LeaseRecord.decode(part)
+            if decoded is not None:
+                named.update(entry.receipt for entry in decoded.entries)
     return named
 
 

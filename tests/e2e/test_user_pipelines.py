@@ -1,5 +1,6 @@
-"""Pipelines users define in their own DAG files with `kinesis_lease.pipeline`: two applications on
-two streams side by side in one deployment, and a round embedded in a DAG of the user's own."""
+"""Pipelines users define in their own DAG files with `kinesis_lease.pipeline`: a round embedded in a
+DAG of the user's own, its lineage, and bad arguments refused at parse time. Two pipelines of a DAG
+file side by side, from the installed wheel: tests/e2e/test_installed_pipelines.py."""
 
 from __future__ import annotations
 
@@ -11,45 +12,15 @@ import textwrap
 from pathlib import Path
 from typing import Any
 
-import pyarrow as pa
 import pytest
 
-from devtools.airflow_env import REPOSITORY, load_dag_module
+from devtools.airflow_env import load_dag_module
 from devtools.kinesis_streams import create_stream, kinesis_client
 from lease_core.errors import ConfigurationError
-from lease_core.leader.round_history import RoundHistory
-from spark_jobs.sinks.parquet import ParquetSink
-from tests.support.airflow_dag import consumed_cleanly, run_round
-from tests.support.pipeline import ConsumerPipeline, duplicates
+from tests.support.airflow_dag import run_round
+from tests.support.pipeline import ConsumerPipeline
 
 # The fixture `airflow_run_environment` (Spark `local[2,4]`) is in tests/e2e/conftest.py.
-
-USERS_DAG_FILE = '''
-"""Two pipelines, one per stream, each with its own application, output and settings."""
-from airflow.sdk import DAG
-from kinesis_lease.pipeline import kinesis_pipeline
-
-orders: DAG = kinesis_pipeline(
-    "{orders}_to_lake",
-    streams=["{orders}"],
-    application_name="{orders}",
-    output_uri="{lake}/orders",
-    schedule=None,
-    num_workers=2,
-    initial_position="TRIM_HORIZON",
-    settings={{"max_leases_for_worker": 8}},
-)
-clicks: DAG = kinesis_pipeline(
-    "{clicks}_to_lake",
-    streams=["{clicks}"],
-    application_name="{clicks}",
-    output_uri="{lake}/clicks",
-    schedule=None,
-    num_workers=1,
-    initial_position="TRIM_HORIZON",
-    transform="tests.support.spark_transforms:upper_case_data",
-)
-'''
 
 
 def users_dag_file(folder: Path, name: str, text: str, monkeypatch: pytest.MonkeyPatch) -> Any:
@@ -66,45 +37,6 @@ def users_dag_file(folder: Path, name: str, text: str, monkeypatch: pytest.Monke
     }
     monkeypatch.setenv("AIRFLOW__DAG_PROCESSOR__DAG_BUNDLE_CONFIG_LIST", json.dumps([bundle]))
     return load_dag_module(name, path)
-
-
-def test_two_pipelines_on_two_streams_run_side_by_side_with_their_own_tables_history_and_outputs(
-    airflow_run_environment, unique_name, kinesis_endpoint, moto_endpoint, tmp_path, monkeypatch
-):
-    # The clicks pipeline's transform is importable where Spark runs (here: the checkout on its path).
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(REPOSITORY), os.environ.get("PYTHONPATH")])))
-    orders, clicks = f"{unique_name}-o", f"{unique_name}-c"
-    kinesis = kinesis_client(kinesis_endpoint)
-    create_stream(kinesis, orders, 2)
-    create_stream(kinesis, clicks, 1)
-    ledgers = {
-        name: ConsumerPipeline(name, (name,), kinesis_endpoint, moto_endpoint, str(tmp_path / "lake" / folder))
-        for name, folder in ((orders, "orders"), (clicks, "clicks"))
-    }
-    for ledger in ledgers.values():
-        ledger.produce(30)
-    text = USERS_DAG_FILE.format(orders=orders, clicks=clicks, lake=tmp_path / "lake")
-    module = users_dag_file(tmp_path / "dags", "users_pipelines", text, monkeypatch)
-    assert {module.orders.dag_id, module.clicks.dag_id} == {f"{orders}_to_lake", f"{clicks}_to_lake"}
-    assert "kinesis-lease" in module.orders.tags
-
-    for dag in (module.orders, module.clicks):
-        states = run_round(dag, {})
-        assert consumed_cleanly(states), (dag.dag_id, states)
-
-    for name, ledger in ledgers.items():
-        landed = ledger.landed()
-        assert duplicates(landed) == []
-        assert sorted(record.sequence_number for record in landed) == sorted(
-            record.sequence_number for record in ledger.produced
-        ), name
-        (entry,) = RoundHistory(ledger.state).rounds()
-        assert (entry["dag_id"], entry["records"]) == (f"{name}_to_lake", 30)
-        assert ledger.leases(), f"{name}'s own lease table holds its leases"
-    assert {record.data for record in ledgers[clicks].landed()} == {
-        record.data.upper() for record in ledgers[clicks].produced
-    }, "the clicks pipeline's own transform ran on its records, and only there"
-    assert all(record.data.islower() for record in ledgers[orders].landed())
 
 
 EMBEDDING_DAG_FILE = '''
@@ -172,66 +104,6 @@ def test_a_pipeline_with_a_bad_argument_is_refused_when_its_dag_file_is_parsed_n
     arguments = {"streams": ["orders"], "application_name": "orders", "output_uri": "/tmp/lake", **changes}
     with pytest.raises(ConfigurationError, match=complaint):
         kinesis_pipeline("refused", **arguments)
-
-
-DECODER_MODULE = '''
-"""The user's decoder: JSON order events to typed columns."""
-import json
-
-import pyarrow as pa
-
-
-def decode(data, record):
-    event = json.loads(data)
-    return {"order_id": event["id"], "amount": event["amount"], "placed_at_shard": record.shard_id}
-
-
-decode.schema = pa.schema([("order_id", pa.int64()), ("amount", pa.float64()), ("placed_at_shard", pa.string())])
-'''
-
-DECODING_DAG_FILE = """
-from airflow.sdk import DAG
-from kinesis_lease.pipeline import kinesis_pipeline
-
-orders: DAG = kinesis_pipeline(
-    "{stream}_decoded",
-    streams=["{stream}"],
-    application_name="{stream}",
-    output_uri="{lake}",
-    schedule=None,
-    num_workers=1,
-    initial_position="TRIM_HORIZON",
-    decode="orders_decoding:decode",
-    py_files="{module}",
-)
-"""
-
-
-def test_a_decoder_shipped_with_the_job_lands_typed_columns_from_json_payloads(
-    airflow_run_environment, unique_name, kinesis_endpoint, moto_endpoint, tmp_path, monkeypatch
-):
-    """The decoder's module is nowhere on the path of Airflow, the driver or the executors: only in
-    the job's --py-files."""
-    module = tmp_path / "users_code" / "orders_decoding.py"
-    module.parent.mkdir()
-    module.write_text(DECODER_MODULE)
-    kinesis = kinesis_client(kinesis_endpoint)
-    create_stream(kinesis, unique_name, 2)
-    events = [{"id": n, "amount": n * 1.5} for n in range(1, 31)]
-    for event in events:
-        kinesis.put_record(StreamName=unique_name, Data=json.dumps(event).encode(), PartitionKey=str(event["id"]))
-    text = DECODING_DAG_FILE.format(stream=unique_name, lake=tmp_path / "lake", module=module)
-    dag = users_dag_file(tmp_path / "dags", "decoded_pipeline", text, monkeypatch).orders
-
-    states = run_round(dag, {})
-
-    assert consumed_cleanly(states), states
-    landed = ParquetSink.from_uri(str(tmp_path / "lake")).read_dataset()
-    assert landed.schema.field("order_id").type == pa.int64() and landed.schema.field("amount").type == pa.float64()
-    assert "data" not in landed.column_names
-    rows = sorted(landed.select(["order_id", "amount"]).to_pylist(), key=lambda row: row["order_id"])
-    assert rows == [{"order_id": event["id"], "amount": event["amount"]} for event in events]
-    assert set(landed.column("placed_at_shard").to_pylist()) <= {"shardId-000000000000", "shardId-000000000001"}
 
 
 def test_a_rounds_lineage_names_the_streams_it_read_and_the_dataset_it_landed_in(

@@ -50,6 +50,21 @@ CASES = [
     pytest.param({"--output-uri": "s3://no-such-bucket/x"}, EXIT_FAILED, "no-such-bucket", id="no-bucket"),
     pytest.param({"--output-uri": "gs://bucket/x"}, EXIT_FAILED, "is not a local path", id="unsupported-sink"),
     pytest.param({"--transform": "json:no_such_function"}, EXIT_FAILED, "no_such_function", id="bad-transform"),
+    pytest.param(
+        {"--bad-records": "dead_letter"},
+        EXIT_USAGE,
+        "--bad-records dead_letter needs --decode",
+        id="dead-letters-no-decoder",
+    ),
+    pytest.param(
+        {"--bad-records": "skip"},
+        EXIT_USAGE,
+        "argument --bad-records: invalid choice: 'skip'",
+        id="unknown-bad-records",
+    ),
+    pytest.param(
+        {"--dead-letter-max-share": "2"}, EXIT_USAGE, "must be above 0 and at most 1, got 2", id="share-above-one"
+    ),
     pytest.param({"--round": "0"}, EXIT_USAGE, "argument --round: must be at least 1, got 0", id="round-zero"),
     pytest.param(
         {"--report-uri": "hdfs://namenode/round.json"},

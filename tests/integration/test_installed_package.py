@@ -1,22 +1,15 @@
 """The wheel installed like an Airflow provider: `uv build --wheel`, installed into a throwaway venv, and
 Airflow run from outside the checkout finds everything through the installed package alone.
 
-A full install resolves ~200 packages (Airflow, PySpark): too slow for a test. The venv instead sees
-the dependencies of this test's environment (links to each entry of its site-packages, leaving out
-this project's own install, whose editable `.pth` would put the checkout on `sys.path`) and gets the
-wheel with `--no-deps`. Each probe is a fresh `python -I` in a folder outside the checkout, so
-neither PYTHONPATH nor the working directory can bring the checkout's modules back.
+The venv is `tests/support/installed_package.py`'s. Each probe is a fresh `python -I` in a folder
+outside the checkout, so neither PYTHONPATH nor the working directory can bring the checkout's
+modules back.
 """
 
 from __future__ import annotations
 
-import importlib.metadata
 import json
 import os
-import shutil
-import subprocess
-import sys
-import sysconfig
 import tomllib
 import zipfile
 from pathlib import Path
@@ -24,8 +17,8 @@ from typing import Any
 
 import pytest
 
-REPOSITORY = Path(__file__).resolve().parents[2]
-DISTRIBUTION = "kinesis-lease-batch"
+from tests.support.installed_package import DISTRIBUTION, REPOSITORY, build_wheel, installed_venv, run
+
 VERSION = tomllib.loads((REPOSITORY / "pyproject.toml").read_text(encoding="utf-8"))["project"]["version"]
 PACKAGES = ("kinesis_lease", "lease_core", "spark_jobs")
 STATIC = REPOSITORY / "plugins" / "kinesis_lease" / "static"
@@ -70,46 +63,14 @@ Path(sys.argv[1]).write_text(json.dumps({
 """
 
 
-def run(*command: str | Path, **kwargs: Any) -> subprocess.CompletedProcess[str]:
-    result = subprocess.run([str(part) for part in command], capture_output=True, text=True, check=False, **kwargs)
-    assert result.returncode == 0, f"{command}: {result.stderr[-3000:]}"
-    return result
-
-
-def uv() -> str:
-    found = shutil.which("uv")
-    assert found is not None, "uv is not on PATH (scripts/bootstrap.sh installs it)"
-    return found
-
-
-def link_dependencies(site_packages: Path) -> None:
-    """Every entry of this environment's site-packages, except this project's own install."""
-    try:
-        own = {Path(str(file)).parts[0] for file in importlib.metadata.distribution(DISTRIBUTION).files or ()}
-    except importlib.metadata.PackageNotFoundError:
-        own = set()
-    for entry in Path(sysconfig.get_paths()["purelib"]).iterdir():
-        if entry.name not in own:
-            (site_packages / entry.name).symlink_to(entry)
-
-
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("dist")
-    run(uv(), "build", "--wheel", "--out-dir", out, cwd=REPOSITORY)
-    [built] = out.glob("*.whl")
-    return built
+    return build_wheel(tmp_path_factory.mktemp("dist"))
 
 
 @pytest.fixture(scope="module")
 def venv_python(tmp_path_factory: pytest.TempPathFactory, wheel: Path) -> Path:
-    venv = tmp_path_factory.mktemp("installed") / "venv"
-    run(uv(), "venv", "--quiet", "--python", sys.executable, venv)
-    python = venv / "bin" / "python"
-    purelib = run(python, "-I", "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])").stdout
-    link_dependencies(Path(purelib.strip()))
-    run(uv(), "pip", "install", "--quiet", "--no-deps", "--python", python, wheel)
-    return python
+    return installed_venv(tmp_path_factory.mktemp("installed"), wheel)
 
 
 def probe(venv_python: Path, root: Path, plugins_folder: Path, **settings: str) -> dict[str, Any]:

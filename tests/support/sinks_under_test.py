@@ -18,6 +18,7 @@ from spark_jobs.errors import SinkError
 from spark_jobs.round_publication import publish_committed_batches
 from spark_jobs.round_report import Publication
 from spark_jobs.sinks.batch_sink import BatchSink, RoundIdentity, RoundPublication, Visibility
+from spark_jobs.sinks.dead_lettering import DeadLetteringSink, dead_letter_uri
 from spark_jobs.sinks.iceberg import IcebergSink, LeaseRecord, StagedBatchGone
 from spark_jobs.sinks.parquet import ParquetSink
 from tests.support.iceberg_tables import URI, faulty_catalog, table_sequence_numbers
@@ -47,6 +48,17 @@ class SinkUnderTest(Protocol):
 
     def visible_sequence_numbers(self) -> list[str]:
         """The sequence numbers of the rows readers see, in order."""
+
+    def dead_letter_sink(self) -> BatchSink:
+        """The dead-letter destination beside the sink, as a new process opens it."""
+
+    def dead_letter_rows(self) -> list[dict[str, Any]]:
+        """The dead letters readers see, every column."""
+
+    def dead_letters(self) -> list[tuple[str, str]]:
+        """The dead letters readers see, as (sequence number, error), in order."""
+        rows = self.dead_letter_rows()
+        return sorted(((row["sequence_number"], row["error"]) for row in rows), key=lambda row: int(row[0]))
 
 
 def end_round(sink: BatchSink, store: LeaseStore, round_number: int) -> tuple[Publication, tuple[str, ...]]:
@@ -108,6 +120,17 @@ class ParquetUnderTest:
     def visible_sequence_numbers(self) -> list[str]:
         return sorted(self.sink().read_dataset().column("sequence_number").to_pylist(), key=int)
 
+    def dead_letter_sink(self) -> ParquetSink:
+        return ParquetSink.from_uri(dead_letter_uri(str(self.root)))
+
+    def dead_letter_rows(self) -> list[dict[str, Any]]:
+        if not Path(dead_letter_uri(str(self.root))).exists():
+            return []
+        return self.dead_letter_sink().read_dataset().to_pylist()
+
+    def dead_letters(self) -> list[tuple[str, str]]:
+        return SinkUnderTest.dead_letters(self)
+
 
 @dataclass(frozen=True)
 class IcebergUnderTest:
@@ -145,7 +168,24 @@ class IcebergUnderTest:
         table.delete(EqualTo("shard_id", shard_id))
 
     def visible_sequence_numbers(self) -> list[str]:
-        return table_sequence_numbers(self.sink())
+        sink = self.sink()
+        return [] if sink.table(refresh=True) is None else table_sequence_numbers(sink)
+
+    def dead_letter_sink(self) -> IcebergSink:
+        return IcebergSink(dead_letter_uri(URI), APPLICATION, catalog=faulty_catalog(self.tmp_path))
+
+    def dead_letter_rows(self) -> list[dict[str, Any]]:
+        table = self.dead_letter_sink().table(refresh=True)
+        return [] if table is None else table.scan().to_arrow().to_pylist()
+
+    def dead_letters(self) -> list[tuple[str, str]]:
+        return SinkUnderTest.dead_letters(self)
+
+
+def round_sink(under: SinkUnderTest, *, dead_letters: bool = True, output: BatchSink | None = None) -> BatchSink:
+    """The sink a round drives (`spark_jobs.sinks.open_round_sink`): `output` (the healthy sink by
+    default), with the dead-letter destination beside it."""
+    return DeadLetteringSink(output or under.sink(), "dead letters", under.dead_letter_sink, enabled=dead_letters)
 
 
 SINKS_UNDER_TEST: dict[str, Callable[[Path], SinkUnderTest]] = {

@@ -153,3 +153,28 @@ def test_a_decoder_without_a_schema_keeps_every_rows_columns_not_the_first_rows_
     assert decoder is not None
     table = decoder.table([record(1, b'{"a": 1}'), record(2, b'{"b": "x"}')], "s", "shardId-000000000001")
     assert table.select(["a", "b"]).to_pylist() == [{"a": 1, "b": None}, {"a": None, "b": "x"}]
+
+
+def test_a_batch_decoded_for_dead_letters_keeps_the_good_rows_and_names_every_rejected_record_in_order():
+    decoder = load_decoder("users_decoders:typed")
+    assert decoder is not None
+    records = [
+        record(1, b'{"id": 1, "amount": 1, "customer": "a"}'),
+        record(2, b'{"id": "two", "amount": 1, "customer": "b"}'),  # does not fit the schema
+        record(3, b"not json"),  # raises
+        record(4, b'{"id": 4, "amount": 2, "customer": "d"}'),
+    ]
+
+    decoded = decoder.decode_batch(records, "orders", "shardId-000000000001")
+
+    assert decoded.table.column("order_id").to_pylist() == [1, 4]
+    assert [rejection.record.sequence_number for rejection in decoded.rejected] == ["2", "3"]
+    assert "does not fit its schema" in decoded.rejected[0].error and "record 2/0" in decoded.rejected[0].error
+    assert "raised JSONDecodeError" in decoded.rejected[1].error and "record 3/0" in decoded.rejected[1].error
+
+
+def test_rows_whose_inferred_types_conflict_although_each_fits_alone_fail_the_batch_as_a_whole():
+    decoder = load_decoder("users_decoders:sparse")
+    assert decoder is not None
+    with pytest.raises(TransformError, match="decoded rows that do not fit one table"):
+        decoder.decode_batch([record(1, b'{"a": 1}'), record(2, b'{"a": "x"}')], "s", "shardId-000000000001")

@@ -168,3 +168,30 @@ def test_an_iceberg_backfill_lands_in_a_table_of_its_window_beside_the_live_one(
 def test_a_backfill_of_a_dataset_at_a_buckets_root_is_refused_naming_the_param():
     with pytest.raises(ConfigurationError, match=r"output_uri.*a backfill needs a prefix in the bucket"):
         backfill(START, END, output_uri="s3://bucket")
+
+
+@pytest.mark.parametrize(
+    ("params", "param", "complaint"),
+    [
+        ({"bad_records": "skip", "decode": "m:f"}, "bad_records", "must be one of fail, dead_letter, got 'skip'"),
+        ({"bad_records": "dead_letter"}, "bad_records", "dead_letter needs a decoder"),
+        (
+            {"bad_records": "dead_letter", "decode": "m:f", "dead_letter_max_share": 0},
+            "dead_letter_max_share",
+            "above 0",
+        ),
+        ({"dead_letter_max_share": 1.5}, "dead_letter_max_share", "at most 1, got 1.5"),
+        ({"dead_letter_max_share": True}, "dead_letter_max_share", "got True"),
+    ],
+    ids=["an unknown action", "dead letters without a decoder", "a share of 0", "a share above 1", "a boolean"],
+)
+def test_a_plan_refuses_a_bad_record_policy_it_cannot_apply_naming_the_param(params, param, complaint):
+    with pytest.raises(ConfigurationError, match=complaint) as raised:
+        live(**params)
+    assert raised.value.key == param
+
+
+def test_a_plan_fails_on_bad_records_unless_told_to_dead_letter_them():
+    assert (live().bad_records, live().dead_letter_max_share) == ("fail", 0.1)
+    chosen = live(bad_records="dead_letter", decode="users.orders:decode", dead_letter_max_share=0.25)
+    assert (chosen.bad_records, chosen.dead_letter_max_share) == ("dead_letter", 0.25)

@@ -1,0 +1,69 @@
+"""The project as a user installs it: `uv build --wheel`, installed into a throwaway venv outside the checkout.
+
+A full install resolves ~200 packages (Airflow, PySpark): too slow for a test. The venv instead sees
+the dependencies of this test's environment (links to each entry of its site-packages, leaving out
+this project's own install, whose editable `.pth` would put the checkout on `sys.path`) and gets the
+wheel with `--no-deps`. Run its Python with `-I` in a folder outside the checkout, so that neither
+PYTHONPATH nor the working directory can bring the checkout's modules back.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import os
+import shutil
+import subprocess
+import sys
+import sysconfig
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+REPOSITORY = Path(__file__).resolve().parents[2]
+DISTRIBUTION = "kinesis-lease-batch"
+
+
+def run(*command: str | Path, **kwargs: Any) -> subprocess.CompletedProcess[str]:
+    result = subprocess.run([str(part) for part in command], capture_output=True, text=True, check=False, **kwargs)
+    assert result.returncode == 0, f"{command}: {result.stdout[-3000:]}{result.stderr[-3000:]}"
+    return result
+
+
+def uv() -> str:
+    found = shutil.which("uv")
+    assert found is not None, "uv is not on PATH (scripts/bootstrap.sh installs it)"
+    return found
+
+
+def build_wheel(out: Path) -> Path:
+    run(uv(), "build", "--wheel", "--out-dir", out, cwd=REPOSITORY)
+    [built] = out.glob("*.whl")
+    return built
+
+
+def installed_venv(folder: Path, wheel: Path) -> Path:
+    """A venv in `folder` with `wheel` installed (and this environment's dependencies): its Python."""
+    venv = folder / "venv"
+    run(uv(), "venv", "--quiet", "--python", sys.executable, venv)
+    python = venv / "bin" / "python"
+    purelib = run(python, "-I", "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])").stdout
+    _link_dependencies(Path(purelib.strip()))
+    run(uv(), "pip", "install", "--quiet", "--no-deps", "--python", python, wheel)
+    return python
+
+
+def outside_environment(variables: Mapping[str, str]) -> dict[str, str]:
+    """`os.environ` with `variables`, without anything that could put the checkout on a Python path."""
+    inherited = {name: value for name, value in os.environ.items() if not name.startswith("PYTHON")}
+    return {**inherited, **variables}
+
+
+def _link_dependencies(site_packages: Path) -> None:
+    """Every entry of this environment's site-packages, except this project's own install."""
+    try:
+        own = {Path(str(file)).parts[0] for file in importlib.metadata.distribution(DISTRIBUTION).files or ()}
+    except importlib.metadata.PackageNotFoundError:
+        own = set()
+    for entry in Path(sysconfig.get_paths()["purelib"]).iterdir():
+        if entry.name not in own:
+            (site_packages / entry.name).symlink_to(entry)
