@@ -35,6 +35,7 @@ from tests.support.sinks_under_test import (
     ParquetUnderTest,
     PromotionFails,
     SinkUnderTest,
+    dead_letters,
     end_round,
     round_sink,
 )
@@ -120,12 +121,12 @@ def test_a_rejected_record_is_set_aside_with_its_error_and_the_rest_of_its_batch
     assert (report.outcome, report.dead_lettered, report.records) == (Outcome.CAUGHT_UP, 1, 4)
     assert checkpoint(store) == ExtendedSequenceNumber("104")
     assert under.visible_sequence_numbers() == ["101", "103", "104"]
-    (dead,) = under.dead_letters()
+    (dead,) = dead_letters(under)
     assert dead[0] == "102" and "malformed order 102 on record 102/0" in dead[1]
 
     again = a_round(store, 2, lambda: round_sink(under), shard, decoder_rejecting(102), BadRecordPolicy(DEAD_LETTER))
     assert (again.records, again.dead_lettered) == (0, 0)
-    assert under.visible_sequence_numbers() == ["101", "103", "104"] and len(under.dead_letters()) == 1
+    assert under.visible_sequence_numbers() == ["101", "103", "104"] and len(dead_letters(under)) == 1
 
 
 def test_a_dead_letter_keeps_the_record_as_it_arrived_and_the_batch_it_came_from(sink_under_test: SinkUnderTest):
@@ -184,7 +185,7 @@ def test_a_pipeline_that_fails_on_bad_records_moves_nothing_and_names_the_record
     assert report.outcome == Outcome.FAILED and report.retryable is False
     assert report.detail == ERROR_OF_102
     assert checkpoint(store) == START, "the batch stays prepared for the next attempt, at its checkpoint"
-    assert under.visible_sequence_numbers() == [] and under.dead_letters() == []
+    assert under.visible_sequence_numbers() == [] and dead_letters(under) == []
 
 
 @pytest.mark.parametrize(
@@ -206,10 +207,10 @@ def test_a_batch_whose_processing_fails_wholesale_still_fails_its_lease(sink_und
 
     if fails:
         assert report.outcome == Outcome.FAILED and "rejected 10 of a batch's 20 records" in (report.detail or "")
-        assert checkpoint(store) == START and under.visible_sequence_numbers() == [] and under.dead_letters() == []
+        assert checkpoint(store) == START and under.visible_sequence_numbers() == [] and dead_letters(under) == []
     else:
         assert report.outcome == Outcome.CAUGHT_UP and report.dead_lettered == len(bad)
-        assert len(under.visible_sequence_numbers()) + len(under.dead_letters()) == 20
+        assert len(under.visible_sequence_numbers()) + len(dead_letters(under)) == 20
 
 
 def test_dead_letters_are_visible_before_the_output_and_a_round_cut_between_them_lands_each_once(
@@ -225,14 +226,14 @@ def test_dead_letters_are_visible_before_the_output_and_a_round_cut_between_them
     cut = a_round(store, 1, lambda: round_sink(under, output=under.visibility_failing()), shard, decoder, policy)
 
     assert cut.dead_lettered == 1 and checkpoint(store) == ExtendedSequenceNumber("103")
-    assert under.visible_sequence_numbers() == [] and [row[0] for row in under.dead_letters()] == ["102"]
+    assert under.visible_sequence_numbers() == [] and [row[0] for row in dead_letters(under)] == ["102"]
     lease = store.get_lease(SHARD, consistent=True)
     assert lease is not None and round_sink(under).awaiting_visibility(lease.committed_batch) != ()
 
     a_round(store, 2, lambda: round_sink(under), shard, decoder, policy)
 
     assert under.visible_sequence_numbers() == ["101", "103"]
-    assert [row[0] for row in under.dead_letters()] == ["102"]
+    assert [row[0] for row in dead_letters(under)] == ["102"]
 
 
 def test_a_pipeline_that_stops_dead_lettering_still_makes_earlier_dead_letters_visible(sink_under_test):
@@ -246,12 +247,12 @@ def test_a_pipeline_that_stops_dead_lettering_still_makes_earlier_dead_letters_v
         decoder_rejecting(102),
         BadRecordPolicy(DEAD_LETTER),
     )
-    assert under.visible_sequence_numbers() == [] and under.dead_letters() == []
+    assert under.visible_sequence_numbers() == [] and dead_letters(under) == []
 
     a_round(store, 2, lambda: round_sink(under, dead_letters=False), shard, decoder_rejecting(), BadRecordPolicy())
 
     assert under.visible_sequence_numbers() == ["101", "103"]
-    assert [row[0] for row in under.dead_letters()] == ["102"]
+    assert [row[0] for row in dead_letters(under)] == ["102"]
 
 
 def _failing_dead_letters(under: SinkUnderTest) -> Callable[[], BatchSink]:
@@ -292,7 +293,7 @@ def test_a_redo_of_a_batch_staged_with_its_dead_letters_sets_each_aside_once(sin
 
     assert report.dead_lettered == 1 and checkpoint(store) == ExtendedSequenceNumber("103")
     assert under.visible_sequence_numbers() == ["101", "103"]
-    assert [row[0] for row in under.dead_letters()] == ["102"]
+    assert [row[0] for row in dead_letters(under)] == ["102"]
 
 
 def shard_records(shard: InMemoryShard) -> list[KinesisRecord]:

@@ -11,13 +11,19 @@ the retry runs while the killed try's task process and Spark job may still be go
 producer stops and the schedule runs until a round found nothing new. Afterwards every record landed
 exactly once in the live output, and the backfill output holds exactly the window's records, once.
 
-No plugins folder of ours: as in docker-compose.yaml, Airflow finds the monitoring UI's plugin and the
-provider through the installed package's entry points (the editable install of `uv sync`).
+No plugins folder of ours, no checkout on a path: Airflow runs from a venv with the built wheel
+installed (`tests/support/installed_package.py`) and finds the monitoring UI's plugin and the provider
+through the package's entry points, as in docker-compose.yaml. Beside the shipped DAG, a user's DAG
+file outside the repository defines two pipelines of its own (`tests/support/users_pipelines.py`: a
+JSON decoder shipped with the job, one malformed record on each stream); each is triggered once after
+the story, and the monitoring page lists all three applications.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
+import json
 import os
 import signal
 import threading
@@ -36,8 +42,10 @@ from devtools.kinesis_streams import create_stream, kinesis_client, put_entries
 from devtools.stream_records import StreamRecord, landed_records
 from spark_jobs.sinks.parquet import ParquetSink
 from tests.support.airflow_deployment import AirflowDeployment, airflow_deployment, deployment_environment
+from tests.support.installed_package import build_wheel, installed_venv
 from tests.support.pipeline import duplicates
 from tests.support.postgres_server import postgres_server
+from tests.support.users_pipelines import UsersPipelines
 
 DAG_ID = "kinesis_lease_pipeline"
 HEARTBEAT_TIMEOUT_SECONDS = 30
@@ -84,6 +92,9 @@ class Story:
     live: list[StreamRecord]
     live_arrivals: dict[StreamRecord, datetime]
     backfill: list[StreamRecord]
+    users: UsersPipelines
+    users_runs: dict[str, str]  # the user's DAG id -> its triggered run's final state
+    applications: list[dict[str, Any]]  # the monitoring page's GET /kinesis-lease/api/applications
     plugins: list[dict[str, Any]]  # GET /plugins
     plugin_import_errors: list[dict[str, Any]]  # GET /plugins/importErrors
     providers: list[dict[str, Any]]  # GET /providers
@@ -95,7 +106,7 @@ def form_conf(deployment: AirflowDeployment, **values: Any) -> dict[str, Any]:
     return {**{name: param["value"] for name, param in params.items()}, **values}
 
 
-def trigger(deployment: AirflowDeployment, conf: dict[str, Any]) -> str:
+def trigger(deployment: AirflowDeployment, conf: dict[str, Any], dag_id: str = DAG_ID) -> str:
     """POST /dags/{id}/dagRuns with the trigger form's body; the new run's id."""
     body = {
         "conf": conf,
@@ -104,7 +115,7 @@ def trigger(deployment: AirflowDeployment, conf: dict[str, Any]) -> str:
         "data_interval_end": None,
         "partition_key": None,
     }
-    return str(deployment.api("POST", f"/dags/{DAG_ID}/dagRuns", body)["dag_run_id"])
+    return str(deployment.api("POST", f"/dags/{dag_id}/dagRuns", body)["dag_run_id"])
 
 
 def running_scheduled(deployment: AirflowDeployment) -> list[str]:
@@ -135,8 +146,8 @@ def kill_supervisor_of_running_consume(
     return True
 
 
-def finished(deployment: AirflowDeployment, run_id: str) -> str | None:
-    state = next(run["state"] for run in deployment.dag_runs(DAG_ID) if run["dag_run_id"] == run_id)
+def finished(deployment: AirflowDeployment, run_id: str, dag_id: str = DAG_ID) -> str | None:
+    state = next(run["state"] for run in deployment.dag_runs(dag_id) if run["dag_run_id"] == run_id)
     return state if state in ("success", "failed") else None
 
 
@@ -152,6 +163,9 @@ def story(kinesis_endpoint: str, moto_endpoint: str, tmp_path_factory: pytest.Te
     producer.start()
     window_start = datetime.now(UTC).replace(microsecond=0) + timedelta(seconds=2)
     home = tmp_path_factory.mktemp("airflow")
+    python = installed_venv(tmp_path_factory.mktemp("installed"), build_wheel(tmp_path_factory.mktemp("dist")))
+    users = UsersPipelines.create(tmp_path_factory.mktemp("user"), token, kinesis_endpoint, moto_endpoint)
+    shipped = {"name": "dags-folder", "classpath": "airflow.dag_processing.bundles.local.LocalDagBundle", "kwargs": {}}
     try:
         with postgres_server() as database:
             env = deployment_environment(
@@ -160,15 +174,43 @@ def story(kinesis_endpoint: str, moto_endpoint: str, tmp_path_factory: pytest.Te
                 free_port(),
                 {"kinesis": kinesis_endpoint, "moto": moto_endpoint},
                 {"STREAMS": stream, "APPLICATION": application, "OUTPUT_URI": output, "SCHEDULE": "*/1 * * * *"},
-                extra={"AIRFLOW__SCHEDULER__TASK_INSTANCE_HEARTBEAT_TIMEOUT": str(HEARTBEAT_TIMEOUT_SECONDS)},
+                extra={
+                    "AIRFLOW__SCHEDULER__TASK_INSTANCE_HEARTBEAT_TIMEOUT": str(HEARTBEAT_TIMEOUT_SECONDS),
+                    "AIRFLOW__DAG_PROCESSOR__DAG_BUNDLE_CONFIG_LIST": json.dumps([shipped, users.bundle()]),
+                    "PYSPARK_PYTHON": str(python),
+                },
             )
-            with airflow_deployment(home, env) as deployment:
-                yield tell_the_story(deployment, producer, window_start, output, orphans)
+            env = {name: value for name, value in env.items() if name not in ("PYTHONPATH", "PYTHONHOME")}
+            with airflow_deployment(home, env, python) as deployment:
+                told = tell_the_story(deployment, producer, window_start, output, orphans)
+                yield run_the_users_pipelines(deployment, told, users)
     finally:
         producer.stop()
         for task in orphans:  # the killed try's task process group (its spark-submit included), if still alive
             if task.is_running():
                 os.killpg(task.pid, signal.SIGKILL)
+
+
+def run_the_users_pipelines(deployment: AirflowDeployment, story: Story, users: UsersPipelines) -> Story:
+    """Trigger each of the user's pipelines once, as the UI's trigger button does, side by side."""
+    wait = deployment.wait_for
+    for dag_id in users.dag_ids:
+        wait(f"{dag_id} parsed from the user's bundle", lambda dag_id=dag_id: _dag_known(deployment, dag_id), 180)
+    runs = {dag_id: trigger(deployment, {}, dag_id) for dag_id in users.dag_ids}
+    states = {
+        dag_id: wait(f"{dag_id}'s run finished", lambda d=dag_id, r=run: finished(deployment, r, d), 600)
+        for dag_id, run in runs.items()
+    }
+    applications = deployment.api("GET", "/api/applications", root="/kinesis-lease")["pipelines"]
+    return dataclasses.replace(story, users=users, users_runs=states, applications=applications)
+
+
+def _dag_known(deployment: AirflowDeployment, dag_id: str) -> bool:
+    try:
+        deployment.api("GET", f"/dags/{dag_id}")
+    except RuntimeError:  # 404 until the dag-processor has parsed it
+        return False
+    return True
 
 
 def tell_the_story(
@@ -251,6 +293,9 @@ def tell_the_story(
         live=landed_records(output),
         live_arrivals=live_arrivals,
         backfill=landed_records(f"{output}-backfill/{window}"),
+        users=None,  # type: ignore[arg-type]  # `run_the_users_pipelines` tells that part
+        users_runs={},
+        applications=[],
         plugins=deployment.api("GET", "/plugins?limit=100")["plugins"],
         plugin_import_errors=deployment.api("GET", "/plugins/importErrors")["import_errors"],
         providers=deployment.api("GET", "/providers?limit=100")["providers"],
@@ -299,6 +344,18 @@ def test_the_api_server_has_the_ui_plugin_and_the_provider_of_the_installed_pack
     assert [view["destination"] for view in plugin["external_views"]] == ["nav", "dag_run"]
     assert story.plugin_import_errors == []
     assert "kinesis-lease-batch" in {provider["package_name"] for provider in story.providers}
+
+
+def test_a_users_two_pipelines_ran_beside_the_shipped_one_and_set_their_malformed_records_aside(story):
+    assert story.users_runs == dict.fromkeys(story.users.dag_ids, "success")
+    story.users.check_landed()
+
+
+def test_the_monitoring_page_lists_every_pipeline_of_the_deployment_with_its_application(story):
+    listed = {pipeline["dag_id"]: pipeline["application"] for pipeline in story.applications}
+    expected = {f"{application}_to_lake": application for application in story.users.applications()}
+    assert {dag_id: listed.get(dag_id) for dag_id in expected} == expected
+    assert DAG_ID in listed, "and the shipped pipeline's"
 
 
 def _utc(value: datetime) -> datetime:

@@ -56,11 +56,12 @@ class AirflowDeployment:
                 self._token = json.load(response)["access_token"]
         return self._token
 
-    def api(self, method: str, path: str, body: Any = None) -> Any:
-        """One call of the REST API under /api/v2 as admin; RuntimeError naming the status otherwise."""
+    def api(self, method: str, path: str, body: Any = None, root: str = "/api/v2") -> Any:
+        """One call of the REST API under `root` (a plugin's app, say) as admin; RuntimeError naming the
+        status otherwise."""
         data = None if body is None else json.dumps(body).encode()
         headers = {"Authorization": f"Bearer {self.token()}", "Content-Type": "application/json"}
-        request = urllib.request.Request(self.base_url + "/api/v2" + path, data=data, headers=headers, method=method)
+        request = urllib.request.Request(self.base_url + root + path, data=data, headers=headers, method=method)
         try:
             with urllib.request.urlopen(request, timeout=60) as response:
                 return json.load(response)
@@ -131,12 +132,16 @@ def deployment_environment(
 
 
 @contextmanager
-def airflow_deployment(home: Path, env: dict[str, str]) -> Iterator[AirflowDeployment]:
-    """`airflow db migrate`, then the api-server, the scheduler and the dag-processor; all stopped on exit."""
-    require_installed_plugin()
+def airflow_deployment(home: Path, env: dict[str, str], python: Path | None = None) -> Iterator[AirflowDeployment]:
+    """`airflow db migrate`, then the api-server, the scheduler and the dag-processor; all stopped on exit.
+    `python`: the venv's whose Airflow runs them (one with the project's wheel installed, say), else
+    this environment's."""
+    airflow = [str(AIRFLOW)] if python is None else [str(python), "-I", "-m", "airflow"]
+    if python is None:
+        require_installed_plugin()
     home.mkdir(parents=True, exist_ok=True)
     (home / "passwords.json").write_text(json.dumps({"admin": ADMIN_PASSWORD}))
-    _run_cli(["db", "migrate"], env, home / "db-migrate.log")
+    _run_cli([*airflow, "db", "migrate"], env, home / "db-migrate.log")
     deployment = AirflowDeployment(home, env, env["AIRFLOW__API__BASE_URL"])
     port = deployment.base_url.rsplit(":", 1)[1]
     commands = {
@@ -146,16 +151,16 @@ def airflow_deployment(home: Path, env: dict[str, str]) -> Iterator[AirflowDeplo
     }
     with ExitStack() as stack:
         for name, arguments in commands.items():
-            deployment.processes[name] = _start(name, arguments, env, home)
+            deployment.processes[name] = _start(name, [*airflow, *arguments], env, home)
             stack.callback(stop_process_group, deployment.processes[name])
         deployment.wait_for("the api-server's health", lambda: _healthy(deployment.base_url), STARTUP_SECONDS, 0.5)
         yield deployment
 
 
-def _start(name: str, arguments: list[str], env: dict[str, str], home: Path) -> subprocess.Popen[bytes]:
+def _start(name: str, command: list[str], env: dict[str, str], home: Path) -> subprocess.Popen[bytes]:
     with open(home / f"{name}.log", "wb") as log:
         return subprocess.Popen(
-            [str(AIRFLOW), *arguments],
+            command,
             env=env,
             cwd=home,
             stdin=subprocess.DEVNULL,
@@ -173,10 +178,8 @@ def _healthy(base_url: str) -> bool:
         return False
 
 
-def _run_cli(arguments: list[str], env: dict[str, str], log_path: Path) -> None:
-    result = subprocess.run(
-        [str(AIRFLOW), *arguments], env=env, capture_output=True, text=True, timeout=300, check=False
-    )
+def _run_cli(command: list[str], env: dict[str, str], log_path: Path) -> None:
+    result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300, check=False)
     log_path.write_text(result.stdout + result.stderr)
     if result.returncode != 0:
-        raise RuntimeError(f"airflow {' '.join(arguments)} failed ({result.returncode}):\n{result.stderr[-3000:]}")
+        raise RuntimeError(f"{' '.join(command)} failed ({result.returncode}):\n{result.stderr[-3000:]}")

@@ -55,11 +55,6 @@ class SinkUnderTest(Protocol):
     def dead_letter_rows(self) -> list[dict[str, Any]]:
         """The dead letters readers see, every column."""
 
-    def dead_letters(self) -> list[tuple[str, str]]:
-        """The dead letters readers see, as (sequence number, error), in order."""
-        rows = self.dead_letter_rows()
-        return sorted(((row["sequence_number"], row["error"]) for row in rows), key=lambda row: int(row[0]))
-
 
 def end_round(sink: BatchSink, store: LeaseStore, round_number: int) -> tuple[Publication, tuple[str, ...]]:
     """The round's last step as the consume job's driver takes it for every sink (`consume_job.publish`):
@@ -128,9 +123,6 @@ class ParquetUnderTest:
             return []
         return self.dead_letter_sink().read_dataset().to_pylist()
 
-    def dead_letters(self) -> list[tuple[str, str]]:
-        return SinkUnderTest.dead_letters(self)
-
 
 @dataclass(frozen=True)
 class IcebergUnderTest:
@@ -178,8 +170,11 @@ class IcebergUnderTest:
         table = self.dead_letter_sink().table(refresh=True)
         return [] if table is None else table.scan().to_arrow().to_pylist()
 
-    def dead_letters(self) -> list[tuple[str, str]]:
-        return SinkUnderTest.dead_letters(self)
+
+def dead_letters(under: SinkUnderTest) -> list[tuple[str, str]]:
+    """The dead letters readers see beside the sink, as (sequence number, error), in order."""
+    rows = under.dead_letter_rows()
+    return sorted(((row["sequence_number"], row["error"]) for row in rows), key=lambda row: int(row[0]))
 
 
 def round_sink(under: SinkUnderTest, *, dead_letters: bool = True, output: BatchSink | None = None) -> BatchSink:

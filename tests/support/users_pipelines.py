@@ -144,6 +144,9 @@ class UsersPipelines:
             assert sum(entry["dead_lettered"] or 0 for entry in history) == 1, history
             assert {entry["dag_id"] for entry in history} == {f"{stream}_to_lake"}
 
+    def applications(self) -> set[str]:
+        return set(self.streams.values())
+
     def _coordinator_state(self, application: str) -> DynamoDBCoordinatorStateStore:
         client = boto3.client("dynamodb", endpoint_url=self.moto_endpoint, region_name="us-east-1")
         table = ConsumerConfig(application_name=application).coordinator_state_table
