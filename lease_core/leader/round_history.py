@@ -38,7 +38,7 @@ DEFAULT_KEEP = 100
 HISTORY_BUDGET_BYTES = 350_000
 LEASE_ROWS_BUDGET_BYTES = 350_000
 # What the UI shows of a lease's row: what is kept when whole rows do not fit.
-LEASE_ROW_FIELDS = ("lease_key", "worker_id", "outcome", "records", "millis_behind_latest", "error")
+LEASE_ROW_FIELDS = ("lease_key", "worker_id", "outcome", "records", "millis_behind_latest", "error", "dead_lettered")
 
 
 class RoundHistory:

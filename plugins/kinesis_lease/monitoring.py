@@ -77,6 +77,7 @@ ROUND_FIELDS = (
     "lost_leases",
     "failed_leases",
     "retention_losses",
+    "dead_lettered",
     "possibly_unread",
     "corrupt_leases",
     "moves",
@@ -343,17 +344,17 @@ def slot_documents(slots: Any, application: str) -> list[dict[str, Any]] | None:
 
 
 def lease_document(row: LeaseRow, last_round: Mapping[str, Any] | None) -> dict[str, Any]:
-    """A lease's stored state, with what the latest round did to it (records, lag, outcome, and the
-    error that stopped it), if anything."""
+    """A lease's stored state, with what the latest round did to it (records, lag, outcome, the
+    error that stopped it and the records it dead-lettered), if anything."""
     return {
         **{name: getattr(row, name) for name in _LEASE_ROW_FIELDS},
-        "last_round": None
-        if last_round is None
-        else {key: last_round.get(key) for key in ("records", "millis_behind_latest", "outcome", "worker_id", "error")},
+        "last_round": None if last_round is None else {key: last_round.get(key) for key in _LAST_ROUND_FIELDS},
     }
 
 
 _LEASE_ROW_FIELDS = tuple(field.name for field in fields(LeaseRow))
+# What a lease shows of its last round's row, each null when the row (an older release's) lacks it.
+_LAST_ROUND_FIELDS = ("records", "millis_behind_latest", "outcome", "worker_id", "error", "dead_lettered")
 
 
 @dataclass(frozen=True)

@@ -148,9 +148,10 @@ def application(moto_endpoint: str, server: AirflowServer) -> str:
 
 def round_entry(number: int, run_id: str, records: int) -> dict[str, Any]:
     """A history entry as the finalize step writes it (`operators.round_summary`); 0 records: idle,
-    and then, as in a real idle round, no round number (nothing was assigned) and no consume time."""
+    and then, as in a real idle round, no round number (nothing was assigned) and no consume time.
+    Round 5 dead-lettered two records; round 1 was written before rounds kept that count."""
     idle = records == 0
-    return {
+    entry = {
         "round": None if idle else number,
         "run_id": run_id,
         "dag_id": DAG_ID,
@@ -168,6 +169,7 @@ def round_entry(number: int, run_id: str, records: int) -> dict[str, Any]:
         "lost_leases": 1 if number == 4 else 0,
         "failed_leases": 1 if number == 2 else 0,
         "retention_losses": 0,
+        "dead_lettered": 2 if number == 5 else 0,
         "possibly_unread": 0,
         "corrupt_leases": 1,
         "moves": 0 if idle else number % 3,
@@ -186,6 +188,9 @@ def round_entry(number: int, run_id: str, records: int) -> dict[str, Any]:
             ],
         },
     }
+    if number == 1:
+        del entry["dead_lettered"]
+    return entry
 
 
 def last_round_rows() -> list[dict[str, Any]]:
@@ -197,6 +202,7 @@ def last_round_rows() -> list[dict[str, Any]]:
             "millis_behind_latest": 4500 if index == 0 else index,
             "outcome": outcomes.get(index, "caught_up"),
             "worker_id": lease_owner(index),
+            "dead_lettered": 2 if index == 0 else 0,
         }
         for index in range(LEASE_COUNT)
         if lease_owner(index) is not None
@@ -311,7 +317,10 @@ def test_the_history_charts_show_the_last_rounds_with_the_idle_one_shaded(contex
     expect(legend_values(chart(frame, "balance"))).to_have_text(
         ["round 5 · 2027-01-15 08:20 UTC", "17.5 s", "1.07x", "1.00x"]
     )
-    expect(legend_values(chart(frame, "moves")).nth(1)).to_have_text("2")  # moves of round 5
+    moves = chart(frame, "moves")
+    expect(moves.locator(".u-legend .u-series th").nth(4)).to_have_text("Retention losses")
+    expect(moves.locator(".u-legend .u-series th").nth(5)).to_have_text("Dead-lettered")
+    expect(legend_values(moves)).to_have_text(["round 5 · 2027-01-15 08:20 UTC", "2", "0", "0", "0", "2", "0", "1"])
     expect(chart(frame, "slots").locator(".u-legend .u-series th")).to_have_text(
         ["Round", "slot 0", "slot 1", "slot 2"]
     )
@@ -327,6 +336,10 @@ def test_the_history_charts_show_the_last_rounds_with_the_idle_one_shaded(contex
     expect(legend_values(chart(frame, "backlog"))).to_have_text(["idle round · 2027-01-15 08:10 UTC", "idle", "idle"])
     expect(legend_values(chart(frame, "balance")).first).to_have_text("idle round · 2027-01-15 08:10 UTC")
     expect(legend_values(chart(frame, "balance")).nth(1)).to_have_text("idle")
+    # Round 1, a tenth of the way in, was written before rounds counted dead letters: not known, not 0.
+    page.mouse.move(box["x"] + box["width"] / 10, box["y"] + box["height"] / 2)
+    expect(legend_values(moves).first).to_have_text("round 1 · 2027-01-15 08:00 UTC")
+    expect(legend_values(moves).nth(5)).to_have_text("-")
     page.close()
 
 
@@ -369,6 +382,9 @@ def test_each_round_links_to_its_dag_run_and_shows_its_state(context, server, ap
     expect(idle.locator("td").nth(3)).to_have_text("idle")
     expect(idle.locator("td").nth(6)).to_have_text("idle")  # no consume step, no duration
     expect(frame.locator("#rounds tr[data-round='5'] td").nth(2)).to_have_text(utc(finished_at(5)))
+    expect(frame.locator("#rounds thead th").nth(12)).to_have_text("Dead-lettered")
+    for number, dead_lettered in ((5, "2"), (2, "0"), (1, "-")):  # round 1 predates the count
+        expect(frame.locator(f"#rounds tr[data-round='{number}'] td").nth(12)).to_have_text(dead_lettered)
     expect(frame.locator("#rounds tr[data-round='4'] td a")).to_have_count(1)  # linked, though the run is gone
     link = frame.locator("#rounds tr[data-round='2'] td a")
     expect(link).to_have_attribute("href", f"{server.base_url}/dags/{DAG_ID}/runs/manual__r2")
@@ -405,6 +421,9 @@ def test_the_lease_table_fits_1280_px_with_short_checkpoints_copied_whole(contex
     row = frame.locator(f"tr[data-lease-key='{lease_key(7)}']")
     expect(row).to_be_visible()
     assert_fits(frame.locator("#leases-frame"))
+    # Only the lease that set records aside says so, under its outcome.
+    expect(frame.locator("#leases .lease-note")).to_have_count(1)
+    expect(frame.locator(f"tr[data-lease-key='{lease_key(0)}'] .lease-note")).to_have_text("2 dead-lettered")
     short = row.locator("td").nth(2).locator("code")
     expect(short).to_have_text("495903…000007")
     expect(short).to_have_attribute("title", checkpoint(7))
@@ -506,6 +525,7 @@ def test_a_dag_run_tab_shows_its_round_and_a_lease_table_that_fits(context, serv
     expect(frame.locator("#run-round .badge")).to_have_text(["success"])
     expect(frame.locator("#run-round dd").nth(3)).to_have_text("1,234")
     expect(frame.locator("#run-round")).to_contain_text("table snapshot9007199254740998")
+    expect(frame.locator("#run-round")).to_contain_text("dead-lettered2")
     expect(frame.locator("#run-round")).to_contain_text("outputiceberg://glue/lake.orders")
     expect(frame.locator("#leases tbody tr")).to_have_count(100)
     assert_fits(frame.locator("#leases-frame"))

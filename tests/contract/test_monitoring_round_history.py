@@ -7,7 +7,14 @@ import json
 import pytest
 from kinesis_lease.operators import round_summary
 
-from lease_core.leader.round_history import HISTORY_BUDGET_BYTES, HISTORY_KEY, LAST_ROUND_KEY, RoundHistory
+from lease_core.leader import round_history
+from lease_core.leader.round_history import (
+    HISTORY_BUDGET_BYTES,
+    HISTORY_KEY,
+    LAST_ROUND_KEY,
+    LEASE_ROW_FIELDS,
+    RoundHistory,
+)
 from lease_core.store.coordinator_state import DynamoDBCoordinatorStateStore
 from spark_jobs.round_report import LeaseReport, RoundFigures, RoundReport, SlotReport
 from tests.support.stores import FAST_RETRIES, dynamodb_store, fast_config
@@ -50,6 +57,7 @@ def figures(round_number: int, slots: int) -> RoundFigures:
                         records=123456,
                         bytes=98765432,
                         millis_behind_latest=1234,
+                        dead_lettered=2 if index == 0 else 0,
                     ),
                 ),
             )
@@ -96,6 +104,7 @@ def test_a_hundred_rounds_of_a_hundred_slots_are_all_kept_within_the_item_limit(
     assert with_slots == list(range(with_slots[0], 101)) and len(with_slots) >= 50
     assert len(rounds[-1]["slots"]["rows"]) == 100
     assert rounds[0]["slots"] is None and rounds[0]["records"] == 100 * 123456 and rounds[0]["moves"] == 7
+    assert rounds[-1]["dead_lettered"] == 2  # slot 0's lease set two records aside
 
 
 def test_past_the_budget_without_per_slot_rows_the_oldest_rounds_go_and_the_newest_stays(state):
@@ -117,6 +126,22 @@ def test_the_last_rounds_rows_of_ten_thousand_leases_fit_one_item_and_read_back(
     history.record_lease_rows(5, many)
     assert stored_item_bytes(state, LAST_ROUND_KEY) < DYNAMODB_ITEM_LIMIT
     assert history.lease_rows() == (5, many)
+
+
+def test_rows_past_the_budget_keep_what_the_page_shows_of_them_the_dead_letter_count_among_it(state, monkeypatch):
+    # 1,000 rows: whole, about 6.7 KB compressed; their shown fields, about 4.3 KB.
+    monkeypatch.setattr(round_history, "LEASE_ROWS_BUDGET_BYTES", 5_000)
+    (row,) = figures(5, 1).lease_rows()
+    many = [
+        {**row, "lease_key": f"shardId-{index:012d}", "start": f"{index:056d}", "dead_lettered": index % 3}
+        for index in range(1_000)
+    ]
+    history = RoundHistory(state)
+    history.record_lease_rows(5, many)
+    _, kept, left_out = history.kept_lease_rows()
+    assert kept and len(kept) + left_out == 1_000
+    assert all(set(kept_row) == set(LEASE_ROW_FIELDS) for kept_row in kept)
+    assert [kept_row["dead_lettered"] for kept_row in kept] == [index % 3 for index in range(len(kept))]
 
 
 def test_the_kept_history_never_exceeds_its_budget_counting_every_separator(state):

@@ -97,9 +97,12 @@ def application(moto_endpoint: str) -> str:
     state = DynamoDBCoordinatorStateStore(store.client, config.coordinator_state_table, FAST_RETRIES)
     assert LeaderLock(state, LEADER).try_acquire()
     history = RoundHistory(state)
-    history.append(round_summary(1, "scheduled__round-1", records=40))  # as an older release wrote it: no dag_id
-    history.append({**round_summary(2, "manual__round-2", records=75), "dag_id": DAG_ID})
-    history.append({**round_summary(3, "manual__idle-3", records=0), "consumed": False, "dag_id": DAG_ID})
+    # Round 1 as an older release wrote it: no dag_id, no dead-letter count.
+    history.append(round_summary(1, "scheduled__round-1", records=40))
+    history.append({**round_summary(2, "manual__round-2", records=75), "dag_id": DAG_ID, "dead_lettered": 2})
+    history.append(
+        {**round_summary(3, "manual__idle-3", records=0), "consumed": False, "dag_id": DAG_ID, "dead_lettered": 0}
+    )
     history.record_lease_rows(
         2,
         [
@@ -109,8 +112,9 @@ def application(moto_endpoint: str) -> str:
                 "millis_behind_latest": 1200,
                 "outcome": "caught_up",
                 "worker_id": f"{name}-worker-0",
+                "dead_lettered": 2,
             },
-            {
+            {  # as an older release wrote it: no dead-letter count
                 "lease_key": "shardId-002",
                 "records": 25,
                 "millis_behind_latest": 0,
@@ -257,6 +261,7 @@ def test_the_leases_page_shows_each_shards_owner_checkpoint_throughput_and_last_
                 "outcome": "caught_up",
                 "worker_id": f"{application}-worker-0",
                 "error": None,
+                "dead_lettered": 2,
             },
         ),
         "shardId-001": (f"{application}-worker-0", "200", 100.0, [], None),
@@ -271,6 +276,7 @@ def test_the_leases_page_shows_each_shards_owner_checkpoint_throughput_and_last_
                 "outcome": "limit",
                 "worker_id": f"{application}-worker-1",
                 "error": None,
+                "dead_lettered": None,
             },
         ),
         "shardId-003": (None, "TRIM_HORIZON", None, [], None),
@@ -289,14 +295,12 @@ def test_the_overview_shows_the_running_leader_and_the_rounds_newest_first_with_
     assert (leader["owner"], leader["released"], leader["running"]) == (LEADER, False, True)
     assert 0 <= overview["now_millis"] - leader["heartbeat_at"] < leader["lease_duration_millis"] == 120_000
     assert leader["last_round_at"] == 1_800_000_000_003
-    rounds = [
-        (entry["round"], entry["records"], entry["idle"], entry["dag_id"], entry["state"], entry["run_url"])
-        for entry in overview["rounds"]
-    ]
+    shown = ("round", "records", "dead_lettered", "idle", "dag_id", "state", "run_url")
+    rounds = [tuple(entry[name] for name in shown) for entry in overview["rounds"]]
     assert rounds == [
-        (3, 0, True, DAG_ID, None, f"/dags/{DAG_ID}/runs/manual__idle-3"),  # its run was deleted or never made
-        (2, 75, False, DAG_ID, "queued", f"/dags/{DAG_ID}/runs/manual__round-2"),  # no scheduler runs it here
-        (1, 40, False, None, None, None),  # an older release's entry whose run Airflow does not know
+        (3, 0, 0, True, DAG_ID, None, f"/dags/{DAG_ID}/runs/manual__idle-3"),  # its run was deleted or never made
+        (2, 75, 2, False, DAG_ID, "queued", f"/dags/{DAG_ID}/runs/manual__round-2"),  # no scheduler runs it here
+        (1, 40, None, False, None, None, None),  # an older release's entry whose run Airflow does not know
     ]
     assert overview["tables"] == {
         "lease": application,

@@ -93,7 +93,14 @@ def test_a_page_is_a_slice_of_every_lease_in_natural_order_with_the_totals():
 LAGGING = reads(
     [("shardId-1", "w-0"), ("shardId-2", "w-1"), ("shardId-3", None), ("shardId-4", "w-0"), ("shardId-5", "w-1")],
     rows=[
-        {"lease_key": "shardId-1", "records": 5, "millis_behind_latest": 100, "outcome": "limit", "worker_id": "w-0"},
+        {
+            "lease_key": "shardId-1",
+            "records": 5,
+            "millis_behind_latest": 100,
+            "outcome": "limit",
+            "worker_id": "w-0",
+            "dead_lettered": 2,
+        },
         {"lease_key": "shardId-2", "records": 9, "millis_behind_latest": 0, "outcome": "caught_up", "worker_id": "w-1"},
         {"lease_key": "shardId-4", "records": 5, "millis_behind_latest": 100, "outcome": "limit", "worker_id": "w-0"},
     ],
@@ -135,7 +142,11 @@ def test_a_page_names_the_owners_and_outcomes_its_filters_can_take_and_the_filte
         "outcome": "limit",
         "worker_id": "w-0",
         "error": None,
+        "dead_lettered": 2,
     }
+    # A row of an older release has no dead-letter count: not known, rather than none.
+    older = leases_document(LAGGING, LeaseQuery(q="shardId-2"))["leases"][0]
+    assert older["last_round"]["dead_lettered"] is None
 
 
 @pytest.mark.parametrize(
@@ -291,6 +302,7 @@ COMPACT = {
     "dag_id": "pipeline",
     "round": 2,
     "consumed": True,
+    "dead_lettered": 2,
     "slots": {
         "columns": ["slot", "leases", "records", "bytes", "seconds", "cpu_percent"],
         "rows": [[0, 2, 10, 100, 1.5, 30.0], ["foreign-worker", 0, 0, 0, 0.1, None]],
@@ -326,6 +338,7 @@ def test_rounds_come_newest_first_with_their_run_state_page_and_every_field():
     assert rounds[1]["run_url"] == "/airflow/dags/pipeline/runs/scheduled__2026-11-24T03%3A00%3A00%2B00%3A00"
     # An older release's entry: its DAG is the only one with that run, the fields it lacks are null.
     assert (rounds[2]["dag_id"], rounds[2]["leases_behind"], rounds[2]["outcomes"]) == ("pipeline", None, None)
+    assert [entry["dead_lettered"] for entry in rounds] == [None, 2, None]
     assert rounds[2]["run_url"] == "/airflow/dags/pipeline/runs/manual__1"
 
 

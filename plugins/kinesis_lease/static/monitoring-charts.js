@@ -111,15 +111,15 @@ window.KinesisLeaseCharts = (() => {
         ],
       },
       {
-        key: "moves", title: "Moves and losses", note: "bars: leases moved; dots: rounds with losses",
+        key: "moves", title: "Moves and losses", note: "bars: leases moved; dots: rounds with losses or dead letters",
         series: [
           { label: "Moves", colour: "sky", axis: "count", bars: true,
             values: rounds.map((r) => valueOf(r, "moves")), format: format.number },
           // Incidents are dots where they happened; a round without one draws nothing.
           ...[
             ["Lost leases", "lost_leases", "amber"], ["Failed leases", "failed_leases", "red"],
-            ["Retention losses", "retention_losses", "purple"], ["Possibly unread", "possibly_unread", "pink"],
-            ["Corrupt items", "corrupt_leases", "stone"],
+            ["Retention losses", "retention_losses", "purple"], ["Dead-lettered", "dead_lettered", "green"],
+            ["Possibly unread", "possibly_unread", "pink"], ["Corrupt items", "corrupt_leases", "stone"],
           ].map(([label, field, colour]) => ({
             label, colour, axis: "count", points: true,
             values: rounds.map((r) => valueOf(r, field) || null),

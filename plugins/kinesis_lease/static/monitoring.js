@@ -340,6 +340,7 @@
       cell(format.number(round.lost_leases)),
       cell(format.number(round.failed_leases)),
       cell(format.number(round.retention_losses)),
+      cell(format.number(round.dead_lettered)),
       cell(format.number(round.moves)),
       cell(busy(format.ratio(round.busiest_over_bound))),
     );
@@ -519,6 +520,8 @@
     // What stopped a failed or lost lease, under its outcome: the same error every round is a record
     // its processing cannot handle.
     if (last.error) td.append(element("div", last.error, "lease-error"));
+    // Records its decoder rejected, set aside rather than landed: worth a look, though the lease went on.
+    if (last.dead_lettered) td.append(element("div", `${format.number(last.dead_lettered)} dead-lettered`, "lease-note"));
     return td;
   }
 
@@ -648,6 +651,7 @@
       ...figure("lost leases", format.number(round.lost_leases)),
       ...figure("failed leases", format.number(round.failed_leases)),
       ...figure("retention losses", format.number(round.retention_losses)),
+      ...figure("dead-lettered", format.number(round.dead_lettered)),
       ...figure("busiest slot / bound", busy(format.ratio(round.busiest_over_bound))),
       // A table sink's round: the snapshot its one commit made (text: a 64-bit id).
       ...(round.snapshot_id ? figure("table snapshot", round.snapshot_id) : []),
