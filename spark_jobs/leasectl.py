@@ -1,20 +1,26 @@
 """The installed `leasectl`: lease_core's commands (`lease_core.ops.cli`), with `verify`, `restore` and
-`maintain` reading the application's sink, which lives here, above lease_core."""
+`maintain` reading the application's sink, which lives here, above lease_core, and
+`replay-dead-letters` (`spark_jobs.dead_letter_replay`) writing to it."""
 
 from __future__ import annotations
 
+import argparse
 import sys
 from collections.abc import Sequence
 from datetime import timedelta
 
+from lease_core.application import LeaseApplication
 from lease_core.config.settings import ConsumerConfig
 from lease_core.errors import ConfigurationError
 from lease_core.model.lease import Lease
 from lease_core.model.pending_batch import PendingBatch
 from lease_core.model.sequence import ExtendedSequenceNumber
+from lease_core.ops.cli import holding_leader_lock
 from lease_core.ops.cli import main as lease_main
+from lease_core.ops.command_line import EXIT_FAILED, EXIT_OK, UsageError
 from lease_core.ops.landed_audit import LandedBatch, LandedRecords
-from spark_jobs.errors import SinkError
+from spark_jobs.dead_letter_replay import DeadLetterReplay, Processing, is_replay_lease
+from spark_jobs.errors import SinkError, TransformError
 from spark_jobs.sinks import open_sink
 from spark_jobs.sinks.iceberg import IcebergSink
 from spark_jobs.sinks.iceberg_maintenance import (
@@ -32,7 +38,9 @@ class IcebergTableRecords:
         self.sink = sink
 
     def landed_batches(self) -> list[LandedBatch]:
-        return self.sink.landed_batches()
+        """The batches of the lease table's leases: a dead-letter replay's pseudo leases are no lease's,
+        and their batches do not chain (each starts at its own first record)."""
+        return [batch for batch in self.sink.landed_batches() if not is_replay_lease(batch.lease_key)]
 
     def awaiting_from(self, lease: Lease) -> ExtendedSequenceNumber | None:
         return self.sink.awaiting_from(lease)
@@ -73,8 +81,27 @@ def open_landed(output_uri: str, config: ConsumerConfig) -> LandedRecords:
     return IcebergTableRecords(sink)
 
 
+def run_replay_dead_letters(arguments: argparse.Namespace, app: LeaseApplication) -> int:
+    try:
+        processing = Processing.load(arguments.decode, arguments.transform)
+        replay = DeadLetterReplay.open(arguments.output_uri, app.config, processing)
+    except TransformError as error:
+        raise UsageError(str(error)) from None
+    except SinkError as error:
+        raise ConfigurationError("output_uri", error.problem) from None
+    if arguments.dry_run:
+        report = replay.run(stream=arguments.stream, dry_run=True)
+    else:
+        with holding_leader_lock(app, "replay-dead-letters") as leadership:
+            report = replay.run(stream=arguments.stream, ensure_held=leadership.ensure_held)
+    print(report.render())
+    return EXIT_OK if report.complete else EXIT_FAILED
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    return lease_main(argv, open_landed=open_landed)
+    return lease_main(
+        argv, open_landed=open_landed, installed_commands={"replay-dead-letters": run_replay_dead_letters}
+    )
 
 
 def console_main() -> None:

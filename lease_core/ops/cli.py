@@ -3,7 +3,7 @@
     leasectl [--app APP] [--config FILE] [--set KEY=VALUE ...] COMMAND
 
 The commands that write for the application as a whole (`sync`, `assign`, `reset`, `repair`, `restore`,
-`maintain`, `teardown`)
+`maintain`, `replay-dead-letters`, `teardown`)
 hold the application's leader lock while they write, like a round, so they never run beside one;
 they fail naming the holder (and when a dead holder's lock can be taken over) when it is held, and
 stop before their next write if they lose it. `reset` moves one lease's checkpoint; its rules are in
@@ -12,7 +12,10 @@ stop before their next write if they lose it. `reset` moves one lease's checkpoi
 such items, naming each one and its attribute: their shards are not read until repaired.
 `verify` compares what a sink that records what landed (an Iceberg table) holds with the
 checkpoints (`lease_core.ops.landed_audit`), `restore` moves checkpoints forward to it, and
-`maintain` runs the table's upkeep.
+`maintain` runs the table's upkeep. `replay-dead-letters` lands the records a pipeline's decoder
+rejected once it is fixed (`spark_jobs.dead_letter_replay`). These commands need the sinks, which
+live above lease_core: their arguments are parsed here, and the installed `leasectl`
+(`spark_jobs.leasectl`) passes in what runs them.
 
 `init` and `teardown` act only on tables that are the application's own
 (`lease_core.store.table_ownership`): `init` refuses an existing table whose key schema is not its
@@ -31,7 +34,8 @@ import os
 import socket
 import sys
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from contextlib import AbstractContextManager
 from datetime import timedelta
 
 from lease_core.application import LeaseApplication
@@ -118,6 +122,7 @@ def build_parser() -> argparse.ArgumentParser:
         "teardown", help="delete the application's three tables, only if their schemas and items are the application's"
     )
     teardown.add_argument("--yes", action="store_true", help="confirm the deletion")
+    _add_replay_parser(commands)
     return parser
 
 
@@ -208,9 +213,56 @@ def _add_reset_parser(commands: argparse._SubParsersAction[ArgumentParser]) -> N
     maintain.add_argument("--yes", action="store_true", help="confirm the upkeep")
 
 
-def main(argv: Sequence[str] | None = None, open_landed: OpenLanded | None = None) -> int:
-    """`open_landed` opens a sink's record of what landed, for `verify` and `restore`: the sinks live
-    above lease_core, so the installed `leasectl` (`spark_jobs.leasectl`) passes it in."""
+REPLAY_DESCRIPTION = """\
+Land the dead letters beside the output (the records its decoder rejected, set aside under
+bad_records = dead_letter) in the output, once the decoder is fixed: exactly once, however often it
+runs.
+
+The dead letters of each batch they came from go through the fixed decoder (--decode) and the
+pipeline's transform (--transform, when it has one) together, and land as one batch of the pseudo
+lease <lease key>:dead-letters. Each lease's batches are replayed in shard order; a batch whose
+records the decoder still rejects stops its lease's replay (it is named, with its first error), and
+a later run after another fix goes on from it. What landed before is skipped.
+
+The dead letters stay in their destination, replayed or not: it is the log of what was rejected,
+and by what. The command holds the application's leader lock while it writes, so it never runs
+beside a round; --dry-run decodes and lands nothing (without the lock).
+
+Exit status: 0 when every dead letter is in the output; 1 when some lease still has records the
+decoder rejects, or the lock is held; 2 usage (a decoder or transform that cannot be loaded, a URI
+that is not a sink's).
+"""
+
+
+def _add_replay_parser(commands: argparse._SubParsersAction[ArgumentParser]) -> None:
+    replay = commands.add_parser(
+        "replay-dead-letters",
+        help="land the records the decoder rejected once it is fixed, exactly once (they stay in the dead letters)",
+        description=REPLAY_DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    replay.add_argument("--output-uri", required=True, metavar="URI", help="the sink, as the job's --output-uri")
+    replay.add_argument(
+        "--decode", required=True, metavar="MODULE:FUNCTION", help="the fixed decoder (the pipeline's decode)"
+    )
+    replay.add_argument("--transform", metavar="MODULE:FUNCTION", help="the pipeline's transform, if it has one")
+    replay.add_argument("--stream", metavar="NAME", help="replay this stream's dead letters only")
+    replay.add_argument("--dry-run", action="store_true", help="decode and report, land nothing")
+
+
+# A command whose work is above lease_core, as the installed `leasectl` passes it in (`main`).
+Command = Callable[[argparse.Namespace, LeaseApplication], int]
+INSTALLED_COMMANDS = frozenset({"replay-dead-letters"})
+
+
+def main(
+    argv: Sequence[str] | None = None,
+    open_landed: OpenLanded | None = None,
+    installed_commands: Mapping[str, Command] | None = None,
+) -> int:
+    """`open_landed` opens a sink's record of what landed, for `verify` and `restore`, and
+    `installed_commands` run the INSTALLED_COMMANDS: the sinks live above lease_core, so the
+    installed `leasectl` (`spark_jobs.leasectl`) passes them in."""
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     try:
         arguments = build_parser().parse_args(argv)
@@ -218,8 +270,13 @@ def main(argv: Sequence[str] | None = None, open_landed: OpenLanded | None = Non
         app = LeaseApplication.from_config(config)
         if arguments.command in SINK_COMMANDS:
             if open_landed is None:
-                raise UsageError(f"{arguments.command} needs the sinks: run the installed `leasectl` command")
+                raise _needs_the_sinks(arguments.command)
             return SINK_COMMANDS[arguments.command](arguments, app, open_landed(arguments.output_uri, config))
+        if arguments.command in INSTALLED_COMMANDS:
+            installed = (installed_commands or {}).get(arguments.command)
+            if installed is None:
+                raise _needs_the_sinks(arguments.command)
+            return installed(arguments, app)
         return COMMANDS[arguments.command](arguments, app)
     except (UsageError, ConfigurationError) as error:
         print(f"leasectl: {error}", file=sys.stderr)
@@ -227,6 +284,10 @@ def main(argv: Sequence[str] | None = None, open_landed: OpenLanded | None = Non
     except LeaseCoreError as error:
         print(f"leasectl: {error}", file=sys.stderr)
         return EXIT_FAILED
+
+
+def _needs_the_sinks(command: str) -> UsageError:
+    return UsageError(f"{command} needs the sinks: run the installed `leasectl` command")
 
 
 def _load(arguments: argparse.Namespace) -> ConsumerConfig:
@@ -293,6 +354,12 @@ def _fenced_stores(app: LeaseApplication, leadership: Leadership) -> tuple[Lease
         leadership.lease_store(app.lease_store_with(policy)),
         leadership.state_store(app.state_store_with(policy)),
     )
+
+
+def holding_leader_lock(app: LeaseApplication, command: str) -> AbstractContextManager[Leadership]:
+    """The application's leader lock, held for `command` (acquired, heartbeaten, released after it)
+    as every command that writes for the application holds it; it fails naming the holder."""
+    return hold(_leader_lock(app, command), f"leasectl {command}", acquire=True, release=True)
 
 
 def _leader_lock(app: LeaseApplication, command: str) -> LeaderLock:

@@ -113,12 +113,14 @@ SPARK_JOBS_ALLOWED = {
         "dead_letters",
     },
     "round_publication": {"errors", "round_report", "sinks"},
-    "leasectl": {"errors", "sinks"},
+    "leasectl": {"errors", "sinks", "dead_letter_replay"},
     "slot_task": {"errors", "consume_spec", "lease_consumer", "round_report", "sinks", "transform", "decode"},
     "consume_spec": {"errors", "lease_consumer", "dead_letters"},
     "lease_consumer": {"errors", "round_report", "sinks", "transform", "decode", "dead_letters"},
     # What a record the decoder rejects does: fail the batch, or set it aside as a dead letter.
     "dead_letters": {"errors", "sinks", "decode"},
+    # Dead letters landed after a fix: the user's decoder and transform again, into the sinks.
+    "dead_letter_replay": {"errors", "sinks", "decode", "transform"},
     "round_report": {"errors"},
     "transform": {"errors", "sinks"},
     # The per-record decode hook: loads the user's function as the transform does.
