@@ -63,7 +63,18 @@ from pyiceberg.schema import Schema, assign_fresh_schema_ids
 from pyiceberg.table import Table
 from pyiceberg.table.snapshots import Snapshot, ancestors_of
 from pyiceberg.transforms import DayTransform
-from pyiceberg.types import DecimalType, DoubleType, FloatType, IcebergType, IntegerType, LongType, NestedField
+from pyiceberg.types import (
+    DecimalType,
+    DoubleType,
+    FloatType,
+    IcebergType,
+    IntegerType,
+    ListType,
+    LongType,
+    MapType,
+    NestedField,
+    StructType,
+)
 from pyiceberg.utils.config import Config
 
 from lease_core.model.lease import Lease
@@ -893,9 +904,25 @@ def check_columns(uri: str, table_schema: Schema, arrow_schema: pa.Schema) -> li
 def widens_to(batch_type: IcebergType, table_type: IcebergType) -> bool:
     """Whether every value of `batch_type` is written as a `table_type` value without loss: the same
     type, or a widening Iceberg allows (int to long, float to double, a decimal to a wider one of the
-    same scale). Reading promotions that can fail on a value (binary to string) are not widenings."""
+    same scale). Reading promotions that can fail on a value (binary to string) are not widenings.
+
+    Nested types compare by structure, not by field ids (a batch's have none): a list or map whose
+    elements (keys, values) widen, a struct with the table's fields by name, each widening. A struct
+    with fields the table's lacks, or without some of them, is not held (no nested schema evolution)."""
     if batch_type == table_type:
         return True
+    if isinstance(batch_type, ListType) and isinstance(table_type, ListType):
+        return widens_to(batch_type.element_type, table_type.element_type)
+    if isinstance(batch_type, MapType) and isinstance(table_type, MapType):
+        return widens_to(batch_type.key_type, table_type.key_type) and widens_to(
+            batch_type.value_type, table_type.value_type
+        )
+    if isinstance(batch_type, StructType) and isinstance(table_type, StructType):
+        table_fields = {field.name: field.field_type for field in table_type.fields}
+        batch_fields = {field.name: field.field_type for field in batch_type.fields}
+        return batch_fields.keys() == table_fields.keys() and all(
+            widens_to(field_type, table_fields[name]) for name, field_type in batch_fields.items()
+        )
     if isinstance(batch_type, IntegerType):
         return isinstance(table_type, LongType)
     if isinstance(batch_type, FloatType):

@@ -131,9 +131,9 @@ def test_a_round_that_cannot_reach_the_catalog_at_its_end_says_so_and_the_next_o
 ):
     pipeline = table_pipeline
     pipeline.produce(200)
-    opened = consume_job.open_sink
+    opened = consume_job.open_round_sink
     monkeypatch.setattr(
-        consume_job, "open_sink", lambda *args, **kwargs: CatalogDownAtPublication(opened(*args, **kwargs))
+        consume_job, "open_round_sink", lambda *args, **kwargs: CatalogDownAtPublication(opened(*args, **kwargs))
     )
 
     report = pipeline.round(spark, workers=2)
@@ -142,6 +142,6 @@ def test_a_round_that_cannot_reach_the_catalog_at_its_end_says_so_and_the_next_o
     assert report.publication is not None and "cannot reach the catalog" in (report.publication.error or "")
     assert "NOT VISIBLE YET: the round's committed batches were not published" in report.summary()
     assert pipeline.landed() == []
-    monkeypatch.setattr(consume_job, "open_sink", opened)
+    monkeypatch.setattr(consume_job, "open_round_sink", opened)
     assert pipeline.round(spark, workers=2).succeeded
     assert_exactly_once(pipeline)

@@ -222,6 +222,40 @@ def test_a_transform_that_adds_a_column_evolves_the_table(iceberg_catalog):
     assert sorted(landed.column("amount").to_pylist(), key=lambda v: (v is not None, v)) == [None, None, None, 1.5, 2.5]
 
 
+def test_nested_columns_a_json_decoder_makes_land_batch_after_batch(iceberg_catalog):
+    """A list of structs and a map, as a decoder of nested JSON returns them: the first batch creates
+    the table, the next ones (with ints where the table has longs) land in it by the columns' structure."""
+    items = pa.list_(pa.struct([("sku", pa.string()), ("quantity", pa.int64())]))
+    tags = pa.map_(pa.string(), pa.string())
+    sink = sink_on(iceberg_catalog)
+    first = rows(
+        1, 2, items=pa.array([[{"sku": "a", "quantity": 1}], []], items), tags=pa.array([[("k", "v")], []], tags)
+    )
+    record = sink.commit_record(None, sink.stage(batch_of(TRIM_HORIZON, 1, 2), first, "a"))
+    narrower = pa.list_(pa.struct([("sku", pa.string()), ("quantity", pa.int32())]))
+    later = rows(3, 1, items=pa.array([[{"sku": "b", "quantity": 2}, {"sku": "c", "quantity": 3}]], narrower))
+    record = sink.commit_record(record, sink_on(iceberg_catalog).stage(batch_of(position(2), 3, 1), later, "a"))
+    sink.publish_round({"shardId-000000000001": record}, IDENTITY)
+
+    landed = sorted(sink.table(refresh=True).scan().to_arrow().to_pylist(), key=lambda row: int(row["sequence_number"]))
+    assert [row["items"] for row in landed] == [
+        [{"sku": "a", "quantity": 1}],
+        [],
+        [{"sku": "b", "quantity": 2}, {"sku": "c", "quantity": 3}],
+    ]
+    assert [row["tags"] for row in landed] == [[("k", "v")], [], None]
+
+
+def test_a_nested_column_of_another_structure_is_refused_naming_it(iceberg_catalog):
+    sink = sink_on(iceberg_catalog)
+    items = pa.list_(pa.struct([("sku", pa.string())]))
+    sink.stage(batch_of(TRIM_HORIZON, 1, 1), rows(1, 1, items=pa.array([[{"sku": "a"}]], items)), "a")
+    other = pa.list_(pa.struct([("sku", pa.string()), ("price", pa.float64())]))
+
+    with pytest.raises(SinkError, match=r"column 'items' is list<struct<.*price.*> in the batch but"):
+        sink.stage(batch_of(position(1), 2, 1), rows(2, 1, items=pa.array([[{"sku": "b", "price": 1.0}]], other)), "a")
+
+
 def test_a_column_of_a_conflicting_type_is_refused_before_anything_is_written(iceberg_catalog, tmp_path):
     sink = sink_on(iceberg_catalog)
     land(sink, None, TRIM_HORIZON, 1, 3)

@@ -21,6 +21,7 @@ from lease_core.model.sequence import LATEST, SHARD_END, TRIM_HORIZON, ExtendedS
 from spark_jobs.lease_consumer import LeaseBudget
 from spark_jobs.round_report import LeaseReport, Outcome
 from spark_jobs.sinks.batch_sink import BatchRange
+from spark_jobs.sinks.dead_lettering import DeadLetteringSink
 from spark_jobs.sinks.parquet import ParquetSink, visible_path
 from spark_jobs.sinks.record_columns import records_table
 from spark_jobs.slot_task import SlotTask
@@ -204,7 +205,9 @@ class PausingSink:
 
 def paused_attempt(pipeline: ConsumerPipeline, attempt: int) -> tuple[SlotTask, PausingSink]:
     task = SlotTask(pipeline.spec(1, 1), slot_index=0, attempt=attempt)
-    sink = PausingSink(task.context.sink)
+    round_sink = task.context.sink
+    assert isinstance(round_sink, DeadLetteringSink) and isinstance(round_sink.output, ParquetSink)
+    sink = PausingSink(round_sink.output)
     task.context = dataclasses.replace(task.context, sink=sink)  # type: ignore[arg-type]
     return task, sink
 

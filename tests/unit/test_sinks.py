@@ -3,7 +3,20 @@
 from __future__ import annotations
 
 import pytest
-from pyiceberg.types import BinaryType, DecimalType, DoubleType, FloatType, IntegerType, LongType, StringType
+from pyiceberg.types import (
+    BinaryType,
+    DecimalType,
+    DoubleType,
+    FloatType,
+    IcebergType,
+    IntegerType,
+    ListType,
+    LongType,
+    MapType,
+    NestedField,
+    StringType,
+    StructType,
+)
 
 from lease_core.config.settings import ConsumerConfig
 from spark_jobs.errors import SinkError
@@ -49,6 +62,12 @@ def test_a_local_path_opens_a_parquet_dataset_there(tmp_path) -> None:
     assert isinstance(sink, ParquetSink) and sink.root == str(tmp_path / "lake")
 
 
+def _struct(first_id: int = 1, **fields: IcebergType) -> StructType:
+    return StructType(
+        *(NestedField(first_id + index, name, field_type) for index, (name, field_type) in enumerate(fields.items()))
+    )
+
+
 @pytest.mark.parametrize(
     ("batch_type", "table_type", "held"),
     [
@@ -60,6 +79,13 @@ def test_a_local_path_opens_a_parquet_dataset_there(tmp_path) -> None:
         (DecimalType(9, 2), DecimalType(18, 3), False),
         (BinaryType(), StringType(), False),
         (StringType(), LongType(), False),
+        (ListType(1, IntegerType()), ListType(7, LongType()), True),
+        (ListType(1, StringType()), ListType(7, LongType()), False),
+        (MapType(1, StringType(), 2, FloatType()), MapType(8, StringType(), 9, DoubleType()), True),
+        (_struct(a=IntegerType(), b=StringType()), _struct(10, b=StringType(), a=LongType()), True),
+        (_struct(a=IntegerType(), c=StringType()), _struct(10, a=IntegerType()), False),
+        (_struct(a=IntegerType()), _struct(10, a=IntegerType(), b=StringType()), False),
+        (ListType(1, IntegerType()), StringType(), False),
     ],
     ids=[
         "same",
@@ -70,6 +96,13 @@ def test_a_local_path_opens_a_parquet_dataset_there(tmp_path) -> None:
         "decimal of another scale",
         "binary to string (not every byte string is text)",
         "string to long",
+        "a list whose elements widen (field ids aside)",
+        "a list of other elements",
+        "a map whose keys and values widen",
+        "a struct with the table's fields by name, each widening",
+        "a struct with a field the table's lacks",
+        "a struct without a field of the table's",
+        "a list as a string",
     ],
 )
 def test_a_table_column_holds_a_batch_column_only_of_its_own_type_or_a_lossless_widening(batch_type, table_type, held):
