@@ -10,11 +10,13 @@ round (SHARD_END, child leases, the children read), two idle rounds (the first c
 parent), a backfill
 round, the plugin's monitoring API reading both namespaces (the Airflow api-server runs it under the
 same connection), then teardown of both namespaces. Tags and point-in-time recovery are configured so that the
-table options' calls happen too.
+table options' calls happen too. Both applications decode their records (a text decoder, with its schema) and set
+bad records aside (`bad_records=dead_letter`): each live round reads one record the decoder rejects among the
+others, so that the dead letters beside the output (and beside the backfill's) are staged and made visible too.
 
 A second application lands in an Iceberg table of AWS Glue with its files in S3 (Glue -> proxy -> moto,
 configured as pyiceberg's catalogs are, in the environment of the Airflow tasks and spark-submit):
-two live rounds (the first creates the table), a backfill round (its own table), then
+two live rounds (the first creates the table and its dead-letter table), a backfill round (its own two), then
 `leasectl maintain` with the table's snapshots kept for a millisecond and the listings reporting its
 files four days old, so that it expires the first round's snapshot and deletes what nothing names any
 more (with what an attempt fenced after staging left), then `leasectl verify` and `restore`.
@@ -39,6 +41,7 @@ from pathlib import Path
 from typing import Any
 
 import boto3
+import pyarrow as pa
 import pytest
 from pyiceberg.catalog import load_catalog
 
@@ -48,9 +51,10 @@ from devtools.kinesis_streams import create_stream, kinesis_client, shards_of, s
 from lease_core.model.sequence import SHARD_END, TRIM_HORIZON
 from spark_jobs import leasectl
 from spark_jobs.sinks import backfill_uri
+from spark_jobs.sinks.dead_lettering import dead_letter_uri
 from spark_jobs.sinks.iceberg import IcebergSink
 from spark_jobs.sinks.iceberg_maintenance import MAX_SNAPSHOT_AGE_PROPERTY
-from spark_jobs.sinks.parquet import ParquetSink
+from spark_jobs.sinks.parquet import ParquetSink, visible_path
 from tests.support.airflow_dag import LOCAL_SPARK_CONNECTION, airflow_environment, consumed_cleanly, run_round
 from tests.support.iam_policy import (
     Grant,
@@ -66,6 +70,7 @@ from tests.support.iam_policy import (
     substitute,
 )
 from tests.support.iceberg_tables import batch_of, catalog_environment, glue_catalog_properties, rows
+from tests.support.spark_transforms import MALFORMED_MARK
 
 REPOSITORY = Path(__file__).resolve().parents[2]
 POLICY_FILE = REPOSITORY / "docs" / "iam-policy.json"
@@ -78,6 +83,8 @@ SINK_STATEMENTS = {"parquet": "Parquet", "iceberg": "Iceberg"}
 ICEBERG_CATALOG = "iamglue"
 ICEBERG_TABLE = "orders"
 WAREHOUSE = "warehouse"  # in the bucket: a Glue database without a location of its own is at <warehouse>/<name>.db
+# Both applications decode their records and set the ones the decoder rejects aside.
+DEAD_LETTERING = {"decode": "tests.support.spark_transforms:text_payload", "bad_records": "dead_letter"}
 
 # Grants the runs cannot use, each with why the policy still needs it.
 ABORTED_UPLOADS = (
@@ -107,6 +114,10 @@ class RecordedRun:
     produced: list[bytes]
     landed: list[bytes]
     lease_checkpoints: list[str]
+    malformed: list[bytes]  # the payloads the decoder rejects (not among `produced`)
+    dead_letters: list[dict[str, Any]]  # the rows of the dead letters beside the output
+    backfill_dead_letters: list[dict[str, Any]]  # and beside the backfill's
+    dead_letter_prefixes: tuple[str, str]  # their places in the bucket: the output's, the backfill's
 
     @property
     def placeholders(self) -> dict[str, str]:
@@ -132,6 +143,9 @@ class IcebergRun:
     landed: list[bytes]
     backfilled: list[bytes]
     fenced_files: list[str]  # what the fenced attempt staged: its data files, manifest and receipt
+    malformed: list[bytes]
+    dead_letters: list[dict[str, Any]]
+    backfill_dead_letters: list[dict[str, Any]]
 
 
 @pytest.fixture(scope="module")
@@ -215,12 +229,18 @@ def create_kcl2_lease_table(client: Any, name: str) -> None:
     )
 
 
-def produce(client: Any, stream: str, count: int, serial: list[int]) -> list[bytes]:
+def produce(client: Any, stream: str, count: int, serial: list[int], malformed: list[bytes]) -> list[bytes]:
+    """`count` records of text (their payloads returned) and, in their middle, one more that the decoder
+    rejects (its payload appended to `malformed`)."""
     payloads = []
     for _ in range(count):
         payloads.append(f"{stream}/record-{serial[0]:06d}".encode())
         serial[0] += 1
-    pending = [{"Data": data, "PartitionKey": data.decode()} for data in payloads]
+    key = f"{stream}/malformed-{len(malformed)}"
+    malformed.append(MALFORMED_MARK + key.encode())
+    keyed = [(data, data.decode()) for data in payloads]
+    keyed.insert(count // 2, (malformed[-1], key))
+    pending = [{"Data": data, "PartitionKey": key} for data, key in keyed]
     while pending:
         results = client.put_records(StreamName=stream, Records=pending)["Records"]
         pending = [entry for entry, result in zip(pending, results) if "ErrorCode" in result]
@@ -250,14 +270,15 @@ def recorded_run(
             "num_workers": 2,
             "initial_position": "TRIM_HORIZON",
             "output_uri": output,
+            **DEAD_LETTERING,
         },
     )
-    serial = [0]
+    serial, malformed = [0], []
     window_start = window_bound()
-    produced = produce(kinesis, stream, 120, serial)
+    produced = produce(kinesis, stream, 120, serial, malformed)
     rounds.run("first")
     split_shard(kinesis, stream, sorted(shard.shard_id for shard in shards_of(kinesis, stream))[0])
-    produced += produce(kinesis, stream, 80, serial)
+    produced += produce(kinesis, stream, 80, serial, malformed)
     rounds.run("after-split")  # the parent to its end, and its children in the same round
     rounds.run("cleanup")  # nothing new to read: shard sync deletes the finished parent, the consume step is skipped
     rounds.run("idle")
@@ -281,7 +302,14 @@ def recorded_run(
         leasectl_main(name, proxies["dynamodb"].endpoint, "teardown", "--yes")
         for name in (application, backfill_application)
     ]
-    table = ParquetSink.from_uri(output, s3_endpoint_url=moto_endpoint, region=REGION).read_dataset()
+
+    def dataset(uri: str) -> pa.Table:
+        return ParquetSink.from_uri(uri, s3_endpoint_url=moto_endpoint, region=REGION).read_dataset()
+
+    table = dataset(output)
+    live, backfill = (
+        dead_letter_uri(uri) for uri in (output, backfill_uri(output, window_name(window_start, window_end)))
+    )
     return RecordedRun(
         application,
         backfill_application,
@@ -295,6 +323,10 @@ def recorded_run(
         produced,
         table.column("data").to_pylist(),
         checkpoints,
+        malformed,
+        dataset(live).to_pylist(),
+        dataset(backfill).to_pylist(),
+        (f"{live.removeprefix(f's3://{bucket}/')}/", f"{backfill.removeprefix(f's3://{bucket}/')}/"),
     )
 
 
@@ -347,13 +379,14 @@ def iceberg_run(
                 "num_workers": 2,
                 "initial_position": "TRIM_HORIZON",
                 "output_uri": output,
+                **DEAD_LETTERING,
             },
         )
-        serial = [0]
+        serial, malformed = [0], []
         window_start = window_bound()
-        produced = produce(kinesis, stream, 60, serial)
-        rounds.run("first")  # creates the table
-        produced += produce(kinesis, stream, 40, serial)
+        produced = produce(kinesis, stream, 60, serial, malformed)
+        rounds.run("first")  # creates the table and its dead-letter table
+        produced += produce(kinesis, stream, 40, serial, malformed)
         rounds.run("second")
         window_end = window_bound()
         rounds.run("backfill", mode="backfill", start=window_start.isoformat(), end=window_end.isoformat())
@@ -374,8 +407,14 @@ def iceberg_run(
         exit_codes.update(verify=run_leasectl("verify"), restore=run_leasectl("restore", "--yes"))
     calls = calls_since(proxies, counts)
 
+    def table_rows(table_name: str) -> pa.Table:
+        return direct.load_table((database, table_name)).scan().to_arrow()
+
     def records(table_name: str) -> list[bytes]:
-        return direct.load_table((database, table_name)).scan().to_arrow().column("data").to_pylist()
+        return table_rows(table_name).column("data").to_pylist()
+
+    def dead_letters(table_name: str) -> list[dict[str, Any]]:
+        return table_rows(dead_letter_table(table_name)).to_pylist()
 
     return IcebergRun(
         {
@@ -397,7 +436,15 @@ def iceberg_run(
         records(ICEBERG_TABLE),
         records(backfill_table),
         fenced_files,
+        malformed,
+        dead_letters(ICEBERG_TABLE),
+        dead_letters(backfill_table),
     )
+
+
+def dead_letter_table(table_name: str) -> str:
+    """The table beside `table_name` (of any database) that its dead letters go to."""
+    return dead_letter_uri(f"iceberg://{ICEBERG_CATALOG}/database.{table_name}").rpartition(".")[2]
 
 
 RUNS = {"parquet": "recorded_run", "iceberg": "iceberg_run"}
@@ -439,6 +486,22 @@ def test_the_proxied_run_consumes_every_record_once_skips_the_idle_round_and_tea
     assert recorded_run.teardown_exit_codes == [0, 0]
 
 
+STAGING_WRITES = ("PutObject", "CompleteMultipartUpload")
+
+
+def test_the_parquet_run_stages_its_dead_letters_and_promotes_them_beside_the_output_and_beside_the_backfill_s(
+    recorded_run,
+):
+    for prefix in recorded_run.dead_letter_prefixes:
+        calls = [(call.operation, call.key) for call in recorded_run.calls if (call.key or "").startswith(prefix)]
+        print(prefix, "calls:", json.dumps(calls, indent=1))
+        staged = {key for operation, key in calls if "/_staged-" in key and operation in STAGING_WRITES}
+        copied = {key for operation, key in calls if operation == "CopyObject"}
+        deleted = {key for operation, key in calls if operation == "DeleteObject"}
+        assert staged, prefix
+        assert copied == {visible_path(key) for key in staged} and deleted == staged, (prefix, calls)
+
+
 def test_an_idle_round_scans_the_lease_table_once_and_writes_only_the_lock_and_its_history(recorded_run):
     calls = recorded_run.round_calls["idle"]
     on_leases = Counter(call.operation for call in calls if recorded_run.application in call.tables)
@@ -470,12 +533,16 @@ def test_the_iceberg_run_lands_every_record_once_in_its_table_and_its_backfill_s
     assert iceberg_run.leasectl_exit_codes == {"maintain": 0, "verify": 0, "restore": 0}
 
 
-def test_the_iceberg_sink_asks_glue_for_its_database_and_to_get_create_and_update_its_two_tables(iceberg_run):
+def test_the_iceberg_sink_asks_glue_for_its_database_and_to_get_create_and_update_its_four_tables(iceberg_run):
     glue = [call for call in iceberg_run.calls if call.service == "glue"]
     print("Glue calls:", dict(Counter((call.operation, call.status) for call in glue)))
     assert {call.operation for call in glue} == {"GetDatabase", "GetTable", "CreateTable", "UpdateTable"}
     assert {call.database for call in glue} == {iceberg_run.placeholders["Database"]}
-    assert {table for call in glue for table in call.tables} == {ICEBERG_TABLE, iceberg_run.backfill_table}
+    tables = (ICEBERG_TABLE, iceberg_run.backfill_table)
+    assert {table for call in glue for table in call.tables} == {*tables, *map(dead_letter_table, tables)}
+    for table in map(dead_letter_table, tables):  # created by the job, then committed to
+        operations = {call.operation for call in glue if table in call.tables and call.status == 200}
+        assert {"CreateTable", "UpdateTable"} <= operations, (table, operations)
 
 
 def test_leasectl_maintain_deletes_the_fenced_attempt_s_files_and_the_expired_snapshot_s_list_and_position_map(
@@ -496,6 +563,18 @@ def test_leasectl_maintain_deletes_the_fenced_attempt_s_files_and_the_expired_sn
     assert [name for name in others if not name.startswith(own)] == []
     deletes = [call for call in iceberg_run.calls if call.operation == "DeleteObject"]
     assert len(deletes) == len(deleted), "only the upkeep deletes"
+
+
+@pytest.mark.parametrize("sink", list(RUNS))
+def test_each_record_the_decoder_rejects_is_set_aside_once_beside_the_output_and_once_beside_the_backfill_s(
+    sink, request
+):
+    run = request.getfixturevalue(RUNS[sink])
+    assert len(run.malformed) == 2  # one in each live round
+    for dead_letters in (run.dead_letters, run.backfill_dead_letters):
+        assert sorted(row["data"] for row in dead_letters) == sorted(run.malformed)
+        assert all("UnicodeDecodeError" in row["error"] for row in dead_letters), dead_letters
+        assert {row["stream_name"] for row in dead_letters} == {run.placeholders["Stream"]}
 
 
 # --- the policy ----------------------------------------------------------------------------------

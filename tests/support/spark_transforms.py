@@ -1,4 +1,5 @@
-"""Transforms that steer a consume job from the test process (they run inside Spark executors).
+"""Transforms that steer a consume job from the test process (they run inside Spark executors), and a
+few ordinary user transforms and decoders.
 
 Instructions are files in the session's control directory (`KINESIS_TEST_CONTROL_DIR`), named after
 the shard they apply to, so that one test's instructions never touch another test's stream:
@@ -17,6 +18,8 @@ import time
 from pathlib import Path
 
 import pyarrow as pa
+
+from spark_jobs.decode import RecordContext
 
 BLOCK_TIMEOUT_SECONDS = 60.0
 
@@ -64,3 +67,16 @@ def refuse_poison(table: pa.Table) -> pa.Table:
     if b"poison" in table.column("data").to_pylist():
         raise ValueError("cannot decode the payload b'poison'")
     return table
+
+
+def text_payload(data: bytes, record: RecordContext) -> dict[str, bytes]:
+    """A user decoder: a payload of UTF-8 text lands as it came; one that is not (a malformed record,
+    such as `MALFORMED_MARK` starts) raises UnicodeDecodeError, and the pipeline rejects the record."""
+    data.decode("utf-8")
+    return {"data": data}
+
+
+text_payload.schema = pa.schema([pa.field("data", pa.binary(), nullable=False)])
+
+# No UTF-8 text starts with this byte: a payload that does is one `text_payload` rejects.
+MALFORMED_MARK = b"\xff"
