@@ -12,9 +12,10 @@ from lease_core.retrieval.pending_work import find_pending_work
 from lease_core.retry import RetryPolicy
 from spark_jobs.dead_letters import BadRecordPolicy
 from spark_jobs.round_report import Outcome
-from spark_jobs.sinks.dead_lettering import DeadLetteringSink, split_record
-from spark_jobs.sinks.iceberg import LeaseRecord
+from spark_jobs.sinks.dead_lettering import DeadLetteringSink, dead_letter_uri, split_record
+from spark_jobs.sinks.iceberg import LeaseRecord, parse_table_uri
 from tests.contract.test_dead_letters import SHARD, _failing_dead_letters, a_round, decoder_rejecting, owned_store
+from tests.support.iceberg_tables import URI
 from tests.support.kinesis_shard import InMemoryShard
 from tests.support.sinks_under_test import STREAM, IcebergUnderTest, dead_letters, end_round, round_sink
 
@@ -97,3 +98,21 @@ def _remove_dead_letter_receipts(under: IcebergUnderTest, record: str | None) ->
     assert table is not None and decoded is not None
     for entry in decoded.entries:
         table.io.delete(sink.receipt_path(table, entry.receipt))
+
+
+def test_an_operator_dropping_the_dead_letter_table_does_not_stop_the_output(tmp_path: Path):
+    """The dead letters are a log (docs/operating.md); once replayed, an operator drops the table to
+    clear it. The lease's record still names its last dead-letter batch (the position that says it is
+    visible went with the table), so every round's publication starts with the dead-letter table's,
+    which raises "the table is gone", and the output's commit is never made: no lease's new batches
+    become visible until some record is dead-lettered again (which creates the table anew)."""
+    under, store = IcebergUnderTest(tmp_path), owned_store()
+    decoder, policy = decoder_rejecting(102), BadRecordPolicy("dead_letter")
+    a_round(store, 1, lambda: round_sink(under), InMemoryShard(range(100, 104)), decoder, policy)
+    assert under.visible_sequence_numbers() == ["101", "103"] and len(dead_letters(under)) == 1
+
+    under.dead_letter_sink().catalog.drop_table(parse_table_uri(dead_letter_uri(URI)).identifier)
+
+    a_round(store, 2, lambda: round_sink(under), InMemoryShard(range(100, 107)), decoder, policy)
+
+    assert under.visible_sequence_numbers() == ["101", "103", "104", "105", "106"]
