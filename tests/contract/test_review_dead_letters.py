@@ -1,4 +1,5 @@
-"""Review: dead letters at a closed shard's end, against the idle check and the lease cleanup."""
+"""Review: an Iceberg table's dead letters against the idle check, a missing staged batch, and an
+operator who drops the dead-letter table."""
 
 from __future__ import annotations
 
