@@ -162,7 +162,10 @@ class Decoder:
                     fitting.append(row)
             if not misfits:
                 raise TransformError(self.spec, f"decoded rows that do not fit one table ({error})") from error
-            table = self._build(fitting)
+            try:
+                table = self._build(fitting)
+            except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError) as rest:  # the others conflict too
+                raise TransformError(self.spec, f"decoded rows that do not fit one table ({rest})") from rest
         clashes = sorted(set(table.column_names) & {*POSITION_COLUMNS, *BATCH_COLUMNS})
         if clashes:
             raise TransformError(self.spec, f"decodes a column named {clashes[0]!r}, which the batch has already")
