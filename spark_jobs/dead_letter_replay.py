@@ -52,9 +52,12 @@ REPLAY_ROUND = 0
 BATCHES_PER_COMMIT = 500
 
 
-def replay_lease_key(lease_key: str) -> str:
-    """The pseudo lease whose batches are `lease_key`'s replayed dead letters."""
-    return f"{lease_key}{REPLAY_LEASE_SUFFIX}"
+def replay_lease_key(lease_key: str, stream_created: int | None = None) -> str:
+    """The pseudo lease whose batches are `lease_key`'s replayed dead letters, of the stream's
+    incarnation created at `stream_created` (a stream deleted and created again under its name has
+    the same single-stream lease keys, and its sequence numbers start over)."""
+    incarnation = "" if stream_created is None else f":{stream_created}"
+    return f"{lease_key}{incarnation}{REPLAY_LEASE_SUFFIX}"
 
 
 def is_replay_lease(lease_key: str) -> bool:
@@ -70,9 +73,20 @@ class DeadLetterGroup:
     lease_key: str
     stream_name: str
     shard_id: str
+    stream_created: int | None  # the stream's incarnation (None: not known when it was set aside)
     batch_start: str
     batch_end: str
     records: tuple[KinesisRecord, ...]
+
+    @property
+    def replay_key(self) -> str:
+        return replay_lease_key(self.lease_key, self.stream_created)
+
+    @property
+    def lease_name(self) -> str:
+        """The lease, and the incarnation of its stream when known: what the replay reports by."""
+        created = "" if self.stream_created is None else f" (stream created {self.stream_created})"
+        return f"{self.lease_key}{created}"
 
     @property
     def batch(self) -> BatchRange:
@@ -86,7 +100,7 @@ class DeadLetterGroup:
         checkpoint), or it starts at a record inside (C, E), which is no batch's checkpoint (a
         lease's batches chain, each starting at the end of the one before)."""
         first, last = self.records[0].position, self.records[-1].position
-        return BatchRange(replay_lease_key(self.lease_key), self.stream_name, self.shard_id, first, first, last)
+        return BatchRange(self.replay_key, self.stream_name, self.shard_id, first, first, last)
 
     def describe(self) -> str:
         return (
@@ -95,18 +109,30 @@ class DeadLetterGroup:
         )
 
 
-def dead_letter_groups(dead_letters: pa.Table, stream: str | None = None) -> dict[str, list[DeadLetterGroup]]:
-    """Pure: the dead letters (of `stream` only, when given) by lease in key order, each lease's groups
-    in shard order, each group's records too."""
-    found: dict[tuple[str, str, str, str, str], list[KinesisRecord]] = defaultdict(list)
+def dead_letter_groups(
+    dead_letters: pa.Table, application: str, stream: str | None = None
+) -> dict[str, list[DeadLetterGroup]]:
+    """Pure: `application`'s dead letters (of `stream` only, when given; a table may be shared by
+    several applications) by lease and stream incarnation (`DeadLetterGroup.lease_name`) in name
+    order, each one's groups in shard order, each group's records too."""
+    found: dict[tuple[str, str, str, int | None, str, str], list[KinesisRecord]] = defaultdict(list)
     for row in dead_letters.to_pylist():
-        if stream is None or row["stream_name"] == stream:
-            batch = (row["lease_key"], row["stream_name"], row["shard_id"], row["batch_start"], row["batch_end"])
-            found[batch].append(KinesisRecord(**{name: row[name] for name in RECORD_SCHEMA.names}))
+        if row["application"] != application or (stream is not None and row["stream_name"] != stream):
+            continue
+        batch = (
+            row["lease_key"],
+            row["stream_name"],
+            row["shard_id"],
+            row["stream_created"],
+            row["batch_start"],
+            row["batch_end"],
+        )
+        found[batch].append(KinesisRecord(**{name: row[name] for name in RECORD_SCHEMA.names}))
     by_lease: dict[str, list[DeadLetterGroup]] = defaultdict(list)
-    for (lease_key, stream_name, shard_id, start, end), records in found.items():
+    for (lease_key, stream_name, shard_id, created, start, end), records in found.items():
         ordered = tuple(sorted(records, key=lambda record: record.position))
-        by_lease[lease_key].append(DeadLetterGroup(lease_key, stream_name, shard_id, start, end, ordered))
+        group = DeadLetterGroup(lease_key, stream_name, shard_id, created, start, end, ordered)
+        by_lease[group.lease_name].append(group)
     return {
         key: sorted(groups, key=lambda group: group.records[0].position) for key, groups in sorted(by_lease.items())
     }
@@ -252,7 +278,7 @@ class DeadLetterReplay:
         """Replay every lease's dead letters (of `stream` only, when given) that have not landed;
         `dry_run`: decode them and land nothing. `ensure_held` is called before every write."""
         table = read_dead_letters(self.dead_letters)
-        groups = {} if table is None else dead_letter_groups(table, stream)
+        groups = {} if table is None else dead_letter_groups(table, self.application, stream)
         landed = landed_check(self.output)
         identity = RoundIdentity(self.application, REPLAY_ROUND, {})
         writer = None if dry_run else _Writer(self.output, identity, self.batches_per_commit, ensure_held)

@@ -68,16 +68,30 @@ class BadRecordPolicy:
         return rejected
 
 
-def dead_letter_table(rejected: Sequence[RejectedRecord], batch: BatchRange, processing: str) -> pa.Table:
+def dead_letter_table(
+    rejected: Sequence[RejectedRecord],
+    batch: BatchRange,
+    processing: str,
+    application: str,
+    incarnation: tuple[str, int] | None = None,
+) -> pa.Table:
     """The batch's dead letters as a DEAD_LETTER_SCHEMA table, in shard order: a pure function of the
-    batch and its records (a retried batch stages the same rows)."""
+    batch and its records (a retried batch stages the same rows). `incarnation`: the stream's ARN and
+    creation time (epoch seconds), when the round knows them."""
     records = [rejection.record for rejection in rejected]
+    count = len(records)
     columns: dict[str, list[object]] = {
         name: [getattr(record, name) for record in records] for name in RECORD_SCHEMA.names
     }
-    columns["error"] = [rejection.error for rejection in rejected]
-    columns["processing"] = [processing] * len(records)
-    columns["lease_key"] = [batch.lease_key] * len(records)
-    columns["batch_start"] = [str(batch.start)] * len(records)
-    columns["batch_end"] = [str(batch.end)] * len(records)
+    arn, created = incarnation if incarnation is not None else (None, None)
+    columns.update(
+        error=[rejection.error for rejection in rejected],
+        processing=[processing] * count,
+        application=[application] * count,
+        stream_arn=[arn] * count,
+        stream_created=[created] * count,
+        lease_key=[batch.lease_key] * count,
+        batch_start=[str(batch.start)] * count,
+        batch_end=[str(batch.end)] * count,
+    )
     return pa.table(columns, schema=DEAD_LETTER_SCHEMA)

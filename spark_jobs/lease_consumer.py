@@ -105,6 +105,9 @@ class LeaseContext:
     busy_gate: AbstractContextManager[Any] = field(default_factory=nullcontext)
     decoder: Decoder | None = None  # the per-record decode hook, before the transform
     bad_records: BadRecordPolicy = field(default_factory=BadRecordPolicy)  # what a record the decoder rejects does
+    application: str = ""  # whose dead letters these are
+    # The streams' ARNs and creation times (`ConsumeSpec.stream_incarnations`), which dead letters keep.
+    stream_incarnations: Mapping[str, tuple[str, int]] = field(default_factory=dict)
     clock: Callable[[], float] = time.monotonic
     wall_clock_millis: Callable[[], int] = lambda: time.time_ns() // 1_000_000
 
@@ -497,7 +500,8 @@ class LeaseConsumer:
             rejected = self.context.bad_records.set_aside(decoded.rejected, len(records), decoder.spec)
             table = decoded.table
             if rejected:
-                dead_letters = dead_letter_table(rejected, batch, decoder.spec)
+                incarnation = self.context.stream_incarnations.get(self.stream_name)
+                dead_letters = dead_letter_table(rejected, batch, decoder.spec, self.context.application, incarnation)
         if self.context.transform is not None and self.context.transform_spec is not None:
             table = transformed(
                 table, self.stream_name, self.shard_id, self.context.transform_spec, self.context.transform

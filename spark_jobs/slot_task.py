@@ -108,6 +108,8 @@ class SlotTask:
             transform=load_transform(spec.transform),
             decoder=load_decoder(spec.decode),
             bad_records=spec.bad_records,
+            application=self.config.require_application_name(),
+            stream_incarnations=spec.stream_incarnations,
             retry_policy=app.retry_policy,
             at_timestamp=spec.at_timestamp,
             budget=spec.budget,

@@ -83,6 +83,9 @@ def find_pending_work(
         reason = _work_without_reading(lease, closed_lease_keys)
         if reason is not None:
             return PendingWork(len(open_leases), lease.lease_key, reason)
+    finished_waiting = _finished_with_batches_waiting(leases, awaiting_visibility)
+    if finished_waiting is not None:
+        return PendingWork(len(open_leases), *finished_waiting)
     timestamp = config.initial_position_timestamp
     at_timestamp = None if timestamp is None else parse_iso_timestamp(timestamp)
 
@@ -122,6 +125,26 @@ def find_pending_work(
         return None
 
     return _first_with_work(open_leases, work_in_shard, threads)
+
+
+def _finished_with_batches_waiting(
+    leases: Sequence[Lease], awaiting_visibility: Callable[[Lease], tuple[str, ...]] | None
+) -> tuple[str, str] | None:
+    """A lease at SHARD_END whose last committed batches readers cannot see yet (a table's commit at
+    the round's end failed): only a round's publication makes them visible, so it is work, however
+    quiet its children are. (lease key, reason), or None."""
+    if awaiting_visibility is None:
+        return None
+    for lease in leases:
+        if not (lease.is_at_shard_end and lease.committed_batch):
+            continue
+        try:
+            awaiting = awaiting_visibility(lease)
+        except LeaseCoreError as error:
+            return lease.lease_key, f"its committed batches could not be checked here ({type(error).__name__}: {error})"
+        if awaiting:
+            return lease.lease_key, f"committed batches are not visible yet: {', '.join(awaiting)}"
+    return None
 
 
 def _work_without_reading(lease: Lease, closed_lease_keys: Collection[str]) -> str | None:

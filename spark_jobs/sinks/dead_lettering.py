@@ -11,9 +11,11 @@ protocol of `batch_sink` as one sink, so they share its guarantees:
 - a redo adopts both staged parts or reads the range again; the dead letters are staged first, so a
   staged output means its dead letters (if any) were staged too;
 - the dead letters are made visible before the output (per batch, or at the round's end in the
-  dead-letter table's own commit, before the output table's). A crash in between leaves the output
-  waiting, and whoever makes it visible next finds the dead letters visible already. Had the output
-  gone first, a decoder fixed before the redo would drop those records from both.
+  dead-letter table's own commit, before the output table's), so that a reader of the output never
+  sees a batch whose rejected records are not in the dead letters yet. Both parts are committed
+  together first, so either order lands each once: a crash in between leaves the other part for
+  whoever makes the lease's committed batches visible next, and a dead-letter destination that
+  cannot take them (its table dropped) holds up only its own part, never the output's.
 
 The dead-letter sink is opened only when a record names it or a batch has dead letters, so a
 pipeline that turns dead-lettering off still finishes what an earlier round set aside.
@@ -40,12 +42,18 @@ from spark_jobs.sinks.batch_sink import (
 from spark_jobs.sinks.record_columns import RECORD_SCHEMA
 
 # A dead letter (`spark_jobs.dead_letters`): the record as it arrived (the record columns), why it was
-# rejected and by what, and the batch it came from (the lease and its range), so that a replay lands it once.
+# rejected and by what, by whom and from which stream, and the batch it came from (the lease and its
+# range), so that a replay lands it once.
 DEAD_LETTER_SCHEMA = pa.schema(
     [
         *RECORD_SCHEMA,
         pa.field("error", pa.string(), nullable=False),
         pa.field("processing", pa.string(), nullable=False),
+        # Who set it aside, and from which incarnation of its stream (a stream deleted and created again
+        # under its name starts its sequence numbers over): several applications may share a table.
+        pa.field("application", pa.string(), nullable=False),
+        pa.field("stream_arn", pa.string()),
+        pa.field("stream_created", pa.int64()),
         pa.field("lease_key", pa.string(), nullable=False),
         pa.field("batch_start", pa.string(), nullable=False),
         pa.field("batch_end", pa.string(), nullable=False),
@@ -153,6 +161,9 @@ class DeadLetteringSink:
         previous_output, previous_dead = split_record(previous)
         output_token, dead_token = split_record(None if staged is None else staged.token)
         output = self.output.commit_record(previous_output, _part(output_token))
+        if previous_dead is not None and not self.dead_letters.awaiting_visibility(previous_dead):
+            # Visible, or never to be (its staged data or its table deleted since): nothing left to wait for.
+            previous_dead = None
         dead = None
         if previous_dead is not None or dead_token:
             dead = self.dead_letters.commit_record(previous_dead, _part(dead_token))
@@ -178,12 +189,22 @@ class DeadLetteringSink:
         both for the next round)."""
         parts = {key: split_record(record) for key, record in records.items()}
         dead_records = {key: dead for key, (_, dead) in parts.items() if dead is not None}
-        dead = RoundPublication(0, 0, 0)
+        dead, failure = RoundPublication(0, 0, 0), None
         if dead_records:
-            dead = self.dead_letters.publish_round(dead_records, identity)
+            try:
+                dead = self.dead_letters.publish_round(dead_records, identity)
+            except SinkError as error:  # the output's committed batches do not wait for them
+                failure = error
         output = self.output.publish_round(
             {key: output for key, (output, _) in parts.items() if output is not None}, identity
         )
+        if failure is not None:
+            raise SinkError(
+                self.dead_letters_uri or failure.uri,
+                f"the dead letters were not made visible ({failure.problem}); the output's {output.batches_published} "
+                "committed batch(es) were",
+                retryable=failure.retryable,
+            )
         return RoundPublication(
             commits=dead.commits + output.commits,
             batches_published=output.batches_published,

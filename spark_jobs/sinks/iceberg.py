@@ -512,11 +512,20 @@ class IcebergSink:
         return Visibility.AT_ROUND_END
 
     def awaiting_visibility(self, record: str | None) -> tuple[str, ...]:
+        """The committed batches of `record` the table does not hold yet and can still take: a batch
+        whose receipt is gone (or whose table is) can never be committed, so it is not named."""
         decoded = LeaseRecord.decode(record)
         if decoded is None:
             return ()
         waiting = self._not_visible(decoded.lease_key, list(decoded.entries))
-        return tuple(f"{decoded.lease_key} up to {entry.end} (receipt {entry.receipt})" for entry in waiting)
+        table = self.table() if waiting else None
+        if table is None:
+            return ()
+        with self.failures("look for the receipts of committed batches"):
+            publishable = [
+                entry for entry in waiting if table.io.new_input(self.receipt_path(table, entry.receipt)).exists()
+            ]
+        return tuple(f"{decoded.lease_key} up to {entry.end} (receipt {entry.receipt})" for entry in publishable)
 
     def awaiting_from(self, lease: Lease) -> ExtendedSequenceNumber | None:
         """Where the batches the lease's record waits to publish begin (`leasectl verify`): the first

@@ -282,7 +282,7 @@ def test_a_redo_of_a_batch_staged_with_its_dead_letters_sets_each_aside_once(sin
     rejected: tuple[RejectedRecord, ...] = decoded.rejected
     token = sink.staged_token(batch, "earlier")
     sink.stage_with_dead_letters(
-        batch, decoded.table, dead_letter_table(rejected, batch, "users.orders:decode"), "earlier"
+        batch, decoded.table, dead_letter_table(rejected, batch, "users.orders:decode", APPLICATION), "earlier"
     )
     lease = store.get_lease(SHARD, consistent=True)
     assert lease is not None and split_record(token)[1], "the prepare names the dead letters' staged part"

@@ -73,7 +73,7 @@ def land_round(output_uri: str, application: str = APPLICATION) -> None:
     records: dict[str, str] = {}
     for batch, batch_records in batches():
         decoded = decoder.decode_batch(batch_records, batch.stream_name, batch.shard_id)
-        dead_letters = dead_letter_table(decoded.rejected, batch, decoder.spec)
+        dead_letters = dead_letter_table(decoded.rejected, batch, decoder.spec, application)
         staged = sink.stage_with_dead_letters(batch, decoded.table, dead_letters, "a-claim-token")
         record = sink.commit_record(records.get(batch.lease_key), staged)
         assert record is not None

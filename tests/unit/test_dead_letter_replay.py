@@ -18,6 +18,7 @@ from spark_jobs.sinks.batch_sink import BatchRange
 from spark_jobs.sinks.parquet import batch_file_name
 
 ARRIVAL = datetime(2026, 11, 26, tzinfo=UTC)
+APPLICATION = "orders-app"
 
 
 def position(text: str) -> ExtendedSequenceNumber:
@@ -25,14 +26,23 @@ def position(text: str) -> ExtendedSequenceNumber:
     return ExtendedSequenceNumber(number, int(sub or 0))
 
 
-def dead_letters(lease: str, start: str, end: str, *positions: str, stream: str = "orders") -> list[dict]:
+def dead_letters(
+    lease: str,
+    start: str,
+    end: str,
+    *positions: str,
+    stream: str = "orders",
+    application: str = APPLICATION,
+    incarnation: tuple[str, int] | None = None,
+) -> list[dict]:
     """The rows a reader of the destination finds for the dead letters at `positions` of the batch
     (start, end] of `lease` (on shard "shard-1"), as a round sets them aside."""
     batch = BatchRange(lease, stream, "shard-1", position(start), None, position(end))
     records = [
         KinesisRecord(p.sequence_number, p.sub_sequence_number, "key", ARRIVAL, b"x") for p in map(position, positions)
     ]
-    table = dead_letter_table([RejectedRecord(record, "bad") for record in records], batch, "users:decode")
+    rejected = [RejectedRecord(record, "bad") for record in records]
+    table = dead_letter_table(rejected, batch, "users:decode", application, incarnation)
     return [{**row, "stream_name": stream, "shard_id": "shard-1"} for row in table.to_pylist()]
 
 
@@ -49,7 +59,8 @@ def test_dead_letters_are_grouped_by_their_batch_and_ordered_by_position_within_
             dead_letters("shard-1", "200", "300", "250/1", "250", "210"),
             dead_letters("shard-1", "TRIM_HORIZON", "200", "150"),
             dead_letters("shard-0", "TRIM_HORIZON", "90", "90"),
-        )
+        ),
+        APPLICATION,
     )
 
     assert list(groups) == ["shard-0", "shard-1"]
@@ -63,7 +74,7 @@ def test_only_the_stream_asked_for_is_grouped():
     orders = dead_letters("a:orders:1:shard-1", "1", "9", "5", stream="orders")
     clicks = dead_letters("a:clicks:1:shard-1", "1", "9", "5", stream="clicks")
 
-    groups = dead_letter_groups(read_back(orders, clicks), stream="clicks")
+    groups = dead_letter_groups(read_back(orders, clicks), APPLICATION, stream="clicks")
 
     assert list(groups) == ["a:clicks:1:shard-1"]
 
@@ -79,7 +90,7 @@ def test_only_the_stream_asked_for_is_grouped():
     ],
 )
 def test_a_group_lands_as_a_batch_of_its_pseudo_lease_named_apart_from_the_original_batches(start, end, positions):
-    (group,) = dead_letter_groups(read_back(dead_letters("shard-1", start, end, *positions)))["shard-1"]
+    (group,) = dead_letter_groups(read_back(dead_letters("shard-1", start, end, *positions)), APPLICATION)["shard-1"]
 
     batch = group.batch
 
@@ -94,3 +105,24 @@ def test_a_group_lands_as_a_batch_of_its_pseudo_lease_named_apart_from_the_origi
 def test_no_lease_of_a_lease_table_is_taken_for_a_pseudo_lease():
     assert not is_replay_lease("shardId-000000000001")
     assert not is_replay_lease("123456789012:orders:1764000000:shardId-000000000001")
+
+
+def test_a_replay_takes_only_its_own_applications_dead_letters_from_a_shared_destination():
+    ours = dead_letters("shard-1", "1", "9", "5")
+    theirs = dead_letters("shard-1", "1", "9", "5", application="payments-app")
+
+    groups = dead_letter_groups(read_back(ours, theirs), APPLICATION)
+
+    assert [len(group.records) for group in groups["shard-1"]] == [1]
+
+
+def test_each_incarnation_of_a_stream_replays_as_a_pseudo_lease_of_its_own():
+    former = dead_letters("shard-1", "500", "505", "503", incarnation=("arn:old", 1_764_000_000))
+    current = dead_letters("shard-1", "100", "105", "102", incarnation=("arn:new", 1_765_000_000))
+
+    groups = dead_letter_groups(read_back(former, current), APPLICATION)
+
+    assert sorted(groups) == ["shard-1 (stream created 1764000000)", "shard-1 (stream created 1765000000)"]
+    keys = {group.batch.lease_key for groups_of_lease in groups.values() for group in groups_of_lease}
+    assert keys == {replay_lease_key("shard-1", 1_764_000_000), replay_lease_key("shard-1", 1_765_000_000)}
+    assert all(is_replay_lease(key) for key in keys)

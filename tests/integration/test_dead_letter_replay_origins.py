@@ -1,7 +1,7 @@
-"""Review: the dead-letter replay over a destination that holds more than one application's (or one
+"""The dead-letter replay over a destination that holds more than one application's (or one
 stream's) dead letters. An Iceberg table may be written by several applications (each has its own
 position map, staging and upkeep: `spark_jobs.sinks.iceberg`), so the dead-letter table beside it is
-shared too; its rows do not say which application set them aside, nor which incarnation of a stream."""
+shared too; each row says which application set it aside, and from which incarnation of its stream."""
 
 from __future__ import annotations
 
@@ -64,7 +64,10 @@ def land_batch(
     batch = BatchRange(SHARD, stream, SHARD, start, records[0].position, records[-1].position)
     decoded = decoder.decode_batch(records, stream, SHARD)
     staged = sink.stage_with_dead_letters(
-        batch, decoded.table, dead_letter_table(decoded.rejected, batch, decoder.spec), "claim"
+        batch,
+        decoded.table,
+        dead_letter_table(decoded.rejected, batch, decoder.spec, application, streams[stream]),
+        "claim",
     )
     committed = sink.commit_record(previous, staged)
     assert committed is not None
@@ -90,9 +93,8 @@ def output_rows(output_uri: str) -> list[tuple[str, int]]:
 
 def test_two_applications_sharing_a_table_each_replaying_their_dead_letters_land_every_one_once(iceberg_output):
     """orders-app consumes `orders`, payments-app `payments`, both into the same table (each with its
-    own position map). Each replays its dead letters with its fixed decoder: every dead letter must be
-    in the output once. The replay reads the whole dead-letter table, so each application lands the
-    other's dead letters too, under its own position map: each lands twice."""
+    own position map). Each replays its dead letters with its fixed decoder: every dead letter is in
+    the output once (each application replays only its own)."""
     land_batch(iceberg_output, "orders-app", "orders", TRIM_HORIZON, range(101, 106), {102}, 1)
     land_batch(iceberg_output, "payments-app", "payments", TRIM_HORIZON, range(501, 506), {503}, 1)
 
@@ -106,10 +108,9 @@ def test_two_applications_sharing_a_table_each_replaying_their_dead_letters_land
 def test_a_replay_never_takes_a_former_stream_incarnations_dead_letters_for_this_ones(iceberg_output):
     """`orders` was deleted and created again under its name, and the application set up again over it
     (`leasectl teardown`, `init`): its single-stream lease keys are the same bare shard ids, and the new
-    stream's sequence numbers start over (docs/architecture.md, "a re-created stream"). The output's
-    position map tells the incarnations apart; the replay's pseudo lease does not (a dead letter
-    records no incarnation). The former stream's dead letter at 503 was replayed; the new stream's at
-    102 (< 503) is then taken for landed and never reaches the output."""
+    stream's sequence numbers start over (docs/architecture.md, "a re-created stream"). The former
+    stream's dead letter at 503 was replayed; the new stream's at 102 (< 503) is replayed too: each
+    incarnation has a pseudo lease of its own."""
     land_batch(iceberg_output, "orders-app", "orders", TRIM_HORIZON, range(501, 506), {503}, 1)
     replay(iceberg_output, "orders-app")
 

@@ -1,4 +1,4 @@
-"""Review: an Iceberg table's dead letters against the idle check, a missing staged batch, and an
+"""An Iceberg table's dead letters against the idle check, a missing staged batch, and an
 operator who drops the dead-letter table."""
 
 from __future__ import annotations
@@ -30,10 +30,8 @@ CHILDREN = [
 def test_a_finished_lease_whose_last_batch_waits_for_the_tables_commit_is_work_for_the_idle_check(tmp_path: Path):
     """A closed shard's last batch, with a dead letter, is committed with SHARD_END; the round's
     commit of the table fails (the catalog cannot be reached to commit). The batch and its dead letter
-    wait for the next round's commit: the lease says so (`awaiting_visibility`), and the cleanup keeps
-    it. But the idle check looks only at leases that are not at SHARD_END: with its child quiet, every
-    later round is skipped as idle, and the batch stays out of the table for as long as the stream
-    stays quiet."""
+    wait for the next round's commit: the lease says so (`awaiting_visibility`), the cleanup keeps it,
+    and the idle check takes it for work, however quiet its children are."""
     under, store = IcebergUnderTest(tmp_path), owned_store()
     shard = InMemoryShard(range(100, 104), children=CHILDREN)
 
@@ -68,11 +66,9 @@ def test_a_finished_lease_whose_last_batch_waits_for_the_tables_commit_is_work_f
 def test_a_dead_letter_batch_found_missing_is_reported_once_and_then_no_longer_awaited(tmp_path: Path):
     """A committed batch's dead letters are staged, but their receipt is deleted before the
     dead-letter table's commit takes them (the round's commit of that table failed; then an orphan
-    cleanup, a lifecycle rule). The next round reports them missing (lost for good) and lands the
-    rest. The output's own missing batch leaves the lease's record at the lease's next published
-    batch (its position passes it). A dead-letter batch leaves it only once a later batch of the lease
-    has dead letters too: until then every round reports the same loss again, and the lease is never
-    idle (its record names a batch "not visible yet") nor, finished, cleaned up."""
+    cleanup, a lifecycle rule). They can never be made visible, so they are no longer awaited: the
+    lease's next commit leaves them out of its record, the rest lands, and no later round reports
+    the same loss again or takes the lease for work because of it."""
     under, store = IcebergUnderTest(tmp_path), owned_store()
     decoder, policy = decoder_rejecting(102), BadRecordPolicy("dead_letter")
     failing_dead_letters = DeadLetteringSink(under.sink(), "", _failing_dead_letters(under), enabled=True)
@@ -104,9 +100,8 @@ def _remove_dead_letter_receipts(under: IcebergUnderTest, record: str | None) ->
 def test_an_operator_dropping_the_dead_letter_table_does_not_stop_the_output(tmp_path: Path):
     """The dead letters are a log (docs/operating.md); once replayed, an operator drops the table to
     clear it. The lease's record still names its last dead-letter batch (the position that says it is
-    visible went with the table), so every round's publication starts with the dead-letter table's,
-    which raises "the table is gone", and the output's commit is never made: no lease's new batches
-    become visible until some record is dead-lettered again (which creates the table anew)."""
+    visible went with the table): the output's batches become visible all the same, and the lease's
+    next commit leaves the dead-letter batch out of its record."""
     under, store = IcebergUnderTest(tmp_path), owned_store()
     decoder, policy = decoder_rejecting(102), BadRecordPolicy("dead_letter")
     a_round(store, 1, lambda: round_sink(under), InMemoryShard(range(100, 104)), decoder, policy)

@@ -1,4 +1,4 @@
-"""Review: the documented IAM policy (docs/iam-policy.json) against what a round that sets bad records
+"""The documented IAM policy (docs/iam-policy.json) against what a round that sets bad records
 aside writes: its dead-letter destination beside the output (`spark_jobs.sinks.dead_lettering`)."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Review: a batch whose rows fail as a whole says so as a `TransformError`, misfits or not."""
+"""A batch whose rows fail as a whole says so as a `TransformError`, misfits or not."""
 
 from __future__ import annotations
 
