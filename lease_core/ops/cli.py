@@ -218,9 +218,11 @@ Land the dead letters beside the output (the records its decoder rejected, set a
 bad_records = dead_letter) in the output, once the decoder is fixed: exactly once, however often it
 runs.
 
-The dead letters of each batch they came from go through the fixed decoder (--decode) and the
-pipeline's transform (--transform, when it has one) together, and land as one batch of the pseudo
-lease <lease key>:dead-letters. Each lease's batches are replayed in shard order; a batch whose
+The application's dead letters (another application's in a shared table are its own) of each
+batch they came from go through the fixed decoder (--decode) and the pipeline's transform
+(--transform, when it has one) together, and land as one batch of the pseudo lease
+<lease key>:<stream creation time>:dead-letters (one per lease and incarnation of its stream).
+Each lease's batches are replayed in shard order; a batch whose
 records the decoder still rejects stops its lease's replay (it is named, with its first error), and
 a later run after another fix goes on from it. What landed before is skipped.
 
