@@ -25,6 +25,7 @@ from lease_core.errors import ConfigurationError
 from spark_jobs.dead_letters import BAD_RECORD_ACTIONS, DEFAULT_MAX_SHARE
 from spark_jobs.errors import SinkError
 from spark_jobs.sinks import backfill_uri, check_sink_uri
+from spark_jobs.sinks.dead_lettering import dead_letter_uri
 
 MODES = ("live", "backfill")
 # Params that are configuration keys of the consumer, passed through under the same name.
@@ -74,7 +75,7 @@ def plan_round(params: Mapping[str, Any], pipeline_settings: Mapping[str, Any] |
     }
     transform = _user_function(params, "transform")
     decode = _user_function(params, "decode")
-    processing = {"transform": transform, "decode": decode, **_bad_records(params, decode)}
+    processing = {"transform": transform, "decode": decode, **_bad_records(params, decode, output_uri)}
     workers = params.get("num_workers")
     if not isinstance(workers, int) or isinstance(workers, bool) or workers < 1:
         raise ConfigurationError("num_workers", f"must be an integer of at least 1, got {workers!r}")
@@ -152,13 +153,18 @@ def _user_function(params: Mapping[str, Any], key: str) -> str | None:
     return value.strip()
 
 
-def _bad_records(params: Mapping[str, Any], decode: str | None) -> dict[str, Any]:
+def _bad_records(params: Mapping[str, Any], decode: str | None, output_uri: str) -> dict[str, Any]:
     """What a record the decoder rejects does (`spark_jobs.dead_letters`), checked."""
     action = params.get("bad_records") or "fail"
     if action not in BAD_RECORD_ACTIONS:
         raise ConfigurationError("bad_records", f"must be one of {', '.join(BAD_RECORD_ACTIONS)}, got {action!r}")
     if action == "dead_letter" and decode is None:
         raise ConfigurationError("bad_records", "dead_letter needs a decoder (decode): it rejects records one by one")
+    if action == "dead_letter":
+        try:
+            dead_letter_uri(output_uri)
+        except SinkError as error:
+            raise ConfigurationError("bad_records", f"{error.problem}, got output_uri {output_uri!r}") from None
     share = params.get("dead_letter_max_share")
     share = DEFAULT_MAX_SHARE if share is None else share
     if isinstance(share, bool) or not isinstance(share, int | float) or not 0 < share <= 1:

@@ -182,8 +182,20 @@ def test_a_backfill_of_a_dataset_at_a_buckets_root_is_refused_naming_the_param()
         ),
         ({"dead_letter_max_share": 1.5}, "dead_letter_max_share", "at most 1, got 1.5"),
         ({"dead_letter_max_share": True}, "dead_letter_max_share", "got True"),
+        (
+            {"bad_records": "dead_letter", "decode": "m:f", "output_uri": "s3://bucket"},
+            "bad_records",
+            "dead letters need a prefix in the bucket",
+        ),
     ],
-    ids=["an unknown action", "dead letters without a decoder", "a share of 0", "a share above 1", "a boolean"],
+    ids=[
+        "an unknown action",
+        "dead letters without a decoder",
+        "a share of 0",
+        "a share above 1",
+        "a boolean",
+        "no place beside a bucket's root",
+    ],
 )
 def test_a_plan_refuses_a_bad_record_policy_it_cannot_apply_naming_the_param(params, param, complaint):
     with pytest.raises(ConfigurationError, match=complaint) as raised:
