@@ -29,7 +29,12 @@ from typing import Any
 
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 from airflow.sdk import BaseOperator
-from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
+from airflow.sdk.exceptions import (
+    AirflowFailException,
+    AirflowSkipException,
+    AirflowTaskTerminated,
+    AirflowTaskTimeout,
+)
 
 from kinesis_lease.aws_connection import AwsAccess, aws_access
 from kinesis_lease.errors import airflow_outcomes
@@ -385,14 +390,15 @@ class KinesisConsumeOperator(SparkSubmitOperator):
             super().execute(context)
             with airflow_outcomes():
                 return read_report(report_uri, access.app).figures().to_dict()
-        except Exception as error:
+        except (Exception, AirflowTaskTimeout, AirflowTaskTerminated) as error:
             # For the round's failure recorder (the DAG's `record_failed_round`): what stopped it, and
             # the figures of its report if this try's job wrote one (a lease failed: the job exits 1
-            # after writing it), not an earlier try's.
+            # after writing it), not an earlier try's. A try stopped by its execution_timeout or
+            # terminated is a round that ran too (both are BaseExceptions, not Exceptions).
             figures = _figures_if_any(report_uri, access)
             figures = None if figures == earlier else figures
             for_good = RoundFigures.from_dict(figures, "the round's report").failed_for_good() if figures else ()
-            raised: Exception = error
+            raised: BaseException = error
             if for_good and not isinstance(error, AirflowFailException):
                 # The same round again would fail the same way: the run fails now, and the next one
                 # (or a fix) takes the leases up again.

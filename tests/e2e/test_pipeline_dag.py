@@ -6,7 +6,7 @@ from __future__ import annotations
 import copy
 import os
 import socket
-from datetime import UTC
+from datetime import UTC, timedelta
 
 import pytest
 
@@ -310,3 +310,38 @@ def test_a_lease_whose_processing_fails_is_in_the_history_with_its_error_and_the
     ]
     _, rows = RoundHistory(ledger.state).lease_rows()
     assert [row["outcome"] for row in rows if row["lease_key"] == poisoned] == ["failed"]
+
+
+def test_a_round_its_execution_timeout_stops_is_kept_in_the_history_with_the_timeout(
+    dag, airflow_run_environment, unique_name, kinesis_endpoint, moto_endpoint, tmp_path, monkeypatch
+):
+    """The consume step runs past its `execution_timeout` (a transform stuck on a call): Airflow stops it
+    with AirflowTaskTimeout, which is not an Exception; the round is in the history all the same."""
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(REPOSITORY), os.environ.get("PYTHONPATH")])))
+    create_stream(kinesis_client(kinesis_endpoint), unique_name, 1)
+    ledger = ConsumerPipeline(unique_name, (unique_name,), kinesis_endpoint, moto_endpoint, str(tmp_path / "lake"))
+    ledger.produce(5)
+    conf = {
+        "streams": [unique_name],
+        "application_name": unique_name,
+        "num_workers": 1,
+        "initial_position": "TRIM_HORIZON",
+        "output_uri": str(tmp_path / "lake"),
+        "transform": "tests.support.spark_transforms:stall",
+        "mode": "live",
+    }
+    consume = dag.get_task("consume")
+    timeout, retries = consume.execution_timeout, consume.retries
+    consume.execution_timeout, consume.retries = timedelta(seconds=20), 0
+    try:
+        states = run_round(dag, conf)
+    finally:
+        consume.execution_timeout, consume.retries = timeout, retries
+
+    assert (states["consume"], states["record_failed_round"], states["release_leadership"]) == (
+        "failed",
+        "success",
+        "success",
+    ), states
+    entry = RoundHistory(ledger.state).rounds()[-1]
+    assert "AirflowTaskTimeout" in (entry["error"] or ""), entry

@@ -80,3 +80,9 @@ text_payload.schema = pa.schema([pa.field("data", pa.binary(), nullable=False)])
 
 # No UTF-8 text starts with this byte: a payload that does is one `text_payload` rejects.
 MALFORMED_MARK = b"\xff"
+
+
+def stall(table: pa.Table) -> pa.Table:
+    """A user transform that takes far longer than its task may run (a hung call to a service, say)."""
+    time.sleep(600)
+    return table
