@@ -91,6 +91,15 @@ from spark_jobs.sinks.batch_sink import (
     location_dataset,
 )
 from spark_jobs.sinks.dead_lettering import split_record
+from spark_jobs.sinks.lease_records import (
+    LeasePosition,
+    RecordEntry,
+    TableLeaseRecord,
+    decode_position,
+    encode_position,
+    held_position,
+    position_text,
+)
 from spark_jobs.sinks.record_columns import BATCH_COLUMNS, RECORD_SCHEMA
 
 log = logging.getLogger(__name__)
@@ -161,43 +170,10 @@ def parse_table_uri(uri: str) -> TableAddress:
     return TableAddress(catalog, tuple(parts[:-1]), parts[-1])
 
 
-@dataclass(frozen=True)
-class _Entry:
-    """One committed batch a lease record names: its receipt and its last position."""
-
-    receipt: str
-    end: ExtendedSequenceNumber
-
-
-@dataclass(frozen=True)
-class LeaseRecord:
+class LeaseRecord(TableLeaseRecord):
     """What a lease's commit records for this sink: its committed batches the table may not hold yet."""
 
-    lease_key: str
-    entries: tuple[_Entry, ...]
-
-    def encode(self) -> str:
-        batches = [[entry.receipt, *_encode_position(entry.end)] for entry in self.entries]
-        document = {"f": RECORD_FORMAT, "lease": self.lease_key, "batches": batches}
-        return json.dumps(document, separators=(",", ":"))
-
-    @classmethod
-    def decode(cls, record: str | None) -> LeaseRecord | None:
-        """The record, or None for no record or one that is not this sink's (a Parquet file name)."""
-        if not record or not record.startswith("{"):
-            return None
-        try:
-            document = json.loads(record)
-            if document.get("f") != RECORD_FORMAT:
-                return None
-            entries = tuple(
-                _Entry(str(receipt), _decode_position([sequence, sub]))
-                for receipt, sequence, sub in document["batches"]
-            )
-            return cls(str(document["lease"]), entries)
-        except (ValueError, KeyError, TypeError):
-            log.warning("a lease record %r looks like an Iceberg record but cannot be read; ignored", record[:200])
-            return None
+    FORMAT = RECORD_FORMAT
 
 
 @dataclass(frozen=True)
@@ -220,9 +196,9 @@ class Receipt:
             "lease": batch.lease_key,
             "stream": batch.stream_name,
             "shard": batch.shard_id,
-            "start": _encode_position(batch.start),
-            "first": None if batch.first is None else _encode_position(batch.first),
-            "end": _encode_position(batch.end),
+            "start": encode_position(batch.start),
+            "first": None if batch.first is None else encode_position(batch.first),
+            "end": encode_position(batch.end),
             "rows": self.rows,
             "bytes": self.data_bytes,
             "manifest": self.manifest_path,
@@ -241,9 +217,9 @@ class Receipt:
             lease_key=document["lease"],
             stream_name=document["stream"],
             shard_id=document["shard"],
-            start=_decode_position(document["start"]),
-            first=None if first is None else _decode_position(first),
-            end=_decode_position(document["end"]),
+            start=decode_position(document["start"]),
+            first=None if first is None else decode_position(first),
+            end=decode_position(document["end"]),
         )
         return cls(
             receipt_id=document["receipt"],
@@ -259,39 +235,7 @@ class Receipt:
         """`<shard> <first>..<end>` (positions as `sequence-subsequence`), for the snapshot summary."""
         batch = self.batch
         first = batch.first if batch.first is not None else batch.start
-        return f"{batch.shard_id} {_position_text(first)}..{_position_text(batch.end)}"
-
-
-@dataclass(frozen=True)
-class LeasePosition:
-    """Through which position the table holds a lease's records, and of which stream."""
-
-    stream_name: str
-    stream_arn: str | None
-    stream_created: int | None
-    end: ExtendedSequenceNumber
-
-    def of_another_incarnation(self, streams: StreamIncarnations) -> bool:
-        """Whether the position is that of a stream that was deleted since and created again under its
-        name: its sequence numbers say nothing about the new stream's (a lease key without the
-        stream's creation time, single-stream mode's, names a shard of either)."""
-        known = streams.get(self.stream_name)
-        return known is not None and self.stream_created is not None and known != (self.stream_arn, self.stream_created)
-
-
-def held_position(
-    positions: Mapping[str, LeasePosition], lease_key: str, streams: StreamIncarnations
-) -> ExtendedSequenceNumber | None:
-    """Through which position the table holds the lease's records of the stream as it is now. A
-    multi-stream lease key (`account:stream:creation epoch:shard`) names its stream's incarnation
-    itself: the position under it is that incarnation's, whatever the stream of that name is now
-    (a former stream's lease, still waiting for its batches, must not publish them again)."""
-    held = positions.get(lease_key)
-    if held is None:
-        return None
-    if ":" not in lease_key and held.of_another_incarnation(streams):
-        return None
-    return held.end
+        return f"{batch.shard_id} {position_text(first)}..{position_text(batch.end)}"
 
 
 class IcebergSink:
@@ -436,7 +380,7 @@ class IcebergSink:
     # --- staging, by the slots ----------------------------------------------------------------
 
     def batch_name(self, batch: BatchRange) -> str:
-        return f"{batch.stream_name}/{batch.shard_id}/{_position_text(batch.start)}_{_position_text(batch.end)}"
+        return f"{batch.stream_name}/{batch.shard_id}/{position_text(batch.start)}_{position_text(batch.end)}"
 
     def staged_token(self, batch: BatchRange, attempt: str) -> str:
         """The receipt id `stage` gives this attempt's batch: a pure function of both."""
@@ -500,7 +444,7 @@ class IcebergSink:
                     "a lease keeps; the rounds' commits are failing (see the round reports)",
                     retryable=True,
                 )
-            entries.append(_Entry(staged.token, receipt.batch.end))
+            entries.append(RecordEntry(staged.token, receipt.batch.end))
         if key is None or not entries:
             return None
         return LeaseRecord(key, tuple(entries)).encode()
@@ -544,7 +488,7 @@ class IcebergSink:
         except StagedBatchGone:
             return None
 
-    def _not_visible(self, lease_key: str, entries: list[_Entry]) -> list[_Entry]:
+    def _not_visible(self, lease_key: str, entries: list[RecordEntry]) -> list[RecordEntry]:
         """The entries past the lease's position in this sink's view of the table: the view is read
         once (a slot's commits, an idle check over every lease) and may be older than the table,
         which only ever makes it keep or report a batch the table already holds, never the reverse."""
@@ -571,7 +515,7 @@ class IcebergSink:
             with table.io.new_input(path).open() as stream:
                 document = json.loads(stream.read())
         return {
-            key: LeasePosition(value["stream"], value.get("arn"), value.get("created"), _decode_position(value["end"]))
+            key: LeasePosition(value["stream"], value.get("arn"), value.get("created"), decode_position(value["end"]))
             for key, value in document["leases"].items()
         }
 
@@ -597,8 +541,8 @@ class IcebergSink:
             landed.extend(
                 LandedBatch(
                     batch["lease"],
-                    _decode_position(batch["start"]),
-                    _decode_position(batch["end"]),
+                    decode_position(batch["start"]),
+                    decode_position(batch["end"]),
                     int(document.get("round", 0)),
                     snapshot.snapshot_id,
                 )
@@ -998,34 +942,18 @@ def _positions_json(
     """The position map after a commit (`leases`), and the batches the commit adds (`batches`, each
     with the checkpoint it starts after, so that a chain of commits can be checked for gaps)."""
     leases: dict[str, Any] = {
-        key: {"stream": p.stream_name, "arn": p.stream_arn, "created": p.stream_created, "end": _encode_position(p.end)}
+        key: {"stream": p.stream_name, "arn": p.stream_arn, "created": p.stream_created, "end": encode_position(p.end)}
         for key, p in sorted(positions.items())
     }
     batches = [
         {
             "lease": receipt.batch.lease_key,
-            "start": _encode_position(receipt.batch.start),
-            "first": None if receipt.batch.first is None else _encode_position(receipt.batch.first),
-            "end": _encode_position(receipt.batch.end),
+            "start": encode_position(receipt.batch.start),
+            "first": None if receipt.batch.first is None else encode_position(receipt.batch.first),
+            "end": encode_position(receipt.batch.end),
             "rows": receipt.rows,
         }
         for receipt in added
     ]
     document = {"format": POSITIONS_FORMAT, "application": application, "round": round_number, "leases": leases}
     return json.dumps({**document, "batches": batches}, indent=0).encode()
-
-
-def _position_text(position: ExtendedSequenceNumber) -> str:
-    if position.is_sentinel:
-        return position.sequence_number
-    return f"{int(position.sequence_number)}-{position.sub_sequence_number}"
-
-
-def _encode_position(position: ExtendedSequenceNumber) -> list[Any]:
-    return [position.sequence_number, position.sub_sequence_number]
-
-
-def _decode_position(raw: Any) -> ExtendedSequenceNumber:
-    if not isinstance(raw, list) or len(raw) != 2:
-        raise ValueError(f"a position is [sequence number, sub-sequence number], got {raw!r}")
-    return ExtendedSequenceNumber(str(raw[0]), int(raw[1]))
