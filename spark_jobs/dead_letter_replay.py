@@ -47,7 +47,7 @@ REPLAY_LEASE_SUFFIX = ":dead-letters"
 # The replay is not a round; its commits say so (round numbers start at 1).
 REPLAY_ROUND = 0
 # A replay publishes (a table commits) at least every this many batches: a lease's record names at most
-# 1000 batches waiting for a table's commit (`iceberg.MAX_WAITING_BATCHES`), and a lease may have
+# 1000 batches waiting for a table's commit (`lease_records.MAX_WAITING_BATCHES`), and a lease may have
 # dead letters in more batches than that.
 BATCHES_PER_COMMIT = 500
 

@@ -99,6 +99,7 @@ from spark_jobs.sinks.lease_records import (
     encode_position,
     held_position,
     position_text,
+    record_after_commit,
 )
 from spark_jobs.sinks.record_columns import BATCH_COLUMNS, RECORD_SCHEMA
 
@@ -117,8 +118,6 @@ SUMMARY_RANGES_SHOWN = 100
 RECEIPT_FORMAT = "kinesis-lease-batch/iceberg-receipt/1"
 POSITIONS_FORMAT = "kinesis-lease-batch/iceberg-positions/1"
 RECORD_FORMAT = "iceberg/1"
-# Batches a lease's record names at most (about 100 bytes each, against DynamoDB's 400 KB per item).
-MAX_WAITING_BATCHES = 1000
 STAGING_FOLDER = "kinesis-staged"  # under the table's metadata location: receipts and their manifests
 POSITIONS_FOLDER = "kinesis-positions"
 REPORTS_FOLDER = "kinesis-rounds"
@@ -427,27 +426,11 @@ class IcebergSink:
     def commit_record(self, previous: str | None, staged: StagedBatch | None) -> str | None:
         """The lease's record after committing `staged`: the previous record's batches the table does
         not hold yet, then `staged`'s (the record only ever names committed ranges)."""
-        record = LeaseRecord.decode(previous)
-        entries = list(record.entries) if record is not None else []
-        key = record.lease_key if record is not None else None
-        if entries and key is not None:
-            entries = self._not_visible(key, entries)
+        added = None
         if staged is not None and staged.token is not None:
             receipt = self._staged.get(staged.token) or self.read_receipt(staged.token)
-            key = receipt.batch.lease_key
-            if len(entries) >= MAX_WAITING_BATCHES:
-                # The lease item would outgrow DynamoDB's 400 KB: the batch stays prepared, and the lease
-                # goes on once a round's commit has taken what waits.
-                raise SinkError(
-                    self._uri,
-                    f"lease {key} has {len(entries)} committed batches waiting for the table's commit, the most "
-                    "a lease keeps; the rounds' commits are failing (see the round reports)",
-                    retryable=True,
-                )
-            entries.append(RecordEntry(staged.token, receipt.batch.end))
-        if key is None or not entries:
-            return None
-        return LeaseRecord(key, tuple(entries)).encode()
+            added = (receipt.batch.lease_key, RecordEntry(staged.token, receipt.batch.end))
+        return record_after_commit(LeaseRecord, previous, added, self._not_visible, self._uri)
 
     def make_visible(self, record: str | None) -> Visibility:
         decoded = LeaseRecord.decode(record)

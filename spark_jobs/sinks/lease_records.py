@@ -7,14 +7,18 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar, Self
 
 from lease_core.model.sequence import ExtendedSequenceNumber
+from spark_jobs.errors import SinkError
 from spark_jobs.sinks.batch_sink import StreamIncarnations
 
 log = logging.getLogger(__name__)
+
+# Batches a lease's record names at most (about 100 bytes each, against DynamoDB's 400 KB per item).
+MAX_WAITING_BATCHES = 1000
 
 
 @dataclass(frozen=True)
@@ -91,6 +95,38 @@ def held_position(
     if ":" not in lease_key and held.of_another_incarnation(streams):
         return None
     return held.end
+
+
+def record_after_commit(
+    record_type: type[TableLeaseRecord],
+    previous: str | None,
+    added: tuple[str, RecordEntry] | None,
+    not_visible: Callable[[str, list[RecordEntry]], list[RecordEntry]],
+    uri: str,
+) -> str | None:
+    """A lease's record after a commit: the `previous` record's batches the table does not hold yet
+    (`not_visible`), then the batch committed now (`added`: its lease key and entry), if any. The
+    record only ever names committed ranges."""
+    record = record_type.decode(previous)
+    entries = list(record.entries) if record is not None else []
+    key = record.lease_key if record is not None else None
+    if entries and key is not None:
+        entries = not_visible(key, entries)
+    if added is not None:
+        key, entry = added
+        if len(entries) >= MAX_WAITING_BATCHES:
+            # The lease item would outgrow DynamoDB's 400 KB: the batch stays prepared, and the lease goes
+            # on once a round's commit has taken what waits.
+            raise SinkError(
+                uri,
+                f"lease {key} has {len(entries)} committed batches waiting for the table's commit, the most "
+                "a lease keeps; the rounds' commits are failing (see the round reports)",
+                retryable=True,
+            )
+        entries.append(entry)
+    if key is None or not entries:
+        return None
+    return record_type(key, tuple(entries)).encode()
 
 
 def position_text(position: ExtendedSequenceNumber) -> str:

@@ -416,7 +416,7 @@ def test_batches_a_rollback_took_out_of_the_table_are_published_again(iceberg_ca
 def test_a_lease_refuses_more_waiting_batches_than_its_item_can_hold(iceberg_catalog, monkeypatch):
     """The rounds' commits keep failing: the lease's record would outgrow its DynamoDB item. The commit
     is refused (the batch stays prepared) until a round's commit takes what waits."""
-    monkeypatch.setattr("spark_jobs.sinks.iceberg.MAX_WAITING_BATCHES", 2)
+    monkeypatch.setattr("spark_jobs.sinks.lease_records.MAX_WAITING_BATCHES", 2)
     sink = sink_on(iceberg_catalog)
     record = land(sink, None, TRIM_HORIZON, 1, 5)
     record = land(sink, record, position(5), 6, 5)
