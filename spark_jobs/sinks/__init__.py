@@ -2,6 +2,7 @@
 
 - A local path, an absolute file:///path or s3://bucket[/prefix]: a hive-partitioned Parquet dataset
   (`parquet`).
+- delta:PATH: a Delta Lake table through delta-rs (`delta`, imported only for such a URI).
 - iceberg://CATALOG/NAMESPACE.TABLE: an Apache Iceberg table (`iceberg`, imported only for such a
   URI, so that the Parquet sink never loads pyiceberg), its catalog configured as pyiceberg's are.
 """
@@ -21,7 +22,11 @@ from spark_jobs.sinks.parquet import URI_FORMS as PARQUET_URI_FORMS
 from spark_jobs.sinks.parquet import ParquetSink, sink_root
 
 ICEBERG_SCHEME = "iceberg"
-SINK_URI_FORMS = f"{PARQUET_URI_FORMS} (a Parquet dataset), or iceberg://CATALOG/NAMESPACE.TABLE (an Iceberg table)"
+DELTA_SCHEME = "delta"
+SINK_URI_FORMS = (
+    f"{PARQUET_URI_FORMS} (a Parquet dataset), iceberg://CATALOG/NAMESPACE.TABLE (an Iceberg table), or "
+    "delta:PATH (a Delta table)"
+)
 
 
 def check_sink_uri(uri: str) -> str:
@@ -32,6 +37,11 @@ def check_sink_uri(uri: str) -> str:
         from spark_jobs.sinks.iceberg import parse_table_uri
 
         parse_table_uri(uri)
+        return uri
+    if urlsplit(uri).scheme == DELTA_SCHEME:
+        from spark_jobs.sinks.delta import parse_delta_uri
+
+        parse_delta_uri(uri)
         return uri
     try:
         sink_root(uri)
@@ -69,6 +79,10 @@ def open_sink(
         from spark_jobs.sinks.iceberg import IcebergSink
 
         return IcebergSink(uri, config.require_application_name(), catalog_configuration=configuration, streams=streams)
+    if urlsplit(uri).scheme == DELTA_SCHEME:
+        from spark_jobs.sinks.delta import DeltaSink
+
+        return DeltaSink(uri, config.require_application_name(), streams=streams)
     return ParquetSink.from_uri(
         uri, s3_endpoint_url=config.aws_endpoint_url_s3, region=config.aws_region, session=session
     )
@@ -117,6 +131,8 @@ def backfill_uri(uri: str, window: str) -> str:
         address = parse_table_uri(uri)
         suffix = window.lower().replace(".", "p").replace("-", "_")
         return f"iceberg://{address.catalog}/{'.'.join(address.namespace)}.{address.table}_backfill_{suffix}"
+    if urlsplit(uri).scheme == DELTA_SCHEME:
+        return f"{uri}-backfill/{window}"
     parts = urlsplit(uri)
     if parts.scheme == "s3" and not parts.path.strip("/"):
         raise SinkError(uri, "a backfill needs a prefix in the bucket (s3://bucket/prefix)")

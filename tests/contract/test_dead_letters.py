@@ -24,16 +24,11 @@ from spark_jobs.decode import Decoder, RecordContext, RejectedRecord
 from spark_jobs.lease_consumer import LeaseBudget, LeaseConsumer, LeaseContext
 from spark_jobs.round_report import LeaseReport, Outcome
 from spark_jobs.sinks.batch_sink import BatchRange, BatchSink
-from spark_jobs.sinks.dead_lettering import DeadLetteringSink, dead_letter_uri, split_record
-from spark_jobs.sinks.iceberg import IcebergSink
-from tests.support.iceberg_tables import URI, faulty_catalog
+from spark_jobs.sinks.dead_lettering import DeadLetteringSink, split_record
 from tests.support.kinesis_shard import InMemoryShard
 from tests.support.sinks_under_test import (
     APPLICATION,
     STREAM,
-    IcebergUnderTest,
-    ParquetUnderTest,
-    PromotionFails,
     SinkUnderTest,
     dead_letters,
     end_round,
@@ -257,17 +252,7 @@ def test_a_pipeline_that_stops_dead_lettering_still_makes_earlier_dead_letters_v
 
 def _failing_dead_letters(under: SinkUnderTest) -> Callable[[], BatchSink]:
     """The dead-letter destination while making its batches visible fails (as `visibility_failing`)."""
-
-    def opened() -> BatchSink:
-        if isinstance(under, ParquetUnderTest):
-            healthy = under.dead_letter_sink()
-            return PromotionFails(healthy.uri, healthy.filesystem, healthy.root)
-        assert isinstance(under, IcebergUnderTest)
-        catalog = faulty_catalog(under.tmp_path)
-        catalog.refuse_commits = True
-        return IcebergSink(dead_letter_uri(URI), APPLICATION, catalog=catalog)
-
-    return opened
+    return under.dead_letters_visibility_failing
 
 
 def test_a_redo_of_a_batch_staged_with_its_dead_letters_sets_each_aside_once(sink_under_test: SinkUnderTest):

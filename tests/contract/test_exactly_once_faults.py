@@ -164,6 +164,7 @@ NOT_VISIBLE_YET = {
     "parquet": NotVisibleYet(Outcome.FAILED, True, "injected: the promotion failed"),
     # The slot only stages and commits; the round's one table commit fails.
     "iceberg": NotVisibleYet(Outcome.CAUGHT_UP, False, "injected: the catalog cannot be reached to commit"),
+    "delta": NotVisibleYet(Outcome.CAUGHT_UP, False, "injected: the Delta log cannot be written to commit"),
 }
 
 
@@ -203,6 +204,7 @@ def test_a_committed_batch_its_sink_cannot_make_visible_is_reported_and_made_vis
 LOST_BATCHES = {
     "parquet": f"{PARENT}: stream_name={STREAM}/shard_id={PARENT}/100-0_103-0.parquet",
     "iceberg": f"{PARENT}: the batch up to 103",
+    "delta": f"{PARENT}: the batch up to 103",
 }
 
 
@@ -257,6 +259,7 @@ def test_a_zombies_late_staged_copy_of_a_batch_made_visible_is_never_made_visibl
 AFTER_AN_UNSEEN_LAST_BATCH = {
     "parquet": END,  # its slot's promotion failed, so the slot stopped before the shard's end
     "iceberg": SHARD_END,  # a table's batches wait for the round's end: the lease ends its shard, naming them
+    "delta": SHARD_END,
 }
 
 

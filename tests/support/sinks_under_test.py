@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
+import pyarrow.parquet as pq
 import pytest
 from pyiceberg.expressions import EqualTo
 
@@ -19,6 +20,7 @@ from spark_jobs.round_publication import publish_committed_batches
 from spark_jobs.round_report import Publication
 from spark_jobs.sinks.batch_sink import BatchSink, RoundIdentity, RoundPublication, Visibility
 from spark_jobs.sinks.dead_lettering import DeadLetteringSink, dead_letter_uri
+from spark_jobs.sinks.delta import DeltaLeaseRecord, DeltaSink
 from spark_jobs.sinks.iceberg import IcebergSink, LeaseRecord, StagedBatchGone
 from spark_jobs.sinks.parquet import ParquetSink
 from tests.support.iceberg_tables import URI, faulty_catalog, table_sequence_numbers
@@ -54,6 +56,9 @@ class SinkUnderTest(Protocol):
 
     def dead_letter_rows(self) -> list[dict[str, Any]]:
         """The dead letters readers see, every column."""
+
+    def dead_letters_visibility_failing(self) -> BatchSink:
+        """The dead-letter destination while making its batches visible fails (as `visibility_failing`)."""
 
 
 def end_round(sink: BatchSink, store: LeaseStore, round_number: int) -> tuple[Publication, tuple[str, ...]]:
@@ -118,6 +123,10 @@ class ParquetUnderTest:
     def dead_letter_sink(self) -> ParquetSink:
         return ParquetSink.from_uri(dead_letter_uri(str(self.root)))
 
+    def dead_letters_visibility_failing(self) -> BatchSink:
+        healthy = self.dead_letter_sink()
+        return PromotionFails(healthy.uri, healthy.filesystem, healthy.root)
+
     def dead_letter_rows(self) -> list[dict[str, Any]]:
         if not Path(dead_letter_uri(str(self.root))).exists():
             return []
@@ -166,6 +175,11 @@ class IcebergUnderTest:
     def dead_letter_sink(self) -> IcebergSink:
         return IcebergSink(dead_letter_uri(URI), APPLICATION, catalog=faulty_catalog(self.tmp_path))
 
+    def dead_letters_visibility_failing(self) -> BatchSink:
+        catalog = faulty_catalog(self.tmp_path)
+        catalog.refuse_commits = True
+        return IcebergSink(dead_letter_uri(URI), APPLICATION, catalog=catalog)
+
     def dead_letter_rows(self) -> list[dict[str, Any]]:
         table = self.dead_letter_sink().table(refresh=True)
         return [] if table is None else table.scan().to_arrow().to_pylist()
@@ -183,9 +197,66 @@ def round_sink(under: SinkUnderTest, *, dead_letters: bool = True, output: Batch
     return DeadLetteringSink(output or under.sink(), "dead letters", under.dead_letter_sink, enabled=dead_letters)
 
 
+class DeltaCommitRefused(DeltaSink):
+    """The table while every commit of a round fails (the storage refuses the log entry)."""
+
+    def _commit(self, *args: Any, **kwargs: Any) -> None:
+        raise SinkError(self.uri, "injected: the Delta log cannot be written to commit", retryable=True)
+
+
+@dataclass(frozen=True)
+class DeltaUnderTest:
+    """A Delta table in a local folder; each sink opens it anew, as another process does."""
+
+    tmp_path: Path
+    name: str = "delta"
+
+    @property
+    def uri(self) -> str:
+        return f"delta:{self.tmp_path / 'lake'}"
+
+    def sink(self) -> DeltaSink:
+        return DeltaSink(self.uri, APPLICATION)
+
+    def visibility_failing(self) -> BatchSink:
+        return DeltaCommitRefused(self.uri, APPLICATION)
+
+    def remove_staged(self, record: str | None) -> None:
+        decoded = DeltaLeaseRecord.decode(record)
+        for entry in decoded.entries if decoded is not None else ():
+            Path(self.sink()._receipt_path(entry.receipt)).unlink(missing_ok=True)
+
+    def remove_visible_rows(self, shard_id: str) -> None:
+        table = self.sink().table()
+        assert table is not None
+        table.delete(f"shard_id = '{shard_id}'")
+
+    def visible_sequence_numbers(self) -> list[str]:
+        return sorted((row["sequence_number"] for row in _delta_rows(self.sink())), key=int)
+
+    def dead_letter_sink(self) -> DeltaSink:
+        return DeltaSink(dead_letter_uri(self.uri), APPLICATION)
+
+    def dead_letters_visibility_failing(self) -> BatchSink:
+        return DeltaCommitRefused(dead_letter_uri(self.uri), APPLICATION)
+
+    def dead_letter_rows(self) -> list[dict[str, Any]]:
+        return _delta_rows(self.dead_letter_sink())
+
+
+def _delta_rows(sink: DeltaSink) -> list[dict[str, Any]]:
+    """The rows readers of the table see, read file by file with pyarrow (delta-rs' own dataset reader
+    may abort the interpreter at its exit: delta-io/delta-rs#2184), with the stream and shard columns."""
+    table = sink.table()
+    if table is None:
+        return []
+    return [row for uri in table.file_uris() for row in pq.read_table(uri.removeprefix("file://")).to_pylist()]
+
+
 SINKS_UNDER_TEST: dict[str, Callable[[Path], SinkUnderTest]] = {
     "parquet": lambda tmp_path: ParquetUnderTest(tmp_path / "lake"),
     "iceberg": IcebergUnderTest,
+    "delta": DeltaUnderTest,
 }
 
 

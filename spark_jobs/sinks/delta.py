@@ -1,0 +1,588 @@
+"""A Delta Lake table as a sink, through delta-rs (the `deltalake` package, no JVM): `delta:<path>`.
+
+The protocol is the Iceberg sink's (`spark_jobs.sinks.iceberg`), in Delta's terms:
+
+- `stage` writes the batch's data files into the table's folder under names of the attempt's own
+  (`part-<receipt>-<n>.parquet`, partitioned by the day of arrival) and a receipt
+  (`_kinesis/staged/<application>/<receipt>.json`: the batch's range and its files). Readers do not see
+  them: a Delta table holds only the files its log adds. Paths under `_` are not the table's data.
+- The lease's record names its committed batches the table may not hold yet (`lease_records`).
+- `publish_round`, on the driver, adds every waiting batch's files in one Delta commit that carries
+  the application's transaction (`txn`: app id `kinesis-lease-batch:<application>`, a version that
+  only grows) and, in its commit info, the round, the streams and the Kinesis ranges it adds.
+- The application's position map (through which position the table holds each lease's records, of
+  which stream incarnation) is the file `_kinesis/positions/<application>/<version>.json` of the
+  transaction's version. Its publisher creates it exclusively before committing that version, so
+  each version's map is written by the one publisher that may commit it; two publishers that read the
+  same version conflict on the transaction (delta-rs refuses a concurrent commit of the same app id),
+  and the loser plans again on the new head. A publisher that died between its map and its commit
+  leaves a version nobody commits: the next one takes the next free version (versions need only grow).
+  The transaction survives Delta's log cleanup and checkpoints, so the map is found however old the
+  application's last commit is.
+
+Only local paths so far: a Delta table on S3 needs delta-rs' conditional puts and its own storage
+options, which this sink does not pass yet (`SinkError` naming the URI).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+import uuid
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+from deltalake import CommitProperties, DeltaTable, Transaction
+from deltalake import Schema as DeltaSchema
+from deltalake.exceptions import CommitFailedError, DeltaError, TableNotFoundError
+from deltalake.transaction import AddAction, RemoveAction, create_table_with_add_actions
+
+from spark_jobs.errors import SinkError
+from spark_jobs.sinks.batch_sink import (
+    BatchRange,
+    RoundIdentity,
+    RoundPublication,
+    StagedBatch,
+    StreamIncarnations,
+    Visibility,
+    location_dataset,
+)
+from spark_jobs.sinks.lease_records import (
+    LeasePosition,
+    RecordEntry,
+    TableLeaseRecord,
+    decode_position,
+    encode_position,
+    held_position,
+    position_text,
+    record_after_commit,
+)
+from spark_jobs.sinks.record_columns import BATCH_COLUMNS
+
+log = logging.getLogger(__name__)
+
+SCHEME = "delta"
+URI_FORM = "delta:<absolute or relative local path>"
+RECORD_FORMAT = "delta/1"
+RECEIPT_FORMAT = "kinesis-lease-batch/delta-receipt/1"
+POSITIONS_FORMAT = "kinesis-lease-batch/delta-positions/1"
+KINESIS_FOLDER = "_kinesis"
+ARRIVAL_COLUMN = "approximate_arrival_timestamp"
+DAY_COLUMN = "arrival_day"  # the partition column of a table this sink creates: the day of arrival (UTC)
+COMMIT_ATTEMPTS = 8
+RANGES_SHOWN = 100  # batches a commit's info names at most (it stays in the log every reader reads)
+# Commit info keys (plain values in `DESCRIBE HISTORY` and `DeltaTable.history()`).
+INFO_APPLICATION = "kinesis.application"
+INFO_ROUND = "kinesis.round"
+INFO_COMMIT_ID = "kinesis.commit-id"
+INFO_STREAMS = "kinesis.streams"
+INFO_RANGES = "kinesis.ranges"
+INFO_POSITIONS = "kinesis.positions-file"
+
+
+class DeltaLeaseRecord(TableLeaseRecord):
+    FORMAT = RECORD_FORMAT
+
+
+def parse_delta_uri(uri: str) -> str:
+    """Pure: the table's local folder (absolute) a `delta:` URI names; `SinkError` naming what is wrong."""
+    scheme, _, rest = uri.partition(":")
+    if scheme != SCHEME or not rest:
+        raise SinkError(uri, f"is not of the form {URI_FORM}")
+    if "://" in rest and not rest.startswith("file://"):
+        raise SinkError(uri, "only local Delta tables are supported so far (an object store needs its own options)")
+    return os.path.abspath(rest.removeprefix("file://"))
+
+
+@dataclass(frozen=True)
+class DeltaReceipt:
+    """A staged batch: its range, its rows and the files that add it."""
+
+    receipt_id: str
+    batch: BatchRange
+    rows: int
+    files: tuple[Mapping[str, Any], ...]  # path (relative to the table), size, partition_values, stats
+
+    def to_json(self) -> bytes:
+        batch = self.batch
+        document = {
+            "format": RECEIPT_FORMAT,
+            "receipt": self.receipt_id,
+            "lease": batch.lease_key,
+            "stream": batch.stream_name,
+            "shard": batch.shard_id,
+            "start": encode_position(batch.start),
+            "first": None if batch.first is None else encode_position(batch.first),
+            "end": encode_position(batch.end),
+            "rows": self.rows,
+            "files": list(self.files),
+        }
+        return json.dumps(document, separators=(",", ":"), sort_keys=True).encode()
+
+    @classmethod
+    def from_json(cls, payload: bytes) -> DeltaReceipt:
+        document = json.loads(payload)
+        if document.get("format") != RECEIPT_FORMAT:
+            raise ValueError(f"not a receipt of ours (format {document.get('format')!r})")
+        first = document["first"]
+        batch = BatchRange(
+            document["lease"],
+            document["stream"],
+            document["shard"],
+            decode_position(document["start"]),
+            None if first is None else decode_position(first),
+            decode_position(document["end"]),
+        )
+        return cls(document["receipt"], batch, int(document["rows"]), tuple(document["files"]))
+
+    def range_text(self) -> str:
+        first = self.batch.first if self.batch.first is not None else self.batch.start
+        return f"{self.batch.shard_id} {position_text(first)}..{position_text(self.batch.end)}"
+
+    def add_actions(self) -> list[AddAction]:
+        now = int(time.time() * 1000)
+        return [
+            AddAction(file["path"], int(file["size"]), dict(file["partition_values"]), now, True, file["stats"])
+            for file in self.files
+        ]
+
+
+class DeltaSink:
+    """The Delta table at `uri`, for the application `application` (its position map is its own)."""
+
+    def __init__(self, uri: str, application: str, streams: StreamIncarnations | None = None) -> None:
+        self.root = parse_delta_uri(uri)
+        self._uri = uri
+        self.application = application
+        self.streams: StreamIncarnations = streams or {}
+        self._staged: dict[str, DeltaReceipt] = {}
+        self._positions: dict[str, LeasePosition] | None = None
+
+    @property
+    def uri(self) -> str:
+        return self._uri
+
+    @property
+    def app_id(self) -> str:
+        return f"kinesis-lease-batch:{self.application}"
+
+    # --- the table -----------------------------------------------------------------------------
+
+    def table(self) -> DeltaTable | None:
+        """The table as it is now; None when there is none at the folder yet."""
+        with self.failures("load the table"):
+            try:
+                return DeltaTable(self.root)
+            except TableNotFoundError:
+                return None
+
+    def check_writable(self, columns: pa.Schema | None) -> None:
+        """The folder can hold the table, and an existing table can hold batches of `columns`."""
+        parent = os.path.dirname(self.root)
+        if not os.path.isdir(parent):
+            raise SinkError(self._uri, f"the folder {parent!r} the table goes in does not exist")
+        if os.path.exists(self.root) and not os.path.isdir(self.root):
+            raise SinkError(self._uri, "is a file, not a folder a Delta table can be in")
+        if os.path.isdir(self.root) and os.listdir(self.root) and self.table() is None:
+            raise SinkError(self._uri, "is a folder with files, but not a Delta table (it has no _delta_log)")
+        table = self.table()
+        if table is not None and columns is not None:
+            self._table_columns(table, with_day(with_stream_and_shard(columns.empty_table(), "", "")).schema)
+
+    def lineage_dataset(self) -> tuple[str, str]:
+        return location_dataset(self.root)
+
+    def reports_root(self) -> str:
+        return f"{self.root}/{KINESIS_FOLDER}/rounds"
+
+    def _table_for(self, schema: pa.Schema) -> DeltaTable:
+        """The table, created with `schema` (partitioned by the day of arrival when it has the
+        arrival column) when missing."""
+        table = self.table()
+        if table is None:
+            partition_by = [DAY_COLUMN] if DAY_COLUMN in schema.names else None
+            with self.failures("create the table"):
+                try:
+                    create_table_with_add_actions(
+                        self.root, DeltaSchema.from_arrow(schema), [], mode="error", partition_by=partition_by
+                    )
+                    log.info("created the Delta table %s, partitioned by %s", self.root, partition_by)
+                except DeltaError as error:
+                    if self.table() is None:  # not another slot's table created meanwhile
+                        raise SinkError(self._uri, f"the table cannot be created: {error}") from error
+            table = self.table()
+            assert table is not None
+        return table
+
+    def _table_columns(self, table: DeltaTable, schema: pa.Schema) -> pa.Schema:
+        """The table's Arrow schema, after checking that it can hold batches of `schema`: every column
+        of the batch is the table's, of the same type or one that widens to it."""
+        table_schema = pa.schema(table.schema().to_arrow())
+        for field in schema:
+            if field.name not in table_schema.names:
+                raise SinkError(
+                    self._uri,
+                    f"the batches have column {field.name!r}, which the Delta table does not (its columns: "
+                    f"{table_schema.names}); adding columns to a Delta table is not supported yet",
+                )
+            wanted = table_schema.field(field.name).type
+            if not _widens_to(field.type, wanted):
+                raise SinkError(
+                    self._uri,
+                    f"column {field.name!r} is {field.type} in the batch but {wanted} in the table; the table "
+                    "cannot hold it",
+                )
+        return table_schema
+
+    # --- staging -------------------------------------------------------------------------------
+
+    def batch_name(self, batch: BatchRange) -> str:
+        return f"{batch.stream_name}/{batch.shard_id}/{position_text(batch.start)}_{position_text(batch.end)}"
+
+    def staged_token(self, batch: BatchRange, attempt: str) -> str:
+        return uuid.uuid5(uuid.NAMESPACE_URL, f"{self._uri}|{self.batch_name(batch)}|{attempt}").hex
+
+    def stage(self, batch: BatchRange, table: pa.Table, attempt: str) -> StagedBatch:
+        """Write the batch's data files (one per day of arrival) and its receipt, under the attempt's names."""
+        receipt_id = self.staged_token(batch, attempt)
+        rows = with_day(with_stream_and_shard(table, batch.stream_name, batch.shard_id))
+        delta_table = self._table_for(rows.schema)
+        table_schema = self._table_columns(delta_table, rows.schema)
+        partitions = list(delta_table.metadata().partition_columns)
+        files = []
+        with self.failures(f"stage the batch {self.batch_name(batch)}"):
+            for index, (values, part) in enumerate(_partitioned(rows, partitions)):
+                files.append(self._write_data_file(receipt_id, index, values, part, table_schema, partitions))
+            receipt = DeltaReceipt(receipt_id, batch, rows.num_rows, tuple(files))
+            path = self._receipt_path(receipt_id)
+            already_present = os.path.exists(path)
+            _write_atomically(path, receipt.to_json())
+        self._staged[receipt_id] = receipt
+        return StagedBatch(receipt_id, rows.num_rows, sum(int(file["size"]) for file in files), already_present)
+
+    def _write_data_file(
+        self,
+        receipt_id: str,
+        index: int,
+        values: Mapping[str, str | None],
+        rows: pa.Table,
+        table_schema: pa.Schema,
+        partitions: Sequence[str],
+    ) -> dict[str, Any]:
+        folder = "/".join(f"{name}={values[name]}" for name in partitions)
+        relative = f"{folder}/part-{receipt_id}-{index}.parquet" if folder else f"part-{receipt_id}-{index}.parquet"
+        data_schema = pa.schema([field for field in table_schema if field.name not in partitions])
+        data = pa.table(
+            {
+                field.name: rows.column(field.name).cast(field.type)
+                if field.name in rows.column_names
+                else pa.nulls(rows.num_rows, field.type)
+                for field in data_schema
+            },
+            schema=data_schema,
+        )
+        buffer = pa.BufferOutputStream()
+        pq.write_table(data, buffer, compression="zstd")
+        payload = buffer.getvalue()
+        _write_atomically(f"{self.root}/{relative}", payload.to_pybytes())
+        stats = json.dumps({"numRecords": data.num_rows})
+        return {"path": relative, "size": payload.size, "partition_values": dict(values), "stats": stats}
+
+    def adopt(self, staged: str | None, batch: BatchRange, attempt: str) -> StagedBatch | None:
+        """None: a redo reads its range again and stages it as its own, as the Iceberg sink does."""
+        return None
+
+    # --- records and visibility ----------------------------------------------------------------
+
+    def commit_record(self, previous: str | None, staged: StagedBatch | None) -> str | None:
+        added = None
+        if staged is not None and staged.token is not None:
+            receipt = self._staged.get(staged.token) or self.read_receipt(staged.token)
+            added = (receipt.batch.lease_key, RecordEntry(staged.token, receipt.batch.end))
+        return record_after_commit(DeltaLeaseRecord, previous, added, self._not_visible, self._uri)
+
+    def make_visible(self, record: str | None) -> Visibility:
+        decoded = DeltaLeaseRecord.decode(record)
+        if decoded is None or not self._not_visible(decoded.lease_key, list(decoded.entries)):
+            return Visibility.VISIBLE
+        return Visibility.AT_ROUND_END
+
+    def awaiting_visibility(self, record: str | None) -> tuple[str, ...]:
+        """The committed batches of `record` the table does not hold yet and can still take (their
+        receipt is there)."""
+        decoded = DeltaLeaseRecord.decode(record)
+        if decoded is None:
+            return ()
+        waiting = self._not_visible(decoded.lease_key, list(decoded.entries))
+        return tuple(
+            f"{decoded.lease_key} up to {entry.end} (receipt {entry.receipt})"
+            for entry in waiting
+            if os.path.exists(self._receipt_path(entry.receipt))
+        )
+
+    def _not_visible(self, lease_key: str, entries: list[RecordEntry]) -> list[RecordEntry]:
+        if self._positions is None:
+            table = self.table()
+            self._positions = {} if table is None else self.positions(table)[1]
+        held = held_position(self._positions, lease_key, self.streams)
+        return [entry for entry in entries if held is None or entry.end > held]
+
+    def positions(self, table: DeltaTable) -> tuple[int, dict[str, LeasePosition]]:
+        """The application's transaction version in `table` and its position map (0, {}: none yet)."""
+        with self.failures("read the application's transaction"):
+            version = table.transaction_version(self.app_id) or 0
+        if version == 0:
+            return 0, {}
+        path = self._positions_path(version)
+        with self.failures(f"read the position map {path}"):
+            with open(path, "rb") as stream:
+                document = json.loads(stream.read())
+        leases = {
+            key: LeasePosition(value["stream"], value.get("arn"), value.get("created"), decode_position(value["end"]))
+            for key, value in document["leases"].items()
+        }
+        return version, leases
+
+    def read_receipt(self, receipt_id: str) -> DeltaReceipt:
+        path = self._receipt_path(receipt_id)
+        with self.failures(f"read the receipt {path}"):
+            with open(path, "rb") as stream:
+                return DeltaReceipt.from_json(stream.read())
+
+    # --- the round's commit, by the driver -----------------------------------------------------
+
+    def publish_round(self, records: Mapping[str, str], identity: RoundIdentity) -> RoundPublication:
+        waiting = {
+            key: decoded
+            for key, record in records.items()
+            if (decoded := DeltaLeaseRecord.decode(record)) is not None and decoded.entries
+        }
+        if not waiting:
+            return RoundPublication(0, 0, 0)
+        commit_id = uuid.uuid4().hex
+        for _ in range(COMMIT_ATTEMPTS):
+            table = self.table()
+            if table is None:
+                raise SinkError(self._uri, "the table is gone: committed batches were staged into it")
+            version, positions = self.positions(table)
+            receipts, already, missing = self._plan(waiting, positions)
+            if not receipts:
+                return RoundPublication(0, 0, already, tuple(missing))
+            new_version = self._claim_version(version, positions, receipts, identity, commit_id)
+            try:
+                self._commit(table, receipts, identity, commit_id, new_version)
+            except CommitFailedError as error:
+                log.info("%s: another publisher committed first (%s); planning again on the new head", self._uri, error)
+                continue
+            self._positions = None
+            return RoundPublication(1, len(receipts), already, tuple(missing), self._commit_version(commit_id))
+        raise SinkError(
+            self._uri, f"the round's commit met a newer head {COMMIT_ATTEMPTS} times in a row", retryable=True
+        )
+
+    def _plan(
+        self, waiting: Mapping[str, DeltaLeaseRecord], positions: Mapping[str, LeasePosition]
+    ) -> tuple[list[DeltaReceipt], int, list[str]]:
+        """The receipts to commit (past each lease's position), the batches the table holds already,
+        and the ones whose receipt is gone ("lease key: the batch up to END")."""
+        receipts, already, missing = [], 0, []
+        for key, record in waiting.items():
+            held = held_position(positions, key, self.streams)
+            for entry in record.entries:
+                if held is not None and entry.end <= held:
+                    already += 1
+                elif os.path.exists(self._receipt_path(entry.receipt)):
+                    receipts.append(self.read_receipt(entry.receipt))
+                else:
+                    missing.append(f"{key}: the batch up to {entry.end}")
+        return receipts, already, missing
+
+    def _claim_version(
+        self,
+        version: int,
+        positions: Mapping[str, LeasePosition],
+        receipts: Sequence[DeltaReceipt],
+        identity: RoundIdentity,
+        commit_id: str,
+    ) -> int:
+        """The next free transaction version, its position map created exclusively (module doc)."""
+        updated = dict(positions)
+        for receipt in sorted(receipts, key=lambda receipt: receipt.batch.end):
+            batch = receipt.batch
+            arn, created = identity.streams.get(batch.stream_name, (None, None))
+            updated[batch.lease_key] = LeasePosition(batch.stream_name, arn, created, batch.end)
+        payload = _positions_json(self.application, identity.round_number, commit_id, updated, receipts)
+        candidate = version + 1
+        os.makedirs(os.path.dirname(self._positions_path(candidate)), exist_ok=True)
+        while True:
+            with self.failures("write the position map"):
+                try:
+                    with open(self._positions_path(candidate), "xb") as stream:
+                        stream.write(payload)
+                        stream.flush()
+                        os.fsync(stream.fileno())
+                    return candidate
+                except FileExistsError:  # another publisher's (alive or dead) version: the next one
+                    candidate += 1
+
+    def _commit(
+        self,
+        table: DeltaTable,
+        receipts: Sequence[DeltaReceipt],
+        identity: RoundIdentity,
+        commit_id: str,
+        version: int,
+    ) -> None:
+        actions: list[AddAction | RemoveAction] = [action for receipt in receipts for action in receipt.add_actions()]
+        ranges = "; ".join(receipt.range_text() for receipt in receipts[:RANGES_SHOWN])
+        info = {
+            INFO_APPLICATION: self.application,
+            INFO_ROUND: str(identity.round_number),
+            INFO_COMMIT_ID: commit_id,
+            INFO_STREAMS: json.dumps({name: list(value) for name, value in sorted(identity.streams.items())}),
+            INFO_RANGES: ranges,
+            INFO_POSITIONS: self._positions_path(version),
+        }
+        properties = CommitProperties(
+            custom_metadata=info, app_transactions=[Transaction(self.app_id, version)], max_commit_retries=0
+        )
+        with self.failures("commit the round"):
+            table.create_write_transaction(
+                actions,
+                mode="append",
+                schema=table.schema(),
+                partition_by=list(table.metadata().partition_columns) or None,
+                commit_properties=properties,
+            )
+
+    def _commit_version(self, commit_id: str) -> int | None:
+        """The table version of the commit `commit_id` (None when it is not among the newest ones)."""
+        table = self.table()
+        if table is None:
+            return None
+        with self.failures("read the table's history"):
+            for entry in table.history(20):
+                if entry.get(INFO_COMMIT_ID) == commit_id:
+                    return int(entry["version"])
+        return None
+
+    # --- places and failures -------------------------------------------------------------------
+
+    def _receipt_path(self, receipt_id: str) -> str:
+        return f"{self.root}/{KINESIS_FOLDER}/staged/{self.application}/{receipt_id}.json"
+
+    def _positions_path(self, version: int) -> str:
+        return f"{self.root}/{KINESIS_FOLDER}/positions/{self.application}/{version:020d}.json"
+
+    @contextmanager
+    def failures(self, action: str) -> Iterator[None]:
+        """delta-rs' and the file system's errors as a `SinkError` naming the action (a commit that lost a
+        race stays a `CommitFailedError`, for the publisher to plan again)."""
+        try:
+            yield
+        except (SinkError, CommitFailedError, TableNotFoundError):
+            raise
+        except (DeltaError, OSError) as error:
+            raise SinkError(self._uri, f"cannot {action}: {type(error).__name__}: {error}", retryable=True) from error
+
+
+def with_stream_and_shard(table: pa.Table, stream_name: str, shard_id: str) -> pa.Table:
+    """The rows with the batch's stream and shard as their first columns (replacing any of the same names)."""
+    rows = table.drop_columns([name for name in BATCH_COLUMNS if name in table.column_names])
+    for index, (name, value) in enumerate((("stream_name", stream_name), ("shard_id", shard_id))):
+        rows = rows.add_column(index, pa.field(name, pa.string()), pa.array([value] * rows.num_rows, pa.string()))
+    return rows
+
+
+def with_day(rows: pa.Table) -> pa.Table:
+    """The rows with their day of arrival (UTC) as a text column, when they have the arrival column."""
+    if ARRIVAL_COLUMN not in rows.column_names or DAY_COLUMN in rows.column_names:
+        return rows
+    days = pc.strftime(rows.column(ARRIVAL_COLUMN), format="%Y-%m-%d")  # in the column's zone: UTC
+    return rows.append_column(pa.field(DAY_COLUMN, pa.string()), days)
+
+
+def _partitioned(rows: pa.Table, partitions: Sequence[str]) -> Iterator[tuple[dict[str, str | None], pa.Table]]:
+    """The rows by the values of the table's partition columns (one group when it has none)."""
+    if not partitions:
+        yield {}, rows
+        return
+    keys = rows.select(list(partitions)).group_by(list(partitions)).aggregate([]).to_pylist()
+    for key in keys:
+        mask = None
+        for name in partitions:
+            value = key[name]
+            match = pc.is_null(rows.column(name)) if value is None else pc.equal(rows.column(name), value)
+            mask = match if mask is None else pc.and_(mask, match)
+        yield {name: None if key[name] is None else str(key[name]) for name in partitions}, rows.filter(mask)
+
+
+def _widens_to(batch: pa.DataType, table: pa.DataType) -> bool:
+    """Whether the table's type holds every value of the batch's without loss."""
+    if batch == table:
+        return True
+    if pa.types.is_timestamp(batch) and pa.types.is_timestamp(table):
+        return (batch.tz is None) == (table.tz is None)  # milliseconds are held by microseconds
+    widenings = {
+        (pa.int8(), pa.int16()),
+        (pa.int8(), pa.int32()),
+        (pa.int8(), pa.int64()),
+        (pa.int16(), pa.int32()),
+        (pa.int16(), pa.int64()),
+        (pa.int32(), pa.int64()),
+        (pa.float32(), pa.float64()),
+        (pa.string(), pa.large_string()),
+        (pa.string(), pa.string_view()),
+        (pa.binary(), pa.large_binary()),
+        (pa.binary(), pa.binary_view()),
+    }
+    return (batch, table) in widenings
+
+
+def _positions_json(
+    application: str,
+    round_number: int,
+    commit_id: str,
+    positions: Mapping[str, LeasePosition],
+    added: Sequence[DeltaReceipt],
+) -> bytes:
+    leases = {
+        key: {"stream": p.stream_name, "arn": p.stream_arn, "created": p.stream_created, "end": encode_position(p.end)}
+        for key, p in sorted(positions.items())
+    }
+    batches = [
+        {
+            "lease": receipt.batch.lease_key,
+            "start": encode_position(receipt.batch.start),
+            "first": None if receipt.batch.first is None else encode_position(receipt.batch.first),
+            "end": encode_position(receipt.batch.end),
+            "rows": receipt.rows,
+        }
+        for receipt in added
+    ]
+    document = {
+        "format": POSITIONS_FORMAT,
+        "application": application,
+        "round": round_number,
+        "commit": commit_id,
+        "leases": leases,
+        "batches": batches,
+    }
+    return json.dumps(document, indent=0).encode()
+
+
+def _write_atomically(path: str, payload: bytes) -> None:
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    temporary = f"{path}.{uuid.uuid4().hex}.tmp"
+    with open(temporary, "wb") as stream:
+        stream.write(payload)
+        stream.flush()
+        os.fsync(stream.fileno())
+    os.replace(temporary, path)

@@ -1,0 +1,150 @@
+"""The Delta sink (`spark_jobs.sinks.delta`) on a real Delta table in a local folder, written and read
+by delta-rs: what a round's commit records, publishers racing for the same batches, a publisher that
+died between its position map and its commit, and tables or batches it must refuse. The exactly-once
+faults every sink meets are in tests/contract (`sinks_under_test`, its `delta` cases)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from lease_core.config.settings import ConsumerConfig
+from lease_core.model.sequence import TRIM_HORIZON
+from spark_jobs.errors import SinkError
+from spark_jobs.sinks import check_sink_uri, open_sink
+from spark_jobs.sinks.batch_sink import RoundIdentity
+from spark_jobs.sinks.delta import INFO_APPLICATION, INFO_RANGES, INFO_ROUND, DeltaSink
+from tests.support.iceberg_tables import batch_of, position, rows
+
+APPLICATION = "orders-app"
+STREAM_ARN = "arn:aws:kinesis:us-east-1:000000000000:stream/orders"
+IDENTITY = RoundIdentity(APPLICATION, 7, {"orders": (STREAM_ARN, 1_764_000_000)})
+LEASE = "shardId-000000000001"
+
+
+@pytest.fixture
+def uri(tmp_path: Path) -> str:
+    return f"delta:{tmp_path / 'orders'}"
+
+
+def land(sink: DeltaSink, record: str | None, start, first: int, count: int, attempt: str = "a") -> str:
+    staged = sink.stage(batch_of(start, first, count), rows(first, count), attempt)
+    committed = sink.commit_record(record, staged)
+    assert committed is not None
+    return committed
+
+
+def sequence_numbers(uri: str) -> list[int]:
+    table = DeltaSink(uri, APPLICATION).table()
+    assert table is not None
+    numbers = [n for path in table.file_uris() for n in pq.read_table(path).column("sequence_number").to_pylist()]
+    return sorted(int(n) for n in numbers)
+
+
+def test_a_rounds_one_commit_adds_its_batches_with_the_application_round_and_ranges_in_the_log(uri):
+    sink = DeltaSink(uri, APPLICATION)
+    record = land(sink, None, TRIM_HORIZON, 1, 3)
+    record = land(sink, record, position(3), 4, 2)
+
+    published = sink.publish_round({LEASE: record}, IDENTITY)
+
+    assert (published.commits, published.batches_published) == (1, 2)
+    assert sequence_numbers(uri) == [1, 2, 3, 4, 5]
+    table = DeltaSink(uri, APPLICATION).table()
+    assert table is not None and table.metadata().partition_columns == ["arrival_day"]
+    (newest, *_) = table.history(1)
+    assert (newest[INFO_APPLICATION], newest[INFO_ROUND]) == (APPLICATION, "7")
+    assert newest[INFO_RANGES] == "shardId-000000000001 1-0..3-0; shardId-000000000001 4-0..5-0"
+    assert published.snapshot_id == newest["version"]
+    assert table.transaction_version(f"kinesis-lease-batch:{APPLICATION}") == 1
+    assert DeltaSink(uri, APPLICATION).awaiting_visibility(record) == ()
+
+
+def test_two_publishers_of_the_same_batches_cannot_both_add_them(uri, monkeypatch):
+    """Driver A plans its commit; driver B (a zombie of an earlier round) commits the same batches
+    first. A's commit of the same application transaction is refused; A plans again on the new head,
+    finds the batches held, and adds nothing."""
+    record = land(DeltaSink(uri, APPLICATION), None, TRIM_HORIZON, 1, 3)
+    first, second = DeltaSink(uri, APPLICATION), DeltaSink(uri, APPLICATION)
+    real_commit = DeltaSink._commit
+
+    def commit_after_the_other(self, *args, **kwargs):
+        if self is first and not hasattr(self, "raced"):
+            self.raced = True
+            assert second.publish_round({LEASE: record}, IDENTITY).batches_published == 1
+        return real_commit(self, *args, **kwargs)
+
+    monkeypatch.setattr(DeltaSink, "_commit", commit_after_the_other)
+
+    published = first.publish_round({LEASE: record}, IDENTITY)
+
+    assert (published.commits, published.batches_published, published.batches_already_visible) == (0, 0, 1)
+    assert sequence_numbers(uri) == [1, 2, 3]
+
+
+def test_a_publisher_that_died_between_its_position_map_and_its_commit_holds_nobody_up(uri):
+    sink = DeltaSink(uri, APPLICATION)
+    record = land(sink, None, TRIM_HORIZON, 1, 3)
+    dead = Path(sink._positions_path(1))
+    dead.parent.mkdir(parents=True)
+    dead.write_bytes(b'{"half": ')  # its map of version 1, written; its commit never made
+
+    published = DeltaSink(uri, APPLICATION).publish_round({LEASE: record}, IDENTITY)
+
+    assert published.batches_published == 1 and sequence_numbers(uri) == [1, 2, 3]
+    table = sink.table()
+    assert table is not None and table.transaction_version(f"kinesis-lease-batch:{APPLICATION}") == 2
+    version, positions = DeltaSink(uri, APPLICATION).positions(table)
+    assert version == 2 and positions[LEASE].end == position(3)
+    assert json.loads(Path(sink._positions_path(2)).read_bytes())["round"] == 7
+
+
+def test_each_application_keeps_its_own_position_map_in_one_table(uri):
+    orders = DeltaSink(uri, APPLICATION)
+    orders.publish_round({LEASE: land(orders, None, TRIM_HORIZON, 1, 3)}, IDENTITY)
+    other = DeltaSink(uri, "payments-app")
+    record = land(other, None, TRIM_HORIZON, 11, 2)
+
+    assert other.awaiting_visibility(record) != ()
+    other.publish_round({LEASE: record}, RoundIdentity("payments-app", 1, {}))
+    assert sequence_numbers(uri) == [1, 2, 3, 11, 12]
+
+
+@pytest.mark.parametrize(
+    ("extra", "complaint"),
+    [
+        ({"partition_key": pa.array([1, 2], pa.int64())}, r"column 'partition_key' is int64 in the batch but string"),
+        ({"amount": pa.array([1.0, 2.0])}, r"the batches have column 'amount', which the Delta table does not"),
+    ],
+    ids=["a conflicting type", "a new column"],
+)
+def test_a_batch_the_table_cannot_hold_is_refused_naming_the_column_before_anything_is_written(uri, extra, complaint):
+    sink = DeltaSink(uri, APPLICATION)
+    land(sink, None, TRIM_HORIZON, 1, 3)
+    files_before = sorted(Path(sink.root).rglob("*"))
+
+    with pytest.raises(SinkError, match=complaint):
+        sink.stage(batch_of(position(3), 4, 2), rows(4, 2, **extra), "a")
+    assert sorted(Path(sink.root).rglob("*")) == files_before
+
+
+def test_a_folder_that_is_not_a_delta_table_is_refused_before_any_lease_moves(tmp_path):
+    folder = tmp_path / "orders"
+    folder.mkdir()
+    (folder / "notes.txt").write_text("not a table")
+
+    with pytest.raises(SinkError, match="not a Delta table"):
+        DeltaSink(f"delta:{folder}", APPLICATION).check_writable(None)
+    with pytest.raises(SinkError, match="does not exist"):
+        DeltaSink(f"delta:{tmp_path / 'missing' / 'orders'}", APPLICATION).check_writable(None)
+
+
+def test_a_delta_uri_opens_the_delta_sink_and_an_object_store_one_is_refused_for_now(uri):
+    assert check_sink_uri(uri + "/") == uri
+    assert isinstance(open_sink(uri, config=ConsumerConfig(application_name=APPLICATION)), DeltaSink)
+    with pytest.raises(SinkError, match="only local Delta tables are supported so far"):
+        check_sink_uri("delta:s3://bucket/orders")
