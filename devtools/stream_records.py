@@ -6,6 +6,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from spark_jobs.sinks.delta import DeltaSink
 from spark_jobs.sinks.iceberg import IcebergSink
 from spark_jobs.sinks.parquet import ParquetSink
 
@@ -30,13 +34,24 @@ IDENTITY_COLUMNS = ("shard_id", "sequence_number", "sub_sequence_number", "data"
 
 def landed_records(output_uri: str, s3_endpoint_url: str | None = None) -> list[StreamRecord]:
     """Every record the sink at `output_uri` shows its readers, duplicates included: the Parquet
-    dataset's files, or the Iceberg table's current snapshot as pyiceberg reads it (its catalog
-    configured as pyiceberg's are)."""
+    dataset's files, the Iceberg table's current snapshot as pyiceberg reads it (its catalog
+    configured as pyiceberg's are), or the Delta table's current version's files."""
     if output_uri.startswith("iceberg://"):
         table = IcebergSink(output_uri, "landed-records").table(refresh=True)
         if table is None:
             return []
         landed = table.scan(selected_fields=IDENTITY_COLUMNS).to_arrow()
+    elif output_uri.startswith("delta:"):
+        delta_table = DeltaSink(output_uri, "landed-records").table()
+        if delta_table is None:
+            return []
+        # File by file with pyarrow: delta-rs' own dataset reader may abort the interpreter at its exit
+        # (delta-io/delta-rs#2184).
+        files = [
+            pq.read_table(uri.removeprefix("file://"), columns=list(IDENTITY_COLUMNS))
+            for uri in delta_table.file_uris()
+        ]
+        landed = pa.concat_tables(files) if files else pa.table({name: [] for name in IDENTITY_COLUMNS})
     else:
         landed = ParquetSink.from_uri(output_uri, s3_endpoint_url=s3_endpoint_url).read_dataset()
     columns = landed.select(list(IDENTITY_COLUMNS)).to_pydict()

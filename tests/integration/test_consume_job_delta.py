@@ -1,0 +1,71 @@
+"""The consume job landing in a Delta table through delta-rs, on a real local SparkSession against
+kinesis-mock and moto: every record produced is in the table exactly once through rounds, reshards
+and a slot killed in the middle of a batch, each round's batches added in one commit that says which
+round and application made it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from devtools.kinesis_streams import merge_shards, split_shard
+from spark_jobs.sinks.delta import INFO_APPLICATION, INFO_ROUND, DeltaSink
+from tests.integration.test_consume_job import assert_exactly_once, control
+from tests.support.pipeline import ConsumerPipeline, pipeline_on_new_stream
+from tests.support.shard_ends import KinesisShardEnds
+
+STEER = "tests.support.spark_transforms:steer"
+
+
+@pytest.fixture
+def delta_pipeline(unique_name, kinesis_endpoint, moto_endpoint, tmp_path: Path) -> ConsumerPipeline:
+    """A consumer application on a new 4-shard stream landing in a Delta table in a local folder."""
+    pipeline = pipeline_on_new_stream(
+        unique_name,
+        4,
+        kinesis_endpoint,
+        moto_endpoint,
+        tmp_path,
+        initial_position_in_stream="TRIM_HORIZON",
+        failover_time_millis=6000,
+    )
+    pipeline.output_uri = f"delta:{tmp_path / 'orders'}"
+    return pipeline
+
+
+def test_rounds_and_reshards_land_every_record_once_in_one_delta_commit_per_round(
+    spark, delta_pipeline, shard_ends: KinesisShardEnds
+):
+    pipeline = delta_pipeline
+    pipeline.data_plane_kinesis = shard_ends.endpoint
+    pipeline.produce(300, hot_keys=3)
+    first = pipeline.round(spark, workers=2)
+    assert first.succeeded, first.summary()
+    assert first.publication is not None and first.publication.commits == 1
+    shards = sorted({record.shard_id for record in pipeline.produced})
+    split_shard(pipeline.kinesis, pipeline.streams[0], shards[0])
+    merge_shards(pipeline.kinesis, pipeline.streams[0], shards[2], shards[3])
+    pipeline.produce(300)
+    for _ in range(3):
+        assert pipeline.round(spark, workers=2).succeeded
+    assert_exactly_once(pipeline)
+    publishing = [report for report in pipeline.reports if report.publication and report.publication.commits]
+    table = DeltaSink(pipeline.output_uri, pipeline.application_name).table()
+    assert table is not None
+    own = [entry for entry in table.history() if entry.get(INFO_APPLICATION) == pipeline.application_name]
+    assert sorted(int(entry[INFO_ROUND]) for entry in own) == [report.round_number for report in publishing]
+    assert {report.publication.snapshot_id for report in publishing} == {entry["version"] for entry in own}
+
+
+def test_a_slot_task_killed_in_the_middle_of_a_batch_lands_nothing_twice_in_a_delta_table(
+    spark, delta_pipeline, spark_control_dir
+):
+    pipeline = delta_pipeline
+    pipeline.produce(400)
+    victim = sorted({record.shard_id for record in pipeline.produced})[0]
+    control(spark_control_dir, "crash-once", pipeline, victim).touch()
+    report = pipeline.round(spark, workers=2, transform=STEER)
+    assert control(spark_control_dir, "crashed", pipeline, victim).exists()
+    assert report.succeeded, report.summary()
+    assert_exactly_once(pipeline)
