@@ -156,7 +156,8 @@ class Pipeline:
                 minLength=1,
                 description=(
                     "Where the records land: an Iceberg table, iceberg://CATALOG/NAMESPACE.TABLE (the catalog "
-                    "configured as pyiceberg's are), or a Parquet dataset, a local path or s3://bucket/prefix."
+                    "configured as pyiceberg's are), a Delta table in a local folder, delta:PATH, or a Parquet "
+                    "dataset, a local path or s3://bucket/prefix."
                 ),
             ),
             "lease_assignment_strategy": Param(
