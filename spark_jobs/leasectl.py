@@ -22,6 +22,7 @@ from lease_core.ops.landed_audit import LandedBatch, LandedRecords
 from spark_jobs.dead_letter_replay import DeadLetterReplay, Processing, is_replay_lease
 from spark_jobs.errors import SinkError, TransformError
 from spark_jobs.sinks import open_sink
+from spark_jobs.sinks.delta import DeltaSink
 from spark_jobs.sinks.iceberg import IcebergSink
 from spark_jobs.sinks.iceberg_maintenance import (
     compact_small_files,
@@ -68,12 +69,34 @@ class IcebergTableRecords:
         ]
 
 
+class DeltaTableRecords:
+    """A Delta sink as leasectl's sink commands use it: its record of what landed (its upkeep is not
+    built yet)."""
+
+    def __init__(self, sink: DeltaSink) -> None:
+        self.sink = sink
+
+    def landed_batches(self) -> list[LandedBatch]:
+        """The batches of the lease table's leases (a dead-letter replay's pseudo leases are no lease's)."""
+        return [batch for batch in self.sink.landed_batches() if not is_replay_lease(batch.lease_key)]
+
+    def awaiting_from(self, lease: Lease) -> ExtendedSequenceNumber | None:
+        return self.sink.awaiting_from(lease)
+
+    def maintain(self, leases: Sequence[Lease], orphan_age: timedelta, target_file_bytes: int) -> list[str]:
+        raise ConfigurationError(
+            "output_uri", f"{self.sink.uri!r} is a Delta table, whose upkeep (vacuum, compaction) is not built yet"
+        )
+
+
 def open_landed(output_uri: str, config: ConsumerConfig) -> LandedRecords:
     """The sink at `output_uri`, if it records what landed; `ConfigurationError` naming the option otherwise."""
     try:
         sink = open_sink(output_uri, config=config)
     except SinkError as error:
         raise ConfigurationError("output_uri", error.problem) from None
+    if isinstance(sink, DeltaSink):
+        return DeltaTableRecords(sink)
     if not isinstance(sink, IcebergSink):
         raise ConfigurationError(
             "output_uri", f"{output_uri!r} is a Parquet dataset, which does not record what landed; only table sinks do"

@@ -44,6 +44,9 @@ from deltalake import Schema as DeltaSchema
 from deltalake.exceptions import CommitFailedError, DeltaError, TableNotFoundError
 from deltalake.transaction import AddAction, RemoveAction, create_table_with_add_actions
 
+from lease_core.model.lease import Lease
+from lease_core.model.sequence import ExtendedSequenceNumber
+from lease_core.ops.landed_audit import LandedBatch
 from spark_jobs.errors import SinkError
 from spark_jobs.sinks.batch_sink import (
     BatchRange,
@@ -54,6 +57,7 @@ from spark_jobs.sinks.batch_sink import (
     Visibility,
     location_dataset,
 )
+from spark_jobs.sinks.dead_lettering import split_record
 from spark_jobs.sinks.lease_records import (
     LeasePosition,
     RecordEntry,
@@ -349,6 +353,45 @@ class DeltaSink:
             for key, value in document["leases"].items()
         }
         return version, leases
+
+    def landed_batches(self) -> list[LandedBatch]:
+        """Every batch this application's commits added, oldest commit first, as the table's history
+        holds them (Delta's log cleanup drops the oldest commits' entries from it)."""
+        table = self.table()
+        if table is None:
+            return []
+        with self.failures("read the table's history"):
+            own = [entry for entry in table.history() if entry.get(INFO_APPLICATION) == self.application]
+        landed: list[LandedBatch] = []
+        for entry in sorted(own, key=lambda entry: int(entry["version"])):
+            path = entry.get(INFO_POSITIONS)
+            if not path:
+                continue
+            with self.failures(f"read the position map {path}"):
+                with open(path, "rb") as stream:
+                    document = json.loads(stream.read())
+            landed.extend(
+                LandedBatch(
+                    batch["lease"],
+                    decode_position(batch["start"]),
+                    decode_position(batch["end"]),
+                    int(document.get("round", 0)),
+                    int(entry["version"]),
+                )
+                for batch in document.get("batches", ())
+            )
+        return landed
+
+    def awaiting_from(self, lease: Lease) -> ExtendedSequenceNumber | None:
+        """Where the batches the lease's record waits to publish begin (`leasectl verify`): the first
+        waiting batch's start, from its receipt; None when none waits or its receipt is gone."""
+        decoded = DeltaLeaseRecord.decode(split_record(lease.committed_batch)[0])
+        waiting = [] if decoded is None else self._not_visible(decoded.lease_key, list(decoded.entries))
+        for entry in sorted(waiting, key=lambda entry: entry.end):
+            if os.path.exists(self._receipt_path(entry.receipt)):
+                return self.read_receipt(entry.receipt).batch.start
+            return None
+        return None
 
     def read_receipt(self, receipt_id: str) -> DeltaReceipt:
         path = self._receipt_path(receipt_id)

@@ -1,17 +1,19 @@
 """The consume job landing in a Delta table through delta-rs, on a real local SparkSession against
 kinesis-mock and moto: every record produced is in the table exactly once through rounds, reshards
 and a slot killed in the middle of a batch, each round's batches added in one commit that says which
-round and application made it."""
+round and application made it; `leasectl verify` and `restore` read the table's record of what landed."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
+import boto3
 import pytest
 
 from devtools.kinesis_streams import merge_shards, split_shard
 from spark_jobs.sinks.delta import INFO_APPLICATION, INFO_ROUND, DeltaSink
 from tests.integration.test_consume_job import assert_exactly_once, control
+from tests.integration.test_leasectl_landed import leasectl, verify
 from tests.support.pipeline import ConsumerPipeline, pipeline_on_new_stream
 from tests.support.shard_ends import KinesisShardEnds
 
@@ -69,3 +71,31 @@ def test_a_slot_task_killed_in_the_middle_of_a_batch_lands_nothing_twice_in_a_de
     assert control(spark_control_dir, "crashed", pipeline, victim).exists()
     assert report.succeeded, report.summary()
     assert_exactly_once(pipeline)
+
+
+def test_leasectl_verifies_the_checkpoints_against_the_delta_table_and_restores_a_lost_lease_table_from_it(
+    spark, delta_pipeline
+):
+    pipeline = delta_pipeline
+    pipeline.produce(300)
+    assert pipeline.round(spark, workers=2).succeeded
+    status, document = verify(pipeline)
+    assert status == 0 and document["findings"] == [] and document["batches"] >= 4, document
+    held = {key: lease.checkpoint for key, lease in pipeline.leases().items()}
+    # The lease table is lost and made again: the sync starts every lease at TRIM_HORIZON.
+    dynamodb = boto3.client("dynamodb", endpoint_url=pipeline.dynamodb_endpoint, region_name="us-east-1")
+    dynamodb.delete_table(TableName=pipeline.config.lease_table)
+    dynamodb.get_waiter("table_not_exists").wait(TableName=pipeline.config.lease_table)
+    assert leasectl(pipeline, "init").returncode == 0
+    pipeline.sync()
+
+    assert {finding["finding"] for finding in verify(pipeline)[1]["findings"]} == {"sink ahead of the checkpoint"}
+    restored = leasectl(pipeline, "restore", "--output-uri", pipeline.output_uri, "--yes")
+    assert restored.returncode == 0, restored.stderr
+
+    assert {key: lease.checkpoint for key, lease in pipeline.leases().items()} == held
+    pipeline.produce(100)
+    assert pipeline.round(spark, workers=2).succeeded
+    assert_exactly_once(pipeline)
+    maintained = leasectl(pipeline, "maintain", "--output-uri", pipeline.output_uri, "--yes")
+    assert maintained.returncode == 2 and "is a Delta table, whose upkeep" in maintained.stderr
