@@ -40,6 +40,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from deltalake import CommitProperties, DeltaTable, Transaction
+from deltalake import Field as DeltaField
 from deltalake import Schema as DeltaSchema
 from deltalake.exceptions import CommitFailedError, DeltaError, TableNotFoundError
 from deltalake.transaction import AddAction, RemoveAction, create_table_with_add_actions
@@ -198,7 +199,9 @@ class DeltaSink:
             raise SinkError(self._uri, "is a folder with files, but not a Delta table (it has no _delta_log)")
         table = self.table()
         if table is not None and columns is not None:
-            self._table_columns(table, with_day(with_stream_and_shard(columns.empty_table(), "", "")).schema)
+            self._table_columns(
+                table, with_day(with_stream_and_shard(columns.empty_table(), "", "")).schema
+            )  # refusals
 
     def lineage_dataset(self) -> tuple[str, str]:
         return location_dataset(self.root)
@@ -225,17 +228,16 @@ class DeltaSink:
             assert table is not None
         return table
 
-    def _table_columns(self, table: DeltaTable, schema: pa.Schema) -> pa.Schema:
-        """The table's Arrow schema, after checking that it can hold batches of `schema`: every column
-        of the batch is the table's, of the same type or one that widens to it."""
+    def _table_columns(self, table: DeltaTable, schema: pa.Schema) -> tuple[pa.Schema, list[pa.Field]]:
+        """The table's Arrow schema and the batch's columns it lacks (added by name when the batch is
+        staged), after checking that it holds every other column of `schema`: of the same type, or one
+        that widens to the table's. A conflicting type is refused, naming the column."""
         table_schema = pa.schema(table.schema().to_arrow())
+        missing = []
         for field in schema:
             if field.name not in table_schema.names:
-                raise SinkError(
-                    self._uri,
-                    f"the batches have column {field.name!r}, which the Delta table does not (its columns: "
-                    f"{table_schema.names}); adding columns to a Delta table is not supported yet",
-                )
+                missing.append(field)
+                continue
             wanted = table_schema.field(field.name).type
             if not _widens_to(field.type, wanted):
                 raise SinkError(
@@ -243,7 +245,21 @@ class DeltaSink:
                     f"column {field.name!r} is {field.type} in the batch but {wanted} in the table; the table "
                     "cannot hold it",
                 )
-        return table_schema
+        return table_schema, missing
+
+    def _with_columns(self, table: DeltaTable, missing: Sequence[pa.Field]) -> DeltaTable:
+        """The table with the batch's new columns added (nullable, by name: a transform that adds a
+        column evolves the table). Another slot adding the same ones meanwhile is fine."""
+        with self.failures(f"add the columns {[field.name for field in missing]} to the table"):
+            try:
+                table.alter.add_columns([DeltaField.from_arrow(field.with_nullable(True)) for field in missing])
+            except DeltaError:
+                table = self.table() or table
+                still = [field for field in missing if field.name not in table.schema().to_arrow().names]
+                if still:
+                    raise
+            log.info("%s: added the columns %s", self._uri, [field.name for field in missing])
+        return self.table() or table
 
     # --- staging -------------------------------------------------------------------------------
 
@@ -258,7 +274,10 @@ class DeltaSink:
         receipt_id = self.staged_token(batch, attempt)
         rows = with_day(with_stream_and_shard(table, batch.stream_name, batch.shard_id))
         delta_table = self._table_for(rows.schema)
-        table_schema = self._table_columns(delta_table, rows.schema)
+        table_schema, missing = self._table_columns(delta_table, rows.schema)
+        if missing:
+            delta_table = self._with_columns(delta_table, missing)
+            table_schema, _ = self._table_columns(delta_table, rows.schema)
         partitions = list(delta_table.metadata().partition_columns)
         files = []
         with self.failures(f"stage the batch {self.batch_name(batch)}"):
