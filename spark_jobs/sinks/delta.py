@@ -20,6 +20,10 @@ The protocol is the Iceberg sink's (`spark_jobs.sinks.iceberg`), in Delta's term
   The transaction survives Delta's log cleanup and checkpoints, so the map is found however old the
   application's last commit is.
 
+A table this sink creates is partitioned by the day of arrival (`arrival_day`, UTC); a transform that
+adds a column adds it to the table by name (nullable), and a column of a conflicting type is refused
+before anything is written, naming it.
+
 Only local paths so far: a Delta table on S3 needs delta-rs' conditional puts and its own storage
 options, which this sink does not pass yet (`SinkError` naming the URI).
 """
@@ -279,6 +283,9 @@ class DeltaSink:
             delta_table = self._with_columns(delta_table, missing)
             table_schema, _ = self._table_columns(delta_table, rows.schema)
         partitions = list(delta_table.metadata().partition_columns)
+        for name in partitions:  # a transform that dropped the arrival column: the rows have no day
+            if name not in rows.column_names:
+                rows = rows.append_column(pa.field(name, pa.string()), pa.nulls(rows.num_rows, pa.string()))
         files = []
         with self.failures(f"stage the batch {self.batch_name(batch)}"):
             for index, (values, part) in enumerate(_partitioned(rows, partitions)):
@@ -299,7 +306,7 @@ class DeltaSink:
         table_schema: pa.Schema,
         partitions: Sequence[str],
     ) -> dict[str, Any]:
-        folder = "/".join(f"{name}={values[name]}" for name in partitions)
+        folder = "/".join(f"{name}={_partition_folder(values[name])}" for name in partitions)
         relative = f"{folder}/part-{receipt_id}-{index}.parquet" if folder else f"part-{receipt_id}-{index}.parquet"
         data_schema = pa.schema([field for field in table_schema if field.name not in partitions])
         data = pa.table(
@@ -584,6 +591,11 @@ def _partitioned(rows: pa.Table, partitions: Sequence[str]) -> Iterator[tuple[di
             match = pc.is_null(rows.column(name)) if value is None else pc.equal(rows.column(name), value)
             mask = match if mask is None else pc.and_(mask, match)
         yield {name: None if key[name] is None else str(key[name]) for name in partitions}, rows.filter(mask)
+
+
+def _partition_folder(value: str | None) -> str:
+    """A partition value as its folder's name (Hive's, which Delta writers use, for a null)."""
+    return "__HIVE_DEFAULT_PARTITION__" if value is None else value
 
 
 def _widens_to(batch: pa.DataType, table: pa.DataType) -> bool:

@@ -138,6 +138,21 @@ def test_a_transform_that_adds_a_column_evolves_the_table_by_name(uri):
     assert sorted(amounts, key=lambda value: (value is not None, value)) == [None, None, None, 1.5, 2.5]
 
 
+def test_a_batch_without_the_arrival_column_lands_in_the_null_day_partition(uri):
+    sink = DeltaSink(uri, APPLICATION)
+    record = land(sink, None, TRIM_HORIZON, 1, 3)
+    without_arrival = rows(4, 2).drop_columns(["approximate_arrival_timestamp"])
+    record = sink.commit_record(record, sink.stage(batch_of(position(3), 4, 2), without_arrival, "a"))
+    sink.publish_round({LEASE: record}, IDENTITY)
+
+    assert sequence_numbers(uri) == [1, 2, 3, 4, 5]
+    table = DeltaSink(uri, APPLICATION).table()
+    assert table is not None
+    actions = pa.table(table.get_add_actions(flatten=True)).to_pylist()
+    days = {action["partition.arrival_day"] for action in actions}
+    assert None in days and len(days) >= 2, "the first batch's days, and the null day of the one without arrivals"
+
+
 def _column(path: str, name: str) -> list[object]:
     """A column of a data file as a Delta reader sees it: null where the file predates the column."""
     data = pq.read_table(path)
