@@ -346,9 +346,9 @@ class DeltaSink:
 
     def awaiting_visibility(self, record: str | None) -> tuple[str, ...]:
         """The committed batches of `record` the table does not hold yet and can still take (their
-        receipt is there)."""
+        receipt and the table are there)."""
         decoded = DeltaLeaseRecord.decode(record)
-        if decoded is None:
+        if decoded is None or not os.path.isdir(f"{self.root}/_delta_log"):  # no table: nothing can be added
             return ()
         waiting = self._not_visible(decoded.lease_key, list(decoded.entries))
         return tuple(
