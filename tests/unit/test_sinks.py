@@ -40,7 +40,10 @@ def test_a_parquet_uri_passes_the_check_without_its_trailing_slashes(uri: str, c
 
 @pytest.mark.parametrize("uri", ["hdfs://namenode/lake", "s3:///lake", "file://host/lake", ""])
 def test_a_uri_no_sink_writes_to_is_refused_naming_the_forms(uri: str) -> None:
-    forms = r"is not a local path, an absolute file:///path or an s3://bucket\[/prefix\] URI \(a Parquet dataset\), or iceberg://"
+    forms = (
+        r"is not a local path, an absolute file:///path or an s3://bucket\[/prefix\] URI \(a Parquet dataset\), "
+        r"iceberg://.* or delta:PATH"
+    )
     with pytest.raises(SinkError, match=forms):
         check_sink_uri(uri)
 
