@@ -71,6 +71,7 @@ from spark_jobs.sinks.lease_records import (
     encode_position,
     held_position,
     position_text,
+    positions_json,
     record_after_commit,
 )
 from spark_jobs.sinks.record_columns import BATCH_COLUMNS
@@ -487,7 +488,14 @@ class DeltaSink:
             batch = receipt.batch
             arn, created = identity.streams.get(batch.stream_name, (None, None))
             updated[batch.lease_key] = LeasePosition(batch.stream_name, arn, created, batch.end)
-        payload = _positions_json(self.application, identity.round_number, commit_id, updated, receipts)
+        payload = positions_json(
+            POSITIONS_FORMAT,
+            self.application,
+            identity.round_number,
+            updated,
+            [(receipt.batch, receipt.rows) for receipt in receipts],
+            commit=commit_id,
+        )
         candidate = version + 1
         os.makedirs(os.path.dirname(self._positions_path(candidate)), exist_ok=True)
         while True:
@@ -618,38 +626,6 @@ def _widens_to(batch: pa.DataType, table: pa.DataType) -> bool:
         (pa.binary(), pa.binary_view()),
     }
     return (batch, table) in widenings
-
-
-def _positions_json(
-    application: str,
-    round_number: int,
-    commit_id: str,
-    positions: Mapping[str, LeasePosition],
-    added: Sequence[DeltaReceipt],
-) -> bytes:
-    leases = {
-        key: {"stream": p.stream_name, "arn": p.stream_arn, "created": p.stream_created, "end": encode_position(p.end)}
-        for key, p in sorted(positions.items())
-    }
-    batches = [
-        {
-            "lease": receipt.batch.lease_key,
-            "start": encode_position(receipt.batch.start),
-            "first": None if receipt.batch.first is None else encode_position(receipt.batch.first),
-            "end": encode_position(receipt.batch.end),
-            "rows": receipt.rows,
-        }
-        for receipt in added
-    ]
-    document = {
-        "format": POSITIONS_FORMAT,
-        "application": application,
-        "round": round_number,
-        "commit": commit_id,
-        "leases": leases,
-        "batches": batches,
-    }
-    return json.dumps(document, indent=0).encode()
 
 
 def _write_atomically(path: str, payload: bytes) -> None:

@@ -36,7 +36,6 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -99,6 +98,7 @@ from spark_jobs.sinks.lease_records import (
     encode_position,
     held_position,
     position_text,
+    positions_json,
     record_after_commit,
 )
 from spark_jobs.sinks.record_columns import BATCH_COLUMNS, RECORD_SCHEMA
@@ -645,7 +645,15 @@ class IcebergSink:
         positions_path = f"{self.positions_location(table)}/{commit_id}.json"
         with self.failures("write the position map"):
             with table.io.new_output(positions_path).create(overwrite=True) as stream:
-                stream.write(_positions_json(self.application, identity.round_number, positions, receipts))
+                stream.write(
+                    positions_json(
+                        POSITIONS_FORMAT,
+                        self.application,
+                        identity.round_number,
+                        positions,
+                        [(receipt.batch, receipt.rows) for receipt in receipts],
+                    )
+                )
         data_files = [data_file for batch in plan.batches for data_file in batch.data_files]
         summary = {
             SUMMARY_APPLICATION: identity.application,
@@ -917,26 +925,3 @@ def _write_manifest(table: Table, path: str, data_files: Iterable[DataFile], rec
                 ManifestEntry.from_args(status=ManifestEntryStatus.ADDED, snapshot_id=snapshot_id, data_file=data_file)
             )
     return writer.to_manifest_file().manifest_length
-
-
-def _positions_json(
-    application: str, round_number: int, positions: Mapping[str, LeasePosition], added: Sequence[Receipt]
-) -> bytes:
-    """The position map after a commit (`leases`), and the batches the commit adds (`batches`, each
-    with the checkpoint it starts after, so that a chain of commits can be checked for gaps)."""
-    leases: dict[str, Any] = {
-        key: {"stream": p.stream_name, "arn": p.stream_arn, "created": p.stream_created, "end": encode_position(p.end)}
-        for key, p in sorted(positions.items())
-    }
-    batches = [
-        {
-            "lease": receipt.batch.lease_key,
-            "start": encode_position(receipt.batch.start),
-            "first": None if receipt.batch.first is None else encode_position(receipt.batch.first),
-            "end": encode_position(receipt.batch.end),
-            "rows": receipt.rows,
-        }
-        for receipt in added
-    ]
-    document = {"format": POSITIONS_FORMAT, "application": application, "round": round_number, "leases": leases}
-    return json.dumps({**document, "batches": batches}, indent=0).encode()

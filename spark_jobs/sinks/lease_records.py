@@ -7,13 +7,13 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, Self
 
 from lease_core.model.sequence import ExtendedSequenceNumber
 from spark_jobs.errors import SinkError
-from spark_jobs.sinks.batch_sink import StreamIncarnations
+from spark_jobs.sinks.batch_sink import BatchRange, StreamIncarnations
 
 log = logging.getLogger(__name__)
 
@@ -127,6 +127,35 @@ def record_after_commit(
     if key is None or not entries:
         return None
     return record_type(key, tuple(entries)).encode()
+
+
+def positions_json(
+    format_name: str,
+    application: str,
+    round_number: int,
+    positions: Mapping[str, LeasePosition],
+    added: Sequence[tuple[BatchRange, int]],
+    **extra: Any,
+) -> bytes:
+    """A commit's position map: through which position the table holds each lease (`leases`), and the
+    batches the commit adds with their rows (`batches`, each with the checkpoint it starts after, so
+    that a chain of commits can be checked for gaps); `extra`: the sink's own fields."""
+    leases = {
+        key: {"stream": p.stream_name, "arn": p.stream_arn, "created": p.stream_created, "end": encode_position(p.end)}
+        for key, p in sorted(positions.items())
+    }
+    batches = [
+        {
+            "lease": batch.lease_key,
+            "start": encode_position(batch.start),
+            "first": None if batch.first is None else encode_position(batch.first),
+            "end": encode_position(batch.end),
+            "rows": rows,
+        }
+        for batch, rows in added
+    ]
+    document = {"format": format_name, "application": application, "round": round_number, **extra, "leases": leases}
+    return json.dumps({**document, "batches": batches}, indent=0).encode()
 
 
 def position_text(position: ExtendedSequenceNumber) -> str:
