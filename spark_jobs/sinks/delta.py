@@ -74,7 +74,7 @@ from spark_jobs.sinks.lease_records import (
     positions_json,
     record_after_commit,
 )
-from spark_jobs.sinks.record_columns import BATCH_COLUMNS
+from spark_jobs.sinks.record_columns import with_stream_and_shard
 
 log = logging.getLogger(__name__)
 
@@ -568,14 +568,6 @@ class DeltaSink:
             raise
         except (DeltaError, OSError) as error:
             raise SinkError(self._uri, f"cannot {action}: {type(error).__name__}: {error}", retryable=True) from error
-
-
-def with_stream_and_shard(table: pa.Table, stream_name: str, shard_id: str) -> pa.Table:
-    """The rows with the batch's stream and shard as their first columns (replacing any of the same names)."""
-    rows = table.drop_columns([name for name in BATCH_COLUMNS if name in table.column_names])
-    for index, (name, value) in enumerate((("stream_name", stream_name), ("shard_id", shard_id))):
-        rows = rows.add_column(index, pa.field(name, pa.string()), pa.array([value] * rows.num_rows, pa.string()))
-    return rows
 
 
 def with_day(rows: pa.Table) -> pa.Table:

@@ -101,7 +101,7 @@ from spark_jobs.sinks.lease_records import (
     positions_json,
     record_after_commit,
 )
-from spark_jobs.sinks.record_columns import BATCH_COLUMNS, RECORD_SCHEMA
+from spark_jobs.sinks.record_columns import RECORD_SCHEMA, with_stream_and_shard
 
 log = logging.getLogger(__name__)
 
@@ -883,12 +883,7 @@ def record_schema_with_batch_columns() -> pa.Schema:
 
 def with_batch_columns(table: pa.Table, batch: BatchRange) -> pa.Table:
     """The rows with the batch's stream and shard as their first columns (replacing any of the same names)."""
-    rows = table.drop_columns([name for name in BATCH_COLUMNS if name in table.column_names])
-    for index, (name, value) in enumerate((("stream_name", batch.stream_name), ("shard_id", batch.shard_id))):
-        rows = rows.add_column(
-            index, pa.field(name, pa.string(), nullable=False), pa.array([value] * rows.num_rows, pa.string())
-        )
-    return rows
+    return with_stream_and_shard(table, batch.stream_name, batch.shard_id)
 
 
 def as_table_types(batch: pa.Table, table_schema: Schema) -> pa.Table:

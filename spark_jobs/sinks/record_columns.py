@@ -40,3 +40,14 @@ def records_table(records: Sequence[KinesisRecord]) -> pa.Table:
         },
         schema=RECORD_SCHEMA,
     )
+
+
+def with_stream_and_shard(table: pa.Table, stream_name: str, shard_id: str) -> pa.Table:
+    """The rows with the batch's stream and shard as their first columns (replacing any of the same
+    names): how a table sink, unlike a dataset's partition folders, keeps them."""
+    rows = table.drop_columns([name for name in BATCH_COLUMNS if name in table.column_names])
+    for index, (name, value) in enumerate((("stream_name", stream_name), ("shard_id", shard_id))):
+        rows = rows.add_column(
+            index, pa.field(name, pa.string(), nullable=False), pa.array([value] * rows.num_rows, pa.string())
+        )
+    return rows
