@@ -162,7 +162,8 @@ class RecordedCall:
     the iterator or NextToken; None when the proxy never saw it handed out), `database` (a Glue call's
     database), `parameters` (the body's top-level names), `transaction` (a TransactWriteItems' parts
     as (kind, table): Put, Update, Delete, ConditionCheck). S3: `method`, `bucket`, `key` and `query`
-    (name/value pairs, sorted).
+    (name/value pairs, sorted), `conditions` (its If-None-Match and If-Match headers: how a writer
+    asks S3 to refuse a put that would replace what another wrote).
     """
 
     service: str
@@ -178,6 +179,7 @@ class RecordedCall:
     bucket: str | None = None
     key: str | None = None
     query: tuple[tuple[str, str], ...] = ()
+    conditions: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -550,6 +552,7 @@ class FaultProxy:
             bucket=unquote(bucket) or None,
             key=object_key,
             query=tuple(sorted(query.items())),
+            conditions=tuple((name, headers[name]) for name in ("if-match", "if-none-match") if name in headers),
         )
 
     def _forward(self, request: HttpRequest) -> HttpResponse:

@@ -6,9 +6,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-import pyarrow as pa
-import pyarrow.parquet as pq
-
 from spark_jobs.sinks.delta import DeltaSink
 from spark_jobs.sinks.iceberg import IcebergSink
 from spark_jobs.sinks.parquet import ParquetSink
@@ -42,16 +39,12 @@ def landed_records(output_uri: str, s3_endpoint_url: str | None = None) -> list[
             return []
         landed = table.scan(selected_fields=IDENTITY_COLUMNS).to_arrow()
     elif output_uri.startswith("delta:"):
-        delta_table = DeltaSink(output_uri, "landed-records").table()
-        if delta_table is None:
+        delta_rows = DeltaSink(output_uri, "landed-records", s3_endpoint_url=s3_endpoint_url).visible_rows(
+            IDENTITY_COLUMNS
+        )
+        if delta_rows is None:
             return []
-        # File by file with pyarrow: delta-rs' own dataset reader may abort the interpreter at its exit
-        # (delta-io/delta-rs#2184).
-        files = [
-            pq.read_table(uri.removeprefix("file://"), columns=list(IDENTITY_COLUMNS))
-            for uri in delta_table.file_uris()
-        ]
-        landed = pa.concat_tables(files) if files else pa.table({name: [] for name in IDENTITY_COLUMNS})
+        landed = delta_rows
     else:
         landed = ParquetSink.from_uri(output_uri, s3_endpoint_url=s3_endpoint_url).read_dataset()
     columns = landed.select(list(IDENTITY_COLUMNS)).to_pydict()

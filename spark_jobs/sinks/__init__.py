@@ -2,7 +2,8 @@
 
 - A local path, an absolute file:///path or s3://bucket[/prefix]: a hive-partitioned Parquet dataset
   (`parquet`).
-- delta:PATH: a Delta Lake table through delta-rs (`delta`, imported only for such a URI).
+- delta:PATH or delta:s3://bucket/prefix: a Delta Lake table through delta-rs (`delta`, imported only
+  for such a URI).
 - iceberg://CATALOG/NAMESPACE.TABLE: an Apache Iceberg table (`iceberg`, imported only for such a
   URI, so that the Parquet sink never loads pyiceberg), its catalog configured as pyiceberg's are.
 """
@@ -25,7 +26,7 @@ ICEBERG_SCHEME = "iceberg"
 DELTA_SCHEME = "delta"
 SINK_URI_FORMS = (
     f"{PARQUET_URI_FORMS} (a Parquet dataset), iceberg://CATALOG/NAMESPACE.TABLE (an Iceberg table), or "
-    "delta:PATH (a Delta table)"
+    "delta:PATH or delta:s3://bucket/prefix (a Delta table)"
 )
 
 
@@ -82,7 +83,14 @@ def open_sink(
     if urlsplit(uri).scheme == DELTA_SCHEME:
         from spark_jobs.sinks.delta import DeltaSink
 
-        return DeltaSink(uri, config.require_application_name(), streams=streams)
+        return DeltaSink(
+            uri,
+            config.require_application_name(),
+            streams=streams,
+            s3_endpoint_url=config.aws_endpoint_url_s3,
+            region=config.aws_region,
+            session=session,
+        )
     return ParquetSink.from_uri(
         uri, s3_endpoint_url=config.aws_endpoint_url_s3, region=config.aws_region, session=session
     )

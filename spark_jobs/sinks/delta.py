@@ -24,8 +24,11 @@ A table this sink creates is partitioned by the day of arrival (`arrival_day`, U
 adds a column adds it to the table by name (nullable), and a column of a conflicting type is refused
 before anything is written, naming it.
 
-Only local paths so far: a Delta table on S3 needs delta-rs' conditional puts and its own storage
-options, which this sink does not pass yet (`SinkError` naming the URI).
+The table is a local folder or an S3 prefix (`delta:s3://bucket/prefix`). On S3, delta-rs commits
+each log entry with a conditional put (`If-None-Match: *`), so two writers of the same table version
+cannot both win; the position maps are created the same way (`table_storage`). It takes the same
+credentials, endpoint and region as the Parquet sink (`aws_endpoint_url_s3`, `aws_region`, an Airflow
+connection's session, else boto3's default chain), and passes them to delta-rs as its storage options.
 """
 
 from __future__ import annotations
@@ -39,10 +42,13 @@ from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import unquote, urlsplit
 
+import boto3
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
+from botocore.exceptions import BotoCoreError, ClientError
 from deltalake import CommitProperties, DeltaTable, Transaction
 from deltalake import Field as DeltaField
 from deltalake import Schema as DeltaSchema
@@ -75,11 +81,12 @@ from spark_jobs.sinks.lease_records import (
     record_after_commit,
 )
 from spark_jobs.sinks.record_columns import with_stream_and_shard
+from spark_jobs.sinks.table_storage import LocalStorage, S3Access, S3Storage, TableStorage, is_transient
 
 log = logging.getLogger(__name__)
 
 SCHEME = "delta"
-URI_FORM = "delta:<absolute or relative local path>"
+URI_FORM = "delta:<absolute or relative local path> or delta:s3://bucket/prefix"
 RECORD_FORMAT = "delta/1"
 RECEIPT_FORMAT = "kinesis-lease-batch/delta-receipt/1"
 POSITIONS_FORMAT = "kinesis-lease-batch/delta-positions/1"
@@ -101,14 +108,30 @@ class DeltaLeaseRecord(TableLeaseRecord):
     FORMAT = RECORD_FORMAT
 
 
-def parse_delta_uri(uri: str) -> str:
-    """Pure: the table's local folder (absolute) a `delta:` URI names; `SinkError` naming what is wrong."""
+@dataclass(frozen=True)
+class DeltaLocation:
+    """Where a `delta:` URI's table is: a local folder (`bucket` None, `path` absolute) or an S3 prefix."""
+
+    path: str
+    bucket: str | None = None
+
+
+def parse_delta_uri(uri: str) -> DeltaLocation:
+    """Pure: the table's place a `delta:` URI names; `SinkError` naming what is wrong."""
     scheme, _, rest = uri.partition(":")
     if scheme != SCHEME or not rest:
         raise SinkError(uri, f"is not of the form {URI_FORM}")
-    if "://" in rest and not rest.startswith("file://"):
-        raise SinkError(uri, "only local Delta tables are supported so far (an object store needs its own options)")
-    return os.path.abspath(rest.removeprefix("file://"))
+    parts = urlsplit(rest)
+    if parts.scheme == "s3":
+        prefix = parts.path.strip("/")
+        if not parts.netloc or not prefix:
+            raise SinkError(uri, "a Delta table on S3 needs a bucket and a prefix in it (delta:s3://bucket/prefix)")
+        return DeltaLocation(prefix, parts.netloc)
+    if parts.scheme == "file" and not parts.netloc and parts.path:
+        return DeltaLocation(os.path.abspath(unquote(parts.path)))
+    if "://" in rest or not rest.strip():
+        raise SinkError(uri, f"is not of the form {URI_FORM}")
+    return DeltaLocation(os.path.abspath(rest))
 
 
 @dataclass(frozen=True)
@@ -167,13 +190,38 @@ class DeltaReceipt:
 class DeltaSink:
     """The Delta table at `uri`, for the application `application` (its position map is its own)."""
 
-    def __init__(self, uri: str, application: str, streams: StreamIncarnations | None = None) -> None:
-        self.root = parse_delta_uri(uri)
+    def __init__(
+        self,
+        uri: str,
+        application: str,
+        streams: StreamIncarnations | None = None,
+        *,
+        s3_endpoint_url: str | None = None,
+        region: str | None = None,
+        session: boto3.Session | None = None,
+    ) -> None:
+        """S3 (module doc) takes its credentials from `session`, else boto3's default chain, its
+        endpoint from `s3_endpoint_url`, else AWS_ENDPOINT_URL_S3, else AWS_ENDPOINT_URL, its region
+        from `region`, else the session's."""
+        place = parse_delta_uri(uri)
+        self.storage: TableStorage
+        if place.bucket is None:
+            self.storage = LocalStorage(place.path)
+            self.storage_options: dict[str, str] = {}
+        else:
+            access = S3Access.resolve(uri, s3_endpoint_url, region, session)
+            self.storage = S3Storage(place.bucket, place.path, access.client())
+            self.storage_options = access.delta_storage_options()
         self._uri = uri
         self.application = application
         self.streams: StreamIncarnations = streams or {}
         self._staged: dict[str, DeltaReceipt] = {}
-        self._positions: dict[str, LeasePosition] | None = None
+        self._known: tuple[dict[str, LeasePosition]] | tuple[()] | None = None  # (positions,); (): no table
+
+    @property
+    def location(self) -> str:
+        """The table's folder: an absolute path, or s3://bucket/prefix."""
+        return self.storage.location
 
     @property
     def uri(self) -> str:
@@ -189,30 +237,45 @@ class DeltaSink:
         """The table as it is now; None when there is none at the folder yet."""
         with self.failures("load the table"):
             try:
-                return DeltaTable(self.root)
+                return DeltaTable(self.location, storage_options=self.storage_options)
             except TableNotFoundError:
                 return None
 
     def check_writable(self, columns: pa.Schema | None) -> None:
         """The folder can hold the table, and an existing table can hold batches of `columns`."""
-        parent = os.path.dirname(self.root)
-        if not os.path.isdir(parent):
-            raise SinkError(self._uri, f"the folder {parent!r} the table goes in does not exist")
-        if os.path.exists(self.root) and not os.path.isdir(self.root):
-            raise SinkError(self._uri, "is a file, not a folder a Delta table can be in")
-        if os.path.isdir(self.root) and os.listdir(self.root) and self.table() is None:
-            raise SinkError(self._uri, "is a folder with files, but not a Delta table (it has no _delta_log)")
-        table = self.table()
+        with self.failures("check where the table goes"):
+            try:
+                self.storage.check_root()
+            except OSError as error:  # a missing bucket or folder, a file: no retry helps
+                raise SinkError(self._uri, str(error)) from None
+            table = self.table()
+            if table is None and any(not file.path.startswith(f"{KINESIS_FOLDER}/") for file in self.storage.listing()):
+                # (a round that found nothing to land may have left its report under _kinesis/)
+                raise SinkError(self._uri, "is a folder with files, but not a Delta table (it has no _delta_log)")
         if table is not None and columns is not None:
             self._table_columns(
                 table, with_day(with_stream_and_shard(columns.empty_table(), "", "")).schema
             )  # refusals
 
     def lineage_dataset(self) -> tuple[str, str]:
-        return location_dataset(self.root)
+        return location_dataset(self.location)
 
     def reports_root(self) -> str:
-        return f"{self.root}/{KINESIS_FOLDER}/rounds"
+        return f"{self.location}/{KINESIS_FOLDER}/rounds"
+
+    def visible_rows(self, columns: Sequence[str] | None = None) -> pa.Table | None:
+        """The rows readers of the table see now (of `columns`, else every data column; partition
+        values are in the files' paths, not their rows), read file by file with pyarrow (delta-rs' own
+        reader may abort the interpreter at its exit: delta-io/delta-rs#2184); None: no table."""
+        table = self.table()
+        if table is None:
+            return None
+        parts = []
+        with self.failures("read the table's files"):
+            for uri in table.file_uris():
+                relative = unquote(uri.removeprefix("file://")).removeprefix(f"{self.location}/")
+                parts.append(pq.read_table(pa.BufferReader(self.storage.read(relative)), columns=columns))
+        return pa.concat_tables(parts, promote_options="default") if parts else None
 
     def _table_for(self, schema: pa.Schema) -> DeltaTable:
         """The table, created with `schema` (partitioned by the day of arrival when it has the
@@ -223,9 +286,14 @@ class DeltaSink:
             with self.failures("create the table"):
                 try:
                     create_table_with_add_actions(
-                        self.root, DeltaSchema.from_arrow(schema), [], mode="error", partition_by=partition_by
+                        self.location,
+                        DeltaSchema.from_arrow(schema),
+                        [],
+                        mode="error",
+                        partition_by=partition_by,
+                        storage_options=self.storage_options,
                     )
-                    log.info("created the Delta table %s, partitioned by %s", self.root, partition_by)
+                    log.info("created the Delta table %s, partitioned by %s", self.location, partition_by)
                 except DeltaError as error:
                     if self.table() is None:  # not another slot's table created meanwhile
                         raise SinkError(self._uri, f"the table cannot be created: {error}") from error
@@ -293,8 +361,8 @@ class DeltaSink:
                 files.append(self._write_data_file(receipt_id, index, values, part, table_schema, partitions))
             receipt = DeltaReceipt(receipt_id, batch, rows.num_rows, tuple(files))
             path = self._receipt_path(receipt_id)
-            already_present = os.path.exists(path)
-            _write_atomically(path, receipt.to_json())
+            already_present = self.storage.exists(path)
+            self.storage.put(path, receipt.to_json())
         self._staged[receipt_id] = receipt
         return StagedBatch(receipt_id, rows.num_rows, sum(int(file["size"]) for file in files), already_present)
 
@@ -322,7 +390,7 @@ class DeltaSink:
         buffer = pa.BufferOutputStream()
         pq.write_table(data, buffer, compression="zstd")
         payload = buffer.getvalue()
-        _write_atomically(f"{self.root}/{relative}", payload.to_pybytes())
+        self.storage.put(relative, payload.to_pybytes())
         stats = json.dumps({"numRecords": data.num_rows})
         return {"path": relative, "size": payload.size, "partition_values": dict(values), "stats": stats}
 
@@ -349,21 +417,26 @@ class DeltaSink:
         """The committed batches of `record` the table does not hold yet and can still take (their
         receipt and the table are there)."""
         decoded = DeltaLeaseRecord.decode(record)
-        if decoded is None or not os.path.isdir(f"{self.root}/_delta_log"):  # no table: nothing can be added
+        if decoded is None or self._known_positions() is None:  # no table: nothing can be added
             return ()
         waiting = self._not_visible(decoded.lease_key, list(decoded.entries))
         return tuple(
             f"{decoded.lease_key} up to {entry.end} (receipt {entry.receipt})"
             for entry in waiting
-            if os.path.exists(self._receipt_path(entry.receipt))
+            if self._has_receipt(entry.receipt)
         )
 
     def _not_visible(self, lease_key: str, entries: list[RecordEntry]) -> list[RecordEntry]:
-        if self._positions is None:
-            table = self.table()
-            self._positions = {} if table is None else self.positions(table)[1]
-        held = held_position(self._positions, lease_key, self.streams)
+        held = held_position(self._known_positions() or {}, lease_key, self.streams)
         return [entry for entry in entries if held is None or entry.end > held]
+
+    def _known_positions(self) -> dict[str, LeasePosition] | None:
+        """The application's position map as the table held it when first asked, since this sink's
+        last commit (None: there is no table)."""
+        if self._known is None:
+            table = self.table()
+            self._known = () if table is None else (self.positions(table)[1],)
+        return self._known[0] if self._known else None
 
     def positions(self, table: DeltaTable) -> tuple[int, dict[str, LeasePosition]]:
         """The application's transaction version in `table` and its position map (0, {}: none yet)."""
@@ -371,10 +444,7 @@ class DeltaSink:
             version = table.transaction_version(self.app_id) or 0
         if version == 0:
             return 0, {}
-        path = self._positions_path(version)
-        with self.failures(f"read the position map {path}"):
-            with open(path, "rb") as stream:
-                document = json.loads(stream.read())
+        document = self._position_map(self._positions_path(version))
         leases = {
             key: LeasePosition(value["stream"], value.get("arn"), value.get("created"), decode_position(value["end"]))
             for key, value in document["leases"].items()
@@ -394,9 +464,7 @@ class DeltaSink:
             path = entry.get(INFO_POSITIONS)
             if not path:
                 continue
-            with self.failures(f"read the position map {path}"):
-                with open(path, "rb") as stream:
-                    document = json.loads(stream.read())
+            document = self._position_map(path.removeprefix(f"{self.location}/"))  # (absolute in early commits)
             landed.extend(
                 LandedBatch(
                     batch["lease"],
@@ -415,7 +483,7 @@ class DeltaSink:
         decoded = DeltaLeaseRecord.decode(split_record(lease.committed_batch)[0])
         waiting = [] if decoded is None else self._not_visible(decoded.lease_key, list(decoded.entries))
         for entry in sorted(waiting, key=lambda entry: entry.end):
-            if os.path.exists(self._receipt_path(entry.receipt)):
+            if self._has_receipt(entry.receipt):
                 return self.read_receipt(entry.receipt).batch.start
             return None
         return None
@@ -423,8 +491,7 @@ class DeltaSink:
     def read_receipt(self, receipt_id: str) -> DeltaReceipt:
         path = self._receipt_path(receipt_id)
         with self.failures(f"read the receipt {path}"):
-            with open(path, "rb") as stream:
-                return DeltaReceipt.from_json(stream.read())
+            return DeltaReceipt.from_json(self.storage.read(path))
 
     # --- the round's commit, by the driver -----------------------------------------------------
 
@@ -451,7 +518,7 @@ class DeltaSink:
             except CommitFailedError as error:
                 log.info("%s: another publisher committed first (%s); planning again on the new head", self._uri, error)
                 continue
-            self._positions = None
+            self._known = None
             return RoundPublication(1, len(receipts), already, tuple(missing), self._commit_version(commit_id))
         raise SinkError(
             self._uri, f"the round's commit met a newer head {COMMIT_ATTEMPTS} times in a row", retryable=True
@@ -468,7 +535,7 @@ class DeltaSink:
             for entry in record.entries:
                 if held is not None and entry.end <= held:
                     already += 1
-                elif os.path.exists(self._receipt_path(entry.receipt)):
+                elif self._has_receipt(entry.receipt):
                     receipts.append(self.read_receipt(entry.receipt))
                 else:
                     missing.append(f"{key}: the batch up to {entry.end}")
@@ -497,17 +564,10 @@ class DeltaSink:
             commit=commit_id,
         )
         candidate = version + 1
-        os.makedirs(os.path.dirname(self._positions_path(candidate)), exist_ok=True)
-        while True:
-            with self.failures("write the position map"):
-                try:
-                    with open(self._positions_path(candidate), "xb") as stream:
-                        stream.write(payload)
-                        stream.flush()
-                        os.fsync(stream.fileno())
-                    return candidate
-                except FileExistsError:  # another publisher's (alive or dead) version: the next one
-                    candidate += 1
+        with self.failures("write the position map"):
+            while not self.storage.create(self._positions_path(candidate), payload):
+                candidate += 1  # another publisher's (alive or dead) version: the next one
+        return candidate
 
     def _commit(
         self,
@@ -553,10 +613,21 @@ class DeltaSink:
     # --- places and failures -------------------------------------------------------------------
 
     def _receipt_path(self, receipt_id: str) -> str:
-        return f"{self.root}/{KINESIS_FOLDER}/staged/{self.application}/{receipt_id}.json"
+        """The receipt's path in the table's folder."""
+        return f"{KINESIS_FOLDER}/staged/{self.application}/{receipt_id}.json"
 
     def _positions_path(self, version: int) -> str:
-        return f"{self.root}/{KINESIS_FOLDER}/positions/{self.application}/{version:020d}.json"
+        """The position map's path in the table's folder."""
+        return f"{KINESIS_FOLDER}/positions/{self.application}/{version:020d}.json"
+
+    def _has_receipt(self, receipt_id: str) -> bool:
+        with self.failures("look for a receipt"):
+            return self.storage.exists(self._receipt_path(receipt_id))
+
+    def _position_map(self, path: str) -> dict[str, Any]:
+        with self.failures(f"read the position map {path}"):
+            document: dict[str, Any] = json.loads(self.storage.read(path))
+        return document
 
     @contextmanager
     def failures(self, action: str) -> Iterator[None]:
@@ -566,6 +637,11 @@ class DeltaSink:
             yield
         except (SinkError, CommitFailedError, TableNotFoundError):
             raise
+        except (ClientError, BotoCoreError) as error:
+            retryable = is_transient(error)
+            raise SinkError(
+                self._uri, f"cannot {action}: {type(error).__name__}: {error}", retryable=retryable
+            ) from error
         except (DeltaError, OSError) as error:
             raise SinkError(self._uri, f"cannot {action}: {type(error).__name__}: {error}", retryable=True) from error
 
@@ -618,13 +694,3 @@ def _widens_to(batch: pa.DataType, table: pa.DataType) -> bool:
         (pa.binary(), pa.binary_view()),
     }
     return (batch, table) in widenings
-
-
-def _write_atomically(path: str, payload: bytes) -> None:
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    temporary = f"{path}.{uuid.uuid4().hex}.tmp"
-    with open(temporary, "wb") as stream:
-        stream.write(payload)
-        stream.flush()
-        os.fsync(stream.fileno())
-    os.replace(temporary, path)

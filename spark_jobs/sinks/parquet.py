@@ -59,6 +59,7 @@ from spark_jobs.sinks.batch_sink import (
     location_dataset,
 )
 from spark_jobs.sinks.record_columns import BATCH_COLUMNS, RECORD_SCHEMA
+from spark_jobs.sinks.table_storage import S3Access
 
 log = logging.getLogger(__name__)
 
@@ -145,7 +146,7 @@ class ParquetSink:
         """
         on_s3, root = sink_root(uri)
         if on_s3:
-            return cls(uri, _s3_filesystem(uri, s3_endpoint_url, region, session or boto3.Session()), root)
+            return cls(uri, S3Access.resolve(uri, s3_endpoint_url, region, session).arrow_filesystem(), root)
         return cls(uri, pafs.LocalFileSystem(), root)
 
     def batch_name(self, batch: BatchRange) -> str:
@@ -365,28 +366,6 @@ def _is_transient(error: Exception) -> bool:
         return False  # a local disk: retrying soon meets the same full, read-only or misplaced path
     status = int(match["status"] or 0)
     return match["name"] in _TRANSIENT_AWS_ERRORS or status >= 500 or status == 429
-
-
-def _s3_filesystem(uri: str, endpoint_url: str | None, region: str | None, session: boto3.Session) -> pafs.S3FileSystem:
-    credentials = session.get_credentials()
-    if credentials is None:
-        raise SinkError(uri, "no AWS credentials: boto3's default chain found none")
-    # A snapshot: the sink is built per job, well within the life of temporary credentials.
-    frozen = credentials.get_frozen_credentials()
-    endpoint = endpoint_url or os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
-    location: dict[str, str] = {}
-    if endpoint:
-        parts = urlsplit(endpoint)
-        if parts.scheme not in ("http", "https") or not parts.netloc:
-            raise SinkError(uri, f"S3 endpoint {endpoint!r} is not an http:// or https:// URL")
-        location = {"scheme": parts.scheme, "endpoint_override": parts.netloc}
-    return pafs.S3FileSystem(
-        access_key=frozen.access_key,
-        secret_key=frozen.secret_key,
-        session_token=frozen.token,
-        region=region or session.region_name,
-        **location,
-    )
 
 
 def _parquet_bytes(table: pa.Table) -> pa.Buffer:

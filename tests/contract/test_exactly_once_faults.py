@@ -180,7 +180,7 @@ def test_a_committed_batch_its_sink_cannot_make_visible_is_reported_and_made_vis
 
     report = a_round(store, 1, under.visibility_failing, OPEN_SHARD)
 
-    expected = NOT_VISIBLE_YET[under.name]
+    expected = NOT_VISIBLE_YET[under.family]
     lease = store.get_lease(PARENT, consistent=True)
     assert lease is not None and lease.checkpoint == END and under.visible_sequence_numbers() == []
     named = under.sink().batch_name(BATCH) if expected.named_by_the_lease else None
@@ -221,7 +221,7 @@ def test_a_committed_batch_whose_staged_data_is_deleted_before_it_is_visible_is_
 ):
     report = a_round_losing_its_batch(sink_under_test)
 
-    lost = LOST_BATCHES[sink_under_test.name]
+    lost = LOST_BATCHES[sink_under_test.family]
     assert lost in report.totals.missing_batches and report.totals.unpromoted_batches == ()
     assert f"LOSS: {lost}: committed, but its file was deleted before it was visible in the sink" in report.summary()
     assert sink_under_test.visible_sequence_numbers() == []
@@ -232,7 +232,7 @@ def test_a_round_names_a_lost_batch_once_by_its_lease(sink_under_test: SinkUnder
     after it: the round's report (its LOSS lines, the alert `records_lost` raises) names it once."""
     report = a_round_losing_its_batch(sink_under_test)
 
-    assert report.totals.missing_batches == (LOST_BATCHES[sink_under_test.name],)
+    assert report.totals.missing_batches == (LOST_BATCHES[sink_under_test.family],)
 
 
 def test_a_zombies_late_staged_copy_of_a_batch_made_visible_is_never_made_visible(sink_under_test: SinkUnderTest):
@@ -294,7 +294,7 @@ def test_cleanup_never_deletes_a_finished_lease_whose_committed_batch_is_not_vis
 
     a_round(store, 1, under.visibility_failing, CLOSED_SHARD)
     parent = store.get_lease(PARENT, consistent=True)
-    assert parent is not None and parent.checkpoint == AFTER_AN_UNSEEN_LAST_BATCH[under.name]
+    assert parent is not None and parent.checkpoint == AFTER_AN_UNSEEN_LAST_BATCH[under.family]
     assert under.sink().awaiting_visibility(parent.committed_batch) != ()
     for child in CHILDREN:  # the children's slots read them
         started = store.get_lease(child, consistent=True)

@@ -17,7 +17,14 @@ from lease_core.model.sequence import TRIM_HORIZON
 from spark_jobs.errors import SinkError
 from spark_jobs.sinks import check_sink_uri, open_sink
 from spark_jobs.sinks.batch_sink import RoundIdentity
-from spark_jobs.sinks.delta import INFO_APPLICATION, INFO_RANGES, INFO_ROUND, DeltaSink
+from spark_jobs.sinks.delta import (
+    INFO_APPLICATION,
+    INFO_RANGES,
+    INFO_ROUND,
+    DeltaLocation,
+    DeltaSink,
+    parse_delta_uri,
+)
 from tests.support.iceberg_tables import batch_of, position, rows
 
 APPLICATION = "orders-app"
@@ -89,7 +96,7 @@ def test_two_publishers_of_the_same_batches_cannot_both_add_them(uri, monkeypatc
 def test_a_publisher_that_died_between_its_position_map_and_its_commit_holds_nobody_up(uri):
     sink = DeltaSink(uri, APPLICATION)
     record = land(sink, None, TRIM_HORIZON, 1, 3)
-    dead = Path(sink._positions_path(1))
+    dead = Path(sink.location, sink._positions_path(1))
     dead.parent.mkdir(parents=True)
     dead.write_bytes(b'{"half": ')  # its map of version 1, written; its commit never made
 
@@ -100,7 +107,7 @@ def test_a_publisher_that_died_between_its_position_map_and_its_commit_holds_nob
     assert table is not None and table.transaction_version(f"kinesis-lease-batch:{APPLICATION}") == 2
     version, positions = DeltaSink(uri, APPLICATION).positions(table)
     assert version == 2 and positions[LEASE].end == position(3)
-    assert json.loads(Path(sink._positions_path(2)).read_bytes())["round"] == 7
+    assert json.loads(Path(sink.location, sink._positions_path(2)).read_bytes())["round"] == 7
 
 
 def test_each_application_keeps_its_own_position_map_in_one_table(uri):
@@ -117,12 +124,12 @@ def test_each_application_keeps_its_own_position_map_in_one_table(uri):
 def test_a_column_of_a_conflicting_type_is_refused_naming_it_before_anything_is_written(uri):
     sink = DeltaSink(uri, APPLICATION)
     land(sink, None, TRIM_HORIZON, 1, 3)
-    files_before = sorted(Path(sink.root).rglob("*"))
+    files_before = sorted(Path(sink.location).rglob("*"))
     conflicting = rows(4, 2, partition_key=pa.array([1, 2], pa.int64()))
 
     with pytest.raises(SinkError, match=r"column 'partition_key' is int64 in the batch but string"):
         sink.stage(batch_of(position(3), 4, 2), conflicting, "a")
-    assert sorted(Path(sink.root).rglob("*")) == files_before
+    assert sorted(Path(sink.location).rglob("*")) == files_before
 
 
 def test_a_transform_that_adds_a_column_evolves_the_table_by_name(uri):
@@ -170,8 +177,36 @@ def test_a_folder_that_is_not_a_delta_table_is_refused_before_any_lease_moves(tm
         DeltaSink(f"delta:{tmp_path / 'missing' / 'orders'}", APPLICATION).check_writable(None)
 
 
-def test_a_delta_uri_opens_the_delta_sink_and_an_object_store_one_is_refused_for_now(uri):
+@pytest.mark.parametrize(
+    ("uri", "place"),
+    [
+        pytest.param("delta:/data/orders", DeltaLocation("/data/orders"), id="absolute"),
+        pytest.param("delta:file:///data/orders", DeltaLocation("/data/orders"), id="file-uri"),
+        pytest.param("delta:s3://lake/tables/orders", DeltaLocation("tables/orders", "lake"), id="s3"),
+    ],
+)
+def test_a_delta_uri_names_a_local_folder_or_an_s3_prefix(uri, place):
+    assert parse_delta_uri(uri) == place
     assert check_sink_uri(uri + "/") == uri
-    assert isinstance(open_sink(uri, config=ConsumerConfig(application_name=APPLICATION)), DeltaSink)
-    with pytest.raises(SinkError, match="only local Delta tables are supported so far"):
-        check_sink_uri("delta:s3://bucket/orders")
+
+
+def test_a_relative_delta_path_is_the_folder_under_the_working_directory(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert parse_delta_uri("delta:orders") == DeltaLocation(str(tmp_path / "orders"))
+    sink = open_sink("delta:orders", config=ConsumerConfig(application_name=APPLICATION))
+    assert isinstance(sink, DeltaSink) and sink.location == str(tmp_path / "orders")
+
+
+@pytest.mark.parametrize(
+    ("uri", "complaint"),
+    [
+        pytest.param("delta:", "is not of the form", id="nothing"),
+        pytest.param("delta:s3://lake", "needs a bucket and a prefix", id="bucket-root"),
+        pytest.param("delta:s3:///orders", "needs a bucket and a prefix", id="no-bucket"),
+        pytest.param("delta:gs://lake/orders", "is not of the form", id="other-store"),
+    ],
+)
+def test_a_delta_uri_of_no_supported_form_is_refused_naming_it(uri, complaint):
+    with pytest.raises(SinkError, match=complaint) as refused:
+        check_sink_uri(uri)
+    assert uri in str(refused.value)

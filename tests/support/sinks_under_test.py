@@ -1,16 +1,18 @@
 """The sinks the exactly-once tests run over, each behind the same few steps in behavioural terms
 (`SinkUnderTest`): a Parquet dataset, whose slots make each batch visible right after its commit, and
-an Iceberg table, whose driver makes a round's batches visible at the round's end. A test that takes
+an Iceberg table and a Delta table (local and on S3), whose driver makes a round's batches visible at
+the round's end. A test that takes
 the `sink_under_test` fixture runs against every one of them, its id the sink's name."""
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-import pyarrow.parquet as pq
+import boto3
 import pytest
 from pyiceberg.expressions import EqualTo
 
@@ -32,6 +34,10 @@ STREAM_ARN = f"arn:aws:kinesis:us-east-1:123456789012:stream/{STREAM}"
 
 class SinkUnderTest(Protocol):
     name: str
+
+    @property
+    def family(self) -> str:
+        """The sink's kind, whose answers a test expects wherever it is stored ("delta" for "delta-s3")."""
 
     def sink(self) -> BatchSink:
         """The sink as a new process opens it (a slot's, the driver's), its storage healthy."""
@@ -101,6 +107,7 @@ class PromotionFails(ParquetSink):
 class ParquetUnderTest:
     root: Path
     name: str = "parquet"
+    family: str = "parquet"
 
     def sink(self) -> ParquetSink:
         return ParquetSink.from_uri(str(self.root))
@@ -139,6 +146,7 @@ class IcebergUnderTest:
 
     tmp_path: Path
     name: str = "iceberg"
+    family: str = "iceberg"
 
     def sink(self) -> IcebergSink:
         return IcebergSink(URI, APPLICATION, catalog=faulty_catalog(self.tmp_path))
@@ -206,25 +214,28 @@ class DeltaCommitRefused(DeltaSink):
 
 @dataclass(frozen=True)
 class DeltaUnderTest:
-    """A Delta table in a local folder; each sink opens it anew, as another process does."""
+    """A Delta table in a local folder ("delta") or under an S3 prefix on moto ("delta-s3"); each sink
+    opens it anew, as another process does."""
 
-    tmp_path: Path
+    uri: str
     name: str = "delta"
-
-    @property
-    def uri(self) -> str:
-        return f"delta:{self.tmp_path / 'lake'}"
+    s3_endpoint_url: str | None = None
+    family: str = "delta"
 
     def sink(self) -> DeltaSink:
-        return DeltaSink(self.uri, APPLICATION)
+        return self.open(self.uri)
+
+    def open(self, uri: str, kind: type[DeltaSink] = DeltaSink) -> DeltaSink:
+        return kind(uri, APPLICATION, s3_endpoint_url=self.s3_endpoint_url)
 
     def visibility_failing(self) -> BatchSink:
-        return DeltaCommitRefused(self.uri, APPLICATION)
+        return self.open(self.uri, DeltaCommitRefused)
 
     def remove_staged(self, record: str | None) -> None:
         decoded = DeltaLeaseRecord.decode(record)
+        sink = self.sink()
         for entry in decoded.entries if decoded is not None else ():
-            Path(self.sink()._receipt_path(entry.receipt)).unlink(missing_ok=True)
+            sink.storage.delete([sink._receipt_path(entry.receipt)])
 
     def remove_visible_rows(self, shard_id: str) -> None:
         table = self.sink().table()
@@ -235,31 +246,37 @@ class DeltaUnderTest:
         return sorted((row["sequence_number"] for row in _delta_rows(self.sink())), key=int)
 
     def dead_letter_sink(self) -> DeltaSink:
-        return DeltaSink(dead_letter_uri(self.uri), APPLICATION)
+        return self.open(dead_letter_uri(self.uri))
 
     def dead_letters_visibility_failing(self) -> BatchSink:
-        return DeltaCommitRefused(dead_letter_uri(self.uri), APPLICATION)
+        return self.open(dead_letter_uri(self.uri), DeltaCommitRefused)
 
     def dead_letter_rows(self) -> list[dict[str, Any]]:
         return _delta_rows(self.dead_letter_sink())
 
 
+def delta_on_moto(request: pytest.FixtureRequest, tmp_path: Path) -> DeltaUnderTest:
+    """A Delta table under a prefix of a bucket of its own on the session's moto server."""
+    endpoint = request.getfixturevalue("moto_endpoint")
+    bucket = f"lake-{uuid.uuid4().hex[:16]}"
+    boto3.client("s3", endpoint_url=endpoint).create_bucket(Bucket=bucket)
+    return DeltaUnderTest(f"delta:s3://{bucket}/orders", "delta-s3", endpoint)
+
+
 def _delta_rows(sink: DeltaSink) -> list[dict[str, Any]]:
-    """The rows readers of the table see, read file by file with pyarrow (delta-rs' own dataset reader
-    may abort the interpreter at its exit: delta-io/delta-rs#2184), with the stream and shard columns."""
-    table = sink.table()
-    if table is None:
-        return []
-    return [row for uri in table.file_uris() for row in pq.read_table(uri.removeprefix("file://")).to_pylist()]
+    """The rows readers of the table see, with the stream and shard columns."""
+    rows = sink.visible_rows()
+    return [] if rows is None else rows.to_pylist()
 
 
-SINKS_UNDER_TEST: dict[str, Callable[[Path], SinkUnderTest]] = {
-    "parquet": lambda tmp_path: ParquetUnderTest(tmp_path / "lake"),
-    "iceberg": IcebergUnderTest,
-    "delta": DeltaUnderTest,
+SINKS_UNDER_TEST: dict[str, Callable[[pytest.FixtureRequest, Path], SinkUnderTest]] = {
+    "parquet": lambda request, tmp_path: ParquetUnderTest(tmp_path / "lake"),
+    "iceberg": lambda request, tmp_path: IcebergUnderTest(tmp_path),
+    "delta": lambda request, tmp_path: DeltaUnderTest(f"delta:{tmp_path / 'lake'}"),
+    "delta-s3": delta_on_moto,
 }
 
 
 @pytest.fixture(params=sorted(SINKS_UNDER_TEST))
 def sink_under_test(request: pytest.FixtureRequest, tmp_path: Path) -> SinkUnderTest:
-    return SINKS_UNDER_TEST[request.param](tmp_path)
+    return SINKS_UNDER_TEST[request.param](request, tmp_path)
