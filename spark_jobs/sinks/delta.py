@@ -274,7 +274,8 @@ class DeltaSink:
         with self.failures("read the table's files"):
             for uri in table.file_uris():
                 relative = unquote(uri.removeprefix("file://")).removeprefix(f"{self.location}/")
-                parts.append(pq.read_table(pa.BufferReader(self.storage.read(relative)), columns=columns))
+                chosen = None if columns is None else list(columns)
+                parts.append(pq.read_table(pa.BufferReader(self.storage.read(relative)), columns=chosen))
         return pa.concat_tables(parts, promote_options="default") if parts else None
 
     def _table_for(self, schema: pa.Schema) -> DeltaTable:

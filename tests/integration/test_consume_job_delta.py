@@ -1,10 +1,12 @@
 """The consume job landing in a Delta table through delta-rs, on a real local SparkSession against
 kinesis-mock and moto: every record produced is in the table exactly once through rounds, reshards
 and a slot killed in the middle of a batch, each round's batches added in one commit that says which
-round and application made it; `leasectl verify` and `restore` read the table's record of what landed."""
+round and application made it, in a local folder and on S3 (moto); `leasectl verify` and `restore`
+read the table's record of what landed."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import boto3
@@ -14,6 +16,7 @@ from devtools.kinesis_streams import merge_shards, split_shard
 from spark_jobs.sinks.delta import INFO_APPLICATION, INFO_ROUND, DeltaSink
 from tests.integration.test_consume_job import assert_exactly_once, control
 from tests.integration.test_leasectl_landed import leasectl, verify
+from tests.support.leasectl import run_leasectl
 from tests.support.pipeline import ConsumerPipeline, pipeline_on_new_stream
 from tests.support.shard_ends import KinesisShardEnds
 
@@ -58,6 +61,30 @@ def test_rounds_and_reshards_land_every_record_once_in_one_delta_commit_per_roun
     own = [entry for entry in table.history() if entry.get(INFO_APPLICATION) == pipeline.application_name]
     assert sorted(int(entry[INFO_ROUND]) for entry in own) == [report.round_number for report in publishing]
     assert {report.publication.snapshot_id for report in publishing} == {entry["version"] for entry in own}
+
+
+def test_rounds_land_every_record_once_in_a_delta_table_on_s3_where_leasectl_verifies_them(spark, delta_pipeline):
+    pipeline = delta_pipeline
+    bucket = f"lake-{pipeline.application_name.lower()}"[:63].rstrip("-.")
+    boto3.client("s3", endpoint_url=pipeline.dynamodb_endpoint).create_bucket(Bucket=bucket)  # moto serves S3 too
+    pipeline.output_uri = f"delta:s3://{bucket}/tables/orders"
+    for produced in (300, 100):
+        pipeline.produce(produced)
+        report = pipeline.round(spark, workers=2)
+        assert report.succeeded and report.publication is not None, report.summary()
+        assert report.publication.commits == 1
+
+    assert_exactly_once(pipeline)
+    verified = run_leasectl(
+        *("--app", pipeline.application_name, "--set", "aws_region=us-east-1"),
+        *("verify", "--output-uri", pipeline.output_uri, "--json"),
+        dynamodb=pipeline.dynamodb_endpoint,
+        kinesis=pipeline.kinesis_endpoint,
+        AWS_ENDPOINT_URL_S3=pipeline.dynamodb_endpoint,
+    )
+    assert verified.returncode == 0, verified.stderr
+    document = json.loads(verified.stdout)
+    assert document["findings"] == [] and document["batches"] >= 4, document
 
 
 def test_a_slot_task_killed_in_the_middle_of_a_batch_lands_nothing_twice_in_a_delta_table(
