@@ -21,15 +21,15 @@ from lease_core.ops.command_line import EXIT_FAILED, EXIT_OK, UsageError
 from lease_core.ops.landed_audit import LandedBatch, LandedRecords
 from spark_jobs.dead_letter_replay import DeadLetterReplay, Processing, is_replay_lease
 from spark_jobs.errors import SinkError, TransformError
-from spark_jobs.sinks import open_sink
-from spark_jobs.sinks.delta import DeltaSink
-from spark_jobs.sinks.iceberg import IcebergSink
+from spark_jobs.sinks import delta_maintenance, open_sink
+from spark_jobs.sinks.delta import DeltaLeaseRecord, DeltaSink
+from spark_jobs.sinks.iceberg import IcebergSink, LeaseRecord
 from spark_jobs.sinks.iceberg_maintenance import (
     compact_small_files,
     expire_snapshots,
-    live_receipts,
     remove_orphan_files,
 )
+from spark_jobs.sinks.lease_records import live_receipts
 
 
 class IcebergTableRecords:
@@ -57,7 +57,7 @@ class IcebergTableRecords:
             compacted = f"compaction not done: {error}"
         expired = expire_snapshots(self.sink)
         pending = [batch.staged for lease in leases if (batch := PendingBatch.decode(lease)) is not None]
-        live = live_receipts([lease.committed_batch for lease in leases], pending)
+        live = live_receipts(LeaseRecord, [lease.committed_batch for lease in leases], pending)
         removal = remove_orphan_files(self.sink, live, orphan_age)
         return [
             compacted,
@@ -70,8 +70,7 @@ class IcebergTableRecords:
 
 
 class DeltaTableRecords:
-    """A Delta sink as leasectl's sink commands use it: its record of what landed (its upkeep is not
-    built yet)."""
+    """A Delta sink as leasectl's sink commands use it: its record of what landed, and its upkeep."""
 
     def __init__(self, sink: DeltaSink) -> None:
         self.sink = sink
@@ -84,9 +83,27 @@ class DeltaTableRecords:
         return self.sink.awaiting_from(lease)
 
     def maintain(self, leases: Sequence[Lease], orphan_age: timedelta, target_file_bytes: int) -> list[str]:
-        raise ConfigurationError(
-            "output_uri", f"{self.sink.uri!r} is a Delta table, whose upkeep (vacuum, compaction) is not built yet"
-        )
+        try:
+            compaction = delta_maintenance.compact_small_files(self.sink, target_file_bytes)
+            compacted = (
+                f"compacted {compaction.files_rewritten} small file(s) of {compaction.partitions} partition(s) "
+                f"into {compaction.files_written}"
+            )
+        except SinkError as error:  # the rest of the upkeep does not depend on it
+            compacted = f"compaction not done: {error}"
+        vacuumed = delta_maintenance.vacuum_removed_files(self.sink)
+        version = delta_maintenance.checkpoint_log(self.sink)
+        pending = [batch.staged for lease in leases if (batch := PendingBatch.decode(lease)) is not None]
+        live = live_receipts(DeltaLeaseRecord, [lease.committed_batch for lease in leases], pending)
+        removal = delta_maintenance.remove_orphan_files(self.sink, live, orphan_age)
+        return [
+            compacted,
+            f"vacuumed {len(vacuumed)} file(s) that commits removed, past the table's retention",
+            f"checkpointed the log at version {version} and removed its expired entries",
+            f"removed {len(removal.removed)} orphan file(s); {removal.kept_too_young} unreferenced file(s) are "
+            f"younger than {orphan_age} and stay",
+            *(f"  removed {path}" for path in removal.removed),
+        ]
 
 
 def open_landed(output_uri: str, config: ConsumerConfig) -> LandedRecords:

@@ -10,7 +10,7 @@ stop before their next write if they lose it. `reset` moves one lease's checkpoi
 `lease_core.ops.checkpoint_reset`. `repair` writes an item that cannot be read as a lease anew
 (`lease_core.ops.lease_repair`). `status`, `sync` and `assign` exit 1 after their work when they met
 such items, naming each one and its attribute: their shards are not read until repaired.
-`verify` compares what a sink that records what landed (an Iceberg table) holds with the
+`verify` compares what a sink that records what landed (an Iceberg or Delta table) holds with the
 checkpoints (`lease_core.ops.landed_audit`), `restore` moves checkpoints forward to it, and
 `maintain` runs the table's upkeep. `replay-dead-letters` lands the records a pipeline's decoder
 rejected once it is fixed (`spark_jobs.dead_letter_replay`). These commands need the sinks, which
@@ -194,8 +194,8 @@ def _add_reset_parser(commands: argparse._SubParsersAction[ArgumentParser]) -> N
     restore.add_argument("--yes", action="store_true", help="confirm the restore")
     maintain = commands.add_parser(
         "maintain",
-        help="a table sink's upkeep: compact small files, expire old snapshots, remove files nothing will commit "
-        "(under the lock)",
+        help="a table sink's upkeep: compact small files, expire old snapshots (Iceberg) or vacuum removed files "
+        "and checkpoint the log (Delta), remove files nothing will commit (under the lock)",
     )
     maintain.add_argument("--output-uri", required=True, metavar="URI", help="the sink, as the job's --output-uri")
     maintain.add_argument(

@@ -273,10 +273,14 @@ class DeltaSink:
         parts = []
         with self.failures("read the table's files"):
             for uri in table.file_uris():
-                relative = unquote(uri.removeprefix("file://")).removeprefix(f"{self.location}/")
+                relative = self.relative_path(uri)
                 chosen = None if columns is None else list(columns)
                 parts.append(pq.read_table(pa.BufferReader(self.storage.read(relative)), columns=chosen))
         return pa.concat_tables(parts, promote_options="default") if parts else None
+
+    def relative_path(self, uri: str) -> str:
+        """A table file's path in the table's folder, from the URI delta-rs names it by."""
+        return unquote(uri.removeprefix("file://")).removeprefix(f"{self.location}/")
 
     def _table_for(self, schema: pa.Schema) -> DeltaTable:
         """The table, created with `schema` (partitioned by the day of arrival when it has the
@@ -361,7 +365,7 @@ class DeltaSink:
             for index, (values, part) in enumerate(_partitioned(rows, partitions)):
                 files.append(self._write_data_file(receipt_id, index, values, part, table_schema, partitions))
             receipt = DeltaReceipt(receipt_id, batch, rows.num_rows, tuple(files))
-            path = self._receipt_path(receipt_id)
+            path = self.receipt_path(receipt_id)
             already_present = self.storage.exists(path)
             self.storage.put(path, receipt.to_json())
         self._staged[receipt_id] = receipt
@@ -445,7 +449,7 @@ class DeltaSink:
             version = table.transaction_version(self.app_id) or 0
         if version == 0:
             return 0, {}
-        document = self._position_map(self._positions_path(version))
+        document = self._position_map(self.positions_path(version))
         leases = {
             key: LeasePosition(value["stream"], value.get("arn"), value.get("created"), decode_position(value["end"]))
             for key, value in document["leases"].items()
@@ -490,7 +494,7 @@ class DeltaSink:
         return None
 
     def read_receipt(self, receipt_id: str) -> DeltaReceipt:
-        path = self._receipt_path(receipt_id)
+        path = self.receipt_path(receipt_id)
         with self.failures(f"read the receipt {path}"):
             return DeltaReceipt.from_json(self.storage.read(path))
 
@@ -529,18 +533,30 @@ class DeltaSink:
         self, waiting: Mapping[str, DeltaLeaseRecord], positions: Mapping[str, LeasePosition]
     ) -> tuple[list[DeltaReceipt], int, list[str]]:
         """The receipts to commit (past each lease's position), the batches the table holds already,
-        and the ones whose receipt is gone ("lease key: the batch up to END")."""
+        and the ones whose receipt or staged files are gone ("lease key: the batch up to END")."""
         receipts, already, missing = [], 0, []
         for key, record in waiting.items():
             held = held_position(positions, key, self.streams)
             for entry in record.entries:
                 if held is not None and entry.end <= held:
                     already += 1
-                elif self._has_receipt(entry.receipt):
-                    receipts.append(self.read_receipt(entry.receipt))
+                elif self._has_receipt(entry.receipt) and self._has_files(receipt := self.read_receipt(entry.receipt)):
+                    receipts.append(receipt)
                 else:
                     missing.append(f"{key}: the batch up to {entry.end}")
         return receipts, already, missing
+
+    def _has_files(self, receipt: DeltaReceipt) -> bool:
+        """Whether every data file the receipt names is still there: a full vacuum (Spark's VACUUM) past
+        the table's retention deletes staged files the log never added, and a commit adding them would
+        leave the table naming files that are gone."""
+        with self.failures(f"look for the staged files of {receipt.range_text()}"):
+            gone = [file["path"] for file in receipt.files if not self.storage.exists(file["path"])]
+        if gone:
+            log.error(
+                "%s: the staged files %s of %s are gone; the batch is lost", self._uri, gone, receipt.range_text()
+            )
+        return not gone
 
     def _claim_version(
         self,
@@ -566,7 +582,7 @@ class DeltaSink:
         )
         candidate = version + 1
         with self.failures("write the position map"):
-            while not self.storage.create(self._positions_path(candidate), payload):
+            while not self.storage.create(self.positions_path(candidate), payload):
                 candidate += 1  # another publisher's (alive or dead) version: the next one
         return candidate
 
@@ -586,7 +602,7 @@ class DeltaSink:
             INFO_COMMIT_ID: commit_id,
             INFO_STREAMS: json.dumps({name: list(value) for name, value in sorted(identity.streams.items())}),
             INFO_RANGES: ranges,
-            INFO_POSITIONS: self._positions_path(version),
+            INFO_POSITIONS: self.positions_path(version),
         }
         properties = CommitProperties(
             custom_metadata=info, app_transactions=[Transaction(self.app_id, version)], max_commit_retries=0
@@ -613,17 +629,17 @@ class DeltaSink:
 
     # --- places and failures -------------------------------------------------------------------
 
-    def _receipt_path(self, receipt_id: str) -> str:
+    def receipt_path(self, receipt_id: str) -> str:
         """The receipt's path in the table's folder."""
         return f"{KINESIS_FOLDER}/staged/{self.application}/{receipt_id}.json"
 
-    def _positions_path(self, version: int) -> str:
+    def positions_path(self, version: int) -> str:
         """The position map's path in the table's folder."""
         return f"{KINESIS_FOLDER}/positions/{self.application}/{version:020d}.json"
 
     def _has_receipt(self, receipt_id: str) -> bool:
         with self.failures("look for a receipt"):
-            return self.storage.exists(self._receipt_path(receipt_id))
+            return self.storage.exists(self.receipt_path(receipt_id))
 
     def _position_map(self, path: str) -> dict[str, Any]:
         with self.failures(f"read the position map {path}"):

@@ -48,7 +48,6 @@ from pyiceberg.table import FileScanTask, Table
 from pyiceberg.table.snapshots import Snapshot, ancestors_of
 
 from spark_jobs.errors import SinkError
-from spark_jobs.sinks.dead_lettering import split_record
 from spark_jobs.sinks.iceberg import (
     POSITIONS_FOLDER,
     POSITIONS_PROPERTY_PREFIX,
@@ -56,7 +55,6 @@ from spark_jobs.sinks.iceberg import (
     SUMMARY_APPLICATION,
     SUMMARY_POSITIONS,
     IcebergSink,
-    LeaseRecord,
     StagedBatchGone,
 )
 
@@ -220,19 +218,6 @@ def _kept_snapshots(table: Table, keep_newest: int) -> set[int]:
             applications_seen.add(application)
             deepest = depth + 1
     return kept | {snapshot.snapshot_id for snapshot in history[:deepest]}
-
-
-def live_receipts(records: Iterable[str | None], pending_tokens: Iterable[str | None]) -> set[str]:
-    """The receipts the lease table still names: in records of committed batches awaiting the table,
-    and as the staged batches of pending checkpoints; the output's and its dead letters' alike (the
-    upkeep of either table keeps both)."""
-    named = {part for token in pending_tokens for part in split_record(token) if part}
-    for record in records:
-        for part in split_record(record):
-            decoded = LeaseRecord.decode(part)
-            if decoded is not None:
-                named.update(entry.receipt for entry in decoded.entries)
-    return named
 
 
 def remove_orphan_files(

@@ -7,13 +7,14 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, Self
 
 from lease_core.model.sequence import ExtendedSequenceNumber
 from spark_jobs.errors import SinkError
 from spark_jobs.sinks.batch_sink import BatchRange, StreamIncarnations
+from spark_jobs.sinks.dead_lettering import split_record
 
 log = logging.getLogger(__name__)
 
@@ -173,3 +174,18 @@ def decode_position(raw: Any) -> ExtendedSequenceNumber:
     if not isinstance(raw, list) or len(raw) != 2:
         raise ValueError(f"a position is [sequence number, sub-sequence number], got {raw!r}")
     return ExtendedSequenceNumber(str(raw[0]), int(raw[1]))
+
+
+def live_receipts(
+    kind: type[TableLeaseRecord], records: Iterable[str | None], pending_tokens: Iterable[str | None]
+) -> set[str]:
+    """The receipts of the sink whose records are `kind` that the lease table still names: in records
+    of committed batches awaiting the table, and as the staged batches of pending checkpoints; the
+    output's and its dead letters' alike (the upkeep of either table keeps both)."""
+    named = {part for token in pending_tokens for part in split_record(token) if part}
+    for record in records:
+        for part in split_record(record):
+            decoded = kind.decode(part)
+            if decoded is not None:
+                named.update(entry.receipt for entry in decoded.entries)
+    return named

@@ -96,7 +96,7 @@ def test_two_publishers_of_the_same_batches_cannot_both_add_them(uri, monkeypatc
 def test_a_publisher_that_died_between_its_position_map_and_its_commit_holds_nobody_up(uri):
     sink = DeltaSink(uri, APPLICATION)
     record = land(sink, None, TRIM_HORIZON, 1, 3)
-    dead = Path(sink.location, sink._positions_path(1))
+    dead = Path(sink.location, sink.positions_path(1))
     dead.parent.mkdir(parents=True)
     dead.write_bytes(b'{"half": ')  # its map of version 1, written; its commit never made
 
@@ -107,7 +107,7 @@ def test_a_publisher_that_died_between_its_position_map_and_its_commit_holds_nob
     assert table is not None and table.transaction_version(f"kinesis-lease-batch:{APPLICATION}") == 2
     version, positions = DeltaSink(uri, APPLICATION).positions(table)
     assert version == 2 and positions[LEASE].end == position(3)
-    assert json.loads(Path(sink.location, sink._positions_path(2)).read_bytes())["round"] == 7
+    assert json.loads(Path(sink.location, sink.positions_path(2)).read_bytes())["round"] == 7
 
 
 def test_each_application_keeps_its_own_position_map_in_one_table(uri):

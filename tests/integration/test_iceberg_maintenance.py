@@ -12,9 +12,9 @@ from spark_jobs.sinks.iceberg import LeaseRecord
 from spark_jobs.sinks.iceberg_maintenance import (
     compact_small_files,
     expire_snapshots,
-    live_receipts,
     remove_orphan_files,
 )
+from spark_jobs.sinks.lease_records import live_receipts
 from tests.support.iceberg_tables import (
     APPLICATION,
     IDENTITY,
@@ -48,7 +48,7 @@ def test_only_what_nothing_names_is_removed(iceberg_catalog: FaultyCatalog, tmp_
     zombie_files = files_under(warehouse) - before_zombie
     assert {path.suffix for path in zombie_files} == {".parquet", ".avro", ".json"}
 
-    removal = remove_orphan_files(sink, live_receipts([awaiting], [in_flight.token]), now=LATER)
+    removal = remove_orphan_files(sink, live_receipts(LeaseRecord, [awaiting], [in_flight.token]), now=LATER)
 
     # And the published batch's receipt and manifest: the table holds its data files, no lease names it.
     (published_receipt,) = LeaseRecord.decode(published).entries
@@ -80,7 +80,7 @@ def test_the_metadata_of_a_commit_that_lost_a_race_is_removed(iceberg_catalog: F
     iceberg_catalog.before_commit = lambda: other.publish_round({LEASE: record}, IDENTITY)
     sink.publish_round({LEASE: record}, IDENTITY)  # its own commit failed: its manifest and list are orphans
 
-    removal = remove_orphan_files(sink, live_receipts([record], []), now=LATER)
+    removal = remove_orphan_files(sink, live_receipts(LeaseRecord, [record], []), now=LATER)
 
     assert sorted(Path(path).suffix for path in removal.removed) == [".avro", ".avro", ".json"]  # + position map
     assert len(table_sequence_numbers(sink)) == 10

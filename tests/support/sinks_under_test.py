@@ -235,7 +235,7 @@ class DeltaUnderTest:
         decoded = DeltaLeaseRecord.decode(record)
         sink = self.sink()
         for entry in decoded.entries if decoded is not None else ():
-            sink.storage.delete([sink._receipt_path(entry.receipt)])
+            sink.storage.delete([sink.receipt_path(entry.receipt)])
 
     def remove_visible_rows(self, shard_id: str) -> None:
         table = self.sink().table()
