@@ -55,8 +55,6 @@ from deltalake import Schema as DeltaSchema
 from deltalake.exceptions import CommitFailedError, DeltaError, TableNotFoundError
 from deltalake.transaction import AddAction, RemoveAction, create_table_with_add_actions
 
-from lease_core.model.lease import Lease
-from lease_core.model.sequence import ExtendedSequenceNumber
 from lease_core.ops.landed_audit import LandedBatch
 from spark_jobs.errors import SinkError
 from spark_jobs.sinks.batch_sink import (
@@ -65,20 +63,17 @@ from spark_jobs.sinks.batch_sink import (
     RoundPublication,
     StagedBatch,
     StreamIncarnations,
-    Visibility,
     location_dataset,
 )
-from spark_jobs.sinks.dead_lettering import split_record
 from spark_jobs.sinks.lease_records import (
     LeasePosition,
-    RecordEntry,
     TableLeaseRecord,
+    TableRecordKeeping,
     decode_position,
     encode_position,
     held_position,
     position_text,
     positions_json,
-    record_after_commit,
 )
 from spark_jobs.sinks.record_columns import with_stream_and_shard
 from spark_jobs.sinks.table_storage import LocalStorage, S3Access, S3Storage, TableStorage, is_transient
@@ -187,8 +182,10 @@ class DeltaReceipt:
         ]
 
 
-class DeltaSink:
+class DeltaSink(TableRecordKeeping):
     """The Delta table at `uri`, for the application `application` (its position map is its own)."""
+
+    RECORD = DeltaLeaseRecord
 
     def __init__(
         self,
@@ -216,7 +213,6 @@ class DeltaSink:
         self.application = application
         self.streams: StreamIncarnations = streams or {}
         self._staged: dict[str, DeltaReceipt] = {}
-        self._known: tuple[dict[str, LeasePosition]] | tuple[()] | None = None  # (positions,); (): no table
 
     @property
     def location(self) -> str:
@@ -405,43 +401,14 @@ class DeltaSink:
 
     # --- records and visibility ----------------------------------------------------------------
 
-    def commit_record(self, previous: str | None, staged: StagedBatch | None) -> str | None:
-        added = None
-        if staged is not None and staged.token is not None:
-            receipt = self._staged.get(staged.token) or self.read_receipt(staged.token)
-            added = (receipt.batch.lease_key, RecordEntry(staged.token, receipt.batch.end))
-        return record_after_commit(DeltaLeaseRecord, previous, added, self._not_visible, self._uri)
+    def _load_positions(self) -> dict[str, LeasePosition] | None:
+        table = self.table()
+        return None if table is None else self.positions(table)[1]
 
-    def make_visible(self, record: str | None) -> Visibility:
-        decoded = DeltaLeaseRecord.decode(record)
-        if decoded is None or not self._not_visible(decoded.lease_key, list(decoded.entries)):
-            return Visibility.VISIBLE
-        return Visibility.AT_ROUND_END
-
-    def awaiting_visibility(self, record: str | None) -> tuple[str, ...]:
-        """The committed batches of `record` the table does not hold yet and can still take (their
-        receipt and the table are there)."""
-        decoded = DeltaLeaseRecord.decode(record)
-        if decoded is None or self._known_positions() is None:  # no table: nothing can be added
-            return ()
-        waiting = self._not_visible(decoded.lease_key, list(decoded.entries))
-        return tuple(
-            f"{decoded.lease_key} up to {entry.end} (receipt {entry.receipt})"
-            for entry in waiting
-            if self._has_receipt(entry.receipt)
-        )
-
-    def _not_visible(self, lease_key: str, entries: list[RecordEntry]) -> list[RecordEntry]:
-        held = held_position(self._known_positions() or {}, lease_key, self.streams)
-        return [entry for entry in entries if held is None or entry.end > held]
-
-    def _known_positions(self) -> dict[str, LeasePosition] | None:
-        """The application's position map as the table held it when first asked, since this sink's
-        last commit (None: there is no table)."""
-        if self._known is None:
-            table = self.table()
-            self._known = () if table is None else (self.positions(table)[1],)
-        return self._known[0] if self._known else None
+    def _receipt_batch(self, receipt_id: str) -> BatchRange | None:
+        if receipt_id in self._staged:
+            return self._staged[receipt_id].batch
+        return self.read_receipt(receipt_id).batch if self._has_receipt(receipt_id) else None
 
     def positions(self, table: DeltaTable) -> tuple[int, dict[str, LeasePosition]]:
         """The application's transaction version in `table` and its position map (0, {}: none yet)."""
@@ -482,17 +449,6 @@ class DeltaSink:
             )
         return landed
 
-    def awaiting_from(self, lease: Lease) -> ExtendedSequenceNumber | None:
-        """Where the batches the lease's record waits to publish begin (`leasectl verify`): the first
-        waiting batch's start, from its receipt; None when none waits or its receipt is gone."""
-        decoded = DeltaLeaseRecord.decode(split_record(lease.committed_batch)[0])
-        waiting = [] if decoded is None else self._not_visible(decoded.lease_key, list(decoded.entries))
-        for entry in sorted(waiting, key=lambda entry: entry.end):
-            if self._has_receipt(entry.receipt):
-                return self.read_receipt(entry.receipt).batch.start
-            return None
-        return None
-
     def read_receipt(self, receipt_id: str) -> DeltaReceipt:
         path = self.receipt_path(receipt_id)
         with self.failures(f"read the receipt {path}"):
@@ -523,7 +479,7 @@ class DeltaSink:
             except CommitFailedError as error:
                 log.info("%s: another publisher committed first (%s); planning again on the new head", self._uri, error)
                 continue
-            self._known = None
+            self._now_holds(None)
             return RoundPublication(1, len(receipts), already, tuple(missing), self._commit_version(commit_id))
         raise SinkError(
             self._uri, f"the round's commit met a newer head {COMMIT_ATTEMPTS} times in a row", retryable=True

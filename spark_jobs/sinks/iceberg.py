@@ -76,8 +76,7 @@ from pyiceberg.types import (
 )
 from pyiceberg.utils.config import Config
 
-from lease_core.model.lease import Lease
-from lease_core.model.sequence import TRIM_HORIZON, ExtendedSequenceNumber
+from lease_core.model.sequence import TRIM_HORIZON
 from lease_core.ops.landed_audit import LandedBatch
 from spark_jobs.errors import SinkError
 from spark_jobs.sinks.batch_sink import (
@@ -86,20 +85,17 @@ from spark_jobs.sinks.batch_sink import (
     RoundPublication,
     StagedBatch,
     StreamIncarnations,
-    Visibility,
     location_dataset,
 )
-from spark_jobs.sinks.dead_lettering import split_record
 from spark_jobs.sinks.lease_records import (
     LeasePosition,
-    RecordEntry,
     TableLeaseRecord,
+    TableRecordKeeping,
     decode_position,
     encode_position,
     held_position,
     position_text,
     positions_json,
-    record_after_commit,
 )
 from spark_jobs.sinks.record_columns import RECORD_SCHEMA, with_stream_and_shard
 
@@ -237,8 +233,10 @@ class Receipt:
         return f"{batch.shard_id} {position_text(first)}..{position_text(batch.end)}"
 
 
-class IcebergSink:
+class IcebergSink(TableRecordKeeping):
     """The table at `uri`, for the application `application` (its position map is the application's own)."""
+
+    RECORD = LeaseRecord
 
     def __init__(
         self,
@@ -260,7 +258,6 @@ class IcebergSink:
         self.streams: StreamIncarnations = streams or {}
         self._table: Table | None = None
         self._staged: dict[str, Receipt] = {}  # this process's staged batches, for their commit records
-        self._positions: dict[str, LeasePosition] | None = None  # the view `_not_visible` reads
 
     @property
     def uri(self) -> str:
@@ -423,63 +420,24 @@ class IcebergSink:
 
     # --- records, commits and visibility ------------------------------------------------------
 
-    def commit_record(self, previous: str | None, staged: StagedBatch | None) -> str | None:
-        """The lease's record after committing `staged`: the previous record's batches the table does
-        not hold yet, then `staged`'s (the record only ever names committed ranges)."""
-        added = None
-        if staged is not None and staged.token is not None:
-            receipt = self._staged.get(staged.token) or self.read_receipt(staged.token)
-            added = (receipt.batch.lease_key, RecordEntry(staged.token, receipt.batch.end))
-        return record_after_commit(LeaseRecord, previous, added, self._not_visible, self._uri)
+    def _load_positions(self) -> dict[str, LeasePosition] | None:
+        table = self.table(refresh=True)
+        return None if table is None else self.positions(table)
 
-    def make_visible(self, record: str | None) -> Visibility:
-        decoded = LeaseRecord.decode(record)
-        if decoded is None or not self._not_visible(decoded.lease_key, list(decoded.entries)):
-            return Visibility.VISIBLE
-        return Visibility.AT_ROUND_END
-
-    def awaiting_visibility(self, record: str | None) -> tuple[str, ...]:
-        """The committed batches of `record` the table does not hold yet and can still take: a batch
-        whose receipt is gone (or whose table is) can never be committed, so it is not named."""
-        decoded = LeaseRecord.decode(record)
-        if decoded is None:
-            return ()
-        waiting = self._not_visible(decoded.lease_key, list(decoded.entries))
-        table = self.table() if waiting else None
+    def _has_receipt(self, receipt_id: str) -> bool:
+        table = self.table()
         if table is None:
-            return ()
-        with self.failures("look for the receipts of committed batches"):
-            publishable = [
-                entry for entry in waiting if table.io.new_input(self.receipt_path(table, entry.receipt)).exists()
-            ]
-        return tuple(f"{decoded.lease_key} up to {entry.end} (receipt {entry.receipt})" for entry in publishable)
+            return False
+        with self.failures("look for a receipt"):
+            return bool(table.io.new_input(self.receipt_path(table, receipt_id)).exists())
 
-    def awaiting_from(self, lease: Lease) -> ExtendedSequenceNumber | None:
-        """Where the batches the lease's record waits to publish begin (`leasectl verify`): the first
-        waiting batch's start, from its receipt; None when none waits, or the first one's receipt is
-        gone (then it can never be published, and verify says the checkpoint is ahead)."""
-        decoded = LeaseRecord.decode(split_record(lease.committed_batch)[0])
-        waiting = (
-            []
-            if decoded is None
-            else sorted(self._not_visible(decoded.lease_key, list(decoded.entries)), key=lambda e: e.end)
-        )
-        if not waiting:
-            return None
+    def _receipt_batch(self, receipt_id: str) -> BatchRange | None:
+        if receipt_id in self._staged:
+            return self._staged[receipt_id].batch
         try:
-            return self.read_receipt(waiting[0].receipt).batch.start
+            return self.read_receipt(receipt_id).batch
         except StagedBatchGone:
             return None
-
-    def _not_visible(self, lease_key: str, entries: list[RecordEntry]) -> list[RecordEntry]:
-        """The entries past the lease's position in this sink's view of the table: the view is read
-        once (a slot's commits, an idle check over every lease) and may be older than the table,
-        which only ever makes it keep or report a batch the table already holds, never the reverse."""
-        if self._positions is None:
-            table = self.table(refresh=True)
-            self._positions = {} if table is None else self.positions(table)
-        held = held_position(self._positions, lease_key, self.streams)
-        return [entry for entry in entries if held is None or entry.end > held]
 
     def positions(self, table: Table) -> dict[str, LeasePosition]:
         """The application's position map: the one its newest snapshot in `main`'s history points to.
@@ -678,7 +636,7 @@ class IcebergSink:
         snapshot = committed.current_snapshot()
         assert snapshot is not None
         self._table = committed
-        self._positions = positions
+        self._now_holds(positions)
         return snapshot.snapshot_id
 
     def _find_commit(self, commit_id: str) -> int | None:
