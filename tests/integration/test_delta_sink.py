@@ -210,3 +210,25 @@ def test_a_delta_uri_of_no_supported_form_is_refused_naming_it(uri, complaint):
     with pytest.raises(SinkError, match=complaint) as refused:
         check_sink_uri(uri)
     assert uri in str(refused.value)
+
+
+def test_the_application_transaction_and_positions_survive_the_log_checkpoints_delta_rs_writes(uri):
+    sink = DeltaSink(uri, APPLICATION)
+    record = land(sink, None, TRIM_HORIZON, 1, 1)
+    table = sink.table()
+    assert table is not None
+    table.alter.set_table_properties({"delta.checkpointInterval": "2"})
+    sink.publish_round({LEASE: record}, IDENTITY)
+    for first in range(2, 7):
+        record = land(DeltaSink(uri, APPLICATION), None, position(first - 1), first, 1)
+        DeltaSink(uri, APPLICATION).publish_round({LEASE: record}, IDENTITY)
+
+    log = Path(uri.removeprefix("delta:"), "_delta_log")
+    assert list(log.glob("*.checkpoint.parquet")) and (log / "_last_checkpoint").exists()
+    reopened = DeltaSink(uri, APPLICATION)
+    table = reopened.table()
+    assert table is not None
+    version, positions = reopened.positions(table)
+    assert version == 6 and positions[LEASE].end == position(6)
+    assert reopened.publish_round({LEASE: record}, IDENTITY).batches_already_visible == 1  # a zombie's replay
+    assert sequence_numbers(uri) == [1, 2, 3, 4, 5, 6]
