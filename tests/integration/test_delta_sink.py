@@ -72,9 +72,11 @@ def test_a_rounds_one_commit_adds_its_batches_with_the_application_round_and_ran
 
 
 def test_two_publishers_of_the_same_batches_cannot_both_add_them(uri, monkeypatch):
-    """Driver A plans its commit; driver B (a zombie of an earlier round) commits the same batches
-    first. A's commit of the same application transaction is refused; A plans again on the new head,
-    finds the batches held, and adds nothing."""
+    """Driver A plans its commit (transaction version 1); driver B (a zombie of an earlier round)
+    commits the same batches first, as version 2. A's commit of a version that is not newer than the
+    table's is refused (delta-rs would not skip it itself: the two commits carry the same application
+    transaction, so they conflict); A plans again on the new head, finds the batches held, and adds
+    nothing. The application's version never goes back."""
     record = land(DeltaSink(uri, APPLICATION), None, TRIM_HORIZON, 1, 3)
     first, second = DeltaSink(uri, APPLICATION), DeltaSink(uri, APPLICATION)
     real_commit = DeltaSink._commit
@@ -91,6 +93,8 @@ def test_two_publishers_of_the_same_batches_cannot_both_add_them(uri, monkeypatc
 
     assert (published.commits, published.batches_published, published.batches_already_visible) == (0, 0, 1)
     assert sequence_numbers(uri) == [1, 2, 3]
+    table = DeltaSink(uri, APPLICATION).table()
+    assert table is not None and table.transaction_version(f"kinesis-lease-batch:{APPLICATION}") == 2
 
 
 def test_a_publisher_that_died_between_its_position_map_and_its_commit_holds_nobody_up(uri):
