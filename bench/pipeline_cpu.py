@@ -14,8 +14,11 @@ each. moto serves DynamoDB. Both run in processes of their own, so this process'
    checkpoints in DynamoDB, heartbeats, and reports throughput and its worker metrics. Every record
    must land once. The same slot again with an Iceberg table as the sink (pyiceberg's SQL catalog on
    a SQLite file): it writes the batches' data files, manifests and receipts; the round's one table
-   commit is the driver's, after the slot, and not counted. The ratio Iceberg / Parquet slot is the
-   sink's own figure (goal >= 0.9).
+   commit is the driver's, after the slot, and not counted. Then again with a Delta table as the sink
+   (`delta:<local folder>`, through delta-rs): it writes the batches' data files and receipts; the
+   round's one table commit is again the driver's and not counted, and what landed is read from the
+   files the table's version names, with pyarrow. The ratios Iceberg / Parquet slot and Delta / Parquet
+   slot are the sinks' own figures (goal >= 0.9 each).
 The runs are interleaved --repeats times and the least CPU of each is kept (a neighbour's burst is
 noise). MB/s per core = payload MiB / CPU seconds. The ratio pipeline / baseline is the figure (goal
 >= 0.8): the pipeline does everything the baseline does and writes the data too. On KPL aggregates
@@ -29,7 +32,7 @@ The stand-in's limits are off, and so is the readers' pacing by bytes (`shard_re
    socket reads, zstd, MD5), which bounds what a second slot can add on a 2-core machine.
 
 Run: .venv/bin/python bench/pipeline_cpu.py [--shards 8] [--records 16000] [--record-bytes 750]
-(about 2 minutes on 2 cores with the defaults).
+(about 1.5 minutes on 2 cores with the defaults).
 """
 
 from __future__ import annotations
@@ -69,7 +72,9 @@ from spark_jobs.consume_spec import ConsumeSpec  # noqa: E402
 from spark_jobs.round_report import Outcome  # noqa: E402
 from spark_jobs.slot_task import run_slot  # noqa: E402
 
-PARQUET, ICEBERG = "parquet", "iceberg"
+PARQUET, ICEBERG, DELTA = "parquet", "iceberg", "delta"
+SINKS = (PARQUET, ICEBERG, DELTA)  # the slot's runs per stream, in this order
+TABLE_SINKS = (ICEBERG, DELTA)  # a round's batches become visible in the driver's one table commit
 CATALOG = "benchcpu"
 PLAIN = "bench-cpu-plain"
 AGGREGATED = "bench-cpu-kpl"
@@ -159,9 +164,14 @@ def fresh_round(
     moto: str, standin: KinesisStandIn, stream: str, workers: int, sink: str = PARQUET
 ) -> tuple[Application, ConsumeSpec]:
     """A new application on `stream`, synced and assigned to `workers` slots: a round ready to consume,
-    into a new Parquet dataset or a new Iceberg table."""
+    into a new Parquet dataset, Iceberg table or Delta table."""
     folder = tempfile.mkdtemp(prefix=f"bench-cpu-{stream}-")
-    output = folder if sink == PARQUET else f"iceberg://{CATALOG}/bench.{Path(folder).name.replace('-', '_')}"
+    outputs = {
+        PARQUET: folder,
+        ICEBERG: f"iceberg://{CATALOG}/bench.{Path(folder).name.replace('-', '_')}",
+        DELTA: f"delta:{folder}",
+    }
+    output = outputs[sink]
     application = Application(
         f"{stream}-{sink}", moto, standin.endpoint, output, stream=stream, shard_read_limit_kbps=UNPACED_KBPS
     )
@@ -196,7 +206,7 @@ def slot_pipeline(moto: str, standin: KinesisStandIn, stream: str, expected_reco
     if any(lease.outcome != Outcome.CAUGHT_UP for lease in report.leases):
         raise BenchmarkFailure(f"{stream}: a lease did not catch up: {report}")
     measured = cost(report.bytes)
-    if sink == ICEBERG:  # the round's table commit, by the driver: after the slot, not counted
+    if sink in TABLE_SINKS:  # the round's table commit, by the driver: after the slot, not counted
         app = LeaseApplication.from_config(spec.config)
         publication, _ = publish(app, spec, scanned_leases(app))
         if publication.error or publication.commits != 1:
@@ -258,19 +268,23 @@ def scaling_run(
 # --- the run --------------------------------------------------------------------------------------
 
 
-def print_costs(costs: dict[str, tuple[Cost, Cost, Cost]]) -> None:
+def print_costs(costs: dict[str, tuple[Cost, ...]]) -> None:
     print(
-        f"\n{'stream':<24}{'boto3 loop MiB/s/core':>22}{'slot, Parquet':>15}{'ratio':>7}"
-        f"{'slot, Iceberg':>15}{'ratio':>7}{'Iceberg / Parquet':>19}"
+        f"\n{'stream':<22}{'boto3 loop MiB/s/core':>22}{'slot, Parquet':>15}{'ratio':>7}"
+        f"{'slot, Iceberg':>15}{'ratio':>7}{'Iceberg / Parquet':>19}{'slot, Delta':>13}{'Delta / Parquet':>17}"
     )
-    for name, (bare, parquet, iceberg) in costs.items():
+    for name, (bare, parquet, iceberg, delta) in costs.items():
         print(
-            f"{name:<24}{bare.mib_per_core_second:>22.1f}{parquet.mib_per_core_second:>15.1f}"
+            f"{name:<22}{bare.mib_per_core_second:>22.1f}{parquet.mib_per_core_second:>15.1f}"
             f"{parquet.mib_per_core_second / bare.mib_per_core_second:>7.2f}{iceberg.mib_per_core_second:>15.1f}"
             f"{iceberg.mib_per_core_second / bare.mib_per_core_second:>7.2f}"
             f"{iceberg.mib_per_core_second / parquet.mib_per_core_second:>19.2f}"
+            f"{delta.mib_per_core_second:>13.1f}{delta.mib_per_core_second / parquet.mib_per_core_second:>17.2f}"
         )
-    print("(MiB/s/core: payload MiB per CPU second of this process; ratios are against the boto3 loop, then Parquet)")
+    print(
+        "(MiB/s/core: payload MiB per CPU second of this process; 'ratio' is against the boto3 loop, "
+        "'X / Parquet' against the Parquet slot)"
+    )
 
 
 def print_scaling(runs: list[ScalingRun]) -> None:
@@ -315,15 +329,16 @@ def run(arguments: argparse.Namespace, stack: ExitStack) -> None:
     )
     kinesis = bare_client(standin.endpoint)
     configure_catalog()
-    best: dict[str, tuple[Cost, Cost, Cost]] = {}
+    best: dict[str, tuple[Cost, ...]] = {}  # per stream: the boto3 loop's, then the slot's per sink
     for _ in range(arguments.repeats):
         for stream in (PLAIN, AGGREGATED):
             with metered() as cost:
                 bare = cost(bare_loop(kinesis, stream, deaggregate=stream == AGGREGATED))
-            parquet = slot_pipeline(moto_process.endpoint, standin, stream, expected[stream], PARQUET)
-            iceberg = slot_pipeline(moto_process.endpoint, standin, stream, expected[stream], ICEBERG)
-            kept = best.get(stream, (bare, parquet, iceberg))
-            best[stream] = (least_cpu(kept[0], bare), least_cpu(kept[1], parquet), least_cpu(kept[2], iceberg))
+            measured = (
+                bare,
+                *(slot_pipeline(moto_process.endpoint, standin, stream, expected[stream], sink) for sink in SINKS),
+            )
+            best[stream] = tuple(map(least_cpu, best.get(stream, measured), measured))
     print_costs({labels[stream]: costs for stream, costs in best.items()})
 
     spark = start_spark()
