@@ -164,6 +164,22 @@ def test_a_batch_without_the_arrival_column_lands_in_the_null_day_partition(uri)
     assert None in days and len(days) >= 2, "the first batch's days, and the null day of the one without arrivals"
 
 
+def test_each_data_file_holds_the_rows_of_its_day_of_arrival(uri):
+    """A batch across midnight (UTC) is one file per day; a batch of one day is one file of it."""
+    sink = DeltaSink(uri, APPLICATION)
+    record = land(sink, None, TRIM_HORIZON, 1, 3)  # arrived 23:59:59, then 00:00:00 and 00:00:01 of the next day
+    record = land(sink, record, position(3), 4, 1)  # arrived 23:59:59
+    sink.publish_round({LEASE: record}, IDENTITY)
+
+    table = sink.table()
+    assert table is not None
+    files: dict[str, list[list[int]]] = {}
+    for action in pa.table(table.get_add_actions(flatten=True)).to_pylist():
+        numbers = pq.read_table(f"{sink.location}/{action['path']}").column("sequence_number").to_pylist()
+        files.setdefault(action["partition.arrival_day"], []).append(sorted(int(n) for n in numbers))
+    assert {day: sorted(held) for day, held in files.items()} == {"2026-11-26": [[1], [4]], "2026-11-27": [[2, 3]]}
+
+
 def _column(path: str, name: str) -> list[object]:
     """A column of a data file as a Delta reader sees it: null where the file predates the column."""
     data = pq.read_table(path)
