@@ -251,37 +251,63 @@ def _fragment(number: int, arrival: float, data: bytes, key: str) -> bytes:
 # --- limits and counters -------------------------------------------------------------------------
 
 
+class _CallWindow:
+    """The calls accepted in the last second, against a limit per second (None: no limit)."""
+
+    def __init__(self, per_second: int | None) -> None:
+        self.per_second = per_second
+        self.calls: deque[float] = deque()
+
+    def full(self, now: float) -> bool:
+        while self.calls and self.calls[0] <= now - 1.0:
+            self.calls.popleft()
+        return self.per_second is not None and len(self.calls) >= self.per_second
+
+    def count(self, now: float) -> None:
+        self.calls.append(now)
+
+
+class _ByteBucket:
+    """Bytes a reader may take: refilled at `rate` per second up to `burst_seconds` of it; what a read
+    returns is charged after it, so a large read leaves the bucket in debt. A None rate never limits."""
+
+    def __init__(self, rate: float | None, burst_seconds: float, now: float) -> None:
+        self.rate = rate
+        self.capacity = 0.0 if rate is None else rate * burst_seconds
+        self.level = self.capacity
+        self.refilled_at = now
+
+    def in_debt(self, now: float) -> bool:
+        if self.rate is None:
+            return False
+        self.level = min(self.capacity, self.level + (now - self.refilled_at) * self.rate)
+        self.refilled_at = now
+        return self.level < 0
+
+    def charge(self, taken: int) -> None:
+        if self.rate is not None:
+            self.level -= taken
+
+    def seconds_to_pay_off(self) -> float:
+        """From the last refill until the debt is paid (0 when there is none)."""
+        return max(0.0, -self.level) / self.rate if self.rate else 0.0
+
+
 class _ShardMeter:
     """One shard's GetRecords calls in the last second and its byte bucket."""
 
     def __init__(self, limits: Limits, now: float) -> None:
-        self.calls: deque[float] = deque()
-        self.level = self._capacity(limits)
-        self.refilled_at = now
+        self.calls = _CallWindow(limits.get_records_per_second)
+        self.bucket = _ByteBucket(limits.read_bytes_per_second, limits.burst_seconds, now)
 
-    @staticmethod
-    def _capacity(limits: Limits) -> float:
-        rate = limits.read_bytes_per_second
-        return 0.0 if rate is None else rate * limits.burst_seconds
-
-    def refusal(self, limits: Limits, now: float) -> str | None:
+    def refusal(self, now: float) -> str | None:
         """Why a GetRecords call at `now` is refused, or None (the call is then counted)."""
-        while self.calls and self.calls[0] <= now - 1.0:
-            self.calls.popleft()
-        if limits.get_records_per_second is not None and len(self.calls) >= limits.get_records_per_second:
+        if self.calls.full(now):
             return "calls_per_second"
-        rate = limits.read_bytes_per_second
-        if rate is not None:
-            self.level = min(self._capacity(limits), self.level + (now - self.refilled_at) * rate)
-            self.refilled_at = now
-            if self.level < 0:
-                return "bytes_per_second"
-        self.calls.append(now)
+        if self.bucket.in_debt(now):
+            return "bytes_per_second"
+        self.calls.count(now)
         return None
-
-    def charge(self, limits: Limits, returned_bytes: int) -> None:
-        if limits.read_bytes_per_second is not None:
-            self.level -= returned_bytes
 
 
 @dataclass
@@ -505,18 +531,17 @@ class KinesisService:
             meter = self._meters.get(key)
             if meter is None:
                 meter = self._meters[key] = _ShardMeter(limits, time.monotonic())
-            refusal = meter.refusal(limits, time.monotonic())
+            refusal = meter.refusal(time.monotonic())
             if refusal is not None:
                 counters.violations[refusal] += 1
                 raise _ApiError(
                     THROTTLED, f"Rate exceeded for shard {shard.shard_id} in stream {stream.spec.name} ({refusal})."
                 )
             end, returned = _slice(shard, start, limit, limits.max_bytes_per_call)
-            meter.charge(limits, returned)
+            meter.bucket.charge(returned)
             now = time.monotonic()
-            rate = limits.read_bytes_per_second
             counters.first_call_at = now if counters.first_call_at is None else counters.first_call_at
-            counters.drained_at = now + (max(0.0, -meter.level) / rate if rate else 0.0)
+            counters.drained_at = now + meter.bucket.seconds_to_pay_off()
             counters.records += end - start
             counters.bytes += returned
         return end
@@ -526,20 +551,29 @@ class KinesisService:
         head = b'{"Records":[' + b",".join(shard.fragments[start:end]) + b"]"
         ends_here = start >= total or (stream.spec.shard_end == "with_last_records" and end >= total)
         if shard.closed and ends_here:
-            children = [
-                {
-                    "ShardId": child,
-                    "ParentShards": [shard.shard_id],
-                    "HashKeyRange": stream.by_id[child].api_entry()["HashKeyRange"],
-                }
-                for child in shard.children
-            ]
-            tail = {"MillisBehindLatest": 0, "ChildShards": children}
+            tail = {"MillisBehindLatest": 0, "ChildShards": _child_shards(stream, shard)}
         else:
             state = {"stream": stream.spec.name, "shard": shard.shard_id, "at": end, "issued": self._clock()}
-            behind = 0 if end >= total else max(1, int((self._clock() - shard.arrivals[end]) * 1000))
-            tail = {"NextShardIterator": _encode(state), "MillisBehindLatest": behind}
+            tail = {"NextShardIterator": _encode(state), "MillisBehindLatest": self._millis_behind(shard, end)}
         return head + b"," + json.dumps(tail).encode()[1:]
+
+    def _millis_behind(self, shard: _Shard, position: int) -> int:
+        """How far the record at `position` lies behind the tip: 0 at the tip, at least 1 before it."""
+        if position >= len(shard.sequence_numbers):
+            return 0
+        return max(1, int((self._clock() - shard.arrivals[position]) * 1000))
+
+
+def _child_shards(stream: _Stream, shard: _Shard) -> list[dict[str, Any]]:
+    """The ChildShards a closed shard's end answers."""
+    return [
+        {
+            "ShardId": child,
+            "ParentShards": [shard.shard_id],
+            "HashKeyRange": stream.by_id[child].api_entry()["HashKeyRange"],
+        }
+        for child in shard.children
+    ]
 
 
 def _slice(shard: _Shard, start: int, limit: int, max_bytes: int) -> tuple[int, int]:
