@@ -311,19 +311,33 @@ class _ShardMeter:
 
 
 @dataclass
-class _ShardCounters:
-    get_records: int = 0
+class _ReadCounters:
+    """What one reader of a shard was served, and the limits it ran into, by kind."""
+
     records: int = 0
     bytes: int = 0
     violations: Counter[str] = field(default_factory=Counter)
-    first_call_at: float | None = None  # time.monotonic() of the first call served
+    first_served_at: float | None = None  # time.monotonic() of the first read served
     drained_at: float | None = None  # when the bytes served so far are paid off at the read rate
 
+    def served(self, records: int, returned: int, bucket: _ByteBucket, now: float) -> None:
+        self.first_served_at = now if self.first_served_at is None else self.first_served_at
+        self.drained_at = now + bucket.seconds_to_pay_off()
+        self.records += records
+        self.bytes += returned
+
     def busy_seconds(self) -> float:
-        """How long the shard was busy serving: from its first call until its reads were paid off."""
-        if self.first_call_at is None or self.drained_at is None:
+        """How long the shard was busy serving: from its first read until its reads were paid off."""
+        if self.first_served_at is None or self.drained_at is None:
             return 0.0
-        return self.drained_at - self.first_call_at
+        return self.drained_at - self.first_served_at
+
+
+@dataclass
+class _ShardCounters(_ReadCounters):
+    """A shard's polling readers together (they share its limits)."""
+
+    get_records: int = 0
 
 
 class _ApiError(Exception):
@@ -405,17 +419,10 @@ class KinesisService:
     # --- operations ------------------------------------------------------------------------------
 
     def _stream(self, request: dict[str, Any]) -> _Stream:
-        name = request.get("StreamName") or str(request.get("StreamARN", "")).rpartition("/")[2]
-        stream = self.streams.get(name)
-        if stream is None:
-            raise _ApiError("ResourceNotFoundException", f"Stream {name} under account {ACCOUNT} not found.")
-        return stream
+        return _find_stream(self.streams, request)
 
     def _shard(self, stream: _Stream, shard_id: str) -> _Shard:
-        shard = stream.by_id.get(shard_id)
-        if shard is None:
-            raise _ApiError("ResourceNotFoundException", f"Shard {shard_id} in stream {stream.spec.name} not found.")
-        return shard
+        return _find_shard(stream, shard_id)
 
     def describe_stream_summary(self, request: dict[str, Any]) -> bytes:
         stream = self._stream(request)
@@ -482,29 +489,11 @@ class KinesisService:
     def get_shard_iterator(self, request: dict[str, Any]) -> bytes:
         stream = self._stream(request)
         shard = self._shard(stream, str(request.get("ShardId")))
-        position = self._start_position(shard, request)
+        position = _start_position(
+            shard, request.get("ShardIteratorType"), request.get("StartingSequenceNumber"), request.get("Timestamp")
+        )
         state = {"stream": stream.spec.name, "shard": shard.shard_id, "at": position, "issued": self._clock()}
         return json.dumps({"ShardIterator": _encode(state)}).encode()
-
-    def _start_position(self, shard: _Shard, request: dict[str, Any]) -> int:
-        kind = request.get("ShardIteratorType")
-        if kind == "TRIM_HORIZON":
-            return 0
-        if kind == "LATEST":
-            return len(shard.sequence_numbers)
-        if kind in ("AT_SEQUENCE_NUMBER", "AFTER_SEQUENCE_NUMBER"):
-            number = int(request.get("StartingSequenceNumber", "-1"))
-            if not shard.starting_sequence_number <= number < shard.starting_sequence_number + SHARD_SEQUENCE_STRIDE:
-                raise _ApiError(
-                    "InvalidArgumentException",
-                    f"StartingSequenceNumber {number} used in GetShardIterator on shard {shard.shard_id} is invalid "
-                    "because it did not come from this stream.",
-                )
-            find = bisect.bisect_left if kind == "AT_SEQUENCE_NUMBER" else bisect.bisect_right
-            return find(shard.sequence_numbers, number)
-        if kind == "AT_TIMESTAMP":
-            return bisect.bisect_left(shard.arrivals, float(request["Timestamp"]))
-        raise _ApiError("InvalidArgumentException", f"unknown ShardIteratorType {kind!r}")
 
     def get_records(self, request: dict[str, Any]) -> bytes:
         state = _decode(str(request.get("ShardIterator")))
@@ -539,11 +528,7 @@ class KinesisService:
                 )
             end, returned = _slice(shard, start, limit, limits.max_bytes_per_call)
             meter.bucket.charge(returned)
-            now = time.monotonic()
-            counters.first_call_at = now if counters.first_call_at is None else counters.first_call_at
-            counters.drained_at = now + meter.bucket.seconds_to_pay_off()
-            counters.records += end - start
-            counters.bytes += returned
+            counters.served(end - start, returned, meter.bucket, time.monotonic())
         return end
 
     def _records_body(self, stream: _Stream, shard: _Shard, start: int, end: int) -> bytes:
@@ -554,14 +539,57 @@ class KinesisService:
             tail = {"MillisBehindLatest": 0, "ChildShards": _child_shards(stream, shard)}
         else:
             state = {"stream": stream.spec.name, "shard": shard.shard_id, "at": end, "issued": self._clock()}
-            tail = {"NextShardIterator": _encode(state), "MillisBehindLatest": self._millis_behind(shard, end)}
+            behind = _millis_behind(shard, end, self._clock())
+            tail = {"NextShardIterator": _encode(state), "MillisBehindLatest": behind}
         return head + b"," + json.dumps(tail).encode()[1:]
 
-    def _millis_behind(self, shard: _Shard, position: int) -> int:
-        """How far the record at `position` lies behind the tip: 0 at the tip, at least 1 before it."""
-        if position >= len(shard.sequence_numbers):
-            return 0
-        return max(1, int((self._clock() - shard.arrivals[position]) * 1000))
+
+def _find_stream(streams: dict[str, _Stream], request: dict[str, Any]) -> _Stream:
+    name = request.get("StreamName") or str(request.get("StreamARN", "")).rpartition("/")[2]
+    stream = streams.get(name)
+    if stream is None:
+        raise _ApiError("ResourceNotFoundException", f"Stream {name} under account {ACCOUNT} not found.")
+    return stream
+
+
+def _find_shard(stream: _Stream, shard_id: str) -> _Shard:
+    shard = stream.by_id.get(shard_id)
+    if shard is None:
+        raise _ApiError("ResourceNotFoundException", f"Shard {shard_id} in stream {stream.spec.name} not found.")
+    return shard
+
+
+def _start_position(
+    shard: _Shard, kind: object, number: object, timestamp: object, operation: str = "GetShardIterator"
+) -> int:
+    """The index of the first record a reader starting at this position gets (GetShardIterator's
+    ShardIteratorType and SubscribeToShard's StartingPosition name the same positions)."""
+    if kind == "TRIM_HORIZON":
+        return 0
+    if kind == "LATEST":
+        return len(shard.sequence_numbers)
+    if kind in ("AT_SEQUENCE_NUMBER", "AFTER_SEQUENCE_NUMBER"):
+        starting = int(str(number)) if number is not None else -1
+        if not shard.starting_sequence_number <= starting < shard.starting_sequence_number + SHARD_SEQUENCE_STRIDE:
+            raise _ApiError(
+                "InvalidArgumentException",
+                f"StartingSequenceNumber {starting} used in {operation} on shard {shard.shard_id} is invalid "
+                "because it did not come from this stream.",
+            )
+        find = bisect.bisect_left if kind == "AT_SEQUENCE_NUMBER" else bisect.bisect_right
+        return find(shard.sequence_numbers, starting)
+    if kind == "AT_TIMESTAMP":
+        if timestamp is None:
+            raise _ApiError("InvalidArgumentException", f"{operation}: AT_TIMESTAMP needs a Timestamp")
+        return bisect.bisect_left(shard.arrivals, float(str(timestamp)))
+    raise _ApiError("InvalidArgumentException", f"unknown ShardIteratorType {kind!r}")
+
+
+def _millis_behind(shard: _Shard, position: int, now: float) -> int:
+    """How far the record at `position` lies behind the tip: 0 at the tip, at least 1 before it."""
+    if position >= len(shard.sequence_numbers):
+        return 0
+    return max(1, int((now - shard.arrivals[position]) * 1000))
 
 
 def _child_shards(stream: _Stream, shard: _Shard) -> list[dict[str, Any]]:
