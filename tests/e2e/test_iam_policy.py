@@ -750,6 +750,11 @@ MAPPING_CASES = [
         id="head-bucket-is-list-bucket",
     ),
     pytest.param(
+        RecordedCall("s3", "DeleteObjects", 200, method="POST", bucket="b", query=(("delete", ""),), keys=("p/k", "q")),
+        [("s3:DeleteObject", "arn:aws:s3:::b/p/k"), ("s3:DeleteObject", "arn:aws:s3:::b/q")],
+        id="delete-objects-key-by-key",
+    ),
+    pytest.param(
         RecordedCall("s3", "GetObject", 404, method="GET", bucket="b", key="p/k"),
         [("s3:GetObject", "arn:aws:s3:::b/p/k"), ("s3:ListBucket", "arn:aws:s3:::b")],
         id="a-missing-object-s-404-needs-list-bucket",
