@@ -20,8 +20,8 @@ same faults on every run.
 Every call is recorded (`calls()`): for Kinesis, DynamoDB and Glue the operation and the resources
 its body names (tables, index, stream, database; a GetRecords or a paged ListShards names its stream
 through the iterator or token an earlier answer handed out), for S3 (REST, no X-Amz-Target) the
-operation that the method, bucket, key and query make. tests/support/iam_policy.py turns them into
-IAM requests.
+operation that the method, bucket, key and query make (and a DeleteObjects' keys, from its body).
+tests/support/iam_policy.py turns them into IAM requests.
 
 `end_shards_after_last_records()` makes closed shards end as the GetRecords documentation describes
 real Kinesis, which kinesis-mock does not: kinesis-mock answers a closed shard's last records with
@@ -57,6 +57,7 @@ from datetime import datetime, timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qsl, unquote, urlsplit
+from xml.etree import ElementTree
 
 from devtools.emulators import LOOPBACK
 
@@ -163,7 +164,8 @@ class RecordedCall:
     database), `parameters` (the body's top-level names), `transaction` (a TransactWriteItems' parts
     as (kind, table): Put, Update, Delete, ConditionCheck). S3: `method`, `bucket`, `key` and `query`
     (name/value pairs, sorted), `conditions` (its If-None-Match and If-Match headers: how a writer
-    asks S3 to refuse a put that would replace what another wrote).
+    asks S3 to refuse a put that would replace what another wrote), `keys` (the objects a
+    DeleteObjects names in its body: S3 authorizes the deletion of each).
     """
 
     service: str
@@ -180,6 +182,7 @@ class RecordedCall:
     key: str | None = None
     query: tuple[tuple[str, str], ...] = ()
     conditions: tuple[tuple[str, str], ...] = ()
+    keys: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -280,6 +283,15 @@ def s3_operation(method: str, key: str | None, query: dict[str, str], headers: d
     if method == "DELETE":
         return "AbortMultipartUpload" if "uploadId" in query else "DeleteObject"
     return f"{method}Object"
+
+
+def deleted_keys(body: bytes) -> tuple[str, ...]:
+    """The object keys a DeleteObjects request body (`<Delete><Object><Key>...`) names; () when it is no such XML."""
+    try:
+        root = ElementTree.fromstring(body)
+    except ElementTree.ParseError:
+        return ()
+    return tuple(element.text or "" for element in root.iter() if element.tag.rpartition("}")[2] == "Key")
 
 
 def fault_response(kind: str, service: ServiceShape, request: dict[str, Any]) -> HttpResponse:
@@ -544,15 +556,17 @@ class FaultProxy:
         bucket, _, key = parts.path.lstrip("/").partition("/")
         query = dict(parse_qsl(parts.query, keep_blank_values=True))
         object_key = unquote(key) if key else None
+        operation = s3_operation(request.method, object_key if bucket else None, query, headers)
         return RecordedCall(
             service="s3",
-            operation=s3_operation(request.method, object_key if bucket else None, query, headers),
+            operation=operation,
             status=response.status,
             method=request.method,
             bucket=unquote(bucket) or None,
             key=object_key,
             query=tuple(sorted(query.items())),
             conditions=tuple((name, headers[name]) for name in ("if-match", "if-none-match") if name in headers),
+            keys=deleted_keys(request.body) if operation == "DeleteObjects" else (),
         )
 
     def _forward(self, request: HttpRequest) -> HttpResponse:

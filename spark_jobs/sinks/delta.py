@@ -49,7 +49,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from botocore.exceptions import BotoCoreError, ClientError
-from deltalake import CommitProperties, DeltaTable, Transaction
+from deltalake import CommitProperties, DeltaTable, PostCommitHookProperties, Transaction
 from deltalake import Field as DeltaField
 from deltalake import Schema as DeltaSchema
 from deltalake.exceptions import CommitFailedError, DeltaError, TableNotFoundError
@@ -89,6 +89,10 @@ KINESIS_FOLDER = "_kinesis"
 ARRIVAL_COLUMN = "approximate_arrival_timestamp"
 DAY_COLUMN = "arrival_day"  # the partition column of a table this sink creates: the day of arrival (UTC)
 COMMIT_ATTEMPTS = 8
+# The job's commits leave the log's expired entries to the upkeep (`leasectl maintain`): delta-rs would
+# otherwise delete them after any commit once a checkpoint is past the log's retention, and the job would
+# need to delete files in the table's log.
+JOB_COMMIT_HOOKS = PostCommitHookProperties(cleanup_expired_logs=False)
 RANGES_SHOWN = 100  # batches a commit's info names at most (it stays in the log every reader reads)
 # Commit info keys (plain values in `DESCRIBE HISTORY` and `DeltaTable.history()`).
 INFO_APPLICATION = "kinesis.application"
@@ -293,6 +297,7 @@ class DeltaSink(TableRecordKeeping):
                         mode="error",
                         partition_by=partition_by,
                         storage_options=self.storage_options,
+                        post_commithook_properties=JOB_COMMIT_HOOKS,
                     )
                     log.info("created the Delta table %s, partitioned by %s", self.location, partition_by)
                 except DeltaError as error:
@@ -326,7 +331,10 @@ class DeltaSink(TableRecordKeeping):
         column evolves the table). Another slot adding the same ones meanwhile is fine."""
         with self.failures(f"add the columns {[field.name for field in missing]} to the table"):
             try:
-                table.alter.add_columns([DeltaField.from_arrow(field.with_nullable(True)) for field in missing])
+                table.alter.add_columns(
+                    [DeltaField.from_arrow(field.with_nullable(True)) for field in missing],
+                    post_commithook_properties=JOB_COMMIT_HOOKS,
+                )
             except DeltaError:
                 table = self.table() or table
                 still = [field for field in missing if field.name not in table.schema().to_arrow().names]
@@ -570,6 +578,7 @@ class DeltaSink(TableRecordKeeping):
                 schema=table.schema(),
                 partition_by=list(table.metadata().partition_columns) or None,
                 commit_properties=properties,
+                post_commithook_properties=JOB_COMMIT_HOOKS,
             )
 
     def _commit_version(self, commit_id: str) -> int | None:

@@ -19,7 +19,8 @@ next round reports it lost instead of adding files that are gone.)
 The log. A checkpoint of the log at the current version (delta-rs also writes one every
 `delta.checkpointInterval` commits, 100 by default), then the log entries past the table's
 `delta.logRetentionDuration` (30 days) removed; the applications' transactions live on in the
-checkpoint.
+checkpoint. Only the upkeep removes log entries: the job's commits leave them (`JOB_COMMIT_HOOKS`), so
+that a round deletes nothing in the table.
 
 Orphans. A slot stages a batch's data files and its receipt before the lease commits; an attempt
 fenced before its commit, or a redo that read the batch again, leaves them to nobody. Removed, among

@@ -10,7 +10,7 @@ round (SHARD_END, child leases, the children read), two idle rounds (the first c
 parent), a backfill
 round, the plugin's monitoring API reading both namespaces (the Airflow api-server runs it under the
 same connection), then teardown of both namespaces. Tags and point-in-time recovery are configured so that the
-table options' calls happen too. Both applications decode their records (a text decoder, with its schema) and set
+table options' calls happen too. Every application decodes its records (a text decoder, with its schema) and sets
 bad records aside (`bad_records=dead_letter`): each live round reads one record the decoder rejects among the
 others, so that the dead letters beside the output (and beside the backfill's) are staged and made visible too.
 
@@ -21,19 +21,31 @@ two live rounds (the first creates the table and its dead-letter table), a backf
 files four days old, so that it expires the first round's snapshot and deletes what nothing names any
 more (with what an attempt fenced after staging left), then `leasectl verify` and `restore`.
 
+A third application lands in a Delta table on S3 (`delta:s3://...`, delta-rs given the connection's S3
+endpoint): a live round (it creates the table and its dead-letter table, each a Delta table of its own;
+a second round's calls would be the same on the same places), a checkpoint of the log after it (as an
+earlier upkeep leaves one), a backfill round, then `leasectl maintain` with removed files kept for no
+time, the log kept for as long as it has been since that checkpoint, and the listings reporting files
+four days old: it compacts the round's files and vacuums them, deletes the log's entries before the
+checkpoint, and removes what nothing will commit (what an attempt fenced after staging left, the
+position map of a publisher that died before its commit); then `leasectl verify` and `restore`. Its
+leasectl runs as a process: delta-rs holds the GIL while it reads a table's history, which a proxy in the
+test's process must answer.
+
 Every recorded call is then evaluated (tests/support/iam_policy.py) against the statements a
-deployment on that sink attaches: every statement but the other sink's (`Parquet*`, `Iceberg*`).
-Every action and resource each statement grants must have been needed by some call of either run.
+deployment on that sink attaches: every statement but the other sinks' (`Parquet*`, `Iceberg*`, `Delta*`).
+Every action and resource each statement grants must have been needed by some call of one of the runs.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 import time
 import uuid
 from collections import Counter
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -43,6 +55,7 @@ from typing import Any
 import boto3
 import pyarrow as pa
 import pytest
+from deltalake import DeltaTable
 from pyiceberg.catalog import load_catalog
 
 from devtools.airflow_env import load_dag_module, run_environment
@@ -52,6 +65,8 @@ from lease_core.model.sequence import SHARD_END, TRIM_HORIZON
 from spark_jobs import leasectl
 from spark_jobs.sinks import backfill_uri
 from spark_jobs.sinks.dead_lettering import dead_letter_uri
+from spark_jobs.sinks.delta import DeltaSink
+from spark_jobs.sinks.delta_maintenance import STAGED_DATA_FILE
 from spark_jobs.sinks.iceberg import IcebergSink
 from spark_jobs.sinks.iceberg_maintenance import MAX_SNAPSHOT_AGE_PROPERTY
 from spark_jobs.sinks.parquet import ParquetSink, visible_path
@@ -70,6 +85,7 @@ from tests.support.iam_policy import (
     substitute,
 )
 from tests.support.iceberg_tables import batch_of, catalog_environment, glue_catalog_properties, rows
+from tests.support.leasectl import run_leasectl
 from tests.support.spark_transforms import MALFORMED_MARK
 
 REPOSITORY = Path(__file__).resolve().parents[2]
@@ -79,7 +95,7 @@ ACCOUNT = "123456789012"  # moto's default account
 PREFIX = "lake/orders"
 PLACEHOLDERS = ("Region", "Account", "Application", "Stream", "Bucket", "Prefix", "Database", "Table")
 # The statements only a deployment on that sink attaches, by their Sid's start; the rest every deployment does.
-SINK_STATEMENTS = {"parquet": "Parquet", "iceberg": "Iceberg"}
+SINK_STATEMENTS = {"parquet": "Parquet", "iceberg": "Iceberg", "delta": "Delta"}
 ICEBERG_CATALOG = "iamglue"
 ICEBERG_TABLE = "orders"
 WAREHOUSE = "warehouse"  # in the bucket: a Glue database without a location of its own is at <warehouse>/<name>.db
@@ -132,9 +148,11 @@ class RecordedRun:
 
 
 @dataclass(frozen=True)
-class IcebergRun:
+class TableRun:
+    """The run of an application landing in a table (Iceberg or Delta): its rounds, then its upkeep."""
+
     placeholders: dict[str, str]
-    backfill_table: str
+    backfill: str  # where the backfill landed: its Iceberg table's name, its Delta table's URI
     rounds: dict[str, dict[str, str]]
     leasectl_exit_codes: dict[str, int]  # command -> exit code
     calls: list[RecordedCall]
@@ -142,7 +160,9 @@ class IcebergRun:
     produced: list[bytes]
     landed: list[bytes]
     backfilled: list[bytes]
-    fenced_files: list[str]  # what the fenced attempt staged: its data files, manifest and receipt
+    # What the fenced attempt staged: its data files, (Iceberg) manifest and receipt; (Delta) and a dead
+    # publisher's position map.
+    fenced_files: list[str]
     malformed: list[bytes]
     dead_letters: list[dict[str, Any]]
     backfill_dead_letters: list[dict[str, Any]]
@@ -199,6 +219,19 @@ def leasectl_main(application: str, dynamodb_endpoint: str, *command: str) -> in
     """The installed leasectl, in this process, on the application's tables through the proxy."""
     settings = ("--set", f"aws_endpoint_url_dynamodb={dynamodb_endpoint}", "--set", f"aws_region={REGION}")
     return leasectl.main(["--app", application, *settings, "--set", "table_status_poll_seconds=0.05", *command])
+
+
+def leasectl_process(application: str, proxies: Mapping[str, FaultProxy], *command: str) -> int:
+    """The installed leasectl as a process, on the application's tables and S3 through the proxies. (delta-rs
+    holds the GIL while it reads a table's history, so a proxy in this process could not answer it.)"""
+    done = run_leasectl(
+        *("--app", application, "--set", f"aws_region={REGION}", *command),
+        dynamodb=proxies["dynamodb"].endpoint,
+        kinesis=proxies["kinesis"].endpoint,
+        AWS_ENDPOINT_URL_S3=proxies["s3"].endpoint,
+    )
+    print(f"leasectl {' '.join(command)}:", done.stdout, done.stderr, sep="\n")
+    return done.returncode
 
 
 @pytest.fixture(scope="module")
@@ -330,15 +363,36 @@ def recorded_run(
     )
 
 
-def stage_as_a_fenced_attempt(sink: IcebergSink) -> list[str]:
+FENCED_SHARD = "shardId-000000000000"
+
+
+def stage_as_a_fenced_iceberg_attempt(sink: IcebergSink) -> list[str]:
     """Stage a batch that no lease commits, as an attempt fenced after staging leaves it; its data
     files, manifest and receipt."""
-    staged = sink.stage(batch_of(TRIM_HORIZON, 1, 5, "shardId-000000000000"), rows(1, 5), "fenced")
+    staged = sink.stage(batch_of(TRIM_HORIZON, 1, 5, FENCED_SHARD), rows(1, 5), "fenced")
     receipt = sink.read_receipt(staged.token or "")
     table = sink.table()
     assert table is not None
     data_files = [data_file.file_path for data_file in sink.staged_data_files(table, receipt)]
     return [*data_files, str(receipt.manifest_path), sink.receipt_path(table, receipt.receipt_id)]
+
+
+def stage_as_a_fenced_delta_attempt(sink: DeltaSink) -> list[str]:
+    """The same in a Delta table: its data files and receipt."""
+    staged = sink.stage(batch_of(TRIM_HORIZON, 1, 5, FENCED_SHARD), rows(1, 5), "fenced")
+    receipt = sink.read_receipt(staged.token or "")
+    paths = [*(file["path"] for file in receipt.files), sink.receipt_path(receipt.receipt_id)]
+    return [f"{sink.location}/{path}" for path in paths]
+
+
+def create_as_a_dead_publisher(sink: DeltaSink) -> str:
+    """The position map of the next version of the application's transaction, as a publisher that died
+    before its commit leaves it; its place."""
+    table = sink.table()
+    assert table is not None
+    path = sink.positions_path(sink.positions(table)[0] + 1)
+    assert sink.storage.create(path, b'{"format": "died before its commit"}')
+    return f"{sink.location}/{path}"
 
 
 @contextmanager
@@ -350,10 +404,83 @@ def listings_aged(proxy: FaultProxy, by: timedelta) -> Iterator[None]:
         proxy.age_listings(timedelta(0))
 
 
+# How much older than they are the upkeep's listings report files: past the orphan age of 3 days.
+LISTING_AGE = timedelta(days=4)
+
+
+@dataclass(frozen=True)
+class LiveRounds:
+    produced: list[bytes]
+    malformed: list[bytes]
+    window_start: datetime  # of the window a backfill of what they read covers
+
+
+LIVE_ROUNDS = {"first": 60, "second": 40}  # round -> records produced before it (and one the decoder rejects)
+
+
+def live_rounds(rounds: DagRounds, kinesis: Any, stream: str, names: tuple[str, ...]) -> LiveRounds:
+    """Live rounds (of `LIVE_ROUNDS`): the first creates the table and its dead-letter table, a second
+    commits to them."""
+    serial: list[int] = [0]
+    malformed: list[bytes] = []
+    produced: list[bytes] = []
+    window_start = window_bound()
+    for name in names:
+        produced += produce(kinesis, stream, LIVE_ROUNDS[name], serial, malformed)
+        rounds.run(name)
+    return LiveRounds(produced, malformed, window_start)
+
+
+def backfill_round(rounds: DagRounds, live: LiveRounds) -> str:
+    """A backfill round of what the live rounds read; its window's name."""
+    window_end = window_bound()
+    rounds.run("backfill", mode="backfill", start=live.window_start.isoformat(), end=window_end.isoformat())
+    return window_name(live.window_start, window_end)
+
+
+def upkeep(
+    output: str, proxies: Mapping[str, FaultProxy], leasectl_run: Callable[..., int]
+) -> tuple[dict[str, int], list[RecordedCall]]:
+    """`leasectl maintain` on aged listings, then `verify` and `restore` (each by `leasectl_run`): their
+    exit codes, and the calls `maintain` made."""
+    before_maintain = call_counts(proxies)
+    with listings_aged(proxies["s3"], LISTING_AGE):
+        exit_codes = {"maintain": leasectl_run("maintain", "--output-uri", output, "--yes")}
+    maintain_calls = calls_since(proxies, before_maintain)
+    exit_codes.update(
+        verify=leasectl_run("verify", "--output-uri", output),
+        restore=leasectl_run("restore", "--output-uri", output, "--yes"),
+    )
+    return exit_codes, maintain_calls
+
+
+def table_placeholders(application: str, stream: str, bucket: str, prefix: str, **more: str) -> dict[str, str]:
+    return {
+        "Region": REGION,
+        "Account": ACCOUNT,
+        "Application": application,
+        "Stream": stream,
+        "Bucket": bucket,
+        "Prefix": prefix,
+        **more,
+    }
+
+
+def table_conf(application: str, stream: str, output: str) -> dict[str, Any]:
+    return {
+        "streams": [stream],
+        "application_name": application,
+        "num_workers": 2,
+        "initial_position": "TRIM_HORIZON",
+        "output_uri": output,
+        **DEAD_LETTERING,
+    }
+
+
 @pytest.fixture(scope="module")
 def iceberg_run(
     proxied_environment: None, proxies: dict[str, FaultProxy], moto_endpoint: str, kinesis_endpoint: str
-) -> IcebergRun:
+) -> TableRun:
     token = uuid.uuid4().hex[:8]
     application, stream, bucket = f"iam-ice-{token}", f"iam-ice-stream-{token}", f"iam-warehouse-{token}"
     database = f"iam_db_{token}"
@@ -373,38 +500,18 @@ def iceberg_run(
         rounds = DagRounds(
             load_dag_module("kinesis_lease_pipeline_iam_policy_iceberg").dag,
             proxies,
-            {
-                "streams": [stream],
-                "application_name": application,
-                "num_workers": 2,
-                "initial_position": "TRIM_HORIZON",
-                "output_uri": output,
-                **DEAD_LETTERING,
-            },
+            table_conf(application, stream, output),
         )
-        serial, malformed = [0], []
-        window_start = window_bound()
-        produced = produce(kinesis, stream, 60, serial, malformed)
-        rounds.run("first")  # creates the table and its dead-letter table
-        produced += produce(kinesis, stream, 40, serial, malformed)
-        rounds.run("second")
-        window_end = window_bound()
-        rounds.run("backfill", mode="backfill", start=window_start.isoformat(), end=window_end.isoformat())
-        backfill_table = backfill_uri(output, window_name(window_start, window_end)).rpartition(".")[2]
+        ran = live_rounds(rounds, kinesis, stream, ("first", "second"))
+        backfill_table = backfill_uri(output, backfill_round(rounds, ran)).rpartition(".")[2]
 
         # A deployment keeping a millisecond of history, and what an attempt fenced after staging leaves.
         with direct.load_table((database, ICEBERG_TABLE)).transaction() as settings:
             settings.set_properties({MAX_SNAPSHOT_AGE_PROPERTY: "1"})
-        fenced_files = stage_as_a_fenced_attempt(IcebergSink(output, application, catalog=direct))
-
-        def run_leasectl(*command: str) -> int:
-            return leasectl_main(application, proxies["dynamodb"].endpoint, *command, "--output-uri", output)
-
-        before_maintain = call_counts(proxies)
-        with listings_aged(proxies["s3"], timedelta(days=4)):  # past the orphan age of 3 days
-            exit_codes = {"maintain": run_leasectl("maintain", "--yes")}
-        maintain_calls = calls_since(proxies, before_maintain)
-        exit_codes.update(verify=run_leasectl("verify"), restore=run_leasectl("restore", "--yes"))
+        fenced_files = stage_as_a_fenced_iceberg_attempt(IcebergSink(output, application, catalog=direct))
+        exit_codes, maintain_calls = upkeep(
+            output, proxies, functools.partial(leasectl_main, application, proxies["dynamodb"].endpoint)
+        )
     calls = calls_since(proxies, counts)
 
     def table_rows(table_name: str) -> pa.Table:
@@ -416,27 +523,20 @@ def iceberg_run(
     def dead_letters(table_name: str) -> list[dict[str, Any]]:
         return table_rows(dead_letter_table(table_name)).to_pylist()
 
-    return IcebergRun(
-        {
-            "Region": REGION,
-            "Account": ACCOUNT,
-            "Application": application,
-            "Stream": stream,
-            "Bucket": bucket,
-            "Prefix": f"{WAREHOUSE}/{database}.db",
-            "Database": database,
-            "Table": ICEBERG_TABLE,
-        },
+    return TableRun(
+        table_placeholders(
+            application, stream, bucket, f"{WAREHOUSE}/{database}.db", Database=database, Table=ICEBERG_TABLE
+        ),
         backfill_table,
         rounds.states,
         exit_codes,
         calls,
         maintain_calls,
-        produced,
+        ran.produced,
         records(ICEBERG_TABLE),
         records(backfill_table),
         fenced_files,
-        malformed,
+        ran.malformed,
         dead_letters(ICEBERG_TABLE),
         dead_letters(backfill_table),
     )
@@ -447,11 +547,81 @@ def dead_letter_table(table_name: str) -> str:
     return dead_letter_uri(f"iceberg://{ICEBERG_CATALOG}/database.{table_name}").rpartition(".")[2]
 
 
-RUNS = {"parquet": "recorded_run", "iceberg": "iceberg_run"}
+@pytest.fixture(scope="module")
+def delta_run(
+    proxied_environment: None, proxies: dict[str, FaultProxy], moto_endpoint: str, kinesis_endpoint: str
+) -> TableRun:
+    token = uuid.uuid4().hex[:8]
+    application, stream, bucket = f"iam-delta-{token}", f"iam-delta-stream-{token}", f"iam-delta-lake-{token}"
+    output = f"delta:s3://{bucket}/{PREFIX}"
+    kinesis = kinesis_client(kinesis_endpoint)
+    boto3.client("s3", endpoint_url=moto_endpoint, region_name=REGION).create_bucket(Bucket=bucket)
+    create_stream(kinesis, stream, 2)
+    counts = call_counts(proxies)
+    # The job and leasectl reach S3 through the proxy (the connection's endpoint); the test's own look does not.
+    rounds = DagRounds(
+        load_dag_module("kinesis_lease_pipeline_iam_policy_delta").dag, proxies, table_conf(application, stream, output)
+    )
+    # One live round: a second one's calls are the first one's on the same places (Glue's CreateTable and
+    # UpdateTable differ; a Delta table's creation and commits are puts under its prefix alike).
+    ran = live_rounds(rounds, kinesis, stream, ("first",))
+
+    def direct(uri: str) -> DeltaSink:
+        return DeltaSink(uri, application, s3_endpoint_url=moto_endpoint, region=REGION)
+
+    def live_table() -> DeltaTable:
+        table = direct(output).table()
+        assert table is not None
+        return table
+
+    # A checkpoint of the log at the round's commit, as an earlier upkeep makes one.
+    live_table().create_checkpoint()
+    checkpointed = datetime.now(UTC)
+    backfill = backfill_uri(output, backfill_round(rounds, ran))
+    # A deployment keeping the files commits removed for no time, and its log for as long as it has been
+    # since that checkpoint (on the clock of the aged listings): the upkeep deletes the files compaction
+    # replaced, and the log's entries before the checkpoint (the table's creation; the round's commit
+    # stays, and with it what the table says each lease landed); and what an attempt fenced after staging
+    # leaves, and a publisher that died between its position map and its commit.
+    kept = LISTING_AGE + (datetime.now(UTC) - checkpointed)
+    live_table().alter.set_table_properties(
+        {
+            "delta.deletedFileRetentionDuration": "interval 0 hours",
+            "delta.logRetentionDuration": f"interval {int(kept.total_seconds())} seconds",
+        }
+    )
+    fenced_files = stage_as_a_fenced_delta_attempt(direct(output))
+    fenced_files.append(create_as_a_dead_publisher(direct(output)))
+    exit_codes, maintain_calls = upkeep(output, proxies, functools.partial(leasectl_process, application, proxies))
+
+    def rows_of(uri: str) -> pa.Table:
+        landed = direct(uri).visible_rows()
+        assert landed is not None, uri
+        return landed
+
+    return TableRun(
+        table_placeholders(application, stream, bucket, PREFIX),
+        backfill,
+        rounds.states,
+        exit_codes,
+        calls_since(proxies, counts),
+        maintain_calls,
+        ran.produced,
+        rows_of(output).column("data").to_pylist(),
+        rows_of(backfill).column("data").to_pylist(),
+        fenced_files,
+        ran.malformed,
+        rows_of(dead_letter_uri(output)).to_pylist(),
+        rows_of(dead_letter_uri(backfill)).to_pylist(),
+    )
+
+
+RUNS = {"parquet": "recorded_run", "iceberg": "iceberg_run", "delta": "delta_run"}
+TABLE_RUNS = {sink: fixture for sink, fixture in RUNS.items() if sink != "parquet"}
 
 
 def deployment_policy(sink: str, values: Mapping[str, str]) -> Policy:
-    """The statements a deployment on `sink` attaches (all but the other sink's), with `values` for the placeholders."""
+    """The statements a deployment on `sink` attaches (all but the other sinks'), with `values` for the placeholders."""
     document = json.loads(POLICY_FILE.read_text())
     others = tuple(prefix for name, prefix in SINK_STATEMENTS.items() if name != sink)
     document["Statement"] = [entry for entry in document["Statement"] if not entry["Sid"].startswith(others)]
@@ -525,12 +695,14 @@ def test_the_operators_the_spark_executors_and_leasectl_all_called_aws_through_t
     assert all(call.stream == recorded_run.stream for call in recorded_run.calls if call.service == "kinesis")
 
 
-def test_the_iceberg_run_lands_every_record_once_in_its_table_and_its_backfill_s_and_leasectl_succeeds(iceberg_run):
-    for name, states in iceberg_run.rounds.items():
+@pytest.mark.parametrize("sink", list(TABLE_RUNS))
+def test_a_table_run_lands_every_record_once_in_its_table_and_its_backfill_s_and_leasectl_succeeds(sink, request):
+    run = request.getfixturevalue(TABLE_RUNS[sink])
+    for name, states in run.rounds.items():
         assert consumed_cleanly(states), (name, states)
-    assert sorted(iceberg_run.landed) == sorted(iceberg_run.produced)
-    assert sorted(iceberg_run.backfilled) == sorted(iceberg_run.produced)
-    assert iceberg_run.leasectl_exit_codes == {"maintain": 0, "verify": 0, "restore": 0}
+    assert sorted(run.landed) == sorted(run.produced)
+    assert sorted(run.backfilled) == sorted(run.produced)
+    assert run.leasectl_exit_codes == {"maintain": 0, "verify": 0, "restore": 0}
 
 
 def test_the_iceberg_sink_asks_glue_for_its_database_and_to_get_create_and_update_its_four_tables(iceberg_run):
@@ -538,7 +710,7 @@ def test_the_iceberg_sink_asks_glue_for_its_database_and_to_get_create_and_updat
     print("Glue calls:", dict(Counter((call.operation, call.status) for call in glue)))
     assert {call.operation for call in glue} == {"GetDatabase", "GetTable", "CreateTable", "UpdateTable"}
     assert {call.database for call in glue} == {iceberg_run.placeholders["Database"]}
-    tables = (ICEBERG_TABLE, iceberg_run.backfill_table)
+    tables = (ICEBERG_TABLE, iceberg_run.backfill)
     assert {table for call in glue for table in call.tables} == {*tables, *map(dead_letter_table, tables)}
     for table in map(dead_letter_table, tables):  # created by the job, then committed to
         operations = {call.operation for call in glue if table in call.tables and call.status == 200}
@@ -551,7 +723,7 @@ def test_leasectl_maintain_deletes_the_fenced_attempt_s_files_and_the_expired_sn
     values = iceberg_run.placeholders
     metadata, application = f"{values['Prefix']}/{ICEBERG_TABLE}/metadata/", values["Application"]
     fenced = {path.removeprefix(f"s3://{values['Bucket']}/") for path in iceberg_run.fenced_files}
-    deleted = [call.key or "" for call in iceberg_run.maintain_calls if call.operation == "DeleteObject"]
+    deleted = deleted_keys(iceberg_run.maintain_calls)
     others = [key.removeprefix(metadata) for key in deleted if key not in fenced]
     print("maintain deleted:", json.dumps(deleted, indent=1))
     assert fenced <= set(deleted)
@@ -561,8 +733,42 @@ def test_leasectl_maintain_deletes_the_fenced_attempt_s_files_and_the_expired_sn
     assert [name for name in others if name.startswith(f"kinesis-staged/{application}/")], "the first round's"
     own = (f"kinesis-staged/{application}/", f"kinesis-positions/{application}/", "snap-")
     assert [name for name in others if not name.startswith(own)] == []
-    deletes = [call for call in iceberg_run.calls if call.operation == "DeleteObject"]
-    assert len(deletes) == len(deleted), "only the upkeep deletes"
+    assert len(deleted_keys(iceberg_run.calls)) == len(deleted), "only the upkeep deletes"
+
+
+def test_leasectl_maintain_deletes_the_orphans_the_files_compaction_replaced_and_the_log_before_its_checkpoint(
+    delta_run,
+):
+    values = delta_run.placeholders
+    table, application = f"{values['Prefix']}/", values["Application"]
+    orphans = {path.removeprefix(f"s3://{values['Bucket']}/") for path in delta_run.fenced_files}
+    deleted = deleted_keys(delta_run.maintain_calls)
+    print("maintain deleted:", json.dumps(deleted, indent=1))
+    assert orphans <= set(deleted)
+    assert all(key.startswith(table) for key in deleted)
+    others = [key.removeprefix(table) for key in deleted if key not in orphans]
+    # The table's creation; the round's commit stays, with the checkpoint made at it.
+    assert [name for name in others if name.startswith("_delta_log/")] == [f"_delta_log/{0:020d}.json"]
+    data_files = {name for name in others if STAGED_DATA_FILE.fullmatch(name.rpartition("/")[2])}
+    assert len(data_files) >= 2, "the files compaction replaced: one per shard at least"
+    own = (f"_kinesis/staged/{application}/", "_delta_log/")  # (receipts of batches the table holds)
+    assert [name for name in others if not name.startswith(own) and name not in data_files] == []
+    assert len(deleted_keys(delta_run.calls)) == len(deleted), "only the upkeep deletes"
+
+
+def test_the_delta_run_commits_each_log_entry_by_a_conditional_put_so_it_needs_no_lock_table(delta_run):
+    log_entry = re.compile(r".*/_delta_log/\d{20}\.json")
+    puts = [call for call in delta_run.calls if call.operation == "PutObject"]
+    commits = [call for call in puts if log_entry.fullmatch(call.key or "")]
+    tables = {(call.key or "").partition("/_delta_log/")[0] for call in commits}
+    assert len(tables) == 4, "the table, the backfill's and their dead-letter tables"
+    assert all(("if-none-match", "*") in call.conditions for call in commits), commits
+
+
+def deleted_keys(calls: list[RecordedCall]) -> list[str]:
+    """The keys the calls deleted: a DeleteObject's, and each of a DeleteObjects'."""
+    deletes = [call for call in calls if call.operation in ("DeleteObject", "DeleteObjects")]
+    return [key for call in deletes for key in (call.keys or (call.key or "",))]
 
 
 @pytest.mark.parametrize("sink", list(RUNS))
@@ -570,7 +776,8 @@ def test_each_record_the_decoder_rejects_is_set_aside_once_beside_the_output_and
     sink, request
 ):
     run = request.getfixturevalue(RUNS[sink])
-    assert len(run.malformed) == 2  # one in each live round
+    live = 2 if sink == "parquet" else len(run.rounds) - 1  # a table run's rounds: its live ones and a backfill
+    assert len(run.malformed) == live  # one in each live round
     for dead_letters in (run.dead_letters, run.backfill_dead_letters):
         assert sorted(row["data"] for row in dead_letters) == sorted(run.malformed)
         assert all("UnicodeDecodeError" in row["error"] for row in dead_letters), dead_letters
@@ -589,10 +796,11 @@ def test_every_call_of_the_run_is_allowed_by_the_statements_a_deployment_on_its_
     assert denied == [], "calls the policy does not allow:\n" + "\n".join(denied)
 
 
-def test_every_action_and_resource_the_policy_grants_was_needed_by_one_of_the_runs(recorded_run, iceberg_run):
+def test_every_action_and_resource_the_policy_grants_was_needed_by_one_of_the_runs(request):
     template = template_policy()
     used: set[Grant] = set()
-    for sink, run in (("parquet", recorded_run), ("iceberg", iceberg_run)):
+    for sink, fixture in RUNS.items():
+        run = request.getfixturevalue(fixture)
         policy = deployment_policy(sink, run.placeholders)
         used |= as_named_in(template, policy, evaluate(policy, requests_of(run.calls)).used)
     needless = sorted(map(str, template.grants() - used - set(NOT_EXERCISED)))
@@ -608,13 +816,17 @@ def test_the_policy_names_every_action_and_resource_explicitly_with_exactly_its_
     assert not [resource for statement in policy.statements for resource in statement.resources if resource == "*"]
 
 
-def test_a_deployment_on_either_sink_attaches_the_shared_statements_and_none_of_the_other_sink_s():
+def test_a_deployment_on_each_sink_attaches_the_shared_statements_and_none_of_the_other_sinks():
     values = dict.fromkeys(PLACEHOLDERS, "x")
-    parquet, iceberg = ({s.sid for s in deployment_policy(sink, values).statements} for sink in RUNS)
-    assert {"SinkBucket", "ParquetObjects", "ParquetStagedObjects"} <= parquet
-    assert {"SinkBucket", "IcebergCatalog", "IcebergTableObjects", "IcebergUpkeepDeletes"} <= iceberg
-    assert parquet - iceberg == {"ParquetObjects", "ParquetStagedObjects"}
-    assert iceberg - parquet == {"IcebergCatalog", "IcebergTableObjects", "IcebergUpkeepDeletes"}
+    attached = {sink: {s.sid for s in deployment_policy(sink, values).statements} for sink in RUNS}
+    own = {
+        "parquet": {"ParquetObjects", "ParquetStagedObjects"},
+        "iceberg": {"IcebergCatalog", "IcebergTableObjects", "IcebergUpkeepDeletes"},
+        "delta": {"DeltaTableObjects", "DeltaUpkeepDeletes"},
+    }
+    shared = set.intersection(*attached.values())
+    assert "SinkBucket" in shared
+    assert {sink: sids - shared for sink, sids in attached.items()} == own
 
 
 # --- the evaluator -------------------------------------------------------------------------------
@@ -748,6 +960,11 @@ MAPPING_CASES = [
         RecordedCall("s3", "HeadBucket", 200, method="HEAD", bucket="b"),
         [("s3:ListBucket", "arn:aws:s3:::b")],
         id="head-bucket-is-list-bucket",
+    ),
+    pytest.param(
+        RecordedCall("s3", "DeleteObjects", 200, method="POST", bucket="b", query=(("delete", ""),), keys=("p/k", "q")),
+        [("s3:DeleteObject", "arn:aws:s3:::b/p/k"), ("s3:DeleteObject", "arn:aws:s3:::b/q")],
+        id="delete-objects-key-by-key",
     ),
     pytest.param(
         RecordedCall("s3", "GetObject", 404, method="GET", bucket="b", key="p/k"),

@@ -158,6 +158,29 @@ def test_compaction_vacuum_and_checkpoints_keep_every_row_once_and_the_applicati
     assert sequence_numbers(sink) == list(range(1, 15))
 
 
+def test_a_round_s_commit_leaves_the_log_s_expired_entries_to_the_upkeep(uri):
+    sink = DeltaSink(uri, APPLICATION)
+    for first in (1, 4):
+        token, _ = staged(sink, first, 3, f"round-{first}")
+        sink.publish_round({LEASE: committed(sink, None, token)}, IDENTITY)
+    table = sink.table()
+    assert table is not None
+    table.alter.set_table_properties({"delta.logRetentionDuration": "interval 0 hours"})
+    table.create_checkpoint()  # as an earlier upkeep made one: the entries before it are past the retention
+    log_before = log_entries(sink)
+    token, _ = staged(sink, 7, 3, "round-7")
+
+    assert DeltaSink(uri, APPLICATION).publish_round({LEASE: committed(sink, None, token)}, IDENTITY).commits == 1
+
+    assert log_before < log_entries(sink), "the round's commit deleted none of the log"
+    version = checkpoint_log(sink)
+    assert log_entries(sink) == {f"{version:020d}.json", f"{version:020d}.checkpoint.parquet", "_last_checkpoint"}
+
+
+def log_entries(sink: DeltaSink) -> set[str]:
+    return {file.path.removeprefix("_delta_log/") for file in sink.storage.listing("_delta_log")}
+
+
 def test_a_batch_whose_staged_files_a_full_vacuum_deleted_is_reported_lost_and_not_added(uri):
     sink = DeltaSink(uri, APPLICATION)
     token, receipt = staged(sink, 1, 3, "a")

@@ -448,6 +448,19 @@ def test_s3_rest_calls_are_recorded_as_the_s3_operations_their_method_key_and_qu
     assert {"prefix": "lake/", "delimiter": "/", "list-type": "2"}.items() <= dict(s3_proxy.calls()[3].query).items()
 
 
+def test_a_delete_objects_call_is_recorded_with_the_keys_its_body_names(s3_proxy: FaultProxy, bucket: str) -> None:
+    client = s3(s3_proxy.endpoint)
+    keys = ["lake/a b.json", "lake/x=1/part-0.parquet", "lake/<&>"]
+    for key in keys:
+        client.put_object(Bucket=bucket, Key=key, Body=b"x")
+
+    client.delete_objects(Bucket=bucket, Delete={"Objects": [{"Key": key} for key in keys], "Quiet": True})
+
+    (call,) = [call for call in s3_proxy.calls() if call.operation == "DeleteObjects"]
+    assert (call.method, call.bucket, call.key, call.keys) == ("POST", bucket, None, tuple(keys))
+    assert client.list_objects_v2(Bucket=bucket, Prefix="lake/").get("Contents") is None
+
+
 def test_glue_calls_are_recorded_with_their_database_and_table(glue_proxy: FaultProxy, unique_name: str) -> None:
     client = boto3.client("glue", endpoint_url=glue_proxy.endpoint, region_name="us-east-1", config=ONE_ATTEMPT)
     database = unique_name.lower().replace("-", "_").replace(".", "_")

@@ -13,7 +13,7 @@ each database and table the call names (a table's call names its database as wel
 a Glue call on every resource in its path); S3 REST operations to their IAM actions on the object or
 the bucket (ListObjects* and HeadBucket are `s3:ListBucket`, with `s3:prefix` when the request has
 one; an object read answered 404 is `s3:ListBucket` on the bucket as well, without which S3 answers
-403).
+403; a DeleteObjects is `s3:DeleteObject` on each key it names).
 """
 
 from __future__ import annotations
@@ -303,8 +303,8 @@ def _s3_requests(call: RecordedCall, described: str) -> list[IamRequest]:
     action = S3_BUCKET_ACTIONS.get(call.operation, f"s3:{call.operation}")
     query = dict(call.query)
     context = {f"s3:{name}": query[name] for name in ("prefix", "delimiter", "max-keys") if name in query}
-    if call.operation == "DeleteObjects":
-        return [IamRequest(action, f"{bucket}/*", call=described)]  # keys are in the body
+    if call.operation == "DeleteObjects":  # authorized key by key (its body's; every key when none was read)
+        return [IamRequest(action, f"{bucket}/{key}", call=described) for key in call.keys or ("*",)]
     return [IamRequest(action, bucket, context if action == "s3:ListBucket" else {}, described)]
 
 
