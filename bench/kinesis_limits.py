@@ -239,8 +239,8 @@ def main() -> None:
         standin.set_limits(Limits(read_bytes_per_second=cap))
         phases = [
             run_phase(standin, "bare boto3 loop, 5 calls/s", arguments.shards, bare_loop),
-            run_phase(standin, "GetRecordsReader, 5 calls/s only", arguments.shards, paced_reader(None)),
-            run_phase(standin, "GetRecordsReader paced by bytes", arguments.shards, paced_reader(cap)),
+            run_phase(standin, "polling, 5 calls/s only", arguments.shards, paced_reader(None)),
+            run_phase(standin, "polling, paced by bytes", arguments.shards, paced_reader(cap)),
         ]
     report(phases, cap, arguments.shards, serving_mb)
 
