@@ -12,7 +12,7 @@ no faster, whatever the CPU. This run starts devtools/kinesis_standin.py (its ow
     means until the reads are paid off: the time is what the backlog costs at the cap. Efficiency per
     shard = bytes served (Kinesis' bytes: data + partition key) / time / cap. The baseline is a bare
     boto3 loop that paces at 5 calls/s with Limit 10000 and, when throttled, waits for its next slot;
-    then one lease_core ShardReader per shard paced by calls only (as it was before byte pacing:
+    then one lease_core GetRecordsReader (polling) per shard paced by calls only (as it was before byte pacing:
     throttles back off through the retry policy), and one paced by bytes at the cap. Both run on the same data in
     the same run (the stand-in's meters and counters are reset in between; a bucket starts full, which
     is 1 s of the cap and is why a figure can exceed 1.0 by up to 1/--seconds).
@@ -45,7 +45,9 @@ import botocore.exceptions  # noqa: E402
 
 from devtools.kinesis_standin import MIB, KinesisStandIn, Limits, StreamSpec, shard_id_of  # noqa: E402
 from lease_core.model.sequence import TRIM_HORIZON  # noqa: E402
-from lease_core.retrieval.shard_reader import MIN_CALL_INTERVAL_SECONDS, ReadLimits, ShardReader  # noqa: E402
+from lease_core.retrieval.polling.get_records_reader import GetRecordsReader  # noqa: E402
+from lease_core.retrieval.polling.read_pacing import MIN_CALL_INTERVAL_SECONDS  # noqa: E402
+from lease_core.retrieval.record_source import ReadLimits, ReadStart, ShardToRead  # noqa: E402
 
 STREAM = "bench-limits"
 CORES = 2
@@ -137,7 +139,9 @@ def bare_loop(client: Any, shard_id: str) -> None:
 
 def paced_reader(cap: float | None) -> Callable[[Any, str], None]:
     def read(client: Any, shard_id: str) -> None:
-        reader = ShardReader(client, STREAM, shard_id, TRIM_HORIZON, read_bytes_per_second=cap)
+        reader = GetRecordsReader(
+            client, ShardToRead(STREAM, shard_id), ReadStart(TRIM_HORIZON), read_bytes_per_second=cap
+        )
         while reader.read(ReadLimits(max_records=100_000)).stopped_by != "tip":
             pass
 
@@ -235,8 +239,8 @@ def main() -> None:
         standin.set_limits(Limits(read_bytes_per_second=cap))
         phases = [
             run_phase(standin, "bare boto3 loop, 5 calls/s", arguments.shards, bare_loop),
-            run_phase(standin, "ShardReader, 5 calls/s only", arguments.shards, paced_reader(None)),
-            run_phase(standin, "ShardReader paced by bytes", arguments.shards, paced_reader(cap)),
+            run_phase(standin, "polling, 5 calls/s only", arguments.shards, paced_reader(None)),
+            run_phase(standin, "polling, paced by bytes", arguments.shards, paced_reader(cap)),
         ]
     report(phases, cap, arguments.shards, serving_mb)
 

@@ -2,10 +2,11 @@
 
 The command line, the Airflow operators, the consume job's driver, its slot tasks and the monitoring
 API all start from a `LeaseApplication`: the lease store, the coordinator-state and worker-metrics
-stores, the shard source, the table administrator, the leader lock and the current round, each
-built the same way everywhere (the configuration's table names, retry policy and read settings) and
-cached for the life of the object. A boto3 session may be given (Airflow's connection builds one);
-otherwise the process's shared default session is used.
+stores, the shard source, the retrieval its slots and its idle check read shards with, the table
+administrator, the leader lock and the current round, each built the same way everywhere (the
+configuration's table names, retry policy and read settings) and cached for the life of the object.
+A boto3 session may be given (Airflow's connection builds one); otherwise the process's shared
+default session is used.
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ from lease_core.config.settings import ConsumerConfig
 from lease_core.leader.assignment_round import current_round
 from lease_core.leader.leader_lock import LeaderLock
 from lease_core.metrics.worker_metrics import DynamoDBWorkerMetricsStore
+from lease_core.retrieval.polling.polling_retrieval import PollingRetrieval, idle_check_retrieval
+from lease_core.retrieval.record_source import Retrieval
 from lease_core.retrieval.shard_source import KinesisShardSource
 from lease_core.retry import RetryPolicy
 from lease_core.store.coordinator_state import DynamoDBCoordinatorStateStore
@@ -83,6 +86,19 @@ class LeaseApplication:
     @functools.cached_property
     def shard_source(self) -> KinesisShardSource:
         return KinesisShardSource(self.client("kinesis"), retry_policy=self.retry_policy)
+
+    @functools.cached_property
+    def retrieval(self) -> Retrieval:
+        """How the consume job's slots read their leases' shards: polling, each reader paced to
+        `shard_read_limit_kbps` and to 5 calls a second."""
+        return PollingRetrieval(
+            self.client("kinesis"), self.retry_policy, read_bytes_per_second=self.config.shard_read_limit_kbps * 1024
+        )
+
+    @functools.cached_property
+    def idle_check_retrieval(self) -> Retrieval:
+        """How the leader's idle check looks for a lease's next record (`retrieval.pending_work`)."""
+        return idle_check_retrieval(self.client("kinesis"), self.retry_policy)
 
     @functools.cached_property
     def tables(self) -> TableAdministrator:

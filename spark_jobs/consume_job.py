@@ -398,7 +398,7 @@ def with_round_start(spark: Any, spec: ConsumeSpec, app: LeaseApplication | None
     """`spec` with what the driver's look at the streams at round start tells the slots.
 
     The closed shards, always: a slot reads a closed shard to its null iterator whatever
-    MillisBehindLatest says (`ShardReader`), so none stops at its last record forever. The leases of
+    MillisBehindLatest says (`ShardToRead.closed`), so none stops at its last record forever. The leases of
     closing parents other slots hold, only when every slot runs at once: then slots out of work wait
     for those to end. With fewer task slots than slots (local[2] and four slots), the slots run in
     waves, and a waiting slot would keep a later one from starting. And the sink's configuration as

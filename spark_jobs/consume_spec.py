@@ -54,7 +54,7 @@ class ConsumeSpec:
     slots_run_together: bool = False
     closing_parents: tuple[str, ...] = ()
     # The round's closed shards as the driver listed them at round start: lease key -> the shard's known
-    # EndingSequenceNumber or None. A slot reads these to their null iterator (`ShardReader`'s `closed`).
+    # EndingSequenceNumber or None. A slot reads these to their end (`ShardToRead.closed`).
     closed_shards: Mapping[str, str | None] = field(default_factory=dict)
     # The sink's configuration as the driver resolved it (`spark_jobs.sinks.sink_configuration`: an
     # Iceberg catalog's properties), so that executors on other machines open the same sink; None:

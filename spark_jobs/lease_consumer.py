@@ -46,9 +46,8 @@ from lease_core.model.pending_batch import PendingBatch
 from lease_core.model.sequence import AT_TIMESTAMP, LATEST, SHARD_END, ExtendedSequenceNumber
 from lease_core.model.shards import ChildShard
 from lease_core.retrieval.kinesis_records import KinesisRecord
-from lease_core.retrieval.shard_reader import KINESIS_SHARD_READ_BYTES_PER_SECOND, ReadBatch, ReadLimits, ShardReader
-from lease_core.retrieval.shard_source import KinesisShardSource, child_shards_of
-from lease_core.retry import RetryPolicy
+from lease_core.retrieval.record_source import ReadBatch, ReadLimits, ReadStart, RecordSource, Retrieval, ShardToRead
+from lease_core.retrieval.shard_source import ShardSource, child_shards_of
 from lease_core.store.lease_store import LeaseStore
 from spark_jobs.dead_letters import BadRecordPolicy, dead_letter_table
 from spark_jobs.decode import Decoder
@@ -90,17 +89,16 @@ class LeaseContext:
     """What a lease consumer needs from its slot."""
 
     store: LeaseStore
-    kinesis: Any
+    retrieval: Retrieval  # how the lease's shard is read (`LeaseApplication.retrieval`)
+    shards: ShardSource  # the listing, for the children of a shard whose end named none
     sink: BatchSink
     transform_spec: str | None
     transform: Transform | None
-    retry_policy: RetryPolicy
-    at_timestamp: datetime | None
+    at_timestamp: datetime | None  # what an AT_TIMESTAMP checkpoint means: the initial position's timestamp
     budget: LeaseBudget
-    read_bytes_per_second: float | None = KINESIS_SHARD_READ_BYTES_PER_SECOND  # None: paced by calls only
     # Closed shards by lease key, with their known EndingSequenceNumber (`ConsumeSpec.closed_shards`).
     closed_shards: Mapping[str, str | None] = field(default_factory=dict)
-    # Held around the CPU-heavy steps (a GetRecords and its parsing, building and staging a file): the
+    # Held around the CPU-heavy steps (a call for records and its parsing, building and staging a file): the
     # slot's lanes, shared by every lease it reads at once (`spark_jobs.slot_task`).
     busy_gate: AbstractContextManager[Any] = field(default_factory=nullcontext)
     decoder: Decoder | None = None  # the per-record decode hook, before the transform
@@ -118,9 +116,9 @@ class _Tally:
     bytes: int = 0
     files: int = 0
     replayed: int = 0
-    calls: int = 0
-    throttled: int = 0
-    expired: int = 0
+    read_calls: int = 0
+    refused_read_calls: int = 0
+    read_reopens: int = 0
     millis_behind_latest: int | None = None
     children: list[str] = field(default_factory=list)
     losses: list[RetentionLoss] = field(default_factory=list)
@@ -142,9 +140,9 @@ class _Tally:
             self.last_arrival_millis = _epoch_millis(records[-1].approximate_arrival_timestamp)
 
     def count_read(self, batch: ReadBatch, lease_key: str) -> None:
-        self.calls += batch.get_records_calls
-        self.throttled += batch.throttled_calls
-        self.expired += batch.expired_iterators
+        self.read_calls += batch.calls
+        self.refused_read_calls += batch.refused_calls
+        self.read_reopens += batch.reopens
         if batch.millis_behind_latest is not None:
             self.millis_behind_latest = batch.millis_behind_latest
         if batch.gap is not None:
@@ -207,9 +205,9 @@ class LeaseConsumer:
             covered_seconds=covered,
             children_created=tuple(tally.children),
             retention_losses=tuple(tally.losses),
-            get_records_calls=tally.calls,
-            throttled_calls=tally.throttled,
-            expired_iterators=tally.expired,
+            read_calls=tally.read_calls,
+            refused_read_calls=tally.refused_read_calls,
+            read_reopens=tally.read_reopens,
             detail=detail,
             retryable=retryable,
             unpromoted_batch=tally.unpromoted_batch,
@@ -249,7 +247,7 @@ class LeaseConsumer:
         # A batch described by someone else (a KCL application's state) was staged by nobody we know.
         staged = None if described is None else self._adopt(described.staged, batch)
         if staged is None:
-            records, _ = self._read_until(self._replay_reader(lease, described), end)
+            records, _ = self._read_until(self._replay_source(lease, described), end)
             staged = self._stage(batch, records)
         self._commit(batch, staged)
         return None
@@ -261,7 +259,7 @@ class LeaseConsumer:
         make visible on a lease at SHARD_END (cleanup may delete such a lease)."""
         children: Sequence[ChildShard] = described.child_shards if described else ()
         if self._adopt(None, batch) is None:
-            records, last = self._read_until(self._replay_reader(lease, described), SHARD_END)
+            records, last = self._read_until(self._replay_source(lease, described), SHARD_END)
             children = children or last.child_shards
             if records:
                 self._land(records)
@@ -279,8 +277,8 @@ class LeaseConsumer:
                 self._tally.files += 1
         return adopted
 
-    def _replay_reader(self, lease: Lease, described: PendingBatch | None) -> ShardReader:
-        """A reader of the prepared range: from its first record when described, else after C."""
+    def _replay_source(self, lease: Lease, described: PendingBatch | None) -> RecordSource:
+        """A source of the prepared range: from its first record when described, else after C."""
         first = described.first if described is not None else None
         if first is None and lease.checkpoint == LATEST:
             # LATEST has moved on since the batch was read: (LATEST, P] cannot be found again.
@@ -289,43 +287,41 @@ class LeaseConsumer:
                 f"pending checkpoint {lease.pending_checkpoint} after LATEST carries no batch description of "
                 "ours, so the prepared batch cannot be replayed; reset the lease's pendingCheckpoint to continue",
             )
-        if first is None:
-            return self._reader(lease.checkpoint)
-        # The batch's first record is the first after C: if it aged out, the loss starts after C.
-        return self._reader(first, start_inclusive=True, read_before_start=lease.checkpoint)
+        # The batch's first record, when described, is the first after C: if it aged out, the loss starts after C.
+        return self._source(lease.checkpoint, first=first)
 
-    def _read_until(self, reader: ShardReader, end: ExtendedSequenceNumber) -> tuple[list[KinesisRecord], ReadBatch]:
+    def _read_until(self, source: RecordSource, end: ExtendedSequenceNumber) -> tuple[list[KinesisRecord], ReadBatch]:
         """Every record of a prepared range, up to and including `end`."""
         records: list[KinesisRecord] = []
         while True:
-            batch = reader.read(ReadLimits(stop_at=end))
+            batch = source.read(ReadLimits(stop_at=end))
             self._tally.count_read(batch, self.held.lease_key)
             records.extend(batch.records)
             if batch.stopped_by in ("stop_at", "shard_end") or batch.shard_ended:
                 return records, batch
             if batch.stopped_by == "no_shard_end":
-                raise self._end_not_answered(batch)
+                raise self._end_not_answered(batch, source.operation)
             if batch.stopped_by in ("throttled", "tip"):
                 # The prepared range exists in the stream (it was read once), so stopping short of
                 # it is a transient failure: the pending checkpoint stays for the next attempt.
                 raise DependencyError(
                     "kinesis",
-                    "GetRecords",
+                    source.operation,
                     f"the replay of {self.held.lease_key} up to {end} stopped at {batch.end} ({batch.stopped_by})",
-                    batch.get_records_calls,
+                    batch.calls,
                 )
 
     def _fresh_batches(self, deadline: float | None) -> str:
         budget = self.context.budget
         lease = self.held.lease
-        reader = self._reader(lease.checkpoint, latest_since=lease.latest_since)
+        source = self._source(lease.checkpoint, latest_since=lease.latest_since)
         while True:
             self.held.require_held()
             records_left = _left(budget.max_records, self._tally.records)
             bytes_left = _left(budget.max_bytes, self._tally.bytes)
             if records_left == 0 or bytes_left == 0:
                 return Outcome.LIMIT
-            batch = reader.read(
+            batch = source.read(
                 ReadLimits(
                     max_records=_smallest(budget.file_max_records, records_left),
                     max_bytes=_smallest(budget.file_max_bytes, bytes_left),
@@ -341,20 +337,20 @@ class LeaseConsumer:
             if batch.shard_ended:
                 return Outcome.SHARD_END if self._finish_shard(batch.child_shards) else Outcome.MERGE_DEFERRED
             if batch.stopped_by == "no_shard_end":
-                raise self._end_not_answered(batch)
+                raise self._end_not_answered(batch, source.operation)
             if batch.stopped_by in _STOP_OUTCOMES:
                 return _STOP_OUTCOMES[batch.stopped_by]
 
-    def _end_not_answered(self, batch: ReadBatch) -> DependencyError:
-        """The failure of a closed shard whose GetRecords answered no end after its last record:
-        what was read is committed; the end is looked for again by the next round."""
+    def _end_not_answered(self, batch: ReadBatch, operation: str) -> DependencyError:
+        """The failure of a closed shard whose reads answered no end after its last record (`operation`:
+        the call they read with): what was read is committed; the end is looked for again by the next round."""
         return DependencyError(
             "kinesis",
-            "GetRecords",
+            operation,
             f"shard {self.shard_id} of {self.stream_name!r} is closed (listed with an EndingSequenceNumber), but "
-            f"after its last record {batch.end or self.held.lease.checkpoint} GetRecords kept answering no records "
-            "and a next iterator instead of the shard's end (a null NextShardIterator); SHARD_END is not committed",
-            batch.get_records_calls,
+            f"after its last record {batch.end or self.held.lease.checkpoint} {operation} kept answering no records "
+            "instead of the shard's end; SHARD_END is not committed",
+            batch.calls,
         )
 
     def _land(self, records: Sequence[KinesisRecord]) -> None:
@@ -430,37 +426,26 @@ class LeaseConsumer:
 
     def _listed_children(self) -> list[ChildShard]:
         """Kinesis named no children at the shard end: take them from the shard listing instead."""
-        source = KinesisShardSource(self.context.kinesis, retry_policy=self.context.retry_policy)
         return [
             ChildShard(shard.shard_id, shard.parent_shard_ids, shard.hash_key_range)
-            for shard in child_shards_of(source.list_shards(self.stream_name), self.shard_id)
+            for shard in child_shards_of(self.context.shards.list_shards(self.stream_name), self.shard_id)
         ]
 
     # --- reading and writing -------------------------------------------------------------------
 
-    def _reader(
+    def _source(
         self,
-        start: ExtendedSequenceNumber,
-        start_inclusive: bool = False,
-        read_before_start: ExtendedSequenceNumber | None = None,
+        checkpoint: ExtendedSequenceNumber,
+        first: ExtendedSequenceNumber | None = None,
         latest_since: datetime | None = None,
-    ) -> ShardReader:
-        closed = self.context.closed_shards
-        return ShardReader(
-            self.context.kinesis,
-            self.stream_name,
-            self.shard_id,
-            start,
-            start_inclusive=start_inclusive,
-            read_before_start=read_before_start,
-            closed=self.held.lease_key in closed,
-            ending_sequence_number=closed.get(self.held.lease_key),
-            at_timestamp=self.context.at_timestamp,
-            latest_since=latest_since,
-            retry_policy=self.context.retry_policy,
-            read_bytes_per_second=self.context.read_bytes_per_second,
-            busy_gate=self.context.busy_gate,
+    ) -> RecordSource:
+        """The lease's shard read from after `checkpoint` (from `first` on, when given: a replay)."""
+        closed, key = self.context.closed_shards, self.held.lease_key
+        shard = ShardToRead(
+            self.stream_name, self.shard_id, closed=key in closed, ending_sequence_number=closed.get(key)
         )
+        start = ReadStart(checkpoint, first=first, at_timestamp=self.context.at_timestamp, latest_since=latest_since)
+        return self.context.retrieval.open(shard, start, self.context.busy_gate)
 
     def _batch(
         self, start: ExtendedSequenceNumber, first: ExtendedSequenceNumber | None, end: ExtendedSequenceNumber

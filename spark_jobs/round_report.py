@@ -6,8 +6,10 @@ driver (they pickle: plain frozen dataclasses of strings and numbers). The drive
 
 This module owns the report's schema: the JSON is the dataclasses' fields under their own names
 (`to_dict`), and `RoundReport.from_dict` / `from_json` rebuild the dataclasses from it, checking
-every field. `RoundFigures` is the report's part that fits XCom (the consume step's result, which
-the finalize step keeps in the round history), with the same schema rules.
+every field; a field renamed since an earlier release also reads under its former name, so that
+the reports that release wrote still read. `RoundFigures` is the report's part that fits XCom (the
+consume step's result, which the finalize step keeps in the round history), with the same schema
+rules.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Annotated, Any, TypeVar
 from urllib.parse import unquote, urlsplit
 
 import pydantic
@@ -30,6 +32,11 @@ from lease_core.errors import AccessError, ConfigurationError, LeaseCoreError
 from lease_core.model.lease import AgedOutRange
 
 Schema = TypeVar("Schema")
+
+
+def _formerly(name: str, former_name: str) -> Any:
+    """A field of the report `name`d anew: a report written before reads back, its value under `former_name`."""
+    return pydantic.Field(validation_alias=pydantic.AliasChoices(name, former_name))
 
 
 @dataclass(eq=False, repr=False)
@@ -107,9 +114,12 @@ class LeaseReport:
     covered_seconds: float | None = None  # the data time the throughput was measured over
     children_created: tuple[str, ...] = ()
     retention_losses: tuple[RetentionLoss, ...] = ()
-    get_records_calls: int = 0
-    throttled_calls: int = 0
-    expired_iterators: int = 0
+    # The reads' counters, whatever the retrieval (`lease_core.retrieval.record_source.ReadBatch`):
+    # calls for records sent, those refused for a limit, and re-opens where the read stood. Reports
+    # of earlier releases named them for polling, and read back under these names.
+    read_calls: Annotated[int, _formerly("read_calls", "get_records_calls")] = 0
+    refused_read_calls: Annotated[int, _formerly("refused_read_calls", "throttled_calls")] = 0
+    read_reopens: Annotated[int, _formerly("read_reopens", "expired_iterators")] = 0
     detail: str | None = None
     retryable: bool | None = None
     # The lease's last committed batch file (visible name) when it is not visible at the end of the

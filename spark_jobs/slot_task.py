@@ -96,7 +96,8 @@ class SlotTask:
         self.metrics = app.worker_metrics
         self.context = LeaseContext(
             store=self.store,
-            kinesis=app.client("kinesis"),
+            retrieval=app.retrieval,
+            shards=app.shard_source,
             sink=open_round_sink(
                 spec.output_uri,
                 config=self.config,
@@ -110,10 +111,8 @@ class SlotTask:
             bad_records=spec.bad_records,
             application=self.config.require_application_name(),
             stream_incarnations=spec.stream_incarnations,
-            retry_policy=app.retry_policy,
             at_timestamp=spec.at_timestamp,
             budget=spec.budget,
-            read_bytes_per_second=self.config.shard_read_limit_kbps * 1024,
             closed_shards=spec.closed_shards,
         )
 

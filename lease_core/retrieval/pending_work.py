@@ -12,8 +12,9 @@ committed batches readers cannot see yet (making them visible was cut short; the
 error, or every GetRecords throttled by the shard's other readers) counts as work too: "idle" must
 mean nothing to read, never "could not look". Records that aged out unread with none after them
 are not work on their own: the round that reads the next record reports them (a round would report
-the same gap every time). Leases are looked at without a call first; then one GetShardIterator and
-one short GetRecords per open lease, a few at a time, stopping at the first lease with work.
+the same gap every time). Leases are looked at without a call first; then a read of one record per
+open lease through the retrieval it is given (polling: one GetShardIterator and one short GetRecords),
+a few at a time, stopping at the first lease with work.
 """
 
 from __future__ import annotations
@@ -27,10 +28,9 @@ from lease_core.config.settings import ConsumerConfig, parse_iso_timestamp
 from lease_core.errors import LeaseCoreError
 from lease_core.model.lease import Lease, StreamIdentifier
 from lease_core.model.sequence import AT_TIMESTAMP, LATEST
-from lease_core.retrieval.shard_reader import ReadLimits, ShardReader
-from lease_core.retry import RetryPolicy
+from lease_core.retrieval.record_source import ReadLimits, ReadStart, Retrieval, ShardToRead
 
-# GetRecords in flight at once: the check's wall time at 1,000 idle leases is ~1,000 round trips.
+# Reads in flight at once: the check's wall time at 1,000 idle leases is ~1,000 round trips.
 CHECK_THREADS = 16
 
 
@@ -65,16 +65,16 @@ class PendingWork:
 def find_pending_work(
     leases: Sequence[Lease],
     stream_names: Sequence[str],
-    kinesis: Any,
+    retrieval: Retrieval,
     config: ConsumerConfig,
-    retry_policy: RetryPolicy,
     threads: int = CHECK_THREADS,
     closed_lease_keys: Collection[str] = (),
     awaiting_visibility: Callable[[Lease], tuple[str, ...]] | None = None,
 ) -> PendingWork:
     """The first of `leases` that needs a round (module doc), or an idle answer; `stream_names` are
     the round's streams (a single-stream lease key names only its shard, and a multi-stream lease of
-    another stream is not the round's). `closed_lease_keys`: the leases of shards the sync's listing
+    another stream is not the round's). `retrieval` reads the leases' shards (the application's
+    `idle_check_retrieval`). `closed_lease_keys`: the leases of shards the sync's listing
     says are closed. `awaiting_visibility`: the names of a lease's committed batches that readers
     cannot see yet (the sink's answer; None: not asked)."""
     leases = [lease for lease in leases if _of_streams(lease, stream_names)]
@@ -93,16 +93,8 @@ def find_pending_work(
         if lease.checkpoint == AT_TIMESTAMP and at_timestamp is None:
             return "it starts AT_TIMESTAMP, and the round has no initial_position_timestamp to read it from"
         stream, shard = _stream_and_shard(lease, stream_names)
-        reader = ShardReader(
-            kinesis,
-            stream,
-            shard,
-            lease.checkpoint,
-            at_timestamp=at_timestamp,
-            latest_since=lease.latest_since,
-            retry_policy=retry_policy,
-            min_call_interval_seconds=0,
-        )
+        start = ReadStart(lease.checkpoint, at_timestamp=at_timestamp, latest_since=lease.latest_since)
+        reader = retrieval.open(ShardToRead(stream, shard), start)
         try:
             awaiting = () if awaiting_visibility is None else awaiting_visibility(lease)
             if awaiting:
@@ -114,7 +106,7 @@ def find_pending_work(
                 return "its shard has ended"
             if batch.stopped_by == "throttled":
                 return (
-                    f"it could not be read here: all {batch.get_records_calls} GetRecords were throttled "
+                    f"it could not be read here: all {batch.calls} {reader.operation} were throttled "
                     "(the shard's read limits are shared with its other consumers)"
                 )
         except LeaseCoreError as error:

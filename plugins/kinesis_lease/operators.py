@@ -207,9 +207,8 @@ class ShardSyncOperator(_LeaderStep):
             work = find_pending_work(
                 leases,
                 names,
-                access.app.client("kinesis"),
+                access.app.idle_check_retrieval,
                 access.config,
-                access.app.retry_policy,
                 closed_lease_keys=report.closed_lease_keys,
                 awaiting_visibility=awaiting,
             )

@@ -17,7 +17,9 @@ from lease_core.model.lease_keys import LeaseKeyScheme
 from lease_core.model.pending_batch import PendingBatch
 from lease_core.model.sequence import ExtendedSequenceNumber
 from lease_core.retrieval.kinesis_records import KinesisRecord
-from lease_core.retrieval.shard_reader import user_records
+from lease_core.retrieval.kpl_deaggregation import user_records
+from lease_core.retrieval.polling.polling_retrieval import PollingRetrieval
+from lease_core.retrieval.shard_source import KinesisShardSource
 from lease_core.store.memory_store import InMemoryLeaseStore
 from spark_jobs.dead_letters import BadRecordPolicy, dead_letter_table
 from spark_jobs.decode import Decoder, RecordContext, RejectedRecord
@@ -70,14 +72,13 @@ def a_round(
     assert held.claim()
     context = LeaseContext(
         store=store,
-        kinesis=shard,
+        retrieval=PollingRetrieval(shard, FAST_RETRIES, read_bytes_per_second=None),
+        shards=KinesisShardSource(shard, retry_policy=FAST_RETRIES),
         sink=sinks(),
         transform_spec=None,
         transform=None,
-        retry_policy=FAST_RETRIES,
         at_timestamp=None,
         budget=LeaseBudget(),
-        read_bytes_per_second=None,
         decoder=decoder,
         bad_records=policy,
     )

@@ -10,6 +10,7 @@ from lease_core.model.lease import HashKeyRange
 from lease_core.model.sequence import SHARD_END
 from lease_core.model.shards import ChildShard
 from lease_core.retrieval.pending_work import find_pending_work
+from lease_core.retrieval.polling.polling_retrieval import idle_check_retrieval
 from lease_core.retry import RetryPolicy
 from spark_jobs.dead_letters import BadRecordPolicy
 from spark_jobs.round_report import Outcome
@@ -54,9 +55,8 @@ def test_a_finished_lease_whose_last_batch_waits_for_the_tables_commit_is_work_f
     work = find_pending_work(
         [finished],
         [STREAM],
-        None,
+        idle_check_retrieval(None, RetryPolicy(attempts=1)),
         ConsumerConfig(application_name="app"),
-        RetryPolicy(attempts=1),
         awaiting_visibility=lambda lease: round_sink(under).awaiting_visibility(lease.committed_batch),
     )
 

@@ -21,6 +21,8 @@ from lease_core.model.lease_keys import LeaseKeyScheme
 from lease_core.model.pending_batch import PendingBatch
 from lease_core.model.sequence import SHARD_END, TRIM_HORIZON, ExtendedSequenceNumber
 from lease_core.model.shards import ChildShard
+from lease_core.retrieval.polling.polling_retrieval import PollingRetrieval
+from lease_core.retrieval.shard_source import KinesisShardSource
 from lease_core.store.dynamodb_store import DynamoDBLeaseStore
 from lease_core.store.memory_store import InMemoryLeaseStore
 from spark_jobs.lease_consumer import LeaseBudget, LeaseConsumer, LeaseContext
@@ -110,14 +112,13 @@ def a_round(
     assert held.claim()
     context = LeaseContext(
         store=store,
-        kinesis=shard,
+        retrieval=PollingRetrieval(shard, FAST_RETRIES, read_bytes_per_second=None),
+        shards=KinesisShardSource(shard, retry_policy=FAST_RETRIES),
         sink=sinks(),
         transform_spec=None,
         transform=None,
-        retry_policy=FAST_RETRIES,
         at_timestamp=None,
         budget=LeaseBudget(),
-        read_bytes_per_second=None,
         closed_shards={PARENT: None} if shard.children else {},
     )
     report = LeaseConsumer(held, STREAM, PARENT, SINGLE, SLOT, context).run()
@@ -393,11 +394,11 @@ def test_a_shard_end_keeps_the_record_of_batches_that_become_visible_only_at_the
     assert held.claim()
     context = LeaseContext(
         store=store,
-        kinesis=None,
+        retrieval=PollingRetrieval(None, FAST_RETRIES),
+        shards=KinesisShardSource(None, retry_policy=FAST_RETRIES),
         sink=RoundEndSink(),  # type: ignore[arg-type]
         transform_spec=None,
         transform=None,
-        retry_policy=FAST_RETRIES,
         at_timestamp=None,
         budget=LeaseBudget(),
     )

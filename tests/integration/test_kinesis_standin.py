@@ -1,5 +1,5 @@
 """The Kinesis stand-in (devtools/kinesis_standin.py) against a real boto3 client and the real
-KinesisShardSource and ShardReader: the protocol they rely on, and Kinesis' per-shard read limits
+KinesisShardSource and polling's GetRecordsReader: the protocol they rely on, and Kinesis' per-shard read limits
 (small caps here, so the debt after a large read lasts seconds without megabytes of data)."""
 
 from __future__ import annotations
@@ -15,7 +15,8 @@ import pytest
 from devtools.kinesis_standin import KinesisStandIn, Limits, StreamSpec, shard_id_of, user_record_data
 from lease_core.model.sequence import SHARD_END, TRIM_HORIZON
 from lease_core.model.shards import InitialPosition, InitialPositionInStream
-from lease_core.retrieval.shard_reader import ReadLimits, ShardReader
+from lease_core.retrieval.polling.get_records_reader import GetRecordsReader
+from lease_core.retrieval.record_source import ReadLimits, ReadStart, ShardToRead
 from lease_core.retrieval.shard_source import KinesisShardSource
 
 PARENTS = 2
@@ -92,8 +93,12 @@ def test_every_iterator_type_starts_where_kinesis_starts_it(client):
 
 
 def test_a_shard_reader_reads_every_record_once_to_the_end_of_a_closed_shard(client):
-    reader = ShardReader(
-        client, SPLIT.name, PARENT, TRIM_HORIZON, min_call_interval_seconds=0, read_bytes_per_second=None
+    reader = GetRecordsReader(
+        client,
+        ShardToRead(SPLIT.name, PARENT),
+        ReadStart(TRIM_HORIZON),
+        min_call_interval_seconds=0,
+        read_bytes_per_second=None,
     )
     reader_options = ReadLimits(max_records=7)
     records, batch = [], reader.read(reader_options)
@@ -137,12 +142,10 @@ def test_a_closed_shard_answers_its_end_as_configured_and_a_reader_told_it_is_cl
         )
     assert seen == answers
     closed = next(shard for shard in KinesisShardSource(client).list_shards(stream.name) if shard.shard_id == PARENT)
-    reader = ShardReader(
+    reader = GetRecordsReader(
         client,
-        stream.name,
-        PARENT,
-        TRIM_HORIZON,
-        closed=not closed.is_open,
+        ShardToRead(stream.name, PARENT, closed=not closed.is_open),
+        ReadStart(TRIM_HORIZON),
         min_call_interval_seconds=0,
         read_bytes_per_second=None,
     )
@@ -151,7 +154,9 @@ def test_a_closed_shard_answers_its_end_as_configured_and_a_reader_told_it_is_cl
 
 
 def test_kpl_aggregates_are_deaggregated_by_the_shard_reader(client):
-    reader = ShardReader(client, KPL.name, PARENT, TRIM_HORIZON, min_call_interval_seconds=0)
+    reader = GetRecordsReader(
+        client, ShardToRead(KPL.name, PARENT), ReadStart(TRIM_HORIZON), min_call_interval_seconds=0
+    )
     batch = reader.read(ReadLimits())
     users = KPL.records_per_shard * KPL.aggregate_size
     assert [record.data for record in batch.records] == [
@@ -207,12 +212,18 @@ def test_a_reader_paced_at_the_cap_is_never_throttled():
     spec = StreamSpec("paced", records_per_shard=400, record_bytes=2000)
     with KinesisStandIn([spec], Limits(read_bytes_per_second=rate)) as running:
         client = running.client()
-        reader = ShardReader(client, "paced", PARENT, TRIM_HORIZON, read_bytes_per_second=rate, get_records_limit=50)
+        reader = GetRecordsReader(
+            client,
+            ShardToRead("paced", PARENT),
+            ReadStart(TRIM_HORIZON),
+            read_bytes_per_second=rate,
+            get_records_limit=50,
+        )
         started = time.monotonic()
         batch = reader.read(ReadLimits())
         elapsed = time.monotonic() - started
         stats = running.stats()
-    assert (len(batch.records), batch.throttled_calls) == (400, 0)
+    assert (len(batch.records), batch.refused_calls) == (400, 0)
     assert stats["violations"] == {"calls_per_second": 0, "bytes_per_second": 0}
     # 8 pages of 100 KB, then the call that finds the tip once they are paid off: paced, not lucky.
     assert stats["bytes"] / rate - 0.05 <= elapsed <= stats["bytes"] / rate + 0.5

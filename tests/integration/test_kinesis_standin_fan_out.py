@@ -29,7 +29,8 @@ from devtools.kinesis_standin import (
     user_record_data,
 )
 from lease_core.model.sequence import TRIM_HORIZON
-from lease_core.retrieval.shard_reader import ReadLimits, ShardReader
+from lease_core.retrieval.polling.get_records_reader import GetRecordsReader
+from lease_core.retrieval.record_source import ReadLimits, ReadStart, ShardToRead
 
 RECORDS = 120
 OPEN = StreamSpec("open", shards=1, records_per_shard=RECORDS, record_bytes=100)
@@ -390,8 +391,12 @@ def test_fan_out_pushes_its_own_2_mib_per_second_beside_a_polling_reader_at_the_
         polled: dict[str, Any] = {}
 
         def poll() -> None:
-            reader = ShardReader(
-                client, spec.name, SHARD, TRIM_HORIZON, read_bytes_per_second=2 * MIB, get_records_limit=20
+            reader = GetRecordsReader(
+                client,
+                ShardToRead(spec.name, SHARD),
+                ReadStart(TRIM_HORIZON),
+                read_bytes_per_second=2 * MIB,
+                get_records_limit=20,
             )
             started = time.monotonic()
             polled["batch"] = reader.read(ReadLimits())
@@ -415,10 +420,10 @@ def test_fan_out_pushes_its_own_2_mib_per_second_beside_a_polling_reader_at_the_
     # After the full bucket's burst, each event goes out once its predecessor's bytes are paid for.
     steady = [(at, size) for at, size in arrivals if at >= arrivals[0][0] + 0.25]
     rate = sum(size for _, size in steady[:-1]) / (steady[-1][0] - steady[0][0])
-    print(f"fan-out: {rate / MIB:.3f} MiB/s sustained; polling: {polled['batch'].throttled_calls} throttled calls")
+    print(f"fan-out: {rate / MIB:.3f} MiB/s sustained; polling: {polled['batch'].refused_calls} throttled calls")
     assert 0.95 * 2 * MIB <= rate <= 1.05 * 2 * MIB
     assert sum(size for _, size in arrivals) == stats["fan_out"]["bytes"] == stats["bytes"]
-    assert (len(polled["batch"].records), polled["batch"].throttled_calls) == (160, 0)
+    assert (len(polled["batch"].records), polled["batch"].refused_calls) == (160, 0)
     assert stats["violations"] == {"calls_per_second": 0, "bytes_per_second": 0}
     assert set(stats["fan_out"]["violations"].values()) == {0}
     # The polling reader took as long as its own bytes at the cap, as if it were alone.

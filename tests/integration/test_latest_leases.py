@@ -16,6 +16,7 @@ import pytest
 
 from lease_core.model.sequence import LATEST, ExtendedSequenceNumber
 from lease_core.retrieval.pending_work import PendingWork, find_pending_work
+from lease_core.retrieval.polling.polling_retrieval import idle_check_retrieval
 from lease_core.retrieval.shard_source import KinesisShardSource
 from lease_core.sync.step import sync_streams
 from spark_jobs.round_report import LeaseReport, Outcome
@@ -62,7 +63,9 @@ def set_attributes(pipeline: ConsumerPipeline, key: str, expression: str, values
 
 def idle_check(pipeline: ConsumerPipeline) -> PendingWork:
     leases = list(pipeline.leases().values())
-    return find_pending_work(leases, pipeline.streams, pipeline.kinesis, pipeline.config, FAST_RETRIES)
+    return find_pending_work(
+        leases, pipeline.streams, idle_check_retrieval(pipeline.kinesis, FAST_RETRIES), pipeline.config
+    )
 
 
 def landed_data(pipeline: ConsumerPipeline) -> list[bytes]:

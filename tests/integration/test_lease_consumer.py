@@ -80,10 +80,12 @@ def test_a_prepared_batch_whose_file_was_staged_is_copied_committed_and_promoted
 
 
 def _read_records(task: SlotTask, produced: list[StreamRecord]):
-    from lease_core.retrieval.shard_reader import ReadLimits, ShardReader
+    from lease_core.retrieval.record_source import ReadLimits, ReadStart, ShardToRead
 
-    reader = ShardReader(task.context.kinesis, task.spec.streams[0], produced[0].shard_id, TRIM_HORIZON)
-    return reader.read(ReadLimits(stop_at=ESN(produced[-1].sequence_number))).records
+    source = task.context.retrieval.open(
+        ShardToRead(task.spec.streams[0], produced[0].shard_id), ReadStart(TRIM_HORIZON)
+    )
+    return source.read(ReadLimits(stop_at=ESN(produced[-1].sequence_number))).records
 
 
 def test_a_prepared_batch_described_by_someone_else_is_replayed_from_the_checkpoint(pipeline):

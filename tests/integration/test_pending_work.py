@@ -17,6 +17,7 @@ from lease_core.model.lease import AgedOutRange, Lease, StreamIdentifier
 from lease_core.model.sequence import AT_TIMESTAMP, LATEST, SHARD_END, TRIM_HORIZON, ExtendedSequenceNumber
 from lease_core.retrieval.kinesis_records import KinesisRecord
 from lease_core.retrieval.pending_work import PendingWork, find_pending_work
+from lease_core.retrieval.polling.polling_retrieval import idle_check_retrieval
 from lease_core.retrieval.shard_source import KinesisShardSource
 from lease_core.retry import RetryPolicy
 from lease_core.store.coordinator_state import InMemoryCoordinatorStateStore
@@ -51,7 +52,7 @@ def caught_up(kinesis_endpoint: str, unique_name: str) -> tuple[str, list[Lease]
 
 
 def check(kinesis: Any, stream: str, leases: list[Lease]) -> PendingWork:
-    return find_pending_work(leases, [stream], kinesis, CONFIG, RetryPolicy(attempts=2))
+    return find_pending_work(leases, [stream], idle_check_retrieval(kinesis, RetryPolicy(attempts=2)), CONFIG)
 
 
 def test_caught_up_leases_are_idle_after_one_get_records_each(kinesis_endpoint, caught_up):
@@ -102,7 +103,8 @@ def test_the_check_stops_at_the_first_lease_with_work(kinesis_endpoint, caught_u
     # Many caught-up leases behind it (the same shards again): their calls are never made.
     behind = [lease for _ in range(50) for lease in leases[1:]]
     kinesis = counting(kinesis_client(kinesis_endpoint))
-    work = find_pending_work([first, *behind], [stream], kinesis, CONFIG, RetryPolicy(attempts=2), threads=2)
+    retrieval = idle_check_retrieval(kinesis, RetryPolicy(attempts=2))
+    work = find_pending_work([first, *behind], [stream], retrieval, CONFIG, threads=2)
     assert work.lease_key == first.lease_key
     assert kinesis.calls.get("get_records", 0) <= 4, kinesis.calls
 
@@ -193,9 +195,8 @@ def test_a_closed_shard_whose_lease_sits_at_its_last_record_is_work_until_it_rea
         work = find_pending_work(
             report.leases,
             ["closed"],
-            client,
+            idle_check_retrieval(client, RetryPolicy(attempts=2)),
             CONFIG,
-            RetryPolicy(attempts=2),
             closed_lease_keys=report.closed_lease_keys,
         )
     assert report.closed_lease_keys == {parent.lease_key}
@@ -214,7 +215,8 @@ def test_a_lease_whose_every_get_records_is_throttled_is_work_and_the_answer_say
             client_error("ProvisionedThroughputExceededException", "GetRecords") if name == "get_records" else None
         ),
     )
-    work = find_pending_work([behind], [stream], throttling, CONFIG, RetryPolicy(attempts=2, base_millis=1))
+    retrieval = idle_check_retrieval(throttling, RetryPolicy(attempts=2, base_millis=1))
+    work = find_pending_work([behind], [stream], retrieval, CONFIG)
     assert (work.idle, work.lease_key) == (False, behind.lease_key)
     assert work.reason == (
         "it could not be read here: all 2 GetRecords were throttled (the shard's read limits are shared with its "
@@ -247,9 +249,8 @@ def test_a_committed_batch_readers_cannot_see_yet_is_work_while_the_stream_is_qu
     work = find_pending_work(
         [committed, *leases[1:]],
         [stream],
-        kinesis_client(kinesis_endpoint),
+        idle_check_retrieval(kinesis_client(kinesis_endpoint), RetryPolicy(attempts=2)),
         CONFIG,
-        RetryPolicy(attempts=2),
         awaiting_visibility=lambda checked: sink.awaiting_visibility(checked.committed_batch),
     )
     assert work.reason == (None if expected is None else expected.format(batch=sink.batch_name(batch)))

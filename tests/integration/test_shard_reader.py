@@ -1,4 +1,4 @@
-"""Reading shards of kinesis-mock with ShardReader: order, resumes, limits, KPL aggregates, shard ends,
+"""Reading shards of kinesis-mock by polling (GetRecordsReader): order, resumes, limits, KPL aggregates, shard ends,
 the tip, injected expiry and throttling, the rate limit, and records lost to retention (at a resume, or
 at a re-open after an expired iterator, with FaultProxy.trim simulating retention).
 
@@ -26,7 +26,9 @@ from lease_core.errors import AccessError, DependencyError, InvalidSequenceNumbe
 from lease_core.model.sequence import AT_TIMESTAMP, LATEST, SHARD_END, TRIM_HORIZON, ExtendedSequenceNumber
 from lease_core.model.shards import ChildShard, Shard
 from lease_core.retrieval.kinesis_records import KinesisRecord
-from lease_core.retrieval.shard_reader import ReadBatch, ReadLimits, RetentionGap, ShardReader
+from lease_core.retrieval.polling.get_records_reader import GetRecordsReader
+from lease_core.retrieval.record_source import ReadBatch, ReadLimits, ReadStart, ShardToRead
+from lease_core.retrieval.retention_gaps import RetentionGap
 from lease_core.retry import RetryPolicy
 from tests.support.faults import FaultInjectingClient, client_error
 from tests.support.kpl import put_aggregate
@@ -60,15 +62,27 @@ def kinesis(kinesis_endpoint: str) -> Any:
 
 
 def reader(
-    client: Any, stream: str, shard_id: str, start: ExtendedSequenceNumber = TRIM_HORIZON, **options: Any
-) -> ShardReader:
-    """A reader that does not pace its calls and whose retries only record their backoff."""
+    client: Any,
+    stream: str,
+    shard_id: str,
+    start: ExtendedSequenceNumber = TRIM_HORIZON,
+    *,
+    start_inclusive: bool = False,
+    read_before_start: ExtendedSequenceNumber = TRIM_HORIZON,  # what a gap is reported after; none is expected
+    at_timestamp: datetime | None = None,
+    closed: bool = False,
+    **options: Any,
+) -> GetRecordsReader:
+    """A reader that does not pace its calls and whose retries only record their backoff. An inclusive
+    start delivers the record at `start`, as a replay does from its first record after `read_before_start`."""
     options.setdefault("min_call_interval_seconds", 0.0)
     options.setdefault("retry_policy", RetryPolicy(attempts=3, base_millis=1, max_millis=4, sleep=Sleeps()))
     options.setdefault("sleep", Sleeps())
-    if options.get("start_inclusive"):
-        options.setdefault("read_before_start", TRIM_HORIZON)  # what a gap is reported after; none is expected
-    return ShardReader(client, stream, shard_id, start, **options)
+    if start_inclusive:
+        read_start = ReadStart(read_before_start, first=start, at_timestamp=at_timestamp)
+    else:
+        read_start = ReadStart(start, at_timestamp=at_timestamp)
+    return GetRecordsReader(client, ShardToRead(stream, shard_id, closed=closed), read_start, **options)
 
 
 def one_shard_stream(kinesis: Any, name: str, count: int) -> tuple[str, list[str]]:
@@ -80,7 +94,7 @@ def one_shard_stream(kinesis: Any, name: str, count: int) -> tuple[str, list[str
 
 
 def read_until_caught_up(
-    shard_reader: ShardReader, limits: Callable[[], ReadLimits] = lambda: NO_LIMITS
+    shard_reader: GetRecordsReader, limits: Callable[[], ReadLimits] = lambda: NO_LIMITS
 ) -> list[ReadBatch]:
     """Batches until one stops at the tip or the shard's end (bounded, so a bug cannot loop forever)."""
     batches: list[ReadBatch] = []
@@ -294,7 +308,7 @@ def test_a_split_parent_ends_with_both_children_and_stays_ended(shard_ends, uniq
     assert set(batch.child_shards) == child_shards(kinesis, unique_name, {parent})
     assert len(batch.child_shards) == 2
     again = parent_reader.read(NO_LIMITS)
-    assert (again.records, again.shard_ended, again.child_shards, again.get_records_calls) == (
+    assert (again.records, again.shard_ended, again.child_shards, again.calls) == (
         (),
         True,
         batch.child_shards,
@@ -364,7 +378,7 @@ def test_an_open_shard_is_read_to_its_tip_in_one_call_and_later_records_follow(k
     tip_reader = reader(kinesis, unique_name, shard_id)
     batch = tip_reader.read(NO_LIMITS)
     assert positions(batch.records) == plain(sequence_numbers)
-    assert (batch.stopped_by, batch.millis_behind_latest, batch.get_records_calls, batch.shard_ended) == (
+    assert (batch.stopped_by, batch.millis_behind_latest, batch.calls, batch.shard_ended) == (
         "tip",
         0,
         1,
@@ -379,7 +393,7 @@ def test_a_full_page_at_millis_behind_zero_is_not_taken_for_the_tip(kinesis, uni
     shard_id, sequence_numbers = one_shard_stream(kinesis, unique_name, 10)
     batch = reader(kinesis, unique_name, shard_id, get_records_limit=5).read(NO_LIMITS)
     assert positions(batch.records) == plain(sequence_numbers)
-    assert (batch.stopped_by, batch.get_records_calls) == ("tip", 3)
+    assert (batch.stopped_by, batch.calls) == ("tip", 3)
 
 
 # --- injected faults -------------------------------------------------------------------------------------
@@ -401,7 +415,7 @@ def test_an_expired_iterator_is_renewed_without_duplicates_or_gaps(kinesis, uniq
     start = ExtendedSequenceNumber(sequence_numbers[1])
     batches = read_until_caught_up(reader(expiring, unique_name, shard_id, start, get_records_limit=4))
     assert positions(records_of(batches)) == plain(sequence_numbers[2:])
-    assert sum(batch.expired_iterators for batch in batches) == len(expired_calls)
+    assert sum(batch.reopens for batch in batches) == len(expired_calls)
 
 
 def test_an_expired_iterator_inside_kpl_aggregates_loses_no_sub_record(kinesis, unique_name):
@@ -424,7 +438,7 @@ def test_throttled_calls_are_retried_with_backoff_and_every_record_arrives(kines
     backoffs = Sleeps()
     batch = reader(throttling, unique_name, shard_id, get_records_limit=4, sleep=backoffs).read(NO_LIMITS)
     assert positions(batch.records) == plain(sequence_numbers)
-    assert (batch.throttled_calls, batch.stopped_by) == (2, "tip")
+    assert (batch.refused_calls, batch.stopped_by) == (2, "tip")
     assert len(backoffs) == 2 and all(0 <= delay <= 0.004 for delay in backoffs)
 
 
@@ -439,7 +453,7 @@ def test_persistent_throttling_ends_the_batch_with_what_was_read_and_reading_res
     assert positions(shard_reader.read(ReadLimits(max_records=4)).records) == plain(sequence_numbers[:4])
     throttled["on"] = True
     batch = shard_reader.read(NO_LIMITS)
-    assert (batch.records, batch.stopped_by, batch.throttled_calls, batch.end) == ((), "throttled", 3, None)
+    assert (batch.records, batch.stopped_by, batch.refused_calls, batch.end) == ((), "throttled", 3, None)
     throttled["on"] = False
     assert positions(records_of(read_until_caught_up(shard_reader))) == plain(sequence_numbers[4:])
 
@@ -450,7 +464,7 @@ def test_persistent_throttling_mid_batch_keeps_the_records_already_read(kinesis,
     client = FaultInjectingClient(kinesis, lambda name, call: error if name == "get_records" and call > 1 else None)
     batch = reader(client, unique_name, shard_id, get_records_limit=4).read(NO_LIMITS)
     assert positions(batch.records) == plain(sequence_numbers[:4])
-    assert (batch.stopped_by, batch.throttled_calls, batch.get_records_calls) == ("throttled", 3, 4)
+    assert (batch.stopped_by, batch.refused_calls, batch.calls) == ("throttled", 3, 4)
 
 
 def test_get_records_calls_of_one_reader_are_at_least_the_minimum_interval_apart(kinesis, unique_name):
@@ -463,8 +477,13 @@ def test_get_records_calls_of_one_reader_are_at_least_the_minimum_interval_apart
             call_times.append(clock.now)
 
     observed = FaultInjectingClient(kinesis, observe)
-    paced = ShardReader(
-        observed, unique_name, shard_id, TRIM_HORIZON, get_records_limit=2, clock=clock, sleep=clock.sleep
+    paced = GetRecordsReader(
+        observed,
+        ShardToRead(unique_name, shard_id),
+        ReadStart(TRIM_HORIZON),
+        get_records_limit=2,
+        clock=clock,
+        sleep=clock.sleep,
     )
     batches = read_until_caught_up(paced, lambda: ReadLimits(max_records=3))
     assert positions(records_of(batches)) == plain(sequence_numbers)
@@ -479,7 +498,7 @@ def test_a_server_error_is_retried_by_the_policy_and_loses_nothing(kinesis, uniq
     )
     batch = reader(flaky, unique_name, shard_id, get_records_limit=4).read(NO_LIMITS)
     assert positions(batch.records) == plain(sequence_numbers)
-    assert (batch.get_records_calls, batch.throttled_calls) == (5, 0)
+    assert (batch.calls, batch.refused_calls) == (5, 0)
 
 
 @pytest.mark.parametrize(
@@ -626,7 +645,7 @@ def test_an_expired_iterator_reopened_after_the_records_behind_it_aged_out_repor
     assert positions(batch.records) == plain(sequence_numbers[:4] + sequence_numbers[6:])
     first_available = batch.records[4].approximate_arrival_timestamp
     assert batch.gap == RetentionGap(ExtendedSequenceNumber(sequence_numbers[3]), sequence_numbers[6], first_available)
-    assert (batch.expired_iterators, batch.stopped_by) == (1, "tip")
+    assert (batch.reopens, batch.stopped_by) == (1, "tip")
     assert {key: count for key, count in kinesis_proxy.stats().items() if key != "forwarded"} == trim_stats
 
 
@@ -666,7 +685,7 @@ def test_an_expired_iterator_reopened_with_nothing_unread_aged_out_reports_no_ga
     batches = read_until_caught_up(shard_reader, lambda: ReadLimits(max_records=3))
     assert positions(records_of(batches)) == expected
     assert [batch.gap for batch in batches] == [None] * len(batches)
-    assert sum(batch.expired_iterators for batch in batches) == 1
+    assert sum(batch.reopens for batch in batches) == 1
 
 
 @pytest.mark.parametrize("mode", ["skip", "reject"])
@@ -684,11 +703,6 @@ def test_an_inclusive_start_that_aged_out_is_reported_as_a_gap_after_the_positio
     )
     assert positions(batch.records) == plain(sequence_numbers[5:])
     assert batch.gap == RetentionGap(checkpoint, sequence_numbers[5], batch.records[0].approximate_arrival_timestamp)
-
-
-def test_an_inclusive_start_without_the_position_read_before_it_is_refused():
-    with pytest.raises(ValueError, match="read_before_start"):
-        ShardReader(None, "stream", "shardId-000000000000", ExtendedSequenceNumber("1"), start_inclusive=True)
 
 
 def test_two_gaps_met_in_one_read_are_reported_by_two_batches(kinesis, kinesis_proxy, unique_name):

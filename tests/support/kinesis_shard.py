@@ -11,7 +11,7 @@ from typing import Any
 import pyarrow as pa
 
 from lease_core.model.shards import ChildShard
-from lease_core.retrieval.shard_reader import user_records
+from lease_core.retrieval.kpl_deaggregation import user_records
 from spark_jobs.sinks.record_columns import records_table
 
 ARRIVAL = datetime(2026, 11, 26, 12, 0, tzinfo=UTC)

@@ -64,6 +64,30 @@ def test_a_module_imports_only_parts_below_its_own(path):
     assert_imports_only_parts_below(path, LEASE_CORE, "lease_core", ALLOWED[part] | {part})
 
 
+# Inside retrieval/: each folder is one way of reading shards (`polling/`; KCL's retrieval/polling and
+# retrieval/fanout), beside the modules every way shares (the record-source seam, start positions,
+# KPL deaggregation, retention gaps, the batches). What reads records knows only the seam: no shared
+# module, no other way of reading and nothing outside lease_core imports a way of reading; the
+# composition root alone picks one (below, once the project's packages are listed).
+RETRIEVAL = LEASE_CORE / "retrieval"
+RETRIEVAL_MODES = sorted(path.name for path in RETRIEVAL.iterdir() if (path / "__init__.py").is_file())
+COMPOSITION_ROOT = LEASE_CORE / "application.py"
+
+
+def retrieval_mode_of(module: str) -> str | None:
+    """The way of reading that `module` (a dotted name) belongs to, or None."""
+    parts = module.split(".")
+    return (
+        parts[2]
+        if parts[:2] == ["lease_core", "retrieval"] and len(parts) > 2 and parts[2] in RETRIEVAL_MODES
+        else None
+    )
+
+
+def test_retrieval_has_a_way_of_reading_in_a_folder_of_its_own():
+    assert "polling" in RETRIEVAL_MODES
+
+
 # The project's top-level packages and the ones each may import. plugins/kinesis_lease is installed
 # as the package `kinesis_lease` (pyproject.toml), the name the DAG and the plugin import it by.
 PACKAGES = {
@@ -93,6 +117,17 @@ def test_a_package_imports_only_the_packages_below_it(path):
     }
     assert not upward, (
         f"{package}/ may import only {sorted(allowed - {package})}, but {path.name} imports {sorted(upward)}"
+    )
+
+
+@pytest.mark.parametrize("path", PACKAGE_MODULES, ids=lambda path: str(path.relative_to(REPOSITORY)))
+def test_a_way_of_reading_shards_is_imported_only_by_itself_and_the_composition_root(path):
+    relative = path.relative_to(REPOSITORY)
+    own = retrieval_mode_of(".".join(relative.with_suffix("").parts))
+    chosen = {module for module in imported_modules(path) if retrieval_mode_of(module) not in (None, own)}
+    assert not chosen or path == COMPOSITION_ROOT, (
+        f"{relative} imports {sorted(chosen)}: only {COMPOSITION_ROOT.relative_to(REPOSITORY)} picks a way of "
+        "reading shards; the rest read through lease_core.retrieval.record_source"
     )
 
 

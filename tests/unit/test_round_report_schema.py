@@ -51,9 +51,9 @@ CAUGHT_UP = LeaseReport(
     covered_seconds=2.0,
     children_created=("shardId-000000000003",),
     retention_losses=(AGED_OUT,),
-    get_records_calls=4,
-    throttled_calls=1,
-    expired_iterators=1,
+    read_calls=4,
+    refused_read_calls=1,
+    read_reopens=1,
     dead_lettered=3,
 )
 FAILED = LeaseReport(
@@ -370,6 +370,28 @@ def test_a_file_that_is_not_json_is_refused_naming_it(tmp_path):
     path.write_text("<html>not a report</html>")
     with pytest.raises(MalformedReportError, match=rf"round report '{path}' cannot be read: not JSON"):
         read_report(str(path), local_application())
+
+
+RENAMED_COUNTERS = [
+    ("read_calls", "get_records_calls", 4),
+    ("refused_read_calls", "throttled_calls", 1),
+    ("read_reopens", "expired_iterators", 1),
+]
+
+
+def test_a_report_names_the_reads_counters_whatever_the_retrieval():
+    lease = json.loads(REPORT.to_json())["slots"][0]["leases"][0]
+    assert [(name, lease.get(name), former in lease) for name, former, _ in RENAMED_COUNTERS] == [
+        (name, value, False) for name, _, value in RENAMED_COUNTERS
+    ]
+
+
+def test_a_report_of_an_earlier_release_reads_back_its_counters_under_their_polling_names():
+    document = json.loads(REPORT.to_json())
+    lease = document["slots"][0]["leases"][0]
+    for name, former, _ in RENAMED_COUNTERS:
+        lease[former] = lease.pop(name)
+    assert RoundReport.from_dict(document, "an earlier release's report") == REPORT
 
 
 def test_fields_the_schema_does_not_have_are_ignored_and_missing_defaults_apply():

@@ -1,4 +1,4 @@
-"""ShardReader's pacing against Kinesis' per-shard read limits, on a fake clock and a fake shard that
+"""Polling's pacing (GetRecordsReader) against Kinesis' per-shard read limits, on a fake clock and a fake shard that
 throttles as Kinesis does (a byte bucket charged after each call, refused while in debt; 5 calls in any
 second): paced by bytes, the reader reads at the cap and is never refused."""
 
@@ -11,7 +11,9 @@ import botocore.exceptions
 import pytest
 
 from lease_core.model.sequence import TRIM_HORIZON
-from lease_core.retrieval.shard_reader import MIN_CALL_INTERVAL_SECONDS, ReadLimits, ShardReader
+from lease_core.retrieval.polling.get_records_reader import GetRecordsReader
+from lease_core.retrieval.polling.read_pacing import MIN_CALL_INTERVAL_SECONDS
+from lease_core.retrieval.record_source import ReadLimits, ReadStart, ShardToRead
 from lease_core.retry import RetryPolicy
 from tests.unit.test_shard_reader_positions import kinesis_record
 
@@ -79,18 +81,17 @@ class ThrottlingShard:
 
 def read_all(shard: ThrottlingShard, clock: FakeClock, **options: Any) -> tuple[int, int]:
     """Read the whole backlog; (records read, throttled calls)."""
-    reader = ShardReader(
+    reader = GetRecordsReader(
         shard,
-        "stream",
-        "shardId-000000000000",
-        TRIM_HORIZON,
+        ShardToRead("stream", "shardId-000000000000"),
+        ReadStart(TRIM_HORIZON),
         retry_policy=RetryPolicy(attempts=6, sleep=clock.sleep),
         **{"clock": clock, "sleep": clock.sleep, **options},
     )
     read = throttled = 0
     while True:
         batch = reader.read(ReadLimits(max_records=50_000))
-        read, throttled = read + len(batch.records), throttled + batch.throttled_calls
+        read, throttled = read + len(batch.records), throttled + batch.refused_calls
         if batch.stopped_by == "tip":
             return read, throttled
 
@@ -124,17 +125,18 @@ def test_paced_by_calls_only_the_reader_runs_into_the_byte_limit_after_every_lar
 
 def test_a_read_rate_must_be_positive():
     with pytest.raises(ValueError, match="read_bytes_per_second must be positive"):
-        ShardReader(None, "stream", "shardId-000000000000", TRIM_HORIZON, read_bytes_per_second=0)
+        GetRecordsReader(
+            None, ShardToRead("stream", "shardId-000000000000"), ReadStart(TRIM_HORIZON), read_bytes_per_second=0
+        )
 
 
 def test_a_deadline_ends_the_batch_when_the_byte_debt_would_outlast_it():
     clock, rate = FakeClock(), 1024.0 * 1024
     shard = ThrottlingShard(clock, 20_000, 1000, rate)
-    reader = ShardReader(
+    reader = GetRecordsReader(
         shard,
-        "stream",
-        "shardId-000000000000",
-        TRIM_HORIZON,
+        ShardToRead("stream", "shardId-000000000000"),
+        ReadStart(TRIM_HORIZON),
         read_bytes_per_second=rate,
         clock=clock,
         sleep=clock.sleep,

@@ -1,6 +1,7 @@
-"""ShardReader's pure parts (start positions, limits, deaggregation), and the end of a closed shard as
-real Kinesis answers it, on an in-memory fake shard: kinesis-mock cannot show it (it hands out the null
-iterator with the last records and reports 9223372036854775807 as every ending sequence number).
+"""Reading's pure parts (start positions, limits, deaggregation), and the end of a closed shard as real
+Kinesis answers it to polling (GetRecordsReader), on an in-memory fake shard: kinesis-mock cannot show
+it (it hands out the null iterator with the last records and reports 9223372036854775807 as every
+ending sequence number).
 """
 
 from __future__ import annotations
@@ -21,15 +22,15 @@ from hypothesis import strategies as st
 from lease_core.model.lease import HashKeyRange
 from lease_core.model.sequence import AT_TIMESTAMP, LATEST, SHARD_END, TRIM_HORIZON, ExtendedSequenceNumber
 from lease_core.model.shards import ChildShard
-from lease_core.retrieval.shard_reader import (
+from lease_core.retrieval.kpl_deaggregation import user_records
+from lease_core.retrieval.polling.get_records_reader import (
     CLOSED_SHARD_EMPTY_ANSWERS,
-    IteratorSpec,
-    ReadLimits,
-    RetentionGap,
-    ShardReader,
-    start_spec,
-    user_records,
+    GetRecordsReader,
+    iterator_arguments,
 )
+from lease_core.retrieval.record_source import ReadLimits, ReadStart, ShardToRead
+from lease_core.retrieval.retention_gaps import RetentionGap
+from lease_core.retrieval.start_positions import StartingPosition, starting_position
 from tests.support.kpl import aggregate
 
 ARRIVAL = datetime(2024, 5, 1, 12, 0, tzinfo=timezone(timedelta(hours=2)))
@@ -53,18 +54,18 @@ def kinesis_record(sequence_number: str, data: bytes, partition_key: str = "key"
 @pytest.mark.parametrize(
     ("start", "expected"),
     [
-        pytest.param(TRIM_HORIZON, IteratorSpec("TRIM_HORIZON"), id="trim-horizon"),
-        pytest.param(LATEST, IteratorSpec("LATEST"), id="latest"),
-        pytest.param(AT_TIMESTAMP, IteratorSpec("AT_TIMESTAMP", timestamp=ARRIVAL), id="at-timestamp"),
+        pytest.param(TRIM_HORIZON, StartingPosition("TRIM_HORIZON"), id="trim-horizon"),
+        pytest.param(LATEST, StartingPosition("LATEST"), id="latest"),
+        pytest.param(AT_TIMESTAMP, StartingPosition("AT_TIMESTAMP", timestamp=ARRIVAL), id="at-timestamp"),
         pytest.param(
             ExtendedSequenceNumber(SEQUENCE, 3),
-            IteratorSpec("AT_SEQUENCE_NUMBER", sequence_number=SEQUENCE),
+            StartingPosition("AT_SEQUENCE_NUMBER", sequence_number=SEQUENCE),
             id="inside-an-aggregate-reopens-the-aggregate",
         ),
     ],
 )
-def test_a_checkpoint_maps_to_the_iterator_that_neither_repeats_nor_skips(start, expected):
-    assert start_spec("shardId-000000000007", start, ARRIVAL if start == AT_TIMESTAMP else None) == expected
+def test_a_checkpoint_maps_to_the_start_that_neither_repeats_nor_skips(start, expected):
+    assert starting_position("shardId-000000000007", start, ARRIVAL if start == AT_TIMESTAMP else None) == expected
 
 
 PIN = datetime(2024, 5, 1, 9, 30, tzinfo=UTC)
@@ -73,21 +74,23 @@ PIN = datetime(2024, 5, 1, 9, 30, tzinfo=UTC)
 @pytest.mark.parametrize(
     ("start", "expected"),
     [
-        pytest.param(LATEST, IteratorSpec("AT_TIMESTAMP", timestamp=PIN), id="latest-reads-on-from-its-pin"),
-        pytest.param(TRIM_HORIZON, IteratorSpec("TRIM_HORIZON"), id="a-pin-means-nothing-off-latest"),
-        pytest.param(AT_TIMESTAMP, IteratorSpec("AT_TIMESTAMP", timestamp=ARRIVAL), id="at-timestamp-keeps-the-runs"),
+        pytest.param(LATEST, StartingPosition("AT_TIMESTAMP", timestamp=PIN), id="latest-reads-on-from-its-pin"),
+        pytest.param(TRIM_HORIZON, StartingPosition("TRIM_HORIZON"), id="a-pin-means-nothing-off-latest"),
+        pytest.param(
+            AT_TIMESTAMP, StartingPosition("AT_TIMESTAMP", timestamp=ARRIVAL), id="at-timestamp-keeps-the-runs"
+        ),
     ],
 )
 def test_a_pinned_latest_opens_at_its_pin_and_nothing_else_changes(start, expected):
-    assert start_spec("shardId-000000000007", start, ARRIVAL, latest_since=PIN) == expected
+    assert starting_position("shardId-000000000007", start, ARRIVAL, latest_since=PIN) == expected
 
 
-def test_an_iterator_spec_sends_only_the_arguments_its_type_needs():
-    assert IteratorSpec("AT_SEQUENCE_NUMBER", sequence_number=SEQUENCE).arguments() == {
+def test_a_shard_iterator_is_asked_for_with_only_the_arguments_its_kind_needs():
+    assert iterator_arguments(StartingPosition("AT_SEQUENCE_NUMBER", sequence_number=SEQUENCE)) == {
         "ShardIteratorType": "AT_SEQUENCE_NUMBER",
         "StartingSequenceNumber": SEQUENCE,
     }
-    assert IteratorSpec("AT_TIMESTAMP", timestamp=ARRIVAL).arguments() == {
+    assert iterator_arguments(StartingPosition("AT_TIMESTAMP", timestamp=ARRIVAL)) == {
         "ShardIteratorType": "AT_TIMESTAMP",
         "Timestamp": ARRIVAL,
     }
@@ -104,7 +107,7 @@ def test_an_iterator_spec_sends_only_the_arguments_its_type_needs():
 )
 def test_a_reader_that_cannot_read_is_refused_before_any_call(start, options, message):
     with pytest.raises(ValueError, match=message):
-        ShardReader(None, "stream", "shardId-000000000007", start, **options)
+        GetRecordsReader(None, ShardToRead("stream", "shardId-000000000007"), ReadStart(start), **options)
 
 
 # --- limits ------------------------------------------------------------------------------------------------
@@ -297,17 +300,10 @@ def reader_of(
     knows_the_end: bool,
     closed: bool = False,
     start: ExtendedSequenceNumber = TRIM_HORIZON,
-) -> ShardReader:
+) -> GetRecordsReader:
     ending = kinesis.ending_sequence_number if knows_the_end else None
-    return ShardReader(
-        kinesis,
-        "stream",
-        "shardId-000000000007",
-        start,
-        closed=closed,
-        ending_sequence_number=ending,
-        min_call_interval_seconds=0,
-    )
+    shard = ShardToRead("stream", "shardId-000000000007", closed=closed, ending_sequence_number=ending)
+    return GetRecordsReader(kinesis, shard, ReadStart(start), min_call_interval_seconds=0)
 
 
 EXPECTED_CHILD = ChildShard(
@@ -325,7 +321,7 @@ EXPECTED_CHILD = ChildShard(
 def test_the_ending_sequence_number_ends_the_shard_in_the_batch_that_reads_its_last_record(limits, cut_by):
     knowing = reader_of(ClosedShardLikeKinesis(6), knows_the_end=True).read(limits)
     assert (len(knowing.records), knowing.stopped_by, knowing.end) == (6, "shard_end", SHARD_END)
-    assert (knowing.child_shards, knowing.get_records_calls) == ((EXPECTED_CHILD,), 2)
+    assert (knowing.child_shards, knowing.calls) == ((EXPECTED_CHILD,), 2)
 
     unknowing_reader = reader_of(ClosedShardLikeKinesis(6), knows_the_end=False)
     unknowing = unknowing_reader.read(limits)
@@ -379,7 +375,7 @@ def test_a_closed_shard_that_never_answers_its_end_ends_the_batch_with_its_recor
 def test_a_short_page_behind_the_latest_record_is_not_taken_for_the_tip():
     kinesis = ClosedShardLikeKinesis(6, page_cap=2)
     batch = reader_of(kinesis, knows_the_end=False).read(ReadLimits())
-    assert (len(batch.records), batch.stopped_by, batch.get_records_calls) == (6, "tip", 3)
+    assert (len(batch.records), batch.stopped_by, batch.calls) == (6, "tip", 3)
     assert batch.millis_behind_latest == 0
 
 
@@ -416,7 +412,9 @@ def test_asking_for_one_record_after_a_checkpoint_takes_one_get_records(count, e
     # so the leader's idle check (one record per lease) makes one call per lease, not two.
     shard = OpenShard(count)
     checkpoint = ExtendedSequenceNumber(shard.records[2]["SequenceNumber"])
-    reader = ShardReader(shard, "stream", "shardId-000000000007", checkpoint, min_call_interval_seconds=0)
+    reader = GetRecordsReader(
+        shard, ShardToRead("stream", "shardId-000000000007"), ReadStart(checkpoint), min_call_interval_seconds=0
+    )
     batch = reader.read(ReadLimits(max_records=1))
     assert (len(batch.records), batch.stopped_by, shard.get_records_calls) == (expected_records, expected_stop, 1)
 
@@ -460,13 +458,11 @@ class ShardTrimmedSincePin:
         return {"Records": page, "NextShardIterator": str(index + len(page)), "MillisBehindLatest": 0}
 
 
-def pinned_reader(shard: ShardTrimmedSincePin, read_at: datetime) -> ShardReader:
-    return ShardReader(
+def pinned_reader(shard: ShardTrimmedSincePin, read_at: datetime) -> GetRecordsReader:
+    return GetRecordsReader(
         shard,
-        "s",
-        "shardId-000000000000",
-        LATEST,
-        latest_since=PIN,
+        ShardToRead("s", "shardId-000000000000"),
+        ReadStart(LATEST, latest_since=PIN),
         min_call_interval_seconds=0,
         wall_clock=read_at.timestamp,
     )
