@@ -6,11 +6,14 @@ faults every sink meets are in tests/contract (`sinks_under_test`, its `delta` c
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from deltalake import DeltaTable, write_deltalake
 
 from lease_core.config.settings import ConsumerConfig
 from lease_core.model.sequence import TRIM_HORIZON
@@ -24,7 +27,10 @@ from spark_jobs.sinks.delta import (
     DeltaLocation,
     DeltaSink,
     parse_delta_uri,
+    with_day,
 )
+from spark_jobs.sinks.record_columns import with_stream_and_shard
+from spark_jobs.sinks.table_storage import TableStorage
 from tests.support.iceberg_tables import batch_of, position, rows
 
 APPLICATION = "orders-app"
@@ -252,3 +258,198 @@ def test_the_application_transaction_and_positions_survive_the_log_checkpoints_d
     assert version == 6 and positions[LEASE].end == position(6)
     assert reopened.publish_round({LEASE: record}, IDENTITY).batches_already_visible == 1  # a zombie's replay
     assert sequence_numbers(uri) == [1, 2, 3, 4, 5, 6]
+
+
+# --- the table the sink creates, and tables it cannot write as their protocol asks -----------------
+
+
+def _table_type(uri: str, name: str) -> pa.DataType:
+    table = DeltaSink(uri, APPLICATION).table()
+    assert table is not None
+    return pa.schema(table.schema().to_arrow()).field(name).type
+
+
+def _landed_column(uri: str, name: str) -> list[object]:
+    landed = DeltaSink(uri, APPLICATION).visible_rows(["sequence_number", name])
+    assert landed is not None
+    return [row[name] for row in sorted(landed.to_pylist(), key=lambda row: int(row["sequence_number"]))]
+
+
+def test_a_table_created_for_nanosecond_timestamps_is_one_every_delta_reader_can_read(uri):
+    """pandas makes nanosecond timestamps; Delta's timestamp holds microseconds. A table typed
+    `timestamp_nanos` needs the reader feature `timestampNanos`, which neither delta-rs' reader nor
+    Spark reads: the rounds would land, exactly once, in a table nobody can query."""
+    seen = pa.array([1_764_000_000_000_000_000 + n * 1000 for n in range(3)], pa.timestamp("ns", tz="UTC"))
+    sink = DeltaSink(uri, APPLICATION)
+    record = sink.commit_record(None, sink.stage(batch_of(TRIM_HORIZON, 1, 3), rows(1, 3, seen=seen), "a"))
+    sink.publish_round({LEASE: record}, IDENTITY)
+
+    table = DeltaSink(uri, APPLICATION).table()
+    assert table is not None
+    assert "timestampNanos" not in (table.protocol().reader_features or [])
+    assert _table_type(uri, "seen") == pa.timestamp("us", tz="UTC")
+    assert _landed_column(uri, "seen") == seen.cast(pa.timestamp("us", tz="UTC")).to_pylist()
+
+
+@pytest.mark.parametrize(
+    ("column", "delta_type"),
+    [
+        pytest.param(pa.array(["a", "b", "c"], pa.large_string()), pa.string(), id="large_string (Polars)"),
+        pytest.param(pa.array(["a", "b", "c"], pa.string_view()), pa.string(), id="string_view"),
+        pytest.param(pa.array(["a", "b", "a"]).dictionary_encode(), pa.string(), id="dictionary (pandas category)"),
+        pytest.param(pa.array([b"a", b"b", b"c"], pa.large_binary()), pa.binary(), id="large_binary"),
+        pytest.param(pa.array([[1], [2], [3]], pa.large_list(pa.int64())), pa.list_(pa.int64()), id="large_list"),
+        pytest.param(pa.array([1, 2, 4_000_000_000], pa.uint32()), pa.int64(), id="uint32"),
+        pytest.param(pa.array([1, 2, 3], pa.timestamp("s", tz="UTC")), pa.timestamp("us", tz="UTC"), id="seconds"),
+    ],
+)
+def test_a_batch_lands_in_the_table_the_sink_creates_for_it_whatever_the_arrow_encoding(uri, column, delta_type):
+    """The sink creates the table from the first batch's columns; it must then hold that batch (and
+    the next, in the plain encoding), not refuse it round after round."""
+    sink = DeltaSink(uri, APPLICATION)
+    sink.check_writable(rows(1, 3, x=column).schema)
+    record = sink.commit_record(None, sink.stage(batch_of(TRIM_HORIZON, 1, 3), rows(1, 3, x=column), "a"))
+    plain = rows(4, 3, x=column.cast(delta_type))
+    record = sink.commit_record(record, sink.stage(batch_of(position(3), 4, 3), plain, "a"))
+    sink.publish_round({LEASE: record}, IDENTITY)
+
+    assert _table_type(uri, "x") == delta_type
+    expected = column.cast(delta_type).to_pylist()
+    assert _landed_column(uri, "x") == expected + expected
+
+
+@pytest.mark.parametrize(
+    "column",
+    [
+        pytest.param(pa.array([1, 2, 3], pa.duration("s")), id="duration"),
+        pytest.param(pa.array([1, 2, 3], pa.time64("us")), id="time64"),
+        pytest.param(pa.array([1, 2, 2**64 - 1], pa.uint64()), id="uint64"),
+    ],
+)
+def test_a_column_no_delta_type_holds_is_refused_naming_it_before_the_table_is_made(uri, column):
+    sink = DeltaSink(uri, APPLICATION)
+
+    with pytest.raises(SinkError, match=r"column 'x'"):
+        sink.check_writable(rows(1, 3, x=column).schema)
+    with pytest.raises(SinkError, match=r"column 'x'"):
+        sink.stage(batch_of(TRIM_HORIZON, 1, 3), rows(1, 3, x=column), "a")
+    assert sink.table() is None
+
+
+def _others_table(uri: str, extra: Sequence[pa.Field] = (), **options: Any) -> str:
+    """A table another engine made at `uri` with every column a batch of `rows` has (so that the sink
+    adds none), plus `extra` columns."""
+    columns = with_day(with_stream_and_shard(rows(1, 1), "orders", LEASE)).schema
+    path = uri.removeprefix("delta:")
+    write_deltalake(path, pa.schema([*columns, *extra]).empty_table(), **options)
+    return path
+
+
+def _others_table_with_constraint(uri: str) -> str:
+    path = _others_table(uri)
+    DeltaTable(path).alter.add_constraint({"positive_sub_sequence": "sub_sequence_number > 0"})
+    return path
+
+
+@pytest.mark.parametrize(
+    ("make", "complaint"),
+    [
+        pytest.param(
+            lambda uri: _others_table(uri, configuration={"delta.columnMapping.mode": "name"}),
+            "column mapping",
+            id="column-mapping",
+        ),
+        pytest.param(
+            lambda uri: _others_table(
+                uri, partition_by=["arrival_day"], configuration={"delta.columnMapping.mode": "name"}
+            ),
+            "column mapping",
+            id="column-mapping-partitioned",
+        ),
+        pytest.param(_others_table_with_constraint, "positive_sub_sequence", id="check-constraint"),
+        pytest.param(
+            lambda uri: _others_table(uri, extra=[pa.field("tenant", pa.string(), nullable=False)]),
+            "'tenant'",
+            id="not-null-column-the-batches-lack",
+        ),
+    ],
+)
+def test_a_table_whose_protocol_asks_what_the_sink_does_not_do_is_refused_before_any_lease_moves(uri, make, complaint):
+    """The sink writes Parquet files itself and adds them to the log: it neither names columns by
+    their physical names (column mapping: Spark reads the files' columns as nulls), nor checks a CHECK
+    constraint, nor can fill a NOT NULL column its batches lack. Such a table is refused when the job
+    checks its output, not after the slots moved their checkpoints."""
+    make(uri)
+    sink = DeltaSink(uri, APPLICATION)
+
+    with pytest.raises(SinkError, match=complaint):
+        sink.check_writable(rows(1, 3).schema)
+    with pytest.raises(SinkError, match=complaint):
+        sink.stage(batch_of(TRIM_HORIZON, 1, 3), rows(1, 3), "a")
+
+
+def test_a_column_differing_from_a_table_column_only_in_case_is_refused_naming_both(uri):
+    """Delta's column names are case-insensitive: `Amount` beside `amount` is a table Spark refuses."""
+    sink = DeltaSink(uri, APPLICATION)
+    land(sink, None, TRIM_HORIZON, 1, 3)
+    sink.commit_record(None, sink.stage(batch_of(position(3), 4, 1), rows(4, 1, amount=pa.array([1.0])), "a"))
+
+    with pytest.raises(SinkError, match=r"'Amount'.*'amount'"):
+        DeltaSink(uri, APPLICATION).check_writable(rows(5, 1, Amount=pa.array([1.0])).schema)
+
+
+# --- another writer of the table committing while a round's commit is planned ----------------------
+
+
+class CoWrittenStorage:
+    """The sink's storage, except that another writer appends to the table whenever the sink claims a
+    position map: between the publisher's reading of the head and its commit, every time."""
+
+    def __init__(self, storage: TableStorage, append: Callable[[], None]) -> None:
+        self._storage = storage
+        self._append = append
+        self.appends = 0
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._storage, name)
+
+    def create(self, path: str, payload: bytes) -> bool:
+        self._append()
+        self.appends += 1
+        return self._storage.create(path, payload)
+
+
+def _users_append(uri: str) -> Callable[[], None]:
+    """Another writer's append of two rows of its own (a streaming job, another pipeline) to the table."""
+    path = uri.removeprefix("delta:")
+
+    def append() -> None:
+        schema = pa.schema(DeltaTable(path).schema().to_arrow())
+        theirs = with_day(with_stream_and_shard(rows(900, 2), "theirs", "shardId-000000000009")).select(schema.names)
+        write_deltalake(path, theirs.cast(schema), mode="append")
+
+    return append
+
+
+def test_a_rounds_commit_lands_while_another_writer_keeps_committing_to_the_table(uri):
+    """A table shared with a streaming writer that commits every second sees a commit land between any
+    publisher's reading of the head and its commit. An append of someone else's conflicts with nothing
+    the round adds: the round's commit must land, once, rather than plan again until it gives up and
+    leaves its batches waiting round after round."""
+    sink = DeltaSink(uri, APPLICATION)
+    record = land(sink, None, TRIM_HORIZON, 1, 3)
+    publisher = DeltaSink(uri, APPLICATION)
+    storage = CoWrittenStorage(publisher.storage, _users_append(uri))
+    publisher.storage = storage  # type: ignore[assignment]
+
+    published = publisher.publish_round({LEASE: record}, IDENTITY)
+
+    assert (published.commits, published.batches_published) == (1, 1)
+    assert [n for n in sequence_numbers(uri) if n < 900] == [1, 2, 3]
+    assert sequence_numbers(uri).count(900) == storage.appends
+    table = DeltaSink(uri, APPLICATION).table()
+    assert table is not None
+    version, positions = DeltaSink(uri, APPLICATION).positions(table)
+    assert version == table.transaction_version(f"kinesis-lease-batch:{APPLICATION}") and positions[
+        LEASE
+    ].end == position(3)

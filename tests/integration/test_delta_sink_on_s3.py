@@ -10,13 +10,14 @@ import threading
 import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
+from urllib.parse import unquote, urlsplit
 
 import boto3
 import pytest
 from deltalake import CommitProperties, Transaction
 from deltalake.exceptions import CommitFailedError
 
-from devtools.fault_proxy import FaultProxy
+from devtools.fault_proxy import FaultProxy, HttpRequest, HttpResponse
 from lease_core.config.settings import ConsumerConfig
 from lease_core.model.sequence import TRIM_HORIZON
 from spark_jobs.errors import SinkError
@@ -152,3 +153,48 @@ def test_storage_that_cannot_be_reached_is_a_retryable_error_naming_the_table(ur
     with pytest.raises(SinkError) as refused:
         sink.check_writable(None)
     assert refused.value.retryable and uri in str(refused.value)
+
+
+class AnswerLosingProxy(FaultProxy):
+    """The recording proxy, which also applies the PUT of one object key and then closes the
+    connection unanswered (`lose_answer_to`): the client cannot tell whether its write happened."""
+
+    lose_answer_to: str | None = None
+
+    def respond(self, request: HttpRequest) -> HttpResponse | None:
+        key = unquote(urlsplit(request.path).path)
+        if self.lose_answer_to is not None and request.method == "PUT" and key.endswith(self.lose_answer_to):
+            self.lose_answer_to = None
+            self._forward(request)
+            return None
+        return super().respond(request)
+
+
+def test_a_round_whose_commit_landed_but_whose_answer_was_lost_reports_its_commit(uri, moto_endpoint):
+    """delta-rs puts the log entry again and S3 answers that it exists: the commit is the round's own.
+    Nothing is added twice; the round's report must still say it published its batch, in which table
+    version, not that it found it held already and published nothing."""
+    with AnswerLosingProxy(moto_endpoint) as proxy:
+        sink = opened(uri, proxy.endpoint)
+        record = land(sink, None, 1, 3)  # creates the table (version 0)
+        proxy.lose_answer_to = "/_delta_log/00000000000000000001.json"
+
+        published = sink.publish_round({LEASE: record}, IDENTITY)
+
+        entry = "_delta_log/" + "0" * 19 + "1.json"
+        log_puts = [call.status for call in proxy.calls() if call.operation == "PutObject" and call.key.endswith(entry)]
+    assert log_puts == [412], "the put again of the entry whose first put's answer was lost (not recorded)"
+    assert (published.commits, published.batches_published, published.snapshot_id) == (1, 1, 1)
+    assert sequence_numbers(opened(uri, moto_endpoint)) == [1, 2, 3]
+
+
+def test_an_empty_folder_made_in_the_s3_console_is_a_place_for_a_new_table(uri, moto_endpoint):
+    """The console's "Create folder" (and Hadoop's s3a) leave a zero-byte object named after the prefix
+    with a slash: an empty folder, not "files that are not a Delta table"."""
+    bucket, _, prefix = uri.removeprefix("delta:s3://").partition("/")
+    boto3.client("s3", endpoint_url=moto_endpoint).put_object(Bucket=bucket, Key=f"{prefix}/", Body=b"")
+    sink = opened(uri, moto_endpoint)
+
+    sink.check_writable(rows(1, 3).schema)
+    sink.publish_round({LEASE: land(sink, None, 1, 3)}, IDENTITY)
+    assert sequence_numbers(opened(uri, moto_endpoint)) == [1, 2, 3]
