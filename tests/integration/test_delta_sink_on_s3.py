@@ -102,9 +102,10 @@ def test_of_concurrent_committers_of_one_table_version_exactly_one_wins_by_a_con
     table = sink.table()
     assert table is not None and table.version() == 1
     log_puts = [call for call in proxy.calls() if call.operation == "PutObject" and call.key.endswith("01.json")]
-    assert len(log_puts) == RACERS  # every committer tried the same log entry, each conditionally
+    # A committer that finds the winner's entry listed already gives up before it puts its own.
+    assert 1 <= len(log_puts) <= RACERS
     assert all(call.conditions == (("if-none-match", "*"),) for call in log_puts)
-    assert sorted(call.status for call in log_puts) == [200] + [412] * (RACERS - 1)
+    assert sorted(call.status for call in log_puts) == [200] + [412] * (len(log_puts) - 1)
 
 
 def test_of_concurrent_publishers_of_the_same_batches_one_adds_them_and_the_others_find_them_held(uri, moto_endpoint):
