@@ -6,9 +6,12 @@ Delta table on moto in tests/contract (`sinks_under_test`, its `delta-s3` cases)
 
 from __future__ import annotations
 
+import multiprocessing
 import threading
 import uuid
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from multiprocessing.connection import Connection
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
@@ -157,8 +160,8 @@ def test_storage_that_cannot_be_reached_is_a_retryable_error_naming_the_table(ur
 
 
 class AnswerLosingProxy(FaultProxy):
-    """The recording proxy, which also applies the PUT of one object key and then closes the
-    connection unanswered (`lose_answer_to`): the client cannot tell whether its write happened."""
+    """The recording proxy, which also applies the first PUT of the key ending in `lose_answer_to` and
+    then closes the connection unanswered: the client cannot tell whether its write happened."""
 
     lose_answer_to: str | None = None
 
@@ -171,20 +174,53 @@ class AnswerLosingProxy(FaultProxy):
         return super().respond(request)
 
 
+def _serve_answer_losing_proxy(upstream: str, key: str, control: Connection) -> None:
+    with AnswerLosingProxy(upstream) as proxy:
+        proxy.lose_answer_to = key
+        control.send(proxy.endpoint)
+        control.recv()  # the test is done
+        control.send(
+            [call.status for call in proxy.calls() if call.operation == "PutObject" and call.key.endswith(key)]
+        )
+
+
+@contextmanager
+def answer_losing_proxy(upstream: str, key: str) -> Iterator[tuple[str, Callable[[], list[int]]]]:
+    """An `AnswerLosingProxy` in a process of its own (delta-rs holds the GIL while it reads a table's
+    history, so a proxy thread of this process could not answer meanwhile): its endpoint, and the
+    statuses it answered the PUTs of `key` it recorded (the lost one is not)."""
+    ours, theirs = multiprocessing.get_context("fork").Pipe()
+    process = multiprocessing.get_context("fork").Process(
+        target=_serve_answer_losing_proxy, args=(upstream, key, theirs), daemon=True
+    )
+    process.start()
+    statuses: list[int] = []
+
+    def answered() -> list[int]:
+        if not statuses:
+            ours.send("done")
+            statuses.extend(ours.recv())
+        return statuses
+
+    try:
+        yield ours.recv(), answered
+    finally:
+        answered()
+        process.join(timeout=30)
+
+
 def test_a_round_whose_commit_landed_but_whose_answer_was_lost_reports_its_commit(uri, moto_endpoint):
     """delta-rs puts the log entry again and S3 answers that it exists: the commit is the round's own.
     Nothing is added twice; the round's report must still say it published its batch, in which table
     version, not that it found it held already and published nothing."""
-    with AnswerLosingProxy(moto_endpoint) as proxy:
-        sink = opened(uri, proxy.endpoint)
+    entry = "_delta_log/" + "0" * 19 + "1.json"
+    with answer_losing_proxy(moto_endpoint, entry) as (endpoint, answered):
+        sink = opened(uri, endpoint)
         record = land(sink, None, 1, 3)  # creates the table (version 0)
-        proxy.lose_answer_to = "/_delta_log/00000000000000000001.json"
 
         published = sink.publish_round({LEASE: record}, IDENTITY)
 
-        entry = "_delta_log/" + "0" * 19 + "1.json"
-        log_puts = [call.status for call in proxy.calls() if call.operation == "PutObject" and call.key.endswith(entry)]
-    assert log_puts == [412], "the put again of the entry whose first put's answer was lost (not recorded)"
+        assert answered() == [412], "the put again of the entry whose first put's answer was lost"
     assert (published.commits, published.batches_published, published.snapshot_id) == (1, 1, 1)
     assert sequence_numbers(opened(uri, moto_endpoint)) == [1, 2, 3]
 
