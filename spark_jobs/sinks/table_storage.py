@@ -186,6 +186,8 @@ class S3Storage:
         start = len(self.prefix) + 1 if self.prefix else 0
         for page in pages:
             for item in page.get("Contents", ()):
+                if item["Key"].endswith("/"):  # a folder's marker (the console's "Create folder", s3a): no file
+                    continue
                 yield StoredFile(item["Key"][start:], int(item["Size"]), item["LastModified"].astimezone(UTC))
 
     def delete(self, paths: Sequence[str]) -> None:
