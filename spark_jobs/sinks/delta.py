@@ -15,8 +15,13 @@ The protocol is the Iceberg sink's (`spark_jobs.sinks.iceberg`), in Delta's term
   transaction's version. Its publisher creates it exclusively before committing that version, so
   each version's map is written by the one publisher that may commit it; two publishers that read the
   same version conflict on the transaction (delta-rs refuses a concurrent commit of the same app id),
-  and the loser plans again on the new head. A publisher that died between its map and its commit
-  leaves a version nobody commits: the next one takes the next free version (versions need only grow).
+  and the loser plans again on the new head. Another writer's commit in between (another
+  application's, a compaction's, a streaming job's) is no conflict: delta-rs rebases the append over
+  it. A commit whose answer was lost is found by the application's transaction: delta-rs puts its
+  log entry again, S3 answers that it exists, and the transaction is at the version this publisher
+  claimed, which no other publisher commits. A publisher
+  that died between its map and its commit leaves a version nobody commits: the next one takes the
+  next free version (versions need only grow).
   The transaction survives Delta's log cleanup and checkpoints, so the map is found however old the
   application's last commit is.
 
@@ -485,8 +490,10 @@ class DeltaSink(TableRecordKeeping):
             try:
                 self._commit(table, receipts, identity, commit_id, new_version)
             except CommitFailedError as error:
-                log.info("%s: another publisher committed first (%s); planning again on the new head", self._uri, error)
-                continue
+                if not self._transaction_at(new_version):
+                    log.info("%s: the round's commit conflicted (%s); planning again on the new head", self._uri, error)
+                    continue
+                log.info("%s: the round's commit landed, though its answer was lost (%s)", self._uri, error)
             self._now_holds(None)
             return RoundPublication(1, len(receipts), already, tuple(missing), self._commit_version(commit_id))
         raise SinkError(
@@ -568,8 +575,13 @@ class DeltaSink(TableRecordKeeping):
             INFO_RANGES: ranges,
             INFO_POSITIONS: self.positions_path(version),
         }
+        # delta-rs rebases the append over other writers' commits that landed meanwhile (another
+        # application's, a compaction's) and refuses it when one of them carries this application's
+        # transaction: another publisher of ours committed, and the map is planned again.
         properties = CommitProperties(
-            custom_metadata=info, app_transactions=[Transaction(self.app_id, version)], max_commit_retries=0
+            custom_metadata=info,
+            app_transactions=[Transaction(self.app_id, version)],
+            max_commit_retries=COMMIT_ATTEMPTS,
         )
         with self.failures("commit the round"):
             table.create_write_transaction(
@@ -580,6 +592,14 @@ class DeltaSink(TableRecordKeeping):
                 commit_properties=properties,
                 post_commithook_properties=JOB_COMMIT_HOOKS,
             )
+
+    def _transaction_at(self, version: int) -> bool:
+        """Whether the application's transaction in the table is at `version`: only the publisher that
+        created its position map commits it, so after this publisher's failed commit of it, the commit
+        landed and its answer was lost."""
+        table = self.table()
+        with self.failures("read the application's transaction"):
+            return table is not None and (table.transaction_version(self.app_id) or 0) == version
 
     def _commit_version(self, commit_id: str) -> int | None:
         """The table version of the commit `commit_id` (None when it is not among the newest ones)."""

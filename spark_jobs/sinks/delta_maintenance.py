@@ -5,8 +5,8 @@ Small files. Each round's commit adds a data file per batch and day, so a table 
 minutes by many leases gathers small files, which slow every reader. delta-rs' compaction
 (`optimize.compact`) rewrites each partition's small files into files of about the target size, in
 one commit that adds no data (`dataChange` false): readers see the same rows before and after. A
-round's commit that meets it plans again on the new head (it is never rebased); the applications'
-transactions are table state, which every later commit and checkpoint keeps.
+round's commit that meets it is rebased over it by delta-rs (it adds files, and reads none); the
+applications' transactions are table state, which every later commit and checkpoint keeps.
 
 Vacuum. delta-rs' vacuum in its default ("lite") mode deletes only files that commits removed (a
 compaction's inputs, a user's delete), once they are older than the table's
