@@ -495,7 +495,8 @@ class DeltaSink(TableRecordKeeping):
                     continue
                 log.info("%s: the round's commit landed, though its answer was lost (%s)", self._uri, error)
             self._now_holds(None)
-            return RoundPublication(1, len(receipts), already, tuple(missing), self._commit_version(commit_id))
+            landed = self._commit_version(commit_id, table.version())
+            return RoundPublication(1, len(receipts), already, tuple(missing), landed)
         raise SinkError(
             self._uri, f"the round's commit met a newer head {COMMIT_ATTEMPTS} times in a row", retryable=True
         )
@@ -601,15 +602,23 @@ class DeltaSink(TableRecordKeeping):
         with self.failures("read the application's transaction"):
             return table is not None and (table.transaction_version(self.app_id) or 0) == version
 
-    def _commit_version(self, commit_id: str) -> int | None:
-        """The table version of the commit `commit_id` (None when it is not among the newest ones)."""
+    def _commit_version(self, commit_id: str, after: int) -> int | None:
+        """The table version of the commit `commit_id`, made on the table at version `after` (delta-rs
+        may have rebased it over others' commits), from the log entries since, read as files: delta-rs'
+        `history` holds Python's GIL while it reads, which stops the driver's other threads (the
+        leader lock's heartbeat) as long as the storage makes it wait. None: not found."""
         table = self.table()
-        if table is None:
-            return None
-        with self.failures("read the table's history"):
-            for entry in table.history(20):
-                if entry.get(INFO_COMMIT_ID) == commit_id:
-                    return int(entry["version"])
+        for version in range(after + 1, (table.version() if table is not None else after) + 1):
+            path = f"_delta_log/{version:020d}.json"
+            with self.failures(f"read the log entry {path}"):
+                try:
+                    entry = self.storage.read(path)
+                except FileNotFoundError:  # cleaned up already
+                    continue
+            for line in entry.splitlines():
+                info = json.loads(line).get("commitInfo") if line.strip() else None
+                if info is not None and info.get(INFO_COMMIT_ID) == commit_id:
+                    return version
         return None
 
     # --- places and failures -------------------------------------------------------------------
