@@ -368,6 +368,13 @@ def _others_table_with_constraint(uri: str) -> str:
         ),
         pytest.param(_others_table_with_constraint, "positive_sub_sequence", id="check-constraint"),
         pytest.param(
+            lambda uri: _others_table(
+                uri, extra=[pa.field("doubled", pa.int64(), metadata={"delta.generationExpression": "2 * 1"})]
+            ),
+            "'doubled' is a generated column",
+            id="generated-column",
+        ),
+        pytest.param(
             lambda uri: _others_table(uri, extra=[pa.field("tenant", pa.string(), nullable=False)]),
             "'tenant'",
             id="not-null-column-the-batches-lack",
