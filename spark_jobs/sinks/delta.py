@@ -19,15 +19,17 @@ The protocol is the Iceberg sink's (`spark_jobs.sinks.iceberg`), in Delta's term
   application's, a compaction's, a streaming job's) is no conflict: delta-rs rebases the append over
   it. A commit whose answer was lost is found by the application's transaction: delta-rs puts its
   log entry again, S3 answers that it exists, and the transaction is at the version this publisher
-  claimed, which no other publisher commits. A publisher
-  that died between its map and its commit leaves a version nobody commits: the next one takes the
-  next free version (versions need only grow).
-  The transaction survives Delta's log cleanup and checkpoints, so the map is found however old the
-  application's last commit is.
+  claimed, which no other publisher commits. A publisher that died between its map and its commit
+  leaves a version nobody commits: the next one takes the next free version (versions need only
+  grow). The transaction survives Delta's log cleanup and checkpoints, so the map is found however
+  old the application's last commit is.
 
-A table this sink creates is partitioned by the day of arrival (`arrival_day`, UTC); a transform that
-adds a column adds it to the table by name (nullable), and a column of a conflicting type is refused
-before anything is written, naming it.
+A table this sink creates is partitioned by the day of arrival (`arrival_day`, UTC), its columns in the
+Delta types of the first batch's (`delta_columns`: an Arrow encoding of the same values, such as
+Polars' `large_string`, is one Delta type); a transform that adds a column adds it to the table by
+name (nullable), and a column of a conflicting type is refused before anything is written, naming it.
+A table whose protocol asks its writers for what this sink does not do (column mapping, CHECK
+constraints, generated columns, ...) is refused before any lease moves.
 
 The table is a local folder or an S3 prefix (`delta:s3://bucket/prefix`). On S3, delta-rs commits
 each log entry with a conditional put (`If-None-Match: *`), so two writers of the same table version
@@ -70,6 +72,7 @@ from spark_jobs.sinks.batch_sink import (
     StreamIncarnations,
     location_dataset,
 )
+from spark_jobs.sinks.delta_columns import NoDeltaType, delta_type, unhonoured_requirement, widens_to
 from spark_jobs.sinks.lease_records import (
     LeasePosition,
     TableLeaseRecord,
@@ -257,10 +260,14 @@ class DeltaSink(TableRecordKeeping):
             if table is None and any(not file.path.startswith(f"{KINESIS_FOLDER}/") for file in self.storage.listing()):
                 # (a round that found nothing to land may have left its report under _kinesis/)
                 raise SinkError(self._uri, "is a folder with files, but not a Delta table (it has no _delta_log)")
-        if table is not None and columns is not None:
-            self._table_columns(
-                table, with_day(with_stream_and_shard(columns.empty_table(), "", "")).schema
-            )  # refusals
+        if table is not None:
+            self._check_protocol(table)
+        if columns is not None:  # refusals
+            batch = with_day(with_stream_and_shard(columns.empty_table(), "", "")).schema
+            if table is None:
+                self._delta_schema(batch)
+            else:
+                self._table_columns(table, batch)
 
     def lineage_dataset(self) -> tuple[str, str]:
         return location_dataset(self.location)
@@ -288,16 +295,17 @@ class DeltaSink(TableRecordKeeping):
         return unquote(uri.removeprefix("file://")).removeprefix(f"{self.location}/")
 
     def _table_for(self, schema: pa.Schema) -> DeltaTable:
-        """The table, created with `schema` (partitioned by the day of arrival when it has the
-        arrival column) when missing."""
+        """The table, created with the Delta types of `schema`'s columns (partitioned by the day of arrival
+        when it has the arrival column) when missing."""
         table = self.table()
         if table is None:
             partition_by = [DAY_COLUMN] if DAY_COLUMN in schema.names else None
+            delta_schema = self._delta_schema(schema)
             with self.failures("create the table"):
                 try:
                     create_table_with_add_actions(
                         self.location,
-                        DeltaSchema.from_arrow(schema),
+                        DeltaSchema.from_arrow(delta_schema),
                         [],
                         mode="error",
                         partition_by=partition_by,
@@ -313,23 +321,58 @@ class DeltaSink(TableRecordKeeping):
         return table
 
     def _table_columns(self, table: DeltaTable, schema: pa.Schema) -> tuple[pa.Schema, list[pa.Field]]:
-        """The table's Arrow schema and the batch's columns it lacks (added by name when the batch is
-        staged), after checking that it holds every other column of `schema`: of the same type, or one
-        that widens to the table's. A conflicting type is refused, naming the column."""
+        """The table's Arrow schema and the batch's columns it lacks (added by name, in their Delta types,
+        when the batch is staged), after checking that it holds every other column of `schema`: of the
+        same Delta type, or one that widens to the table's. A conflicting type, a name that differs from a
+        table column's only in case (Delta's names are case-insensitive), and a NOT NULL table column the
+        batch lacks are refused, naming the column."""
         table_schema = pa.schema(table.schema().to_arrow())
+        by_lower_name = {name.lower(): name for name in table_schema.names}
         missing = []
         for field in schema:
             if field.name not in table_schema.names:
-                missing.append(field)
+                if field.name.lower() in by_lower_name:
+                    raise SinkError(
+                        self._uri,
+                        f"column {field.name!r} of the batch and {by_lower_name[field.name.lower()]!r} of the table "
+                        "differ only in case, and Delta's column names are case-insensitive",
+                    )
+                missing.append(self._delta_field(field))
                 continue
             wanted = table_schema.field(field.name).type
-            if not _widens_to(field.type, wanted):
+            if not widens_to(self._delta_field(field).type, wanted):
                 raise SinkError(
                     self._uri,
                     f"column {field.name!r} is {field.type} in the batch but {wanted} in the table; the table "
                     "cannot hold it",
                 )
+        lacking = [field.name for field in table_schema if not field.nullable and field.name not in schema.names]
+        if lacking:
+            raise SinkError(
+                self._uri, f"column {lacking[0]!r} of the table is NOT NULL, and the batches have no such column"
+            )
         return table_schema, missing
+
+    def _delta_schema(self, schema: pa.Schema) -> pa.Schema:
+        """`schema` in the Delta types of its columns (`delta_columns`); a column none holds is refused."""
+        return pa.schema([self._delta_field(field) for field in schema])
+
+    def _delta_field(self, field: pa.Field) -> pa.Field:
+        """The batch's column in its Delta type; refused, naming it, when there is none."""
+        try:
+            return field.with_type(delta_type(field.type))
+        except NoDeltaType as error:
+            raise SinkError(
+                self._uri, f"column {field.name!r} is {field.type}: {error}; convert it in the transform"
+            ) from None
+
+    def _check_protocol(self, table: DeltaTable) -> None:
+        """Refuse a table that asks its writers for what this sink does not do (`delta_columns`)."""
+        problem = unhonoured_requirement(
+            table.metadata().configuration, table.protocol().writer_features or (), table.schema().fields
+        )
+        if problem is not None:
+            raise SinkError(self._uri, problem)
 
     def _with_columns(self, table: DeltaTable, missing: Sequence[pa.Field]) -> DeltaTable:
         """The table with the batch's new columns added (nullable, by name: a transform that adds a
@@ -361,6 +404,7 @@ class DeltaSink(TableRecordKeeping):
         receipt_id = self.staged_token(batch, attempt)
         rows = with_day(with_stream_and_shard(table, batch.stream_name, batch.shard_id))
         delta_table = self._table_for(rows.schema)
+        self._check_protocol(delta_table)
         table_schema, missing = self._table_columns(delta_table, rows.schema)
         if missing:
             delta_table = self._with_columns(delta_table, missing)
@@ -369,10 +413,11 @@ class DeltaSink(TableRecordKeeping):
         for name in partitions:  # a transform that dropped the arrival column: the rows have no day
             if name not in rows.column_names:
                 rows = rows.append_column(pa.field(name, pa.string()), pa.nulls(rows.num_rows, pa.string()))
+        rows = self._in_table_types(rows, table_schema)
         files = []
         with self.failures(f"stage the batch {self.batch_name(batch)}"):
             for index, (values, part) in enumerate(_partitioned(rows, partitions)):
-                files.append(self._write_data_file(receipt_id, index, values, part, table_schema, partitions))
+                files.append(self._write_data_file(receipt_id, index, values, part.drop_columns(partitions)))
             receipt = DeltaReceipt(receipt_id, batch, rows.num_rows, tuple(files))
             path = self.receipt_path(receipt_id)
             already_present = self.storage.exists(path)
@@ -380,27 +425,28 @@ class DeltaSink(TableRecordKeeping):
         self._staged[receipt_id] = receipt
         return StagedBatch(receipt_id, rows.num_rows, sum(int(file["size"]) for file in files), already_present)
 
+    def _in_table_types(self, rows: pa.Table, table_schema: pa.Schema) -> pa.Table:
+        """The rows in the table's columns, order and types (null where the batch lacks a column; a
+        timestamp's nanoseconds cut to the table's microseconds); a NOT NULL column's nulls refused."""
+        columns = []
+        for field in table_schema:
+            if field.name not in rows.column_names:
+                columns.append(pa.nulls(rows.num_rows, field.type))
+                continue
+            column = rows.column(field.name)
+            if not field.nullable and column.null_count:
+                raise SinkError(
+                    self._uri, f"column {field.name!r} of the table is NOT NULL, and the batch has nulls in it"
+                )
+            columns.append(pc.cast(column, options=pc.CastOptions(field.type, allow_time_truncate=True)))
+        return pa.Table.from_arrays(columns, schema=table_schema)
+
     def _write_data_file(
-        self,
-        receipt_id: str,
-        index: int,
-        values: Mapping[str, str | None],
-        rows: pa.Table,
-        table_schema: pa.Schema,
-        partitions: Sequence[str],
+        self, receipt_id: str, index: int, values: Mapping[str, str | None], data: pa.Table
     ) -> dict[str, Any]:
-        folder = "/".join(f"{name}={_partition_folder(values[name])}" for name in partitions)
+        """One data file of the batch: its rows of one partition (`values`), without the partition columns."""
+        folder = "/".join(f"{name}={_partition_folder(value)}" for name, value in values.items())
         relative = f"{folder}/part-{receipt_id}-{index}.parquet" if folder else f"part-{receipt_id}-{index}.parquet"
-        data_schema = pa.schema([field for field in table_schema if field.name not in partitions])
-        data = pa.table(
-            {
-                field.name: rows.column(field.name).cast(field.type)
-                if field.name in rows.column_names
-                else pa.nulls(rows.num_rows, field.type)
-                for field in data_schema
-            },
-            schema=data_schema,
-        )
         buffer = pa.BufferOutputStream()
         pq.write_table(data, buffer, compression="zstd")
         payload = buffer.getvalue()
@@ -486,6 +532,7 @@ class DeltaSink(TableRecordKeeping):
             receipts, already, missing = self._plan(waiting, positions)
             if not receipts:
                 return RoundPublication(0, 0, already, tuple(missing))
+            self._check_protocol(table)
             new_version = self._claim_version(version, positions, receipts, identity, commit_id)
             try:
                 self._commit(table, receipts, identity, commit_id, new_version)
@@ -691,25 +738,3 @@ def _partitioned(rows: pa.Table, partitions: Sequence[str]) -> Iterator[tuple[di
 def _partition_folder(value: str | None) -> str:
     """A partition value as its folder's name (Hive's, which Delta writers use, for a null)."""
     return "__HIVE_DEFAULT_PARTITION__" if value is None else value
-
-
-def _widens_to(batch: pa.DataType, table: pa.DataType) -> bool:
-    """Whether the table's type holds every value of the batch's without loss."""
-    if batch == table:
-        return True
-    if pa.types.is_timestamp(batch) and pa.types.is_timestamp(table):
-        return (batch.tz is None) == (table.tz is None)  # milliseconds are held by microseconds
-    widenings = {
-        (pa.int8(), pa.int16()),
-        (pa.int8(), pa.int32()),
-        (pa.int8(), pa.int64()),
-        (pa.int16(), pa.int32()),
-        (pa.int16(), pa.int64()),
-        (pa.int32(), pa.int64()),
-        (pa.float32(), pa.float64()),
-        (pa.string(), pa.large_string()),
-        (pa.string(), pa.string_view()),
-        (pa.binary(), pa.large_binary()),
-        (pa.binary(), pa.binary_view()),
-    }
-    return (batch, table) in widenings
