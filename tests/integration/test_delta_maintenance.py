@@ -5,6 +5,8 @@ the next round's commit exactly where it belongs."""
 
 from __future__ import annotations
 
+import os
+import time
 import uuid
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -12,6 +14,7 @@ from pathlib import Path
 import boto3
 import pytest
 
+from lease_core.model.lease import Lease
 from lease_core.model.sequence import TRIM_HORIZON
 from spark_jobs.sinks.batch_sink import RoundIdentity, StagedBatch
 from spark_jobs.sinks.delta import DeltaLeaseRecord, DeltaReceipt, DeltaSink
@@ -23,6 +26,8 @@ from spark_jobs.sinks.delta_maintenance import (
 )
 from spark_jobs.sinks.lease_records import live_receipts
 from tests.support.iceberg_tables import batch_of, position, rows
+from tests.support.leasectl import run_leasectl
+from tests.support.stores import dynamodb_store
 
 APPLICATION = "orders-app"
 IDENTITY = RoundIdentity(APPLICATION, 1, {"orders": ("arn:aws:kinesis:us-east-1:000000000000:stream/orders", 1)})
@@ -192,3 +197,32 @@ def test_a_batch_whose_staged_files_a_full_vacuum_deleted_is_reported_lost_and_n
     assert (published.batches_published, published.missing_batches) == (0, (f"{LEASE}: the batch up to 3",))
     table = sink.table()
     assert table is not None and table.version() == 0 and sequence_numbers(sink) == []
+
+
+def test_leasectl_maintain_keeps_the_batches_a_lease_item_it_cannot_read_still_names(
+    moto_endpoint, unique_name, tmp_path
+):
+    """A lease item that does not read as a lease (a console edit, another tool's write) still names
+    its committed batches awaiting the table; `leasectl repair` makes it a lease again at its own
+    checkpoint, past them. Until then nothing tells its receipts from orphans: maintain must not remove
+    them, or the repaired lease's batches are lost."""
+    store = dynamodb_store(moto_endpoint, unique_name)
+    uri = f"delta:{tmp_path / 'orders'}"
+    sink = DeltaSink(uri, unique_name)
+    token, receipt = staged(sink, 1, 3, "round-1")
+    store.create_lease_if_not_exists(Lease(LEASE, checkpoint=position(3), committed_batch=committed(sink, None, token)))
+    boto3.client("dynamodb", endpoint_url=moto_endpoint, region_name="us-east-1").update_item(
+        TableName=unique_name,
+        Key={"leaseKey": {"S": LEASE}},
+        UpdateExpression="SET checkpoint = :n",
+        ExpressionAttributeValues={":n": {"N": "7"}},
+    )
+    days_ago = time.time() - 4 * 86400  # past the grace
+    for path in Path(sink.location).rglob("*"):
+        os.utime(path, (days_ago, days_ago))
+
+    result = run_leasectl("--app", unique_name, "maintain", "--output-uri", uri, "--yes", dynamodb=moto_endpoint)
+
+    assert sink.storage.exists(sink.receipt_path(receipt.receipt_id)), result.stdout
+    assert all(sink.storage.exists(path) for path in files_of(receipt))
+    assert result.returncode == 1 and LEASE in result.stderr and "leasectl repair" in result.stderr
