@@ -626,9 +626,17 @@ def run_maintain(arguments: argparse.Namespace, app: LeaseApplication, landed: L
         )
     # Under the lock: no round stages or commits meanwhile, so the leases read now name every batch in flight.
     with hold(_leader_lock(app, "maintain"), "leasectl maintain", acquire=True, release=True) as leadership:
-        leases = leadership.lease_store(app.lease_store).scan_leases().leases
+        scan = leadership.lease_store(app.lease_store).scan_leases()
+        if scan.corrupt:  # what such an item names is unknown: its staged batches would look orphaned
+            print(
+                f"leasectl: maintain changed nothing: it removes only files no lease names, and {len(scan.corrupt)} "
+                "lease item(s) could not be read; repair them first with `leasectl repair --lease KEY "
+                "[--to POSITION] --yes`: " + "; ".join(str(error) for error in scan.corrupt),
+                file=sys.stderr,
+            )
+            return EXIT_FAILED
         orphan_age = timedelta(hours=arguments.orphan_age_hours)
-        for line in landed.maintain(leases, orphan_age, int(arguments.target_file_mib * 1024 * 1024)):
+        for line in landed.maintain(scan.leases, orphan_age, int(arguments.target_file_mib * 1024 * 1024)):
             print(line)
     return EXIT_OK
 
