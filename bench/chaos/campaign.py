@@ -15,7 +15,9 @@ rounds one call after the last records, as the GetRecords documentation describe
 Kinesis proxy rewrites the answers: `FaultProxy.end_shards_after_last_records`). Once the time
 budget (minus a reserve for the drain) or the schedule is used up, the faults stop, the producer
 stops, and clean rounds run until every lease is caught up or finished (at most
-`MAX_DRAIN_ROUNDS`). Then the Parquet dataset is read and compared with what was produced (`verdict`).
+`MAX_DRAIN_ROUNDS`). Then the sink (`--sink`: a Parquet dataset, an Iceberg table, a Delta table) is
+read and compared with what was produced (`verdict`); a table's record of what landed is checked
+against the checkpoints with `leasectl verify`.
 
 It prints one line per round, then the table (fault kind, times injected, outcomes), the verdict,
 and every violation. Exit status: 0 clean; 1 any violation (duplicated, lost, unreported retention
@@ -101,7 +103,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--sink",
         choices=SINKS,
         default="parquet",
-        help="where the rounds land: a Parquet dataset, or an Iceberg table in a SQLite SQL catalog (default parquet)",
+        help="where the rounds land: a Parquet dataset, an Iceberg table in a SQLite SQL catalog, or a Delta "
+        "table in a local folder (default parquet)",
     )
     parser.add_argument("--keep", action="store_true", help="keep the working directory")
     parser.add_argument("--summary", type=Path, help="also write the result as JSON here")
@@ -342,7 +345,7 @@ class Campaign:
         return verdict
 
     def _verify_sink_record(self) -> None:
-        """A sink that records what landed (an Iceberg table) must agree with the checkpoints at the end:
+        """A sink that records what landed (an Iceberg or a Delta table) must agree with the checkpoints at the end:
         `leasectl verify` finds no gap, overlap or checkpoint ahead of the table."""
         if self.sink == "parquet":
             return

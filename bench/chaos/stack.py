@@ -31,7 +31,7 @@ from spark_jobs.sinks.iceberg import load_configured_catalog
 
 INITIAL_SHARDS = 4
 CONTROL_DIR_VARIABLE = "KINESIS_CHAOS_CONTROL_DIR"
-SINKS = ("parquet", "iceberg")
+SINKS = ("parquet", "iceberg", "delta")
 CATALOG = "chaos"
 
 # Short durations so that the campaign sees failovers and takeovers within seconds. The leader
@@ -59,9 +59,7 @@ class Stack:
         self.application = application
         self.stream = stream
         self.sink = sink
-        # An Iceberg table in pyiceberg's SQL catalog on a SQLite file, which every process of the
-        # campaign opens through the same PYICEBERG_CATALOG__* variables (`catalog_environment`).
-        self.output_uri = str(workdir / "lake") if sink == "parquet" else f"iceberg://{CATALOG}/kinesis.orders"
+        self.output_uri = output_uri(workdir, sink)
         self.control_dir = workdir / "control"
         self._exit = ExitStack()
         self.dynamodb_endpoint = ""
@@ -153,6 +151,17 @@ class Stack:
             CONTROL_DIR_VARIABLE: str(self.control_dir),
             **(extra or {}),
         }
+
+
+def output_uri(workdir: Path, sink: str) -> str:
+    """Where the rounds land: a Parquet dataset or a Delta table in the working directory, or an Iceberg
+    table in pyiceberg's SQL catalog on a SQLite file, which every process of the campaign opens
+    through the same PYICEBERG_CATALOG__* variables (`Stack.catalog_environment`)."""
+    if sink == "iceberg":
+        return f"iceberg://{CATALOG}/kinesis.orders"
+    if sink == "delta":
+        return f"delta:{workdir / 'lake'}"
+    return str(workdir / "lake")
 
 
 def set_arguments(settings: Mapping[str, str]) -> list[str]:

@@ -1,7 +1,7 @@
 """A short seeded fault campaign (`bench/chaos.py`, run as the command it is): rounds of the real consume
 job on Spark local mode against moto and kinesis-mock, with a producer writing the whole time and
 every kind of fault injected at least once, land every record exactly once and leave no lease stuck,
-in a Parquet dataset and in an Iceberg table.
+in a Parquet dataset, in an Iceberg table and in a Delta table.
 
 It starts its own emulators (the campaign's stack, not the session's) and takes about four minutes
 on two cores per sink. docs/operating.md ("Fault campaign") has the long run and its table.
@@ -25,10 +25,10 @@ FAULTS = 10
 
 
 @pytest.mark.timeout(600)
-@pytest.mark.parametrize("sink", ["parquet", "iceberg"])
+@pytest.mark.parametrize("sink", ["parquet", "iceberg", "delta"])
 def test_a_short_seeded_fault_campaign_duplicates_and_loses_nothing_and_injects_every_fault_kind(tmp_path, sink):
-    """With an Iceberg table, the campaign also ends with `leasectl verify`: the table's record of what
-    landed agrees with the checkpoints."""
+    """With a table (Iceberg, Delta), the campaign also ends with `leasectl verify`: the table's record of
+    what landed agrees with the checkpoints."""
     summary = tmp_path / "summary.json"
     completed = subprocess.run(
         [
