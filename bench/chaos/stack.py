@@ -17,6 +17,7 @@ from typing import Any
 
 import boto3
 
+from bench.chaos.commit_faults import LAUNCHER_NAME, launcher
 from bench.chaos.processes import RUN_MARKER
 from bench.harness import REGION
 from devtools.emulators import kinesis_mock, moto_server
@@ -141,6 +142,11 @@ class Stack:
             f"{prefix}URI": f"sqlite:///{self.workdir}/catalog.db",
             f"{prefix}WAREHOUSE": f"file://{self.workdir}/warehouse",
         }
+
+    def driver_launcher(self) -> Path:
+        """The Python driver a try starts with to meet a table commit's fault (`commit_faults`)."""
+        path = self.control_dir / LAUNCHER_NAME
+        return path if path.exists() else launcher(self.control_dir)
 
     def process_env(self, extra: Mapping[str, str] | None = None) -> dict[str, str]:
         """The environment of every process the campaign starts (marked, loopback, this venv's Python)."""
