@@ -565,13 +565,14 @@ class Stall:
 
 def table_commit(run: RoundRun, fault: Fault) -> Injection | None:
     """What the round's first try met at its first table commit (`commit_faults`), once it has met it;
-    None while it has not. A frozen driver gets a retry of the round beside it at once (Airflow, having
-    lost sight of it, retries the task); a driver whose commit's answer was lost gets one once it has
-    exited, as Airflow retries a failed task."""
+    None while it has not, and for a second such fault of the round (one deferred from the round
+    before): the try meets one, the other waits for the next round. A frozen driver gets a retry of the
+    round beside it at once (Airflow, having lost sight of it, retries the task); a driver whose
+    commit's answer was lost gets one once it has exited, as Airflow retries a failed task."""
     from bench.chaos.rounds import RETRY
 
     note, hooked = CommitNote.read(run.commit_note), run.hooked
-    if note is None or hooked is None:
+    if note is None or hooked is None or fault is not run.commit_fault:
         return None
     if note.variant != STALLED and hooked.process.running:
         return None  # dying, or still writing the report of its failed publication

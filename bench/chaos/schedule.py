@@ -31,7 +31,8 @@ RETENTION_TRIM = "retention_trim"
 TABLE_COMMIT = "table_commit"
 
 # Weights of the draws after the first permutation. A leader death costs a lock takeover (one
-# leader lease duration of waiting), so it is drawn less often.
+# leader lease duration of waiting), so it is drawn less often. A table commit's fault comes at most
+# once a round, so it is drawn more often: most rounds into a Delta table carry one.
 FAULT_WEIGHTS: dict[str, float] = {
     WORKER_SIGKILL: 4,
     DRIVER_KILL: 3,
@@ -43,7 +44,7 @@ FAULT_WEIGHTS: dict[str, float] = {
     PROXY_FAULTS: 4,
     RESET: 3,
     RETENTION_TRIM: 2,
-    TABLE_COMMIT: 3,
+    TABLE_COMMIT: 6,
 }
 FAULT_KINDS = tuple(FAULT_WEIGHTS)
 # Kinds only some sinks meet: the faults of a Delta table's commit (bench/chaos/commit_faults.py).
