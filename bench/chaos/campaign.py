@@ -1,21 +1,25 @@
 """The fault campaign: rounds of the real consume job under seeded faults, a drain, a verdict, a table.
 
-    .venv/bin/python bench/chaos.py --seed N --minutes M [--faults K]
+    .venv/bin/python bench/chaos.py --seed N --minutes M [--faults K] [--sink parquet|iceberg|delta]
 
-Method. The campaign starts moto and kinesis-mock on loopback, two fault proxies in front of them,
-a stream of 4 shards and a producer thread writing records with unique payloads (40 records/s by
-default) for the whole run. It then runs the rounds of a seeded schedule (`schedule`), each as a
-DAG run does it (`rounds`): the leader takes the application's leader lock, syncs shards and
-assigns leases to W slots under it, and hands it by owner name to the consume job, a real
-`spark-submit` process on Spark local mode (`local[2,4]`: task retries on) whose Spark executors
-reach AWS only through the proxies; the faults of the round fire at their moments
-(`injections`); the teardown releases the lock. Closed shards end both ways a Kinesis may end
-them: in odd rounds as kinesis-mock ends them (the null iterator with the last records), in even
-rounds one call after the last records, as the GetRecords documentation describes real Kinesis (the
-Kinesis proxy rewrites the answers: `FaultProxy.end_shards_after_last_records`). Once the time
-budget (minus a reserve for the drain) or the schedule is used up, the faults stop, the producer
-stops, and clean rounds run until every lease is caught up or finished (at most
-`MAX_DRAIN_ROUNDS`). Then the Parquet dataset is read and compared with what was produced (`verdict`).
+Method. The campaign starts moto and kinesis-mock on loopback, two fault proxies in front of them, a
+stream of 4 shards and a producer thread writing records with unique payloads (40 records/s by
+default) for the whole run. It then runs the rounds of a seeded schedule (`schedule`), each as a DAG
+run does it (`rounds`): the leader takes the application's leader lock, syncs shards and assigns
+leases to W slots under it, and hands it by owner name to the consume job, a real `spark-submit`
+process on Spark local mode (`local[2,4]`: task retries on) whose Spark executors reach AWS only
+through the proxies; the faults of the round fire at their moments (`injections`); the teardown
+releases the lock. With a Delta table, a round may also start its first try with a driver that meets
+a fault at its table commit (`commit_faults`: killed between its position map and its commit or just
+after the commit, its commit's answer lost, or frozen before it while a retry commits), the faults
+no process boundary can reach. Closed shards end both ways a Kinesis may end them: in odd rounds as
+kinesis-mock ends them (the null iterator with the last records), in even rounds one call after the
+last records, as the GetRecords documentation describes real Kinesis (the Kinesis proxy rewrites the
+answers: `FaultProxy.end_shards_after_last_records`). Once the time budget (minus a reserve for the
+drain) or the schedule is used up, the faults stop, the producer stops, and clean rounds run until
+every lease is caught up or finished (at most `MAX_DRAIN_ROUNDS`). Then the sink (`--sink`: a
+Parquet dataset, an Iceberg table, a Delta table) is read and compared with what was produced
+(`verdict`); a table's record of what landed is checked against the checkpoints with `leasectl verify`.
 
 It prints one line per round, then the table (fault kind, times injected, outcomes), the verdict,
 and every violation. Exit status: 0 clean; 1 any violation (duplicated, lost, unreported retention
@@ -51,10 +55,12 @@ from bench.chaos.schedule import (
     LEADER_DEATH,
     MERGE,
     RETENTION_TRIM,
+    SINK_ONLY,
     SPLIT,
     Fault,
     RoundPlan,
     build_schedule,
+    kinds_for,
 )
 from bench.chaos.stack import SINKS, Stack, set_arguments
 from bench.chaos.verdict import Verdict, check_records, read_landed, reported_losses, stuck_leases
@@ -89,9 +95,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--kinds",
         type=_kinds,
-        default=FAULT_KINDS,
         metavar="KIND,KIND",
-        help=f"inject only these kinds (to reproduce one); default all: {','.join(FAULT_KINDS)}",
+        help=f"inject only these kinds (to reproduce one); default every kind the sink meets: {','.join(FAULT_KINDS)} "
+        + "".join(f" ({kind}: {' and '.join(sorted(sinks))} only)" for kind, sinks in SINK_ONLY.items()),
     )
     parser.add_argument("--rate", type=float, default=40.0, help="records per second the producer writes (default 40)")
     parser.add_argument(
@@ -101,7 +107,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--sink",
         choices=SINKS,
         default="parquet",
-        help="where the rounds land: a Parquet dataset, or an Iceberg table in a SQLite SQL catalog (default parquet)",
+        help="where the rounds land: a Parquet dataset, an Iceberg table in a SQLite SQL catalog, or a Delta "
+        "table in a local folder (default parquet)",
     )
     parser.add_argument("--keep", action="store_true", help="keep the working directory")
     parser.add_argument("--summary", type=Path, help="also write the result as JSON here")
@@ -121,6 +128,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     if arguments.minutes <= 0 or arguments.faults < 1 or arguments.rate <= 0:
         print("bench/chaos.py: --minutes and --rate must be positive, --faults at least 1", file=sys.stderr)
         return 2
+    kinds = arguments.kinds or kinds_for(arguments.sink)
+    foreign = [kind for kind in kinds if kind not in kinds_for(arguments.sink)]
+    if foreign:
+        print(f"bench/chaos.py: a {arguments.sink} sink never meets {', '.join(foreign)}", file=sys.stderr)
+        return 2
     prepare_environment(clear_overrides=True)
     workdir = arguments.workdir or Path(tempfile.mkdtemp(prefix="kinesis-chaos-"))
     workdir.mkdir(parents=True, exist_ok=True)
@@ -131,7 +143,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         arguments.faults,
         arguments.rate,
         workdir,
-        arguments.kinds,
+        kinds,
         arguments.sink,
     )
     try:
@@ -169,12 +181,12 @@ class Campaign:
         faults: int,
         rate: float,
         workdir: Path,
-        kinds: tuple[str, ...] = FAULT_KINDS,
+        kinds: tuple[str, ...] | None = None,
         sink: str = "parquet",
     ) -> None:
         self.seed = seed
         self.sink = sink
-        self.kinds = kinds
+        self.kinds = kinds or kinds_for(sink)
         self.budget_seconds = budget_seconds
         self.faults = faults
         self.rate = rate
@@ -342,7 +354,7 @@ class Campaign:
         return verdict
 
     def _verify_sink_record(self) -> None:
-        """A sink that records what landed (an Iceberg table) must agree with the checkpoints at the end:
+        """A sink that records what landed (an Iceberg or a Delta table) must agree with the checkpoints at the end:
         `leasectl verify` finds no gap, overlap or checkpoint ahead of the table."""
         if self.sink == "parquet":
             return
@@ -419,7 +431,7 @@ class CampaignResult:
 
     def injected(self) -> dict[str, int]:
         counts = Counter(injection.kind for injection in self.injections)
-        return {kind: counts.get(kind, 0) for kind in FAULT_KINDS}
+        return {kind: counts.get(kind, 0) for kind in self.campaign.kinds}
 
     def table(self) -> str:
         lines = ["| fault kind | injected | outcome |", "|---|---:|---|"]

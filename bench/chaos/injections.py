@@ -9,14 +9,26 @@ once, at the end, over everything (`verdict`).
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
+import os
+import re
+import signal
 import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from bench.chaos.commit_faults import (
+    ANSWER_AS_CONFLICT,
+    ANSWER_LOST,
+    KILLED_AFTER,
+    KILLED_BEFORE,
+    STALLED,
+    CommitNote,
+)
 from bench.chaos.processes import TrackedProcess
 from bench.chaos.schedule import (
     AIRFLOW_RETRY,
@@ -27,6 +39,7 @@ from bench.chaos.schedule import (
     RESET,
     RETENTION_TRIM,
     SPLIT,
+    TABLE_COMMIT,
     TWIN_ATTEMPT,
     WORKER_SIGKILL,
     Fault,
@@ -36,6 +49,8 @@ from devtools.fault_proxy import FAULT_KINDS as PROXY_FAULT_KINDS
 from devtools.fault_proxy import FaultRule
 from devtools.kinesis_streams import merge_shards, open_shards, split_shard
 from lease_core.model.shards import Shard
+from lease_core.ops.landed_audit import LandedBatch
+from spark_jobs.sinks.delta import INFO_COMMIT_ID, DeltaSink
 from spark_jobs.sinks.parquet import STAGED_PREFIX
 
 if TYPE_CHECKING:
@@ -53,6 +68,10 @@ PROXY_RULES = (
 LEADER_HOLDING_TIMEOUT_SECONDS = 60.0
 # A trim ages out at most this many unread records (the backlog of a shard can be thousands).
 MAX_TRIMMED_RECORDS = 50
+# A driver frozen before its table commit is resumed at the latest after this long (the retry beside
+# it normally commits within a round's time).
+MAX_STALL_SECONDS = 120.0
+LOG_ENTRY = re.compile(r"^\d{20}\.json$")  # a commit in a Delta table's log
 LEASECTL = Path(sys.executable).with_name("leasectl")
 
 
@@ -84,6 +103,7 @@ def inject(run: RoundRun, fault: Fault) -> Injection | None:
         PROXY_FAULTS: proxy_faults_on,
         RESET: reset_during_round,
         RETENTION_TRIM: retention_trim,
+        TABLE_COMMIT: table_commit,
     }
     return actions[fault.kind](run, fault)
 
@@ -529,6 +549,161 @@ def _delete(path: Path) -> bool:
         return False
 
 
+# --- the table's commit (a Delta table) -----------------------------------------------------------
+
+
+@dataclass
+class Stall:
+    """A driver frozen before its table commit (`commit_faults.STALLED`), until `resume_stalled`."""
+
+    attempt: Attempt
+    note: CommitNote
+    log: frozenset[str]  # the table's log entries when it froze
+    since: float  # on the round's timeline
+    injection: Injection
+
+
+def table_commit(run: RoundRun, fault: Fault) -> Injection | None:
+    """What the round's first try met at its first table commit (`commit_faults`), once it has met it;
+    None while it has not, and for a second such fault of the round (one deferred from the round
+    before): the try meets one, the other waits for the next round. A frozen driver gets a retry of the
+    round beside it at once (Airflow, having lost sight of it, retries the task); a driver whose
+    commit's answer was lost gets one once it has exited, as Airflow retries a failed task."""
+    from bench.chaos.rounds import RETRY
+
+    note, hooked = CommitNote.read(run.commit_note), run.hooked
+    if note is None or hooked is None or fault is not run.commit_fault:
+        return None
+    if note.variant != STALLED and hooked.process.running:
+        return None  # dying, or still writing the report of its failed publication
+    retry = run.start_attempt(RETRY) if note.variant in (ANSWER_LOST, STALLED) else None
+    what = {
+        KILLED_BEFORE: f"SIGKILL once its position map of transaction version {note.version} was written, "
+        "before its commit",
+        KILLED_AFTER: f"SIGKILL once its commit (transaction version {note.version}) was in the log, before its report",
+        ANSWER_LOST: f"its commit (transaction version {note.version}) made, the answer lost as a dropped "
+        f"connection, the try exited {hooked.process.returncode}",
+        ANSWER_AS_CONFLICT: f"its commit (transaction version {note.version}) made, answered as a lost race "
+        "(CommitFailedError)",
+        STALLED: f"frozen (SIGSTOP) before its commit of transaction version {note.version}",
+    }[note.variant]
+    injection = _new(
+        run,
+        fault,
+        f"{hooked.label}, Python driver {note.pid}: {what}" + (f"; {retry.label} started" if retry else ""),
+        note=note,
+        hooked=hooked.number,
+        retry=None if retry is None else retry.number,
+    )
+    injection.at = round(run.now() - (time.time() - note.at), 1)
+    if note.variant == STALLED:
+        run.stalled = Stall(hooked, note, _log_entries(run), run.now(), injection)
+    return injection
+
+
+def resume_stalled(run: RoundRun, at_teardown: bool = False) -> None:
+    """SIGCONT the frozen driver once another commit is in the table's log (its own plan is then stale),
+    once every other try has ended without one, after `MAX_STALL_SECONDS`, or at the round's teardown."""
+    stall = run.stalled
+    assert stall is not None
+    newer = sorted(_log_entries(run) - stall.log)
+    others_ended = not any(a.process.running for a in run.attempts if a is not stall.attempt)
+    waited = run.now() - stall.since
+    if not (newer or others_ended or at_teardown or waited > MAX_STALL_SECONDS):
+        return
+    with contextlib.suppress(ProcessLookupError):  # killed meanwhile
+        os.kill(stall.note.pid, signal.SIGCONT)
+    reason = (
+        f"once table version {int(newer[-1].removesuffix('.json'))} was in the log"
+        if newer
+        else "the other tries had ended without a commit"
+        if others_ended
+        else "at the teardown"
+        if at_teardown
+        else "after the longest stall"
+    )
+    stall.injection.detail += f"; resumed {waited:.1f} s later, {reason}"
+    stall.injection.evidence["resumed_on_newer_head"] = bool(newer)
+    run.stalled = None
+
+
+def _log_entries(run: RoundRun) -> frozenset[str]:
+    log = Path(_delta_sink(run).location) / "_delta_log"
+    try:
+        return frozenset(name for name in os.listdir(log) if LOG_ENTRY.match(name))
+    except FileNotFoundError:
+        return frozenset()
+
+
+def _delta_sink(run: RoundRun) -> DeltaSink:
+    return DeltaSink(run.stack.output_uri, run.stack.application)
+
+
+def _judge_table_commit(run: RoundRun, injection: Injection, succeeded: bool) -> None:
+    """Whether the commit landed, and that no other commit of the application holds its batches too."""
+    note: CommitNote = injection.evidence["note"]
+    sink = _delta_sink(run)
+    table = sink.table()
+    history = [] if table is None else table.history()
+    landed_at = next((int(e["version"]) for e in history if e.get(INFO_COMMIT_ID) == note.commit_id), None)
+    twice = [] if landed_at is None else _held_twice(sink.landed_batches(), landed_at)
+    if twice:
+        injection.outcome = "VIOLATION: another commit holds its batches too"
+        run.campaign.violation(
+            f"round {run.plan.number}: {injection.detail}; the commit at table version {landed_at} and "
+            f"another hold the same records: {'; '.join(twice[:5])}"
+        )
+        return
+    where = "not in the table" if landed_at is None else f"at table version {landed_at}"
+    hooked = _attempt(run, injection.evidence["hooked"])
+    report = hooked.report()
+    publication = None if report is None else report.publication
+    if note.variant == KILLED_BEFORE:
+        injection.outcome = f"killed between its position map and its commit (commit {where}), {_round_word(succeeded)}"
+    elif note.variant == KILLED_AFTER:
+        injection.outcome = f"killed once its commit was in the table, before its report, {_round_word(succeeded)}"
+    elif note.variant == ANSWER_LOST:
+        retry = _attempt(run, injection.evidence["retry"])
+        injection.outcome = "commit landed, answer lost; " + (
+            "the retry added none of its batches again, round ok"
+            if retry.process.returncode == 0
+            else f"retry failed (exit {retry.process.returncode})"
+        )
+    elif note.variant == ANSWER_AS_CONFLICT:
+        held = publication is not None and publication.commits == 0 and publication.batches_already_visible > 0
+        injection.outcome = (
+            "commit landed, answered as a lost race: planned again, found its batches held"
+            if held
+            else f"commit {where}, answered as a lost race: publication {publication}"
+        ) + f", {_round_word(succeeded)}"
+    else:
+        newer = injection.evidence.get("resumed_on_newer_head", False)
+        refused = landed_at is None and publication is not None and publication.commits == 0
+        injection.outcome = (
+            "frozen before its commit, resumed after the retry's commit: "
+            + ("its commit refused, it added nothing" if refused else f"its commit {where}")
+            if newer
+            else f"frozen before its commit, resumed with no newer commit: its commit {where}"
+        ) + f", {_round_word(succeeded)}"
+    if publication is not None and publication.error is not None and note.variant != ANSWER_LOST:
+        injection.outcome += f" (its publication failed: {publication.error[:120]})"
+
+
+def _held_twice(landed: list[LandedBatch], version: int) -> list[str]:
+    """The batches of the commit at table `version` whose records another commit adds too."""
+    mine = [batch for batch in landed if batch.commit == version]
+    return [
+        f"{batch.lease_key} {batch.start}..{batch.end} (version {version}) and {other.start}..{other.end} "
+        f"(version {other.commit})"
+        for batch in mine
+        for other in landed
+        if other.commit != version
+        and other.lease_key == batch.lease_key
+        and batch.start < other.end
+        and other.start < batch.end
+    ]
+
+
 # --- outcomes judged when the round is over ----------------------------------------------------
 
 
@@ -539,6 +714,7 @@ def judge(run: RoundRun, injection: Injection, succeeded: bool) -> None:
         TWIN_ATTEMPT: _judge_twin,
         AIRFLOW_RETRY: _judge_retry,
         PROXY_FAULTS: _judge_by_round,
+        TABLE_COMMIT: _judge_table_commit,
     }
     judging = judges.get(injection.kind)
     if judging is not None:

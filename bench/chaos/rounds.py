@@ -12,6 +12,11 @@ again every second while a try runs. When every try has ended first, a fault tha
 try (a worker kill, a driver kill), or one meant for the slots' batches when no batch ran, is
 deferred to the next round (once: a fault deferred twice is dropped and counted as not injected);
 the others fire at once, while the round still holds its lock.
+
+A table commit's fault (a Delta table) is met by the round's first try itself: it is started with
+a driver that meets the fault at its first commit (`commit_faults`), and the fault counts as injected
+once that driver's note says it was met. A frozen driver is resumed once the retry beside it has
+committed (`injections.resume_stalled`), or at the teardown at the latest.
 """
 
 from __future__ import annotations
@@ -23,10 +28,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from bench.chaos import injections
-from bench.chaos.injections import Injection
+from bench.chaos.commit_faults import driver_environment
+from bench.chaos.injections import Injection, Stall
 from bench.chaos.leader import Taking, describe, finalize, lead, release, take
 from bench.chaos.processes import ConsumeAttempt, TrackedProcess
-from bench.chaos.schedule import ANCHORS, DRIVER_KILL, LEADER_DEATH, WORKER_SIGKILL, Fault, RoundPlan
+from bench.chaos.schedule import ANCHORS, DRIVER_KILL, LEADER_DEATH, TABLE_COMMIT, WORKER_SIGKILL, Fault, RoundPlan
 from bench.chaos.stack import set_arguments
 from bench.chaos.transforms import WorkerNote, worker_note
 from bench.harness import REPOSITORY
@@ -135,6 +141,16 @@ class RoundRun:
         self.proxy_injection: Injection | None = None
         self.resets: list[tuple[Injection, TrackedProcess]] = []
         self.after_round: list[Injection] = []
+        # The table commit's fault: the try whose driver meets it, the note it leaves, a frozen driver.
+        self.commit_fault = next((fault for fault in plan.faults if fault.kind == TABLE_COMMIT), None)
+        self.commit_note = self.directory / "commit-fault.json"
+        self.hooked: Attempt | None = None
+        self.stalled: Stall | None = None
+
+    @property
+    def directory(self) -> Path:
+        """The round's logs and reports."""
+        return self.campaign.workdir / "rounds" / f"round-{self.plan.number:03d}"
 
     # --- the round -----------------------------------------------------------------------------
 
@@ -214,6 +230,8 @@ class RoundRun:
                     self.injections.append(injection)
             if self.proxy_off_at is not None and (now >= self.proxy_off_at or not live):
                 injections.proxy_faults_off(self)
+            if self.stalled is not None:
+                injections.resume_stalled(self)
             self._judge_finished_resets()
             if not pending and not live and not self.resets:
                 return
@@ -232,7 +250,7 @@ class RoundRun:
             # for the next round once; otherwise it fires now, while the round still holds its lock.
             batches_missed = ANCHORS[fault.kind] == "batches" and first_batch_at is None
             return "defer" if batches_missed and not fault.deferrals else "fire"
-        anchor = 0.0 if ANCHORS[fault.kind] == "start" else first_batch_at
+        anchor = first_batch_at if ANCHORS[fault.kind] == "batches" else 0.0
         if anchor is None or now < anchor + fault.delay:
             return "wait"
         if fault.kind == WORKER_SIGKILL and not any(note.in_batch for _, _, note in self.batching_workers()):
@@ -281,6 +299,8 @@ class RoundRun:
     def _stop_everything(self) -> None:
         if self.proxy_off_at is not None:
             injections.proxy_faults_off(self)
+        if self.stalled is not None:
+            injections.resume_stalled(self, at_teardown=True)
         for attempt in self.attempts:
             if attempt.process.running or attempt.process.refresh():
                 attempt.process.stop()
@@ -293,20 +313,24 @@ class RoundRun:
 
     def start_attempt(self, role: str) -> Attempt:
         number = len(self.attempts) + 1
-        directory = self.campaign.workdir / "rounds" / f"round-{self.plan.number:03d}"
-        report = directory / f"try-{number}.json"
+        report = self.directory / f"try-{number}.json"
         owner = None if role == TWIN_BY_HAND else self.owner
         command = self.consume_command(report, owner)
+        extra: dict[str, str] = {}
+        if role == TRY and self.commit_fault is not None and self.hooked is None:
+            extra = driver_environment(self.stack.driver_launcher(), self.commit_fault.variant, self.commit_note)
         process = ConsumeAttempt(
             f"round {self.plan.number} try {number}",
             command,
-            self.stack.process_env(),
-            directory / f"try-{number}.log",
+            self.stack.process_env(extra),
+            self.directory / f"try-{number}.log",
             report,
             owner,
         )
         attempt = Attempt(number, role, process, self.now())
         self.attempts.append(attempt)
+        if extra:
+            self.hooked = attempt
         return attempt
 
     def consume_command(self, report: Path, owner: str | None) -> list[str]:

@@ -7,7 +7,9 @@ The same seed therefore replays the same schedule; only process timing differs b
 
 Every fault kind appears once in the first rounds (a shuffled permutation of all kinds), so even a
 short campaign injects each kind; the rest are weighted draws. A round carries at most one dying
-leader and one faulty proxy window, and never both a driver kill and an Airflow retry.
+leader, one faulty proxy window and one table commit's fault, and at most one of a driver kill, an
+Airflow retry and a table commit's fault. A sink meets only the kinds it can (`kinds_for`: a table
+commit's faults are a Delta table's), and the schedule of the other kinds is the same whatever the sink.
 """
 
 from __future__ import annotations
@@ -26,9 +28,11 @@ MERGE = "merge"
 PROXY_FAULTS = "proxy_faults"
 RESET = "reset"
 RETENTION_TRIM = "retention_trim"
+TABLE_COMMIT = "table_commit"
 
 # Weights of the draws after the first permutation. A leader death costs a lock takeover (one
-# leader lease duration of waiting), so it is drawn less often.
+# leader lease duration of waiting), so it is drawn less often. A table commit's fault comes at most
+# once a round, so it is drawn more often: most rounds into a Delta table carry one.
 FAULT_WEIGHTS: dict[str, float] = {
     WORKER_SIGKILL: 4,
     DRIVER_KILL: 3,
@@ -40,8 +44,11 @@ FAULT_WEIGHTS: dict[str, float] = {
     PROXY_FAULTS: 4,
     RESET: 3,
     RETENTION_TRIM: 2,
+    TABLE_COMMIT: 6,
 }
 FAULT_KINDS = tuple(FAULT_WEIGHTS)
+# Kinds only some sinks meet: the faults of a Delta table's commit (bench/chaos/commit_faults.py).
+SINK_ONLY: dict[str, frozenset[str]] = {TABLE_COMMIT: frozenset({"delta"})}
 
 VARIANTS: dict[str, tuple[str, ...]] = {
     # Which process of the consume job dies: the JVM (the Spark driver), its Python driver, or both.
@@ -52,6 +59,8 @@ VARIANTS: dict[str, tuple[str, ...]] = {
     RESET: ("retry_after_round", "refused_only"),
     # How the trimmed shard answers an iterator below its trim horizon (devtools/fault_proxy.py).
     RETENTION_TRIM: ("reject", "skip"),
+    # What the driver's table commit meets (bench/chaos/commit_faults.py).
+    TABLE_COMMIT: ("killed_before", "killed_after", "answer_lost", "answer_as_conflict", "stalled"),
 }
 
 # When a fault fires: `delay` seconds after its anchor. "start": the start of the round's first try
@@ -59,6 +68,7 @@ VARIANTS: dict[str, tuple[str, ...]] = {
 # these; a trim then lands before the slots open their iterators, so what it ages out is really
 # lost). "batches": the first moment a slot's Python worker has run a batch (kills, the stream and
 # the data plane's calls matter while slots read). "leader": after the dying leader holds the lock.
+# "commit": the first table commit of the round's first try (its driver meets the fault then).
 ANCHORS: dict[str, str] = {
     WORKER_SIGKILL: "batches",
     DRIVER_KILL: "batches",
@@ -70,6 +80,7 @@ ANCHORS: dict[str, str] = {
     PROXY_FAULTS: "batches",
     RESET: "batches",
     RETENTION_TRIM: "start",
+    TABLE_COMMIT: "commit",
 }
 DELAYS: dict[str, tuple[float, float]] = {
     WORKER_SIGKILL: (0.0, 3.0),
@@ -82,15 +93,17 @@ DELAYS: dict[str, tuple[float, float]] = {
     PROXY_FAULTS: (0.0, 2.0),
     RESET: (0.0, 4.0),
     RETENTION_TRIM: (0.0, 5.0),
+    TABLE_COMMIT: (0.0, 0.0),
 }
 PROXY_WINDOW_SECONDS = (4.0, 12.0)
 WORKER_CHOICES = (1, 2, 2, 3)
 # At most one of these per round: each ends the running try, and a round in which every try is
-# killed says little about the other faults in it.
-TRY_ENDING = frozenset({DRIVER_KILL, AIRFLOW_RETRY})
-# At most once per round: a dead leader is met before the round's first step, and one faulty window
-# of the proxies is open at a time. Other kinds may come twice (two worker kills, two splits, ...).
-ONCE_PER_ROUND = frozenset({LEADER_DEATH, PROXY_FAULTS})
+# killed says little about the other faults in it (a table commit's fault needs its try to get there).
+TRY_ENDING = frozenset({DRIVER_KILL, AIRFLOW_RETRY, TABLE_COMMIT})
+# At most once per round: a dead leader is met before the round's first step, one faulty window
+# of the proxies is open at a time, and a round's first try commits once. Other kinds may come twice
+# (two worker kills, two splits, ...).
+ONCE_PER_ROUND = frozenset({LEADER_DEATH, PROXY_FAULTS, TABLE_COMMIT})
 
 
 @dataclass(frozen=True)
@@ -134,6 +147,11 @@ MIN_FAULTS_PER_ROUND = 3.0
 def faults_per_round(faults: int, rounds: int) -> float:
     """The mean number of faults per round that spreads `faults` over the `rounds` expected to fit."""
     return max(MIN_FAULTS_PER_ROUND, faults / max(1, rounds))
+
+
+def kinds_for(sink: str) -> tuple[str, ...]:
+    """The fault kinds a campaign into `sink` injects by default: every kind the sink can meet."""
+    return tuple(kind for kind in FAULT_KINDS if sink in SINK_ONLY.get(kind, frozenset({sink})))
 
 
 def build_schedule(

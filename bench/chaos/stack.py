@@ -17,6 +17,7 @@ from typing import Any
 
 import boto3
 
+from bench.chaos.commit_faults import LAUNCHER_NAME, launcher
 from bench.chaos.processes import RUN_MARKER
 from bench.harness import REGION
 from devtools.emulators import kinesis_mock, moto_server
@@ -31,7 +32,7 @@ from spark_jobs.sinks.iceberg import load_configured_catalog
 
 INITIAL_SHARDS = 4
 CONTROL_DIR_VARIABLE = "KINESIS_CHAOS_CONTROL_DIR"
-SINKS = ("parquet", "iceberg")
+SINKS = ("parquet", "iceberg", "delta")
 CATALOG = "chaos"
 
 # Short durations so that the campaign sees failovers and takeovers within seconds. The leader
@@ -59,9 +60,7 @@ class Stack:
         self.application = application
         self.stream = stream
         self.sink = sink
-        # An Iceberg table in pyiceberg's SQL catalog on a SQLite file, which every process of the
-        # campaign opens through the same PYICEBERG_CATALOG__* variables (`catalog_environment`).
-        self.output_uri = str(workdir / "lake") if sink == "parquet" else f"iceberg://{CATALOG}/kinesis.orders"
+        self.output_uri = output_uri(workdir, sink)
         self.control_dir = workdir / "control"
         self._exit = ExitStack()
         self.dynamodb_endpoint = ""
@@ -144,6 +143,11 @@ class Stack:
             f"{prefix}WAREHOUSE": f"file://{self.workdir}/warehouse",
         }
 
+    def driver_launcher(self) -> Path:
+        """The Python driver a try starts with to meet a table commit's fault (`commit_faults`)."""
+        path = self.control_dir / LAUNCHER_NAME
+        return path if path.exists() else launcher(self.control_dir)
+
     def process_env(self, extra: Mapping[str, str] | None = None) -> dict[str, str]:
         """The environment of every process the campaign starts (marked, loopback, this venv's Python)."""
         return {
@@ -153,6 +157,17 @@ class Stack:
             CONTROL_DIR_VARIABLE: str(self.control_dir),
             **(extra or {}),
         }
+
+
+def output_uri(workdir: Path, sink: str) -> str:
+    """Where the rounds land: a Parquet dataset or a Delta table in the working directory, or an Iceberg
+    table in pyiceberg's SQL catalog on a SQLite file, which every process of the campaign opens
+    through the same PYICEBERG_CATALOG__* variables (`Stack.catalog_environment`)."""
+    if sink == "iceberg":
+        return f"iceberg://{CATALOG}/kinesis.orders"
+    if sink == "delta":
+        return f"delta:{workdir / 'lake'}"
+    return str(workdir / "lake")
 
 
 def set_arguments(settings: Mapping[str, str]) -> list[str]:

@@ -1,7 +1,8 @@
 """The final check, once the faults have stopped and clean rounds have drained the stream.
 
 - Duplicated: a record (shard, sequence number, sub-sequence number) that appears more than once in
-  the Parquet dataset (read with pyarrow.dataset, hive partitioning, `_` files skipped as readers do).
+  the sink as its readers see it (`read_landed`: a Parquet dataset's visible files, an Iceberg table's
+  snapshot, a Delta table's current version).
 - Lost: a record the producer got acknowledged that is not in the dataset. It is a retention loss,
   and allowed, only when the campaign trimmed it away (its shard's trim horizon is above it) and a
   round report named it (a retention loss of its lease whose range holds it). Trimmed but never
@@ -112,7 +113,8 @@ class Verdict:
 
 
 def read_landed(output_uri: str) -> list[tuple[Key, bytes]]:
-    """Every row readers see in the sink (the Parquet dataset's visible files, the Iceberg table's snapshot)."""
+    """Every row readers see in the sink (the Parquet dataset's visible files, the Iceberg table's snapshot,
+    the Delta table's current version's files, read with pyarrow: `landed_records`)."""
     return [
         ((record.shard_id, record.sequence_number, record.sub_sequence_number), record.data)
         for record in landed_records(output_uri)

@@ -1,7 +1,7 @@
 """A short seeded fault campaign (`bench/chaos.py`, run as the command it is): rounds of the real consume
 job on Spark local mode against moto and kinesis-mock, with a producer writing the whole time and
 every kind of fault injected at least once, land every record exactly once and leave no lease stuck,
-in a Parquet dataset and in an Iceberg table.
+in a Parquet dataset, in an Iceberg table and in a Delta table.
 
 It starts its own emulators (the campaign's stack, not the session's) and takes about four minutes
 on two cores per sink. docs/operating.md ("Fault campaign") has the long run and its table.
@@ -19,16 +19,17 @@ import pytest
 REPOSITORY = Path(__file__).resolve().parents[2]
 SEED = 7
 MINUTES = 4
-# Ten faults: one of each kind (the schedule puts a permutation of every kind first), three or four
-# per round.
-FAULTS = 10
+# One fault of each kind (the schedule puts a permutation of every kind first), three or four per
+# round: ten, and an eleventh for a Delta table, the faults of its driver's table commit.
+FAULTS = {"parquet": 10, "iceberg": 10, "delta": 11}
 
 
 @pytest.mark.timeout(600)
-@pytest.mark.parametrize("sink", ["parquet", "iceberg"])
+@pytest.mark.parametrize("sink", ["parquet", "iceberg", "delta"])
 def test_a_short_seeded_fault_campaign_duplicates_and_loses_nothing_and_injects_every_fault_kind(tmp_path, sink):
-    """With an Iceberg table, the campaign also ends with `leasectl verify`: the table's record of what
-    landed agrees with the checkpoints."""
+    """With a table (Iceberg, Delta), the campaign also ends with `leasectl verify`: the table's record of
+    what landed agrees with the checkpoints. With a Delta table, one round's driver also meets a fault at
+    its table commit (bench/chaos/commit_faults.py)."""
     summary = tmp_path / "summary.json"
     completed = subprocess.run(
         [
@@ -39,7 +40,7 @@ def test_a_short_seeded_fault_campaign_duplicates_and_loses_nothing_and_injects_
             "--minutes",
             str(MINUTES),
             "--faults",
-            str(FAULTS),
+            str(FAULTS[sink]),
             "--workdir",
             str(tmp_path / "campaign"),
             "--summary",
