@@ -483,26 +483,45 @@ class DeltaSink(TableRecordKeeping):
         return version, leases
 
     def landed_batches(self) -> list[LandedBatch]:
-        """Every batch this application's commits added, oldest commit first, as the table's history
-        holds them (Delta's log cleanup drops the oldest commits' entries from it)."""
+        """Every batch this application's commits added, oldest commit first, as the log holds them.
+        Delta's log cleanup drops the oldest commits: before the batches of the oldest commit the log
+        keeps, each lease that commit found the table holding already appears as a batch from that
+        position to itself, so that a lease idle for longer than the log's retention still reads as
+        held where it is (by the position map of that commit, or the application's newest when the
+        log keeps none of its commits)."""
         table = self.table()
         if table is None:
             return []
         with self.failures("read the table's history"):
             own = [entry for entry in table.history() if entry.get(INFO_APPLICATION) == self.application]
-        landed: list[LandedBatch] = []
-        for entry in sorted(own, key=lambda entry: int(entry["version"])):
-            path = entry.get(INFO_POSITIONS)
-            if not path:
-                continue
-            document = self._position_map(path.removeprefix(f"{self.location}/"))  # (absolute in early commits)
+        maps = [
+            (int(entry["version"]), self._position_map(str(path).removeprefix(f"{self.location}/")))
+            for entry in sorted(own, key=lambda entry: int(entry["version"]))
+            if (path := entry.get(INFO_POSITIONS))  # (absolute paths in early commits)
+        ]
+        held_before: dict[str, Any] = {}  # per lease, its entry in the position map the oldest batches follow
+        base_version, base_round = table.version(), 0
+        if maps:
+            base_version, oldest = maps[0]
+            added = {batch["lease"] for batch in oldest.get("batches", ())}
+            held_before = {key: held for key, held in oldest.get("leases", {}).items() if key not in added}
+            base_round = int(oldest.get("round", 0))
+        elif newest := self.positions(table)[0]:
+            document = self._position_map(self.positions_path(newest))
+            held_before, base_round = document.get("leases", {}), int(document.get("round", 0))
+        landed = [
+            LandedBatch(key, end, end, base_round, base_version)
+            for key, held in sorted(held_before.items())
+            for end in [decode_position(held["end"])]
+        ]
+        for version, document in maps:
             landed.extend(
                 LandedBatch(
                     batch["lease"],
                     decode_position(batch["start"]),
                     decode_position(batch["end"]),
                     int(document.get("round", 0)),
-                    int(entry["version"]),
+                    version,
                 )
                 for batch in document.get("batches", ())
             )

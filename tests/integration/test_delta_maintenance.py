@@ -16,6 +16,7 @@ import pytest
 
 from lease_core.model.lease import Lease
 from lease_core.model.sequence import TRIM_HORIZON
+from lease_core.ops.landed_audit import audit_landed
 from spark_jobs.sinks.batch_sink import RoundIdentity, StagedBatch
 from spark_jobs.sinks.delta import DeltaLeaseRecord, DeltaReceipt, DeltaSink
 from spark_jobs.sinks.delta_maintenance import (
@@ -226,3 +227,30 @@ def test_leasectl_maintain_keeps_the_batches_a_lease_item_it_cannot_read_still_n
     assert sink.storage.exists(sink.receipt_path(receipt.receipt_id)), result.stdout
     assert all(sink.storage.exists(path) for path in files_of(receipt))
     assert result.returncode == 1 and LEASE in result.stderr and "leasectl repair" in result.stderr
+
+
+@pytest.mark.parametrize("later_commits", [0, 1], ids=["no-commit-left-in-the-log", "a-later-commit-of-another-lease"])
+def test_a_lease_whose_commits_the_log_cleanup_dropped_still_verifies_and_restores_where_it_is(uri, later_commits):
+    sink = DeltaSink(uri, APPLICATION)
+    for first in (1, 4):
+        token, _ = staged(sink, first, 3, f"round-{first}")
+        sink.publish_round({LEASE: committed(sink, None, token)}, IDENTITY)
+    table = sink.table()
+    assert table is not None
+    table.alter.set_table_properties({"delta.logRetentionDuration": "interval 0 hours"})
+    checkpoint_log(sink)  # the log keeps none of the application's commits
+    other = "shardId-000000000002"
+    for _ in range(later_commits):
+        receipt = sink.stage(batch_of(TRIM_HORIZON, 1, 2, shard=other), rows(1, 2), "other")
+        DeltaSink(uri, APPLICATION).publish_round({other: sink.commit_record(None, receipt) or ""}, IDENTITY)
+
+    landed = DeltaSink(uri, APPLICATION).landed_batches()
+    leases = [Lease(LEASE, checkpoint=position(6))]
+    if later_commits:
+        leases.append(Lease(other, checkpoint=position(2)))
+
+    assert audit_landed(leases, landed, {}) == []
+    assert {batch.lease_key: batch.end for batch in landed} == {
+        LEASE: position(6),
+        **({other: position(2)} if later_commits else {}),
+    }
