@@ -13,6 +13,7 @@ from pathlib import Path
 
 import boto3
 import pytest
+from deltalake import DeltaTable
 
 from lease_core.model.lease import Lease
 from lease_core.model.sequence import TRIM_HORIZON
@@ -65,6 +66,17 @@ def committed(sink: DeltaSink, record: str | None, token: str) -> str:
 def sequence_numbers(sink: DeltaSink) -> list[int]:
     landed = sink.visible_rows(["sequence_number"])
     return [] if landed is None else sorted(int(n) for n in landed.column("sequence_number").to_pylist())
+
+
+def two_rounds_into_a_table_keeping_its_log_no_time(sink: DeltaSink) -> DeltaTable:
+    """Rounds landing records 1-3 and 4-6 of the lease, in a table whose log entries expire at once."""
+    for first in (1, 4):
+        token, _ = staged(sink, first, 3, f"round-{first}")
+        sink.publish_round({LEASE: committed(sink, None, token)}, IDENTITY)
+    table = sink.table()
+    assert table is not None
+    table.alter.set_table_properties({"delta.logRetentionDuration": "interval 0 hours"})
+    return table
 
 
 def files_of(receipt: DeltaReceipt) -> set[str]:
@@ -166,12 +178,7 @@ def test_compaction_vacuum_and_checkpoints_keep_every_row_once_and_the_applicati
 
 def test_a_round_s_commit_leaves_the_log_s_expired_entries_to_the_upkeep(uri):
     sink = DeltaSink(uri, APPLICATION)
-    for first in (1, 4):
-        token, _ = staged(sink, first, 3, f"round-{first}")
-        sink.publish_round({LEASE: committed(sink, None, token)}, IDENTITY)
-    table = sink.table()
-    assert table is not None
-    table.alter.set_table_properties({"delta.logRetentionDuration": "interval 0 hours"})
+    table = two_rounds_into_a_table_keeping_its_log_no_time(sink)
     table.create_checkpoint()  # as an earlier upkeep made one: the entries before it are past the retention
     log_before = log_entries(sink)
     token, _ = staged(sink, 7, 3, "round-7")
@@ -232,12 +239,7 @@ def test_leasectl_maintain_keeps_the_batches_a_lease_item_it_cannot_read_still_n
 @pytest.mark.parametrize("later_commits", [0, 1], ids=["no-commit-left-in-the-log", "a-later-commit-of-another-lease"])
 def test_a_lease_whose_commits_the_log_cleanup_dropped_still_verifies_and_restores_where_it_is(uri, later_commits):
     sink = DeltaSink(uri, APPLICATION)
-    for first in (1, 4):
-        token, _ = staged(sink, first, 3, f"round-{first}")
-        sink.publish_round({LEASE: committed(sink, None, token)}, IDENTITY)
-    table = sink.table()
-    assert table is not None
-    table.alter.set_table_properties({"delta.logRetentionDuration": "interval 0 hours"})
+    two_rounds_into_a_table_keeping_its_log_no_time(sink)
     checkpoint_log(sink)  # the log keeps none of the application's commits
     other = "shardId-000000000002"
     for _ in range(later_commits):
