@@ -1,10 +1,13 @@
 """A short seeded fault campaign (`bench/chaos.py`, run as the command it is): rounds of the real consume
 job on Spark local mode against moto and kinesis-mock, with a producer writing the whole time and
 every kind of fault injected at least once, land every record exactly once and leave no lease stuck,
-in a Parquet dataset, in an Iceberg table and in a Delta table.
+in a Parquet dataset and in a Delta table (with the faults of its table commit).
 
 It starts its own emulators (the campaign's stack, not the session's) and takes about four minutes
-on two cores per sink. docs/operating.md ("Fault campaign") has the long run and its table.
+on two cores per sink, so the suite runs two sinks, not three, to stay under 30 minutes: an Iceberg
+table's round is published as a Delta table's is (receipts, a position map, one commit per round),
+its faults run in tests/contract, and its campaign is `bench/chaos.py --sink iceberg` (the same
+seed and minutes). docs/operating.md ("Fault campaign") has the long runs and their tables.
 """
 
 from __future__ import annotations
@@ -21,11 +24,11 @@ SEED = 7
 MINUTES = 4
 # One fault of each kind (the schedule puts a permutation of every kind first), three or four per
 # round: ten, and an eleventh for a Delta table, the faults of its driver's table commit.
-FAULTS = {"parquet": 10, "iceberg": 10, "delta": 11}
+FAULTS = {"parquet": 10, "iceberg": 10, "delta": 11}  # (Iceberg: by hand, module doc)
 
 
 @pytest.mark.timeout(600)
-@pytest.mark.parametrize("sink", ["parquet", "iceberg", "delta"])
+@pytest.mark.parametrize("sink", ["parquet", "delta"])
 def test_a_short_seeded_fault_campaign_duplicates_and_loses_nothing_and_injects_every_fault_kind(tmp_path, sink):
     """With a table (Iceberg, Delta), the campaign also ends with `leasectl verify`: the table's record of
     what landed agrees with the checkpoints. With a Delta table, one round's driver also meets a fault at
