@@ -16,7 +16,7 @@ the fault acts, a note (`CommitNote`) tells the campaign what happened and when:
   the campaign retries the round as Airflow would.
 - answer_as_conflict: the commit is made, then its call fails as a lost race (`CommitFailedError`), which
   is how delta-rs answers on S3 when it retries a conditional put whose answer was lost and meets its own
-  first put: the driver plans again on the new head.
+  first put: the driver must tell its own commit from another publisher's.
 - stalled: SIGSTOP just before the commit (a frozen driver: a long pause, a suspended machine). The
   campaign retries the round beside it and resumes it with SIGCONT once another commit is in the log,
   so its commit meets a newer head than the one it planned on.

@@ -50,6 +50,7 @@ from devtools.fault_proxy import FaultRule
 from devtools.kinesis_streams import merge_shards, open_shards, split_shard
 from lease_core.model.shards import Shard
 from lease_core.ops.landed_audit import LandedBatch
+from spark_jobs.round_report import Publication
 from spark_jobs.sinks.delta import INFO_COMMIT_ID, DeltaSink
 from spark_jobs.sinks.parquet import STAGED_PREFIX
 
@@ -670,12 +671,8 @@ def _judge_table_commit(run: RoundRun, injection: Injection, succeeded: bool) ->
             else f"retry failed (exit {retry.process.returncode})"
         )
     elif note.variant == ANSWER_AS_CONFLICT:
-        held = publication is not None and publication.commits == 0 and publication.batches_already_visible > 0
-        injection.outcome = (
-            "commit landed, answered as a lost race: planned again, found its batches held"
-            if held
-            else f"commit {where}, answered as a lost race: publication {publication}"
-        ) + f", {_round_word(succeeded)}"
+        landed = "commit landed" if landed_at is not None else "commit not in the table"
+        injection.outcome = f"{landed}, answered as a lost race: {_told(publication)}, {_round_word(succeeded)}"
     else:
         newer = injection.evidence.get("resumed_on_newer_head", False)
         refused = landed_at is None and publication is not None and publication.commits == 0
@@ -687,6 +684,17 @@ def _judge_table_commit(run: RoundRun, injection: Injection, succeeded: bool) ->
         ) + f", {_round_word(succeeded)}"
     if publication is not None and publication.error is not None and note.variant != ANSWER_LOST:
         injection.outcome += f" (its publication failed: {publication.error[:120]})"
+
+
+def _told(publication: Publication | None) -> str:
+    """What the driver made of a commit answered as a lost race (its own commit, or a reason to plan again)."""
+    if publication is None or publication.error is not None:
+        return "its publication failed"
+    if publication.commits:
+        return "the driver found its commit and reported it as the round's"
+    if publication.batches_already_visible:
+        return "planned again, found its batches held"
+    return "the driver reported nothing published"
 
 
 def _held_twice(landed: list[LandedBatch], version: int) -> list[str]:
