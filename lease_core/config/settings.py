@@ -190,6 +190,12 @@ _ApplicationName = Annotated[
     _Allowed(_table_name_words(_MAX_APPLICATION_NAME)),
 ]
 _TableName = Annotated[str | None, Field(pattern=r"^[A-Za-z0-9_.-]{3,255}$"), _Allowed(_table_name_words(255))]
+# RegisterStreamConsumer's ConsumerName: 1-128 of these characters.
+_ConsumerName = Annotated[
+    str | None,
+    Field(pattern=r"^[A-Za-z0-9_.-]{1,128}$"),
+    _Allowed("1 to 128 letters, digits, '_', '.' or '-'"),
+]
 _Region = Annotated[str | None, Field(pattern=r"^[a-z0-9-]+$"), _Allowed("an AWS region name such as 'eu-west-1'")]
 _EndpointUrl = Annotated[str | None, _Allowed("an http:// or https:// URL", _is_http_url)]
 _IsoTimestamp = Annotated[
@@ -462,6 +468,21 @@ class ConsumerConfig(BaseModel):
         batch_note="Kinesis allows 2 MB/s per shard, shared by every reader of the shard; set it lower "
         "when another consumer reads the same stream, or to a stand-in's cap in benchmarks.",
     )
+    retrieval: Literal["polling", "fan_out"] = _setting(
+        "polling",
+        "How slots read their shards: polling (GetRecords, sharing each shard's 5 calls/s and 2 MB/s with "
+        "the stream's other polling readers) or fan_out (SubscribeToShard through the application's "
+        "registered stream consumer, a dedicated 2 MB/s per shard).",
+        "retrievalMode",
+        batch_note="KCL's default is fan-out; here polling is, because a consumer is billed per shard-hour "
+        "even between rounds (docs/cost.md). Rounds may switch modes: checkpoints mean the same in both.",
+    )
+    consumer_name: _ConsumerName = _setting(
+        None,
+        "Name of the application's enhanced fan-out consumer on each stream (fan_out retrieval); unset "
+        "means the application name, as in KCL.",
+        "consumerName",
+    )
     aws_region: _Region = _setting(
         None,
         "AWS region of every client; unset means boto3's default chain.",
@@ -522,6 +543,11 @@ class ConsumerConfig(BaseModel):
     def renewer_interval_millis(self) -> int:
         """KCL's renewer period: floor(lease duration / 3) - epsilon (3308 ms by default)."""
         return self.failover_time_millis // 3 - self.epsilon_millis
+
+    @property
+    def stream_consumer_name(self) -> str:
+        """The enhanced fan-out consumer's name: `consumer_name`, else the application name (KCL)."""
+        return self.consumer_name or self.require_application_name()
 
     @property
     def lease_table(self) -> str:
