@@ -394,7 +394,7 @@ UNKNOWN_KEYS = [
     pytest.param("set", "dampening_percent", "dampening_percentage", id="set"),
     pytest.param("mapping", "max_lease_for_worker", "max_leases_for_worker", id="mapping"),
     pytest.param("with_overrides", "epsilon_milis", "epsilon_millis", id="with-overrides"),
-    pytest.param("toml", "consumer", None, id="toml-table-is-not-used"),
+    pytest.param("toml", "consumer", "consumer_name", id="toml-table-is-not-used"),
     pytest.param("env", f"{ENV_PREFIX}X", None, id="env-prefix-alone-is-not-close"),
     pytest.param("env", f"{ENV_PREFIX}FOO", None, id="env-unrelated-name"),
     pytest.param(
