@@ -21,6 +21,8 @@ from lease_core.config.settings import ConsumerConfig
 from lease_core.leader.assignment_round import current_round
 from lease_core.leader.leader_lock import LeaderLock
 from lease_core.metrics.worker_metrics import DynamoDBWorkerMetricsStore
+from lease_core.retrieval.fanout.consumer_arns import DescribedConsumerArns
+from lease_core.retrieval.fanout.fanout_retrieval import FanOutRetrieval
 from lease_core.retrieval.polling.polling_retrieval import PollingRetrieval, idle_check_retrieval
 from lease_core.retrieval.record_source import Retrieval
 from lease_core.retrieval.shard_source import KinesisShardSource
@@ -89,15 +91,24 @@ class LeaseApplication:
 
     @functools.cached_property
     def retrieval(self) -> Retrieval:
-        """How the consume job's slots read their leases' shards: polling, each reader paced to
-        `shard_read_limit_kbps` and to 5 calls a second."""
+        """How the consume job's slots read their leases' shards, as `retrieval` says: polling, each
+        reader paced to `shard_read_limit_kbps` and to 5 calls a second; or enhanced fan-out, by
+        subscription through the application's consumer of each stream (`consumer_name`)."""
+        if self.config.retrieval == "fan_out":
+            return FanOutRetrieval(self.client("kinesis"), self.consumer_arns, self.retry_policy)
         return PollingRetrieval(
             self.client("kinesis"), self.retry_policy, read_bytes_per_second=self.config.shard_read_limit_kbps * 1024
         )
 
     @functools.cached_property
+    def consumer_arns(self) -> DescribedConsumerArns:
+        """The ARN of the application's fan-out consumer of each stream, as slots look it up."""
+        return DescribedConsumerArns(self.client("kinesis"), self.config.stream_consumer_name, self.retry_policy)
+
+    @functools.cached_property
     def idle_check_retrieval(self) -> Retrieval:
-        """How the leader's idle check looks for a lease's next record (`retrieval.pending_work`)."""
+        """How the leader's idle check looks for a lease's next record (`retrieval.pending_work`):
+        polling in either mode, one short GetRecords per open lease (that module says why)."""
         return idle_check_retrieval(self.client("kinesis"), self.retry_policy)
 
     @functools.cached_property

@@ -47,7 +47,14 @@ THROTTLING_CODES = frozenset(
 # TransactionInProgressException: a transaction retried with its ClientRequestToken while its first
 # try is still being applied; AWS says to retry it.
 TRANSIENT_CODES = frozenset(
-    {"InternalServerError", "InternalFailure", "ServiceUnavailable", "InternalError", "TransactionInProgressException"}
+    {
+        "InternalServerError",
+        "InternalFailure",
+        "InternalFailureException",  # Kinesis' exception event in a SubscribeToShard stream
+        "ServiceUnavailable",
+        "InternalError",
+        "TransactionInProgressException",
+    }
 )
 TRANSPORT_ERRORS = (
     botocore.exceptions.EndpointConnectionError,
@@ -200,13 +207,15 @@ class AwsCaller:
         try:
             return self.policy.call(attempt, is_retryable)
         except botocore.exceptions.ClientError as error:
-            raise self._translate(operation, error, attempts, table_name) from error
+            raise self.translate(operation, error, attempts, table_name) from error
         except TRANSPORT_ERRORS as error:
             raise DependencyError(self.service, operation, str(error), attempts) from error
 
-    def _translate(
-        self, operation: str, error: botocore.exceptions.ClientError, attempts: int, table_name: str | None
+    def translate(
+        self, operation: str, error: botocore.exceptions.ClientError, attempts: int = 1, table_name: str | None = None
     ) -> Exception:
+        """The lease_core error a failed call becomes (also for errors met outside `call`, such as an
+        exception event in a stream)."""
         code = error_code(error) or "Unknown"
         message = error.response.get("Error", {}).get("Message", "")
         detail = f"{code}: {message}" if message else code

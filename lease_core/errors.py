@@ -377,3 +377,17 @@ class CorruptLeasesSkippedError(LeaseCoreError):
         if not self.losses:
             return skipped
         return f"{skipped}. And {len(self.losses)} loss(es) of records: " + "; ".join(self.losses)
+
+
+@dataclass(eq=False, repr=False)
+class StreamConsumerError(LeaseCoreError):
+    """The application's enhanced fan-out consumer of a stream cannot be used (missing, not ACTIVE,
+    another application's, or not registrable); `retryable` when waiting may mend it."""
+
+    stream_name: str
+    consumer_name: str
+    problem: str
+    retryable: bool = False
+
+    def __str__(self) -> str:
+        return f"stream consumer {self.consumer_name!r} of Kinesis stream {self.stream_name!r}: {self.problem}"

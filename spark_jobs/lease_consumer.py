@@ -24,7 +24,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
-from contextlib import AbstractContextManager, nullcontext
+from contextlib import AbstractContextManager, closing, nullcontext
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -247,7 +247,8 @@ class LeaseConsumer:
         # A batch described by someone else (a KCL application's state) was staged by nobody we know.
         staged = None if described is None else self._adopt(described.staged, batch)
         if staged is None:
-            records, _ = self._read_until(self._replay_source(lease, described), end)
+            with closing(self._replay_source(lease, described)) as source:
+                records, _ = self._read_until(source, end)
             staged = self._stage(batch, records)
         self._commit(batch, staged)
         return None
@@ -259,7 +260,8 @@ class LeaseConsumer:
         make visible on a lease at SHARD_END (cleanup may delete such a lease)."""
         children: Sequence[ChildShard] = described.child_shards if described else ()
         if self._adopt(None, batch) is None:
-            records, last = self._read_until(self._replay_source(lease, described), SHARD_END)
+            with closing(self._replay_source(lease, described)) as source:
+                records, last = self._read_until(source, SHARD_END)
             children = children or last.child_shards
             if records:
                 self._land(records)
@@ -312,9 +314,12 @@ class LeaseConsumer:
                 )
 
     def _fresh_batches(self, deadline: float | None) -> str:
-        budget = self.context.budget
         lease = self.held.lease
-        source = self._source(lease.checkpoint, latest_since=lease.latest_since)
+        with closing(self._source(lease.checkpoint, latest_since=lease.latest_since)) as source:
+            return self._read_fresh(source, deadline)
+
+    def _read_fresh(self, source: RecordSource, deadline: float | None) -> str:
+        budget = self.context.budget
         while True:
             self.held.require_held()
             records_left = _left(budget.max_records, self._tally.records)

@@ -14,7 +14,11 @@ mean nothing to read, never "could not look". Records that aged out unread with 
 are not work on their own: the round that reads the next record reports them (a round would report
 the same gap every time). Leases are looked at without a call first; then a read of one record per
 open lease through the retrieval it is given (polling: one GetShardIterator and one short GetRecords),
-a few at a time, stopping at the first lease with work.
+a few at a time, stopping at the first lease with work. In fan-out mode too the check polls
+(`LeaseApplication.idle_check_retrieval`): one short GetRecords costs a fifth of a shard's calls for
+one second, where a subscription per lease would hold the lease's shard for seconds (an event comes
+at the tip only as a heartbeat), spend its one SubscribeToShard a second, and bill fan-out's per-GB
+retrieval (docs/cost.md).
 """
 
 from __future__ import annotations
@@ -114,6 +118,8 @@ def find_pending_work(
             # listing, a refusal, the sink unreachable) and reports it there; the check must not
             # fail the whole sync step.
             return f"it could not be read here ({type(error).__name__}: {error})"
+        finally:
+            reader.close()
         return None
 
     return _first_with_work(open_leases, work_in_shard, threads)

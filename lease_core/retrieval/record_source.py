@@ -1,7 +1,8 @@
 """The seam between reading a shard and what is done with its records (KCL's RecordsPublisher).
 
 A `Retrieval` is how an application reads its shards: polling (`retrieval.polling`: GetRecords,
-paced to the limits a shard shares with its other readers) is the one there is. It opens a
+paced to the limits a shard shares with its other readers) or enhanced fan-out (`retrieval.fanout`:
+SubscribeToShard, the application's own 2 MB/s per shard), as `retrieval` says. It opens a
 `RecordSource` per shard, at a `ReadStart`; each `read` hands back the next `ReadBatch`: the user
 records after the previous batch's end (KPL aggregates split), the position after them, whether the
 shard has ended and with which children, a retention gap met before them, and counters that mean
@@ -24,9 +25,10 @@ from lease_core.retrieval.kinesis_records import KinesisRecord
 from lease_core.retrieval.retention_gaps import RetentionGap
 
 # Why a batch ended: a limit of `ReadLimits` ("records", "bytes", "time", "stop_at"), the tip of an
-# open shard, the end of a closed one, Kinesis refusing the reads past the retry policy ("throttled"),
-# a second retention gap (it goes with the next batch), or a closed shard that kept answering no end
-# after its last record ("no_shard_end": what was read is committed, SHARD_END is not).
+# open shard, the end of a closed one, Kinesis refusing the reads or subscriptions past the retry
+# policy ("throttled"), a second retention gap (it goes with the next batch), or a closed shard that
+# kept answering no end after its last record ("no_shard_end": what was read is committed, SHARD_END
+# is not).
 StopReason = Literal["tip", "records", "bytes", "time", "stop_at", "shard_end", "throttled", "gap", "no_shard_end"]
 
 
@@ -125,6 +127,10 @@ class RecordSource(Protocol):
         ...
 
     def read(self, limits: ReadLimits) -> ReadBatch: ...
+
+    def close(self) -> None:
+        """Let go of what the source holds open (a subscription); reading after it opens anew."""
+        ...
 
 
 class Retrieval(Protocol):

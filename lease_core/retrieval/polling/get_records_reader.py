@@ -156,6 +156,9 @@ class GetRecordsReader:
             if reason is not None:
                 return batch.finished(reason, self._child_shards)
 
+    def close(self) -> None:
+        """Nothing is held open between calls: an iterator is a token, not a connection."""
+
     def _reason_not_to_fetch(self, batch: BatchInProgress) -> StopReason | None:
         """With the buffer drained: why this batch ends here, or None to fetch more."""
         stop_at_reached = batch.limits.stop_at_reached(self._records.last_delivered)

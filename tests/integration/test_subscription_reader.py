@@ -1,0 +1,325 @@
+"""Reading shards by enhanced fan-out (SubscriptionReader) against the Kinesis stand-in, through an
+unmodified boto3 client: the same records and positions as polling from every start (plain records
+and KPL aggregates, a checkpoint inside an aggregate), batches cut by limits and replays, the tip, a
+closed parent's end with its children (both ways Kinesis may end it), subscriptions renewed at the
+end of their lifetime and after exception events, refused subscriptions, a consumer re-created under
+the same name, and the errors a slot reports. Durations are short (`FAN_OUT`); a test takes about a
+second, the renewal ones a few."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from devtools.kinesis_standin import ACCOUNT, REGION, FanOutLimits, KinesisStandIn, Limits, StreamSpec, shard_id_of
+from lease_core.errors import InvalidSequenceNumberError, StreamConsumerError
+from lease_core.model.sequence import SHARD_END, TRIM_HORIZON, ExtendedSequenceNumber
+from lease_core.retrieval.fanout.consumer_arns import DescribedConsumerArns
+from lease_core.retrieval.fanout.subscription_reader import SubscriptionReader
+from lease_core.retrieval.polling.get_records_reader import GetRecordsReader
+from lease_core.retrieval.record_source import ReadBatch, ReadLimits, ReadStart, RecordSource, ShardToRead
+from lease_core.retry import RetryPolicy
+
+CONSUMER = "slots"
+PLAIN = StreamSpec("plain", shards=1, records_per_shard=300, record_bytes=100)
+KPL = StreamSpec("kpl", shards=1, records_per_shard=40, record_bytes=60, aggregate_size=7)
+SPLIT = StreamSpec("split", shards=1, records_per_shard=60, record_bytes=80, split=True)
+SPLIT_EARLY = StreamSpec(
+    "split-early", shards=1, records_per_shard=60, record_bytes=80, split=True, shard_end="with_last_records"
+)
+SHARD = shard_id_of(0)
+# Events of at most 40 records (a shard takes several), quick heartbeats, Kinesis' 1 subscription a
+# second per consumer and shard, its in-use rule shortened from 5 s to 1.5 s, consumers ACTIVE at once.
+FAN_OUT = FanOutLimits(
+    max_event_records=40, heartbeat_seconds=0.2, in_use_seconds=1.5, activation_seconds=0, deletion_seconds=0
+)
+NO_LIMITS = ReadLimits()
+FROM_TRIM_HORIZON = ReadStart(TRIM_HORIZON)
+
+
+class Sleeps(list[float]):
+    """A sleep that records what it was asked to wait, and waits it (the stand-in's rules are real time)."""
+
+    def __call__(self, seconds: float) -> None:
+        self.append(seconds)
+        time.sleep(seconds)
+
+
+@pytest.fixture(scope="module")
+def standin() -> Iterator[KinesisStandIn]:
+    with KinesisStandIn([PLAIN, KPL, SPLIT, SPLIT_EARLY], Limits.off(), FAN_OUT) as running:
+        client = running.client()
+        for spec in (PLAIN, KPL, SPLIT, SPLIT_EARLY):
+            client.register_stream_consumer(StreamARN=stream_arn(spec.name), ConsumerName=CONSUMER)
+        yield running
+
+
+@pytest.fixture(scope="module")
+def client(standin: KinesisStandIn) -> Any:
+    return standin.client()
+
+
+def stream_arn(stream: str) -> str:
+    return f"arn:aws:kinesis:{REGION}:{ACCOUNT}:stream/{stream}"
+
+
+def fan_out_reader(
+    client: Any, stream: str, shard: str = SHARD, start: ReadStart = FROM_TRIM_HORIZON, **options: Any
+) -> SubscriptionReader:
+    options.setdefault("retry_policy", RetryPolicy(attempts=4, base_millis=1, max_millis=4))
+    consumers = options.pop("consumers", None) or DescribedConsumerArns(client, CONSUMER)
+    closed = options.pop("closed", False)
+    return SubscriptionReader(client, consumers, ShardToRead(stream, shard, closed=closed), start, **options)
+
+
+def polling_reader(
+    client: Any, stream: str, shard: str = SHARD, start: ReadStart = FROM_TRIM_HORIZON
+) -> GetRecordsReader:
+    return GetRecordsReader(
+        client, ShardToRead(stream, shard), start, min_call_interval_seconds=0, read_bytes_per_second=None
+    )
+
+
+def read_all(source: RecordSource, limits: ReadLimits = NO_LIMITS) -> list[ReadBatch]:
+    batches: list[ReadBatch] = []
+    try:
+        for _ in range(500):
+            batches.append(source.read(limits))
+            if batches[-1].stopped_by in ("tip", "shard_end"):
+                return batches
+    finally:
+        source.close()
+    raise AssertionError(f"not caught up after {len(batches)} batches")
+
+
+def positions(batches: list[ReadBatch]) -> list[ExtendedSequenceNumber]:
+    return [record.position for batch in batches for record in batch.records]
+
+
+def contents(batches: list[ReadBatch]) -> list[tuple[ExtendedSequenceNumber, bytes, str]]:
+    return [(record.position, record.data, record.partition_key) for batch in batches for record in batch.records]
+
+
+# --- the same records as polling -----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("spec", [PLAIN, KPL], ids=["plain", "kpl"])
+def test_a_read_from_the_trim_horizon_delivers_what_polling_delivers_and_stops_at_the_tip(client, spec):
+    polled = read_all(polling_reader(client, spec.name))
+    subscribed = read_all(fan_out_reader(client, spec.name))
+    assert contents(subscribed) == contents(polled)
+    assert len(contents(subscribed)) == spec.records_per_shard * max(1, spec.aggregate_size)
+    last = subscribed[-1]
+    assert (last.stopped_by, last.millis_behind_latest, last.shard_ended) == ("tip", 0, False)
+    assert sum(batch.refused_calls for batch in subscribed) == 0
+    assert sum(batch.calls for batch in subscribed) == 1
+
+
+@pytest.mark.parametrize(
+    ("spec", "index"),
+    [(PLAIN, 0), (PLAIN, 137), (KPL, 3), (KPL, 100), (KPL, 279)],
+    ids=["plain-first", "plain-middle", "kpl-inside-first-aggregate", "kpl-inside-an-aggregate", "kpl-last"],
+)
+def test_a_resume_from_a_checkpoint_continues_as_polling_does(client, spec, index):
+    every = positions(read_all(polling_reader(client, spec.name)))
+    start = ReadStart(every[index])
+    assert positions(read_all(fan_out_reader(client, spec.name, start=start))) == every[index + 1 :]
+
+
+@pytest.mark.parametrize(
+    "limits",
+    [ReadLimits(max_records=33), ReadLimits(max_bytes=2500), ReadLimits(max_records=5, max_bytes=10_000)],
+    ids=["records", "bytes", "both"],
+)
+def test_batches_cut_by_a_limit_continue_into_exactly_the_full_sequence(client, limits):
+    every = positions(read_all(polling_reader(client, KPL.name)))
+    batches = read_all(fan_out_reader(client, KPL.name), limits)
+    assert positions(batches) == every
+    assert {batch.stopped_by for batch in batches[:-1]} <= {"records", "bytes"}
+    assert all(len(batch.records) <= (limits.max_records or 10**9) for batch in batches)
+
+
+def test_a_replay_stops_at_the_prepared_position_inclusive_and_reads_on_from_there(client):
+    every = positions(read_all(polling_reader(client, KPL.name)))
+    source = fan_out_reader(client, KPL.name, start=ReadStart(every[9], first=every[10]))
+    try:
+        replay = source.read(ReadLimits(stop_at=every[50]))
+        assert (replay.stopped_by, positions([replay])) == ("stop_at", every[10:51])
+        assert positions([source.read(ReadLimits(max_records=5))]) == every[51:56]
+    finally:
+        source.close()
+
+
+# --- a closed shard's end ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("spec", [SPLIT, SPLIT_EARLY], ids=["end-after-last-records", "end-with-last-records"])
+def test_a_closed_parent_ends_with_its_children_named_and_stays_ended(client, spec):
+    source = fan_out_reader(client, spec.name, closed=True)
+    try:
+        batches = read_all(source)
+        assert len(positions(batches)) == spec.records_per_shard
+        end = batches[-1]
+        assert (end.shard_ended, end.stopped_by, end.end) == (True, "shard_end", SHARD_END)
+        assert {child.shard_id for child in end.child_shards} == {shard_id_of(1), shard_id_of(2)}
+        assert all(child.parent_shard_ids == {SHARD} for child in end.child_shards)
+        again = source.read(NO_LIMITS)
+        assert (again.records, again.shard_ended, again.calls) == ((), True, 0)
+    finally:
+        source.close()
+    for child in end.child_shards:
+        assert len(positions(read_all(fan_out_reader(client, spec.name, child.shard_id)))) == spec.records_per_shard
+
+
+def test_a_replay_to_shard_end_reads_the_closed_parent_to_its_end(client):
+    every = positions(read_all(polling_reader(client, SPLIT.name)))
+    source = fan_out_reader(client, SPLIT.name, start=ReadStart(every[19], first=every[20]), closed=True)
+    try:
+        batch = source.read(ReadLimits(stop_at=SHARD_END))
+    finally:
+        source.close()
+    assert positions([batch]) == every[20:] and batch.shard_ended
+
+
+# --- subscriptions renewed, refused, broken ----------------------------------------------------------
+
+
+def test_subscriptions_ending_mid_read_are_renewed_where_they_stood(unique_name):
+    spec = StreamSpec(unique_name, shards=1, records_per_shard=400, record_bytes=1000, aggregate_size=4)
+    # 1.6 MB at 400 KiB/s with subscriptions of 1.2 s: four or five subscriptions, a second apart.
+    limits = FanOutLimits(
+        read_bytes_per_second=400 * 1024,
+        subscription_seconds=1.2,
+        max_event_records=20,
+        heartbeat_seconds=0.2,
+        activation_seconds=0,
+    )
+    with KinesisStandIn([spec], Limits.off(), limits) as standin:
+        client = standin.client()
+        client.register_stream_consumer(StreamARN=stream_arn(spec.name), ConsumerName=CONSUMER)
+        every = positions(read_all(polling_reader(client, spec.name)))
+        batches = read_all(fan_out_reader(client, spec.name), ReadLimits(max_records=150))
+        violations = standin.stats()["fan_out"]["violations"]
+    assert positions(batches) == every
+    assert sum(batch.reopens for batch in batches) >= 2
+    assert sum(batch.calls for batch in batches) == sum(batch.reopens for batch in batches) + 1
+    assert sum(batch.refused_calls for batch in batches) == 0
+    assert not any(violations.values()), violations
+
+
+@pytest.mark.parametrize("error", ["InternalFailureException", "ResourceInUseException"])
+def test_a_subscription_ended_by_an_exception_event_resumes_without_duplicates_or_gaps(unique_name, error):
+    spec = StreamSpec(unique_name, shards=1, records_per_shard=200, record_bytes=1000)
+    # 200 kB at 100 KiB/s: the subscription is still pushing when the fault ends it.
+    limits = FanOutLimits(
+        read_bytes_per_second=100 * 1024, max_event_records=20, heartbeat_seconds=0.2, activation_seconds=0
+    )
+    with KinesisStandIn([spec], Limits.off(), limits) as standin:
+        client = standin.client()
+        client.register_stream_consumer(StreamARN=stream_arn(spec.name), ConsumerName=CONSUMER)
+        every = positions(read_all(polling_reader(client, spec.name)))
+        sleeps = Sleeps()
+        source = fan_out_reader(client, spec.name, sleep=sleeps)
+        try:
+            first = source.read(ReadLimits(max_records=40))
+            assert standin.fail_subscriptions(error, stream=spec.name, shard_id=SHARD) == 1
+            rest = read_all(source)
+        finally:
+            source.close()
+    assert positions([first, *rest]) == every
+    assert sum(batch.reopens for batch in rest) == 1
+    assert sleeps and min(sleeps) >= 1.0  # a new subscription waits out Kinesis' 1 call a second
+
+
+def test_a_subscription_refused_while_another_is_open_waits_and_takes_the_shard_over(client):
+    every = positions(read_all(polling_reader(client, PLAIN.name)))
+    holder = fan_out_reader(client, PLAIN.name)
+    sleeps = Sleeps()
+    taker = fan_out_reader(
+        client, PLAIN.name, sleep=sleeps, retry_policy=RetryPolicy(attempts=8, base_millis=1, max_millis=4)
+    )
+    try:
+        holder.read(ReadLimits(max_records=10))  # its subscription is open
+        batches = read_all(taker)
+    finally:
+        holder.close()
+    assert positions(batches) == every
+    assert sum(batch.refused_calls for batch in batches) >= 1
+    assert sum(sleeps) >= 1.0  # the in-use time since the open subscription's start
+
+
+def test_refusals_past_the_retry_policy_end_the_batch_as_throttled(client):
+    holder = fan_out_reader(client, PLAIN.name)
+    blocked = fan_out_reader(
+        client,
+        PLAIN.name,
+        sleep=lambda seconds: None,
+        retry_policy=RetryPolicy(attempts=3, base_millis=1, max_millis=4),
+    )
+    try:
+        holder.read(ReadLimits(max_records=10))
+        batch = blocked.read(NO_LIMITS)
+    finally:
+        holder.close()
+        blocked.close()
+    assert (batch.stopped_by, batch.records, batch.refused_calls, batch.calls) == ("throttled", (), 3, 3)
+
+
+@pytest.mark.parametrize("while_subscribed", [False, True], ids=["between-subscriptions", "during-a-subscription"])
+def test_a_consumer_re_created_under_its_name_is_looked_up_again(unique_name, while_subscribed):
+    spec = StreamSpec(unique_name, shards=1, records_per_shard=200, record_bytes=1000)
+    # 200 kB at 200 KiB/s, a tenth of a second's burst: still pushing when its consumer is deregistered.
+    limits = FanOutLimits(
+        read_bytes_per_second=200 * 1024,
+        burst_seconds=0.1,
+        max_event_records=20,
+        heartbeat_seconds=0.2,
+        activation_seconds=0,
+        deletion_seconds=0,
+    )
+    with KinesisStandIn([spec], Limits.off(), limits) as standin:
+        client = standin.client()
+        register = {"StreamARN": stream_arn(spec.name), "ConsumerName": CONSUMER}
+        arn = client.register_stream_consumer(**register)["Consumer"]["ConsumerARN"]
+        every = positions(read_all(polling_reader(client, spec.name)))
+        consumers = DescribedConsumerArns(client, CONSUMER)
+        source = fan_out_reader(client, spec.name, consumers=consumers, sleep=Sleeps())
+        try:
+            first = source.read(ReadLimits(max_records=30))
+            if not while_subscribed:
+                source.close()  # as a subscription's lifetime ends: the next read subscribes again
+            client.deregister_stream_consumer(ConsumerARN=arn)
+            new_arn = client.register_stream_consumer(**register)["Consumer"]["ConsumerARN"]
+            rest = read_all(source)
+        finally:
+            source.close()
+    assert new_arn != arn
+    assert consumers.arn(spec.name) == new_arn
+    assert positions([first, *rest]) == every
+
+
+def test_a_stream_without_the_consumer_is_a_clear_error_naming_both(client, unique_name):
+    spec_less = fan_out_reader(client, PLAIN.name, consumers=DescribedConsumerArns(client, "nobody-registered-me"))
+    with pytest.raises(StreamConsumerError) as raised:
+        spec_less.read(NO_LIMITS)
+    assert raised.value.consumer_name == "nobody-registered-me" and raised.value.stream_name == PLAIN.name
+    assert "not registered" in str(raised.value) and not raised.value.retryable
+
+
+def test_a_checkpoint_that_is_not_of_the_shard_is_an_invalid_sequence_number(client):
+    above = str(10**55 * 9)
+    with pytest.raises(InvalidSequenceNumberError):
+        fan_out_reader(client, PLAIN.name, start=ReadStart(ExtendedSequenceNumber(above))).read(NO_LIMITS)
+
+
+def test_a_closed_shard_that_never_answers_its_end_is_not_ended(client):
+    # An open shard told closed: the tip is not its end, and after a few empty events the batch gives up.
+    source = fan_out_reader(client, PLAIN.name, closed=True)
+    try:
+        batch = source.read(NO_LIMITS)
+    finally:
+        source.close()
+    assert (batch.stopped_by, batch.shard_ended, len(batch.records)) == ("no_shard_end", False, PLAIN.records_per_shard)
