@@ -1,0 +1,139 @@
+"""The consume job reading by enhanced fan-out (`retrieval = fan_out`), on the Kinesis stand-in (the one
+Kinesis here that boto3 can subscribe to) and moto: a closed parent reaches SHARD_END and its children
+land in the same round; rounds that alternate between polling and fan-out, each cut by a per-lease
+budget (inside KPL aggregates too), land every user record exactly once; a consumer deregistered
+before the round is a clear error of the leases that needed it, and the round moves nothing."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from devtools.kinesis_standin import ACCOUNT, REGION, FanOutLimits, KinesisStandIn, Limits, StreamSpec, shard_id_of
+from devtools.stream_records import StreamRecord
+from lease_core.model.sequence import TRIM_HORIZON
+from lease_core.retrieval.polling.get_records_reader import GetRecordsReader
+from lease_core.retrieval.record_source import ReadLimits, ReadStart, ShardToRead
+from spark_jobs.lease_consumer import LeaseBudget
+from spark_jobs.round_report import Outcome, RoundReport
+from tests.support.pipeline import ConsumerPipeline, duplicates
+
+# Quick heartbeats (the tip of an open shard is an event, not a timeout), no in-use wait between a
+# lease's replay and its fresh read, consumers ACTIVE at once.
+FAN_OUT = FanOutLimits(heartbeat_seconds=0.2, in_use_seconds=0.5, activation_seconds=0, deletion_seconds=0)
+
+
+def stream_arn(stream: str) -> str:
+    return f"arn:aws:kinesis:{REGION}:{ACCOUNT}:stream/{stream}"
+
+
+def register_consumer(client: Any, stream: str, name: str) -> str:
+    return str(
+        client.register_stream_consumer(StreamARN=stream_arn(stream), ConsumerName=name)["Consumer"]["ConsumerARN"]
+    )
+
+
+def stream_content(client: Any, spec: StreamSpec) -> list[StreamRecord]:
+    """Every user record of the stream's shards (children included), as polling reads them."""
+    shards = [entry["ShardId"] for entry in client.list_shards(StreamName=spec.name)["Shards"]]
+    content = []
+    for shard in shards:
+        reader = GetRecordsReader(
+            client,
+            ShardToRead(spec.name, shard),
+            ReadStart(TRIM_HORIZON),
+            min_call_interval_seconds=0,
+            read_bytes_per_second=None,
+        )
+        while True:
+            batch = reader.read(ReadLimits())
+            content.extend(
+                StreamRecord(shard, record.sequence_number, record.sub_sequence_number, record.data)
+                for record in batch.records
+            )
+            if batch.stopped_by in ("tip", "shard_end", "no_shard_end"):
+                break
+    return content
+
+
+@pytest.fixture
+def application(
+    unique_name: str, moto_endpoint: str, tmp_path: Path
+) -> Iterator[tuple[ConsumerPipeline, KinesisStandIn, StreamSpec]]:
+    # The stream has the application's name, as pipelines of the other tests do; the lineage: a
+    # closed parent of KPL aggregates with two open children.
+    spec = StreamSpec(unique_name, shards=1, records_per_shard=20, record_bytes=120, aggregate_size=4, split=True)
+    with KinesisStandIn([spec], Limits.off(), FAN_OUT) as standin:
+        pipeline = ConsumerPipeline(
+            unique_name,
+            (unique_name,),
+            standin.endpoint,
+            moto_endpoint,
+            str(tmp_path / "lake"),
+            settings={"initial_position_in_stream": "TRIM_HORIZON", "retrieval": "fan_out"},
+        )
+        register_consumer(pipeline.kinesis, unique_name, pipeline.config.stream_consumer_name)
+        yield pipeline, standin, spec
+
+
+def outcomes(report: RoundReport) -> dict[str, str]:
+    return {lease.shard_id: lease.outcome for slot in report.slots for lease in slot.leases}
+
+
+def test_a_fan_out_round_ends_a_closed_parent_and_lands_its_children_in_the_same_round(spark, application):
+    pipeline, standin, spec = application
+    report = pipeline.round(spark, workers=2)
+    served = standin.stats()
+    assert report.succeeded, report.summary()
+    parent, children = shard_id_of(0), (shard_id_of(1), shard_id_of(2))
+    assert outcomes(report) == {
+        parent: Outcome.SHARD_END,
+        children[0]: Outcome.CAUGHT_UP,
+        children[1]: Outcome.CAUGHT_UP,
+    }
+    landed = pipeline.landed()
+    assert not duplicates(landed)
+    assert Counter(landed) == Counter(stream_content(pipeline.kinesis, spec))
+    leases = [lease for slot in report.slots for lease in slot.leases]
+    assert sum(lease.refused_read_calls for lease in leases) == 0
+    assert all(lease.read_calls == 1 for lease in leases)  # one subscription per lease, no GetRecords
+    assert not any(served["fan_out"]["violations"].values()), served["fan_out"]["violations"]
+    assert served["get_records"] == 0  # the round's sync and assignment list shards; only subscriptions read
+
+
+def test_rounds_alternating_polling_and_fan_out_land_every_record_exactly_once(spark, application):
+    pipeline, _, spec = application
+    expected = stream_content(pipeline.kinesis, spec)
+    modes = []
+    # 45 user records per lease and round: every cut falls inside a KPL aggregate of 4.
+    while len(pipeline.landed()) < len(expected):
+        assert len(modes) < 10, f"{len(pipeline.landed())} of {len(expected)} landed after {modes}"
+        mode = ("polling", "fan_out")[len(modes) % 2]
+        pipeline.config = pipeline.config.with_overrides(retrieval=mode)
+        report = pipeline.round(spark, workers=2, budget=LeaseBudget(max_records=45, file_max_records=10))
+        assert report.succeeded, report.summary()
+        modes.append(mode)
+    # A fan-out round resumes the parent's cut of a polling round; the next polling round, the children's cuts.
+    assert modes == ["polling", "fan_out", "polling"]
+    landed = pipeline.landed()
+    assert not duplicates(landed)
+    assert Counter(landed) == Counter(expected)
+    assert all(lease.pending_checkpoint is None for lease in pipeline.leases().values())
+
+
+def test_a_consumer_gone_before_the_round_is_a_clear_error_and_no_checkpoint_moves(spark, application):
+    pipeline, _, spec = application
+    consumer = pipeline.config.stream_consumer_name
+    described = pipeline.kinesis.describe_stream_consumer(StreamARN=stream_arn(spec.name), ConsumerName=consumer)
+    pipeline.kinesis.deregister_stream_consumer(ConsumerARN=described["ConsumerDescription"]["ConsumerARN"])
+    report = pipeline.round(spark, workers=1)
+    assert not report.succeeded
+    (lease,) = [lease for slot in report.slots for lease in slot.leases]
+    assert lease.outcome == Outcome.FAILED and not lease.retryable
+    assert consumer in (lease.detail or "") and "not registered" in (lease.detail or "")
+    assert [lease.checkpoint for lease in pipeline.leases().values()] == [TRIM_HORIZON]
+    assert pipeline.landed() == []
