@@ -149,10 +149,15 @@ class StreamSpec:
     split: bool = False  # the shards are closed parents, each split into two open children
     backlog_seconds: float = 300.0  # arrival times spread over this many seconds before start-up
     shard_end: str = "after_last_records"  # when a closed shard answers its null iterator (module doc)
+    # The first records of each shard that aged out of retention: a read starting at or before them
+    # starts at the first one kept, as Kinesis starts a read at an aged-out sequence number at the trim horizon.
+    aged_out: int = 0
 
     def __post_init__(self) -> None:
-        if self.shards < 1 or self.records_per_shard < 0 or self.record_bytes < 1 or self.aggregate_size < 0:
-            raise ValueError(f"stream {self.name!r}: shards >= 1, records >= 0, record_bytes >= 1 needed: {self}")
+        if min(self.shards - 1, self.records_per_shard, self.record_bytes - 1, self.aggregate_size, self.aged_out) < 0:
+            raise ValueError(
+                f"stream {self.name!r}: shards >= 1, records >= 0, record_bytes >= 1, aged_out >= 0 needed: {self}"
+            )
         if self.shard_end not in SHARD_ENDS:
             raise ValueError(f"stream {self.name!r}: shard_end must be one of {SHARD_ENDS}, not {self.shard_end!r}")
 
@@ -207,6 +212,7 @@ class _Shard:
     fragments: list[bytes]  # each record's JSON object, serialised once
     sizes: list[int]  # Kinesis' bytes per record: data plus partition key
     starting_sequence_number: int
+    kept_from: int = 0  # the trim horizon: the first record not aged out (`StreamSpec.aged_out`)
 
     @property
     def closed(self) -> bool:
@@ -302,6 +308,7 @@ def _build_shard(
         shard.arrivals.append(arrival)
         shard.sizes.append(len(data) + len(key.encode()))
         shard.fragments.append(_fragment(number, arrival, data, key))
+    shard.kept_from = min(spec.aged_out, count)
     return shard
 
 
@@ -665,7 +672,12 @@ def _start_position(
     shard: _Shard, kind: object, number: object, timestamp: object, operation: str = "GetShardIterator"
 ) -> int:
     """The index of the first record a reader starting at this position gets (GetShardIterator's
-    ShardIteratorType and SubscribeToShard's StartingPosition name the same positions)."""
+    ShardIteratorType and SubscribeToShard's StartingPosition name the same positions); never one
+    that aged out."""
+    return max(shard.kept_from, _position_in_shard(shard, kind, number, timestamp, operation))
+
+
+def _position_in_shard(shard: _Shard, kind: object, number: object, timestamp: object, operation: str) -> int:
     if kind == "TRIM_HORIZON":
         return 0
     if kind == "LATEST":

@@ -14,7 +14,16 @@ from typing import Any
 
 import pytest
 
-from devtools.kinesis_standin import ACCOUNT, REGION, FanOutLimits, KinesisStandIn, Limits, StreamSpec, shard_id_of
+from devtools.kinesis_standin import (
+    ACCOUNT,
+    REGION,
+    FanOutLimits,
+    KinesisStandIn,
+    Limits,
+    StreamSpec,
+    sequence_number,
+    shard_id_of,
+)
 from lease_core.errors import InvalidSequenceNumberError, StreamConsumerError
 from lease_core.model.sequence import SHARD_END, TRIM_HORIZON, ExtendedSequenceNumber
 from lease_core.retrieval.fanout.consumer_arns import DescribedConsumerArns
@@ -30,6 +39,9 @@ SPLIT = StreamSpec("split", shards=1, records_per_shard=60, record_bytes=80, spl
 SPLIT_EARLY = StreamSpec(
     "split-early", shards=1, records_per_shard=60, record_bytes=80, split=True, shard_end="with_last_records"
 )
+AGED = StreamSpec("aged", shards=1, records_per_shard=60, record_bytes=80, aged_out=10)
+ALL_AGED = StreamSpec("all-aged", shards=1, records_per_shard=20, record_bytes=80, aged_out=20)
+STREAMS = (PLAIN, KPL, SPLIT, SPLIT_EARLY, AGED, ALL_AGED)
 SHARD = shard_id_of(0)
 # Events of at most 40 records (a shard takes several), quick heartbeats, Kinesis' 1 subscription a
 # second per consumer and shard, its in-use rule shortened from 5 s to 1.5 s, consumers ACTIVE at once.
@@ -50,9 +62,9 @@ class Sleeps(list[float]):
 
 @pytest.fixture(scope="module")
 def standin() -> Iterator[KinesisStandIn]:
-    with KinesisStandIn([PLAIN, KPL, SPLIT, SPLIT_EARLY], Limits.off(), FAN_OUT) as running:
+    with KinesisStandIn(list(STREAMS), Limits.off(), FAN_OUT) as running:
         client = running.client()
-        for spec in (PLAIN, KPL, SPLIT, SPLIT_EARLY):
+        for spec in STREAMS:
             client.register_stream_consumer(StreamARN=stream_arn(spec.name), ConsumerName=CONSUMER)
         yield running
 
@@ -323,3 +335,58 @@ def test_a_closed_shard_that_never_answers_its_end_is_not_ended(client):
     finally:
         source.close()
     assert (batch.stopped_by, batch.shard_ended, len(batch.records)) == ("no_shard_end", False, PLAIN.records_per_shard)
+
+
+# --- retention gaps, met the same way in both modes ----------------------------------------------------
+
+
+def aged_stream_numbers(spec: StreamSpec) -> list[ExtendedSequenceNumber]:
+    """Every record's position, the aged-out ones included (the stand-in's numbering)."""
+    return [ExtendedSequenceNumber(str(sequence_number(0, index))) for index in range(spec.records_per_shard)]
+
+
+READERS = {"polling": polling_reader, "fan_out": fan_out_reader}
+
+
+@pytest.mark.parametrize("mode", READERS)
+def test_a_checkpoint_whose_records_aged_out_is_reported_as_a_gap_before_the_first_record_kept(client, mode):
+    numbers = aged_stream_numbers(AGED)
+    batches = read_all(READERS[mode](client, AGED.name, start=ReadStart(numbers[3])))
+    assert batches[0].gap is not None
+    assert (batches[0].gap.after, batches[0].gap.first_available) == (numbers[3], numbers[10].sequence_number)
+    assert positions(batches) == numbers[10:]
+    assert all(batch.gap is None for batch in batches[1:])
+
+
+@pytest.mark.parametrize("mode", READERS)
+def test_a_checkpoint_below_the_shard_s_first_number_is_refused_and_reported_as_a_gap(client, mode):
+    numbers = aged_stream_numbers(AGED)
+    below = ExtendedSequenceNumber(str(sequence_number(0, -1) - 1))
+    batches = read_all(READERS[mode](client, AGED.name, start=ReadStart(below)))
+    assert batches[0].gap is not None and batches[0].gap.after == below
+    assert batches[0].gap.first_available == numbers[10].sequence_number
+    assert positions(batches) == numbers[10:]
+
+
+@pytest.mark.parametrize("mode", READERS)
+def test_a_replay_whose_first_record_aged_out_reports_the_gap_after_the_checkpoint(client, mode):
+    numbers = aged_stream_numbers(AGED)
+    source = READERS[mode](client, AGED.name, start=ReadStart(numbers[4], first=numbers[5]))
+    try:
+        batch = source.read(ReadLimits(stop_at=numbers[20]))
+    finally:
+        source.close()
+    assert batch.gap is not None and (batch.gap.after, batch.gap.first_available) == (
+        numbers[4],
+        numbers[10].sequence_number,
+    )
+    assert positions([batch]) == numbers[10:21]
+
+
+@pytest.mark.parametrize("mode", READERS)
+def test_a_checkpoint_with_everything_after_it_aged_out_is_a_gap_with_nothing_available(client, mode):
+    numbers = aged_stream_numbers(ALL_AGED)
+    batches = read_all(READERS[mode](client, ALL_AGED.name, start=ReadStart(numbers[5])))
+    assert positions(batches) == []
+    gaps = [batch.gap for batch in batches if batch.gap is not None]
+    assert len(gaps) == 1 and (gaps[0].after, gaps[0].first_available) == (numbers[5], None)
