@@ -24,7 +24,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
-from contextlib import AbstractContextManager, closing, nullcontext
+from contextlib import AbstractContextManager, ExitStack, closing, nullcontext
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -229,29 +229,33 @@ class LeaseConsumer:
                 f"lease {lease.lease_key!r} starts AT_TIMESTAMP, so the timestamp it was created with is needed",
             )
         deadline = None if self.context.budget.max_seconds is None else started + self.context.budget.max_seconds
-        if lease.pending_checkpoint is not None:
-            finished = self._redo(lease)
+        if lease.pending_checkpoint is None:
+            return self._fresh_batches(deadline, replayed)
+        with ExitStack() as opened:
+            finished, replayed = self._redo(lease, opened)
             if finished is not None:
                 return finished
-        return self._fresh_batches(deadline)
+            return self._fresh_batches(deadline, replayed)
 
-    def _redo(self, lease: Lease) -> str | None:
-        """Redo the prepared batch (C, P]; an outcome when the lease's round ends with it, else None."""
+    def _redo(self, lease: Lease, opened: ExitStack) -> tuple[str | None, RecordSource | None]:
+        """Redo the prepared batch (C, P]: an outcome when the lease's round ends with it, and the
+        source it was read again with, if it was (entered into `opened`, which closes it)."""
         end = lease.pending_checkpoint
         assert end is not None
         described = PendingBatch.decode(lease)
         self._tally.replayed += 1
         batch = self._batch(lease.checkpoint, None if described is None else described.first, end)
         if end.is_shard_end:
-            return self._redo_shard_end(lease, described, batch)
+            return self._redo_shard_end(lease, described, batch), None
         # A batch described by someone else (a KCL application's state) was staged by nobody we know.
         staged = None if described is None else self._adopt(described.staged, batch)
+        source = None
         if staged is None:
-            with closing(self._replay_source(lease, described)) as source:
-                records, _ = self._read_until(source, end)
+            source = opened.enter_context(closing(self._replay_source(lease, described)))
+            records, _ = self._read_until(source, end)
             staged = self._stage(batch, records)
         self._commit(batch, staged)
-        return None
+        return None, source
 
     def _redo_shard_end(self, lease: Lease, described: PendingBatch | None, batch: BatchRange) -> str:
         """Redo a prepared (C, SHARD_END]: the form an earlier version gave a shard's last batch, which
@@ -313,7 +317,12 @@ class LeaseConsumer:
                     batch.calls,
                 )
 
-    def _fresh_batches(self, deadline: float | None) -> str:
+    def _fresh_batches(self, deadline: float | None, replayed: RecordSource | None) -> str:
+        """Read and land batches after the committed checkpoint until the round's end for this lease.
+        A replay's source reads on from there: a second subscription to the shard within 5 s of the
+        first would be refused, and a second GetShardIterator is a call for nothing."""
+        if replayed is not None:
+            return self._read_fresh(replayed, deadline)
         lease = self.held.lease
         with closing(self._source(lease.checkpoint, latest_since=lease.latest_since)) as source:
             return self._read_fresh(source, deadline)

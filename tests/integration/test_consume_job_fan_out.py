@@ -15,16 +15,16 @@ import pytest
 
 from devtools.kinesis_standin import ACCOUNT, REGION, FanOutLimits, KinesisStandIn, Limits, StreamSpec, shard_id_of
 from devtools.stream_records import StreamRecord
-from lease_core.model.sequence import TRIM_HORIZON
+from lease_core.model.sequence import TRIM_HORIZON, ExtendedSequenceNumber
 from lease_core.retrieval.polling.get_records_reader import GetRecordsReader
 from lease_core.retrieval.record_source import ReadLimits, ReadStart, ShardToRead
 from spark_jobs.lease_consumer import LeaseBudget
 from spark_jobs.round_report import Outcome, RoundReport
 from tests.support.pipeline import ConsumerPipeline, duplicates
 
-# Quick heartbeats (the tip of an open shard is an event, not a timeout), no in-use wait between a
-# lease's replay and its fresh read, consumers ACTIVE at once.
-FAN_OUT = FanOutLimits(heartbeat_seconds=0.2, in_use_seconds=0.5, activation_seconds=0, deletion_seconds=0)
+# Quick heartbeats (the tip of an open shard is an event, not a timeout), Kinesis' 5 s in-use rule,
+# consumers ACTIVE at once.
+FAN_OUT = FanOutLimits(heartbeat_seconds=0.2, activation_seconds=0, deletion_seconds=0)
 
 
 def stream_arn(stream: str) -> str:
@@ -123,6 +123,32 @@ def test_rounds_alternating_polling_and_fan_out_land_every_record_exactly_once(s
     assert not duplicates(landed)
     assert Counter(landed) == Counter(expected)
     assert all(lease.pending_checkpoint is None for lease in pipeline.leases().values())
+
+
+def test_a_prepared_batch_is_redone_by_subscription_and_the_round_reads_on_with_the_same_one(spark, application):
+    pipeline, standin, spec = application
+    expected = stream_content(pipeline.kinesis, spec)
+    pipeline.config = pipeline.config.with_overrides(retrieval="polling")
+    assert pipeline.round(spark, workers=1, budget=LeaseBudget(max_records=10)).succeeded
+    (lease,) = pipeline.leases().values()
+    parent = sorted((record for record in expected if record.shard_id == lease.lease_key), key=_position)
+    # A batch prepared by an attempt that died before its commit (no description: KCL's form).
+    prepared = parent[30]
+    end = ExtendedSequenceNumber(prepared.sequence_number, prepared.sub_sequence_number)
+    assert pipeline.store.update_lease(lease.with_pending_checkpoint(end, None)).applied
+    pipeline.config = pipeline.config.with_overrides(retrieval="fan_out")
+    report = pipeline.round(spark, workers=1)
+    assert report.succeeded, report.summary()
+    (redone,) = [lease for slot in report.slots for lease in slot.leases if lease.shard_id == shard_id_of(0)]
+    assert redone.replayed_batches == 1 and redone.outcome == Outcome.SHARD_END
+    assert (redone.read_calls, redone.refused_read_calls) == (1, 0)
+    assert not any(standin.stats()["fan_out"]["violations"].values())
+    landed = pipeline.landed()
+    assert not duplicates(landed) and Counter(landed) == Counter(expected)
+
+
+def _position(record: StreamRecord) -> tuple[int, int]:
+    return int(record.sequence_number), record.sub_sequence_number
 
 
 def test_a_consumer_gone_before_the_round_is_a_clear_error_and_no_checkpoint_moves(spark, application):
