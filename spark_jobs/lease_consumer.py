@@ -230,7 +230,7 @@ class LeaseConsumer:
             )
         deadline = None if self.context.budget.max_seconds is None else started + self.context.budget.max_seconds
         if lease.pending_checkpoint is None:
-            return self._fresh_batches(deadline, replayed)
+            return self._fresh_batches(deadline, None)
         with ExitStack() as opened:
             finished, replayed = self._redo(lease, opened)
             if finished is not None:
