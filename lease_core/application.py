@@ -2,9 +2,10 @@
 
 The command line, the Airflow operators, the consume job's driver, its slot tasks and the monitoring
 API all start from a `LeaseApplication`: the lease store, the coordinator-state and worker-metrics
-stores, the shard source, the retrieval its slots and its idle check read shards with, the table
-administrator, the leader lock and the current round, each built the same way everywhere (the
-configuration's table names, retry policy and read settings) and cached for the life of the object.
+stores, the shard source, the retrieval its slots and its idle check read shards with, the
+application's enhanced fan-out consumers, the table administrator, the leader lock and the current
+round, each built the same way everywhere (the configuration's table names, retry policy and read
+settings) and cached for the life of the object.
 A boto3 session may be given (Airflow's connection builds one); otherwise the process's shared
 default session is used.
 """
@@ -21,6 +22,7 @@ from lease_core.config.settings import ConsumerConfig
 from lease_core.leader.assignment_round import current_round
 from lease_core.leader.leader_lock import LeaderLock
 from lease_core.metrics.worker_metrics import DynamoDBWorkerMetricsStore
+from lease_core.retrieval.fanout.stream_consumers import StreamConsumers
 from lease_core.retrieval.polling.polling_retrieval import PollingRetrieval, idle_check_retrieval
 from lease_core.retrieval.record_source import Retrieval
 from lease_core.retrieval.shard_source import KinesisShardSource
@@ -99,6 +101,19 @@ class LeaseApplication:
     def idle_check_retrieval(self) -> Retrieval:
         """How the leader's idle check looks for a lease's next record (`retrieval.pending_work`)."""
         return idle_check_retrieval(self.client("kinesis"), self.retry_policy)
+
+    @functools.cached_property
+    def stream_consumers(self) -> StreamConsumers:
+        """The application's enhanced fan-out consumer on each stream (`retrieval = fan_out`): registered
+        by the table step and `leasectl init`, looked up by the slots, deregistered by teardown."""
+        return StreamConsumers(
+            self.client("kinesis"),
+            self.state_store,
+            self.config.stream_consumer_name,
+            lambda stream_name: self.shard_source.describe_stream(stream_name).stream_arn,
+            retry_policy=self.retry_policy,
+            activation_timeout_seconds=self.config.consumer_activation_timeout_millis / 1000,
+        )
 
     @functools.cached_property
     def tables(self) -> TableAdministrator:
