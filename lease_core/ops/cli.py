@@ -59,7 +59,7 @@ from lease_core.ops.checkpoint_reset import (
 from lease_core.ops.command_line import EXIT_FAILED, EXIT_OK, EXIT_USAGE, ArgumentParser, UsageError
 from lease_core.ops.landed_audit import LandedRecords, OpenLanded, audit_landed, plan_restore
 from lease_core.ops.lease_repair import LeaseRepair
-from lease_core.ops.status import render_status, status_report
+from lease_core.ops.status import consumed_stream_names, render_status, status_report
 from lease_core.store.coordinator_state import CoordinatorStateStore
 from lease_core.store.lease_store import LeaseStore
 from lease_core.store.tables import TEARDOWN
@@ -342,8 +342,9 @@ def run_init(arguments: argparse.Namespace, app: LeaseApplication) -> int:
 
 def run_status(arguments: argparse.Namespace, app: LeaseApplication) -> int:
     config = app.config
-    report = status_report(config.lease_table, app.lease_store.scan_leases())
-    consumers = app.stream_consumers.describe_recorded()
+    scan = app.lease_store.scan_leases()
+    report = status_report(config.lease_table, scan)
+    consumers = app.stream_consumers.describe_streams(consumed_stream_names(scan.leases, app.state_store))
     if arguments.json:
         print(json.dumps({**report.to_dict(), "stream_consumers": [c.to_dict() for c in consumers]}, indent=2))
     else:

@@ -19,6 +19,7 @@ import pytest
 from airflow.sdk.exceptions import AirflowFailException
 from kinesis_lease.aws_connection import AwsAccess
 from kinesis_lease.errors import airflow_error
+from kinesis_lease.monitoring import application_document, read_application
 from kinesis_lease.operators import EnsureLeaseTablesOperator
 
 from devtools.kinesis_standin import ACCOUNT, REGION, FanOutLimits, KinesisStandIn, Limits, StreamSpec
@@ -341,12 +342,21 @@ def test_leasectl_init_registers_status_shows_and_teardown_deregisters_the_consu
     init = leasectl("init", "--stream", unique_name)
     assert init.returncode == 0, init.stderr
     assert f"consumer {unique_name}  of stream {unique_name}  (ACTIVE, arn:aws:kinesis:" in init.stdout
+    synced = leasectl("sync", "--stream", unique_name)  # status finds the streams the tables name
+    assert synced.returncode == 0, synced.stderr
     text = leasectl("status")
     assert text.returncode == 0, text.stderr
     assert f"  {unique_name}: {unique_name} ACTIVE ours arn=arn:aws:kinesis:" in text.stdout
     report = json.loads(leasectl("status", "--json").stdout)
     assert [(c["stream_name"], c["status"], c["ours"]) for c in report["stream_consumers"]] == [
         (unique_name, "ACTIVE", True)
+    ]
+    app = LeaseApplication(
+        fast_config(unique_name, aws_endpoint_url_dynamodb=moto_endpoint, aws_endpoint_url_kinesis=moto_endpoint)
+    )
+    page = application_document(read_application(app))  # the monitoring page's overview
+    assert [(c["stream_name"], c["consumer_name"], c["status"], c["ours"]) for c in page["stream_consumers"]] == [
+        (unique_name, unique_name, "ACTIVE", True)
     ]
     teardown = leasectl("teardown", "--yes")
     assert teardown.returncode == 0, teardown.stderr

@@ -36,7 +36,7 @@ import functools
 import logging
 import time
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Literal, Protocol
@@ -365,8 +365,18 @@ class StreamConsumers:
         stream_arn = record.stream_arn if record is not None and record.stream_arn else self._stream_arn(stream_name)
         return self._state_of(stream_name, record, self._describe(stream_arn))
 
+    def describe_streams(self, stream_names: Iterable[str]) -> list[StreamConsumerState]:
+        """`describe` of each of these streams the application has a consumer record for (one GetItem
+        per stream, a DescribeStreamConsumer per record), by stream name; no Scan, so a role without
+        Scan on the coordinator-state table (the monitoring API's) can ask."""
+        records = [record for name in sorted(set(stream_names)) if (record := self._ownership(name)) is not None]
+        return [
+            self._state_of(record.stream_name, record, self._describe(record.stream_arn, record.consumer_name))
+            for record in records
+        ]
+
     def describe_recorded(self) -> list[StreamConsumerState]:
-        """`describe` of every stream the application keeps a consumer record for, by stream name."""
+        """`describe` of every stream the application keeps a consumer record for, by stream name (a Scan)."""
         return [
             self._state_of(record.stream_name, record, self._describe(record.stream_arn, record.consumer_name))
             for record in self._recorded()
