@@ -296,7 +296,7 @@ def test_a_consumer_deregistered_by_hand_is_registered_again_and_a_slot_finds_th
     second = consumers_of(app).ensure("s-9")
     assert second.ours and second.consumer_arn != first.consumer_arn
     assert slot.arn("s-9") == first.consumer_arn  # what the slot looked up, until Kinesis refuses it
-    assert slot.arn_again("s-9", first.consumer_arn) == second.consumer_arn
+    assert slot.refresh("s-9", first.consumer_arn) == second.consumer_arn
 
 
 # --- the DAG's table step and leasectl ------------------------------------------------------------

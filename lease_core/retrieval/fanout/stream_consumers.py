@@ -3,7 +3,7 @@
 A consumer is billed per consumer-shard hour and takes seconds to register, so it belongs to the
 application, not to a round: the table step (`ensure_tables`) and `leasectl init` register it when
 it is missing (`StreamConsumers.ensure`), every round's slots look its ARN up (`arn`, again with
-`arn_again` once Kinesis no longer knows the one they had), and `leasectl teardown` deregisters it
+`refresh` once Kinesis no longer knows the one they had), and `leasectl teardown` deregisters it
 (`deregister_recorded`).
 
 Ownership. Kinesis does not say who registered a consumer, and a consumer name is the application's
@@ -19,7 +19,7 @@ write replaces (each write is conditional on the version read). The record is wr
 - no record, or a record naming another ARN, and a consumer of the name: another application's, or
   one re-created by hand. `ForeignStreamConsumerError` names it; it is never used nor deregistered;
 - a record whose consumer is gone (deregistered by hand): registered again under a fresh claim, and
-  slots holding the old ARN find the new one with `arn_again`.
+  slots holding the old ARN find the new one with `refresh`.
 
 The decision is `decide`, pure over the record and DescribeStreamConsumer's answer; `ensure` loads,
 decides and applies until the consumer is ACTIVE, at most `activation_timeout_seconds` of waiting.
@@ -34,6 +34,7 @@ from __future__ import annotations
 import enum
 import functools
 import logging
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping
@@ -228,7 +229,8 @@ class StreamConsumers:
         self._sleep = sleep
         self._monotonic = monotonic
         self._now_millis = wall_clock_millis
-        self._arns: dict[str, str] = {}
+        self._arns: dict[str, str] = {}  # what `arn` found, per stream; slots look up from several threads
+        self._arns_lock = threading.Lock()
 
     # --- for the table step and `leasectl init` ----------------------------------------------------
 
@@ -248,7 +250,8 @@ class StreamConsumers:
             step = decide(record, consumer, self.consumer_name)
             if step is Step.USE:
                 assert consumer is not None
-                self._arns[stream_name] = consumer.arn
+                with self._arns_lock:
+                    self._arns[stream_name] = consumer.arn
                 return self._state_of(stream_name, record, consumer)
             if step in (Step.FOREIGN, Step.RENAMED):
                 raise self._refusal(step, stream_name, record, consumer)
@@ -323,7 +326,8 @@ class StreamConsumers:
         GetItem, one DescribeStreamConsumer). Raises `StreamConsumerError` when the application has not
         registered one (or it is gone), `ForeignStreamConsumerError` when the consumer of the name is
         not the one it registered, `StreamConsumerNotReadyError` when it is not ACTIVE."""
-        cached = self._arns.get(stream_name)
+        with self._arns_lock:
+            cached = self._arns.get(stream_name)
         if cached is not None:
             return cached
         record = self._ownership(stream_name)
@@ -347,14 +351,15 @@ class StreamConsumers:
             raise self._refusal(step, stream_name, record, consumer)
         if step is not Step.USE:
             raise self._not_ready(stream_name, consumer, f"{consumer.status}, not ACTIVE")
-        self._arns[stream_name] = consumer.arn
-        return consumer.arn
+        with self._arns_lock:
+            return self._arns.setdefault(stream_name, consumer.arn)
 
-    def arn_again(self, stream_name: str, stale_arn: str) -> str:
+    def refresh(self, stream_name: str, stale_arn: str) -> str:
         """The consumer's ARN looked up anew, when Kinesis does not know `stale_arn` any more (the
         consumer was re-registered since): as `arn`, without the ARN this object had."""
-        if self._arns.get(stream_name) == stale_arn:
-            del self._arns[stream_name]
+        with self._arns_lock:
+            if self._arns.get(stream_name) == stale_arn:
+                del self._arns[stream_name]
         return self.arn(stream_name)
 
     # --- for status, the monitoring page and teardown --------------------------------------------
@@ -390,7 +395,8 @@ class StreamConsumers:
             consumer = self._describe(record.stream_arn, record.consumer_name)
             outcomes.append(self._deregister(record, consumer))
             self._state.delete(record_key(record.stream_name), expected={VERSION: record.version})
-            self._arns.pop(record.stream_name, None)
+            with self._arns_lock:
+                self._arns.pop(record.stream_name, None)
         return outcomes
 
     def _deregister(self, record: Ownership, consumer: Consumer | None) -> Deregistration:
