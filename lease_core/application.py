@@ -2,9 +2,10 @@
 
 The command line, the Airflow operators, the consume job's driver, its slot tasks and the monitoring
 API all start from a `LeaseApplication`: the lease store, the coordinator-state and worker-metrics
-stores, the shard source, the retrieval its slots and its idle check read shards with, the table
-administrator, the leader lock and the current round, each built the same way everywhere (the
-configuration's table names, retry policy and read settings) and cached for the life of the object.
+stores, the shard source, the retrieval its slots and its idle check read shards with, the
+application's enhanced fan-out consumers, the table administrator, the leader lock and the current
+round, each built the same way everywhere (the configuration's table names, retry policy and read
+settings) and cached for the life of the object.
 A boto3 session may be given (Airflow's connection builds one); otherwise the process's shared
 default session is used.
 """
@@ -21,8 +22,8 @@ from lease_core.config.settings import ConsumerConfig
 from lease_core.leader.assignment_round import current_round
 from lease_core.leader.leader_lock import LeaderLock
 from lease_core.metrics.worker_metrics import DynamoDBWorkerMetricsStore
-from lease_core.retrieval.fanout.consumer_arns import DescribedConsumerArns
 from lease_core.retrieval.fanout.fanout_retrieval import FanOutRetrieval
+from lease_core.retrieval.fanout.stream_consumers import StreamConsumers
 from lease_core.retrieval.polling.polling_retrieval import PollingRetrieval, idle_check_retrieval
 from lease_core.retrieval.record_source import Retrieval
 from lease_core.retrieval.shard_source import KinesisShardSource
@@ -95,21 +96,29 @@ class LeaseApplication:
         reader paced to `shard_read_limit_kbps` and to 5 calls a second; or enhanced fan-out, by
         subscription through the application's consumer of each stream (`consumer_name`)."""
         if self.config.retrieval == "fan_out":
-            return FanOutRetrieval(self.client("kinesis"), self.consumer_arns, self.retry_policy)
+            return FanOutRetrieval(self.client("kinesis"), self.stream_consumers, self.retry_policy)
         return PollingRetrieval(
             self.client("kinesis"), self.retry_policy, read_bytes_per_second=self.config.shard_read_limit_kbps * 1024
         )
-
-    @functools.cached_property
-    def consumer_arns(self) -> DescribedConsumerArns:
-        """The ARN of the application's fan-out consumer of each stream, as slots look it up."""
-        return DescribedConsumerArns(self.client("kinesis"), self.config.stream_consumer_name, self.retry_policy)
 
     @functools.cached_property
     def idle_check_retrieval(self) -> Retrieval:
         """How the leader's idle check looks for a lease's next record (`retrieval.pending_work`):
         polling in either mode, one short GetRecords per open lease (that module says why)."""
         return idle_check_retrieval(self.client("kinesis"), self.retry_policy)
+
+    @functools.cached_property
+    def stream_consumers(self) -> StreamConsumers:
+        """The application's enhanced fan-out consumer on each stream (`retrieval = fan_out`): registered
+        by the table step and `leasectl init`, looked up by the slots, deregistered by teardown."""
+        return StreamConsumers(
+            self.client("kinesis"),
+            self.state_store,
+            self.config.stream_consumer_name,
+            lambda stream_name: self.shard_source.describe_stream(stream_name).stream_arn,
+            retry_policy=self.retry_policy,
+            activation_timeout_seconds=self.config.consumer_activation_timeout_millis / 1000,
+        )
 
     @functools.cached_property
     def tables(self) -> TableAdministrator:

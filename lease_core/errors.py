@@ -204,6 +204,39 @@ class StreamNotActiveError(LeaseCoreError):
 
 
 @dataclass(eq=False, repr=False)
+class StreamConsumerError(LeaseCoreError):
+    """The application's enhanced fan-out consumer on a stream cannot be used, registered or kept.
+
+    `problem` says why (a consumer of that name the application did not register, the stream's limit
+    of consumers, a consumer missing or renamed since it was registered) and what to do. Not retryable:
+    the same answer comes back until an operator acts. Raised before any lease moves.
+    """
+
+    stream_name: str
+    consumer_name: str
+    problem: str
+
+    def __str__(self) -> str:
+        return (
+            f"enhanced fan-out consumer {self.consumer_name!r} of Kinesis stream {self.stream_name!r}: {self.problem}"
+        )
+
+
+@dataclass(eq=False, repr=False)
+class ForeignStreamConsumerError(StreamConsumerError):
+    """A consumer under the application's consumer name is not the one its record names: another
+    application's (or one re-created by hand). It is never used and never deregistered."""
+
+
+@dataclass(eq=False, repr=False)
+class StreamConsumerNotReadyError(StreamConsumerError):
+    """The consumer is not ACTIVE yet (still CREATING, being deleted), or the stream has as many
+    consumers in CREATING as Kinesis allows at once. Retryable: these states pass."""
+
+    retryable = True
+
+
+@dataclass(eq=False, repr=False)
 class IncompleteShardListError(LeaseCoreError):
     """A filtered shard listing did not cover the whole hash key space after every attempt (§3.2)."""
 
@@ -377,17 +410,3 @@ class CorruptLeasesSkippedError(LeaseCoreError):
         if not self.losses:
             return skipped
         return f"{skipped}. And {len(self.losses)} loss(es) of records: " + "; ".join(self.losses)
-
-
-@dataclass(eq=False, repr=False)
-class StreamConsumerError(LeaseCoreError):
-    """The application's enhanced fan-out consumer of a stream cannot be used (missing, not ACTIVE,
-    another application's, or not registrable); `retryable` when waiting may mend it."""
-
-    stream_name: str
-    consumer_name: str
-    problem: str
-    retryable: bool = False
-
-    def __str__(self) -> str:
-        return f"stream consumer {self.consumer_name!r} of Kinesis stream {self.stream_name!r}: {self.problem}"

@@ -483,6 +483,17 @@ class ConsumerConfig(BaseModel):
         "means the application name, as in KCL.",
         "consumerName",
     )
+    consumer_activation_timeout_millis: _PositiveInt = _setting(
+        60000,
+        "How long registering the application's fan-out consumer (the table step, `leasectl init`) waits "
+        "for it to become ACTIVE before failing with an error naming it.",
+        None,
+        batch_note="KCL describes the consumer up to maxDescribeStreamConsumerRetries (10) times, "
+        "retryBackoffMillis (1 s) apart, and its always-on worker tries again later. Here a consumer is "
+        "registered once per application, and a table step that gives up fails its round before any lease "
+        "moves, so it waits longer: Kinesis takes seconds to tens of seconds, more while the stream has "
+        "5 consumers in CREATING at once.",
+    )
     aws_region: _Region = _setting(
         None,
         "AWS region of every client; unset means boto3's default chain.",

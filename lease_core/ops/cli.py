@@ -45,6 +45,7 @@ from lease_core.leader.assignment_round import AssignmentCoordinator, Assignment
 from lease_core.leader.leader_lock import LeaderLock
 from lease_core.leader.leadership import Leadership, hold, release_quietly
 from lease_core.model.sequence import ExtendedSequenceNumber
+from lease_core.model.stream_consumer import StreamConsumerState
 from lease_core.ops.checkpoint_reset import (
     TARGET_FORMS,
     CheckpointReset,
@@ -58,7 +59,7 @@ from lease_core.ops.checkpoint_reset import (
 from lease_core.ops.command_line import EXIT_FAILED, EXIT_OK, EXIT_USAGE, ArgumentParser, UsageError
 from lease_core.ops.landed_audit import LandedRecords, OpenLanded, audit_landed, plan_restore
 from lease_core.ops.lease_repair import LeaseRepair
-from lease_core.ops.status import render_status, status_report
+from lease_core.ops.status import consumed_stream_names, render_status, status_report
 from lease_core.store.coordinator_state import CoordinatorStateStore
 from lease_core.store.lease_store import LeaseStore
 from lease_core.store.tables import TEARDOWN
@@ -73,11 +74,22 @@ def build_parser() -> argparse.ArgumentParser:
         "--set", metavar="KEY=VALUE", action="append", default=[], dest="overrides", help="override a setting"
     )
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    commands.add_parser(
+    init = commands.add_parser(
         "init",
-        help="create the lease, worker-metrics and coordinator-state tables (refusing existing ones of another schema)",
+        help="create the lease, worker-metrics and coordinator-state tables (refusing existing ones of another "
+        "schema), and under retrieval = fan_out the enhanced fan-out consumer of each --stream",
     )
-    status = commands.add_parser("status", help="leases per owner with counts, throughput and checkpoints")
+    init.add_argument(
+        "--stream",
+        action="append",
+        default=[],
+        dest="streams",
+        metavar="NAME",
+        help="a stream whose enhanced fan-out consumer to register (retrieval = fan_out), as the DAG's table step does",
+    )
+    status = commands.add_parser(
+        "status", help="leases per owner with counts, throughput and checkpoints, and the stream consumers"
+    )
     status.add_argument("--json", action="store_true", help="print the report as JSON")
     sync = commands.add_parser("sync", help="one full shard sync of the given streams now (no auditor)")
     sync.add_argument(
@@ -119,7 +131,9 @@ def build_parser() -> argparse.ArgumentParser:
     repair.add_argument("--json", action="store_true", help="print the result as JSON")
     repair.add_argument("--yes", action="store_true", help="confirm the repair")
     teardown = commands.add_parser(
-        "teardown", help="delete the application's three tables, only if their schemas and items are the application's"
+        "teardown",
+        help="deregister the application's own stream consumers and delete its three tables, only if their schemas "
+        "and items are the application's",
     )
     teardown.add_argument("--yes", action="store_true", help="confirm the deletion")
     _add_replay_parser(commands)
@@ -307,17 +321,57 @@ def _load(arguments: argparse.Namespace) -> ConsumerConfig:
 
 
 def run_init(arguments: argparse.Namespace, app: LeaseApplication) -> int:
+    for name in arguments.streams:  # no tables for a stream that does not exist, as in the DAG's table step
+        app.shard_source.describe_stream(name)
     for report in app.tables.ensure_tables():
         verb = "created" if report.created else "exists "
         print(f"{verb}  {report.name}  ({report.role}, {report.status})")
+    if app.config.retrieval != "fan_out":
+        if arguments.streams:
+            print("no stream consumer registered: retrieval is polling (set retrieval = fan_out to use one)")
+        return EXIT_OK
+    for name in arguments.streams:
+        consumer = app.stream_consumers.ensure(name)
+        print(f"consumer {consumer.consumer_name}  of stream {name}  ({consumer.status}, {consumer.consumer_arn})")
+    if not arguments.streams:
+        print(
+            "retrieval = fan_out: give --stream NAME to register the stream consumers now (the DAG's table step does)"
+        )
     return EXIT_OK
 
 
 def run_status(arguments: argparse.Namespace, app: LeaseApplication) -> int:
     config = app.config
-    report = status_report(config.lease_table, app.lease_store.scan_leases())
-    print(json.dumps(report.to_dict(), indent=2) if arguments.json else render_status(report))
+    scan = app.lease_store.scan_leases()
+    report = status_report(config.lease_table, scan)
+    consumers = app.stream_consumers.describe_streams(consumed_stream_names(scan.leases, app.state_store))
+    if arguments.json:
+        print(json.dumps({**report.to_dict(), "stream_consumers": [c.to_dict() for c in consumers]}, indent=2))
+    else:
+        print(render_status(report))
+        if consumers or config.retrieval == "fan_out":
+            print("\n" + render_stream_consumers(consumers))
     return _exit_status(report.corrupt_items)
+
+
+def render_stream_consumers(consumers: Sequence[StreamConsumerState]) -> str:
+    """The application's enhanced fan-out consumers, one line per stream it registered one on."""
+    if not consumers:
+        return "Stream consumers: none registered (the DAG's table step or `leasectl init --stream` registers them)"
+    lines = ["Stream consumers:"]
+    for consumer in consumers:
+        created = "-" if consumer.created is None else consumer.created.isoformat(timespec="seconds")
+        whose = "ours" if consumer.ours else "NOT OURS" if consumer.consumer_arn else "-"
+        lines.append(
+            f"  {consumer.stream_name}: {consumer.consumer_name} {consumer.status} {whose} "
+            f"arn={consumer.consumer_arn or '-'} created={created}"
+        )
+        if consumer.consumer_arn is not None and not consumer.ours:
+            lines.append(
+                f"  WARNING: the consumer {consumer.consumer_name!r} of stream {consumer.stream_name!r} is not the one "
+                f"this application registered ({consumer.recorded_arn or 'registration unfinished'})"
+            )
+    return "\n".join(lines)
 
 
 def _exit_status(corrupt: Sequence[str]) -> int:
@@ -528,6 +582,14 @@ def run_teardown(arguments: argparse.Namespace, app: LeaseApplication) -> int:
         lock = _leader_lock(app, "teardown")
         try:
             with hold(lock, "leasectl teardown", acquire=True, release=False) as leadership:
+                # The consumers first: their records, which prove them ours, are in the coordinator-state table.
+                for outcome in app.stream_consumers.deregister_recorded():
+                    verb, note = ("deregistered", "") if outcome.deregistered else ("kept", f": {outcome.note}")
+                    print(
+                        f"{verb}  consumer {outcome.consumer_name} of stream {outcome.stream_name} "
+                        f"({outcome.consumer_arn or '-'}){note}"
+                    )
+                leadership.ensure_held()
                 deleted += administrator.delete_tables(
                     roles=("lease", "worker_metrics"), before_delete=leadership.ensure_held
                 )

@@ -6,10 +6,13 @@ This is the report KCL users script by hand against their lease table; it is pur
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 
-from lease_core.model.lease import Lease
+from lease_core.model.lease import Lease, StreamIdentifier
+from lease_core.store.coordinator_state import CoordinatorStateStore
 from lease_core.store.lease_store import LeaseScan
+from lease_core.sync import consumed_stream
 
 UNASSIGNED = "(unassigned)"
 
@@ -152,3 +155,11 @@ def render_status(report: StatusReport) -> str:
 def _table(header: tuple[str, ...], rows: list[tuple[str, ...]]) -> list[str]:
     widths = [max(len(cell) for cell in column) for column in zip(header, *rows)]
     return ["  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip() for row in (header, *rows)]
+
+
+def consumed_stream_names(leases: Iterable[Lease], state: CoordinatorStateStore) -> list[str]:
+    """The streams the application consumes, as far as its tables say: the stream a single-stream
+    application remembers (`ConsumedStream`, one GetItem) and the streams of multi-stream leases."""
+    remembered = consumed_stream.from_item(state.get(consumed_stream.RECORD_KEY))
+    names = {StreamIdentifier.parse(lease.stream_name).stream_name for lease in leases if lease.stream_name}
+    return sorted(names | ({remembered.stream_name} if remembered is not None else set()))

@@ -49,7 +49,7 @@ COORDINATOR_STATE_KEYS = frozenset(
         "FormerStreams",
     }
 )
-COORDINATOR_STATE_KEY_PREFIXES = ("ShardSyncAuditor:", "GarbageLeaseCleanup:")
+COORDINATOR_STATE_KEY_PREFIXES = ("ShardSyncAuditor:", "GarbageLeaseCleanup:", "StreamConsumer:")
 
 
 def schema_mismatch(role: str, hash_key: str, description: Mapping[str, Any]) -> str | None:

@@ -1,8 +1,9 @@
 """What the monitoring UI shows of one application, as JSON documents built from lease_core reads.
 
-`read_application` does the reads (one Scan of the lease table, one of the worker-metrics table and
-four GetItems of the coordinator-state table); the document functions are pure over them, so the
-API's shape does not depend on where the reads came from. `ReadsCache` keeps the reads of the last
+`read_application` does the reads (one Scan of the lease table, one of the worker-metrics table, five
+GetItems of the coordinator-state table and one more per stream it consumes, for the stream's enhanced
+fan-out consumer record, and a DescribeStreamConsumer per record); the document functions are pure
+over them, so the API's shape does not depend on where the reads came from. `ReadsCache` keeps the reads of the last
 few applications for a few seconds, so that paging through 10,000 leases does not scan the lease
 table per page.
 
@@ -45,7 +46,15 @@ from lease_core.config.settings import ConsumerConfig
 from lease_core.leader.leader_lock import LockHolder, SharedObservation, wall_clock_millis
 from lease_core.leader.round_history import RoundHistory
 from lease_core.metrics.worker_metrics import CPU_METRIC, NO_SAMPLE, WorkerMetricStats
-from lease_core.ops.status import UNASSIGNED, LeaseRow, OwnerRow, StatusReport, status_report
+from lease_core.model.stream_consumer import StreamConsumerState
+from lease_core.ops.status import (
+    UNASSIGNED,
+    LeaseRow,
+    OwnerRow,
+    StatusReport,
+    consumed_stream_names,
+    status_report,
+)
 from lease_core.store.lease_store import LeaseScan
 
 ROUNDS_SHOWN = 100
@@ -106,6 +115,7 @@ class ApplicationReads:
     leader_observation: SharedObservation | None = None
     read_at_millis: int = 0
     last_round_left_out: int = 0  # rows of the last round that did not fit its record (round_history)
+    stream_consumers: tuple[StreamConsumerState, ...] = ()  # the application's fan-out consumers
 
     @cached_property
     def report(self) -> StatusReport:
@@ -132,6 +142,7 @@ def read_application(app: LeaseApplication, now_millis: Callable[[], int] = wall
     observation = lock.observation() if leader is not None and leader.heartbeat_at_millis is None else None
     rounds = tuple(history.rounds())
     last_round, last_round_leases, left_out = history.kept_lease_rows()
+    consumers = app.stream_consumers.describe_streams(consumed_stream_names(scan.leases, app.state_store))
     return ApplicationReads(
         config,
         scan,
@@ -143,6 +154,7 @@ def read_application(app: LeaseApplication, now_millis: Callable[[], int] = wall
         observation,
         now_millis(),
         left_out,
+        tuple(consumers),
     )
 
 
@@ -193,6 +205,7 @@ def application_document(reads: ApplicationReads, runs: RunLinks | None = None) 
             reads.last_round,
             None if reads.last_round_left_out else _readers(reads.last_round_leases),
         ),
+        "stream_consumers": [consumer.to_dict() for consumer in reads.stream_consumers],
         "last_round": reads.last_round,
         "rounds": [
             round_document(entry, application, runs or RunLinks()) for entry in reversed(reads.rounds[-ROUNDS_SHOWN:])

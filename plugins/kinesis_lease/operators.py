@@ -122,7 +122,11 @@ class RoundPlanOperator(BaseOperator):
 class EnsureLeaseTablesOperator(_LeaseStep):
     """Creates the lease, worker-metrics and coordinator-state tables if they are missing, once the
     round's `streams` are known to exist. An existing table of another schema is refused, and then
-    nothing is created or changed (`ForeignTableError`, not retried)."""
+    nothing is created or changed (`ForeignTableError`, not retried). Under `retrieval = fan_out` it
+    then makes sure the application's enhanced fan-out consumer of each stream is registered and
+    ACTIVE (`lease_core.retrieval.fanout.stream_consumers`), before any lease moves: a consumer of the
+    name that is not the application's, a stream at its consumer limit or a consumer stuck in
+    CREATING fails the round here, naming it."""
 
     template_fields: Sequence[str] = ("settings", "streams")
 
@@ -135,12 +139,16 @@ class EnsureLeaseTablesOperator(_LeaseStep):
         for name in stream_names(self.streams):
             access.app.shard_source.describe_stream(name)
         administrator = access.app.tables
-        return {
+        summary: dict[str, Any] = {
             "tables": [
                 {"name": r.name, "role": r.role, "created": r.created, "status": r.status}
                 for r in administrator.ensure_tables()
             ]
         }
+        if access.config.retrieval == "fan_out":
+            consumers = access.app.stream_consumers
+            summary["stream_consumers"] = [consumers.ensure(name).to_dict() for name in stream_names(self.streams)]
+        return summary
 
 
 class _LeaderStep(_LeaseStep):

@@ -107,9 +107,33 @@ ABORTED_UPLOADS = (
     "pyarrow's S3 filesystem writes every file as a multipart upload and aborts it when a part or the "
     "completion fails, so a failed write leaves no billed parts behind; no upload fails in these runs"
 )
+FAN_OUT = (
+    "these runs read by polling (the default retrieval); enhanced fan-out's consumer calls are run against the "
+    "Kinesis stand-in and moto by tests/integration/test_stream_consumers.py, which no recording proxy sees"
+)
+FAN_OUT_GRANTS = {
+    "FanOutConsumerLifecycle": (
+        "kinesis:RegisterStreamConsumer",
+        "kinesis:ListStreamConsumers",
+        "kinesis:DescribeStreamConsumer",
+        "kinesis:DeregisterStreamConsumer",
+        "arn:aws:kinesis:${Region}:${Account}:stream/${Stream}",
+    ),
+    "FanOutConsumerReads": (
+        "kinesis:DescribeStreamConsumer",
+        "kinesis:DeregisterStreamConsumer",
+        "kinesis:SubscribeToShard",
+        "arn:aws:kinesis:${Region}:${Account}:stream/${Stream}/consumer/*",
+    ),
+}
 NOT_EXERCISED = {
     Grant("ParquetObjects", "action", "s3:AbortMultipartUpload"): ABORTED_UPLOADS,
     Grant("IcebergTableObjects", "action", "s3:AbortMultipartUpload"): ABORTED_UPLOADS,
+    **{
+        Grant(sid, "resource" if pattern.startswith("arn:") else "action", pattern): FAN_OUT
+        for sid, patterns in FAN_OUT_GRANTS.items()
+        for pattern in patterns
+    },
 }
 
 

@@ -2,7 +2,8 @@
 Kinesis here that boto3 can subscribe to) and moto: a closed parent reaches SHARD_END and its children
 land in the same round; rounds that alternate between polling and fan-out, each cut by a per-lease
 budget (inside KPL aggregates too), land every user record exactly once; a consumer deregistered
-before the round is a clear error of the leases that needed it, and the round moves nothing."""
+before the round is a clear error of the leases that needed it, and the round moves nothing. The
+consumer is registered as the DAG's table step registers it (`StreamConsumers.ensure`)."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ import pytest
 
 from devtools.kinesis_standin import ACCOUNT, REGION, FanOutLimits, KinesisStandIn, Limits, StreamSpec, shard_id_of
 from devtools.stream_records import StreamRecord
+from lease_core.application import LeaseApplication
 from lease_core.model.sequence import TRIM_HORIZON, ExtendedSequenceNumber
 from lease_core.retrieval.polling.get_records_reader import GetRecordsReader
 from lease_core.retrieval.record_source import ReadLimits, ReadStart, ShardToRead
@@ -29,12 +31,6 @@ FAN_OUT = FanOutLimits(heartbeat_seconds=0.2, activation_seconds=0, deletion_sec
 
 def stream_arn(stream: str) -> str:
     return f"arn:aws:kinesis:{REGION}:{ACCOUNT}:stream/{stream}"
-
-
-def register_consumer(client: Any, stream: str, name: str) -> str:
-    return str(
-        client.register_stream_consumer(StreamARN=stream_arn(stream), ConsumerName=name)["Consumer"]["ConsumerARN"]
-    )
 
 
 def stream_content(client: Any, spec: StreamSpec) -> list[StreamRecord]:
@@ -76,7 +72,7 @@ def application(
             str(tmp_path / "lake"),
             settings={"initial_position_in_stream": "TRIM_HORIZON", "retrieval": "fan_out"},
         )
-        register_consumer(pipeline.kinesis, unique_name, pipeline.config.stream_consumer_name)
+        LeaseApplication(pipeline.config).stream_consumers.ensure(unique_name)  # as the DAG's table step does
         yield pipeline, standin, spec
 
 
@@ -160,6 +156,6 @@ def test_a_consumer_gone_before_the_round_is_a_clear_error_and_no_checkpoint_mov
     assert not report.succeeded
     (lease,) = [lease for slot in report.slots for lease in slot.leases]
     assert lease.outcome == Outcome.FAILED and not lease.retryable
-    assert consumer in (lease.detail or "") and "not registered" in (lease.detail or "")
+    assert consumer in (lease.detail or "") and "no longer exists" in (lease.detail or "")
     assert [lease.checkpoint for lease in pipeline.leases().values()] == [TRIM_HORIZON]
     assert pipeline.landed() == []

@@ -24,13 +24,13 @@ from devtools.kinesis_standin import (
     sequence_number,
     shard_id_of,
 )
-from lease_core.errors import InvalidSequenceNumberError, StreamConsumerError
+from lease_core.errors import InvalidSequenceNumberError
 from lease_core.model.sequence import SHARD_END, TRIM_HORIZON, ExtendedSequenceNumber
-from lease_core.retrieval.fanout.consumer_arns import DescribedConsumerArns
 from lease_core.retrieval.fanout.subscription_reader import SubscriptionReader
 from lease_core.retrieval.polling.get_records_reader import GetRecordsReader
 from lease_core.retrieval.record_source import ReadBatch, ReadLimits, ReadStart, RecordSource, ShardToRead
 from lease_core.retry import RetryPolicy
+from tests.support.consumer_arns import DescribedConsumerArns
 
 CONSUMER = "slots"
 PLAIN = StreamSpec("plain", shards=1, records_per_shard=300, record_bytes=100)
@@ -311,14 +311,6 @@ def test_a_consumer_re_created_under_its_name_is_looked_up_again(unique_name, wh
     assert new_arn != arn
     assert consumers.arn(spec.name) == new_arn
     assert positions([first, *rest]) == every
-
-
-def test_a_stream_without_the_consumer_is_a_clear_error_naming_both(client, unique_name):
-    spec_less = fan_out_reader(client, PLAIN.name, consumers=DescribedConsumerArns(client, "nobody-registered-me"))
-    with pytest.raises(StreamConsumerError) as raised:
-        spec_less.read(NO_LIMITS)
-    assert raised.value.consumer_name == "nobody-registered-me" and raised.value.stream_name == PLAIN.name
-    assert "not registered" in str(raised.value) and not raised.value.retryable
 
 
 def test_a_checkpoint_that_is_not_of_the_shard_is_an_invalid_sequence_number(client):

@@ -6,6 +6,7 @@ import json
 import subprocess
 import threading
 import time
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +29,7 @@ from lease_core.errors import CorruptLeaseError
 from lease_core.leader.leader_lock import LockHolder, SharedObservation
 from lease_core.metrics.worker_metrics import WorkerMetricStats
 from lease_core.model.lease import Lease
+from lease_core.model.stream_consumer import StreamConsumerState
 from lease_core.store.lease_store import LeaseScan
 
 APP = "orders"
@@ -46,6 +48,7 @@ def reads(
     last_round: int | None = None,
     corrupt: tuple[CorruptLeaseError, ...] = (),
     left_out: int = 0,
+    consumers: tuple[StreamConsumerState, ...] = (),
 ) -> ApplicationReads:
     scan = LeaseScan(tuple(Lease(key, lease_owner=owner) for key, owner in leases or []), corrupt)
     return ApplicationReads(
@@ -59,6 +62,7 @@ def reads(
         observation,
         NOW,
         left_out,
+        consumers,
     )
 
 
@@ -511,3 +515,18 @@ def test_a_dead_rounds_lock_is_named_with_its_own_last_heartbeat_not_the_previou
     rounds = [{"run_id": "run-2", "finished_at": NOW - 20 * 60_000, "leader": "pipeline/run-2/t"}]
     document = application_document(reads(rounds=rounds, leader=holder(NOW - 13 * 60_000 - 30_000)))
     assert leader_line(document) == "no round running; last leader pipeline/run-3/t at 2027-01-15 07:46:30 UTC"
+
+
+def test_the_overview_lists_the_applications_fan_out_consumers_and_whether_each_is_its_own():
+    created = datetime(2026, 11, 1, 12, 0, tzinfo=UTC)
+    arn = "arn:aws:kinesis:us-east-1:1:stream/orders/consumer/orders:1793620800"
+    consumers = (
+        StreamConsumerState("clicks", APP, "ACTIVE", arn.replace("orders", "clicks", 1), created, False, "old-arn"),
+        StreamConsumerState("orders", APP, "ACTIVE", arn, created, True, arn),
+    )
+    document = application_document(reads(consumers=consumers))
+    assert [(c["stream_name"], c["status"], c["ours"], c["created"]) for c in document["stream_consumers"]] == [
+        ("clicks", "ACTIVE", False, "2026-11-01T12:00:00+00:00"),
+        ("orders", "ACTIVE", True, "2026-11-01T12:00:00+00:00"),
+    ]
+    assert application_document(reads())["stream_consumers"] == []

@@ -7,6 +7,7 @@ import pytest
 from lease_core.leader import assignment_round, leader_lock, round_history
 from lease_core.metrics.worker_metrics import WorkerMetricStats
 from lease_core.model.lease import Lease
+from lease_core.retrieval.fanout import stream_consumers
 from lease_core.store.codec import lease_to_item
 from lease_core.store.record_table import to_attribute_values
 from lease_core.store.table_ownership import (
@@ -183,6 +184,7 @@ def test_the_worker_metrics_shape_is_the_one_the_worker_metrics_store_writes():
         stream_tracking.FORMER_STREAMS_KEY,
         audit.RECORD_KEY_PREFIX + "orders",
         garbage_probe.RECORD_KEY_PREFIX + "orders",
+        stream_consumers.RECORD_KEY_PREFIX + "orders",
     ],
 )
 def test_every_record_the_library_keeps_in_coordinator_state_is_known_as_its_own(key):

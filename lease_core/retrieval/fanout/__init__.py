@@ -1,1 +1,1 @@
-"""Enhanced fan-out: reading shards by SubscribeToShard through the application's registered stream consumer."""
+"""Enhanced fan-out: shards read with SubscribeToShard through the application's registered stream consumer."""

@@ -215,6 +215,23 @@
     return nodes;
   }
 
+  // The application's enhanced fan-out consumers (retrieval = fan_out), one per stream it registered one on.
+  function renderStreamConsumers(consumers) {
+    const line = byId("stream-consumers");
+    line.hidden = consumers.length === 0;
+    const nodes = ["Fan-out consumers: "];
+    consumers.forEach((consumer, index) => {
+      if (index) nodes.push(" · ");
+      const created = consumer.created ? `, created ${consumer.created}` : "";
+      nodes.push(`${consumer.stream_name}: ${consumer.consumer_name} ${consumer.status}${created} `);
+      nodes.push(consumer.ours
+        ? element("span", "(ours)")
+        : element("strong", "(not this application's: never used nor deregistered)", "outcome bad"));
+      if (consumer.consumer_arn) nodes.push(element("span", ` ${consumer.consumer_arn}`, "muted"));
+    });
+    line.replaceChildren(...nodes);
+  }
+
   function corruptItems(summary) {
     // Older servers listed each corrupt item as one sentence.
     return (summary.corrupt_items || []).map((item) => (typeof item === "string"
@@ -611,6 +628,7 @@
     byId("leader").textContent = leaderText(overview.leader, rounds);
     byId("last-round").replaceChildren(...lastRoundNodes(rounds[0]));
     byId("lease-summary").replaceChildren(...leaseSummaryNodes(overview.summary));
+    renderStreamConsumers(overview.stream_consumers || []);
     renderCorrupt(corruptItems(overview.summary));
     renderWorkers(overview.workers || []);
     renderRounds(rounds);

@@ -1,10 +1,7 @@
-"""The ARN a slot subscribes with: the application's consumer of each stream, looked up by name.
-
-Registering is not a slot's business (the table step and `leasectl init` do it, before any lease
-moves); a slot only describes the consumer, once per stream and process, and again when Kinesis no
-longer finds the ARN it had (the consumer was deregistered, or re-created under the same name with a
-new ARN).
-"""
+"""A `ConsumerArns` for reader tests on the Kinesis stand-in alone: the consumer of each stream
+looked up by name (DescribeStreamSummary, DescribeStreamConsumer), again when a reader says Kinesis
+no longer finds the ARN it had. The application's own (`StreamConsumers`) also proves the consumer
+is its own against its coordinator-state record, which needs DynamoDB; a reader does not care."""
 
 from __future__ import annotations
 
@@ -14,7 +11,7 @@ from typing import Any
 import botocore.exceptions
 
 from lease_core.aws import AwsCaller, error_code
-from lease_core.errors import StreamConsumerError, StreamNotFoundError
+from lease_core.errors import StreamConsumerError, StreamConsumerNotReadyError, StreamNotFoundError
 from lease_core.retry import RetryPolicy
 
 
@@ -72,7 +69,5 @@ class DescribedConsumerArns:
         described = self._caller.call("DescribeStreamConsumer", consumer)
         status = described.get("ConsumerStatus")
         if status != "ACTIVE":
-            raise StreamConsumerError(
-                stream_name, self._consumer_name, f"is {status}, not ACTIVE", retryable=status == "CREATING"
-            )
+            raise StreamConsumerNotReadyError(stream_name, self._consumer_name, f"is {status}, not ACTIVE")
         return str(described["ConsumerARN"])

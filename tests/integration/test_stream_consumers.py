@@ -1,0 +1,365 @@
+"""The application's enhanced fan-out consumer over its lifetime (lease_core.retrieval.fanout.stream_consumers):
+registered once and reused, overlapping registrations, a retried registration, consumers that are
+not the application's, Kinesis' limits, a consumer stuck in CREATING, teardown, a re-created
+consumer's new ARN, and the wiring into the DAG's table step and `leasectl`.
+
+Kinesis is the project's stand-in (devtools/kinesis_standin.py: CREATING before ACTIVE, ARNs with
+their creation second, 20 consumers per stream and 5 CREATING at once) or a moto server (ACTIVE at
+once, ARNs without a timestamp); the coordinator-state table is on moto."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import boto3
+import pytest
+from airflow.sdk.exceptions import AirflowFailException
+from kinesis_lease.aws_connection import AwsAccess
+from kinesis_lease.errors import airflow_error
+from kinesis_lease.monitoring import application_document, read_application
+from kinesis_lease.operators import EnsureLeaseTablesOperator
+
+from devtools.kinesis_standin import ACCOUNT, REGION, FanOutLimits, KinesisStandIn, Limits, StreamSpec
+from lease_core.application import LeaseApplication
+from lease_core.errors import ForeignStreamConsumerError, StreamConsumerError, StreamConsumerNotReadyError
+from lease_core.retrieval.fanout.stream_consumers import StreamConsumers
+from tests.support.leasectl import run_leasectl
+from tests.support.stores import FAST_RETRIES, fast_config
+
+STREAMS = [StreamSpec(f"s-{name}", records_per_shard=1) for name in range(12)]
+LIFECYCLE = FanOutLimits(activation_seconds=0.3, deletion_seconds=0.2, subscribe_calls_per_second=None)
+STUCK = FanOutLimits(activation_seconds=600, subscribe_calls_per_second=None)
+
+
+@pytest.fixture(scope="module")
+def standin() -> Iterator[KinesisStandIn]:
+    with KinesisStandIn(STREAMS, Limits.off(), LIFECYCLE) as running:
+        yield running
+
+
+@pytest.fixture(scope="module")
+def stuck_standin() -> Iterator[KinesisStandIn]:
+    with KinesisStandIn(STREAMS, Limits.off(), STUCK) as running:
+        yield running
+
+
+class CountingKinesis:
+    """A boto3 Kinesis client that counts RegisterStreamConsumer calls and can run `before_register`
+    (once) or fail after a registration was applied (`fail_after_register`)."""
+
+    def __init__(
+        self, client: Any, before_register: Callable[[], object] | None = None, fail_after_register: bool = False
+    ):
+        self._client = client
+        self._before_register = before_register
+        self._fail_after_register = fail_after_register
+        self.registrations = 0
+
+    def register_stream_consumer(self, **arguments: Any) -> Any:
+        hook, self._before_register = self._before_register, None
+        if hook is not None:
+            hook()
+        self.registrations += 1
+        answer = self._client.register_stream_consumer(**arguments)
+        if self._fail_after_register:
+            raise RuntimeError("the task was killed after RegisterStreamConsumer was applied")
+        return answer
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._client, name)
+
+
+def application(moto_endpoint: str, kinesis_endpoint: str, name: str, **settings: Any) -> LeaseApplication:
+    config = fast_config(
+        name,
+        aws_endpoint_url_dynamodb=moto_endpoint,
+        aws_endpoint_url_kinesis=kinesis_endpoint,
+        aws_region=REGION,
+        retrieval="fan_out",
+        **settings,
+    )
+    app = LeaseApplication(config)
+    app.tables.ensure_tables()
+    return app
+
+
+def consumers_of(app: LeaseApplication, kinesis: Any = None, timeout: float = 10.0) -> StreamConsumers:
+    """The application's consumers as `app.stream_consumers`, polling quickly, through `kinesis` if given."""
+    return StreamConsumers(
+        kinesis or app.client("kinesis"),
+        app.state_store,
+        app.config.stream_consumer_name,
+        lambda stream: app.shard_source.describe_stream(stream).stream_arn,
+        retry_policy=FAST_RETRIES,
+        activation_timeout_seconds=timeout,
+        poll_seconds=0.05,
+    )
+
+
+def stream_arn(stream: str) -> str:
+    return f"arn:aws:kinesis:{REGION}:{ACCOUNT}:stream/{stream}"
+
+
+def consumers_on(client: Any, stream: str) -> list[tuple[str, str]]:
+    return [
+        (c["ConsumerName"], c["ConsumerStatus"])
+        for c in client.list_stream_consumers(StreamARN=stream_arn(stream))["Consumers"]
+    ]
+
+
+def until(condition: Callable[[], bool]) -> None:
+    deadline = time.monotonic() + 10
+    while not condition():
+        assert time.monotonic() < deadline, "condition not reached in 10 s"
+        time.sleep(0.05)  # polling pace, not synchronisation: the condition is the answer itself
+
+
+def gone(client: Any, stream: str, name: str) -> Callable[[], bool]:
+    return lambda: all(found != name for found, _ in consumers_on(client, stream))
+
+
+# --- registration and reuse ----------------------------------------------------------------------
+
+
+def test_the_consumer_is_registered_once_waited_for_until_active_and_reused_by_every_later_round(
+    moto_endpoint, standin, unique_name
+):
+    app = application(moto_endpoint, standin.endpoint, unique_name)
+    first_round = CountingKinesis(app.client("kinesis"))
+    registered = consumers_of(app, first_round).ensure("s-0")
+    assert (registered.status, registered.ours, registered.consumer_name) == ("ACTIVE", True, unique_name)
+    later_round = CountingKinesis(app.client("kinesis"))
+    again = consumers_of(app, later_round).ensure("s-0")
+    assert (again.consumer_arn, first_round.registrations, later_round.registrations) == (
+        registered.consumer_arn,
+        1,
+        0,
+    )
+    assert consumers_of(app).arn("s-0") == registered.consumer_arn
+    record = app.state_store.get("StreamConsumer:s-0")
+    assert record is not None
+    assert {name: record[name] for name in ("streamName", "consumerName", "streamARN", "consumerARN")} == {
+        "streamName": "s-0",
+        "consumerName": unique_name,
+        "streamARN": stream_arn("s-0"),
+        "consumerARN": registered.consumer_arn,
+    }
+
+
+def test_overlapping_table_steps_register_one_consumer_and_both_use_it(moto_endpoint, standin, unique_name):
+    app = application(moto_endpoint, standin.endpoint, unique_name)
+    other_step = consumers_of(app)
+    seen_by_other: list[str | None] = []
+    # The other step runs between this one's claim and its RegisterStreamConsumer: it finds the claim,
+    # registers, and this one's registration then answers ResourceInUseException.
+    this_kinesis = CountingKinesis(
+        app.client("kinesis"), before_register=lambda: seen_by_other.append(other_step.ensure("s-1").consumer_arn)
+    )
+    this = consumers_of(app, this_kinesis).ensure("s-1")
+    assert this.consumer_arn == seen_by_other[0] and this.ours
+    assert this_kinesis.registrations == 1
+    assert consumers_on(app.client("kinesis"), "s-1") == [(unique_name, "ACTIVE")]
+
+
+def test_a_retried_step_adopts_the_consumer_its_killed_try_registered(moto_endpoint, standin, unique_name):
+    app = application(moto_endpoint, standin.endpoint, unique_name)
+    killed = CountingKinesis(app.client("kinesis"), fail_after_register=True)
+    with pytest.raises(RuntimeError, match="killed"):
+        consumers_of(app, killed).ensure("s-2")
+    retry = CountingKinesis(app.client("kinesis"))
+    adopted = consumers_of(app, retry).ensure("s-2")
+    assert (adopted.ours, adopted.status, retry.registrations) == (True, "ACTIVE", 0)
+
+
+def test_the_composition_root_builds_the_consumers_and_registers_on_moto(moto_endpoint, unique_name):
+    kinesis = boto3.client("kinesis", endpoint_url=moto_endpoint, region_name=REGION)
+    kinesis.create_stream(StreamName=unique_name, ShardCount=1)
+    app = application(moto_endpoint, moto_endpoint, unique_name, consumer_name=f"{unique_name}-efo")
+    state = app.stream_consumers.ensure(unique_name)
+    assert (state.consumer_name, state.status, state.ours) == (f"{unique_name}-efo", "ACTIVE", True)
+    assert app.stream_consumers.arn(unique_name) == state.consumer_arn
+
+
+# --- consumers that are not the application's ----------------------------------------------------
+
+
+def test_a_consumer_of_the_name_the_application_did_not_register_is_refused_and_never_deregistered(
+    moto_endpoint, standin, unique_name
+):
+    app = application(moto_endpoint, standin.endpoint, unique_name)
+    kinesis = app.client("kinesis")
+    kinesis.register_stream_consumer(StreamARN=stream_arn("s-3"), ConsumerName=unique_name)
+    with pytest.raises(ForeignStreamConsumerError) as refused:
+        consumers_of(app).ensure("s-3")
+    assert f"consumer {unique_name!r} of Kinesis stream 's-3'" in str(refused.value)
+    assert "not this application's" in str(refused.value) and not refused.value.retryable
+    with pytest.raises(StreamConsumerError, match="has not registered it"):
+        consumers_of(app).arn("s-3")
+    assert consumers_of(app).deregister_recorded() == []
+    assert consumers_of(app).describe("s-3").ours is False
+    assert [status for name, status in consumers_on(kinesis, "s-3") if name == unique_name] in (
+        ["CREATING"],
+        ["ACTIVE"],
+    )
+
+
+def test_a_consumer_recreated_by_hand_is_not_ours_and_teardown_leaves_it_while_deregistering_ours(
+    moto_endpoint, standin, unique_name
+):
+    app = application(moto_endpoint, standin.endpoint, unique_name)
+    kinesis = app.client("kinesis")
+    consumers = consumers_of(app)
+    ours = consumers.ensure("s-4")
+    recreated_by_hand = consumers.ensure("s-5")
+    kinesis.deregister_stream_consumer(ConsumerARN=recreated_by_hand.consumer_arn)
+    until(gone(kinesis, "s-5", unique_name))
+    by_hand = kinesis.register_stream_consumer(StreamARN=stream_arn("s-5"), ConsumerName=unique_name)["Consumer"]
+    with pytest.raises(
+        ForeignStreamConsumerError, match=f"this application registered {recreated_by_hand.consumer_arn}"
+    ):
+        consumers_of(app).ensure("s-5")
+    outcomes = consumers_of(app).deregister_recorded()
+    assert [(o.stream_name, o.consumer_arn, o.deregistered) for o in outcomes] == [
+        ("s-4", ours.consumer_arn, True),
+        ("s-5", by_hand["ConsumerARN"], False),
+    ]
+    assert "left registered" in outcomes[1].note
+    assert app.state_store.get("StreamConsumer:s-4") is None and app.state_store.get("StreamConsumer:s-5") is None
+    until(gone(kinesis, "s-4", unique_name))
+    assert [name for name, _ in consumers_on(kinesis, "s-5")] == [unique_name]
+
+
+# --- Kinesis' limits and a consumer that does not become ACTIVE ------------------------------------
+
+
+def register_others(client: Any, stream: str, count: int, wait_active: bool = True) -> None:
+    """`count` consumers of other applications, at most 5 in CREATING at once (Kinesis' limit)."""
+    for start in range(0, count, 5):
+        for index in range(start, min(count, start + 5)):
+            client.register_stream_consumer(StreamARN=stream_arn(stream), ConsumerName=f"other-{index}")
+        if wait_active:
+            until(lambda: all(status == "ACTIVE" for _, status in consumers_on(client, stream)))
+
+
+def test_a_stream_at_its_20_consumers_is_refused_naming_the_stream_and_leaves_no_claim(
+    moto_endpoint, standin, unique_name
+):
+    app = application(moto_endpoint, standin.endpoint, unique_name)
+    register_others(app.client("kinesis"), "s-6", 20)
+    with pytest.raises(StreamConsumerError) as refused:
+        consumers_of(app).ensure("s-6")
+    assert "stream 's-6'" in str(refused.value) and "20 consumers" in str(refused.value)
+    assert not refused.value.retryable and type(refused.value) is StreamConsumerError
+    assert app.state_store.get("StreamConsumer:s-6") is None
+
+
+def test_a_stream_with_5_consumers_in_creating_is_a_retryable_refusal_naming_them(
+    moto_endpoint, stuck_standin, unique_name
+):
+    app = application(moto_endpoint, stuck_standin.endpoint, unique_name)
+    register_others(app.client("kinesis"), "s-7", 5, wait_active=False)
+    with pytest.raises(StreamConsumerNotReadyError, match=r"stream 's-7'.*5 consumers in CREATING.*other-0") as refused:
+        consumers_of(app).ensure("s-7")
+    assert refused.value.retryable
+
+
+def test_a_consumer_stuck_in_creating_fails_the_step_naming_it_after_the_timeout(
+    moto_endpoint, stuck_standin, unique_name
+):
+    app = application(moto_endpoint, stuck_standin.endpoint, unique_name)
+    started = time.monotonic()
+    with pytest.raises(StreamConsumerNotReadyError, match=f"consumer {unique_name!r} of Kinesis stream 's-8'") as stuck:
+        consumers_of(app, timeout=0.3).ensure("s-8")
+    assert "is still CREATING after 0.3 s" in str(stuck.value) and time.monotonic() - started < 5
+    # Recorded as ours all the same: the next step waits for it instead of registering another.
+    assert consumers_of(app).describe("s-8").ours
+    with pytest.raises(StreamConsumerNotReadyError, match="CREATING, not ACTIVE"):
+        consumers_of(app).arn("s-8")
+
+
+# --- a consumer re-registered: slots find its new ARN ------------------------------------------------
+
+
+def test_a_consumer_deregistered_by_hand_is_registered_again_and_a_slot_finds_the_new_arn(
+    moto_endpoint, standin, unique_name
+):
+    app = application(moto_endpoint, standin.endpoint, unique_name)
+    kinesis = app.client("kinesis")
+    first = consumers_of(app).ensure("s-9")
+    slot = consumers_of(app)
+    assert slot.arn("s-9") == first.consumer_arn
+    kinesis.deregister_stream_consumer(ConsumerARN=first.consumer_arn)
+    # The next table step waits while the old consumer is DELETING, then registers a new one.
+    second = consumers_of(app).ensure("s-9")
+    assert second.ours and second.consumer_arn != first.consumer_arn
+    assert slot.arn("s-9") == first.consumer_arn  # what the slot looked up, until Kinesis refuses it
+    assert slot.refresh("s-9", first.consumer_arn) == second.consumer_arn
+
+
+# --- the DAG's table step and leasectl ------------------------------------------------------------
+
+
+def test_the_table_step_registers_the_consumers_under_fan_out_and_fails_on_a_foreign_one(moto_endpoint, unique_name):
+    kinesis = boto3.client("kinesis", endpoint_url=moto_endpoint, region_name=REGION)
+    for stream in (unique_name, f"{unique_name}-taken"):
+        kinesis.create_stream(StreamName=stream, ShardCount=1)
+    taken_arn = kinesis.describe_stream_summary(StreamName=f"{unique_name}-taken")["StreamDescriptionSummary"][
+        "StreamARN"
+    ]
+    kinesis.register_stream_consumer(StreamARN=taken_arn, ConsumerName=unique_name)
+    config = fast_config(
+        unique_name,
+        aws_endpoint_url_dynamodb=moto_endpoint,
+        aws_endpoint_url_kinesis=moto_endpoint,
+        aws_region=REGION,
+        retrieval="fan_out",
+    )
+    access = AwsAccess(boto3.Session(aws_access_key_id="t", aws_secret_access_key="t", region_name=REGION), config)
+    step = EnsureLeaseTablesOperator(task_id="ensure_tables", settings={}, streams=[unique_name])
+    summary = step.run(access, None)
+    assert [(c["stream_name"], c["status"], c["ours"]) for c in summary["stream_consumers"]] == [
+        (unique_name, "ACTIVE", True)
+    ]
+    refused = EnsureLeaseTablesOperator(task_id="ensure_tables", settings={}, streams=[f"{unique_name}-taken"])
+    with pytest.raises(ForeignStreamConsumerError) as error:
+        refused.run(access, None)
+    assert isinstance(airflow_error(error.value), AirflowFailException)  # not retried: an operator must act
+    assert access.app.lease_store.scan_leases().leases == ()
+
+
+def test_leasectl_init_registers_status_shows_and_teardown_deregisters_the_consumer(moto_endpoint, unique_name):
+    kinesis = boto3.client("kinesis", endpoint_url=moto_endpoint, region_name=REGION)
+    kinesis.create_stream(StreamName=unique_name, ShardCount=1)
+
+    def leasectl(*command: str):
+        return run_leasectl(
+            "--app", unique_name, "--set", "retrieval=fan_out", *command, dynamodb=moto_endpoint, kinesis=moto_endpoint
+        )
+
+    init = leasectl("init", "--stream", unique_name)
+    assert init.returncode == 0, init.stderr
+    assert f"consumer {unique_name}  of stream {unique_name}  (ACTIVE, arn:aws:kinesis:" in init.stdout
+    synced = leasectl("sync", "--stream", unique_name)  # status finds the streams the tables name
+    assert synced.returncode == 0, synced.stderr
+    text = leasectl("status")
+    assert text.returncode == 0, text.stderr
+    assert f"  {unique_name}: {unique_name} ACTIVE ours arn=arn:aws:kinesis:" in text.stdout
+    report = json.loads(leasectl("status", "--json").stdout)
+    assert [(c["stream_name"], c["status"], c["ours"]) for c in report["stream_consumers"]] == [
+        (unique_name, "ACTIVE", True)
+    ]
+    app = LeaseApplication(
+        fast_config(unique_name, aws_endpoint_url_dynamodb=moto_endpoint, aws_endpoint_url_kinesis=moto_endpoint)
+    )
+    page = application_document(read_application(app))  # the monitoring page's overview
+    assert [(c["stream_name"], c["consumer_name"], c["status"], c["ours"]) for c in page["stream_consumers"]] == [
+        (unique_name, unique_name, "ACTIVE", True)
+    ]
+    teardown = leasectl("teardown", "--yes")
+    assert teardown.returncode == 0, teardown.stderr
+    assert f"deregistered  consumer {unique_name} of stream {unique_name}" in teardown.stdout
+    stream = kinesis.describe_stream_summary(StreamName=unique_name)["StreamDescriptionSummary"]["StreamARN"]
+    assert kinesis.list_stream_consumers(StreamARN=stream)["Consumers"] == []

@@ -1,0 +1,70 @@
+"""Whose consumer is it: `decide` judges the consumer Kinesis has under the application's consumer name
+against the application's ownership record (lease_core.retrieval.fanout.stream_consumers)."""
+
+from __future__ import annotations
+
+import pytest
+
+from lease_core.retrieval.fanout.stream_consumers import (
+    CLOCK_TOLERANCE_MILLIS,
+    Consumer,
+    Ownership,
+    Step,
+    decide,
+)
+
+NAME = "orders-lake"
+STREAM_ARN = "arn:aws:kinesis:us-east-1:123456789012:stream/orders"
+CLAIMED = 1_700_000_000_000
+ARN = f"{STREAM_ARN}/consumer/{NAME}:1700000001"
+
+
+def consumer(status: str = "ACTIVE", arn: str = ARN, created: int = CLAIMED + 1000, name: str = NAME) -> Consumer:
+    return Consumer(name, arn, status, created)
+
+
+CLAIM = Ownership("orders", NAME, STREAM_ARN, CLAIMED, version="v1")
+OWNED = Ownership("orders", NAME, STREAM_ARN, CLAIMED, ARN, CLAIMED + 1000, version="v2")
+
+
+@pytest.mark.parametrize(
+    ("record", "found", "step"),
+    [
+        pytest.param(None, None, Step.CLAIM, id="nothing-yet-claim-first"),
+        pytest.param(None, consumer(), Step.FOREIGN, id="a-consumer-without-our-record-is-foreign"),
+        pytest.param(CLAIM, None, Step.REGISTER, id="our-claim-and-no-consumer-register"),
+        pytest.param(CLAIM, consumer("CREATING"), Step.RECORD, id="created-under-our-claim-record-it"),
+        pytest.param(
+            CLAIM,
+            consumer(created=CLAIMED - CLOCK_TOLERANCE_MILLIS + 1),
+            Step.RECORD,
+            id="created-just-before-the-claim-within-clock-tolerance",
+        ),
+        pytest.param(
+            CLAIM, consumer(created=CLAIMED - CLOCK_TOLERANCE_MILLIS - 1), Step.FOREIGN, id="older-than-the-claim"
+        ),
+        pytest.param(OWNED, consumer(), Step.USE, id="ours-and-active"),
+        pytest.param(OWNED, consumer("CREATING"), Step.WAIT, id="ours-and-creating"),
+        pytest.param(OWNED, consumer("DELETING"), Step.WAIT, id="being-deleted-wait-until-gone"),
+        pytest.param(None, consumer("DELETING", arn="other"), Step.WAIT, id="foreign-being-deleted-wait-too"),
+        pytest.param(OWNED, None, Step.CLAIM, id="ours-is-gone-claim-again"),
+        pytest.param(
+            OWNED,
+            consumer(arn=f"{STREAM_ARN}/consumer/{NAME}:1800000000", created=CLAIMED + 9_000_000),
+            Step.FOREIGN,
+            id="recreated-by-hand-new-arn",
+        ),
+        pytest.param(OWNED, consumer(created=CLAIMED + 5000), Step.FOREIGN, id="same-arn-other-creation-time-moto"),
+        pytest.param(
+            Ownership("orders", "old-name", STREAM_ARN, CLAIMED, "x", 1), None, Step.RENAMED, id="consumer-name-changed"
+        ),
+    ],
+)
+def test_what_ensure_does_next_follows_from_the_record_and_the_consumer(record, found, step):
+    assert decide(record, found, NAME) is step
+
+
+def test_a_record_reads_back_as_it_was_written():
+    stored = {**OWNED.to_record(), "key": "StreamConsumer:orders"}
+    read = Ownership.from_record(stored)
+    assert read == Ownership("orders", NAME, STREAM_ARN, CLAIMED, ARN, CLAIMED + 1000, version=stored["version"])
