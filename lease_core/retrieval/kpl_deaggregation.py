@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import hashlib
 import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from itertools import chain
+from operator import attrgetter, methodcaller
 from typing import Any
 
 import google.protobuf.message
@@ -30,6 +32,10 @@ from lease_core.model.kinesis_record_columns import KinesisRecordColumns
 from lease_core.retrieval.kinesis_records import USER_SCHEMA, KinesisRecord, UserRecords
 
 log = logging.getLogger(__name__)
+
+_KEY_INDEX = attrgetter("partition_key_index")
+_DATA = attrgetter("data")
+_HAS_HASH_KEY = methodcaller("HasField", "explicit_hash_key_index")
 
 
 def user_records(records: Iterable[Mapping[str, Any]]) -> list[KinesisRecord]:
@@ -51,8 +57,8 @@ def user_record_columns(records: KinesisRecordColumns) -> UserRecords:
     magic = pc.equal(pc.binary_slice(data, 0, len(KPL_MAGIC)), pa.scalar(KPL_MAGIC, pa.binary()))
     candidates = np.flatnonzero(magic.fill_null(False).to_numpy(zero_copy_only=False))
     splits = {}
-    for index in candidates.tolist():
-        split = _split(data[index].as_py(), records.sequence_number(index))
+    for index, value in zip(candidates.tolist(), data.take(candidates).to_pylist(), strict=True):
+        split = _split(value, records.sequence_number(index))
         if split is not None:
             splits[index] = split
     columns = {
@@ -95,20 +101,20 @@ def _with_aggregates_split(
     # Row i takes its values from its record (index < count) or from the splits' values, in order (count + k).
     source = np.where(from_split, count + np.cumsum(from_split) - 1, parent)
 
-    def gathered(own: pa.Array, split_values: list[Any], kind: pa.DataType) -> pa.Array:
-        return pc.take(pa.concat_arrays([own, pa.array(split_values, kind)]), source)
+    def gathered(own: pa.Array, per_split: Callable[[_Split], list[Any]], kind: pa.DataType) -> pa.Array:
+        split_values = pa.array(list(chain.from_iterable(map(per_split, splits.values()))), kind)
+        if len(splits) == count:  # aggregates only (a KPL stream): their values are the column
+            return split_values
+        return pc.take(pa.concat_arrays([own, split_values]), source)
 
-    values = splits.values()
     return pa.table(
         {
             "sequence_number": pc.take(columns["sequence_number"], parent),
             "sub_sequence_number": pa.array(sub_sequence, pa.int64()),
-            "partition_key": gathered(keys, [key for split in values for key in split.partition_keys], pa.string()),
+            "partition_key": gathered(keys, attrgetter("partition_keys"), pa.string()),
             "approximate_arrival_timestamp": pc.take(columns["approximate_arrival_timestamp"], parent),
-            "data": gathered(data, [value for split in values for value in split.data], pa.binary()),
-            "explicit_hash_key": gathered(
-                pa.nulls(count, pa.string()), [key for split in values for key in split.explicit_hash_keys], pa.string()
-            ),
+            "data": gathered(data, attrgetter("data"), pa.binary()),
+            "explicit_hash_key": gathered(pa.nulls(count, pa.string()), attrgetter("explicit_hash_keys"), pa.string()),
         },
         schema=USER_SCHEMA,
     )
@@ -138,23 +144,23 @@ def _split(data: bytes, sequence_number: str) -> _Split | None:
         aggregate.ParseFromString(message)
     except google.protobuf.message.DecodeError:
         return _not_an_aggregate(sequence_number, "its message does not decode")
-    keys, hash_keys, entries = aggregate.partition_key_table, aggregate.explicit_hash_key_table, aggregate.records
-    key_indexes = [entry.partition_key_index for entry in entries]
-    hash_key_indexes = [
-        entry.explicit_hash_key_index if entry.HasField("explicit_hash_key_index") else None for entry in entries
-    ]
+    keys, hash_keys, entries = list(aggregate.partition_key_table), aggregate.explicit_hash_key_table, aggregate.records
+    # Per user record only `map`s over attribute getters, which run in C.
+    key_indexes = list(map(_KEY_INDEX, entries))
     # Indexes are uint64: one past its table (or past 2**63, which a list refuses as a type) names nothing.
-    if max(key_indexes, default=-1) >= len(keys) or any(
-        index is not None and index >= len(hash_keys) for index in hash_key_indexes
-    ):
+    if max(key_indexes, default=-1) >= len(keys):
         return _not_an_aggregate(sequence_number, "a user record names a key its tables do not hold")
+    explicit_hash_keys: list[str | None] = [None] * len(entries)
+    if any(map(_HAS_HASH_KEY, entries)):
+        indexes = [
+            entry.explicit_hash_key_index if entry.HasField("explicit_hash_key_index") else -1 for entry in entries
+        ]
+        if max(indexes) >= len(hash_keys):
+            return _not_an_aggregate(sequence_number, "a user record names a key its tables do not hold")
+        explicit_hash_keys = [None if index < 0 else hash_keys[index] for index in indexes]
     if not aggregate.IsInitialized():
         return _not_an_aggregate(sequence_number, "its message lacks a required field")
-    return _Split(
-        [keys[index] for index in key_indexes],
-        [None if index is None else hash_keys[index] for index in hash_key_indexes],
-        [entry.data for entry in entries],
-    )
+    return _Split(list(map(keys.__getitem__, key_indexes)), explicit_hash_keys, list(map(_DATA, entries)))
 
 
 def _not_an_aggregate(sequence_number: str, why: str) -> None:
