@@ -61,6 +61,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -220,27 +221,29 @@ def floor_steps(bodies: list[bytes], aggregated: bool, msgspec_decoding: bool = 
 
     for body in bodies:
         if msgspec_decoding:
-            records = step("json", lambda body=body: _FLOOR_DECODER.decode(body).Records)
+            records: list[_FloorRecord] = step("json", partial(_FLOOR_DECODER.decode, body)).Records
             sequence_numbers = [record.SequenceNumber for record in records]
             keys = [record.PartitionKey for record in records]
             arrivals = [record.ApproximateArrivalTimestamp for record in records]
             data = [record.Data for record in records]
         else:
-            parsed = step("json", lambda body=body: json.loads(body)["Records"])
+            parsed = step("json", partial(json.loads, body))["Records"]
             sequence_numbers = [record["SequenceNumber"] for record in parsed]
             keys = [record["PartitionKey"] for record in parsed]
             arrivals = [record["ApproximateArrivalTimestamp"] for record in parsed]
             encoded = [record["Data"] for record in parsed]
-            data = step("base64", lambda encoded=encoded: [binascii.a2b_base64(value) for value in encoded])
+            data = step("base64", partial(list, map(binascii.a2b_base64, encoded)))
         if aggregated:
-            step(
-                "md5",
-                lambda data=data: [hashlib.md5(value[len(KPL_MAGIC) : -KPL_DIGEST_SIZE]).digest() for value in data],
-            )
+            step("md5", partial(kpl_digests, data))
         columns = (sequence_numbers, keys, arrivals, data)
-        table = step("arrow", lambda columns=columns: floor_table(*columns))
-        step("parquet", lambda table=table: _parquet_bytes(table))
+        table = step("arrow", partial(floor_table, *columns))
+        step("parquet", partial(_parquet_bytes, table))
     return seconds
+
+
+def kpl_digests(data: list[bytes]) -> list[bytes]:
+    """KCL's check of every aggregate: the MD5 digest of its message."""
+    return [hashlib.md5(value[len(KPL_MAGIC) : -KPL_DIGEST_SIZE]).digest() for value in data]
 
 
 def floor_table(sequence_numbers: list[str], keys: list[str], arrivals: list[float], data: list[bytes]) -> pa.Table:

@@ -109,7 +109,7 @@ class KinesisRecordColumns(Sequence[dict[str, Any]]):
         return int(data + keys)
 
     def __len__(self) -> int:
-        return self.table.num_rows
+        return int(self.table.num_rows)
 
     @overload
     def __getitem__(self, index: int) -> dict[str, Any]: ...
@@ -132,7 +132,7 @@ class KinesisRecordColumns(Sequence[dict[str, Any]]):
 
     def __eq__(self, other: object) -> bool:
         if isinstance(other, KinesisRecordColumns):
-            return self.table.equals(other.table)
+            return bool(self.table.equals(other.table))
         return isinstance(other, Sequence) and list(self) == list(other)
 
     __hash__ = None  # type: ignore[assignment]  # equal to lists, mutable-looking: not hashable

@@ -121,7 +121,7 @@ class UserRecords(Sequence[KinesisRecord]):
         return None if index < 0 else int(index)
 
     def __len__(self) -> int:
-        return self.table.num_rows
+        return int(self.table.num_rows)
 
     @overload
     def __getitem__(self, index: int) -> KinesisRecord: ...
@@ -144,7 +144,7 @@ class UserRecords(Sequence[KinesisRecord]):
 
     def __eq__(self, other: object) -> bool:
         if isinstance(other, UserRecords):
-            return self.table.equals(other.table)
+            return bool(self.table.equals(other.table))
         return isinstance(other, Sequence) and list(self) == list(other)
 
     __hash__ = None  # type: ignore[assignment]

@@ -163,6 +163,7 @@ def _split(data: bytes, sequence_number: str) -> _Split | None:
     return _Split(list(map(keys.__getitem__, key_indexes)), explicit_hash_keys, list(map(_DATA, entries)))
 
 
-def _not_an_aggregate(sequence_number: str, why: str) -> None:
+def _not_an_aggregate(sequence_number: str, why: str) -> _Split | None:
     """None (the record is a plain one), with a warning naming it and `why`."""
     log.warning("record %s starts like a KPL aggregate but %s: it is landed as one record", sequence_number, why)
+    return None

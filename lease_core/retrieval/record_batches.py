@@ -52,7 +52,8 @@ class BatchInProgress:
     def take(self, records: UserRecords) -> tuple[int, StopReason | None]:
         """Add the longest run of `records` (from their first) that the limits let in: how many were
         added, and why the next one was refused (None when all were added)."""
-        fits, reason = len(records), None
+        fits: int = len(records)
+        reason: StopReason | None = None
         stop_at = self.limits.stop_at
         if stop_at is not None and not stop_at.is_shard_end:
             fits = records.first_after(stop_at.order_key)
