@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import bisect
 from collections.abc import Iterator, Mapping, Sequence
-from datetime import UTC, datetime, timedelta
+from datetime import UTC
 from typing import Any, overload
 
 import numpy as np
@@ -32,7 +32,6 @@ RAW_SCHEMA = pa.schema(
         pa.field("EncryptionType", pa.string()),
     ]
 )
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 def epoch_micros(seconds: pa.Array) -> pa.Array:
@@ -47,10 +46,6 @@ def epoch_micros(seconds: pa.Array) -> pa.Array:
     combined = whole.astype(np.int64) * 1_000_000 + micros.astype(np.int64)
     mask = None if seconds.null_count == 0 else seconds.is_null().to_numpy(zero_copy_only=False)
     return pa.array(combined, pa.int64(), mask=mask).cast(ARRIVAL_TYPE)
-
-
-def micros_to_datetime(micros: int) -> datetime:
-    return _EPOCH + timedelta(microseconds=micros)
 
 
 class KinesisRecordColumns(Sequence[dict[str, Any]]):
