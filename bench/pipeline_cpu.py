@@ -19,19 +19,29 @@ each. moto serves DynamoDB. Both run in processes of their own, so this process'
    round's one table commit is again the driver's and not counted, and what landed is read from the
    files the table's version names, with pyarrow. The ratios Iceberg / Parquet slot and Delta / Parquet
    slot are the sinks' own figures (goal >= 0.9 each).
+3. The floor, per stream: the essential work on the same bytes, in this process, with the libraries the
+   pipeline uses, on the GetRecords bodies the stand-in serves (captured raw, unparsed, before the
+   runs): `json.loads` of each body, base64 decoding of every record's data (`binascii.a2b_base64`,
+   what botocore and the standard library do), building the batch's Arrow table (the sinks' record
+   columns), writing it as Parquet with zstd (the Parquet sink's options), and, on KPL aggregates,
+   the MD5 digest of every aggregate's message (KCL's check). Nothing else: no iterator calls, no
+   deaggregation, no checkpoints. The same floor is also printed with msgspec's decoder (the JSON
+   parse and the base64 in one C pass, what the slot's reader uses) in place of `json.loads` and
+   `binascii`. Goals: the plain slot >= 2x the boto3 loop and >= 0.6 of the floor; on KPL aggregates
+   >= 1.5x the boto3 loop that deaggregates.
 The runs are interleaved --repeats times and the least CPU of each is kept (a neighbour's burst is
 noise). MB/s per core = payload MiB / CPU seconds. The ratio pipeline / baseline is the figure (goal
 >= 0.8): the pipeline does everything the baseline does and writes the data too. On KPL aggregates
 the baseline also deaggregates every response with aws_kinesis_agg, as a hand-written consumer would.
 The stand-in's limits are off, and so is the readers' pacing by bytes (`shard_read_limit_kbps`).
-3. Scaling: one SparkSession on local[2], and a round of the plain stream (fresh application) run
+4. Scaling (unless --no-scaling): one SparkSession on local[2], and a round of the plain stream (fresh application) run
    with 1 slot, then with 2: `run_round`'s wall time, best of --repeats. The goal is 2 slots >= 1.8x
    one. The stand-in and moto share the machine's 2 cores with the slots: their CPU seconds during each
    round are printed, since a core they use is not the slots', and so is how many of the machine's
    cores were busy: a slot alone already uses more than one (its threads release the interpreter in
    socket reads, zstd, MD5), which bounds what a second slot can add on a 2-core machine.
 
-Run: .venv/bin/python bench/pipeline_cpu.py [--shards 8] [--records 16000] [--record-bytes 750]
+Run: .venv/bin/python bench/pipeline_cpu.py [--shards 8] [--records 16000] [--record-bytes 750] [--no-scaling]
 (about 1.5 minutes on 2 cores with the defaults).
 """
 
@@ -39,6 +49,9 @@ from __future__ import annotations
 
 import argparse
 import base64
+import binascii
+import hashlib
+import json
 import math
 import os
 import resource
@@ -48,6 +61,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -56,7 +70,11 @@ sys.path.insert(0, str(REPOSITORY))
 
 import boto3  # noqa: E402
 import botocore.config  # noqa: E402
+import msgspec  # noqa: E402
 import psutil  # noqa: E402
+import pyarrow as pa  # noqa: E402
+from aws_kinesis_agg import DIGEST_SIZE as KPL_DIGEST_SIZE  # noqa: E402
+from aws_kinesis_agg import MAGIC as KPL_MAGIC  # noqa: E402
 from aws_kinesis_agg.deaggregator import iter_deaggregate_records  # noqa: E402
 from pyiceberg.catalog.sql import SqlCatalog  # noqa: E402
 
@@ -70,6 +88,8 @@ from lease_core.sync.step import sync_streams  # noqa: E402
 from spark_jobs.consume_job import publish, run_round, scanned_leases  # noqa: E402
 from spark_jobs.consume_spec import ConsumeSpec  # noqa: E402
 from spark_jobs.round_report import Outcome  # noqa: E402
+from spark_jobs.sinks.parquet import _parquet_bytes  # noqa: E402
+from spark_jobs.sinks.record_columns import RECORD_SCHEMA  # noqa: E402
 from spark_jobs.slot_task import run_slot  # noqa: E402
 
 PARQUET, ICEBERG, DELTA = "parquet", "iceberg", "delta"
@@ -118,6 +138,7 @@ def parse_arguments(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--record-bytes", type=int, default=750)
     parser.add_argument("--aggregate", type=int, default=10, help="user records per KPL aggregate")
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--no-scaling", action="store_true", help="skip part 3, the Spark rounds on 1 and 2 slots")
     return parser.parse_args(argv)
 
 
@@ -155,6 +176,107 @@ def bare_loop(kinesis: Any, stream: str, deaggregate: bool) -> int:
                 break
             iterator = response.get("NextShardIterator")
     return payload
+
+
+# --- the floor ------------------------------------------------------------------------------------
+
+
+def captured_bodies(endpoint: str, stream: str) -> list[bytes]:
+    """Every GetRecords body of `stream`, raw as the stand-in sent it (read as `bare_loop` reads)."""
+    kinesis = bare_client(endpoint)
+    bodies: list[bytes] = []
+
+    def capture(response_dict: dict[str, Any], **_: Any) -> None:
+        bodies.append(response_dict["body"])
+
+    kinesis.meta.events.register("before-parse.kinesis.GetRecords", capture)
+    bare_loop(kinesis, stream, deaggregate=False)
+    return bodies
+
+
+class _FloorRecord(msgspec.Struct, gc=False):
+    SequenceNumber: str
+    ApproximateArrivalTimestamp: float
+    Data: bytes  # msgspec decodes base64 itself
+    PartitionKey: str
+
+
+class _FloorBody(msgspec.Struct, gc=False):
+    Records: list[_FloorRecord]
+
+
+_FLOOR_DECODER = msgspec.json.Decoder(_FloorBody)
+
+
+def floor_steps(bodies: list[bytes], aggregated: bool, msgspec_decoding: bool = False) -> dict[str, float]:
+    """CPU seconds of each essential step over `bodies` (module doc, 3): one table and one Parquet
+    file per body, as a slot lands a batch per response at these sizes."""
+    seconds = dict.fromkeys(("json", "base64", "md5", "arrow", "parquet"), 0.0)
+
+    def step(name: str, work: Callable[[], Any]) -> Any:
+        started = cpu_seconds()
+        result = work()
+        seconds[name] += cpu_seconds() - started
+        return result
+
+    for body in bodies:
+        if msgspec_decoding:
+            records: list[_FloorRecord] = step("json", partial(_FLOOR_DECODER.decode, body)).Records
+            sequence_numbers = [record.SequenceNumber for record in records]
+            keys = [record.PartitionKey for record in records]
+            arrivals = [record.ApproximateArrivalTimestamp for record in records]
+            data = [record.Data for record in records]
+        else:
+            parsed = step("json", partial(json.loads, body))["Records"]
+            sequence_numbers = [record["SequenceNumber"] for record in parsed]
+            keys = [record["PartitionKey"] for record in parsed]
+            arrivals = [record["ApproximateArrivalTimestamp"] for record in parsed]
+            encoded = [record["Data"] for record in parsed]
+            data = step("base64", partial(list, map(binascii.a2b_base64, encoded)))
+        if aggregated:
+            step("md5", partial(kpl_digests, data))
+        columns = (sequence_numbers, keys, arrivals, data)
+        table = step("arrow", partial(floor_table, *columns))
+        step("parquet", partial(_parquet_bytes, table))
+    return seconds
+
+
+def kpl_digests(data: list[bytes]) -> list[bytes]:
+    """KCL's check of every aggregate: the MD5 digest of its message."""
+    return [hashlib.md5(value[len(KPL_MAGIC) : -KPL_DIGEST_SIZE]).digest() for value in data]
+
+
+def floor_table(sequence_numbers: list[str], keys: list[str], arrivals: list[float], data: list[bytes]) -> pa.Table:
+    """The sinks' record columns from a response's values, vectorised where Arrow can."""
+    millis = pa.compute.multiply(pa.array(arrivals, pa.float64()), 1000).cast(pa.int64(), safe=False)
+    return pa.table(
+        {
+            "sequence_number": pa.array(sequence_numbers, pa.string()),
+            "sub_sequence_number": pa.nulls(len(data), pa.int64()).fill_null(0),
+            "partition_key": pa.array(keys, pa.string()),
+            "approximate_arrival_timestamp": millis.cast(pa.timestamp("ms", tz="UTC")),
+            "data": pa.array(data, pa.binary()),
+            "explicit_hash_key": pa.nulls(len(data), pa.string()),
+        },
+        schema=RECORD_SCHEMA,
+    )
+
+
+def floor_cost(bodies: list[bytes], payload_bytes: int, aggregated: bool, msgspec_decoding: bool = False) -> Cost:
+    steps = floor_steps(bodies, aggregated, msgspec_decoding)
+    return Cost(sum(steps.values()), 0.0, payload_bytes)
+
+
+def print_floor_steps(bodies: list[bytes], payload_bytes: int) -> None:
+    """Each step's MiB/s per core on the plain stream, as the issue lists them (best of 3)."""
+    best: dict[str, float] = {}
+    for _ in range(3):
+        for name, seconds in floor_steps(bodies, aggregated=True).items():  # md5 measured on plain data too
+            best[name] = min(best.get(name, math.inf), seconds)
+    print(
+        "floor steps on the plain stream, MiB/s per core: "
+        + ", ".join(f"{name} {payload_bytes / MIB / seconds:.0f}" for name, seconds in best.items())
+    )
 
 
 # --- the pipeline ---------------------------------------------------------------------------------
@@ -287,6 +409,25 @@ def print_costs(costs: dict[str, tuple[Cost, ...]]) -> None:
     )
 
 
+def print_against_floor(costs: dict[str, tuple[Cost, ...]]) -> None:
+    print(
+        f"\n{'stream':<22}{'slot MiB/s/core':>16}{'boto3 loop':>12}{'floor':>8}{'floor, msgspec':>16}"
+        f"{'slot / loop':>13}{'slot / floor':>14}{'slot / floor, msgspec':>23}"
+    )
+    for name, (bare, parquet, _, _, floor, floor_msgspec) in costs.items():
+        slot = parquet.mib_per_core_second
+        print(
+            f"{name:<22}{slot:>16.1f}{bare.mib_per_core_second:>12.1f}{floor.mib_per_core_second:>8.1f}"
+            f"{floor_msgspec.mib_per_core_second:>16.1f}{slot / bare.mib_per_core_second:>13.2f}"
+            f"{slot / floor.mib_per_core_second:>14.2f}{slot / floor_msgspec.mib_per_core_second:>23.2f}"
+        )
+    print(
+        "(slot: the Parquet slot; floor: json.loads, binascii base64, Arrow table, Parquet zstd, and MD5 of KPL "
+        "aggregates, on the same bodies; 'floor, msgspec': msgspec's JSON and base64 instead. "
+        "Goals: plain slot / loop >= 2, slot / floor >= 0.6; KPL slot / loop >= 1.5)"
+    )
+
+
 def print_scaling(runs: list[ScalingRun]) -> None:
     one = runs[0]
     print(
@@ -329,7 +470,9 @@ def run(arguments: argparse.Namespace, stack: ExitStack) -> None:
     )
     kinesis = bare_client(standin.endpoint)
     configure_catalog()
-    best: dict[str, tuple[Cost, ...]] = {}  # per stream: the boto3 loop's, then the slot's per sink
+    bodies = {stream: captured_bodies(standin.endpoint, stream) for stream in (PLAIN, AGGREGATED)}
+    payload = {stream: expected[stream] * arguments.record_bytes for stream in (PLAIN, AGGREGATED)}
+    best: dict[str, tuple[Cost, ...]] = {}  # per stream: the boto3 loop's, the slot's per sink, the floors
     for _ in range(arguments.repeats):
         for stream in (PLAIN, AGGREGATED):
             with metered() as cost:
@@ -337,9 +480,17 @@ def run(arguments: argparse.Namespace, stack: ExitStack) -> None:
             measured = (
                 bare,
                 *(slot_pipeline(moto_process.endpoint, standin, stream, expected[stream], sink) for sink in SINKS),
+                *(
+                    floor_cost(bodies[stream], payload[stream], stream == AGGREGATED, msgspec_decoding)
+                    for msgspec_decoding in (False, True)
+                ),
             )
             best[stream] = tuple(map(least_cpu, best.get(stream, measured), measured))
-    print_costs({labels[stream]: costs for stream, costs in best.items()})
+    print_costs({labels[stream]: costs[:4] for stream, costs in best.items()})
+    print_against_floor({labels[stream]: costs for stream, costs in best.items()})
+    print_floor_steps(bodies[PLAIN], payload[PLAIN])
+    if arguments.no_scaling:
+        return
 
     spark = start_spark()
     stack.callback(spark.stop)

@@ -45,7 +45,7 @@ from lease_core.model.lease_keys import LeaseKeyScheme
 from lease_core.model.pending_batch import PendingBatch
 from lease_core.model.sequence import AT_TIMESTAMP, LATEST, SHARD_END, ExtendedSequenceNumber
 from lease_core.model.shards import ChildShard
-from lease_core.retrieval.kinesis_records import KinesisRecord
+from lease_core.retrieval.kinesis_records import UserRecords
 from lease_core.retrieval.record_source import ReadBatch, ReadLimits, ReadStart, RecordSource, Retrieval, ShardToRead
 from lease_core.retrieval.shard_source import ShardSource, child_shards_of
 from lease_core.store.lease_store import LeaseStore
@@ -131,9 +131,9 @@ class _Tally:
     missing_batches: list[str] = field(default_factory=list)
     dead_lettered: int = 0
 
-    def count_landed(self, records: Sequence[KinesisRecord]) -> None:
+    def count_landed(self, records: UserRecords) -> None:
         self.records += len(records)
-        self.bytes += sum(len(record.data) for record in records)
+        self.bytes += records.bytes
         if records:
             if self.first_arrival_millis is None:
                 self.first_arrival_millis = _epoch_millis(records[0].approximate_arrival_timestamp)
@@ -296,15 +296,15 @@ class LeaseConsumer:
         # The batch's first record, when described, is the first after C: if it aged out, the loss starts after C.
         return self._source(lease.checkpoint, first=first)
 
-    def _read_until(self, source: RecordSource, end: ExtendedSequenceNumber) -> tuple[list[KinesisRecord], ReadBatch]:
+    def _read_until(self, source: RecordSource, end: ExtendedSequenceNumber) -> tuple[UserRecords, ReadBatch]:
         """Every record of a prepared range, up to and including `end`."""
-        records: list[KinesisRecord] = []
+        parts: list[UserRecords] = []
         while True:
             batch = source.read(ReadLimits(stop_at=end))
             self._tally.count_read(batch, self.held.lease_key)
-            records.extend(batch.records)
+            parts.append(batch.records)
             if batch.stopped_by in ("stop_at", "shard_end") or batch.shard_ended:
-                return records, batch
+                return UserRecords.concat(parts), batch
             if batch.stopped_by == "no_shard_end":
                 raise self._end_not_answered(batch, source.operation)
             if batch.stopped_by in ("throttled", "tip"):
@@ -367,14 +367,14 @@ class LeaseConsumer:
             batch.calls,
         )
 
-    def _land(self, records: Sequence[KinesisRecord]) -> None:
+    def _land(self, records: UserRecords) -> None:
         """Prepare, stage, commit and make visible one batch: the records after the committed checkpoint.
 
         The transform runs after the prepare, like the stage: whatever stops the batch from then on
         (a transform that raises, a crash) leaves the prepared range for the next attempt to redo.
         """
-        start, end = self.held.lease.checkpoint, records[-1].position
-        batch = self._batch(start, records[0].position, end)
+        start, end = self.held.lease.checkpoint, records.position(-1)
+        batch = self._batch(start, records.position(0), end)
         sink = self.context.sink
         described = PendingBatch(
             start=start,
@@ -466,7 +466,7 @@ class LeaseConsumer:
     ) -> BatchRange:
         return BatchRange(self.held.lease_key, self.stream_name, self.shard_id, start, first, end)
 
-    def _stage(self, batch: BatchRange, records: Sequence[KinesisRecord]) -> StagedBatch | None:
+    def _stage(self, batch: BatchRange, records: UserRecords) -> StagedBatch | None:
         """Stage the batch's rows for this attempt, none too (a transform dropped them all, or they aged
         out before a redo read them): a sink that records the ranges it holds records this one as well,
         so that its record of a lease stays unbroken; a dataset of files writes nothing for it. The
@@ -488,7 +488,7 @@ class LeaseConsumer:
         self._tally.dead_lettered += staged.dead_letters
         return staged if staged.token is not None else None
 
-    def _tables(self, batch: BatchRange, records: Sequence[KinesisRecord]) -> tuple[pa.Table, pa.Table | None]:
+    def _tables(self, batch: BatchRange, records: UserRecords) -> tuple[pa.Table, pa.Table | None]:
         """The batch as staged: the records (or what the decoder makes of them), through the user
         transform if there is one; and the records the decoder rejected, as dead letters (None: none)."""
         decoder, dead_letters = self.context.decoder, None
@@ -586,13 +586,9 @@ def _smallest(value: int, limit: int | None) -> int:
     return value if limit is None else min(value, limit)
 
 
-def _before_arrival(
-    records: Sequence[KinesisRecord], stop_at_arrival: datetime | None
-) -> tuple[Sequence[KinesisRecord], bool]:
+def _before_arrival(records: UserRecords, stop_at_arrival: datetime | None) -> tuple[UserRecords, bool]:
     """The records that arrived before the window's end, and whether the end was reached."""
     if stop_at_arrival is None:
         return records, False
-    for index, record in enumerate(records):
-        if record.approximate_arrival_timestamp >= stop_at_arrival:
-            return records[:index], True
-    return records, False
+    reached = records.first_arriving_at(stop_at_arrival)
+    return (records, False) if reached is None else (records[:reached], True)

@@ -6,7 +6,9 @@ fetched), and so are the ones at or before the start (a checkpoint inside a KPL 
 user record: the aggregate's earlier ones were delivered before). The first record behind every
 start at a sequence number is checked for a retention gap (`retention_gaps`). A `BatchInProgress`
 takes records from it until a limit of `ReadLimits` refuses the next one, and becomes the
-`ReadBatch` the source hands out.
+`ReadBatch` the source hands out. Records stay columns throughout (`KinesisRecordColumns` as fetched,
+`UserRecords` once split): limits and positions are found by bisection and running sums, since a
+shard's records come in order.
 """
 
 from __future__ import annotations
@@ -16,20 +18,24 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
+from lease_core.model.kinesis_record_columns import KinesisRecordColumns
 from lease_core.model.sequence import SHARD_END, ExtendedSequenceNumber
 from lease_core.model.shards import ChildShard
-from lease_core.retrieval.kinesis_records import KinesisRecord
-from lease_core.retrieval.kpl_deaggregation import user_records
+from lease_core.retrieval.kinesis_records import UserRecords
+from lease_core.retrieval.kpl_deaggregation import user_record_columns
 from lease_core.retrieval.record_source import ReadBatch, ReadLimits, ReadStart, ShardToRead, StopReason
 from lease_core.retrieval.retention_gaps import GapCheck, RetentionGap
 
 
 @dataclass
 class BatchInProgress:
-    """What one read() has gathered so far."""
+    """What one read() has gathered so far: user records as columns, taken in runs (`take`)."""
 
     limits: ReadLimits
-    records: list[KinesisRecord] = field(default_factory=list)
+    parts: list[UserRecords] = field(default_factory=list)
+    count: int = 0  # user records gathered
     bytes: int = 0
     at_tip: bool = False  # Kinesis' last answer says the read is at the open shard's tip
     millis_behind_latest: int | None = None
@@ -38,25 +44,39 @@ class BatchInProgress:
     refused_calls: int = 0
     reopens: int = 0
 
-    def refusal(self, record: KinesisRecord) -> StopReason | None:
-        """Why `record` cannot join this batch, or None if it can."""
-        stop_at = self.limits.stop_at
-        if stop_at is not None and not stop_at.is_shard_end and record.order_key > stop_at.order_key:
-            return "stop_at"
-        if self.limits.max_records is not None and len(self.records) >= self.limits.max_records:
-            return "records"
-        # The first record always fits: one record above max_bytes must not stall the shard forever.
-        max_bytes = self.limits.max_bytes
-        if max_bytes is not None and self.records and self.bytes + len(record.data) > max_bytes:
-            return "bytes"
-        return None
+    @property
+    def records(self) -> UserRecords:
+        """The user records gathered so far, in order."""
+        return UserRecords.concat(self.parts)
 
-    def add(self, record: KinesisRecord) -> None:
-        self.records.append(record)
-        self.bytes += len(record.data)
+    def take(self, records: UserRecords) -> tuple[int, StopReason | None]:
+        """Add the longest run of `records` (from their first) that the limits let in: how many were
+        added, and why the next one was refused (None when all were added)."""
+        fits: int = len(records)
+        reason: StopReason | None = None
+        stop_at = self.limits.stop_at
+        if stop_at is not None and not stop_at.is_shard_end:
+            fits = records.first_after(stop_at.order_key)
+            reason = "stop_at" if fits < len(records) else None
+        if self.limits.max_records is not None and self.count + fits > self.limits.max_records:
+            fits, reason = max(0, self.limits.max_records - self.count), "records"
+        max_bytes = self.limits.max_bytes
+        if max_bytes is not None and fits:
+            # The first record always fits: one record above max_bytes must not stall the shard forever.
+            within = int(np.searchsorted(np.cumsum(records.data_lengths[:fits]), max_bytes - self.bytes, "right"))
+            if not self.count:
+                within = max(within, 1)
+            if within < fits:
+                fits, reason = within, "bytes"
+        if fits:
+            added = records[:fits]
+            self.parts.append(added)
+            self.count += fits
+            self.bytes += added.bytes
+        return fits, reason
 
     def full(self) -> StopReason | None:
-        if self.limits.max_records is not None and len(self.records) >= self.limits.max_records:
+        if self.limits.max_records is not None and self.count >= self.limits.max_records:
             return "records"
         if self.limits.max_bytes is not None and self.bytes >= self.limits.max_bytes:
             return "bytes"
@@ -65,9 +85,10 @@ class BatchInProgress:
     def finished(self, reason: StopReason, child_shards: tuple[ChildShard, ...]) -> ReadBatch:
         """The batch as handed out, ended by `reason`; `child_shards` are reported only with the shard's end."""
         shard_ended = reason == "shard_end"
-        end = SHARD_END if shard_ended else (self.records[-1].position if self.records else None)
+        records = self.records
+        end = SHARD_END if shard_ended else (records.position(-1) if records else None)
         return ReadBatch(
-            records=tuple(self.records),
+            records=records,
             end=end,
             shard_ended=shard_ended,
             child_shards=child_shards if shard_ended else (),
@@ -89,7 +110,7 @@ class FetchedRecords:
         self._shard = shard
         self._start_key = start.position.order_key
         self._start_inclusive = start.inclusive
-        self._buffer: deque[KinesisRecord] = deque()
+        self._buffer: deque[UserRecords] = deque()
         # What a gap before the next record is reported after: an inclusive start is not read yet.
         self._fetched_through: ExtendedSequenceNumber = start.checkpoint
         self._last_raw_sequence_number: int | None = None  # a re-open starts at it: it is dropped
@@ -111,14 +132,22 @@ class FetchedRecords:
         return self._last_raw_sequence_number is not None or not self._start_inclusive
 
     def take(self, raw: Sequence[Mapping[str, Any]]) -> None:
-        """Kinesis' next records (at least one), in order."""
-        self._check_gap(raw[0])
-        records = user_records(entry for entry in raw if self._not_fetched_yet(entry))
+        """Kinesis' next records (at least one), in order: botocore's record dicts, or the columns
+        lease_core's clients decode GetRecords into (`KinesisRecordColumns`)."""
+        columns = KinesisRecordColumns.of(raw)
+        self._check_gap(columns[0])
+        last = self._last_raw_sequence_number
+        new = columns if last is None else columns[columns.first_after(last) :]
+        records = user_record_columns(new)
         if records:  # an aggregate holding no user records yields none
-            self._fetched_through = records[-1].position
+            self._fetched_through = records.position(-1)
         # A whole aggregate is fetched at once, so a re-open may drop the last one as a whole.
-        self._last_raw_sequence_number = int(raw[-1]["SequenceNumber"])
-        self._buffer.extend(record for record in records if self._after_start(record))
+        self._last_raw_sequence_number = int(columns.sequence_number(-1))
+        after_start = records.first_after(self._start_key)
+        if after_start and self._start_inclusive and records.order_key(after_start - 1) == self._start_key:
+            after_start -= 1
+        if after_start < len(records):
+            self._buffer.append(records[after_start:])
 
     def take_none_left(self) -> None:
         """Kinesis answered no records with nothing after them (the tip, or the shard's end)."""
@@ -133,17 +162,16 @@ class FetchedRecords:
             if batch.gap is not None:  # a batch reports one gap: this one goes with the records behind it
                 return "gap"
             batch.gap, self._unreported_gap = self._unreported_gap, None
-        reason = None
-        delivered = None
         while self._buffer:
-            reason = batch.refusal(self._buffer[0])
+            head = self._buffer[0]
+            taken, reason = batch.take(head)
+            if taken:
+                self.last_delivered = head.position(taken - 1)
             if reason is not None:
-                break
-            delivered = self._buffer.popleft()
-            batch.add(delivered)
-        if delivered is not None:
-            self.last_delivered = delivered.position
-        return reason
+                self._buffer[0] = head[taken:]
+                return reason
+            self._buffer.popleft()
+        return None
 
     def _check_gap(self, first: Mapping[str, Any]) -> None:
         check, self._gap_check = self._gap_check, None
@@ -151,11 +179,3 @@ class FetchedRecords:
             gap = check.gap_before(first, self._shard.shard_id, self._shard.stream_name)
             if gap is not None:
                 self._unreported_gap = gap
-
-    def _not_fetched_yet(self, entry: Mapping[str, Any]) -> bool:
-        last = self._last_raw_sequence_number
-        return last is None or int(entry["SequenceNumber"]) > last
-
-    def _after_start(self, record: KinesisRecord) -> bool:
-        key = record.order_key
-        return key > self._start_key or (self._start_inclusive and key == self._start_key)

@@ -21,7 +21,7 @@ from typing import Any, Literal, Protocol
 
 from lease_core.model.sequence import ExtendedSequenceNumber
 from lease_core.model.shards import ChildShard
-from lease_core.retrieval.kinesis_records import KinesisRecord
+from lease_core.retrieval.kinesis_records import UserRecords
 from lease_core.retrieval.retention_gaps import RetentionGap
 
 # Why a batch ended: a limit of `ReadLimits` ("records", "bytes", "time", "stop_at"), the tip of an
@@ -105,7 +105,7 @@ class ReadLimits:
 
 @dataclass(frozen=True)
 class ReadBatch:
-    records: tuple[KinesisRecord, ...]  # by position, after the previous batch's end, none past stop_at
+    records: UserRecords  # by position, after the previous batch's end, none past stop_at (a Sequence[KinesisRecord])
     end: ExtendedSequenceNumber | None  # SHARD_END when shard_ended, else the last record's position, else None
     shard_ended: bool  # every record of this closed shard has been delivered (this batch or earlier)
     child_shards: tuple[ChildShard, ...]  # the children Kinesis named, reported once the shard ended

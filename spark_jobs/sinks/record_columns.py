@@ -12,7 +12,7 @@ from collections.abc import Sequence
 
 import pyarrow as pa
 
-from lease_core.retrieval.kinesis_records import KinesisRecord
+from lease_core.retrieval.kinesis_records import KinesisRecord, UserRecords
 
 BATCH_COLUMNS = ("stream_name", "shard_id")
 RECORD_SCHEMA = pa.schema(
@@ -28,18 +28,9 @@ RECORD_SCHEMA = pa.schema(
 
 
 def records_table(records: Sequence[KinesisRecord]) -> pa.Table:
-    """The records as a RECORD_SCHEMA table, in the given order."""
-    return pa.table(
-        {
-            "sequence_number": [record.sequence_number for record in records],
-            "sub_sequence_number": [record.sub_sequence_number for record in records],
-            "partition_key": [record.partition_key for record in records],
-            "approximate_arrival_timestamp": [record.approximate_arrival_timestamp for record in records],
-            "data": [record.data for record in records],
-            "explicit_hash_key": [record.explicit_hash_key for record in records],
-        },
-        schema=RECORD_SCHEMA,
-    )
+    """The records as a RECORD_SCHEMA table, in the given order: a read's columns (`UserRecords`) cast
+    as they are (arrival times truncated to milliseconds), other records value by value."""
+    return UserRecords.of(records).table.cast(RECORD_SCHEMA, safe=False)
 
 
 def with_stream_and_shard(table: pa.Table, stream_name: str, shard_id: str) -> pa.Table:

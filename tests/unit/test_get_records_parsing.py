@@ -1,5 +1,6 @@
 """The fast GetRecords decoding of lease_core's clients returns exactly what botocore's own parser returns,
-on any body Kinesis could send, and leaves errors and every other response to botocore."""
+on any body Kinesis could send, and leaves errors and every other response to botocore; its columns
+split into the user records botocore's records make (KPL aggregates included)."""
 
 from __future__ import annotations
 
@@ -10,10 +11,14 @@ from typing import Any
 import botocore.parsers
 import botocore.session
 import pytest
+from aws_kinesis_agg.deaggregator import iter_deaggregate_records
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from lease_core import aws
+from lease_core.model.kinesis_record_columns import KinesisRecordColumns
+from lease_core.retrieval.kpl_deaggregation import user_record_columns, user_records
+from tests.support.kpl import aggregate
 
 MODEL = botocore.session.get_session().get_service_model("kinesis")
 GET_RECORDS = MODEL.operation_model("GetRecords")
@@ -111,3 +116,60 @@ def test_the_fast_path_takes_only_kinesis_get_records():
     body = {"Records": [{"eventID": "1", "eventName": "INSERT", "dynamodb": {"SequenceNumber": "7", "SizeBytes": 3}}]}
     expected, fast = parsed_by_both(json.dumps(body).encode(), operation=streams.operation_model("GetRecords"))
     assert fast == expected and fast["Records"][0]["dynamodb"]["SizeBytes"] == 3
+
+
+# --- the columnar path: from the body to user records ------------------------------------------------
+
+user_record = st.tuples(st.text(min_size=1, max_size=8), st.binary(max_size=40))
+kinesis_entries = st.lists(
+    st.one_of(
+        st.binary(max_size=64).map(lambda data: ("plain", data)),
+        st.lists(user_record, min_size=1, max_size=4).map(lambda records: ("aggregate", records)),
+    ),
+    min_size=1,
+    max_size=6,
+)
+
+
+def body_of(entries: list[tuple[str, Any]], arrival: float) -> bytes:
+    records = []
+    for index, (kind, value) in enumerate(entries):
+        key, data = ("plain-key", value) if kind == "plain" else aggregate(value)[0::2]
+        records.append(
+            {
+                "SequenceNumber": str(49650000000000000000000000000000000000000000000000000000 + index),
+                "ApproximateArrivalTimestamp": arrival + index / 1000,
+                "Data": base64.b64encode(data).decode(),
+                "PartitionKey": key,
+            }
+        )
+    return json.dumps({"Records": records, "NextShardIterator": "AAA", "MillisBehindLatest": 0}).encode()
+
+
+@settings(max_examples=200, deadline=None)
+@given(kinesis_entries, st.floats(0, 4_000_000_000, allow_nan=False))
+def test_the_columns_split_into_the_user_records_botocores_records_make(entries, arrival):
+    expected, fast = parsed_by_both(body_of(entries, arrival))
+    assert isinstance(fast["Records"], KinesisRecordColumns)
+    from_columns = list(user_record_columns(fast["Records"]))
+    assert from_columns == user_records(expected["Records"])
+    # Positions, data and keys as aws_kinesis_agg's own deaggregator gives them (it hands sub-records over base64).
+    reference = [entry["kinesis"] for entry in iter_deaggregate_records(expected["Records"], "Boto3")]
+    assert [
+        (record.sequence_number, record.sub_sequence_number, record.partition_key, record.data)
+        for record in from_columns
+    ] == [
+        (
+            entry["sequenceNumber"],
+            entry.get("subSequenceNumber", 0),
+            entry["partitionKey"],
+            base64.b64decode(entry["data"]) if entry.get("aggregated") else entry["data"],
+        )
+        for entry in reference
+    ]
+
+
+def test_a_body_msgspec_does_not_take_is_decoded_record_by_record():
+    body = {"Records": [{"SequenceNumber": "1", "Data": "YQ==", "ApproximateArrivalTimestamp": "2024-05-01T12:00:00Z"}]}
+    expected, fast = parsed_by_both(json.dumps(body).encode())
+    assert fast == expected and fast["Records"][0]["Data"] == b"a"

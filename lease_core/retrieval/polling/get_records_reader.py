@@ -35,6 +35,7 @@ import botocore.exceptions
 
 from lease_core.aws import THROTTLING_CODES, AwsCaller, error_code
 from lease_core.errors import DependencyError, StreamNotFoundError
+from lease_core.model.kinesis_record_columns import KinesisRecordColumns
 from lease_core.model.sequence import Sentinel
 from lease_core.model.shards import ChildShard
 from lease_core.retrieval.polling.read_pacing import (
@@ -163,7 +164,7 @@ class GetRecordsReader:
         """With the buffer drained: why this batch ends here, or None to fetch more."""
         stop_at_reached = batch.limits.stop_at_reached(self._records.last_delivered)
         # A replay ending exactly at the shard's last record ends at that record, as it was prepared.
-        if self._end_observed and not (stop_at_reached and batch.records):
+        if self._end_observed and not (stop_at_reached and batch.count):
             return "shard_end"
         if stop_at_reached:
             return "stop_at"
@@ -187,7 +188,7 @@ class GetRecordsReader:
             self._open(self._resume)
         limit = self._get_records_limit
         if batch.limits.max_records is not None:
-            limit = max(1, min(limit, batch.limits.max_records - len(batch.records)))
+            limit = max(1, min(limit, batch.limits.max_records - batch.count))
         if self._drops_first_record:
             # The iterator starts at a record already delivered: ask for it and for what was asked.
             limit = min(limit + 1, MAX_GET_RECORDS_LIMIT)
@@ -226,7 +227,9 @@ class GetRecordsReader:
                 # Kinesis counts a call when it arrives: pace from here, after any wait for a lane.
                 called_at = self._pacer.calling()
                 response: dict[str, Any] = self._kinesis.get_records(ShardIterator=self._iterator, Limit=limit)
-            self._pacer.charge(called_at, response.get("Records", ()))
+            # Columns from here on (a client other than lease_core's, a fake, answers botocore's dicts).
+            records = response["Records"] = KinesisRecordColumns.of(response.get("Records", []))
+            self._pacer.charge(called_at, records.charged_bytes())
             return response
         except botocore.exceptions.ClientError as error:
             code = error_code(error)
@@ -244,7 +247,7 @@ class GetRecordsReader:
             self._sleep(wait)
 
     def _take(self, batch: BatchInProgress, response: Mapping[str, Any], limit: int) -> None:
-        raw = response.get("Records", [])
+        raw: KinesisRecordColumns = response["Records"]
         batch.millis_behind_latest = response.get("MillisBehindLatest")
         if response.get("ChildShards"):
             self._child_shards = tuple(ChildShard.from_api(child) for child in response["ChildShards"])
@@ -254,10 +257,10 @@ class GetRecordsReader:
         batch.at_tip = not self._end_observed and batch.millis_behind_latest == 0 and len(raw) < limit
         self._empty_answers_at_tip = self._empty_answers_at_tip + 1 if batch.at_tip and not raw else 0
         # Only the response holding the ending record asks for one more call: never loop on it.
-        self._end_known = any(entry["SequenceNumber"] == self._ending_sequence_number for entry in raw)
+        self._end_known = raw.holds(self._ending_sequence_number)
         if raw:
             self._records.take(raw)
-            self._resume = at_sequence_number(raw[-1]["SequenceNumber"])
+            self._resume = at_sequence_number(raw.sequence_number(-1))
         elif self._end_observed or batch.at_tip:
             self._records.take_none_left()
 

@@ -11,10 +11,7 @@ never refused.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
-from typing import Any
-
-from lease_core.retrieval.kpl_deaggregation import partition_key
+from collections.abc import Callable
 
 # Kinesis' read limit per shard (shared by every reader of the shard).
 KINESIS_SHARD_READ_BYTES_PER_SECOND = 2 * 1024 * 1024
@@ -52,10 +49,10 @@ class ReadPacer:
         called_at = self._last_call_at = self._clock()
         return called_at
 
-    def charge(self, called_at: float, records: Iterable[Mapping[str, Any]]) -> None:
-        """Account a response's bytes as Kinesis does (data plus partition key), from the call's start."""
+    def charge(self, called_at: float, size: int) -> None:
+        """Account a response's `size` as Kinesis does (data plus partition keys,
+        `KinesisRecordColumns.charged_bytes`), from the call's start."""
         if self._read_rate is None:
             return
-        size = sum(len(record["Data"]) + len(partition_key(record).encode()) for record in records)
         paid_at = called_at if self._read_paid_at is None else max(called_at, self._read_paid_at)
         self._read_paid_at = paid_at + size / self._read_rate
