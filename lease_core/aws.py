@@ -5,7 +5,8 @@ own resolution applies (`AWS_ENDPOINT_URL_<SERVICE>`, `AWS_ENDPOINT_URL`, then A
 
 Clients of the process's own session decode Kinesis GetRecords responses on a fast path: botocore's
 JSON parser walks every record through the model and builds each arrival time with a fresh local
-time zone, which made decoding most of a slot's CPU (bench/pipeline_cpu.py). The fast path decodes
+time zone, which made decoding most of a slot's CPU (bench/pipeline_cpu.py). So are the records of
+SubscribeToShard's events (enhanced fan-out), which are the same records. The fast path decodes
 the body with msgspec (JSON and base64 in one C pass, no Python code per record) into columns
 (`KinesisRecordColumns`), which are still a sequence of what botocore returns (the same keys, bytes
 for Data, time-zone aware datetimes for the same instants, in UTC). A body msgspec does not take as
@@ -132,6 +133,10 @@ def _is_kinesis_get_records(shape: botocore.model.Shape | None) -> bool:
     )
 
 
+# A member left out, or null: msgspec takes `Raw | None` for null alone, so an absent one is raw null.
+_NO_RAW = msgspec.Raw(b"null")
+
+
 class _Record(msgspec.Struct, gc=False):
     """A record as Kinesis sends it (unknown members are skipped, as botocore skips them)."""
 
@@ -146,7 +151,7 @@ class _Body(msgspec.Struct, gc=False):
     Records: list[_Record] | None = None
     NextShardIterator: str | None = None
     MillisBehindLatest: int | None = None
-    ChildShards: msgspec.Raw | None = None  # rare and small: botocore parses it
+    ChildShards: msgspec.Raw = _NO_RAW  # rare and small: botocore parses it
 
 
 _BODY_DECODER = msgspec.json.Decoder(_Body)
@@ -164,8 +169,62 @@ def _columns(records: list[_Record]) -> KinesisRecordColumns:
     return KinesisRecordColumns(pa.Table.from_arrays(arrays, schema=RAW_SCHEMA))
 
 
+class _Event(msgspec.Struct, gc=False):
+    Records: list[_Record] | None = None
+    ContinuationSequenceNumber: str | None = None
+    MillisBehindLatest: int | None = None
+    ChildShards: msgspec.Raw = _NO_RAW
+
+
+_EVENT_DECODER = msgspec.json.Decoder(_Event)
+_SUBSCRIBE_TO_SHARD_EVENT_MEMBERS = {"Records", "ContinuationSequenceNumber", "MillisBehindLatest", "ChildShards"}
+
+
+def _is_subscribe_to_shard_event(shape: botocore.model.Shape) -> bool:
+    """Kinesis' SubscribeToShardEvent, whose records are GetRecords' records."""
+    if shape.name != "SubscribeToShardEvent" or set(shape.members) != _SUBSCRIBE_TO_SHARD_EVENT_MEMBERS:
+        return False
+    record = getattr(shape.members["Records"], "member", None)
+    return (
+        isinstance(record, botocore.model.StructureShape)
+        and {name: member.type_name for name, member in record.members.items()} == _KINESIS_RECORD_MEMBERS
+    )
+
+
+class _SubscribeToShardEventFastParser(botocore.parsers.EventStreamJSONParser):  # type: ignore[misc]
+    """botocore's parser of the events of a "json" protocol event stream, with the records of Kinesis'
+    SubscribeToShardEvents decoded as GetRecords' are (an event's payload holds the same records)."""
+
+    def _parse_payload(
+        self, response: Mapping[str, Any], shape: botocore.model.Shape, member_shapes: Any, final_parsed: dict[str, Any]
+    ) -> None:
+        if not _is_subscribe_to_shard_event(shape):
+            super()._parse_payload(response, shape, member_shapes, final_parsed)
+            return
+        try:
+            decoded = _EVENT_DECODER.decode(response["body"])
+        except msgspec.MsgspecError:
+            super()._parse_payload(response, shape, member_shapes, final_parsed)
+            return
+        rest = {
+            "ContinuationSequenceNumber": decoded.ContinuationSequenceNumber,
+            "MillisBehindLatest": decoded.MillisBehindLatest,
+        }
+        child_shards = msgspec.json.decode(decoded.ChildShards)
+        if child_shards is not None:
+            rest["ChildShards"] = child_shards
+        final_parsed.update(
+            self._parse_shape(shape, {name: value for name, value in rest.items() if value is not None})
+        )
+        if decoded.Records is not None:
+            final_parsed["Records"] = _columns(decoded.Records)
+
+
 class _GetRecordsFastParser(botocore.parsers.JSONParser):  # type: ignore[misc]  # botocore is untyped
-    """botocore's parser for the "json" protocol, with Kinesis GetRecords' records decoded directly."""
+    """botocore's parser for the "json" protocol, with Kinesis GetRecords' records decoded directly (and
+    SubscribeToShard's, in its events)."""
+
+    EVENT_STREAM_PARSER_CLS = _SubscribeToShardEventFastParser
 
     def _handle_json_body(self, raw_body: bytes, shape: botocore.model.Shape | None) -> Any:
         if not _is_kinesis_get_records(shape):
@@ -175,8 +234,9 @@ class _GetRecordsFastParser(botocore.parsers.JSONParser):  # type: ignore[misc] 
         except msgspec.MsgspecError:
             return self._record_by_record(raw_body, shape)
         rest = {"NextShardIterator": decoded.NextShardIterator, "MillisBehindLatest": decoded.MillisBehindLatest}
-        if decoded.ChildShards is not None:
-            rest["ChildShards"] = msgspec.json.decode(decoded.ChildShards)
+        child_shards = msgspec.json.decode(decoded.ChildShards)
+        if child_shards is not None:
+            rest["ChildShards"] = child_shards
         parsed = self._parse_shape(shape, {name: value for name, value in rest.items() if value is not None})
         if decoded.Records is not None:
             parsed["Records"] = _columns(decoded.Records)

@@ -8,9 +8,11 @@ second, the renewal ones a few."""
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Iterator
 from typing import Any
+from unittest import mock
 
 import pytest
 
@@ -24,6 +26,8 @@ from devtools.kinesis_standin import (
     sequence_number,
     shard_id_of,
 )
+from lease_core import aws
+from lease_core.config.settings import ConsumerConfig
 from lease_core.errors import InvalidSequenceNumberError
 from lease_core.model.sequence import SHARD_END, TRIM_HORIZON, ExtendedSequenceNumber
 from lease_core.retrieval.fanout.subscription_reader import SubscriptionReader
@@ -33,6 +37,7 @@ from lease_core.retry import RetryPolicy
 from tests.support.consumer_arns import DescribedConsumerArns
 
 CONSUMER = "slots"
+OTHER_CONSUMER = "slots-too"  # its subscriptions never wait for those of CONSUMER
 PLAIN = StreamSpec("plain", shards=1, records_per_shard=300, record_bytes=100)
 KPL = StreamSpec("kpl", shards=1, records_per_shard=40, record_bytes=60, aggregate_size=7)
 SPLIT = StreamSpec("split", shards=1, records_per_shard=60, record_bytes=80, split=True)
@@ -65,7 +70,8 @@ def standin() -> Iterator[KinesisStandIn]:
     with KinesisStandIn(list(STREAMS), Limits.off(), FAN_OUT) as running:
         client = running.client()
         for spec in STREAMS:
-            client.register_stream_consumer(StreamARN=stream_arn(spec.name), ConsumerName=CONSUMER)
+            for consumer in (CONSUMER, OTHER_CONSUMER):
+                client.register_stream_consumer(StreamARN=stream_arn(spec.name), ConsumerName=consumer)
         yield running
 
 
@@ -118,10 +124,25 @@ def contents(batches: list[ReadBatch]) -> list[tuple[ExtendedSequenceNumber, byt
 # --- the same records as polling -----------------------------------------------------------------------
 
 
+@pytest.fixture(scope="module")
+def lease_core_client(standin: KinesisStandIn) -> Any:
+    """A client as the slots have (`lease_core.aws.client`): events' records decoded into columns."""
+    config = ConsumerConfig(aws_region=REGION, aws_endpoint_url_kinesis=standin.endpoint)
+    with mock.patch.dict(os.environ, {"AWS_ACCESS_KEY_ID": "standin", "AWS_SECRET_ACCESS_KEY": "standin"}):
+        return aws.client("kinesis", config)
+
+
 @pytest.mark.parametrize("spec", [PLAIN, KPL], ids=["plain", "kpl"])
-def test_a_read_from_the_trim_horizon_delivers_what_polling_delivers_and_stops_at_the_tip(client, spec):
+@pytest.mark.parametrize("decoding", ["botocore", "lease_core"])
+def test_a_read_from_the_trim_horizon_delivers_what_polling_delivers_and_stops_at_the_tip(
+    client, lease_core_client, spec, decoding
+):
     polled = read_all(polling_reader(client, spec.name))
-    subscribed = read_all(fan_out_reader(client, spec.name))
+    if decoding == "botocore":
+        subscribed = read_all(fan_out_reader(client, spec.name))
+    else:
+        consumers = DescribedConsumerArns(lease_core_client, OTHER_CONSUMER)
+        subscribed = read_all(fan_out_reader(lease_core_client, spec.name, consumers=consumers))
     assert contents(subscribed) == contents(polled)
     assert len(contents(subscribed)) == spec.records_per_shard * max(1, spec.aggregate_size)
     last = subscribed[-1]

@@ -74,6 +74,7 @@ def test_a_get_records_response_decodes_to_what_botocore_returns(body):
     expected, fast = parsed_by_both(json.dumps(body).encode())
     # Arrival times are the same instants (datetimes compare by instant); the fast path gives them in UTC.
     assert fast == expected
+    assert isinstance(fast["Records"], KinesisRecordColumns)  # not the fallback: ChildShards included
     assert all(
         str(record["ApproximateArrivalTimestamp"].tzinfo) == "UTC"
         for record in fast["Records"]
@@ -173,3 +174,51 @@ def test_a_body_msgspec_does_not_take_is_decoded_record_by_record():
     body = {"Records": [{"SequenceNumber": "1", "Data": "YQ==", "ApproximateArrivalTimestamp": "2024-05-01T12:00:00Z"}]}
     expected, fast = parsed_by_both(json.dumps(body).encode())
     assert fast == expected and fast["Records"][0]["Data"] == b"a"
+
+
+# --- enhanced fan-out: SubscribeToShard's events carry the same records ---------------------------------
+
+EVENT_STREAM = MODEL.operation_model("SubscribeToShard").output_shape.members["EventStream"]
+events = st.fixed_dictionaries(
+    {"Records": st.lists(records, max_size=5), "MillisBehindLatest": st.integers(0, 10**9)},
+    optional={
+        "ContinuationSequenceNumber": st.one_of(digits, st.none()),
+        "ChildShards": bodies.map(lambda body: body.get("ChildShards", [])),
+    },
+)
+
+
+def event_parsed_by_both(payload: bytes, event_type: str = "SubscribeToShardEvent") -> tuple[Any, Any]:
+    """(botocore's parse, the fast session's parse) of one event of a SubscribeToShard stream."""
+    headers = {":event-type": event_type, ":message-type": "event", ":content-type": "application/json"}
+    response = {"status_code": 200, "headers": headers, "body": payload}
+    stock = botocore.parsers.create_parser("json")._event_stream_parser
+    fast = aws.FastGetRecordsParsers().create_parser("json")._event_stream_parser
+    return stock.parse(dict(response), EVENT_STREAM), fast.parse(dict(response), EVENT_STREAM)
+
+
+@settings(max_examples=200, deadline=None)
+@given(events)
+def test_a_subscribe_to_shard_event_decodes_to_what_botocore_returns(event):
+    expected, fast = event_parsed_by_both(json.dumps(event).encode())
+    assert fast == expected
+    assert isinstance(fast["SubscribeToShardEvent"]["Records"], KinesisRecordColumns)  # not the fallback
+
+
+@settings(max_examples=100, deadline=None)
+@given(kinesis_entries, st.floats(0, 4_000_000_000, allow_nan=False))
+def test_an_event_s_columns_split_into_the_user_records_botocores_records_make(entries, arrival):
+    body = json.loads(body_of(entries, arrival))
+    payload = {"Records": body["Records"], "ContinuationSequenceNumber": "7", "MillisBehindLatest": 0}
+    expected, fast = event_parsed_by_both(json.dumps(payload).encode())
+    assert list(user_record_columns(fast["SubscribeToShardEvent"]["Records"])) == user_records(
+        expected["SubscribeToShardEvent"]["Records"]
+    )
+
+
+def test_an_event_msgspec_does_not_take_and_other_events_are_botocores():
+    odd = {"Records": [{"SequenceNumber": "1", "Data": "YQ==", "ApproximateArrivalTimestamp": "2024-05-01T12:00:00Z"}]}
+    expected, fast = event_parsed_by_both(json.dumps({**odd, "MillisBehindLatest": 3}).encode())
+    assert fast == expected and fast["SubscribeToShardEvent"]["Records"][0]["Data"] == b"a"
+    expected, fast = event_parsed_by_both(b"{}", event_type="initial-response")
+    assert fast == expected

@@ -37,6 +37,7 @@ import urllib3.exceptions
 
 from lease_core.aws import THROTTLING_CODES, AwsCaller, error_code, is_retryable
 from lease_core.errors import DependencyError, StreamNotFoundError
+from lease_core.model.kinesis_record_columns import KinesisRecordColumns
 from lease_core.model.sequence import Sentinel
 from lease_core.model.shards import ChildShard
 from lease_core.retrieval.record_batches import BatchInProgress, FetchedRecords
@@ -224,7 +225,8 @@ class SubscriptionReader:
         self._sleep(max(MIN_SUBSCRIBE_INTERVAL_SECONDS, self._policy.delay_seconds(self._failures)))
 
     def _take(self, batch: BatchInProgress, event: Mapping[str, Any]) -> None:
-        raw = event.get("Records") or []
+        # Columns when lease_core's clients decoded the event (`aws`), botocore's record dicts otherwise.
+        raw = KinesisRecordColumns.of(event.get("Records") or [])
         batch.millis_behind_latest = event.get("MillisBehindLatest")
         if event.get("ChildShards"):
             self._child_shards = tuple(ChildShard.from_api(child) for child in event["ChildShards"])
@@ -233,7 +235,7 @@ class SubscriptionReader:
         self._empty_events_at_tip = self._empty_events_at_tip + 1 if batch.at_tip and not raw else 0
         if raw:
             self._records.take(raw)
-            self._resume = at_sequence_number(raw[-1]["SequenceNumber"])
+            self._resume = at_sequence_number(raw.sequence_number(-1))
         elif self._end_observed or batch.at_tip:
             self._records.take_none_left()
         if self._end_observed:
