@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from lease_core.retrieval.fanout.stream_consumers import (
+    CLAIM_REGISTERS_WITHIN_MILLIS,
     CLOCK_TOLERANCE_MILLIS,
     Consumer,
     Ownership,
@@ -42,6 +43,12 @@ OWNED = Ownership("orders", NAME, STREAM_ARN, CLAIMED, ARN, CLAIMED + 1000, vers
         ),
         pytest.param(
             CLAIM, consumer(created=CLAIMED - CLOCK_TOLERANCE_MILLIS - 1), Step.FOREIGN, id="older-than-the-claim"
+        ),
+        pytest.param(
+            CLAIM,
+            consumer(created=CLAIMED + CLAIM_REGISTERS_WITHIN_MILLIS + 1),
+            Step.FOREIGN,
+            id="created-long-after-an-unfinished-claim-by-someone-else",
         ),
         pytest.param(OWNED, consumer(), Step.USE, id="ours-and-active"),
         pytest.param(OWNED, consumer("CREATING"), Step.WAIT, id="ours-and-creating"),

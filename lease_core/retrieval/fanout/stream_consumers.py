@@ -14,8 +14,9 @@ creation time on Kinesis, not on moto: both are compared), `claimedAtMillis` and
 write replaces (each write is conditional on the version read). The record is written as a claim
 (no consumer ARN yet) BEFORE registering, so that whoever finds a consumer of the name can tell:
 
-- claim, consumer created after the claim: ours, being created (by us or by an overlapping table
-  step, whose registration answered ResourceInUseException): record its ARN and wait for ACTIVE;
+- claim, consumer created after the claim (within minutes, `CLAIM_REGISTERS_WITHIN_MILLIS`): ours,
+  being created (by us or by an overlapping table step, whose registration answered
+  ResourceInUseException): record its ARN and wait for ACTIVE;
 - no record, or a record naming another ARN, and a consumer of the name: another application's, or
   one re-created by hand. `ForeignStreamConsumerError` names it; it is never used nor deregistered;
 - a record whose consumer is gone (deregistered by hand): registered again under a fresh claim, and
@@ -68,6 +69,10 @@ MAX_CREATING_CONSUMERS = 5
 # the claim still counts as created under it (one created by someone else in that window would be
 # taken for ours; nothing narrower is known without Kinesis saying who registered it).
 CLOCK_TOLERANCE_MILLIS = 5_000
+# A claim registers its consumer within seconds of being written (a registration refused for a limit
+# removes it). A consumer of the name created this long after an unfinished claim was not created
+# under it: that claim's holder died before registering, and someone else registered the name since.
+CLAIM_REGISTERS_WITHIN_MILLIS = 10 * 60_000
 # How often a consumer in CREATING (or DELETING) is described again: KCL's retryBackoffMillis.
 POLL_SECONDS = 1.0
 # Writes and registrations one `ensure` may try: overlapping table steps make it go round again.
@@ -157,8 +162,9 @@ class Ownership:
         """Whether this record proves `consumer` the application's own."""
         if self.consumer_name != consumer.name:
             return False
-        if self.consumer_arn is None:  # a claim: what was created under it
-            return consumer.created_millis >= self.claimed_at_millis - CLOCK_TOLERANCE_MILLIS
+        if self.consumer_arn is None:  # a claim: what was created under it, not long after
+            earliest = self.claimed_at_millis - CLOCK_TOLERANCE_MILLIS
+            return earliest <= consumer.created_millis <= self.claimed_at_millis + CLAIM_REGISTERS_WITHIN_MILLIS
         return self.consumer_arn == consumer.arn and self.consumer_created_millis in (None, consumer.created_millis)
 
 
