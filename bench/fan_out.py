@@ -65,6 +65,7 @@ from devtools.kinesis_standin import (  # noqa: E402
     sequence_number,
     shard_id_of,
 )
+from lease_core.application import LeaseApplication  # noqa: E402
 from spark_jobs.round_report import Outcome, RoundReport  # noqa: E402
 
 STREAM = "bench-fan-out"
@@ -245,23 +246,6 @@ def machine_cpu() -> tuple[int, int]:
     return sum(fields) - idle, sum(fields)
 
 
-def register_consumer(standin: KinesisStandIn, name: str) -> None:
-    """The application's fan-out consumer, ACTIVE (the lifecycle's job in a deployment)."""
-    client = standin.client()
-    stream_arn = client.describe_stream_summary(StreamName=STREAM)["StreamDescriptionSummary"]["StreamARN"]
-    client.register_stream_consumer(StreamARN=stream_arn, ConsumerName=name)
-    deadline = time.monotonic() + 30
-    while (
-        client.describe_stream_consumer(StreamARN=stream_arn, ConsumerName=name)["ConsumerDescription"][
-            "ConsumerStatus"
-        ]
-        != "ACTIVE"
-    ):
-        if time.monotonic() > deadline:
-            raise BenchmarkFailure(f"consumer {name} is not ACTIVE after 30 s")
-        time.sleep(0.1)
-
-
 def rounds_until_caught_up(spark: Any, application: Application, workers: int) -> tuple[float, list[RoundReport]]:
     """Rounds until every lease caught up (a throttled lease leaves the rest to the next round)."""
     seconds, reports = 0.0, list[RoundReport]()
@@ -292,7 +276,8 @@ def run_case(spark: Any, standin: KinesisStandIn, moto: str, case: Case, argumen
             shard_read_limit_kbps=CAP / 1024 if paced else UNPACED_KBPS,
         )
         if case.retrieval == "fan_out":
-            register_consumer(standin, application.config.stream_consumer_name)
+            # As the DAG's table step and `leasectl init --stream` do: registered, ACTIVE, recorded as ours.
+            LeaseApplication(application.config).stream_consumers.ensure(STREAM)
     poller = None
     if case.other_consumer:
         poller = SteadyPoller(standin, arguments.shards, arguments.other_mib * MIB / (arguments.record_bytes + 8))
