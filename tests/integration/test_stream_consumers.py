@@ -174,6 +174,32 @@ def test_a_retried_step_adopts_the_consumer_its_killed_try_registered(moto_endpo
     assert (adopted.ours, adopted.status, retry.registrations) == (True, "ACTIVE", 0)
 
 
+def test_a_step_retried_long_after_its_killed_try_claimed_registers_a_consumer_it_judges_its_own(
+    moto_endpoint, standin, unique_name
+):
+    app = application(moto_endpoint, standin.endpoint, unique_name)
+
+    def killed_before_registering() -> None:
+        raise RuntimeError("the task was killed between its claim and RegisterStreamConsumer")
+
+    # The killed try claimed the name 11 minutes ago (its clock is the only thing that is moved back).
+    eleven_minutes_ago = int(time.time() * 1000) - 11 * 60_000
+    killed = StreamConsumers(
+        CountingKinesis(app.client("kinesis"), before_register=killed_before_registering),
+        app.state_store,
+        unique_name,
+        lambda stream: stream_arn(stream),
+        retry_policy=FAST_RETRIES,
+        poll_seconds=0.05,
+        wall_clock_millis=lambda: eleven_minutes_ago,
+    )
+    with pytest.raises(RuntimeError, match="killed"):
+        killed.ensure("s-10")
+    retried = consumers_of(app).ensure("s-10")
+    assert (retried.ours, retried.status) == (True, "ACTIVE")
+    assert consumers_of(app).arn("s-10") == retried.consumer_arn
+
+
 def test_the_composition_root_builds_the_consumers_and_registers_on_moto(moto_endpoint, unique_name):
     kinesis = boto3.client("kinesis", endpoint_url=moto_endpoint, region_name=REGION)
     kinesis.create_stream(StreamName=unique_name, ShardCount=1)
