@@ -249,6 +249,9 @@ class StreamConsumers:
         self._now_millis = wall_clock_millis
         self._arns: dict[str, str] = {}  # what `arn` found, per stream; slots look up from several threads
         self._arns_lock = threading.Lock()
+        # One lookup per stream at a time: a slot's lease threads start (or find a consumer re-created)
+        # together, and Kinesis allows DescribeStreamConsumer 20 times a second per stream.
+        self._lookups: dict[str, threading.Lock] = {}
 
     # --- for the table step and `leasectl init` ----------------------------------------------------
 
@@ -341,13 +344,20 @@ class StreamConsumers:
 
     def arn(self, stream_name: str) -> str:
         """The ARN of the application's ACTIVE consumer on the stream, looked up once per object (one
-        GetItem, one DescribeStreamConsumer). Raises `StreamConsumerError` when the application has not
+        GetItem, one DescribeStreamConsumer, which threads asking at once wait for). Raises `StreamConsumerError` when the application has not
         registered one (or it is gone), `ForeignStreamConsumerError` when the consumer of the name is
         not the one it registered, `StreamConsumerNotReadyError` when it is not ACTIVE."""
         with self._arns_lock:
             cached = self._arns.get(stream_name)
+            lookup = self._lookups.setdefault(stream_name, threading.Lock())
         if cached is not None:
             return cached
+        with lookup:
+            with self._arns_lock:
+                cached = self._arns.get(stream_name)
+            return cached if cached is not None else self._look_up(stream_name)
+
+    def _look_up(self, stream_name: str) -> str:
         record = self._ownership(stream_name)
         if record is None or record.consumer_arn is None:
             raise StreamConsumerError(
