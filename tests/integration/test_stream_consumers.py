@@ -190,7 +190,7 @@ def test_a_step_retried_long_after_its_killed_try_claimed_registers_a_consumer_i
         CountingKinesis(app.client("kinesis"), before_register=killed_before_registering),
         app.state_store,
         unique_name,
-        lambda stream: stream_arn(stream),
+        stream_arn,
         retry_policy=FAST_RETRIES,
         poll_seconds=0.05,
         wall_clock_millis=lambda: eleven_minutes_ago,

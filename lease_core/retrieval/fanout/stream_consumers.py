@@ -344,9 +344,10 @@ class StreamConsumers:
 
     def arn(self, stream_name: str) -> str:
         """The ARN of the application's ACTIVE consumer on the stream, looked up once per object (one
-        GetItem, one DescribeStreamConsumer, which threads asking at once wait for). Raises `StreamConsumerError` when the application has not
-        registered one (or it is gone), `ForeignStreamConsumerError` when the consumer of the name is
-        not the one it registered, `StreamConsumerNotReadyError` when it is not ACTIVE."""
+        GetItem, one DescribeStreamConsumer, which threads asking at once wait for). Raises
+        `StreamConsumerError` when the application has not registered one (or it is gone),
+        `ForeignStreamConsumerError` when the consumer of the name is not the one it registered,
+        `StreamConsumerNotReadyError` when it is not ACTIVE."""
         with self._arns_lock:
             cached = self._arns.get(stream_name)
             lookup = self._lookups.setdefault(stream_name, threading.Lock())
