@@ -10,8 +10,10 @@ once, ARNs without a timestamp); the coordinator-state table is on moto."""
 from __future__ import annotations
 
 import json
+import threading
 import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import boto3
@@ -174,6 +176,32 @@ def test_a_retried_step_adopts_the_consumer_its_killed_try_registered(moto_endpo
     assert (adopted.ours, adopted.status, retry.registrations) == (True, "ACTIVE", 0)
 
 
+def test_a_step_retried_long_after_its_killed_try_claimed_registers_a_consumer_it_judges_its_own(
+    moto_endpoint, standin, unique_name
+):
+    app = application(moto_endpoint, standin.endpoint, unique_name)
+
+    def killed_before_registering() -> None:
+        raise RuntimeError("the task was killed between its claim and RegisterStreamConsumer")
+
+    # The killed try claimed the name 11 minutes ago (its clock is the only thing that is moved back).
+    eleven_minutes_ago = int(time.time() * 1000) - 11 * 60_000
+    killed = StreamConsumers(
+        CountingKinesis(app.client("kinesis"), before_register=killed_before_registering),
+        app.state_store,
+        unique_name,
+        stream_arn,
+        retry_policy=FAST_RETRIES,
+        poll_seconds=0.05,
+        wall_clock_millis=lambda: eleven_minutes_ago,
+    )
+    with pytest.raises(RuntimeError, match="killed"):
+        killed.ensure("s-10")
+    retried = consumers_of(app).ensure("s-10")
+    assert (retried.ours, retried.status) == (True, "ACTIVE")
+    assert consumers_of(app).arn("s-10") == retried.consumer_arn
+
+
 def test_the_composition_root_builds_the_consumers_and_registers_on_moto(moto_endpoint, unique_name):
     kinesis = boto3.client("kinesis", endpoint_url=moto_endpoint, region_name=REGION)
     kinesis.create_stream(StreamName=unique_name, ShardCount=1)
@@ -297,6 +325,49 @@ def test_a_consumer_deregistered_by_hand_is_registered_again_and_a_slot_finds_th
     assert second.ours and second.consumer_arn != first.consumer_arn
     assert slot.arn("s-9") == first.consumer_arn  # what the slot looked up, until Kinesis refuses it
     assert slot.refresh("s-9", first.consumer_arn) == second.consumer_arn
+
+
+class OverlappingDescribes:
+    """A boto3 Kinesis client whose DescribeStreamConsumer calls are counted, each waiting (at most
+    `patience` s) for another one to arrive while it is in flight: lookups that could overlap do."""
+
+    def __init__(self, client: Any, patience: float = 0.5) -> None:
+        self._client = client
+        self._patience = patience
+        self._lock = threading.Lock()
+        self._arrived = threading.Condition(self._lock)
+        self.describes = 0
+
+    def describe_stream_consumer(self, **arguments: Any) -> Any:
+        with self._arrived:
+            self.describes += 1
+            self._arrived.notify_all()
+            seen = self.describes
+            self._arrived.wait_for(lambda: self.describes > seen, self._patience)
+        return self._client.describe_stream_consumer(**arguments)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._client, name)
+
+
+def test_a_slot_s_lease_threads_looking_the_consumer_up_at_once_share_one_lookup(moto_endpoint, standin, unique_name):
+    # Kinesis allows DescribeStreamConsumer 20 times a second per stream: a slot starting 64 leases
+    # must not ask 64 times (nor again once per lease when the consumer was re-created).
+    app = application(moto_endpoint, standin.endpoint, unique_name)
+    registered = consumers_of(app).ensure("s-11")
+    kinesis = OverlappingDescribes(app.client("kinesis"))
+    slot = consumers_of(app, kinesis)
+    threads = 8
+    start = threading.Barrier(threads)
+
+    def lease_thread(_: int) -> str:
+        start.wait()
+        return slot.arn("s-11")
+
+    with ThreadPoolExecutor(threads) as pool:
+        found = list(pool.map(lease_thread, range(threads)))
+    assert found == [registered.consumer_arn] * threads
+    assert kinesis.describes == 1
 
 
 # --- the DAG's table step and leasectl ------------------------------------------------------------

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from lease_core.retrieval.fanout.stream_consumers import (
+    CLAIM_FRESH_MILLIS,
     CLAIM_REGISTERS_WITHIN_MILLIS,
     CLOCK_TOLERANCE_MILLIS,
     Consumer,
@@ -17,6 +18,7 @@ from lease_core.retrieval.fanout.stream_consumers import (
 NAME = "orders-lake"
 STREAM_ARN = "arn:aws:kinesis:us-east-1:123456789012:stream/orders"
 CLAIMED = 1_700_000_000_000
+NOW = CLAIMED + 2000  # when `ensure` decides, unless a case says otherwise
 ARN = f"{STREAM_ARN}/consumer/{NAME}:1700000001"
 
 
@@ -68,7 +70,20 @@ OWNED = Ownership("orders", NAME, STREAM_ARN, CLAIMED, ARN, CLAIMED + 1000, vers
     ],
 )
 def test_what_ensure_does_next_follows_from_the_record_and_the_consumer(record, found, step):
-    assert decide(record, found, NAME) is step
+    assert decide(record, found, NAME, NOW) is step
+
+
+@pytest.mark.parametrize(
+    ("claim_age", "step"),
+    [
+        pytest.param(CLAIM_FRESH_MILLIS, Step.REGISTER, id="fresh-claim-register-under-it"),
+        # Its holder died before registering: a consumer registered under it now could be created past
+        # its window, and then be judged foreign, registered and billed but never used.
+        pytest.param(CLAIM_FRESH_MILLIS + 1, Step.CLAIM, id="stale-claim-claimed-afresh-first"),
+    ],
+)
+def test_an_unfinished_claim_is_registered_under_only_while_fresh(claim_age, step):
+    assert decide(CLAIM, None, NAME, CLAIMED + claim_age) is step
 
 
 def test_a_record_reads_back_as_it_was_written():

@@ -20,7 +20,9 @@ write replaces (each write is conditional on the version read). The record is wr
 - no record, or a record naming another ARN, and a consumer of the name: another application's, or
   one re-created by hand. `ForeignStreamConsumerError` names it; it is never used nor deregistered;
 - a record whose consumer is gone (deregistered by hand): registered again under a fresh claim, and
-  slots holding the old ARN find the new one with `refresh`.
+  slots holding the old ARN find the new one with `refresh`;
+- a claim left unfinished (its holder died, or its registration failed) and no consumer: registered
+  under it only while it is fresh (`CLAIM_FRESH_MILLIS`), else claimed afresh first.
 
 The decision is `decide`, pure over the record and DescribeStreamConsumer's answer; `ensure` loads,
 decides and applies until the consumer is ACTIVE, at most `activation_timeout_seconds` of waiting.
@@ -73,6 +75,9 @@ CLOCK_TOLERANCE_MILLIS = 5_000
 # removes it). A consumer of the name created this long after an unfinished claim was not created
 # under it: that claim's holder died before registering, and someone else registered the name since.
 CLAIM_REGISTERS_WITHIN_MILLIS = 10 * 60_000
+# An unfinished claim older than this is claimed afresh before registering (not registered under):
+# a consumer registered under it could be created past `CLAIM_REGISTERS_WITHIN_MILLIS` and judged foreign.
+CLAIM_FRESH_MILLIS = CLAIM_REGISTERS_WITHIN_MILLIS // 2
 # How often a consumer in CREATING (or DELETING) is described again: KCL's retryBackoffMillis.
 POLL_SECONDS = 1.0
 # Writes and registrations one `ensure` may try: overlapping table steps make it go round again.
@@ -171,21 +176,28 @@ class Ownership:
 class Step(enum.Enum):
     USE = "use"  # ours and ACTIVE
     WAIT = "wait"  # ours in CREATING, or a consumer of the name in DELETING: describe again shortly
-    CLAIM = "claim"  # no consumer of the name: claim it (a fresh claim replaces a record whose consumer is gone)
-    REGISTER = "register"  # our claim stands and no consumer of the name exists yet
+    CLAIM = "claim"  # no consumer of the name: claim it (afresh over a record whose consumer is gone, or a stale claim)
+    REGISTER = "register"  # our fresh claim stands and no consumer of the name exists yet
     RECORD = "record"  # a consumer was created under our claim: record its ARN
     FOREIGN = "foreign"  # a consumer of the name the record does not name
     RENAMED = "renamed"  # the record is of a consumer under another name
 
 
-def decide(record: Ownership | None, consumer: Consumer | None, consumer_name: str) -> Step:
-    """What `ensure` does next, from the application's record and the consumer Kinesis has under the name."""
+def decide(record: Ownership | None, consumer: Consumer | None, consumer_name: str, now_millis: int) -> Step:
+    """What `ensure` does next at `now_millis`, from the application's record and the consumer Kinesis
+    has under the name. A claim left unfinished long ago (its holder died before registering) is
+    claimed afresh first: what is registered under it must be created within its window to be ours."""
     if record is not None and record.consumer_name != consumer_name:
         return Step.RENAMED
     if consumer is not None and consumer.status == DELETING:
         return Step.WAIT  # gone shortly, then there is nothing to judge
     if consumer is None:
-        return Step.REGISTER if record is not None and record.consumer_arn is None else Step.CLAIM
+        fresh_claim = (
+            record is not None
+            and record.consumer_arn is None
+            and now_millis - record.claimed_at_millis <= CLAIM_FRESH_MILLIS
+        )
+        return Step.REGISTER if fresh_claim else Step.CLAIM
     if record is None or not record.names(consumer):
         return Step.FOREIGN
     if record.consumer_arn is None:
@@ -237,6 +249,9 @@ class StreamConsumers:
         self._now_millis = wall_clock_millis
         self._arns: dict[str, str] = {}  # what `arn` found, per stream; slots look up from several threads
         self._arns_lock = threading.Lock()
+        # One lookup per stream at a time: a slot's lease threads start (or find a consumer re-created)
+        # together, and Kinesis allows DescribeStreamConsumer 20 times a second per stream.
+        self._lookups: dict[str, threading.Lock] = {}
 
     # --- for the table step and `leasectl init` ----------------------------------------------------
 
@@ -253,7 +268,7 @@ class StreamConsumers:
         while True:
             record = self._ownership(stream_name)
             consumer = self._describe(stream_arn)
-            step = decide(record, consumer, self.consumer_name)
+            step = decide(record, consumer, self.consumer_name, self._now_millis())
             if step is Step.USE:
                 assert consumer is not None
                 with self._arns_lock:
@@ -329,13 +344,21 @@ class StreamConsumers:
 
     def arn(self, stream_name: str) -> str:
         """The ARN of the application's ACTIVE consumer on the stream, looked up once per object (one
-        GetItem, one DescribeStreamConsumer). Raises `StreamConsumerError` when the application has not
-        registered one (or it is gone), `ForeignStreamConsumerError` when the consumer of the name is
-        not the one it registered, `StreamConsumerNotReadyError` when it is not ACTIVE."""
+        GetItem, one DescribeStreamConsumer, which threads asking at once wait for). Raises
+        `StreamConsumerError` when the application has not registered one (or it is gone),
+        `ForeignStreamConsumerError` when the consumer of the name is not the one it registered,
+        `StreamConsumerNotReadyError` when it is not ACTIVE."""
         with self._arns_lock:
             cached = self._arns.get(stream_name)
+            lookup = self._lookups.setdefault(stream_name, threading.Lock())
         if cached is not None:
             return cached
+        with lookup:
+            with self._arns_lock:
+                cached = self._arns.get(stream_name)
+            return cached if cached is not None else self._look_up(stream_name)
+
+    def _look_up(self, stream_name: str) -> str:
         record = self._ownership(stream_name)
         if record is None or record.consumer_arn is None:
             raise StreamConsumerError(
@@ -345,7 +368,7 @@ class StreamConsumers:
                 f"`leasectl init --stream {stream_name}` with retrieval = fan_out, registers it)",
             )
         consumer = self._describe(record.stream_arn)
-        step = decide(record, consumer, self.consumer_name)
+        step = decide(record, consumer, self.consumer_name, self._now_millis())
         if consumer is None:
             raise StreamConsumerError(
                 stream_name,
