@@ -30,7 +30,7 @@ from lease_core import aws
 from lease_core.config.settings import ConsumerConfig
 from lease_core.errors import InvalidSequenceNumberError
 from lease_core.model.sequence import SHARD_END, TRIM_HORIZON, ExtendedSequenceNumber
-from lease_core.retrieval.fanout.subscription_reader import SubscriptionReader
+from lease_core.retrieval.fanout.subscription_reader import MIN_REFUSALS, SubscriptionReader
 from lease_core.retrieval.polling.get_records_reader import GetRecordsReader
 from lease_core.retrieval.record_source import ReadBatch, ReadLimits, ReadStart, RecordSource, ShardToRead
 from lease_core.retry import RetryPolicy
@@ -284,13 +284,16 @@ def test_a_subscription_refused_while_another_is_open_waits_and_takes_the_shard_
     assert sum(sleeps) >= 1.0  # the in-use time since the open subscription's start
 
 
-def test_refusals_past_the_retry_policy_end_the_batch_as_throttled(client):
+@pytest.mark.parametrize("attempts", [3, 9])
+def test_refusals_past_the_retry_policy_end_the_batch_as_throttled(client, attempts):
+    # At least MIN_REFUSALS, a second apart: a policy of few attempts must still outlast Kinesis'
+    # 5 s in-use window, which holds after a successful call even when its subscription has ended.
     holder = fan_out_reader(client, PLAIN.name)
     blocked = fan_out_reader(
         client,
         PLAIN.name,
         sleep=lambda seconds: None,
-        retry_policy=RetryPolicy(attempts=3, base_millis=1, max_millis=4),
+        retry_policy=RetryPolicy(attempts=attempts, base_millis=1, max_millis=4),
     )
     try:
         holder.read(ReadLimits(max_records=10))
@@ -298,7 +301,28 @@ def test_refusals_past_the_retry_policy_end_the_batch_as_throttled(client):
     finally:
         holder.close()
         blocked.close()
-    assert (batch.stopped_by, batch.records, batch.refused_calls, batch.calls) == ("throttled", (), 3, 3)
+    refusals = max(attempts, MIN_REFUSALS)
+    assert (batch.stopped_by, batch.records, batch.refused_calls, batch.calls) == ("throttled", (), refusals, refusals)
+
+
+def test_a_batch_cut_at_the_tip_event_s_last_record_ends_the_next_read_at_the_tip_at_once(unique_name):
+    spec = StreamSpec(unique_name, shards=1, records_per_shard=100, record_bytes=100)
+    # One event holds the whole shard; a heartbeat would come only 3 s later.
+    limits = FanOutLimits(heartbeat_seconds=3.0, activation_seconds=0)
+    with KinesisStandIn([spec], Limits.off(), limits) as standin:
+        client = standin.client()
+        client.register_stream_consumer(StreamARN=stream_arn(spec.name), ConsumerName=CONSUMER)
+        source = fan_out_reader(client, spec.name)
+        try:
+            full = source.read(ReadLimits(max_records=100))
+            started = time.monotonic()
+            after = source.read(NO_LIMITS)
+            waited = time.monotonic() - started
+        finally:
+            source.close()
+    assert (full.stopped_by, len(full.records), full.millis_behind_latest) == ("records", 100, 0)
+    assert (after.stopped_by, after.records, after.calls) == ("tip", (), 0)
+    assert waited < 1.0
 
 
 @pytest.mark.parametrize("while_subscribed", [False, True], ids=["between-subscriptions", "during-a-subscription"])

@@ -19,7 +19,8 @@ What every mode shares is beside this package (`start_positions`, `kpl_deaggrega
 - Kinesis allows 1 SubscribeToShard per second per consumer and shard, and refuses a second
   subscription within 5 s of the open one's start (ResourceInUseException): a reader keeps its own
   calls a second apart, and a refused call (LimitExceeded, ResourceInUse) waits at least a second
-  before the next, ending the batch as "throttled" once the policy's attempts are spent.
+  before the next, ending the batch as "throttled" once the policy's attempts are spent (at least
+  `MIN_REFUSALS`: Kinesis refuses for 5 s after a successful call, even one whose stream has ended).
 - The consumer's ARN comes from the application (`ConsumerArns`); a consumer Kinesis no longer finds
   under it (deregistered, or re-created with a new ARN) is looked up again once.
 """
@@ -56,6 +57,9 @@ log = logging.getLogger(__name__)
 
 # Kinesis: at most 1 SubscribeToShard per second per consumer and shard.
 MIN_SUBSCRIBE_INTERVAL_SECONDS = 1.0
+# Refused subscriptions a batch waits out, at least a second apart, whatever the retry policy's
+# attempts: more than Kinesis' 5 s in-use window after a subscription's start (even an ended one's).
+MIN_REFUSALS = 7
 # Empty events at the tip of a closed shard before a batch gives up on its end ("no_shard_end").
 CLOSED_SHARD_EMPTY_EVENTS = 5
 # Refusals of a subscription: the call rate, a subscription still open (or a consumer not ACTIVE).
@@ -140,9 +144,13 @@ class SubscriptionReader:
         self._end_observed = False
         self._child_shards: tuple[ChildShard, ...] = ()
         self._empty_events_at_tip = 0
+        self._at_tip = False  # the last event taken was at the tip of the (open) shard
 
     def read(self, limits: ReadLimits) -> ReadBatch:
         batch = BatchInProgress(limits)
+        # The last event said the tip: so it stands until the next one (a batch cut by a limit at
+        # that event's last record ends the next read at the tip, not a heartbeat later).
+        batch.at_tip = self._at_tip
         self._empty_events_at_tip = 0
         while True:
             reason = self._records.deliver(batch) or self._reason_not_to_fetch(batch)
@@ -208,6 +216,7 @@ class SubscriptionReader:
         it stood, unless that keeps happening without an event in between."""
         code = error_code(error) if isinstance(error, botocore.exceptions.ClientError) else None
         if code == "ResourceNotFoundException":
+            self._not_found()  # StreamNotFoundError when the stream is what went
             self._consumer_not_found()
             return
         if code is not None and code not in _REFUSAL_CODES and not is_retryable(error):
@@ -231,7 +240,7 @@ class SubscriptionReader:
         if event.get("ChildShards"):
             self._child_shards = tuple(ChildShard.from_api(child) for child in event["ChildShards"])
         self._end_observed = event.get("ContinuationSequenceNumber") is None
-        batch.at_tip = not self._end_observed and batch.millis_behind_latest == 0
+        batch.at_tip = self._at_tip = not self._end_observed and batch.millis_behind_latest == 0
         self._empty_events_at_tip = self._empty_events_at_tip + 1 if batch.at_tip and not raw else 0
         if raw:
             self._records.take(raw)
@@ -254,7 +263,7 @@ class SubscriptionReader:
             except _Refused:
                 batch.refused_calls += 1
                 refused += 1
-                if refused >= self._policy.attempts:
+                if refused >= max(self._policy.attempts, MIN_REFUSALS):
                     return False
                 self._sleep(max(MIN_SUBSCRIBE_INTERVAL_SECONDS, self._policy.delay_seconds(refused)))
             except _ConsumerNotFound:
