@@ -403,7 +403,7 @@ def with_round_start(spark: Any, spec: ConsumeSpec, app: LeaseApplication | None
     for those to end. With fewer task slots than slots (local[2] and four slots), the slots run in
     waves, and a waiting slot would keep a later one from starting. And the sink's configuration as
     this machine has it (`sink_configuration`), unless the spec carries one, and the streams'
-    incarnations (`stream_incarnations`)."""
+    incarnations (`stream_incarnations`), and under fan-out the consumers' ARNs (`stream_consumer_arns`)."""
     task_slots = concurrent_task_slots(spark)
     together = task_slots is not None and task_slots >= spec.num_workers
     if not together:
@@ -426,7 +426,16 @@ def with_round_start(spark: Any, spec: ConsumeSpec, app: LeaseApplication | None
         closing_parents=parents,
         sink_configuration=configuration,
         stream_incarnations=spec.stream_incarnations or stream_incarnations(app, spec.streams),
+        stream_consumer_arns=spec.stream_consumer_arns or stream_consumer_arns(app, spec.streams),
     )
+
+
+def stream_consumer_arns(app: LeaseApplication, streams: Sequence[str]) -> dict[str, str]:
+    """Under retrieval = fan_out, the application's consumer ARN of each stream (raising, before any
+    slot runs, when one is missing, not ACTIVE or not the application's); nothing under polling."""
+    if app.config.retrieval != "fan_out":
+        return {}
+    return {stream: app.stream_consumers.arn(stream) for stream in streams}
 
 
 def concurrent_task_slots(spark: Any) -> int | None:

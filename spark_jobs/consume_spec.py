@@ -63,6 +63,11 @@ class ConsumeSpec:
     # The streams' ARNs and creation times at round start (`spark_jobs.round_publication`), so that the
     # sink tells a stream created again under its name from the one it replaced.
     stream_incarnations: Mapping[str, tuple[str, int]] = field(default_factory=dict)
+    # Under retrieval = fan_out, the ARN of the application's consumer of each stream as the driver
+    # looked it up at round start (`StreamConsumers.arn`): a consumer missing, not ACTIVE or not the
+    # application's fails the round there, before any lease moves, and the slots subscribe with it
+    # without a DescribeStreamConsumer each.
+    stream_consumer_arns: Mapping[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if not self.streams:

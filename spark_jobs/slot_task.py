@@ -92,6 +92,7 @@ class SlotTask:
         self.started_millis = time.time_ns() // 1_000_000
         self._superseded = False  # a lease of this attempt was lost: take nothing more up
         app = LeaseApplication.from_config(self.config)
+        app.stream_consumers.remember(spec.stream_consumer_arns)  # the driver's look-up (fan-out)
         self.store = app.lease_store
         self.metrics = app.worker_metrics
         self.context = LeaseContext(

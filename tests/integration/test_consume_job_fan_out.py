@@ -147,15 +147,26 @@ def _position(record: StreamRecord) -> tuple[int, int]:
     return int(record.sequence_number), record.sub_sequence_number
 
 
-def test_a_consumer_gone_before_the_round_is_a_clear_error_and_no_checkpoint_moves(spark, application):
+def test_a_consumer_gone_before_the_round_fails_it_at_the_driver_and_no_lease_moves(spark, application):
     pipeline, _, spec = application
     consumer = pipeline.config.stream_consumer_name
     described = pipeline.kinesis.describe_stream_consumer(StreamARN=stream_arn(spec.name), ConsumerName=consumer)
     pipeline.kinesis.deregister_stream_consumer(ConsumerARN=described["ConsumerDescription"]["ConsumerARN"])
-    report = pipeline.round(spark, workers=1)
-    assert not report.succeeded
-    (lease,) = [lease for slot in report.slots for lease in slot.leases]
-    assert lease.outcome == Outcome.FAILED and not lease.retryable
-    assert consumer in (lease.detail or "") and "no longer exists" in (lease.detail or "")
-    assert [lease.checkpoint for lease in pipeline.leases().values()] == [TRIM_HORIZON]
+    pipeline.sync()
+    assignment = pipeline.assign(1)
+    before = pipeline.leases()
+    report = pipeline.consume(spark, 1, assignment.round_number)
+    assert not report.succeeded and not report.slots
+    (failure,) = report.slot_failures
+    assert consumer in failure and "no longer exists" in failure
+    assert pipeline.leases() == before  # not claimed, not read, not checkpointed
     assert pipeline.landed() == []
+
+
+def test_the_slots_subscribe_with_the_consumer_the_driver_looked_up(spark, application):
+    pipeline, standin, _ = application
+    described = standin.stats()["operations"].get("DescribeStreamConsumer", 0)
+    report = pipeline.round(spark, workers=2)
+    assert report.succeeded, report.summary()
+    # One DescribeStreamConsumer, the driver's; none by the slots' three leases.
+    assert standin.stats()["operations"].get("DescribeStreamConsumer", 0) == described + 1

@@ -358,6 +358,14 @@ class StreamConsumers:
                 cached = self._arns.get(stream_name)
             return cached if cached is not None else self._look_up(stream_name)
 
+    def remember(self, arns: Mapping[str, str]) -> None:
+        """Take ARNs another process looked up with `arn` (the consume job's driver, at round start) as
+        this object's own: a slot's leases subscribe without a lookup each (Kinesis answers
+        DescribeStreamConsumer 20 times a second per stream, and a round may start a hundred slots);
+        `refresh` still looks one up again once Kinesis no longer knows it."""
+        with self._arns_lock:
+            self._arns.update(arns)
+
     def _look_up(self, stream_name: str) -> str:
         record = self._ownership(stream_name)
         if record is None or record.consumer_arn is None:
