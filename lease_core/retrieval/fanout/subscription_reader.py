@@ -39,14 +39,11 @@ import urllib3.exceptions
 from lease_core.aws import THROTTLING_CODES, AwsCaller, error_code, is_retryable
 from lease_core.errors import DependencyError, StreamNotFoundError
 from lease_core.model.kinesis_record_columns import KinesisRecordColumns
-from lease_core.model.sequence import Sentinel
 from lease_core.model.shards import ChildShard
 from lease_core.retrieval.record_batches import BatchInProgress, FetchedRecords
 from lease_core.retrieval.record_source import ReadBatch, ReadLimits, ReadStart, ShardToRead, StopReason
-from lease_core.retrieval.retention_gaps import pin_may_have_aged_out
+from lease_core.retrieval.shard_opening import PinInTheFuture, SequenceNumberRefused, ShardOpening
 from lease_core.retrieval.start_positions import (
-    LATEST_POSITION,
-    TRIM_HORIZON_POSITION,
     StartingPosition,
     at_sequence_number,
     starting_position,
@@ -93,14 +90,6 @@ class _ConsumerNotFound(Exception):
     """Kinesis does not know the consumer ARN subscribed with."""
 
 
-class _SequenceNumberRefused(Exception):
-    """SubscribeToShard refused the starting sequence number."""
-
-
-class _PinInTheFuture(Exception):
-    """SubscribeToShard refused an AT_TIMESTAMP pin as later than Kinesis' own clock."""
-
-
 class SubscriptionReader:
     """A `RecordSource` of one shard by SubscribeToShard (module doc). `busy_gate` (`Retrieval.open`)
     is held around taking each event's records in; the wait for an event and botocore's parsing of it
@@ -122,8 +111,6 @@ class SubscriptionReader:
         busy_gate: AbstractContextManager[Any] | None = None,
     ) -> None:
         self._resume = starting_position(shard.shard_id, start.position, start.at_timestamp, start.latest_since)
-        self._pinned_latest = start.position.sentinel is Sentinel.LATEST and start.latest_since is not None
-        self._pin_checked = False
         self._kinesis = kinesis
         self._consumers = consumers
         self._shard = shard
@@ -131,10 +118,10 @@ class SubscriptionReader:
         self._policy = retry_policy
         self._caller = AwsCaller("kinesis", retry_policy)
         self._clock = clock
-        self._wall_clock = wall_clock
         self._sleep = sleep
         self._busy_gate = busy_gate or nullcontext()
         self._records = FetchedRecords(shard, start)
+        self._opening = ShardOpening(kinesis, self._caller, shard, start, self._records, wall_clock)
         self._consumer_arn: str | None = None
         self._refreshed = False  # the consumer's ARN was looked up again after Kinesis no longer found it
         self._stream: Any = None  # botocore's EventStream of the open subscription
@@ -284,27 +271,8 @@ class SubscriptionReader:
         self._consumer_arn = self._consumers.refresh(self._shard.stream_name, stale)
 
     def _open(self, batch: BatchInProgress, position: StartingPosition) -> None:
-        """A subscription at `position`, falling back as polling's open does (`GetRecordsReader._open`)."""
-        try:
-            self._start_subscription(batch, position)
-        except _PinInTheFuture:
-            log.warning(
-                "shard %s of %r: its LATEST pin %s is ahead of Kinesis' clock; subscribing at LATEST",
-                self._shard.shard_id,
-                self._shard.stream_name,
-                position.timestamp,
-            )
-            self._start_subscription(batch, LATEST_POSITION)
-            return
-        except _SequenceNumberRefused:
-            self._start_subscription(batch, TRIM_HORIZON_POSITION)
-            self._resume = TRIM_HORIZON_POSITION
-            self._records.check_first_record(str(position.sequence_number), refused=True)
-            return
-        if self._pinned_latest and position.kind == "AT_TIMESTAMP" and self._pin_aged_out(position):
-            self._records.check_first_record(None)
-        if position.kind == "AT_SEQUENCE_NUMBER":
-            self._records.check_first_record(str(position.sequence_number))
+        """A subscription at `position`, with the fallbacks every mode shares (`shard_opening`)."""
+        self._resume = self._opening.open(position, lambda opened: self._start_subscription(batch, opened))
 
     def _start_subscription(self, batch: BatchInProgress, position: StartingPosition) -> None:
         if self._consumer_arn is None:
@@ -346,9 +314,9 @@ class SubscriptionReader:
         if code == "InvalidArgumentException":
             message = str(error.response.get("Error", {}).get("Message", "")).lower()
             if position.sequence_number is not None and "sequence" in message:
-                return _SequenceNumberRefused()
-            if self._pinned_latest and position.kind == "AT_TIMESTAMP" and "future" in message:
-                return _PinInTheFuture()
+                return SequenceNumberRefused()
+            if self._opening.pin_refused(position, error):
+                return PinInTheFuture()
         return None
 
     def _not_found(self) -> Exception:
@@ -379,20 +347,3 @@ class SubscriptionReader:
                 stream.close()
             except Exception:  # closing a broken connection must not hide why it broke
                 log.debug("closing the subscription to shard %s failed", self._shard.shard_id, exc_info=True)
-
-    def _pin_aged_out(self, position: StartingPosition) -> bool:
-        """Whether records after the LATEST pin may have aged out unread (asked once per reader)."""
-        pin = position.timestamp
-        if pin is None or self._pin_checked:
-            return False
-        self._pin_checked = True
-
-        def retention_hours() -> int:
-            def call() -> int:
-                summary = self._kinesis.describe_stream_summary(StreamName=self._shard.stream_name)
-                return int(summary["StreamDescriptionSummary"]["RetentionPeriodHours"])
-
-            hours: int = self._caller.call("DescribeStreamSummary", call)
-            return hours
-
-        return pin_may_have_aged_out(pin, self._wall_clock(), retention_hours)

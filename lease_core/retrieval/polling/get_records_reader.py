@@ -25,7 +25,6 @@ aggregates (`kpl_deaggregation`), retention gaps (`retention_gaps`) and the batc
 
 from __future__ import annotations
 
-import logging
 import time
 from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager, nullcontext
@@ -36,7 +35,6 @@ import botocore.exceptions
 from lease_core.aws import THROTTLING_CODES, AwsCaller, error_code
 from lease_core.errors import DependencyError, StreamNotFoundError
 from lease_core.model.kinesis_record_columns import KinesisRecordColumns
-from lease_core.model.sequence import Sentinel
 from lease_core.model.shards import ChildShard
 from lease_core.retrieval.polling.read_pacing import (
     KINESIS_SHARD_READ_BYTES_PER_SECOND,
@@ -45,17 +43,13 @@ from lease_core.retrieval.polling.read_pacing import (
 )
 from lease_core.retrieval.record_batches import BatchInProgress, FetchedRecords
 from lease_core.retrieval.record_source import ReadBatch, ReadLimits, ReadStart, ShardToRead, StopReason
-from lease_core.retrieval.retention_gaps import pin_may_have_aged_out
+from lease_core.retrieval.shard_opening import PinInTheFuture, SequenceNumberRefused, ShardOpening
 from lease_core.retrieval.start_positions import (
-    LATEST_POSITION,
-    TRIM_HORIZON_POSITION,
     StartingPosition,
     at_sequence_number,
     starting_position,
 )
 from lease_core.retry import RetryPolicy
-
-log = logging.getLogger(__name__)
 
 # GetRecords returns at most 10,000 records per call.
 MAX_GET_RECORDS_LIMIT = 10000
@@ -88,14 +82,6 @@ class _IteratorExpired(Exception):
     """The shard iterator outlived its 5 minutes; a fresh one re-opens at the last record fetched."""
 
 
-class _SequenceNumberRefused(Exception):
-    """GetShardIterator refused a sequence number (kinesis-mock says ResourceNotFoundException)."""
-
-
-class _PinInTheFuture(Exception):
-    """GetShardIterator refused a LATEST pin as later than Kinesis' own clock."""
-
-
 class GetRecordsReader:
     """A `RecordSource` of one shard by GetShardIterator and GetRecords (module doc).
 
@@ -126,9 +112,6 @@ class GetRecordsReader:
             raise ValueError(f"get_records_limit must be in 1..{MAX_GET_RECORDS_LIMIT}, not {get_records_limit}")
         self._pacer = ReadPacer(min_call_interval_seconds, read_bytes_per_second, clock)
         self._resume = starting_position(shard.shard_id, start.position, start.at_timestamp, start.latest_since)
-        self._pinned_latest = start.position.sentinel is Sentinel.LATEST and start.latest_since is not None
-        self._pin_checked = False
-        self._wall_clock = wall_clock
         self._kinesis = kinesis
         self._shard = shard
         self._ending_sequence_number = shard.ending_sequence_number
@@ -140,6 +123,7 @@ class GetRecordsReader:
         self._sleep = sleep
         self._busy_gate = busy_gate or nullcontext()
         self._records = FetchedRecords(shard, start)
+        self._opening = ShardOpening(kinesis, self._caller, shard, start, self._records, wall_clock)
         self._iterator: str | None = None
         self._end_known = False
         self._end_observed = False
@@ -267,48 +251,14 @@ class GetRecordsReader:
     # --- iterators -------------------------------------------------------------------------------
 
     def _open(self, position: StartingPosition) -> None:
-        """A fresh iterator at `position`, falling back to the trim horizon if its sequence number is refused."""
-        try:
-            self._iterator = self._get_shard_iterator(position)
-        except _PinInTheFuture:
-            # The host that pinned runs ahead of Kinesis: its now is before the pin, so LATEST holds
-            # every record after the pin (and nothing after LATEST was landed). The pin stays for the
-            # next open: by then it is likely in Kinesis' past.
-            log.warning(
-                "shard %s of %r: its LATEST pin %s is ahead of Kinesis' clock; reading from LATEST",
-                self._shard.shard_id,
-                self._shard.stream_name,
-                position.timestamp,
-            )
-            self._iterator = self._get_shard_iterator(LATEST_POSITION)
-            return
-        except _SequenceNumberRefused:
-            self._iterator = self._get_shard_iterator(TRIM_HORIZON_POSITION)
-            self._resume = TRIM_HORIZON_POSITION
-            self._records.check_first_record(str(position.sequence_number), refused=True)
-            return
-        if self._pinned_latest and position.kind == "AT_TIMESTAMP" and self._pin_aged_out(position):
-            self._records.check_first_record(None)
-        if position.kind == "AT_SEQUENCE_NUMBER":
-            self._records.check_first_record(str(position.sequence_number))
+        """A fresh iterator at `position`, with the fallbacks every mode shares (`shard_opening`)."""
+
+        def open_at(opened: StartingPosition) -> None:
+            self._iterator = self._get_shard_iterator(opened)
+
+        self._resume = self._opening.open(position, open_at)
+        if position.kind == "AT_SEQUENCE_NUMBER" and self._resume is position:
             self._drops_first_record = self._records.opens_on_a_dropped_record
-
-    def _pin_aged_out(self, position: StartingPosition) -> bool:
-        """Whether records after the LATEST pin may have aged out unread (asked once per reader)."""
-        pin = position.timestamp
-        if pin is None or self._pin_checked:
-            return False
-        self._pin_checked = True
-
-        def retention_hours() -> int:
-            def call() -> int:
-                summary = self._kinesis.describe_stream_summary(StreamName=self._shard.stream_name)
-                return int(summary["StreamDescriptionSummary"]["RetentionPeriodHours"])
-
-            hours: int = self._caller.call("DescribeStreamSummary", call)
-            return hours
-
-        return pin_may_have_aged_out(pin, self._wall_clock(), retention_hours)
 
     def _get_shard_iterator(self, position: StartingPosition) -> str:
         def call() -> str:
@@ -319,18 +269,12 @@ class GetRecordsReader:
             except botocore.exceptions.ClientError as error:
                 code = error_code(error)
                 if position.sequence_number is not None and code in _SEQUENCE_NUMBER_REFUSALS:
-                    raise _SequenceNumberRefused() from error
-                if self._pinned_latest and position.kind == "AT_TIMESTAMP" and _refuses_the_future(error):
-                    raise _PinInTheFuture() from error
+                    raise SequenceNumberRefused() from error
+                if self._opening.pin_refused(position, error):
+                    raise PinInTheFuture() from error
                 if code == "ResourceNotFoundException":
                     raise StreamNotFoundError(self._shard.stream_name) from error
                 raise
             return str(response["ShardIterator"])
 
         return self._caller.call("GetShardIterator", call)
-
-
-def _refuses_the_future(error: botocore.exceptions.ClientError) -> bool:
-    """Kinesis' answer to an AT_TIMESTAMP after its own clock (kinesis-mock: "Timestamp cannot be in the future")."""
-    message = str(error.response.get("Error", {}).get("Message", ""))
-    return error_code(error) == "InvalidArgumentException" and "future" in message.lower()
