@@ -4,7 +4,8 @@ A user signs in on Airflow's own login page (SimpleAuthManager) and opens the pl
 or a DAG run's tab. The applications are written to DynamoDB on moto: one with 250 leases on three
 slots (and a fourth slot that holds none), a corrupt item and five rounds of history (one idle) whose
 DAG runs exist in the server's metadata database with their states; one whose round is running now;
-one that has tables and nothing else. Full-page screenshots (light and dark) are saved as test
+one that has tables and nothing else; one that reads two streams of moto's Kinesis with enhanced fan-out,
+whose consumer on one of them was re-created by hand. Full-page screenshots (light and dark) are saved as test
 artifacts (`$TEST_ARTIFACTS_DIR`, else `test-artifacts/browser/`).
 """
 
@@ -22,6 +23,8 @@ from typing import Any
 import pytest
 from playwright.sync_api import Browser, BrowserContext, FrameLocator, Locator, Page, expect, sync_playwright
 
+from devtools.kinesis_streams import create_stream
+from lease_core.application import LeaseApplication
 from lease_core.leader.leader_lock import LeaderLock
 from lease_core.leader.round_history import RoundHistory
 from lease_core.metrics.worker_metrics import DynamoDBWorkerMetricsStore, publish_worker_metrics
@@ -29,6 +32,7 @@ from lease_core.model.lease import Lease
 from lease_core.model.sequence import ExtendedSequenceNumber
 from lease_core.store.coordinator_state import DynamoDBCoordinatorStateStore
 from lease_core.store.dynamodb_store import DynamoDBLeaseStore
+from lease_core.sync.step import sync_streams
 from tests.support.airflow_server import DATABASE, PASSWORDS, REPO, AirflowServer, airflow_api_server, http_json
 from tests.support.stores import FAST_RETRIES, dynamodb_store, fast_config, put_raw_item
 
@@ -48,6 +52,10 @@ DAG_ID = "kinesis_lease_pipeline"
 APPLICATION = "browser-app"
 RUNNING_APPLICATION = "browser-running-app"
 EMPTY_APPLICATION = "browser-empty-app"
+FAN_OUT_APPLICATION = "browser-fan-out-app"
+OURS_STREAM = "browser-fan-out-orders"  # its consumer is the one the application registered
+RECREATED_STREAM = "browser-fan-out-clicks"  # its consumer was deregistered and registered again by hand
+NOT_OURS = "(not this application's: never used nor deregistered)"
 WORKERS = [f"{APPLICATION}-worker-{index}" for index in range(4)]  # worker 3 reported CPU but holds no lease
 LEASE_COUNT = 250
 CHECKPOINT_PREFIX = "49590338271490256608559692538361571095921575989136"  # 50 digits, + 6 = 56
@@ -239,6 +247,36 @@ def empty_application(moto_endpoint: str) -> str:
     store = dynamodb_store(moto_endpoint, EMPTY_APPLICATION)
     assert isinstance(store, DynamoDBLeaseStore)
     return EMPTY_APPLICATION
+
+
+@pytest.fixture(scope="module")
+def fan_out_consumers(moto_endpoint: str) -> dict[str, str]:
+    """The ARN, by stream, of the consumer Kinesis has under the fan-out application's name on each of its
+    two streams. The application's lifecycle registered both (as its table step does) and a shard sync
+    recorded both streams (multi-stream leases); then its consumer on RECREATED_STREAM was deregistered
+    and one of the same name registered by hand, which the application's record does not name."""
+    config = fast_config(
+        FAN_OUT_APPLICATION,
+        aws_endpoint_url_dynamodb=moto_endpoint,
+        aws_endpoint_url_kinesis=moto_endpoint,  # the api-server's aws_default connection points here too
+        aws_region="us-east-1",
+        retrieval="fan_out",
+    )
+    app = LeaseApplication(config)
+    kinesis = app.client("kinesis")
+    streams = [OURS_STREAM, RECREATED_STREAM]
+    for stream in streams:
+        create_stream(kinesis, stream, 1)
+    app.tables.ensure_tables()
+    registered = {stream: app.stream_consumers.ensure(stream) for stream in streams}
+    sync_streams(streams, config, app.lease_store, app.shard_source, app.state_store)
+    recreated = registered[RECREATED_STREAM]
+    kinesis.deregister_stream_consumer(ConsumerARN=recreated.consumer_arn)
+    stream_arn = kinesis.describe_stream_summary(StreamName=RECREATED_STREAM)["StreamDescriptionSummary"]["StreamARN"]
+    by_hand = kinesis.register_stream_consumer(StreamARN=stream_arn, ConsumerName=recreated.consumer_name)
+    ours = registered[OURS_STREAM].consumer_arn
+    assert ours is not None
+    return {OURS_STREAM: ours, RECREATED_STREAM: by_hand["Consumer"]["ConsumerARN"]}
 
 
 @pytest.fixture
@@ -512,6 +550,26 @@ def test_an_application_without_rounds_leases_or_workers_says_what_each_empty_pa
         "No leases: shard sync has not created any for this application yet (its first round does)."
     )
     expect(page.locator("#corrupt-section")).to_be_hidden()
+    page.close()
+
+
+def consumer_entry(stream: str, note: str, arn: str) -> str:
+    """A pattern of one consumer on the page's fan-out line; moto's clock sets its creation time."""
+    created = r", created \d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\+00:00 "
+    return re.escape(f"{stream}: {FAN_OUT_APPLICATION} ACTIVE") + created + re.escape(f"{note} {arn}")
+
+
+def test_the_fan_out_consumers_are_listed_by_stream_and_one_the_application_did_not_register_is_flagged(
+    context, server, fan_out_consumers
+):
+    page = open_page(context, server, FAN_OUT_APPLICATION)
+    line = page.locator("#stream-consumers")
+    entries = [
+        consumer_entry(RECREATED_STREAM, NOT_OURS, fan_out_consumers[RECREATED_STREAM]),
+        consumer_entry(OURS_STREAM, "(ours)", fan_out_consumers[OURS_STREAM]),
+    ]
+    expect(line).to_have_text(re.compile(f"^Fan-out consumers: {' · '.join(entries)}$"))
+    expect(line.locator(".outcome.bad")).to_have_text([NOT_OURS])
     page.close()
 
 
