@@ -300,13 +300,15 @@ class LeaseConsumer:
         """Every record of a prepared range, up to and including `end`."""
         parts: list[UserRecords] = []
         while True:
-            batch = source.read(ReadLimits(stop_at=end))
+            batch = source.read(ReadLimits(stop_at=end, cancelled=self._lost))
             self._tally.count_read(batch, self.held.lease_key)
             parts.append(batch.records)
             if batch.stopped_by in ("stop_at", "shard_end") or batch.shard_ended:
                 return UserRecords.concat(parts), batch
             if batch.stopped_by == "no_shard_end":
                 raise self._end_not_answered(batch, source.operation)
+            if batch.stopped_by == "cancelled":
+                self.held.require_held()  # raises: the lease was lost
             if batch.stopped_by in ("throttled", "tip"):
                 # The prepared range exists in the stream (it was read once), so stopping short of
                 # it is a transient failure: the pending checkpoint stays for the next attempt.
@@ -340,9 +342,12 @@ class LeaseConsumer:
                     max_records=_smallest(budget.file_max_records, records_left),
                     max_bytes=_smallest(budget.file_max_bytes, bytes_left),
                     deadline=deadline,
+                    cancelled=self._lost,
                 )
             )
             self._tally.count_read(batch, self.held.lease_key)
+            if batch.stopped_by == "cancelled":
+                self.held.require_held()  # raises: the lease was lost, and what this batch read is not landed
             records, window_closed = _before_arrival(batch.records, budget.stop_at_arrival)
             if records:
                 self._land(records)
@@ -354,6 +359,10 @@ class LeaseConsumer:
                 raise self._end_not_answered(batch, source.operation)
             if batch.stopped_by in _STOP_OUTCOMES:
                 return _STOP_OUTCOMES[batch.stopped_by]
+
+    def _lost(self) -> bool:
+        """Whether the lease was lost (a renewal refused, or none for a lease duration): its reads stop."""
+        return self.held.is_lost
 
     def _end_not_answered(self, batch: ReadBatch, operation: str) -> DependencyError:
         """The failure of a closed shard whose reads answered no end after its last record (`operation`:

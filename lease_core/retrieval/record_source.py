@@ -14,6 +14,7 @@ idle check (`retrieval.pending_work`) read through these types alone.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from datetime import datetime
@@ -28,8 +29,10 @@ from lease_core.retrieval.retention_gaps import RetentionGap
 # open shard, the end of a closed one, Kinesis refusing the reads or subscriptions past the retry
 # policy ("throttled"), a second retention gap (it goes with the next batch), or a closed shard that
 # kept answering no end after its last record ("no_shard_end": what was read is committed, SHARD_END
-# is not).
-StopReason = Literal["tip", "records", "bytes", "time", "stop_at", "shard_end", "throttled", "gap", "no_shard_end"]
+# is not), or the caller's `ReadLimits.cancelled` answering True ("cancelled": its lease was lost).
+StopReason = Literal[
+    "tip", "records", "bytes", "time", "stop_at", "shard_end", "throttled", "gap", "no_shard_end", "cancelled"
+]
 
 
 @dataclass(frozen=True)
@@ -86,6 +89,10 @@ class ReadLimits:
     max_bytes: int | None = None  # sum of len(data) of user records
     deadline: float | None = None  # a value of the source's monotonic clock; stop reading once reached
     stop_at: ExtendedSequenceNumber | None = None  # inclusive last position; SHARD_END = to the shard's end
+    # Asked before each call for records (or event): True ends the batch with what it holds. A slot
+    # whose lease was taken reads no further (by fan-out, its subscription would take the shard from
+    # the new holder's again and again).
+    cancelled: Callable[[], bool] | None = None
 
     def __post_init__(self) -> None:
         # A limit of 0 would return empty batches forever: a caller bug, not a batch size.
@@ -95,6 +102,9 @@ class ReadLimits:
             raise ValueError(f"max_bytes must be at least 1, not {self.max_bytes}")
         if self.stop_at is not None and self.stop_at.is_sentinel and not self.stop_at.is_shard_end:
             raise ValueError(f"stop_at must be a sequence number or SHARD_END, not {self.stop_at}")
+
+    def cancelled_now(self) -> bool:
+        return self.cancelled is not None and self.cancelled()
 
     def stop_at_reached(self, position: ExtendedSequenceNumber | None) -> bool:
         """True when `position` (the last one delivered) is at or past a real stop_at."""

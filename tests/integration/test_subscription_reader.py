@@ -427,3 +427,21 @@ def test_a_checkpoint_with_everything_after_it_aged_out_is_a_gap_with_nothing_av
     assert positions(batches) == []
     gaps = [batch.gap for batch in batches if batch.gap is not None]
     assert len(gaps) == 1 and (gaps[0].after, gaps[0].first_available) == (numbers[5], None)
+
+
+# --- a lease lost while reading -----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("mode", READERS)
+def test_a_read_whose_lease_was_lost_ends_cancelled_before_its_next_call(client, mode):
+    answers = iter([False, True])  # held for the first call for records, lost before the second
+    source = READERS[mode](client, PLAIN.name)
+    try:
+        first = source.read(ReadLimits(max_records=50, cancelled=lambda: next(answers)))
+        calls_before = first.calls
+        cut = source.read(ReadLimits(cancelled=lambda: True))
+    finally:
+        source.close()
+    assert first.stopped_by == "cancelled" and len(first.records) <= 50
+    assert (cut.stopped_by, cut.calls) == ("cancelled", 0)
+    assert calls_before >= 1

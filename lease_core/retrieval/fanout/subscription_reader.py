@@ -153,10 +153,12 @@ class SubscriptionReader:
     def _reason_not_to_fetch(self, batch: BatchInProgress) -> StopReason | None:
         """With the buffer drained: why this batch ends here, or None to take the next event."""
         stop_at_reached = batch.limits.stop_at_reached(self._records.last_delivered)
-        if self._end_observed and not (stop_at_reached and batch.records):
+        if self._end_observed and not (stop_at_reached and batch.count):
             return "shard_end"
         if stop_at_reached:
             return "stop_at"
+        if batch.limits.cancelled_now():
+            return "cancelled"
         full = batch.full()
         if full is not None:
             return full

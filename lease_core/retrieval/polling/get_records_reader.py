@@ -152,6 +152,8 @@ class GetRecordsReader:
             return "shard_end"
         if stop_at_reached:
             return "stop_at"
+        if batch.limits.cancelled_now():
+            return "cancelled"
         past_deadline = batch.limits.deadline is not None and self._pacer.next_call_at() >= batch.limits.deadline
         if self._end_known and not past_deadline:
             return None  # the one more call that collects ChildShards and observes the end
