@@ -41,8 +41,17 @@ The stand-in's limits are off, and so is the readers' pacing by bytes (`shard_re
    cores were busy: a slot alone already uses more than one (its threads release the interpreter in
    socket reads, zstd, MD5), which bounds what a second slot can add on a 2-core machine.
 
+5. Memory (only with --peak-rss, which runs nothing else): one slot on a catch-up of --rss-shards shards
+   (64), each holding --rss-mib MiB (8) of backlog, plain records and KPL aggregates, limits and pacing
+   off (everything arrives as fast as the slot can take it: the most a slot ever holds). `run_slot` runs
+   in a fresh process of its own (spawned: nothing of this one's), with `slot_buffer_bytes` at each of
+   --slot-buffer-mib (256, the default, and 64), after a slot on a small stream (what a slot loads once).
+   The process reports its RSS when the slot starts and its peak RSS (VmHWM, reset then) while it runs;
+   what the slot added is the figure, against `slot_buffer_bytes`.
+
 Run: .venv/bin/python bench/pipeline_cpu.py [--shards 8] [--records 16000] [--record-bytes 750] [--no-scaling]
-(about 1.5 minutes on 2 cores with the defaults).
+(about 1.5 minutes on 2 cores with the defaults); .venv/bin/python bench/pipeline_cpu.py --peak-rss
+(about 2 minutes).
 """
 
 from __future__ import annotations
@@ -50,9 +59,11 @@ from __future__ import annotations
 import argparse
 import base64
 import binascii
+import dataclasses
 import hashlib
 import json
 import math
+import multiprocessing
 import os
 import resource
 import sys
@@ -98,6 +109,7 @@ TABLE_SINKS = (ICEBERG, DELTA)  # a round's batches become visible in the driver
 CATALOG = "benchcpu"
 PLAIN = "bench-cpu-plain"
 AGGREGATED = "bench-cpu-kpl"
+WARM_UP = "bench-cpu-warm-up"
 GET_RECORDS_LIMIT = 10_000
 # The stand-in's limits are off, and so is the readers' pacing by bytes (Kinesis' 2 MiB/s per shard):
 # CPU, not a cap, is what this benchmark measures.
@@ -138,7 +150,11 @@ def parse_arguments(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--record-bytes", type=int, default=750)
     parser.add_argument("--aggregate", type=int, default=10, help="user records per KPL aggregate")
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--no-scaling", action="store_true", help="skip part 3, the Spark rounds on 1 and 2 slots")
+    parser.add_argument("--no-scaling", action="store_true", help="skip part 4, the Spark rounds on 1 and 2 slots")
+    parser.add_argument("--peak-rss", action="store_true", help="run part 5 alone: a slot's peak RSS on a catch-up")
+    parser.add_argument("--rss-shards", type=int, default=64)
+    parser.add_argument("--rss-mib", type=float, default=8.0, help="backlog per shard, MiB, for --peak-rss")
+    parser.add_argument("--slot-buffer-mib", type=int, nargs="+", default=[256, 64])
     return parser.parse_args(argv)
 
 
@@ -387,6 +403,86 @@ def scaling_run(
     return ScalingRun(workers, seconds, report.totals.bytes, servers_used, busy)
 
 
+# --- memory -----------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PeakRss:
+    stream: str
+    slot_buffer_bytes: int
+    before_bytes: int  # the slot process's RSS when the slot started (interpreter, libraries, clients)
+    peak_bytes: int  # its peak RSS while the slot ran
+
+    @property
+    def slot_bytes(self) -> int:
+        return self.peak_bytes - self.before_bytes
+
+
+def memory_status(name: str) -> int:
+    """VmRSS (resident now) or VmHWM (peak resident) of this process, in bytes (Linux' /proc)."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(f"{name}:"):
+            return int(line.split()[1]) * 1024  # kB
+    raise BenchmarkFailure(f"/proc/self/status has no {name}")
+
+
+def slot_peak_rss(warm_up: ConsumeSpec, spec: ConsumeSpec) -> tuple[int, int, int]:
+    """In a fresh process: (RSS when `run_slot` starts, peak RSS while it runs, payload bytes it landed).
+    A slot on a small stream runs first, so that what a slot loads once (libraries, clients) is in the
+    first figure. getrusage's ru_maxrss is not used: it keeps the parent's peak across fork and exec."""
+    run_slot(warm_up, 0)
+    Path("/proc/self/clear_refs").write_text("5")  # the peak (VmHWM) starts again from now
+    before = memory_status("VmRSS")
+    report = run_slot(spec, 0)
+    if any(lease.outcome != Outcome.CAUGHT_UP for lease in report.leases):
+        raise BenchmarkFailure(f"a lease did not catch up: {report}")
+    return before, memory_status("VmHWM"), report.bytes
+
+
+def peak_rss_runs(arguments: argparse.Namespace, stack: ExitStack) -> list[PeakRss]:
+    moto = stack.enter_context(moto_server())
+    record_bytes, shards = arguments.record_bytes, arguments.rss_shards
+    per_shard = math.ceil(arguments.rss_mib * MIB / record_bytes)
+    aggregates = math.ceil(per_shard / arguments.aggregate)
+    streams = [
+        StreamSpec(PLAIN, shards=shards, records_per_shard=per_shard, record_bytes=record_bytes),
+        StreamSpec(AGGREGATED, shards, aggregates, record_bytes, aggregate_size=arguments.aggregate),
+        StreamSpec(WARM_UP, shards=2, records_per_shard=100, record_bytes=record_bytes),
+    ]
+    standin = stack.enter_context(KinesisStandIn(streams, Limits.off()))
+    expected = {PLAIN: shards * per_shard, AGGREGATED: shards * aggregates * arguments.aggregate}
+    runs = []
+    for stream in (PLAIN, AGGREGATED):
+        for buffer_mib in arguments.slot_buffer_mib:
+            _, warm_up = fresh_round(moto.endpoint, standin, WARM_UP, workers=1)
+            _, spec = fresh_round(moto.endpoint, standin, stream, workers=1)
+            spec = dataclasses.replace(spec, slot_buffer_bytes=buffer_mib * MIB)
+            # A fresh process for each slot: a peak RSS is the process's whole life's.
+            with multiprocessing.get_context("spawn").Pool(1) as pool:
+                before, peak, landed = pool.apply(slot_peak_rss, (warm_up, spec))
+            if landed != expected[stream] * record_bytes:
+                raise BenchmarkFailure(f"{stream}: {landed} bytes landed for {expected[stream] * record_bytes}")
+            check_landed(spec, expected[stream])
+            runs.append(PeakRss(stream, spec.slot_buffer_bytes, before, peak))
+    return runs
+
+
+def print_peak_rss(runs: list[PeakRss], arguments: argparse.Namespace) -> None:
+    print(
+        f"one slot on {arguments.rss_shards} shards x {arguments.rss_mib:g} MiB of backlog "
+        f"({arguments.rss_shards * arguments.rss_mib:g} MiB), limits and pacing off, in a process of its own"
+    )
+    print(
+        f"{'stream':<18}{'slot_buffer MiB':>16}{'RSS before MiB':>16}{'peak RSS MiB':>14}"
+        f"{'slot added MiB':>16}{'/ buffer':>10}"
+    )
+    for run in runs:
+        print(
+            f"{run.stream:<18}{run.slot_buffer_bytes / MIB:>16.0f}{run.before_bytes / MIB:>16.0f}"
+            f"{run.peak_bytes / MIB:>14.0f}{run.slot_bytes / MIB:>16.0f}{run.slot_bytes / run.slot_buffer_bytes:>10.2f}"
+        )
+
+
 # --- the run --------------------------------------------------------------------------------------
 
 
@@ -448,6 +544,9 @@ def print_scaling(runs: list[ScalingRun]) -> None:
 
 def run(arguments: argparse.Namespace, stack: ExitStack) -> None:
     prepare_environment()
+    if arguments.peak_rss:
+        print_peak_rss(peak_rss_runs(arguments, stack), arguments)
+        return
     moto_process = stack.enter_context(moto_server())
     per_shard = arguments.records
     aggregates = math.ceil(per_shard / arguments.aggregate)
