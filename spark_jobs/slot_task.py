@@ -36,6 +36,7 @@ from lease_core.metrics.worker_metrics import (
 )
 from lease_core.model.lease import Lease, StreamIdentifier
 from lease_core.model.lease_keys import LeaseKeyScheme
+from spark_jobs.arrow_memory import use_slot_memory_pool
 from spark_jobs.consume_spec import ConsumeSpec
 from spark_jobs.decode import load_decoder
 from spark_jobs.lease_consumer import (
@@ -474,6 +475,7 @@ def run_slot(spec: ConsumeSpec, slot_index: int) -> SlotReport:
 
     context = TaskContext.get()
     attempt = context.attemptNumber() if context is not None else 0
+    use_slot_memory_pool()  # before the slot allocates: memory per reading thread otherwise (`arrow_memory`)
     try:
         return SlotTask(spec, slot_index, attempt).run()
     except LeaseCoreError as error:

@@ -149,7 +149,16 @@ SPARK_JOBS_ALLOWED = {
     },
     "round_publication": {"errors", "round_report", "sinks"},
     "leasectl": {"errors", "sinks", "dead_letter_replay"},
-    "slot_task": {"errors", "consume_spec", "lease_consumer", "round_report", "sinks", "transform", "decode"},
+    "slot_task": {
+        "errors",
+        "consume_spec",
+        "lease_consumer",
+        "round_report",
+        "sinks",
+        "transform",
+        "decode",
+        "arrow_memory",
+    },
     "consume_spec": {"errors", "lease_consumer", "dead_letters"},
     "lease_consumer": {"errors", "round_report", "sinks", "transform", "decode", "dead_letters"},
     # What a record the decoder rejects does: fail the batch, or set it aside as a dead letter.
@@ -157,6 +166,8 @@ SPARK_JOBS_ALLOWED = {
     # Dead letters landed after a fix: the user's decoder and transform again, into the sinks.
     "dead_letter_replay": {"errors", "sinks", "decode", "transform"},
     "round_report": {"errors"},
+    # Arrow's allocator in a slot process, chosen where the slot starts.
+    "arrow_memory": set(),
     "transform": {"errors", "sinks"},
     # The per-record decode hook: loads the user's function as the transform does.
     "decode": {"errors", "sinks", "transform"},
