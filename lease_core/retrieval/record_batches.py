@@ -131,9 +131,10 @@ class FetchedRecords:
         last one fetched (a re-open), or the checkpoint's own (unless the start is inclusive)."""
         return self._last_raw_sequence_number is not None or not self._start_inclusive
 
-    def take(self, raw: Sequence[Mapping[str, Any]]) -> None:
+    def take(self, raw: Sequence[Mapping[str, Any]]) -> int:
         """Kinesis' next records (at least one), in order: botocore's record dicts, or the columns
-        lease_core's clients decode GetRecords into (`KinesisRecordColumns`)."""
+        lease_core's clients decode GetRecords into (`KinesisRecordColumns`). The bytes of their user
+        records (those already fetched included): what they weigh in a batch."""
         columns = KinesisRecordColumns.of(raw)
         self._check_gap(columns[0])
         last = self._last_raw_sequence_number
@@ -148,6 +149,7 @@ class FetchedRecords:
             after_start -= 1
         if after_start < len(records):
             self._buffer.append(records[after_start:])
+        return records.bytes
 
     def take_none_left(self) -> None:
         """Kinesis answered no records with nothing after them (the tip, or the shard's end)."""

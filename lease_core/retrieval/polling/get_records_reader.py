@@ -17,6 +17,12 @@ aggregates (`kpl_deaggregation`), retention gaps (`retention_gaps`) and the batc
 - The tip of an open shard is a MillisBehindLatest of 0 on a response shorter than the Limit asked
   for: kinesis-mock answers 0 on every response, even when records remain, and a full page may have
   more behind it.
+- A batch capped in bytes (`ReadLimits.max_bytes`: a slot's lease reads its share of the slot's buffer)
+  asks GetRecords for no more records than its room holds, at the weight of the previous answer's
+  records (their user records' bytes, which a batch counts), and at 1 MiB each (Kinesis' largest)
+  before any answer: an answer is then about the room and a record, not up to 10 MB, and what a lease
+  keeps between its batches about a record, not the rest of a whole answer. Rounded up, so that one
+  answer fills a batch; a first call per read asks for a few records only.
 - Calls are paced by the shard's shared read limits (`read_pacing`); throttled ones back off by the
   retry policy and end the batch gracefully once its attempts are spent.
 - A LATEST pin ahead of Kinesis' clock (the pinning host runs ahead) is refused by GetShardIterator:
@@ -25,6 +31,7 @@ aggregates (`kpl_deaggregation`), retention gaps (`retention_gaps`) and the batc
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager, nullcontext
@@ -53,6 +60,9 @@ from lease_core.retry import RetryPolicy
 
 # GetRecords returns at most 10,000 records per call.
 MAX_GET_RECORDS_LIMIT = 10000
+# Kinesis' largest record (data plus partition key): the size a batch capped in bytes assumes before
+# the shard's first answer tells it the records' size.
+MAX_RECORD_BYTES = 1024 * 1024
 # Answers of no records and a next iterator at the tip of a closed shard before a batch gives up on
 # its end ("no_shard_end"): Kinesis answers the end to the first call after the last records.
 CLOSED_SHARD_EMPTY_ANSWERS = 5
@@ -130,6 +140,8 @@ class GetRecordsReader:
         self._child_shards: tuple[ChildShard, ...] = ()
         self._drops_first_record = False  # the open iterator starts at a record that will not be delivered
         self._empty_answers_at_tip = 0  # in a row, in this batch (of a closed shard: not its end yet)
+        # What a record of this shard weighs in a batch: its user records' bytes, in the last answer.
+        self._bytes_per_record: float = MAX_RECORD_BYTES
 
     def read(self, limits: ReadLimits) -> ReadBatch:
         batch = BatchInProgress(limits)
@@ -175,6 +187,10 @@ class GetRecordsReader:
         limit = self._get_records_limit
         if batch.limits.max_records is not None:
             limit = max(1, min(limit, batch.limits.max_records - batch.count))
+        if batch.limits.max_bytes is not None:
+            # Rounded up: an answer that fills the batch, leaving at most a record for the next one.
+            room = batch.limits.max_bytes - batch.bytes
+            limit = max(1, min(limit, math.ceil(room / self._bytes_per_record)))
         if self._drops_first_record:
             # The iterator starts at a record already delivered: ask for it and for what was asked.
             limit = min(limit + 1, MAX_GET_RECORDS_LIMIT)
@@ -245,7 +261,9 @@ class GetRecordsReader:
         # Only the response holding the ending record asks for one more call: never loop on it.
         self._end_known = raw.holds(self._ending_sequence_number)
         if raw:
-            self._records.take(raw)
+            user_bytes = self._records.take(raw)
+            if user_bytes:  # aggregates that held no user records say nothing of the next ones
+                self._bytes_per_record = user_bytes / len(raw)
             self._resume = at_sequence_number(raw.sequence_number(-1))
         elif self._end_observed or batch.at_tip:
             self._records.take_none_left()
