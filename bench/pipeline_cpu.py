@@ -45,7 +45,9 @@ The stand-in's limits are off, and so is the readers' pacing by bytes (`shard_re
    (64), each holding --rss-mib MiB (8) of backlog, plain records and KPL aggregates, limits and pacing
    off (everything arrives as fast as the slot can take it: the most a slot ever holds). `run_slot` runs
    in a fresh process of its own (spawned: nothing of this one's), with `slot_buffer_bytes` at each of
-   --slot-buffer-mib (256, the default, and 64), after a slot on a small stream (what a slot loads once).
+   --slot-buffer-mib (256, the default, and 64), after a slot on a small stream (what a slot loads once),
+   with ARROW_DEFAULT_MEMORY_POOL in its environment as the consume job gives its executors (system),
+   unless the command line sets it (mimalloc: pyarrow's default, as before 2026-11-27).
    The process reports its RSS when the slot starts and its peak RSS (VmHWM, reset then) while it runs;
    what the slot added is the figure, against `slot_buffer_bytes`.
 
@@ -96,6 +98,7 @@ from devtools.stream_records import landed_records  # noqa: E402
 from lease_core.application import LeaseApplication  # noqa: E402
 from lease_core.leader.assignment_round import AssignmentCoordinator, slot_ids  # noqa: E402
 from lease_core.sync.step import sync_streams  # noqa: E402
+from spark_jobs.arrow_memory import POOL_SETTING, SLOT_POOL  # noqa: E402
 from spark_jobs.consume_job import publish, run_round, scanned_leases  # noqa: E402
 from spark_jobs.consume_spec import ConsumeSpec  # noqa: E402
 from spark_jobs.round_report import Outcome  # noqa: E402
@@ -451,6 +454,9 @@ def peak_rss_runs(arguments: argparse.Namespace, stack: ExitStack) -> list[PeakR
     ]
     standin = stack.enter_context(KinesisStandIn(streams, Limits.off()))
     expected = {PLAIN: shards * per_shard, AGGREGATED: shards * aggregates * arguments.aggregate}
+    # The slots' processes get Arrow's allocator as the consume job's executors do (spark.executorEnv),
+    # unless the command line chose one (ARROW_DEFAULT_MEMORY_POOL=mimalloc: pyarrow's default).
+    os.environ.setdefault(POOL_SETTING, SLOT_POOL)
     runs = []
     for stream in (PLAIN, AGGREGATED):
         for buffer_mib in arguments.slot_buffer_mib:
@@ -470,7 +476,8 @@ def peak_rss_runs(arguments: argparse.Namespace, stack: ExitStack) -> list[PeakR
 def print_peak_rss(runs: list[PeakRss], arguments: argparse.Namespace) -> None:
     print(
         f"one slot on {arguments.rss_shards} shards x {arguments.rss_mib:g} MiB of backlog "
-        f"({arguments.rss_shards * arguments.rss_mib:g} MiB), limits and pacing off, in a process of its own"
+        f"({arguments.rss_shards * arguments.rss_mib:g} MiB), limits and pacing off, in a process of its own "
+        f"(Arrow's pool: {os.environ[POOL_SETTING]})"
     )
     print(
         f"{'stream':<18}{'slot_buffer MiB':>16}{'RSS before MiB':>16}{'peak RSS MiB':>14}"

@@ -42,6 +42,7 @@ from lease_core.model.lease import Lease
 from lease_core.model.lease_keys import LeaseKeyScheme
 from lease_core.ops.command_line import EXIT_FAILED, EXIT_OK, EXIT_USAGE, ArgumentParser, UsageError
 from lease_core.sync.step import is_multi_stream, require_matching_lease_mode
+from spark_jobs.arrow_memory import EXECUTOR_POOL_SETTING, SLOT_POOL
 from spark_jobs.consume_spec import ConsumeSpec, settings_for_executors
 from spark_jobs.dead_letters import BAD_RECORD_ACTIONS, DEFAULT_MAX_SHARE, WHOLESALE_MIN_REJECTED, BadRecordPolicy
 from spark_jobs.decode import load_decoder
@@ -225,6 +226,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     for key, value in executor_environment(os.environ).items():
         if not conf.contains(key):
             conf.set(key, value)
+    if not conf.contains(EXECUTOR_POOL_SETTING):  # Arrow's allocator, before the workers import pyarrow
+        conf.set(EXECUTOR_POOL_SETTING, SLOT_POOL)
     conf.set("spark.speculation", "false")
     spark = SparkSession.builder.appName(f"kinesis-consume-{spec.application_name}").config(conf=conf).getOrCreate()
     try:

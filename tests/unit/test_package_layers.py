@@ -146,6 +146,7 @@ SPARK_JOBS_ALLOWED = {
         "transform",
         "decode",
         "dead_letters",
+        "arrow_memory",
     },
     "round_publication": {"errors", "round_report", "sinks"},
     "leasectl": {"errors", "sinks", "dead_letter_replay"},

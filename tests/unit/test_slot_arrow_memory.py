@@ -1,7 +1,9 @@
-"""Arrow's allocator in a slot process (`spark_jobs.arrow_memory`): the system's, unless the operator chose one."""
+"""Arrow's allocator in a slot process (`spark_jobs.arrow_memory`): the executors' environment chooses it; a slot
+that starts without the setting moves pyarrow's own allocations to the system's and says so."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator
 
 import pyarrow as pa
@@ -17,13 +19,16 @@ def default_pool_restored() -> Iterator[None]:
     pa.set_memory_pool(before)
 
 
-def test_a_slot_allocates_with_the_system_allocator(monkeypatch):
+def test_a_slot_without_the_setting_allocates_with_the_system_allocator_and_warns(monkeypatch, caplog):
     monkeypatch.delenv(POOL_SETTING, raising=False)
-    assert use_slot_memory_pool() == "system"
-    assert pa.default_memory_pool().backend_name == "system"
+    with caplog.at_level(logging.WARNING, logger="spark_jobs.arrow_memory"):
+        assert use_slot_memory_pool() == "system"
+    assert POOL_SETTING in caplog.text
 
 
-def test_an_operator_who_set_arrows_pool_keeps_it(monkeypatch):
+def test_the_pool_the_environment_chose_is_kept(monkeypatch, caplog):
     monkeypatch.setenv(POOL_SETTING, "mimalloc")
     pa.set_memory_pool(pa.mimalloc_memory_pool())  # what pyarrow chose when imported with the setting
-    assert use_slot_memory_pool() == "mimalloc"
+    with caplog.at_level(logging.WARNING, logger="spark_jobs.arrow_memory"):
+        assert use_slot_memory_pool() == "mimalloc"
+    assert not caplog.text
