@@ -35,16 +35,20 @@ class ConsumeSpec:
     budget: LeaseBudget = field(default_factory=LeaseBudget)
     # Leases a slot reads at once; None: every lease it holds, up to 64. A reader spends most of its time waiting
     # for Kinesis' per-shard cap (bench/catch_up_round.py: 32 leases per slot read 8 at a time took
-    # 4.2x the bound, all at once 1.25x), so threads are cheap in CPU; not in memory: each lease read at once
-    # holds up to a whole GetRecords response, and each thread ~7 MiB of Arrow's allocator (docs/performance.md).
+    # 4.2x the bound, all at once 1.25x), so threads are cheap in CPU, and in memory too: each lease's
+    # batches share `slot_buffer_bytes`, its GetRecords answers are cut to that share, and Arrow allocates
+    # with the system's allocator (the consume job's executor environment), not per thread (docs/performance.md,
+    # "Memory").
     lease_threads: int | None = None
     # Leases of a slot in a CPU-heavy step at once (a GetRecords and its parsing, building a file): the
     # others wait for Kinesis or for a lane. 64 leases parsing at once starved the slot's heartbeat of
     # the interpreter: no renewal for 10 s, leases lost (bench/catch_up_round.py --seconds 60).
     busy_leases: int = 8
     # Record bytes a slot holds in its leases' batches at once: each of the N leases it reads at once
-    # batches at most 1/N of it (and at most `budget.file_max_bytes`). Not the slot's memory: the
-    # responses in flight come on top (docs/performance.md, "Memory").
+    # batches at most 1/N of it (at least 1 MiB, and at most `budget.file_max_bytes`), and asks GetRecords
+    # for no more than that share. What bounds the slot's memory, with the copies a batch goes through on
+    # its way to a file: the peak RSS a slot adds is about 2.7 x max(this, N x 1 MiB) + 160 MiB (a catch-up of
+    # 64 shards: 850 MiB at 256 MiB, 330 at 64; docs/performance.md, "Memory").
     slot_buffer_bytes: int = 256 * 1024 * 1024
     transform: str | None = None
     decode: str | None = None  # the per-record decode hook's spec (`spark_jobs.decode`)
