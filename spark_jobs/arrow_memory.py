@@ -32,8 +32,9 @@ EXECUTOR_POOL_SETTING = f"spark.executorEnv.{POOL_SETTING}"
 
 def use_slot_memory_pool() -> str:
     """Where the executor's environment did not choose Arrow's pool: the system's for pyarrow's own
-    allocations, and a warning that Arrow's C++ ones stay with its default. The backend in use."""
-    if not os.environ.get(POOL_SETTING):
+    allocations, and a warning (once a process) that Arrow's C++ ones stay with its default. The
+    backend in use."""
+    if not os.environ.get(POOL_SETTING) and pa.default_memory_pool().backend_name != SLOT_POOL:
         log.warning(
             "%s is not set in this executor's environment: Arrow's C++ code allocates from %s, which keeps "
             "memory per reading thread; set it to %s (the consume job's spark.executorEnv does)",

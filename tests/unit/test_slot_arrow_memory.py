@@ -21,9 +21,20 @@ def default_pool_restored() -> Iterator[None]:
 
 def test_a_slot_without_the_setting_allocates_with_the_system_allocator_and_warns(monkeypatch, caplog):
     monkeypatch.delenv(POOL_SETTING, raising=False)
+    pa.set_memory_pool(pa.mimalloc_memory_pool())  # pyarrow's default, imported without the setting
     with caplog.at_level(logging.WARNING, logger="spark_jobs.arrow_memory"):
         assert use_slot_memory_pool() == "system"
     assert POOL_SETTING in caplog.text
+
+
+def test_a_slot_warns_once_a_process(monkeypatch, caplog):
+    monkeypatch.delenv(POOL_SETTING, raising=False)
+    pa.set_memory_pool(pa.mimalloc_memory_pool())
+    use_slot_memory_pool()
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="spark_jobs.arrow_memory"):
+        assert use_slot_memory_pool() == "system"
+    assert not caplog.text
 
 
 def test_the_pool_the_environment_chose_is_kept(monkeypatch, caplog):
