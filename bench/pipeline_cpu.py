@@ -80,6 +80,9 @@ from typing import Any
 
 REPOSITORY = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPOSITORY))
+# The slots here run in this process: Arrow's allocator as the consume job gives its executors
+# (spark_jobs.arrow_memory), read by pyarrow when it is first imported. Set it to measure another.
+os.environ.setdefault("ARROW_DEFAULT_MEMORY_POOL", "system")
 
 import boto3  # noqa: E402
 import botocore.config  # noqa: E402
