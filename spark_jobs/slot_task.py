@@ -36,7 +36,6 @@ from lease_core.metrics.worker_metrics import (
 )
 from lease_core.model.lease import Lease, StreamIdentifier
 from lease_core.model.lease_keys import LeaseKeyScheme
-from spark_jobs.arrow_memory import use_slot_memory_pool
 from spark_jobs.consume_spec import ConsumeSpec
 from spark_jobs.decode import load_decoder
 from spark_jobs.lease_consumer import (
@@ -48,6 +47,7 @@ from spark_jobs.lease_consumer import (
 )
 from spark_jobs.round_report import LeaseReport, Outcome, SlotReport
 from spark_jobs.sinks import open_round_sink
+from spark_jobs.slot_memory import hold_freed_memory, use_slot_memory_pool
 from spark_jobs.transform import load_transform
 
 log = logging.getLogger(__name__)
@@ -475,7 +475,9 @@ def run_slot(spec: ConsumeSpec, slot_index: int) -> SlotReport:
 
     context = TaskContext.get()
     attempt = context.attemptNumber() if context is not None else 0
-    use_slot_memory_pool()  # before the slot allocates: memory per reading thread otherwise (`arrow_memory`)
+    # Before the slot allocates: memory per reading thread, and a page fault per page of every block otherwise.
+    use_slot_memory_pool()
+    hold_freed_memory()
     try:
         return SlotTask(spec, slot_index, attempt).run()
     except LeaseCoreError as error:

@@ -146,7 +146,7 @@ SPARK_JOBS_ALLOWED = {
         "transform",
         "decode",
         "dead_letters",
-        "arrow_memory",
+        "slot_memory",
     },
     "round_publication": {"errors", "round_report", "sinks"},
     "leasectl": {"errors", "sinks", "dead_letter_replay"},
@@ -158,7 +158,7 @@ SPARK_JOBS_ALLOWED = {
         "sinks",
         "transform",
         "decode",
-        "arrow_memory",
+        "slot_memory",
     },
     "consume_spec": {"errors", "lease_consumer", "dead_letters"},
     "lease_consumer": {"errors", "round_report", "sinks", "transform", "decode", "dead_letters"},
@@ -167,8 +167,8 @@ SPARK_JOBS_ALLOWED = {
     # Dead letters landed after a fix: the user's decoder and transform again, into the sinks.
     "dead_letter_replay": {"errors", "sinks", "decode", "transform"},
     "round_report": {"errors"},
-    # Arrow's allocator in a slot process, chosen where the slot starts.
-    "arrow_memory": set(),
+    # How a slot process allocates (Arrow's pool, glibc's heap), set where the slot starts.
+    "slot_memory": set(),
     "transform": {"errors", "sinks"},
     # The per-record decode hook: loads the user's function as the transform does.
     "decode": {"errors", "sinks", "transform"},

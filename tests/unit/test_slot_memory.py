@@ -1,15 +1,19 @@
-"""Arrow's allocator in a slot process (`spark_jobs.arrow_memory`): the executors' environment chooses it; a slot
-that starts without the setting moves pyarrow's own allocations to the system's and says so."""
+"""How a slot process allocates (`spark_jobs.slot_memory`). Arrow's pool: the executors' environment chooses it; a slot
+that starts without the setting moves pyarrow's own allocations to the system's and says so. glibc's heap: a slot
+process keeps the blocks it frees for its next ones."""
 
 from __future__ import annotations
 
 import logging
+import resource
+import subprocess
+import sys
 from collections.abc import Iterator
 
 import pyarrow as pa
 import pytest
 
-from spark_jobs.arrow_memory import POOL_SETTING, use_slot_memory_pool
+from spark_jobs.slot_memory import POOL_SETTING, use_slot_memory_pool
 
 
 @pytest.fixture(autouse=True)
@@ -22,7 +26,7 @@ def default_pool_restored() -> Iterator[None]:
 def test_a_slot_without_the_setting_allocates_with_the_system_allocator_and_warns(monkeypatch, caplog):
     monkeypatch.delenv(POOL_SETTING, raising=False)
     pa.set_memory_pool(pa.mimalloc_memory_pool())  # pyarrow's default, imported without the setting
-    with caplog.at_level(logging.WARNING, logger="spark_jobs.arrow_memory"):
+    with caplog.at_level(logging.WARNING, logger="spark_jobs.slot_memory"):
         assert use_slot_memory_pool() == "system"
     assert POOL_SETTING in caplog.text
 
@@ -32,7 +36,7 @@ def test_a_slot_warns_once_a_process(monkeypatch, caplog):
     pa.set_memory_pool(pa.mimalloc_memory_pool())
     use_slot_memory_pool()
     caplog.clear()
-    with caplog.at_level(logging.WARNING, logger="spark_jobs.arrow_memory"):
+    with caplog.at_level(logging.WARNING, logger="spark_jobs.slot_memory"):
         assert use_slot_memory_pool() == "system"
     assert not caplog.text
 
@@ -40,6 +44,39 @@ def test_a_slot_warns_once_a_process(monkeypatch, caplog):
 def test_the_pool_the_environment_chose_is_kept(monkeypatch, caplog):
     monkeypatch.setenv(POOL_SETTING, "mimalloc")
     pa.set_memory_pool(pa.mimalloc_memory_pool())  # what pyarrow chose when imported with the setting
-    with caplog.at_level(logging.WARNING, logger="spark_jobs.arrow_memory"):
+    with caplog.at_level(logging.WARNING, logger="spark_jobs.slot_memory"):
         assert use_slot_memory_pool() == "mimalloc"
     assert not caplog.text
+
+
+# Run in a process of its own: glibc's settings are the process's. A 16 MiB block, as a GetRecords body
+# is, freed and asked for again: the page faults of the second.
+_REUSED_BLOCK = """
+import resource, sys
+from spark_jobs.slot_memory import hold_freed_memory
+
+def faults():
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+
+if sys.argv[1] == "held":
+    assert hold_freed_memory()
+block = b"x" * (16 << 20)
+del block
+before = faults()
+block = b"x" * (16 << 20)
+print(faults() - before)
+"""
+
+
+def second_block_faults(mode: str) -> int:
+    done = subprocess.run(
+        [sys.executable, "-c", _REUSED_BLOCK, mode], capture_output=True, text=True, timeout=60, check=True
+    )
+    return int(done.stdout)
+
+
+def test_a_slot_process_reuses_the_blocks_it_freed_without_new_pages():
+    pages = (16 << 20) // resource.getpagesize()
+    # glibc's defaults: the first 16 MiB block is mapped and unmapped, the second is new heap pages.
+    assert second_block_faults("default") > pages // 2
+    assert second_block_faults("held") < pages // 20
