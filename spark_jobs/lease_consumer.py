@@ -297,10 +297,13 @@ class LeaseConsumer:
         return self._source(lease.checkpoint, first=first)
 
     def _read_until(self, source: RecordSource, end: ExtendedSequenceNumber) -> tuple[UserRecords, ReadBatch]:
-        """Every record of a prepared range, up to and including `end`."""
+        """Every record of a prepared range, up to and including `end`: read in parts of the lease's
+        share of the slot's buffer, so that GetRecords is asked for answers of about that size, as
+        for fresh batches (a retried slot replays all its prepared batches at once)."""
         parts: list[UserRecords] = []
         while True:
-            batch = source.read(ReadLimits(stop_at=end, cancelled=self._lost))
+            limits = ReadLimits(stop_at=end, max_bytes=self.context.budget.file_max_bytes, cancelled=self._lost)
+            batch = source.read(limits)
             self._tally.count_read(batch, self.held.lease_key)
             parts.append(batch.records)
             if batch.stopped_by in ("stop_at", "shard_end") or batch.shard_ended:

@@ -99,6 +99,22 @@ def test_a_prepared_batch_described_by_someone_else_is_replayed_from_the_checkpo
     assert [record.data for record in landed_sorted(pipeline)] == [record.data for record in produced[10:]]
 
 
+def test_a_replay_asks_kinesis_for_answers_of_the_lease_share_and_lands_the_prepared_batch_whole(pipeline):
+    """A retried slot replays every prepared batch at once: each asks GetRecords for its share of the
+    slot's buffer, not for whole answers of up to 10 MB (`ReadLimits.max_bytes` on each part)."""
+    produced = pipeline.produce(30)
+    lease = owned_lease(pipeline)
+    prepare(pipeline, lease, ESN(produced[-1].sequence_number), b"state of a KCL application")
+    share = sum(len(record.data) for record in produced[:5])
+    report = run_slot(pipeline, LeaseBudget(file_max_bytes=share))[lease.lease_key]
+    assert (report.outcome, report.replayed_batches, report.records) == (Outcome.CAUGHT_UP, 1, 30)
+    assert [record.data for record in landed_sorted(pipeline)] == [record.data for record in produced]
+    # The prepared range lands as the one batch it was prepared as, read in answers of about 5 records
+    # (a read's first call asks for one): 30 records need 7 calls at least, then one at the tip.
+    assert report.files == 1
+    assert report.read_calls >= 8
+
+
 def test_a_foreign_prepared_batch_after_latest_cannot_be_replayed_and_says_so(pipeline):
     produced = pipeline.produce(5)
     lease = owned_lease(pipeline)
