@@ -15,7 +15,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import threading
-from collections.abc import Iterable, Mapping, Sized
+from collections.abc import Iterable, Iterator, Mapping, Sized
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from operator import attrgetter, methodcaller
@@ -60,11 +60,7 @@ def user_record_columns(records: KinesisRecordColumns) -> UserRecords:
     keys = table.column("PartitionKey").combine_chunks().fill_null("")
     magic = pc.equal(pc.binary_slice(data, 0, len(KPL_MAGIC)), pa.scalar(KPL_MAGIC, pa.binary()))
     candidates = np.flatnonzero(magic.fill_null(False).to_numpy(zero_copy_only=False))
-    if len(candidates):
-        with _SPLITTING:
-            split = _split(data, candidates, records)
-    else:
-        split = None
+    split = _split(data, candidates, records) if len(candidates) else None
     columns = {
         "sequence_number": table.column("SequenceNumber"),
         "approximate_arrival_timestamp": table.column("ApproximateArrivalTimestamp"),
@@ -104,11 +100,14 @@ class _Split:
         )
 
 
-# One batch's aggregates are split at a time in a process. A split holds the interpreter's lock but lets
-# go of it for many short steps (an MD5 per aggregate, Arrow's and numpy's kernels); two reading threads
-# splitting at once hand it to each other at every step, a context switch each. Measured with 8 threads
-# reading and splitting a shard of KPL aggregates each (`perf stat`): 99,000 context switches and 116 MiB/s
-# per core, against 18,000 and 151 with this lock; the split itself cannot run on two cores at once anyway.
+# One batch's aggregates are checked and split in bulk at a time in a process. That work holds the
+# interpreter's lock but lets go of it for many short steps (an MD5 per aggregate, Arrow's and numpy's
+# kernels); two reading threads doing it at once hand the lock to each other at every step, a context
+# switch each. Measured with 8 threads reading and splitting a shard of KPL aggregates each (`perf stat`):
+# 99,000 context switches and 116 MiB/s per core, against 18,000 and 151 with this lock. What a second
+# core could have run meanwhile (another thread's MD5s) was worth less than the hand-offs cost. The
+# aggregates the bulk split cannot prove are split one by one after the lock is let go: that path is
+# rare, and logs what it takes as plain records.
 _SPLITTING = threading.Lock()
 
 # Aggregates are split this many bytes of messages at a time: each chunk's passes (the digest, the
@@ -123,7 +122,24 @@ def _split(data: pa.BinaryArray, candidates: np.ndarray, records: KinesisRecordC
     # As unsigned bytes (Arrow exports signed ones), so that a digest compares equal to its bytes.
     values = memoryview(data.buffers()[2]).cast("B")
     offsets = np.frombuffer(data.buffers()[1], np.int32)[data.offset : data.offset + len(data) + 1]
-    parts, indexes, messages, size = [], [], [], 0
+    with _SPLITTING:
+        chunks = [
+            (indexes, messages, _split_in_bulk(indexes, messages))
+            for indexes, messages in _checked_chunks(values, offsets, candidates)
+        ]
+    parts = [bulk or _split_one_by_one(indexes, messages, records) for indexes, messages, bulk in chunks]
+    split = _Split.concat(parts) if parts else None
+    return split if split is not None and split.aggregates else None
+
+
+def _checked_chunks(
+    values: memoryview, offsets: np.ndarray, candidates: np.ndarray
+) -> Iterator[tuple[list[int], list[memoryview]]]:
+    """The candidates whose digest matches, as (record indexes, messages), about `_CHUNK_BYTES` of
+    messages at a time."""
+    indexes: list[int] = []
+    messages: list[memoryview] = []
+    size = 0
     for index, start, end in zip(candidates.tolist(), offsets[candidates].tolist(), offsets[candidates + 1].tolist()):
         message = _checked_message(values[start:end])
         if message is None:
@@ -132,12 +148,10 @@ def _split(data: pa.BinaryArray, candidates: np.ndarray, records: KinesisRecordC
         messages.append(message)
         size += len(message)
         if size >= _CHUNK_BYTES:
-            parts.append(_split_chunk(indexes, messages, records))
+            yield indexes, messages
             indexes, messages, size = [], [], 0
     if messages:
-        parts.append(_split_chunk(indexes, messages, records))
-    split = _Split.concat(parts) if parts else None
-    return split if split is not None and split.aggregates else None
+        yield indexes, messages
 
 
 def _checked_message(data: memoryview) -> memoryview | None:
@@ -147,12 +161,6 @@ def _checked_message(data: memoryview) -> memoryview | None:
         return None
     message = data[len(KPL_MAGIC) : -KPL_DIGEST_SIZE]
     return message if hashlib.md5(message).digest() == data[-KPL_DIGEST_SIZE:] else None
-
-
-def _split_chunk(indexes: list[int], messages: list[memoryview], records: KinesisRecordColumns) -> _Split:
-    """Aggregates split in bulk when their messages are proven to read as they read one by one, else
-    one by one."""
-    return _split_in_bulk(indexes, messages) or _split_one_by_one(indexes, messages, records)
 
 
 def _split_in_bulk(indexes: list[int], messages: list[memoryview]) -> _Split | None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import logging
 from datetime import UTC, datetime
 from typing import Any
 from unittest.mock import patch
@@ -472,3 +473,25 @@ def test_a_key_that_is_not_utf_8_is_read_with_replacement_characters_as_kcl_read
     message = wire_field(1, b"k\xff") + GOOD
     (record,) = user_record_columns(columns_of([KPL_MAGIC + message + hashlib.md5(message).digest()]))
     assert (record.partition_key, record.data) == ("k\ufffd", b"x")
+
+
+def test_an_aggregate_taken_as_a_plain_record_is_logged_with_the_splitting_lock_free():
+    """A producer's malformed aggregates (a valid digest over a message that does not decode) are split
+    one by one and logged after the process-wide lock on splits is let go: a slow log stalls no other
+    lease's split."""
+    locked_while_logging: list[bool] = []
+
+    class LockWitness(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            locked_while_logging.append(kpl_deaggregation._SPLITTING.locked())
+
+    message = (KEYS + GOOD)[:-1]  # truncated
+    data = [KPL_MAGIC + value + hashlib.md5(value).digest() for value in (KEYS + GOOD, message)]
+    witness = LockWitness(logging.WARNING)
+    kpl_deaggregation.log.addHandler(witness)
+    try:
+        records = list(user_record_columns(columns_of(data)))
+    finally:
+        kpl_deaggregation.log.removeHandler(witness)
+    assert len(records) == 2  # the well-formed aggregate's user record, and the malformed one as a record
+    assert locked_while_logging == [False]
