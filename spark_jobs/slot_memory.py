@@ -18,18 +18,20 @@ straight back to the kernel, and gives back any free top of a heap above twice t
 is then new pages, each faulted in and zeroed by the kernel. A profile of a slot on KPL aggregates
 (`perf`, 8 leases) spent about a quarter of its CPU in page faults and madvise. So a slot process's
 glibc keeps what it frees for its next blocks: blocks up to 32 MiB come from the heap, a heap's free top
-is kept up to 256 MiB, and the reading threads share at most two arenas, since the interpreter's lock
-already serializes most of their allocations. The process holds what its largest slot needed at its
-peak (bounded by `slot_buffer_bytes`, measured in docs/performance.md), for the next round's slot to
-reuse: a Python worker of the consume job runs slots only. Giving it back when each slot ends cost 8%
-more CPU in `bench/pipeline_cpu.py` (every round's blocks faulted in again) and lowers no peak. Off glibc
-(musl, macOS) nothing changes.
+is kept up to 256 MiB, and threads that start allocating after it share two arenas, since the
+interpreter's lock already serializes most of their allocations (glibc keeps the arenas it made
+before, and makes no more once it has more than 8). The process holds what its largest slot needed at
+its peak (bounded by `slot_buffer_bytes`, measured in docs/performance.md), for the next round's slot
+to reuse. Giving it back when each slot ends cost 8% more CPU in `bench/pipeline_cpu.py` (every
+round's blocks faulted in again) and lowers no peak. The settings are the process's, for its life: in
+the consume job a Python worker runs slots; another Python task Spark gives the same worker (of the
+same application) allocates under them too. Off glibc (musl, macOS, or an allocator preloaded in
+glibc's place, which takes the call and ignores it) nothing changes.
 """
 
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import logging
 import os
 from functools import cache
@@ -72,10 +74,13 @@ def use_slot_memory_pool() -> str:
 
 @cache
 def _glibc() -> ctypes.CDLL | None:
-    """The C library when it is glibc (it has mallopt), else None."""
-    name = ctypes.util.find_library("c")
-    library = ctypes.CDLL(name) if name else None
-    if library is None or not all(hasattr(library, symbol) for symbol in ("mallopt", "gnu_get_libc_version")):
+    """The process's own C library when it is glibc (it has mallopt), else None: looked up among the
+    symbols the process has loaded, so that nothing is loaded nor searched for."""
+    try:
+        library = ctypes.CDLL(None)
+    except OSError:  # a process that cannot load libraries at all (a static build)
+        return None
+    if not all(hasattr(library, symbol) for symbol in ("mallopt", "gnu_get_libc_version")):
         return None
     library.mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
     return library
