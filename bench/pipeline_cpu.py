@@ -103,11 +103,11 @@ from devtools.stream_records import landed_records  # noqa: E402
 from lease_core.application import LeaseApplication  # noqa: E402
 from lease_core.leader.assignment_round import AssignmentCoordinator, slot_ids  # noqa: E402
 from lease_core.sync.step import sync_streams  # noqa: E402
+from sinks.parquet import _parquet_bytes  # noqa: E402
+from sinks.record_columns import RECORD_SCHEMA  # noqa: E402
 from spark_jobs.consume_job import publish, run_round, scanned_leases  # noqa: E402
 from spark_jobs.consume_spec import ConsumeSpec  # noqa: E402
 from spark_jobs.round_report import Outcome  # noqa: E402
-from spark_jobs.sinks.parquet import _parquet_bytes  # noqa: E402
-from spark_jobs.sinks.record_columns import RECORD_SCHEMA  # noqa: E402
 from spark_jobs.slot_memory import POOL_SETTING, SLOT_POOL, hold_freed_memory  # noqa: E402
 from spark_jobs.slot_task import run_slot  # noqa: E402
 

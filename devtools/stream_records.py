@@ -6,9 +6,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from spark_jobs.sinks.delta import DeltaSink
-from spark_jobs.sinks.iceberg import IcebergSink
-from spark_jobs.sinks.parquet import ParquetSink
+from sinks.parquet import ParquetSink
+from sinks.table.delta import DeltaSink
+from sinks.table.iceberg import IcebergSink
 
 
 @dataclass(frozen=True)

@@ -42,6 +42,9 @@ from lease_core.model.lease import Lease
 from lease_core.model.lease_keys import LeaseKeyScheme
 from lease_core.ops.command_line import EXIT_FAILED, EXIT_OK, EXIT_USAGE, ArgumentParser, UsageError
 from lease_core.sync.step import is_multi_stream, require_matching_lease_mode
+from sinks import open_round_sink, sink_configuration
+from sinks.batch_sink import RoundIdentity
+from sinks.record_columns import RECORD_SCHEMA
 from spark_jobs.consume_spec import ConsumeSpec, settings_for_executors
 from spark_jobs.dead_letters import BAD_RECORD_ACTIONS, DEFAULT_MAX_SHARE, WHOLESALE_MIN_REJECTED, BadRecordPolicy
 from spark_jobs.decode import load_decoder
@@ -55,9 +58,6 @@ from spark_jobs.round_report import (
     report_location,
     write_report,
 )
-from spark_jobs.sinks import open_round_sink, sink_configuration
-from spark_jobs.sinks.batch_sink import RoundIdentity
-from spark_jobs.sinks.record_columns import RECORD_SCHEMA
 from spark_jobs.slot_memory import EXECUTOR_POOL_SETTING, SLOT_POOL
 from spark_jobs.slot_task import slot_reports
 from spark_jobs.transform import batch_columns, load_transform

@@ -62,7 +62,7 @@ class ConsumeSpec:
     # The round's closed shards as the driver listed them at round start: lease key -> the shard's known
     # EndingSequenceNumber or None. A slot reads these to their end (`ShardToRead.closed`).
     closed_shards: Mapping[str, str | None] = field(default_factory=dict)
-    # The sink's configuration as the driver resolved it (`spark_jobs.sinks.sink_configuration`: an
+    # The sink's configuration as the driver resolved it (`sinks.sink_configuration`: an
     # Iceberg catalog's properties), so that executors on other machines open the same sink; None:
     # each opens it from its own machine's configuration.
     sink_configuration: Mapping[str, str] | None = None

@@ -34,13 +34,14 @@ import pyarrow as pa
 
 from lease_core.config.settings import ConsumerConfig
 from lease_core.retrieval.kinesis_records import KinesisRecord
+from sinks import check_sink_uri, open_sink
+from sinks.batch_sink import BatchRange, BatchSink, RoundIdentity, Visibility
+from sinks.dead_lettering import dead_letter_uri
+from sinks.errors import SinkError
+from sinks.parquet import ParquetSink
+from sinks.record_columns import RECORD_SCHEMA
 from spark_jobs.decode import Decoder, load_decoder
-from spark_jobs.errors import SinkError, TransformError
-from spark_jobs.sinks import check_sink_uri, open_sink
-from spark_jobs.sinks.batch_sink import BatchRange, BatchSink, RoundIdentity, Visibility
-from spark_jobs.sinks.dead_lettering import dead_letter_uri
-from spark_jobs.sinks.parquet import ParquetSink
-from spark_jobs.sinks.record_columns import RECORD_SCHEMA
+from spark_jobs.errors import TransformError
 from spark_jobs.transform import Transform, load_transform, transformed
 
 REPLAY_LEASE_SUFFIX = ":dead-letters"
@@ -368,7 +369,7 @@ def read_dead_letters(sink: BatchSink) -> pa.Table | None:
     if isinstance(sink, ParquetSink):
         table = sink.read_dataset()  # `_`-prefixed (staged) files skipped, as every reader does
         return table if table.num_rows else None
-    from spark_jobs.sinks.iceberg import IcebergSink
+    from sinks.table.iceberg import IcebergSink
 
     assert isinstance(sink, IcebergSink)
     iceberg_table = sink.table(refresh=True)
@@ -384,7 +385,7 @@ def landed_check(sink: BatchSink) -> Callable[[BatchRange], bool]:
     (its groups land in order, so every one at or before that position has)."""
     if isinstance(sink, ParquetSink):
         return lambda batch: sink.adopt(None, batch, "") is not None
-    from spark_jobs.sinks.iceberg import IcebergSink, held_position
+    from sinks.table.iceberg import IcebergSink, held_position
 
     assert isinstance(sink, IcebergSink)
     table = sink.table(refresh=True)

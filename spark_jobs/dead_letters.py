@@ -7,7 +7,7 @@ than a row, or returns a row that does not fit its schema. A pipeline chooses (`
   its checkpoint before the batch; loud, and nothing moves until the processing is fixed.
 - `dead_letter`: the record is set aside in the dead-letter destination beside the output (its raw
   bytes, stream, shard, sequence and sub-sequence number, arrival time and the error), exactly once
-  with its batch (`spark_jobs.sinks.dead_lettering`), and the rest of the batch lands. A batch whose
+  with its batch (`sinks.dead_lettering`), and the rest of the batch lands. A batch whose
   processing fails wholesale still fails the lease: more than `max_share` of its records rejected,
   and at least `WHOLESALE_MIN_REJECTED` of them (so that one bad record in a quiet shard's batch of
   three is set aside, not taken for a bug). `leasectl replay-dead-letters` lands them after a fix.
@@ -23,11 +23,11 @@ from typing import Literal, get_args
 
 import pyarrow as pa
 
+from sinks.batch_sink import BatchRange
+from sinks.dead_lettering import DEAD_LETTER_SCHEMA
+from sinks.record_columns import RECORD_SCHEMA
 from spark_jobs.decode import RejectedRecord
 from spark_jobs.errors import TransformError
-from spark_jobs.sinks.batch_sink import BatchRange
-from spark_jobs.sinks.dead_lettering import DEAD_LETTER_SCHEMA
-from spark_jobs.sinks.record_columns import RECORD_SCHEMA
 
 BadRecordAction = Literal["fail", "dead_letter"]
 BAD_RECORD_ACTIONS: tuple[str, ...] = get_args(BadRecordAction)

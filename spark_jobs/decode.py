@@ -28,8 +28,8 @@ from typing import Any
 import pyarrow as pa
 
 from lease_core.retrieval.kinesis_records import KinesisRecord
+from sinks.record_columns import BATCH_COLUMNS, RECORD_SCHEMA
 from spark_jobs.errors import TransformError
-from spark_jobs.sinks.record_columns import BATCH_COLUMNS, RECORD_SCHEMA
 from spark_jobs.transform import load_function
 
 # The record columns a decoded batch keeps: where each row came from (the payload is decoded instead).

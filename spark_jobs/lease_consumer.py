@@ -1,7 +1,7 @@
 """One lease's work in one round: redo a prepared batch, then read, land and commit new batches.
 
 The exactly-once protocol of DESIGN.md §5, per batch, for a lease at committed checkpoint C, through
-the round's sink (`spark_jobs.sinks.batch_sink`):
+the round's sink (`sinks.batch_sink`):
 1. A pending checkpoint P means a batch (C, P] was prepared and maybe staged: redo exactly it. When
    the sink can adopt what the preparing attempt staged (for Parquet: its staged file exists, staged
    atomically, so complete), this attempt takes it over instead of reading the range again; then
@@ -49,13 +49,13 @@ from lease_core.retrieval.kinesis_records import UserRecords
 from lease_core.retrieval.record_source import ReadBatch, ReadLimits, ReadStart, RecordSource, Retrieval, ShardToRead
 from lease_core.retrieval.shard_source import ShardSource, child_shards_of
 from lease_core.store.lease_store import LeaseStore
+from sinks.batch_sink import BatchRange, BatchSink, StagedBatch, Visibility
+from sinks.dead_lettering import DeadLetteringSink
+from sinks.errors import SinkError
+from sinks.record_columns import records_table
 from spark_jobs.dead_letters import BadRecordPolicy, dead_letter_table
 from spark_jobs.decode import Decoder
-from spark_jobs.errors import SinkError
 from spark_jobs.round_report import LeaseReport, Outcome, RetentionLoss
-from spark_jobs.sinks.batch_sink import BatchRange, BatchSink, StagedBatch, Visibility
-from spark_jobs.sinks.dead_lettering import DeadLetteringSink
-from spark_jobs.sinks.record_columns import records_table
 from spark_jobs.transform import Transform, transformed
 
 log = logging.getLogger(__name__)

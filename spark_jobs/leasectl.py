@@ -19,17 +19,19 @@ from lease_core.ops.cli import holding_leader_lock
 from lease_core.ops.cli import main as lease_main
 from lease_core.ops.command_line import EXIT_FAILED, EXIT_OK, UsageError
 from lease_core.ops.landed_audit import LandedBatch, LandedRecords
-from spark_jobs.dead_letter_replay import DeadLetterReplay, Processing, is_replay_lease
-from spark_jobs.errors import SinkError, TransformError
-from spark_jobs.sinks import delta_maintenance, open_sink
-from spark_jobs.sinks.delta import DeltaLeaseRecord, DeltaSink
-from spark_jobs.sinks.iceberg import IcebergSink, LeaseRecord
-from spark_jobs.sinks.iceberg_maintenance import (
+from sinks import open_sink
+from sinks.errors import SinkError
+from sinks.table import delta_maintenance
+from sinks.table.delta import DeltaLeaseRecord, DeltaSink
+from sinks.table.iceberg import IcebergSink, LeaseRecord
+from sinks.table.iceberg_maintenance import (
     compact_small_files,
     expire_snapshots,
     remove_orphan_files,
 )
-from spark_jobs.sinks.lease_records import live_receipts
+from sinks.table.lease_records import live_receipts
+from spark_jobs.dead_letter_replay import DeadLetterReplay, Processing, is_replay_lease
+from spark_jobs.errors import TransformError
 
 
 class IcebergTableRecords:

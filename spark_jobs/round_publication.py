@@ -17,8 +17,8 @@ from collections.abc import Sequence
 from lease_core.application import LeaseApplication
 from lease_core.errors import LeaseCoreError
 from lease_core.model.lease import Lease
+from sinks.batch_sink import BatchSink, RoundIdentity
 from spark_jobs.round_report import Publication
-from spark_jobs.sinks.batch_sink import BatchSink, RoundIdentity
 
 log = logging.getLogger(__name__)
 

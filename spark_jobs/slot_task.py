@@ -36,6 +36,7 @@ from lease_core.metrics.worker_metrics import (
 )
 from lease_core.model.lease import Lease, StreamIdentifier
 from lease_core.model.lease_keys import LeaseKeyScheme
+from sinks import open_round_sink
 from spark_jobs.consume_spec import ConsumeSpec
 from spark_jobs.decode import load_decoder
 from spark_jobs.lease_consumer import (
@@ -46,7 +47,6 @@ from spark_jobs.lease_consumer import (
     not_yet_visible,
 )
 from spark_jobs.round_report import LeaseReport, Outcome, SlotReport
-from spark_jobs.sinks import open_round_sink
 from spark_jobs.slot_memory import hold_freed_memory, use_slot_memory_pool
 from spark_jobs.transform import load_transform
 

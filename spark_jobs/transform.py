@@ -1,7 +1,7 @@
 """The user transform: an optional function the consume job applies to each batch before staging it.
 
 A transform is named by a spec `package.module:function` and called once per batch with a table of
-the record columns (`spark_jobs.sinks.record_columns`: sequence_number, sub_sequence_number,
+the record columns (`sinks.record_columns`: sequence_number, sub_sequence_number,
 partition_key, approximate_arrival_timestamp, data, explicit_hash_key) plus the batch's `stream_name`
 and `shard_id` (constant columns, so one transform can tell streams apart), one row per user record
 in shard order. The consume job drops `stream_name` and `shard_id` from the result again: the sink
@@ -18,8 +18,8 @@ from typing import Any
 
 import pyarrow as pa
 
+from sinks.record_columns import BATCH_COLUMNS, RECORD_SCHEMA
 from spark_jobs.errors import TransformError
-from spark_jobs.sinks.record_columns import BATCH_COLUMNS, RECORD_SCHEMA
 
 Transform = Callable[[pa.Table], pa.Table]
 

@@ -94,7 +94,7 @@ def install(variant: str, note: Path) -> None:
     """Wrap `DeltaSink._commit` so that the first commit of this process meets `variant` (module doc)."""
     from deltalake.exceptions import CommitFailedError
 
-    from spark_jobs.sinks.delta import DeltaSink
+    from sinks.table.delta import DeltaSink
 
     real_commit: Callable[..., None] = DeltaSink._commit
     met: list[CommitNote] = []

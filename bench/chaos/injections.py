@@ -50,9 +50,9 @@ from devtools.fault_proxy import FaultRule
 from devtools.kinesis_streams import merge_shards, open_shards, split_shard
 from lease_core.model.shards import Shard
 from lease_core.ops.landed_audit import LandedBatch
+from sinks.parquet import STAGED_PREFIX
+from sinks.table.delta import INFO_COMMIT_ID, DeltaSink
 from spark_jobs.round_report import Publication
-from spark_jobs.sinks.delta import INFO_COMMIT_ID, DeltaSink
-from spark_jobs.sinks.parquet import STAGED_PREFIX
 
 if TYPE_CHECKING:
     from bench.chaos.leader import Taking

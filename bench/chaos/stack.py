@@ -28,7 +28,7 @@ from lease_core.config.settings import ConsumerConfig, load_config
 from lease_core.store.coordinator_state import DynamoDBCoordinatorStateStore
 from lease_core.store.dynamodb_store import DynamoDBLeaseStore
 from lease_core.store.tables import TableAdministrator
-from spark_jobs.sinks.iceberg import load_configured_catalog
+from sinks.table.iceberg import load_configured_catalog
 
 INITIAL_SHARDS = 4
 CONTROL_DIR_VARIABLE = "KINESIS_CHAOS_CONTROL_DIR"

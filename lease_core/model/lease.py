@@ -187,7 +187,7 @@ class Lease:
     # Ours, not KCL's (KCL readers ignore them): the token of the attempt that claimed the lease last,
     # which every write of that attempt is conditional on; and the sink's record of the committed
     # batches readers may not see yet (a sink makes a batch visible only after its commit). The lease
-    # keeps the record for the sink and never looks inside it (`spark_jobs.sinks.batch_sink`).
+    # keeps the record for the sink and never looks inside it (`sinks.batch_sink`).
     claim_token: str | None = None
     committed_batch: str | None = None
     # Also ours: retention losses met while reading this lease that no kept round report has named

@@ -41,7 +41,7 @@ class KinesisRecord:
 
 
 # A batch of user records as columns, in shard order. The arrival keeps botocore's microseconds; the
-# sinks store milliseconds (`spark_jobs.sinks.record_columns`).
+# sinks store milliseconds (`sinks.record_columns`).
 USER_SCHEMA = pa.schema(
     [
         pa.field("sequence_number", pa.string(), nullable=False),

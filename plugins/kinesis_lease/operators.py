@@ -52,6 +52,8 @@ from lease_core.store.coordinator_state import CoordinatorStateStore
 from lease_core.store.lease_store import LeaseStore
 from lease_core.sync.audit import ShardSyncAuditor
 from lease_core.sync.step import is_multi_stream, sync_streams
+from sinks import open_round_sink, open_sink
+from sinks.batch_sink import BatchSink
 from spark_jobs.round_publication import stream_incarnations
 from spark_jobs.round_report import (
     ERROR_CHARACTERS,
@@ -62,8 +64,6 @@ from spark_jobs.round_report import (
     report_uri_for,
     shortened,
 )
-from spark_jobs.sinks import open_round_sink, open_sink
-from spark_jobs.sinks.batch_sink import BatchSink
 
 log = logging.getLogger(__name__)
 

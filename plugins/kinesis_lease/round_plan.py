@@ -22,10 +22,10 @@ from lease_core.config.settings import (
     parse_iso_timestamp,
 )
 from lease_core.errors import ConfigurationError
+from sinks import backfill_uri, check_sink_uri
+from sinks.dead_lettering import dead_letter_uri
+from sinks.errors import SinkError
 from spark_jobs.dead_letters import BAD_RECORD_ACTIONS, DEFAULT_MAX_SHARE
-from spark_jobs.errors import SinkError
-from spark_jobs.sinks import backfill_uri, check_sink_uri
-from spark_jobs.sinks.dead_lettering import dead_letter_uri
 
 MODES = ("live", "backfill")
 # Params that are configuration keys of the consumer, passed through under the same name.

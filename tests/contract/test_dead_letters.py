@@ -21,12 +21,12 @@ from lease_core.retrieval.kpl_deaggregation import user_records
 from lease_core.retrieval.polling.polling_retrieval import PollingRetrieval
 from lease_core.retrieval.shard_source import KinesisShardSource
 from lease_core.store.memory_store import InMemoryLeaseStore
+from sinks.batch_sink import BatchRange, BatchSink
+from sinks.dead_lettering import DeadLetteringSink, split_record
 from spark_jobs.dead_letters import BadRecordPolicy, dead_letter_table
 from spark_jobs.decode import Decoder, RecordContext, RejectedRecord
 from spark_jobs.lease_consumer import LeaseBudget, LeaseConsumer, LeaseContext
 from spark_jobs.round_report import LeaseReport, Outcome
-from spark_jobs.sinks.batch_sink import BatchRange, BatchSink
-from spark_jobs.sinks.dead_lettering import DeadLetteringSink, split_record
 from tests.support.kinesis_shard import InMemoryShard
 from tests.support.sinks_under_test import (
     APPLICATION,

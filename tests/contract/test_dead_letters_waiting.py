@@ -12,10 +12,10 @@ from lease_core.model.shards import ChildShard
 from lease_core.retrieval.pending_work import find_pending_work
 from lease_core.retrieval.polling.polling_retrieval import idle_check_retrieval
 from lease_core.retry import RetryPolicy
+from sinks.dead_lettering import DeadLetteringSink, dead_letter_uri, split_record
+from sinks.table.iceberg import LeaseRecord, parse_table_uri
 from spark_jobs.dead_letters import BadRecordPolicy
 from spark_jobs.round_report import Outcome
-from spark_jobs.sinks.dead_lettering import DeadLetteringSink, dead_letter_uri, split_record
-from spark_jobs.sinks.iceberg import LeaseRecord, parse_table_uri
 from tests.contract.test_dead_letters import SHARD, _failing_dead_letters, a_round, decoder_rejecting, owned_store
 from tests.support.iceberg_tables import URI
 from tests.support.kinesis_shard import InMemoryShard

@@ -25,9 +25,9 @@ from lease_core.retrieval.polling.polling_retrieval import PollingRetrieval
 from lease_core.retrieval.shard_source import KinesisShardSource
 from lease_core.store.dynamodb_store import DynamoDBLeaseStore
 from lease_core.store.memory_store import InMemoryLeaseStore
+from sinks.batch_sink import BatchRange, BatchSink, StagedBatch, Visibility
 from spark_jobs.lease_consumer import LeaseBudget, LeaseConsumer, LeaseContext
 from spark_jobs.round_report import LeaseReport, Outcome, RoundReport, SlotReport
-from spark_jobs.sinks.batch_sink import BatchRange, BatchSink, StagedBatch, Visibility
 from spark_jobs.slot_task import SlotTask
 from tests.support.faults import FaultInjectingClient, client_error
 from tests.support.kinesis_shard import InMemoryShard

@@ -40,7 +40,7 @@ import pytest
 from devtools.emulators import free_port
 from devtools.kinesis_streams import create_stream, kinesis_client, put_entries
 from devtools.stream_records import StreamRecord, landed_records
-from spark_jobs.sinks.parquet import ParquetSink
+from sinks.parquet import ParquetSink
 from tests.support.airflow_deployment import AirflowDeployment, airflow_deployment, deployment_environment
 from tests.support.installed_package import build_wheel, installed_venv
 from tests.support.pipeline import duplicates

@@ -62,14 +62,14 @@ from devtools.airflow_env import load_dag_module, run_environment
 from devtools.fault_proxy import FaultProxy, RecordedCall
 from devtools.kinesis_streams import create_stream, kinesis_client, shards_of, split_shard
 from lease_core.model.sequence import SHARD_END, TRIM_HORIZON
+from sinks import backfill_uri
+from sinks.dead_lettering import dead_letter_uri
+from sinks.parquet import ParquetSink, visible_path
+from sinks.table.delta import DeltaSink
+from sinks.table.delta_maintenance import STAGED_DATA_FILE
+from sinks.table.iceberg import IcebergSink
+from sinks.table.iceberg_maintenance import MAX_SNAPSHOT_AGE_PROPERTY
 from spark_jobs import leasectl
-from spark_jobs.sinks import backfill_uri
-from spark_jobs.sinks.dead_lettering import dead_letter_uri
-from spark_jobs.sinks.delta import DeltaSink
-from spark_jobs.sinks.delta_maintenance import STAGED_DATA_FILE
-from spark_jobs.sinks.iceberg import IcebergSink
-from spark_jobs.sinks.iceberg_maintenance import MAX_SNAPSHOT_AGE_PROPERTY
-from spark_jobs.sinks.parquet import ParquetSink, visible_path
 from tests.support.airflow_dag import LOCAL_SPARK_CONNECTION, airflow_environment, consumed_cleanly, run_round
 from tests.support.iam_policy import (
     Grant,

@@ -18,7 +18,7 @@ from devtools.airflow_env import run_environment
 from devtools.fault_proxy import LATE_SHARD_END_STAT, FaultProxy
 from devtools.kinesis_streams import create_stream, kinesis_client, split_shard
 from lease_core.model.sequence import SHARD_END
-from spark_jobs.sinks.parquet import visible_path
+from sinks.parquet import visible_path
 from tests.support.airflow_dag import airflow_environment, run_round
 from tests.support.pipeline import ConsumerPipeline, duplicates
 

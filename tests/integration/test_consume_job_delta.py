@@ -13,7 +13,7 @@ import boto3
 import pytest
 
 from devtools.kinesis_streams import merge_shards, split_shard
-from spark_jobs.sinks.delta import INFO_APPLICATION, INFO_ROUND, DeltaSink
+from sinks.table.delta import INFO_APPLICATION, INFO_ROUND, DeltaSink
 from tests.integration.test_consume_job import assert_exactly_once, control
 from tests.integration.test_leasectl_landed import leasectl, verify
 from tests.support.leasectl import run_leasectl

@@ -7,11 +7,11 @@ from __future__ import annotations
 
 from devtools.kinesis_streams import merge_shards, split_shard
 from lease_core.leader.assignment_round import slot_ids
+from sinks.errors import SinkError
+from sinks.table.iceberg import SUMMARY_APPLICATION, SUMMARY_RANGES, SUMMARY_ROUND, IcebergSink
 from spark_jobs import consume_job
 from spark_jobs.consume_job import with_round_start
-from spark_jobs.errors import SinkError
 from spark_jobs.round_report import Outcome
-from spark_jobs.sinks.iceberg import SUMMARY_APPLICATION, SUMMARY_RANGES, SUMMARY_ROUND, IcebergSink
 from spark_jobs.slot_task import SlotTask, slot_reports
 from tests.integration.test_consume_job import BackgroundRound, assert_exactly_once, control, wait_for
 from tests.support.pipeline import ConsumerPipeline

@@ -19,14 +19,14 @@ from lease_core.leader.leader_lock import LEADER_KEY, LeaderLock
 from lease_core.model.lease import Lease
 from lease_core.model.sequence import TRIM_HORIZON, ExtendedSequenceNumber
 from lease_core.retrieval.kinesis_records import KinesisRecord
+from sinks import open_round_sink
+from sinks.batch_sink import BatchRange, RoundIdentity
+from sinks.dead_lettering import dead_letter_uri
+from sinks.table.iceberg import IcebergSink
 from spark_jobs import leasectl
 from spark_jobs.dead_letter_replay import DeadLetterReplay, Processing, ReplayReport, replay_lease_key
 from spark_jobs.dead_letters import dead_letter_table
 from spark_jobs.decode import load_decoder
-from spark_jobs.sinks import open_round_sink
-from spark_jobs.sinks.batch_sink import BatchRange, RoundIdentity
-from spark_jobs.sinks.dead_lettering import dead_letter_uri
-from spark_jobs.sinks.iceberg import IcebergSink
 from tests.integration.test_leasectl_leadership import state_store
 from tests.support.iceberg_tables import URI, catalog_environment, catalog_properties, faulty_catalog
 from tests.support.stores import dynamodb_store

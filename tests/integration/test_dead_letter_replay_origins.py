@@ -1,6 +1,6 @@
 """The dead-letter replay over a destination that holds more than one application's (or one
 stream's) dead letters. An Iceberg table may be written by several applications (each has its own
-position map, staging and upkeep: `spark_jobs.sinks.iceberg`), so the dead-letter table beside it is
+position map, staging and upkeep: `sinks.table.iceberg`), so the dead-letter table beside it is
 shared too; each row says which application set it aside, and from which incarnation of its stream."""
 
 from __future__ import annotations
@@ -14,12 +14,12 @@ import pytest
 from lease_core.config.settings import ConsumerConfig
 from lease_core.model.sequence import TRIM_HORIZON, ExtendedSequenceNumber
 from lease_core.retrieval.kinesis_records import KinesisRecord
+from sinks import open_round_sink
+from sinks.batch_sink import BatchRange, RoundIdentity
+from sinks.table.iceberg import IcebergSink
 from spark_jobs.dead_letter_replay import DeadLetterReplay, Processing
 from spark_jobs.dead_letters import dead_letter_table
 from spark_jobs.decode import load_decoder
-from spark_jobs.sinks import open_round_sink
-from spark_jobs.sinks.batch_sink import BatchRange, RoundIdentity
-from spark_jobs.sinks.iceberg import IcebergSink
 from tests.support.iceberg_tables import URI, catalog_environment, catalog_properties, faulty_catalog
 
 DECODERS = "tests.support.decoders"

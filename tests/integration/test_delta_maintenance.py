@@ -1,4 +1,4 @@
-"""Upkeep of a Delta table the sink writes (`spark_jobs.sinks.delta_maintenance`), in a local folder and
+"""Upkeep of a Delta table the sink writes (`sinks.table.delta_maintenance`), in a local folder and
 on S3 (moto): orphans removed only when nothing will commit them, small files compacted, the files
 commits removed vacuumed, the log checkpointed and trimmed, and after all of it every row once and
 the next round's commit exactly where it belongs."""
@@ -18,15 +18,15 @@ from deltalake import DeltaTable
 from lease_core.model.lease import Lease
 from lease_core.model.sequence import TRIM_HORIZON
 from lease_core.ops.landed_audit import audit_landed
-from spark_jobs.sinks.batch_sink import RoundIdentity, StagedBatch
-from spark_jobs.sinks.delta import DeltaLeaseRecord, DeltaReceipt, DeltaSink
-from spark_jobs.sinks.delta_maintenance import (
+from sinks.batch_sink import RoundIdentity, StagedBatch
+from sinks.table.delta import DeltaLeaseRecord, DeltaReceipt, DeltaSink
+from sinks.table.delta_maintenance import (
     checkpoint_log,
     compact_small_files,
     remove_orphan_files,
     vacuum_removed_files,
 )
-from spark_jobs.sinks.lease_records import live_receipts
+from sinks.table.lease_records import live_receipts
 from tests.support.iceberg_tables import batch_of, position, rows
 from tests.support.leasectl import run_leasectl
 from tests.support.stores import dynamodb_store

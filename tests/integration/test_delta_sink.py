@@ -1,4 +1,4 @@
-"""The Delta sink (`spark_jobs.sinks.delta`) on a real Delta table in a local folder, written and read
+"""The Delta sink (`sinks.table.delta`) on a real Delta table in a local folder, written and read
 by delta-rs: what a round's commit records, publishers racing for the same batches, a publisher that
 died between its position map and its commit, and tables or batches it must refuse. The exactly-once
 faults every sink meets are in tests/contract (`sinks_under_test`, its `delta` cases)."""
@@ -17,10 +17,11 @@ from deltalake import DeltaTable, write_deltalake
 
 from lease_core.config.settings import ConsumerConfig
 from lease_core.model.sequence import TRIM_HORIZON
-from spark_jobs.errors import SinkError
-from spark_jobs.sinks import check_sink_uri, open_sink
-from spark_jobs.sinks.batch_sink import RoundIdentity
-from spark_jobs.sinks.delta import (
+from sinks import check_sink_uri, open_sink
+from sinks.batch_sink import RoundIdentity
+from sinks.errors import SinkError
+from sinks.record_columns import with_stream_and_shard
+from sinks.table.delta import (
     INFO_APPLICATION,
     INFO_RANGES,
     INFO_ROUND,
@@ -29,8 +30,7 @@ from spark_jobs.sinks.delta import (
     parse_delta_uri,
     with_day,
 )
-from spark_jobs.sinks.record_columns import with_stream_and_shard
-from spark_jobs.sinks.table_storage import TableStorage
+from sinks.table.storage import TableStorage
 from tests.support.iceberg_tables import batch_of, position, rows
 
 APPLICATION = "orders-app"

@@ -23,10 +23,10 @@ from deltalake.exceptions import CommitFailedError
 from devtools.fault_proxy import FaultProxy, HttpRequest, HttpResponse
 from lease_core.config.settings import ConsumerConfig
 from lease_core.model.sequence import TRIM_HORIZON
-from spark_jobs.errors import SinkError
-from spark_jobs.sinks import open_sink
-from spark_jobs.sinks.batch_sink import RoundIdentity
-from spark_jobs.sinks.delta import DeltaSink
+from sinks import open_sink
+from sinks.batch_sink import RoundIdentity
+from sinks.errors import SinkError
+from sinks.table.delta import DeltaSink
 from tests.support.iceberg_tables import batch_of, position, rows
 
 APPLICATION = "orders-app"

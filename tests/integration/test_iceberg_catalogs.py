@@ -11,8 +11,8 @@ import boto3
 import pytest
 
 from lease_core.model.sequence import TRIM_HORIZON
-from spark_jobs.sinks.iceberg import SUMMARY_RANGES, IcebergSink
-from spark_jobs.sinks.record_columns import RECORD_SCHEMA
+from sinks.record_columns import RECORD_SCHEMA
+from sinks.table.iceberg import SUMMARY_RANGES, IcebergSink
 from tests.support.iceberg_tables import (
     APPLICATION,
     IDENTITY,

@@ -8,13 +8,13 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from lease_core.model.sequence import TRIM_HORIZON
-from spark_jobs.sinks.iceberg import LeaseRecord
-from spark_jobs.sinks.iceberg_maintenance import (
+from sinks.table.iceberg import LeaseRecord
+from sinks.table.iceberg_maintenance import (
     compact_small_files,
     expire_snapshots,
     remove_orphan_files,
 )
-from spark_jobs.sinks.lease_records import live_receipts
+from sinks.table.lease_records import live_receipts
 from tests.support.iceberg_tables import (
     APPLICATION,
     IDENTITY,

@@ -14,9 +14,10 @@ from pyiceberg.schema import Schema
 from pyiceberg.types import LongType, NestedField, StringType
 
 from lease_core.model.sequence import TRIM_HORIZON
-from spark_jobs.errors import SinkError
-from spark_jobs.sinks.batch_sink import RoundIdentity, Visibility
-from spark_jobs.sinks.iceberg import (
+from sinks.batch_sink import RoundIdentity, Visibility
+from sinks.errors import SinkError
+from sinks.record_columns import RECORD_SCHEMA
+from sinks.table.iceberg import (
     SUMMARY_APPLICATION,
     SUMMARY_COMMIT_ID,
     SUMMARY_POSITIONS,
@@ -26,7 +27,6 @@ from spark_jobs.sinks.iceberg import (
     IcebergSink,
     parse_table_uri,
 )
-from spark_jobs.sinks.record_columns import RECORD_SCHEMA
 from spark_jobs.transform import batch_columns
 from tests.support.iceberg_tables import (
     APPLICATION,
@@ -416,7 +416,7 @@ def test_batches_a_rollback_took_out_of_the_table_are_published_again(iceberg_ca
 def test_a_lease_refuses_more_waiting_batches_than_its_item_can_hold(iceberg_catalog, monkeypatch):
     """The rounds' commits keep failing: the lease's record would outgrow its DynamoDB item. The commit
     is refused (the batch stays prepared) until a round's commit takes what waits."""
-    monkeypatch.setattr("spark_jobs.sinks.lease_records.MAX_WAITING_BATCHES", 2)
+    monkeypatch.setattr("sinks.table.lease_records.MAX_WAITING_BATCHES", 2)
     sink = sink_on(iceberg_catalog)
     record = land(sink, None, TRIM_HORIZON, 1, 5)
     record = land(sink, record, position(5), 6, 5)

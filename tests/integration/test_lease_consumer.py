@@ -18,12 +18,12 @@ from lease_core.leader.assignment_round import slot_ids
 from lease_core.model.lease import Lease, MeasurementBeforeClaim
 from lease_core.model.pending_batch import PendingBatch
 from lease_core.model.sequence import LATEST, SHARD_END, TRIM_HORIZON, ExtendedSequenceNumber
+from sinks.batch_sink import BatchRange
+from sinks.dead_lettering import DeadLetteringSink
+from sinks.parquet import ParquetSink, visible_path
+from sinks.record_columns import records_table
 from spark_jobs.lease_consumer import LeaseBudget
 from spark_jobs.round_report import LeaseReport, Outcome
-from spark_jobs.sinks.batch_sink import BatchRange
-from spark_jobs.sinks.dead_lettering import DeadLetteringSink
-from spark_jobs.sinks.parquet import ParquetSink, visible_path
-from spark_jobs.sinks.record_columns import records_table
 from spark_jobs.slot_task import SlotTask
 from tests.support.pipeline import ConsumerPipeline, duplicates, pipeline_on_new_stream
 

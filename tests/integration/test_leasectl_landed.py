@@ -12,9 +12,9 @@ from pathlib import Path
 import boto3
 
 from lease_core.model.sequence import TRIM_HORIZON
+from sinks.batch_sink import BatchRange
+from sinks.table.iceberg import IcebergSink
 from spark_jobs.consume_job import with_round_start
-from spark_jobs.sinks.batch_sink import BatchRange
-from spark_jobs.sinks.iceberg import IcebergSink
 from spark_jobs.slot_task import slot_reports
 from tests.integration.test_consume_job import assert_exactly_once
 from tests.support.iceberg_tables import rows

@@ -23,9 +23,9 @@ from hypothesis import strategies as st
 from devtools.emulators import LOOPBACK, free_port
 from lease_core.model.sequence import AT_TIMESTAMP, LATEST, SHARD_END, TRIM_HORIZON, ExtendedSequenceNumber, Sentinel
 from lease_core.retrieval.kinesis_records import KinesisRecord
-from spark_jobs.errors import SinkError
-from spark_jobs.sinks.batch_sink import BatchRange, RoundIdentity, RoundPublication, StagedBatch, Visibility
-from spark_jobs.sinks.parquet import (
+from sinks.batch_sink import BatchRange, RoundIdentity, RoundPublication, StagedBatch, Visibility
+from sinks.errors import SinkError
+from sinks.parquet import (
     DATASET_SCHEMA,
     WRITE_CHECK_NAME,
     ParquetSink,
@@ -33,7 +33,7 @@ from spark_jobs.sinks.parquet import (
     staged_path,
     visible_path,
 )
-from spark_jobs.sinks.record_columns import RECORD_SCHEMA, records_table
+from sinks.record_columns import RECORD_SCHEMA, records_table
 from spark_jobs.transform import apply_transform, load_transform
 
 ARRIVAL = datetime(2026, 11, 2, 8, 30, tzinfo=UTC)

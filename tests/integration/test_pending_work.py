@@ -23,9 +23,9 @@ from lease_core.retry import RetryPolicy
 from lease_core.store.coordinator_state import InMemoryCoordinatorStateStore
 from lease_core.store.memory_store import InMemoryLeaseStore
 from lease_core.sync.step import sync_streams
-from spark_jobs.sinks.batch_sink import BatchRange, Visibility
-from spark_jobs.sinks.parquet import ParquetSink
-from spark_jobs.sinks.record_columns import records_table
+from sinks.batch_sink import BatchRange, Visibility
+from sinks.parquet import ParquetSink
+from sinks.record_columns import records_table
 from tests.support.faults import FaultInjectingClient, client_error
 
 CONFIG = ConsumerConfig(application_name="pending-work-test", initial_position_in_stream="TRIM_HORIZON")

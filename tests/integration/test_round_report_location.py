@@ -9,9 +9,9 @@ import pytest
 
 from lease_core.application import LeaseApplication
 from lease_core.errors import ConfigurationError
+from sinks.parquet import ParquetSink
+from sinks.table.iceberg import IcebergSink
 from spark_jobs.round_report import RoundReport, read_report, report_uri_for, write_report
-from spark_jobs.sinks.iceberg import IcebergSink
-from spark_jobs.sinks.parquet import ParquetSink
 from tests.support.stores import fast_config
 
 REPORT = RoundReport.build("orders", 7, ("orders",), "/lake", "2026-11-24T03:00:00+00:00", 1.5, [])

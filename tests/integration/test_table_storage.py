@@ -1,4 +1,4 @@
-"""The files a table sink keeps beside its table (`spark_jobs.sinks.table_storage`), in a local folder
+"""The files a table sink keeps beside its table (`sinks.table.storage`), in a local folder
 and under an S3 prefix on moto: whole-file writes, listings, deletes, and the exclusive create the
 position maps rely on, of which concurrent writers win exactly one."""
 
@@ -12,7 +12,7 @@ from pathlib import Path
 import boto3
 import pytest
 
-from spark_jobs.sinks.table_storage import LocalStorage, S3Access, S3Storage, TableStorage
+from sinks.table.storage import LocalStorage, S3Access, S3Storage, TableStorage
 
 WRITERS = 8
 

@@ -15,8 +15,8 @@ from pyiceberg.exceptions import CommitStateUnknownException
 from pyiceberg.table import Table
 
 from lease_core.model.sequence import TRIM_HORIZON, ExtendedSequenceNumber
-from spark_jobs.sinks.batch_sink import BatchRange, RoundIdentity
-from spark_jobs.sinks.iceberg import IcebergSink, with_batch_columns
+from sinks.batch_sink import BatchRange, RoundIdentity
+from sinks.table.iceberg import IcebergSink, with_batch_columns
 from tests.support.pipeline import ConsumerPipeline, pipeline_on_new_stream
 
 APPLICATION = "orders-app"

@@ -12,7 +12,7 @@ import pyarrow as pa
 
 from lease_core.model.shards import ChildShard
 from lease_core.retrieval.kpl_deaggregation import user_records
-from spark_jobs.sinks.record_columns import records_table
+from sinks.record_columns import records_table
 
 ARRIVAL = datetime(2026, 11, 26, 12, 0, tzinfo=UTC)
 

@@ -17,14 +17,14 @@ import pytest
 from pyiceberg.expressions import EqualTo
 
 from lease_core.store.lease_store import LeaseStore
-from spark_jobs.errors import SinkError
+from sinks.batch_sink import BatchSink, RoundIdentity, RoundPublication, Visibility
+from sinks.dead_lettering import DeadLetteringSink, dead_letter_uri
+from sinks.errors import SinkError
+from sinks.parquet import ParquetSink
+from sinks.table.delta import DeltaLeaseRecord, DeltaSink
+from sinks.table.iceberg import IcebergSink, LeaseRecord, StagedBatchGone
 from spark_jobs.round_publication import publish_committed_batches
 from spark_jobs.round_report import Publication
-from spark_jobs.sinks.batch_sink import BatchSink, RoundIdentity, RoundPublication, Visibility
-from spark_jobs.sinks.dead_lettering import DeadLetteringSink, dead_letter_uri
-from spark_jobs.sinks.delta import DeltaLeaseRecord, DeltaSink
-from spark_jobs.sinks.iceberg import IcebergSink, LeaseRecord, StagedBatchGone
-from spark_jobs.sinks.parquet import ParquetSink
 from tests.support.iceberg_tables import URI, faulty_catalog, table_sequence_numbers
 
 APPLICATION = "app"
@@ -200,7 +200,7 @@ def dead_letters(under: SinkUnderTest) -> list[tuple[str, str]]:
 
 
 def round_sink(under: SinkUnderTest, *, dead_letters: bool = True, output: BatchSink | None = None) -> BatchSink:
-    """The sink a round drives (`spark_jobs.sinks.open_round_sink`): `output` (the healthy sink by
+    """The sink a round drives (`sinks.open_round_sink`): `output` (the healthy sink by
     default), with the dead-letter destination beside it."""
     return DeadLetteringSink(output or under.sink(), "dead letters", under.dead_letter_sink, enabled=dead_letters)
 

@@ -19,8 +19,8 @@ from devtools.kinesis_streams import create_stream, kinesis_client
 from lease_core.config.settings import ConsumerConfig
 from lease_core.leader.round_history import RoundHistory
 from lease_core.store.coordinator_state import DynamoDBCoordinatorStateStore
-from spark_jobs.sinks.dead_lettering import dead_letter_uri
-from spark_jobs.sinks.parquet import ParquetSink
+from sinks.dead_lettering import dead_letter_uri
+from sinks.parquet import ParquetSink
 from tests.support.stores import FAST_RETRIES
 
 VALID = 20

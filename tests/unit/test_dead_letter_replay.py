@@ -11,11 +11,11 @@ import pytest
 
 from lease_core.model.sequence import TRIM_HORIZON, ExtendedSequenceNumber
 from lease_core.retrieval.kinesis_records import KinesisRecord
+from sinks.batch_sink import BatchRange
+from sinks.parquet import batch_file_name
 from spark_jobs.dead_letter_replay import dead_letter_groups, is_replay_lease, replay_lease_key
 from spark_jobs.dead_letters import dead_letter_table
 from spark_jobs.decode import RejectedRecord
-from spark_jobs.sinks.batch_sink import BatchRange
-from spark_jobs.sinks.parquet import batch_file_name
 
 ARRIVAL = datetime(2026, 11, 26, tzinfo=UTC)
 APPLICATION = "orders-app"

@@ -1,5 +1,5 @@
 """What a pipeline does with the records its decoder rejects (`spark_jobs.dead_letters`), and how the
-output's and the dead letters' parts of a lease's record are told apart (`spark_jobs.sinks.dead_lettering`)."""
+output's and the dead letters' parts of a lease's record are told apart (`sinks.dead_lettering`)."""
 
 from __future__ import annotations
 
@@ -8,10 +8,11 @@ from datetime import UTC, datetime
 import pytest
 
 from lease_core.retrieval.kinesis_records import KinesisRecord
+from sinks.dead_lettering import dead_letter_uri, join_record, split_record
+from sinks.errors import SinkError
 from spark_jobs.dead_letters import BadRecordPolicy
 from spark_jobs.decode import RejectedRecord
-from spark_jobs.errors import SinkError, TransformError
-from spark_jobs.sinks.dead_lettering import dead_letter_uri, join_record, split_record
+from spark_jobs.errors import TransformError
 
 SPEC = "users.orders:decode"
 

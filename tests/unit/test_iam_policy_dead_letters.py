@@ -1,5 +1,5 @@
 """The documented IAM policy (docs/iam-policy.json) against what a round that sets bad records
-aside writes: its dead-letter destination beside the output (`spark_jobs.sinks.dead_lettering`)."""
+aside writes: its dead-letter destination beside the output (`sinks.dead_lettering`)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from spark_jobs.sinks.dead_lettering import dead_letter_uri
+from sinks.dead_lettering import dead_letter_uri
 from tests.support.iam_policy import IamRequest, Policy, evaluate, load_policy
 
 POLICY_FILE = Path(__file__).resolve().parents[2] / "docs" / "iam-policy.json"

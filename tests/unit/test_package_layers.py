@@ -92,12 +92,14 @@ def test_retrieval_has_a_way_of_reading_in_a_folder_of_its_own():
 # as the package `kinesis_lease` (pyproject.toml), the name the DAG and the plugin import it by.
 PACKAGES = {
     "lease_core": set(),
-    "spark_jobs": {"lease_core"},
-    "plugins": {"lease_core", "spark_jobs"},
+    "sinks": {"lease_core"},
+    "spark_jobs": {"lease_core", "sinks"},
+    "plugins": {"lease_core", "sinks", "spark_jobs"},
     "dags": {"lease_core", "plugins"},
 }
 PACKAGE_OF_ROOT = {
     "lease_core": "lease_core",
+    "sinks": "sinks",
     "spark_jobs": "spark_jobs",
     "plugins": "plugins",
     "kinesis_lease": "plugins",
@@ -131,8 +133,7 @@ def test_a_way_of_reading_shards_is_imported_only_by_itself_and_the_composition_
     )
 
 
-# Each part of spark_jobs and the parts it may import. The sinks are below the consumer: a sink
-# stages, adopts and makes visible batches it is given, and knows nothing of leases being worked.
+# Each part of spark_jobs and the parts it may import (the sinks are a package below it, `sinks/`).
 SPARK_JOBS = REPOSITORY / "spark_jobs"
 SPARK_JOBS_ALLOWED = {
     "consume_job": {
@@ -141,38 +142,35 @@ SPARK_JOBS_ALLOWED = {
         "lease_consumer",
         "round_publication",
         "round_report",
-        "sinks",
         "slot_task",
         "transform",
         "decode",
         "dead_letters",
         "slot_memory",
     },
-    "round_publication": {"errors", "round_report", "sinks"},
-    "leasectl": {"errors", "sinks", "dead_letter_replay"},
+    "round_publication": {"errors", "round_report"},
+    "leasectl": {"errors", "dead_letter_replay"},
     "slot_task": {
         "errors",
         "consume_spec",
         "lease_consumer",
         "round_report",
-        "sinks",
         "transform",
         "decode",
         "slot_memory",
     },
     "consume_spec": {"errors", "lease_consumer", "dead_letters"},
-    "lease_consumer": {"errors", "round_report", "sinks", "transform", "decode", "dead_letters"},
+    "lease_consumer": {"errors", "round_report", "transform", "decode", "dead_letters"},
     # What a record the decoder rejects does: fail the batch, or set it aside as a dead letter.
-    "dead_letters": {"errors", "sinks", "decode"},
+    "dead_letters": {"errors", "decode"},
     # Dead letters landed after a fix: the user's decoder and transform again, into the sinks.
-    "dead_letter_replay": {"errors", "sinks", "decode", "transform"},
+    "dead_letter_replay": {"errors", "decode", "transform"},
     "round_report": {"errors"},
     # How a slot process allocates (Arrow's pool, glibc's heap), set where the slot starts.
     "slot_memory": set(),
-    "transform": {"errors", "sinks"},
+    "transform": {"errors"},
     # The per-record decode hook: loads the user's function as the transform does.
-    "decode": {"errors", "sinks", "transform"},
-    "sinks": {"errors"},
+    "decode": {"errors", "transform"},
     "errors": set(),
 }
 SPARK_JOBS_MODULES = sorted(path for path in SPARK_JOBS.rglob("*.py") if path != SPARK_JOBS / "__init__.py")

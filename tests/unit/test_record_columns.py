@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 from lease_core.retrieval.kinesis_records import KinesisRecord
-from spark_jobs.sinks.record_columns import RECORD_SCHEMA, records_table
+from sinks.record_columns import RECORD_SCHEMA, records_table
 
 ARRIVAL = datetime(2026, 11, 2, 8, 30, tzinfo=UTC)
 

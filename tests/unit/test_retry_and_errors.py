@@ -44,8 +44,10 @@ from lease_core.errors import (
     ThrottledError,
 )
 from lease_core.retry import RetryPolicy
+from sinks import errors as sink_errors
+from sinks.errors import SinkError
 from spark_jobs import errors as data_plane_errors
-from spark_jobs.errors import SinkError, TransformError
+from spark_jobs.errors import TransformError
 
 
 def client_error(code: str, status: int = 400, operation: str = "UpdateItem") -> botocore.exceptions.ClientError:
@@ -294,7 +296,7 @@ INSTANCES = [
 
 ERROR_CLASSES = [
     cls
-    for module in (errors, data_plane_errors)
+    for module in (errors, sink_errors, data_plane_errors)
     for _, cls in inspect.getmembers(module, inspect.isclass)
     if issubclass(cls, LeaseCoreError) and cls.__module__ == module.__name__
 ]

@@ -4,9 +4,9 @@ the driver dying without a report."""
 from __future__ import annotations
 
 from lease_core.model.lease import Lease
-from spark_jobs.errors import SinkError
+from sinks.batch_sink import RoundIdentity, RoundPublication
+from sinks.errors import SinkError
 from spark_jobs.round_publication import publish_committed_batches
-from spark_jobs.sinks.batch_sink import RoundIdentity, RoundPublication
 
 IDENTITY = RoundIdentity("app", 3, {})
 LEASES = [Lease("shardId-000000000001", committed_batch='{"f":"iceberg/1"}'), Lease("shardId-000000000002")]

@@ -19,10 +19,10 @@ from pyiceberg.types import (
 )
 
 from lease_core.config.settings import ConsumerConfig
-from spark_jobs.errors import SinkError
-from spark_jobs.sinks import check_sink_uri, open_sink
-from spark_jobs.sinks.iceberg import IcebergSink, widens_to
-from spark_jobs.sinks.parquet import ParquetSink
+from sinks import check_sink_uri, open_sink
+from sinks.errors import SinkError
+from sinks.parquet import ParquetSink
+from sinks.table.iceberg import IcebergSink, widens_to
 
 PARQUET_URIS = [
     pytest.param("/lake", "/lake", id="absolute-path"),

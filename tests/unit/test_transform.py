@@ -9,8 +9,8 @@ import pyarrow as pa
 import pytest
 
 from lease_core.retrieval.kinesis_records import KinesisRecord
+from sinks.record_columns import RECORD_SCHEMA, records_table
 from spark_jobs.errors import TransformError
-from spark_jobs.sinks.record_columns import RECORD_SCHEMA, records_table
 from spark_jobs.transform import apply_transform, load_transform
 from tests.support import transforms
 

@@ -30,8 +30,7 @@ from urllib.parse import urlsplit
 
 import pyarrow as pa
 
-from spark_jobs.errors import SinkError
-from spark_jobs.sinks.batch_sink import (
+from sinks.batch_sink import (
     BatchRange,
     BatchSink,
     RoundIdentity,
@@ -39,7 +38,8 @@ from spark_jobs.sinks.batch_sink import (
     StagedBatch,
     Visibility,
 )
-from spark_jobs.sinks.record_columns import RECORD_SCHEMA
+from sinks.errors import SinkError
+from sinks.record_columns import RECORD_SCHEMA
 
 # A dead letter (`spark_jobs.dead_letters`): the record as it arrived (the record columns), why it was
 # rejected and by what, by whom and from which stream, and the batch it came from (the lease and its

@@ -1,5 +1,5 @@
 """Pure: which Delta types hold a batch's columns, and which tables the Delta sink can write as their
-protocol asks (`spark_jobs.sinks.delta`).
+protocol asks (`sinks.table.delta`).
 
 Types. A batch's columns come from the record columns, a decoder or a transform, in whatever Arrow
 encoding made them: Polars' `large_string` or `string_view`, pandas' categories (`dictionary`) and

@@ -17,8 +17,8 @@ E. The consumer (`spark_jobs.lease_consumer`) drives every sink through the same
 4. `awaiting_visibility(record)`: the committed batches readers cannot see yet. The idle check counts
    them as work, and the round report names them.
 
-Implementations: `spark_jobs.sinks.parquet` (a hive-partitioned dataset) and
-`spark_jobs.sinks.iceberg` (an Apache Iceberg table). `spark_jobs.sinks.open_sink` chooses by URI.
+Implementations: `sinks.parquet` (a hive-partitioned dataset) and
+`sinks.table.iceberg` (an Apache Iceberg table). `sinks.open_sink` chooses by URI.
 """
 
 from __future__ import annotations
@@ -57,7 +57,7 @@ class StagedBatch:
     rows: int
     bytes: int
     already_present: bool = False  # this attempt staged the batch before (a retried write)
-    dead_letters: int = 0  # the batch's records set aside as dead letters (`spark_jobs.sinks.dead_lettering`)
+    dead_letters: int = 0  # the batch's records set aside as dead letters (`sinks.dead_lettering`)
 
 
 class Visibility(str, enum.Enum):

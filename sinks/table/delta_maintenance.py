@@ -48,9 +48,9 @@ from urllib.parse import unquote
 
 from deltalake import CommitProperties, DeltaTable
 
-from spark_jobs.errors import SinkError
-from spark_jobs.sinks.delta import INFO_APPLICATION, INFO_POSITIONS, KINESIS_FOLDER, DeltaReceipt, DeltaSink
-from spark_jobs.sinks.table_storage import StoredFile
+from sinks.errors import SinkError
+from sinks.table.delta import INFO_APPLICATION, INFO_POSITIONS, KINESIS_FOLDER, DeltaReceipt, DeltaSink
+from sinks.table.storage import StoredFile
 
 log = logging.getLogger(__name__)
 

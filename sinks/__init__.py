@@ -16,11 +16,11 @@ from urllib.parse import urlsplit
 import boto3
 
 from lease_core.config.settings import ConsumerConfig
-from spark_jobs.errors import SinkError
-from spark_jobs.sinks.batch_sink import BatchSink, StreamIncarnations
-from spark_jobs.sinks.dead_lettering import DeadLetteringSink, dead_letter_uri
-from spark_jobs.sinks.parquet import URI_FORMS as PARQUET_URI_FORMS
-from spark_jobs.sinks.parquet import ParquetSink, sink_root
+from sinks.batch_sink import BatchSink, StreamIncarnations
+from sinks.dead_lettering import DeadLetteringSink, dead_letter_uri
+from sinks.errors import SinkError
+from sinks.parquet import URI_FORMS as PARQUET_URI_FORMS
+from sinks.parquet import ParquetSink, sink_root
 
 ICEBERG_SCHEME = "iceberg"
 DELTA_SCHEME = "delta"
@@ -35,12 +35,12 @@ def check_sink_uri(uri: str) -> str:
     forms otherwise. Whether the storage is there and writable is `BatchSink.check_writable`'s question."""
     uri = uri.rstrip("/")
     if urlsplit(uri).scheme == ICEBERG_SCHEME:
-        from spark_jobs.sinks.iceberg import parse_table_uri
+        from sinks.table.iceberg import parse_table_uri
 
         parse_table_uri(uri)
         return uri
     if urlsplit(uri).scheme == DELTA_SCHEME:
-        from spark_jobs.sinks.delta import parse_delta_uri
+        from sinks.table.delta import parse_delta_uri
 
         parse_delta_uri(uri)
         return uri
@@ -57,7 +57,7 @@ def sink_configuration(uri: str) -> dict[str, str]:
     executors on other machines open the same catalog (they travel in the job's tasks, like its
     settings); nothing for a Parquet dataset."""
     if urlsplit(uri).scheme == ICEBERG_SCHEME:
-        from spark_jobs.sinks.iceberg import catalog_properties, parse_table_uri
+        from sinks.table.iceberg import catalog_properties, parse_table_uri
 
         return catalog_properties(uri, parse_table_uri(uri).catalog)
     return {}
@@ -77,11 +77,11 @@ def open_sink(
     started (None: this machine's own); `streams` the round's streams as they are now, for a table
     sink to tell a re-created stream from the one it replaced."""
     if urlsplit(uri).scheme == ICEBERG_SCHEME:
-        from spark_jobs.sinks.iceberg import IcebergSink
+        from sinks.table.iceberg import IcebergSink
 
         return IcebergSink(uri, config.require_application_name(), catalog_configuration=configuration, streams=streams)
     if urlsplit(uri).scheme == DELTA_SCHEME:
-        from spark_jobs.sinks.delta import DeltaSink
+        from sinks.table.delta import DeltaSink
 
         return DeltaSink(
             uri,
@@ -134,7 +134,7 @@ def backfill_uri(uri: str, window: str) -> str:
     `p` and `-` as `_`: the names Glue keeps, and still one per window). `SinkError` for a dataset at
     a bucket's root, whose backfill prefix would be another bucket."""
     if urlsplit(uri).scheme == ICEBERG_SCHEME:
-        from spark_jobs.sinks.iceberg import parse_table_uri
+        from sinks.table.iceberg import parse_table_uri
 
         address = parse_table_uri(uri)
         suffix = window.lower().replace(".", "p").replace("-", "_")

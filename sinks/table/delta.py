@@ -1,6 +1,6 @@
 """A Delta Lake table as a sink, through delta-rs (the `deltalake` package, no JVM): `delta:<path>`.
 
-The protocol is the Iceberg sink's (`spark_jobs.sinks.iceberg`), in Delta's terms:
+The protocol is the Iceberg sink's (`sinks.table.iceberg`), in Delta's terms:
 
 - `stage` writes the batch's data files into the table's folder under names of the attempt's own
   (`part-<receipt>-<n>.parquet`, partitioned by the day of arrival) and a receipt
@@ -63,8 +63,7 @@ from deltalake.exceptions import CommitFailedError, DeltaError, TableNotFoundErr
 from deltalake.transaction import AddAction, RemoveAction, create_table_with_add_actions
 
 from lease_core.ops.landed_audit import LandedBatch
-from spark_jobs.errors import SinkError
-from spark_jobs.sinks.batch_sink import (
+from sinks.batch_sink import (
     BatchRange,
     RoundIdentity,
     RoundPublication,
@@ -72,8 +71,10 @@ from spark_jobs.sinks.batch_sink import (
     StreamIncarnations,
     location_dataset,
 )
-from spark_jobs.sinks.delta_columns import NoDeltaType, delta_type, unhonoured_requirement, widens_to
-from spark_jobs.sinks.lease_records import (
+from sinks.errors import SinkError
+from sinks.record_columns import with_stream_and_shard
+from sinks.table.delta_columns import NoDeltaType, delta_type, unhonoured_requirement, widens_to
+from sinks.table.lease_records import (
     LeasePosition,
     TableLeaseRecord,
     TableRecordKeeping,
@@ -83,8 +84,7 @@ from spark_jobs.sinks.lease_records import (
     position_text,
     positions_json,
 )
-from spark_jobs.sinks.record_columns import with_stream_and_shard
-from spark_jobs.sinks.table_storage import LocalStorage, S3Access, S3Storage, TableStorage, is_transient
+from sinks.table.storage import LocalStorage, S3Access, S3Storage, TableStorage, is_transient
 
 log = logging.getLogger(__name__)
 

@@ -47,8 +47,8 @@ from pyiceberg.io.pyarrow import ArrowScan, PyArrowFileIO, _dataframe_to_data_fi
 from pyiceberg.table import FileScanTask, Table
 from pyiceberg.table.snapshots import Snapshot, ancestors_of
 
-from spark_jobs.errors import SinkError
-from spark_jobs.sinks.iceberg import (
+from sinks.errors import SinkError
+from sinks.table.iceberg import (
     POSITIONS_FOLDER,
     POSITIONS_PROPERTY_PREFIX,
     STAGING_FOLDER,

@@ -1,5 +1,5 @@
 """What a table sink keeps on a lease and in its table about the lease's batches, whatever the table
-format (`spark_jobs.sinks.iceberg`, `spark_jobs.sinks.delta`): the lease's record of its committed
+format (`sinks.table.iceberg`, `sinks.table.delta`): the lease's record of its committed
 batches the table may not hold yet (receipts and last positions), and the table's position map,
 through which position it holds each lease's records, of which incarnation of its stream."""
 
@@ -14,9 +14,9 @@ from typing import Any, ClassVar, Self
 
 from lease_core.model.lease import Lease
 from lease_core.model.sequence import ExtendedSequenceNumber
-from spark_jobs.errors import SinkError
-from spark_jobs.sinks.batch_sink import BatchRange, StagedBatch, StreamIncarnations, Visibility
-from spark_jobs.sinks.dead_lettering import split_record
+from sinks.batch_sink import BatchRange, StagedBatch, StreamIncarnations, Visibility
+from sinks.dead_lettering import split_record
+from sinks.errors import SinkError
 
 log = logging.getLogger(__name__)
 

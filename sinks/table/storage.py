@@ -26,7 +26,7 @@ import pyarrow.fs as pafs
 from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError
 
-from spark_jobs.errors import SinkError
+from sinks.errors import SinkError
 
 CONNECT_TIMEOUT_SECONDS = 10
 READ_TIMEOUT_SECONDS = 60

@@ -78,8 +78,7 @@ from pyiceberg.utils.config import Config
 
 from lease_core.model.sequence import TRIM_HORIZON
 from lease_core.ops.landed_audit import LandedBatch
-from spark_jobs.errors import SinkError
-from spark_jobs.sinks.batch_sink import (
+from sinks.batch_sink import (
     BatchRange,
     RoundIdentity,
     RoundPublication,
@@ -87,7 +86,9 @@ from spark_jobs.sinks.batch_sink import (
     StreamIncarnations,
     location_dataset,
 )
-from spark_jobs.sinks.lease_records import (
+from sinks.errors import SinkError
+from sinks.record_columns import RECORD_SCHEMA, with_stream_and_shard
+from sinks.table.lease_records import (
     LeasePosition,
     TableLeaseRecord,
     TableRecordKeeping,
@@ -97,7 +98,6 @@ from spark_jobs.sinks.lease_records import (
     position_text,
     positions_json,
 )
-from spark_jobs.sinks.record_columns import RECORD_SCHEMA, with_stream_and_shard
 
 log = logging.getLogger(__name__)
 
@@ -247,7 +247,7 @@ class IcebergSink(TableRecordKeeping):
         streams: StreamIncarnations | None = None,
     ) -> None:
         """`catalog_configuration`: the catalog's properties as the driver resolved them (see
-        `spark_jobs.sinks.sink_configuration`), else this process's pyiceberg configuration.
+        `sinks.sink_configuration`), else this process's pyiceberg configuration.
         `streams`: the streams as they are now, so that a position the table holds for a stream of the
         same name that was deleted since is not taken for the lease's (None: not known)."""
         self.address = parse_table_uri(uri)

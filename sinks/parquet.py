@@ -1,4 +1,4 @@
-"""A `BatchSink` (`spark_jobs.sinks.batch_sink`): a hive-partitioned Parquet dataset on a local disk or
+"""A `BatchSink` (`sinks.batch_sink`): a hive-partitioned Parquet dataset on a local disk or
 on S3 (DESIGN.md §5).
 
 Layout: `<root>/stream_name=<stream>/shard_id=<shard>/<start>_<end>.parquet`, one file per committed
@@ -49,8 +49,7 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from lease_core.model.sequence import ExtendedSequenceNumber
-from spark_jobs.errors import SinkError
-from spark_jobs.sinks.batch_sink import (
+from sinks.batch_sink import (
     BatchRange,
     RoundIdentity,
     RoundPublication,
@@ -58,8 +57,9 @@ from spark_jobs.sinks.batch_sink import (
     Visibility,
     location_dataset,
 )
-from spark_jobs.sinks.record_columns import BATCH_COLUMNS, RECORD_SCHEMA
-from spark_jobs.sinks.table_storage import S3Access
+from sinks.errors import SinkError
+from sinks.record_columns import BATCH_COLUMNS, RECORD_SCHEMA
+from sinks.table.storage import S3Access
 
 log = logging.getLogger(__name__)
 
