@@ -39,7 +39,8 @@ from pyiceberg.io.pyarrow import _dataframe_to_data_files  # noqa: E402
 from lease_core.model.sequence import TRIM_HORIZON, ExtendedSequenceNumber  # noqa: E402
 from sinks.batch_sink import BatchRange, RoundIdentity  # noqa: E402
 from sinks.record_columns import RECORD_SCHEMA  # noqa: E402
-from sinks.table.iceberg import SUMMARY_POSITIONS, SUMMARY_RANGES, IcebergSink, as_table_types  # noqa: E402
+from sinks.table.committer import SUMMARY_POSITIONS, SUMMARY_RANGES  # noqa: E402
+from sinks.table.iceberg import IcebergSink, as_table_types  # noqa: E402
 
 APPLICATION = "bench-commits"
 STREAM = "bench-commits"

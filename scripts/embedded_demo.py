@@ -47,7 +47,8 @@ from devtools.airflow_env import REGION, home_environment, load_dag_module, migr
 from devtools.emulators import EmulatorProcess, kinesis_mock, moto_server
 from devtools.kinesis_streams import create_stream, kinesis_client, merge_shards, open_shards, put_entries, split_shard
 from devtools.stream_records import StreamRecord, landed_records
-from sinks.table.iceberg import SUMMARY_RANGES, SUMMARY_ROUND, IcebergSink
+from sinks.table.committer import SUMMARY_RANGES, SUMMARY_ROUND
+from sinks.table.iceberg import IcebergSink
 from spark_jobs.leasectl import main as leasectl_main
 from spark_jobs.round_report import RoundFigures
 

@@ -115,6 +115,10 @@ class BatchSink(Protocol):
         """A name for the batch that is a pure function of (stream, shard, start, end): kept in the
         pending checkpoint's description and shown in reports."""
 
+    def holds_through(self, batch: BatchRange) -> ExtendedSequenceNumber | None:
+        """The position through which readers see the batch's lease's records already (None: none, or a
+        sink that records no positions): a batch is staged only for the records after it."""
+
     def staged_token(self, batch: BatchRange, attempt: str) -> str | None:
         """The token `stage` will give `attempt`'s batch, known before it is written (the prepare, which
         comes first, keeps it for a redo to `adopt`), or None when the sink cannot say."""

@@ -30,6 +30,7 @@ from urllib.parse import urlsplit
 
 import pyarrow as pa
 
+from lease_core.model.sequence import ExtendedSequenceNumber
 from sinks.batch_sink import (
     BatchRange,
     BatchSink,
@@ -128,6 +129,9 @@ class DeadLetteringSink:
 
     def batch_name(self, batch: BatchRange) -> str:
         return self.output.batch_name(batch)
+
+    def holds_through(self, batch: BatchRange) -> ExtendedSequenceNumber | None:
+        return self.output.holds_through(batch)
 
     def staged_token(self, batch: BatchRange, attempt: str) -> str | None:
         """The output's token, paired with the dead letters' when this pipeline may set records aside."""

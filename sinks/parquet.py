@@ -179,6 +179,10 @@ class ParquetSink:
             self._write_atomically(staged, payload)
         return StagedBatch(staged, table.num_rows, payload.size, already_present)
 
+    def holds_through(self, batch: BatchRange) -> ExtendedSequenceNumber | None:
+        """None: a dataset keeps no record of its leases' positions (a batch's file is named by its range)."""
+        return None
+
     def adopt(self, staged: str | None, batch: BatchRange, attempt: str) -> StagedBatch | None:
         """Another attempt's staged file of the batch, copied to `attempt`'s own staged name (only that
         name is ever committed and promoted); else the batch file itself when it is visible already (an

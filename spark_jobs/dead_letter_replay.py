@@ -13,9 +13,9 @@ Through the `BatchSink` protocol, as a round lands a batch (stage, commit record
 round's publication), with "already landed" told by the sink itself, so that no group lands twice:
 - a Parquet dataset: a group's file is named by its range, and a group whose file readers see is
   skipped (`adopt` with no staged token answers exactly such a batch);
-- an Iceberg table: the replay's commit (one per BATCHES_PER_COMMIT groups) records each pseudo
+- a table (Iceberg or Delta): the replay's commit (one per BATCHES_PER_COMMIT groups) records each pseudo
   lease's last position in the application's position map, and a group at or before it is skipped;
-  the commit checks the map again on the table's head (`IcebergSink.publish_round`), so another
+  the commit checks the map again on the table's head (`TableCommitter.publish_round`), so another
   replay's commit meanwhile cannot make it land twice either.
 The command holds the application's leader lock while it writes (`ensure_held` before each write),
 so it never runs beside a round.
@@ -40,6 +40,7 @@ from sinks.dead_lettering import dead_letter_uri
 from sinks.errors import SinkError
 from sinks.parquet import ParquetSink
 from sinks.record_columns import RECORD_SCHEMA
+from sinks.table.committer import TableCommitter
 from spark_jobs.decode import Decoder, load_decoder
 from spark_jobs.errors import TransformError
 from spark_jobs.transform import Transform, load_transform, transformed
@@ -369,30 +370,18 @@ def read_dead_letters(sink: BatchSink) -> pa.Table | None:
     if isinstance(sink, ParquetSink):
         table = sink.read_dataset()  # `_`-prefixed (staged) files skipped, as every reader does
         return table if table.num_rows else None
-    from sinks.table.iceberg import IcebergSink
-
-    assert isinstance(sink, IcebergSink)
-    iceberg_table = sink.table(refresh=True)
-    if iceberg_table is None:
-        return None
-    with sink.failures("read the table"):
-        return iceberg_table.scan().to_arrow()
+    if isinstance(sink, TableCommitter):
+        rows = sink.visible_rows()
+        return rows if rows is not None and rows.num_rows else None
+    raise SinkError(sink.uri, "is not a destination whose dead letters can be read")
 
 
 def landed_check(sink: BatchSink) -> Callable[[BatchRange], bool]:
     """Whether a pseudo lease's batch is in `sink` already: a Parquet dataset answers with the batch's
-    file, visible to readers; an Iceberg table with the position its map holds for the pseudo lease
-    (its groups land in order, so every one at or before that position has)."""
+    file, visible to readers; a table with the position its map holds for the pseudo lease (its groups
+    land in order, so every one at or before that position has)."""
     if isinstance(sink, ParquetSink):
         return lambda batch: sink.adopt(None, batch, "") is not None
-    from sinks.table.iceberg import IcebergSink, held_position
-
-    assert isinstance(sink, IcebergSink)
-    table = sink.table(refresh=True)
-    positions = {} if table is None else sink.positions(table)
-
-    def landed(batch: BatchRange) -> bool:
-        held = held_position(positions, batch.lease_key, sink.streams)
-        return held is not None and held >= batch.end
-
-    return landed
+    if isinstance(sink, TableCommitter):
+        return lambda batch: (held := sink.holds_through(batch)) is not None and held >= batch.end
+    raise SinkError(sink.uri, "is not a destination dead letters can be replayed into")

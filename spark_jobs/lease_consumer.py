@@ -25,7 +25,7 @@ import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager, ExitStack, closing, nullcontext
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
@@ -482,7 +482,26 @@ class LeaseConsumer:
         """Stage the batch's rows for this attempt, none too (a transform dropped them all, or they aged
         out before a redo read them): a sink that records the ranges it holds records this one as well,
         so that its record of a lease stays unbroken; a dataset of files writes nothing for it. The
-        records the decoder rejected go with them, as dead letters, when the pipeline sets them aside."""
+        records the decoder rejected go with them, as dead letters, when the pipeline sets them aside.
+
+        Only the records the sink lacks are staged: a table that holds the lease past the checkpoint
+        (a lease table rebuilt without `leasectl restore`, a checkpoint reset backwards) takes the batch
+        from its position on, and nothing when it holds the whole batch."""
+        held = self.context.sink.holds_through(batch)
+        if held is not None and held > batch.start:
+            if held >= batch.end:
+                log.info(
+                    "lease %s: the sink holds %s..%s already; nothing to stage",
+                    self.held.lease_key,
+                    batch.start,
+                    batch.end,
+                )
+                return None
+            records = records[records.first_after(held.order_key) :]
+            log.info(
+                "lease %s: the sink holds through %s already; staging the batch from there", self.held.lease_key, held
+            )
+            batch = replace(batch, start=held, first=records.position(0))
         with self.context.busy_gate:
             table, dead_letters = self._tables(batch, records)
             # The lease may have been lost while the batch was read: a zombie need not even stage.

@@ -1,7 +1,7 @@
 """The Python driver of a consume try that meets a fault at its Delta table commit (fault `table_commit`).
 
 For that one try, spark-submit starts this module instead of the plain interpreter (the campaign points
-`PYSPARK_DRIVER_PYTHON` at `launcher`'s script): it wraps `DeltaSink._commit`, the one call that writes a
+`PYSPARK_DRIVER_PYTHON` at `launcher`'s script): it wraps `DeltaSink._append`, the one call that writes a
 round's commit into the table's log, and runs consume_job.py as `__main__`, as spark-submit would. The
 try's first commit then meets the fault `COMMIT_FAULT_VARIABLE` names (`<variant>:<note path>`). Before
 the fault acts, a note (`CommitNote`) tells the campaign what happened and when:
@@ -91,25 +91,26 @@ def driver_environment(launcher_path: Path, variant: str, note: Path) -> dict[st
 
 
 def install(variant: str, note: Path) -> None:
-    """Wrap `DeltaSink._commit` so that the first commit of this process meets `variant` (module doc)."""
+    """Wrap `DeltaSink._append` so that the first commit of this process meets `variant` (module doc)."""
     from deltalake.exceptions import CommitFailedError
 
+    from sinks.table.committer import SUMMARY_COMMIT_ID
     from sinks.table.delta import DeltaSink
 
-    real_commit: Callable[..., None] = DeltaSink._commit
+    real_append: Callable[..., None] = DeltaSink._append
     met: list[CommitNote] = []
 
-    def commit(self: DeltaSink, table: Any, receipts: Any, identity: Any, commit_id: str, version: int) -> None:
+    def append(self: DeltaSink, table: Any, plan: Any, info: dict[str, str], version: int) -> None:
         if met:
-            real_commit(self, table, receipts, identity, commit_id, version)
+            real_append(self, table, plan, info, version)
             return
-        met.append(CommitNote(variant, version, commit_id, os.getpid(), time.time()))
+        met.append(CommitNote(variant, version, info[SUMMARY_COMMIT_ID], os.getpid(), time.time()))
         if variant in (KILLED_BEFORE, STALLED):
             met[0].write(note)
             os.kill(os.getpid(), signal.SIGKILL if variant == KILLED_BEFORE else signal.SIGSTOP)
-            real_commit(self, table, receipts, identity, commit_id, version)  # resumed by SIGCONT
+            real_append(self, table, plan, info, version)  # resumed by SIGCONT
             return
-        real_commit(self, table, receipts, identity, commit_id, version)
+        real_append(self, table, plan, info, version)
         met[0].write(note)
         if variant == KILLED_AFTER:
             os.kill(os.getpid(), signal.SIGKILL)
@@ -118,7 +119,7 @@ def install(variant: str, note: Path) -> None:
                 raise ConnectionResetError(errno.ECONNRESET, "the commit's answer was lost (injected)")
         raise CommitFailedError("the commit's version already exists (injected: its own answer was lost)")
 
-    DeltaSink._commit = commit  # type: ignore[method-assign]
+    DeltaSink._append = append  # type: ignore[method-assign,assignment]
 
 
 def main(argv: Sequence[str]) -> int:

@@ -51,7 +51,8 @@ from devtools.kinesis_streams import merge_shards, open_shards, split_shard
 from lease_core.model.shards import Shard
 from lease_core.ops.landed_audit import LandedBatch
 from sinks.parquet import STAGED_PREFIX
-from sinks.table.delta import INFO_COMMIT_ID, DeltaSink
+from sinks.table.committer import SUMMARY_COMMIT_ID
+from sinks.table.delta import DeltaSink
 from spark_jobs.round_report import Publication
 
 if TYPE_CHECKING:
@@ -646,7 +647,7 @@ def _judge_table_commit(run: RoundRun, injection: Injection, succeeded: bool) ->
     sink = _delta_sink(run)
     table = sink.table()
     history = [] if table is None else table.history()
-    landed_at = next((int(e["version"]) for e in history if e.get(INFO_COMMIT_ID) == note.commit_id), None)
+    landed_at = next((int(e["version"]) for e in history if e.get(SUMMARY_COMMIT_ID) == note.commit_id), None)
     twice = [] if landed_at is None else _held_twice(sink.landed_batches(), landed_at)
     if twice:
         injection.outcome = "VIOLATION: another commit holds its batches too"

@@ -48,6 +48,7 @@ import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
@@ -62,28 +63,22 @@ from deltalake import Schema as DeltaSchema
 from deltalake.exceptions import CommitFailedError, DeltaError, TableNotFoundError
 from deltalake.transaction import AddAction, RemoveAction, create_table_with_add_actions
 
-from lease_core.ops.landed_audit import LandedBatch
-from sinks.batch_sink import (
-    BatchRange,
-    RoundIdentity,
-    RoundPublication,
-    StagedBatch,
-    StreamIncarnations,
-    location_dataset,
-)
+from sinks.batch_sink import BatchRange, StagedBatch, StreamIncarnations, location_dataset
 from sinks.errors import SinkError
 from sinks.record_columns import with_stream_and_shard
-from sinks.table.delta_columns import NoDeltaType, delta_type, unhonoured_requirement, widens_to
-from sinks.table.lease_records import (
-    LeasePosition,
-    TableLeaseRecord,
-    TableRecordKeeping,
-    decode_position,
-    encode_position,
-    held_position,
-    position_text,
-    positions_json,
+from sinks.table.committer import (
+    COMMIT_ATTEMPTS,
+    SUMMARY_APPLICATION,
+    SUMMARY_COMMIT_ID,
+    SUMMARY_POSITIONS,
+    CommitConflict,
+    CommitPlan,
+    OwnCommit,
+    TableCommitter,
+    TableHistory,
 )
+from sinks.table.delta_columns import NoDeltaType, delta_type, unhonoured_requirement, widens_to
+from sinks.table.lease_records import TableLeaseRecord, decode_position, encode_position, position_text
 from sinks.table.storage import LocalStorage, S3Access, S3Storage, TableStorage, is_transient
 
 log = logging.getLogger(__name__)
@@ -96,19 +91,12 @@ POSITIONS_FORMAT = "kinesis-lease-batch/delta-positions/1"
 KINESIS_FOLDER = "_kinesis"
 ARRIVAL_COLUMN = "approximate_arrival_timestamp"
 DAY_COLUMN = "arrival_day"  # the partition column of a table this sink creates: the day of arrival (UTC)
-COMMIT_ATTEMPTS = 8
+# Log entries read back from the head when looking for a commit whose answer was lost.
+FIND_COMMIT_DEPTH = 100
 # The job's commits leave the log's expired entries to the upkeep (`leasectl maintain`): delta-rs would
 # otherwise delete them after any commit once a checkpoint is past the log's retention, and the job would
 # need to delete files in the table's log.
 JOB_COMMIT_HOOKS = PostCommitHookProperties(cleanup_expired_logs=False)
-RANGES_SHOWN = 100  # batches a commit's info names at most (it stays in the log every reader reads)
-# Commit info keys (plain values in `DESCRIBE HISTORY` and `DeltaTable.history()`).
-INFO_APPLICATION = "kinesis.application"
-INFO_ROUND = "kinesis.round"
-INFO_COMMIT_ID = "kinesis.commit-id"
-INFO_STREAMS = "kinesis.streams"
-INFO_RANGES = "kinesis.ranges"
-INFO_POSITIONS = "kinesis.positions-file"
 
 
 class DeltaLeaseRecord(TableLeaseRecord):
@@ -194,10 +182,11 @@ class DeltaReceipt:
         ]
 
 
-class DeltaSink(TableRecordKeeping):
+class DeltaSink(TableCommitter):
     """The Delta table at `uri`, for the application `application` (its position map is its own)."""
 
     RECORD = DeltaLeaseRecord
+    POSITIONS_FORMAT = POSITIONS_FORMAT
 
     def __init__(
         self,
@@ -224,7 +213,6 @@ class DeltaSink(TableRecordKeeping):
         self._uri = uri
         self.application = application
         self.streams: StreamIncarnations = streams or {}
-        self._staged: dict[str, DeltaReceipt] = {}
 
     @property
     def location(self) -> str:
@@ -422,7 +410,7 @@ class DeltaSink(TableRecordKeeping):
             path = self.receipt_path(receipt_id)
             already_present = self.storage.exists(path)
             self.storage.put(path, receipt.to_json())
-        self._staged[receipt_id] = receipt
+        self._remember_staged(receipt_id, batch)
         return StagedBatch(receipt_id, rows.num_rows, sum(int(file["size"]) for file in files), already_present)
 
     def _in_table_types(self, rows: pa.Table, table_schema: pa.Schema) -> pa.Table:
@@ -458,74 +446,99 @@ class DeltaSink(TableRecordKeeping):
         """None: a redo reads its range again and stages it as its own, as the Iceberg sink does."""
         return None
 
-    # --- records and visibility ----------------------------------------------------------------
+    # --- the record of what the table holds ----------------------------------------------------
 
-    def _load_positions(self) -> dict[str, LeasePosition] | None:
-        table = self.table()
-        return None if table is None else self.positions(table)[1]
+    def _head(self) -> DeltaTable | None:
+        return self.table()
 
-    def _receipt_batch(self, receipt_id: str) -> BatchRange | None:
-        if receipt_id in self._staged:
-            return self._staged[receipt_id].batch
-        return self.read_receipt(receipt_id).batch if self._has_receipt(receipt_id) else None
-
-    def positions(self, table: DeltaTable) -> tuple[int, dict[str, LeasePosition]]:
-        """The application's transaction version in `table` and its position map (0, {}: none yet)."""
-        with self.failures("read the application's transaction"):
-            version = table.transaction_version(self.app_id) or 0
-        if version == 0:
-            return 0, {}
-        document = self._position_map(self.positions_path(version))
-        leases = {
-            key: LeasePosition(value["stream"], value.get("arn"), value.get("created"), decode_position(value["end"]))
-            for key, value in document["leases"].items()
-        }
-        return version, leases
-
-    def landed_batches(self) -> list[LandedBatch]:
-        """Every batch this application's commits added, oldest commit first, as the log holds them.
-        Delta's log cleanup drops the oldest commits: before the batches of the oldest commit the log
-        keeps, each lease that commit found the table holding already appears as a batch from that
-        position to itself, so that a lease idle for longer than the log's retention still reads as
-        held where it is (by the position map of that commit, or the application's newest when the
-        log keeps none of its commits)."""
-        table = self.table()
-        if table is None:
-            return []
-        with self.failures("read the table's history"):
-            own = [entry for entry in table.history() if entry.get(INFO_APPLICATION) == self.application]
-        maps = [
-            (int(entry["version"]), self._position_map(str(path).removeprefix(f"{self.location}/")))
-            for entry in sorted(own, key=lambda entry: int(entry["version"]))
-            if (path := entry.get(INFO_POSITIONS))  # (absolute paths in early commits)
-        ]
-        held_before: dict[str, Any] = {}  # per lease, its entry in the position map the oldest batches follow
-        base_version, base_round = table.version(), 0
-        if maps:
-            base_version, oldest = maps[0]
-            added = {batch["lease"] for batch in oldest.get("batches", ())}
-            held_before = {key: held for key, held in oldest.get("leases", {}).items() if key not in added}
-            base_round = int(oldest.get("round", 0))
-        elif newest := self.positions(table)[0]:
-            document = self._position_map(self.positions_path(newest))
-            held_before, base_round = document.get("leases", {}), int(document.get("round", 0))
-        landed = [
-            LandedBatch(key, end, end, base_round, base_version)
-            for key, held in sorted(held_before.items())
-            for end in [decode_position(held["end"])]
-        ]
-        for version, document in maps:
-            landed.extend(
-                LandedBatch(
-                    batch["lease"],
-                    decode_position(batch["start"]),
-                    decode_position(batch["end"]),
-                    int(document.get("round", 0)),
-                    version,
-                )
-                for batch in document.get("batches", ())
+    def _staged_receipt(self, receipt_id: str) -> DeltaReceipt | None:
+        """The staged batch, None when its receipt or any data file it names is gone: a full vacuum
+        (Spark's VACUUM) past the table's retention deletes staged files the log never added, and a
+        commit adding them would leave the table naming files that are gone."""
+        if not self._has_receipt(receipt_id):
+            return None
+        receipt = self.read_receipt(receipt_id)
+        with self.failures(f"look for the staged files of {receipt.range_text()}"):
+            gone = [file["path"] for file in receipt.files if not self.storage.exists(file["path"])]
+        if gone:
+            log.error(
+                "%s: the staged files %s of %s are gone; the batch is lost", self._uri, gone, receipt.range_text()
             )
-        return landed
+            return None
+        return receipt
+
+    def _read_map(self, path: str) -> dict[str, Any]:
+        return self._position_map(path.removeprefix(f"{self.location}/"))  # (absolute paths in early commits)
+
+    def transaction_version(self, table: DeltaTable) -> int:
+        """The application's transaction version in `table` (0: none yet): the newest version any of its
+        publishers claimed, including one a `RESTORE` rolled back since."""
+        with self.failures("read the application's transaction"):
+            return table.transaction_version(self.app_id) or 0
+
+    def _history(self, head: DeltaTable) -> TableHistory:
+        """The application's commits the table's state descends from, newest first: the log read back
+        from the head, a `RESTORE` followed to the version it restored (the commits between are rolled
+        back, whatever the transaction says). Where log cleanup removed the older entries, the map of the
+        transaction as of the oldest entry left stands for what came before."""
+        commits: list[OwnCommit] = []
+        version, restored = head.version(), False
+        while version >= 0:
+            info = self._commit_info(version)
+            if info is None:  # cleaned up: what came before is in the checkpoint the log starts from
+                break
+            if info.get("operation") == "RESTORE":
+                version, restored = self._restored_version(info, version), True
+                continue
+            path = info.get(SUMMARY_POSITIONS)
+            if info.get(SUMMARY_APPLICATION) == self.application and path:
+                commits.append(OwnCommit(version, str(path)))
+            version -= 1
+        if commits or version < 0:
+            return TableHistory(tuple(commits))
+        before = head if not restored else self._table_at(version)
+        claimed = self.transaction_version(before)
+        return TableHistory((), self.positions_path(claimed) if claimed else None)
+
+    def _commit_info(self, version: int) -> dict[str, Any] | None:
+        """The commit info of the log entry `version`; None when the entry is gone (or has none)."""
+        path = f"_delta_log/{version:020d}.json"
+        with self.failures(f"read the log entry {path}"):
+            try:
+                entry = self.storage.read(path)
+            except FileNotFoundError:
+                return None
+        for line in entry.splitlines():
+            if b'"commitInfo"' in line:
+                info: dict[str, Any] = json.loads(line)["commitInfo"]
+                return info
+        return {}
+
+    def _restored_version(self, info: Mapping[str, Any], version: int) -> int:
+        """The version a `RESTORE` at `version` restored: named (`version`), or the newest one committed
+        at or before its time (`timestamp` as Spark names it, `datetime` as delta-rs does)."""
+        parameters = info.get("operationParameters") or {}
+        if parameters.get("version") not in (None, ""):
+            return int(parameters["version"])
+        moment = str(parameters.get("timestamp") or parameters.get("datetime") or "")
+        if not moment:
+            raise SinkError(self._uri, f"the RESTORE at version {version} names no version or time it restored")
+        if moment.isdigit():
+            millis = int(moment)
+        else:
+            millis = int(datetime.fromisoformat(moment.replace("Z", "+00:00")).timestamp() * 1000)
+        for earlier in range(version - 1, -1, -1):
+            earlier_info = self._commit_info(earlier)
+            if earlier_info is None:
+                break
+            if int(earlier_info.get("timestamp", 0)) <= millis:
+                return earlier
+        raise SinkError(self._uri, f"the RESTORE at version {version} restored a version whose log entry is gone")
+
+    def _table_at(self, version: int) -> DeltaTable:
+        """The table as of `version` (from the checkpoint the log keeps for it)."""
+        with self.failures(f"load the table as of version {version}, which a RESTORE restored"):
+            return DeltaTable(self.location, version=version, storage_options=self.storage_options)
 
     def read_receipt(self, receipt_id: str) -> DeltaReceipt:
         path = self.receipt_path(receipt_id)
@@ -534,128 +547,41 @@ class DeltaSink(TableRecordKeeping):
 
     # --- the round's commit, by the driver -----------------------------------------------------
 
-    def publish_round(self, records: Mapping[str, str], identity: RoundIdentity) -> RoundPublication:
-        waiting = {
-            key: decoded
-            for key, record in records.items()
-            if (decoded := DeltaLeaseRecord.decode(record)) is not None and decoded.entries
-        }
-        if not waiting:
-            return RoundPublication(0, 0, 0)
-        commit_id = uuid.uuid4().hex
-        for _ in range(COMMIT_ATTEMPTS):
-            table = self.table()
-            if table is None:
-                raise SinkError(self._uri, "the table is gone: committed batches were staged into it")
-            version, positions = self.positions(table)
-            receipts, already, missing = self._plan(waiting, positions)
-            if not receipts:
-                return RoundPublication(0, 0, already, tuple(missing))
-            self._check_protocol(table)
-            new_version = self._claim_version(version, positions, receipts, identity, commit_id)
-            try:
-                self._commit(table, receipts, identity, commit_id, new_version)
-            except CommitFailedError as error:
-                if not self._transaction_at(new_version):
-                    log.info("%s: the round's commit conflicted (%s); planning again on the new head", self._uri, error)
-                    continue
-                log.info("%s: the round's commit landed, though its answer was lost (%s)", self._uri, error)
-            self._now_holds(None)
-            landed = self._commit_version(commit_id, table.version())
-            return RoundPublication(1, len(receipts), already, tuple(missing), landed)
-        raise SinkError(
-            self._uri, f"the round's commit met a newer head {COMMIT_ATTEMPTS} times in a row", retryable=True
-        )
-
-    def _plan(
-        self, waiting: Mapping[str, DeltaLeaseRecord], positions: Mapping[str, LeasePosition]
-    ) -> tuple[list[DeltaReceipt], int, list[str]]:
-        """The receipts to commit (past each lease's position), the batches the table holds already,
-        and the ones whose receipt or staged files are gone ("lease key: the batch up to END")."""
-        receipts, already, missing = [], 0, []
-        for key, record in waiting.items():
-            held = held_position(positions, key, self.streams)
-            for entry in record.entries:
-                if held is not None and entry.end <= held:
-                    already += 1
-                elif self._has_receipt(entry.receipt) and self._has_files(receipt := self.read_receipt(entry.receipt)):
-                    receipts.append(receipt)
-                else:
-                    missing.append(f"{key}: the batch up to {entry.end}")
-        return receipts, already, missing
-
-    def _has_files(self, receipt: DeltaReceipt) -> bool:
-        """Whether every data file the receipt names is still there: a full vacuum (Spark's VACUUM) past
-        the table's retention deletes staged files the log never added, and a commit adding them would
-        leave the table naming files that are gone."""
-        with self.failures(f"look for the staged files of {receipt.range_text()}"):
-            gone = [file["path"] for file in receipt.files if not self.storage.exists(file["path"])]
-        if gone:
-            log.error(
-                "%s: the staged files %s of %s are gone; the batch is lost", self._uri, gone, receipt.range_text()
-            )
-        return not gone
-
-    def _claim_version(
-        self,
-        version: int,
-        positions: Mapping[str, LeasePosition],
-        receipts: Sequence[DeltaReceipt],
-        identity: RoundIdentity,
-        commit_id: str,
-    ) -> int:
-        """The next free transaction version, its position map created exclusively (module doc)."""
-        updated = dict(positions)
-        for receipt in sorted(receipts, key=lambda receipt: receipt.batch.end):
-            batch = receipt.batch
-            arn, created = identity.streams.get(batch.stream_name, (None, None))
-            updated[batch.lease_key] = LeasePosition(batch.stream_name, arn, created, batch.end)
-        payload = positions_json(
-            POSITIONS_FORMAT,
-            self.application,
-            identity.round_number,
-            updated,
-            [(receipt.batch, receipt.rows) for receipt in receipts],
-            commit=commit_id,
-        )
-        candidate = version + 1
+    def _commit(self, head: DeltaTable, plan: CommitPlan, document: bytes, summary: dict[str, str]) -> int | None:
+        """Claim the next free transaction version by creating its position map exclusively (module
+        doc), then commit the batches with the transaction at that version."""
+        self._check_protocol(head)
+        version = self.transaction_version(head) + 1
         with self.failures("write the position map"):
-            while not self.storage.create(self.positions_path(candidate), payload):
-                candidate += 1  # another publisher's (alive or dead) version: the next one
-        return candidate
+            while not self.storage.create(self.positions_path(version), document):
+                version += 1  # another publisher's (alive or dead) version: the next one
+        try:
+            self._append(head, plan, {**summary, SUMMARY_POSITIONS: self.positions_path(version)}, version)
+        except CommitFailedError as error:
+            if not self._transaction_at(version):
+                raise CommitConflict(str(error)) from error
+            log.info("%s: the round's commit landed, though its answer was lost (%s)", self._uri, error)
+        return self._find_commit(summary[SUMMARY_COMMIT_ID], after=head.version())
 
-    def _commit(
-        self,
-        table: DeltaTable,
-        receipts: Sequence[DeltaReceipt],
-        identity: RoundIdentity,
-        commit_id: str,
-        version: int,
-    ) -> None:
-        actions: list[AddAction | RemoveAction] = [action for receipt in receipts for action in receipt.add_actions()]
-        ranges = "; ".join(receipt.range_text() for receipt in receipts[:RANGES_SHOWN])
-        info = {
-            INFO_APPLICATION: self.application,
-            INFO_ROUND: str(identity.round_number),
-            INFO_COMMIT_ID: commit_id,
-            INFO_STREAMS: json.dumps({name: list(value) for name, value in sorted(identity.streams.items())}),
-            INFO_RANGES: ranges,
-            INFO_POSITIONS: self.positions_path(version),
-        }
-        # delta-rs rebases the append over other writers' commits that landed meanwhile (another
-        # application's, a compaction's) and refuses it when one of them carries this application's
-        # transaction: another publisher of ours committed, and the map is planned again.
+    def _append(self, head: DeltaTable, plan: CommitPlan, info: dict[str, str], version: int) -> None:
+        """The one call that writes the round's log entry: the batches' files added, with the
+        application's transaction at `version`. delta-rs rebases the append over other writers' commits
+        that landed meanwhile (another application's, a compaction's) and refuses it, `CommitFailedError`,
+        when one of them carries this application's transaction: another publisher of ours committed."""
+        actions: list[AddAction | RemoveAction] = [
+            action for receipt in plan.receipts for action in receipt.add_actions()
+        ]
         properties = CommitProperties(
             custom_metadata=info,
             app_transactions=[Transaction(self.app_id, version)],
             max_commit_retries=COMMIT_ATTEMPTS,
         )
         with self.failures("commit the round"):
-            table.create_write_transaction(
+            head.create_write_transaction(
                 actions,
                 mode="append",
-                schema=table.schema(),
-                partition_by=list(table.metadata().partition_columns) or None,
+                schema=head.schema(),
+                partition_by=list(head.metadata().partition_columns) or None,
                 commit_properties=properties,
                 post_commithook_properties=JOB_COMMIT_HOOKS,
             )
@@ -668,23 +594,17 @@ class DeltaSink(TableRecordKeeping):
         with self.failures("read the application's transaction"):
             return table is not None and (table.transaction_version(self.app_id) or 0) == version
 
-    def _commit_version(self, commit_id: str, after: int) -> int | None:
-        """The table version of the commit `commit_id`, made on the table at version `after` (delta-rs
-        may have rebased it over others' commits), from the log entries since, read as files: delta-rs'
+    def _find_commit(self, commit_id: str, after: int = -1) -> int | None:
+        """The table version of the commit `commit_id` (made on the table at version `after`, when known:
+        delta-rs may have rebased it over others' commits), from the log entries read as files: delta-rs'
         `history` holds Python's GIL while it reads, which stops the driver's other threads (the
         leader lock's heartbeat) as long as the storage makes it wait. None: not found."""
         table = self.table()
-        for version in range(after + 1, (table.version() if table is not None else after) + 1):
-            path = f"_delta_log/{version:020d}.json"
-            with self.failures(f"read the log entry {path}"):
-                try:
-                    entry = self.storage.read(path)
-                except FileNotFoundError:  # cleaned up already
-                    continue
-            for line in entry.splitlines():
-                info = json.loads(line).get("commitInfo") if line.strip() else None
-                if info is not None and info.get(INFO_COMMIT_ID) == commit_id:
-                    return version
+        newest = table.version() if table is not None else after
+        for version in range(newest, max(after, newest - FIND_COMMIT_DEPTH, -1), -1):
+            info = self._commit_info(version)
+            if info is not None and info.get(SUMMARY_COMMIT_ID) == commit_id:
+                return version
         return None
 
     # --- places and failures -------------------------------------------------------------------

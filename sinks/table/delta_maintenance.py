@@ -49,7 +49,8 @@ from urllib.parse import unquote
 from deltalake import CommitProperties, DeltaTable
 
 from sinks.errors import SinkError
-from sinks.table.delta import INFO_APPLICATION, INFO_POSITIONS, KINESIS_FOLDER, DeltaReceipt, DeltaSink
+from sinks.table.committer import SUMMARY_APPLICATION, SUMMARY_POSITIONS
+from sinks.table.delta import KINESIS_FOLDER, DeltaReceipt, DeltaSink
 from sinks.table.storage import StoredFile
 
 log = logging.getLogger(__name__)
@@ -160,10 +161,10 @@ def _held_files(sink: DeltaSink, table: DeltaTable) -> set[str]:
 
 def _named_position_maps(sink: DeltaSink, table: DeltaTable) -> set[str]:
     """The application's position maps its transaction or a commit in the log names."""
-    named = {sink.positions_path(version)} if (version := sink.positions(table)[0]) else set()
+    named = {sink.positions_path(version)} if (version := sink.transaction_version(table)) else set()
     for entry in table.history():
-        path = entry.get(INFO_POSITIONS)
-        if entry.get(INFO_APPLICATION) == sink.application and path:
+        path = entry.get(SUMMARY_POSITIONS)
+        if entry.get(SUMMARY_APPLICATION) == sink.application and path:
             named.add(str(path).removeprefix(f"{sink.location}/"))
     return named
 

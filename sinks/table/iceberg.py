@@ -33,9 +33,9 @@ import logging
 import re
 import uuid
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -77,27 +77,22 @@ from pyiceberg.types import (
 from pyiceberg.utils.config import Config
 
 from lease_core.model.sequence import TRIM_HORIZON
-from lease_core.ops.landed_audit import LandedBatch
-from sinks.batch_sink import (
-    BatchRange,
-    RoundIdentity,
-    RoundPublication,
-    StagedBatch,
-    StreamIncarnations,
-    location_dataset,
-)
+from sinks.batch_sink import BatchRange, StagedBatch, StreamIncarnations, location_dataset
 from sinks.errors import SinkError
 from sinks.record_columns import RECORD_SCHEMA, with_stream_and_shard
-from sinks.table.lease_records import (
-    LeasePosition,
-    TableLeaseRecord,
-    TableRecordKeeping,
-    decode_position,
-    encode_position,
-    held_position,
-    position_text,
-    positions_json,
+from sinks.table.committer import (
+    COMMIT_ATTEMPTS,
+    SUMMARY_APPLICATION,
+    SUMMARY_COMMIT_ID,
+    SUMMARY_POSITIONS,
+    CommitConflict,
+    CommitOutcomeUnknown,
+    CommitPlan,
+    OwnCommit,
+    TableCommitter,
+    TableHistory,
 )
+from sinks.table.lease_records import TableLeaseRecord, decode_position, encode_position, position_text
 
 log = logging.getLogger(__name__)
 
@@ -105,26 +100,14 @@ URI_FORM = "iceberg://CATALOG/NAMESPACE.TABLE"
 ARRIVAL_COLUMN = "approximate_arrival_timestamp"
 # pyiceberg's catalogs that cannot commit a table change (0.12: DynamoDB raises NotImplementedError).
 CATALOGS_THAT_CANNOT_COMMIT = frozenset({"dynamodb"})
-# A round's commit is tried again after a conflict with another writer, with every check run again.
-COMMIT_ATTEMPTS = 8
-STAGED_READERS = 16  # receipts and manifests a round's commit reads at once (object store round trips)
-# Batches the summary's `kinesis.ranges` names at most: every snapshot's summary stays in the table's
-# metadata file, which every reader and writer loads.
-SUMMARY_RANGES_SHOWN = 100
 RECEIPT_FORMAT = "kinesis-lease-batch/iceberg-receipt/1"
 POSITIONS_FORMAT = "kinesis-lease-batch/iceberg-positions/1"
 RECORD_FORMAT = "iceberg/1"
 STAGING_FOLDER = "kinesis-staged"  # under the table's metadata location: receipts and their manifests
 POSITIONS_FOLDER = "kinesis-positions"
 REPORTS_FOLDER = "kinesis-rounds"
-# Snapshot summary keys (plain text in every Iceberg client's $snapshots table).
-SUMMARY_APPLICATION = "kinesis.application"
-SUMMARY_ROUND = "kinesis.round"
-SUMMARY_COMMIT_ID = "kinesis.commit-id"
-SUMMARY_STREAMS = "kinesis.streams"
-SUMMARY_RANGES = "kinesis.ranges"
-SUMMARY_POSITIONS = "kinesis.positions-file"
-# Table property: `<commit id> <position map>` of the application's newest commit.
+# Table property: `<commit id> <sequence number> <position map>` of the application's newest commit
+# (`PositionsProperty`; tables written before the sequence number was recorded have two fields).
 POSITIONS_PROPERTY_PREFIX = "kinesis.positions."
 
 PLACEHOLDER = BatchRange("", "", "", TRIM_HORIZON, None, TRIM_HORIZON)  # a batch whose columns alone matter
@@ -233,10 +216,33 @@ class Receipt:
         return f"{batch.shard_id} {position_text(first)}..{position_text(batch.end)}"
 
 
-class IcebergSink(TableRecordKeeping):
+@dataclass(frozen=True)
+class PositionsProperty:
+    """The table property naming the application's newest commit: its id, its snapshot's sequence
+    number (None in tables written before it was recorded) and its position map."""
+
+    commit_id: str
+    sequence_number: int | None
+    path: str
+
+    @classmethod
+    def parse(cls, value: str | None) -> PositionsProperty | None:
+        fields = (value or "").split(" ")
+        if len(fields) == 3 and fields[1].isdigit():
+            return cls(fields[0], int(fields[1]), fields[2])
+        if len(fields) == 2 and fields[1]:
+            return cls(fields[0], None, fields[1])
+        return None
+
+    def render(self) -> str:
+        return f"{self.commit_id} {self.sequence_number} {self.path}"
+
+
+class IcebergSink(TableCommitter):
     """The table at `uri`, for the application `application` (its position map is the application's own)."""
 
     RECORD = LeaseRecord
+    POSITIONS_FORMAT = POSITIONS_FORMAT
 
     def __init__(
         self,
@@ -257,7 +263,6 @@ class IcebergSink(TableRecordKeeping):
         self._catalog_configuration = catalog_configuration
         self.streams: StreamIncarnations = streams or {}
         self._table: Table | None = None
-        self._staged: dict[str, Receipt] = {}  # this process's staged batches, for their commit records
 
     @property
     def uri(self) -> str:
@@ -410,7 +415,7 @@ class IcebergSink(TableRecordKeeping):
             already_present = io.new_input(receipt_path).exists()
             with io.new_output(receipt_path).create(overwrite=True) as stream:
                 stream.write(receipt.to_json())
-        self._staged[receipt_id] = receipt
+        self._remember_staged(receipt_id, batch)
         return StagedBatch(receipt_id, table.num_rows, written, already_present)
 
     def adopt(self, staged: str | None, batch: BatchRange, attempt: str) -> StagedBatch | None:
@@ -420,224 +425,110 @@ class IcebergSink(TableRecordKeeping):
 
     # --- records, commits and visibility ------------------------------------------------------
 
-    def _load_positions(self) -> dict[str, LeasePosition] | None:
-        table = self.table(refresh=True)
-        return None if table is None else self.positions(table)
+    def _head(self) -> Table | None:
+        return self.table(refresh=True)
 
-    def _has_receipt(self, receipt_id: str) -> bool:
+    def visible_rows(self, columns: Sequence[str] | None = None) -> pa.Table | None:
+        table = self.table(refresh=True)
+        if table is None:
+            return None
+        with self.failures("read the table"):
+            return table.scan(selected_fields=tuple(columns) if columns is not None else ("*",)).to_arrow()
+
+    def _staged_receipt(self, receipt_id: str) -> _StagedFiles | None:
         table = self.table()
         if table is None:
-            return False
-        with self.failures("look for a receipt"):
-            return bool(table.io.new_input(self.receipt_path(table, receipt_id)).exists())
-
-    def _receipt_batch(self, receipt_id: str) -> BatchRange | None:
-        if receipt_id in self._staged:
-            return self._staged[receipt_id].batch
-        try:
-            return self.read_receipt(receipt_id).batch
-        except StagedBatchGone:
             return None
-
-    def positions(self, table: Table) -> dict[str, LeasePosition]:
-        """The application's position map: the one its newest snapshot in `main`'s history points to.
-
-        The table property `kinesis.positions.<application>` points to it as well (set by the same
-        commit), for when that snapshot has been expired by a tool that does not keep it (this
-        sink's own expiry does): the property is used only when the snapshot it names is gone from
-        the table, never when it exists off `main`'s history (a rollback took it out)."""
-        snapshot = self._newest_own_snapshot(table)
-        path = None if snapshot is None or snapshot.summary is None else snapshot.summary.get(SUMMARY_POSITIONS)
-        if path is None:
-            path = self._expired_snapshots_positions(table)
-        if path is None:
-            return {}
-        with self.failures(f"read the position map {path}"):
-            with table.io.new_input(path).open() as stream:
-                document = json.loads(stream.read())
-        return {
-            key: LeasePosition(value["stream"], value.get("arn"), value.get("created"), decode_position(value["end"]))
-            for key, value in document["leases"].items()
-        }
-
-    def landed_batches(self) -> list[LandedBatch]:
-        """Every batch this application's commits added to the table, oldest commit first, as `main`'s
-        history holds them (a rollback takes commits out; an expired snapshot's batches are gone)."""
-        table = self.table(refresh=True)
-        if table is None:
-            return []
-        own = [
-            snapshot
-            for snapshot in ancestors_of(table.current_snapshot(), table.metadata)
-            if snapshot.summary is not None and snapshot.summary.get(SUMMARY_APPLICATION) == self.application
-        ]
-        landed: list[LandedBatch] = []
-        for snapshot in reversed(own):
-            path = snapshot.summary.get(SUMMARY_POSITIONS) if snapshot.summary is not None else None
-            if path is None:
-                continue
-            with self.failures(f"read the position map {path}"):
-                with table.io.new_input(path).open() as stream:
-                    document = json.loads(stream.read())
-            landed.extend(
-                LandedBatch(
-                    batch["lease"],
-                    decode_position(batch["start"]),
-                    decode_position(batch["end"]),
-                    int(document.get("round", 0)),
-                    snapshot.snapshot_id,
-                )
-                for batch in document.get("batches", ())
-            )
-        return landed
-
-    @property
-    def positions_property(self) -> str:
-        return f"{POSITIONS_PROPERTY_PREFIX}{self.application}"
-
-    def _expired_snapshots_positions(self, table: Table) -> str | None:
-        """The position map the table property names, when `main`'s history no longer reaches the
-        snapshot that names it: it was expired, or another tool expired snapshots above it and cut the
-        history off. Not when a rollback took it out of `main` (it is newer than `main`'s head then)."""
-        commit_id, _, path = table.properties.get(self.positions_property, "").partition(" ")
-        if not path:
-            return None
-        named = [
-            snapshot
-            for snapshot in table.metadata.snapshots
-            if snapshot.summary is not None and snapshot.summary.get(SUMMARY_COMMIT_ID) == commit_id
-        ]
-        history = list(ancestors_of(table.current_snapshot(), table.metadata))
-        if named and (not history or named[0].timestamp_ms >= history[-1].timestamp_ms):
-            return None  # off `main`'s history and not older than it: rolled back
-        log.info(
-            "%s: the application's newest snapshot (commit %s) is not in main's history; positions from %s",
-            self._uri,
-            commit_id,
-            path,
-        )
-        return path
-
-    def _newest_own_snapshot(self, table: Table) -> Snapshot | None:
-        for snapshot in ancestors_of(table.current_snapshot(), table.metadata):
-            if snapshot.summary is not None and snapshot.summary.get(SUMMARY_APPLICATION) == self.application:
-                return snapshot
-        return None
-
-    # --- the round's commit, by the driver ----------------------------------------------------
-
-    def publish_round(self, records: Mapping[str, str], identity: RoundIdentity) -> RoundPublication:
-        waiting = {
-            key: decoded
-            for key, record in records.items()
-            if (decoded := LeaseRecord.decode(record)) is not None and decoded.entries
-        }
-        if not waiting:
-            return RoundPublication(0, 0, 0)
-        commit_id = uuid.uuid4().hex
-        staged: dict[str, _StagedFiles | None] = {}  # receipt id -> what it names, read once for every attempt
-        for _ in range(COMMIT_ATTEMPTS):
-            table = self.table(refresh=True)
-            if table is None:
-                raise SinkError(self._uri, "the table is gone: committed batches were staged into it")
-            plan = self._plan(table, waiting, staged, identity)
-            if not plan.batches:
-                return RoundPublication(0, 0, plan.already_visible, plan.missing)
-            try:
-                snapshot_id = self._commit(table, plan, identity, commit_id)
-            except CommitFailedException as error:
-                log.info("%s: another writer committed first (%s); checking again on the new head", self._uri, error)
-                continue
-            except CommitStateUnknownException as error:
-                landed = self._find_commit(commit_id)
-                if landed is None:
-                    log.warning("%s: a commit's answer was lost (%s) and it did not land; again", self._uri, error)
-                    continue
-                snapshot_id = landed
-            return RoundPublication(1, len(plan.batches), plan.already_visible, plan.missing, snapshot_id)
-        raise SinkError(
-            self._uri, f"the round's commit met a newer head {COMMIT_ATTEMPTS} times in a row", retryable=True
-        )
-
-    def _plan(
-        self,
-        table: Table,
-        waiting: Mapping[str, LeaseRecord],
-        staged: dict[str, _StagedFiles | None],
-        identity: RoundIdentity,
-    ) -> _CommitPlan:
-        """The batches to commit now: every listed batch past its lease's position in the table, in
-        order. Their receipts and data files are read once (`staged`, kept across attempts), in parallel:
-        only the positions are read again after a conflict."""
-        positions = self.positions(table)
-        due = [
-            (key, entry)
-            for key, record in sorted(waiting.items())
-            for entry in sorted(record.entries, key=lambda e: e.end)
-            if (held := held_position(positions, key, identity.streams)) is None or entry.end > held
-        ]
-        unread = [entry.receipt for _, entry in due if entry.receipt not in staged]
-        with ThreadPoolExecutor(max_workers=STAGED_READERS) as pool:
-            staged.update(zip(unread, pool.map(lambda receipt: self._staged_files(table, receipt), unread)))
-        batches = [files for _, entry in due if (files := staged[entry.receipt]) is not None]
-        missing = tuple(f"{key}: the batch up to {entry.end}" for key, entry in due if staged[entry.receipt] is None)
-        already = sum(len(record.entries) for record in waiting.values()) - len(due)
-        return _CommitPlan(positions, batches, already, missing)
-
-    def _staged_files(self, table: Table, receipt_id: str) -> _StagedFiles | None:
-        """A staged batch's receipt and data files, rewritten into the table's current partition spec
-        if needed; None when its receipt or manifest is gone."""
         try:
             receipt = self.read_receipt(receipt_id, table)
             return _StagedFiles(receipt, self._data_files(table, receipt))
         except StagedBatchGone:
             return None
 
-    def _commit(self, table: Table, plan: _CommitPlan, identity: RoundIdentity, commit_id: str) -> int:
-        positions = dict(plan.positions)
-        receipts = [batch.receipt for batch in plan.batches]
-        for receipt in receipts:
-            batch = receipt.batch
-            arn, created = identity.streams.get(batch.stream_name, (None, None))
-            positions[batch.lease_key] = LeasePosition(batch.stream_name, arn, created, batch.end)
-        positions_path = f"{self.positions_location(table)}/{commit_id}.json"
+    def _read_map(self, path: str) -> dict[str, Any]:
+        table = self.table()
+        if table is None:
+            raise SinkError(self._uri, f"the table is gone: cannot read the position map {path}")
+        with self.failures(f"read the position map {path}"):
+            with table.io.new_input(path).open() as stream:
+                document: dict[str, Any] = json.loads(stream.read())
+        return document
+
+    def _history(self, head: Table) -> TableHistory:
+        """The application's snapshots in `main`'s history, newest first. When expiry left none of
+        them there, the map the table property names, if its snapshot was in `main`'s history when it
+        was expired (`_expired_positions`)."""
+        lineage = list(ancestors_of(head.current_snapshot(), head.metadata))
+        commits = tuple(
+            OwnCommit(snapshot.snapshot_id, path)
+            for snapshot in lineage
+            if snapshot.summary is not None
+            and snapshot.summary.get(SUMMARY_APPLICATION) == self.application
+            and (path := snapshot.summary.get(SUMMARY_POSITIONS)) is not None
+        )
+        return TableHistory(commits) if commits else TableHistory((), self._expired_positions(head, lineage))
+
+    @property
+    def positions_property(self) -> str:
+        return f"{POSITIONS_PROPERTY_PREFIX}{self.application}"
+
+    def _expired_positions(self, table: Table, lineage: Sequence[Snapshot]) -> str | None:
+        """The position map the table property names, when its snapshot is gone from `main`'s history
+        because it was expired there (another tool expired snapshots above it). Not when a rollback took
+        it out: its snapshot is then still in the table off `main`'s history, or, once expired too,
+        `main`'s history holds a snapshot older than it (a lower sequence number), which it could not if
+        the application's snapshot had been in that history."""
+        named = PositionsProperty.parse(table.properties.get(self.positions_property))
+        if named is None:
+            return None
+        if any(
+            snapshot.summary is not None and snapshot.summary.get(SUMMARY_COMMIT_ID) == named.commit_id
+            for snapshot in table.metadata.snapshots
+        ):
+            log.info("%s: the application's newest commit %s was rolled back", self._uri, named.commit_id)
+            return None
+        if named.sequence_number is not None and any(
+            snapshot.sequence_number is not None and snapshot.sequence_number < named.sequence_number
+            for snapshot in lineage
+        ):
+            log.info("%s: the application's newest commit %s was rolled back, then expired", self._uri, named.commit_id)
+            return None
+        log.info(
+            "%s: the application's newest snapshot (commit %s) was expired from main's history; positions from %s",
+            self._uri,
+            named.commit_id,
+            named.path,
+        )
+        return named.path
+
+    def _commit(self, head: Table, plan: CommitPlan, document: bytes, summary: dict[str, str]) -> int | None:
+        commit_id = summary[SUMMARY_COMMIT_ID]
+        positions_path = f"{self.positions_location(head)}/{commit_id}.json"
         with self.failures("write the position map"):
-            with table.io.new_output(positions_path).create(overwrite=True) as stream:
-                stream.write(
-                    positions_json(
-                        POSITIONS_FORMAT,
-                        self.application,
-                        identity.round_number,
-                        positions,
-                        [(receipt.batch, receipt.rows) for receipt in receipts],
-                    )
-                )
-        data_files = [data_file for batch in plan.batches for data_file in batch.data_files]
-        summary = {
-            SUMMARY_APPLICATION: identity.application,
-            SUMMARY_ROUND: str(identity.round_number),
-            SUMMARY_COMMIT_ID: commit_id,
-            SUMMARY_STREAMS: "; ".join(
-                f"{name} {arn} created {created}" for name, (arn, created) in sorted(identity.streams.items())
-            ),
-            SUMMARY_RANGES: ranges_text(receipts),
-            SUMMARY_POSITIONS: positions_path,
-        }
-        transaction = table.transaction()
-        transaction.set_properties({self.positions_property: f"{commit_id} {positions_path}"})
-        with transaction.update_snapshot(snapshot_properties=summary).fast_append() as append:
+            with head.io.new_output(positions_path).create(overwrite=True) as stream:
+                stream.write(document)
+        data_files = [data_file for staged in plan.receipts for data_file in staged.data_files]
+        named = PositionsProperty(commit_id, head.metadata.next_sequence_number(), positions_path)
+        transaction = head.transaction()
+        transaction.set_properties({self.positions_property: named.render()})
+        with transaction.update_snapshot(
+            snapshot_properties={**summary, SUMMARY_POSITIONS: positions_path}
+        ).fast_append() as append:
             for data_file in data_files:
                 append.append_data_file(data_file)
         # pyiceberg retries a conflicting append by rebasing it onto the new head through its
         # registered snapshot producers; with none registered a conflict raises instead, and
         # `publish_round` runs the visibility check again on the new head.
         transaction._snapshot_producers.clear()
-        committed = transaction.commit_transaction()
+        try:
+            committed = transaction.commit_transaction()
+        except CommitFailedException as conflict:
+            raise CommitConflict(str(conflict)) from conflict
+        except CommitStateUnknownException as unknown:
+            raise CommitOutcomeUnknown(str(unknown)) from unknown
         snapshot = committed.current_snapshot()
-        assert snapshot is not None
         self._table = committed
-        self._now_holds(positions)
-        return snapshot.snapshot_id
+        return None if snapshot is None else snapshot.snapshot_id
 
     def _find_commit(self, commit_id: str) -> int | None:
         table = self.table(refresh=True)
@@ -723,24 +614,21 @@ class IcebergSink(TableRecordKeeping):
 
 @dataclass(frozen=True)
 class _StagedFiles:
+    """A staged batch as its commit adds it: the receipt, and its data files in the table's partition spec."""
+
     receipt: Receipt
     data_files: list[DataFile]
 
+    @property
+    def batch(self) -> BatchRange:
+        return self.receipt.batch
 
-@dataclass(frozen=True)
-class _CommitPlan:
-    positions: Mapping[str, LeasePosition]
-    batches: Sequence[_StagedFiles]
-    already_visible: int
-    missing: tuple[str, ...]
+    @property
+    def rows(self) -> int:
+        return self.receipt.rows
 
-
-def ranges_text(receipts: Sequence[Receipt]) -> str:
-    """The summary's `kinesis.ranges`: a batch per entry, at most SUMMARY_RANGES_SHOWN of them (the
-    position map the summary points to names every one)."""
-    shown = "; ".join(receipt.range_text() for receipt in receipts[:SUMMARY_RANGES_SHOWN])
-    hidden = len(receipts) - SUMMARY_RANGES_SHOWN
-    return shown if hidden <= 0 else f"{shown}; and {hidden} more (see {SUMMARY_POSITIONS})"
+    def range_text(self) -> str:
+        return self.receipt.range_text()
 
 
 def catalog_properties(uri: str, name: str) -> dict[str, str]:

@@ -7,14 +7,12 @@ from __future__ import annotations
 
 import json
 import logging
-from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, Self
 
-from lease_core.model.lease import Lease
 from lease_core.model.sequence import ExtendedSequenceNumber
-from sinks.batch_sink import BatchRange, StagedBatch, StreamIncarnations, Visibility
+from sinks.batch_sink import BatchRange, StreamIncarnations
 from sinks.dead_lettering import split_record
 from sinks.errors import SinkError
 
@@ -78,11 +76,15 @@ class LeasePosition:
     end: ExtendedSequenceNumber
 
     def of_another_incarnation(self, streams: StreamIncarnations) -> bool:
-        """Whether the position is that of a stream that was deleted since and created again under its
+        """Whether the position may be that of a stream that was deleted since and created again under its
         name: its sequence numbers say nothing about the new stream's (a lease key without the
-        stream's creation time, single-stream mode's, names a shard of either)."""
+        stream's creation time, single-stream mode's, names a shard of either). False when the stream's
+        current incarnation is not known."""
         known = streams.get(self.stream_name)
-        return known is not None and self.stream_created is not None and known != (self.stream_arn, self.stream_created)
+        # A position without its incarnation (written by a version that published without describing the
+        # stream) cannot be shown to be the stream's as it is now: taking it for the current one would
+        # drop a re-created stream's records as already landed.
+        return known is not None and known != (self.stream_arn, self.stream_created)
 
 
 def held_position(
@@ -98,93 +100,6 @@ def held_position(
     if ":" not in lease_key and held.of_another_incarnation(streams):
         return None
     return held.end
-
-
-class TableRecordKeeping(ABC):
-    """What a table sink's lease records mean against its table, whatever the format: a lease's record
-    keeps the committed batches past the lease's position in the application's position map; a batch
-    is visible once the map holds it, and can still be published while its receipt is there.
-
-    The map is read once per sink (a slot's commits, an idle check over every lease) and may be older
-    than the table, which only ever makes a sink keep or report a batch the table already holds,
-    never the reverse. A sink provides the map and its receipts (the abstract methods)."""
-
-    RECORD: ClassVar[type[TableLeaseRecord]]
-    streams: StreamIncarnations
-    _known: tuple[dict[str, LeasePosition]] | tuple[()] | None = None  # (map,); (): no table; None: unread
-
-    @property
-    @abstractmethod
-    def uri(self) -> str: ...
-
-    @abstractmethod
-    def _load_positions(self) -> dict[str, LeasePosition] | None:
-        """The application's position map in the table as it is now (None: there is no table)."""
-
-    @abstractmethod
-    def _has_receipt(self, receipt_id: str) -> bool: ...
-
-    @abstractmethod
-    def _receipt_batch(self, receipt_id: str) -> BatchRange | None:
-        """The range of the staged batch `receipt_id` (None: its receipt is gone)."""
-
-    def _known_positions(self) -> dict[str, LeasePosition] | None:
-        if self._known is None:
-            positions = self._load_positions()
-            self._known = () if positions is None else (positions,)
-        return self._known[0] if self._known else None
-
-    def _now_holds(self, positions: dict[str, LeasePosition] | None) -> None:
-        """The map after this sink's own commit (None: read it again when next needed)."""
-        self._known = None if positions is None else (positions,)
-
-    def commit_record(self, previous: str | None, staged: StagedBatch | None) -> str | None:
-        """The lease's record after committing `staged`: the previous record's batches the table does
-        not hold yet, then `staged`'s (the record only ever names committed ranges)."""
-        added = None
-        if staged is not None and staged.token is not None:
-            batch = self._receipt_batch(staged.token)
-            if batch is None:
-                raise SinkError(self.uri, f"the staged batch {staged.token} is gone before its commit", retryable=True)
-            added = (batch.lease_key, RecordEntry(staged.token, batch.end))
-        return record_after_commit(self.RECORD, previous, added, self._not_visible, self.uri)
-
-    def make_visible(self, record: str | None) -> Visibility:
-        decoded = self.RECORD.decode(record)
-        if decoded is None or not self._not_visible(decoded.lease_key, list(decoded.entries)):
-            return Visibility.VISIBLE
-        return Visibility.AT_ROUND_END
-
-    def awaiting_visibility(self, record: str | None) -> tuple[str, ...]:
-        """The committed batches of `record` the table does not hold yet and can still take: a batch
-        whose receipt is gone (or whose table is) can never be committed, so it is not named."""
-        decoded = self.RECORD.decode(record)
-        if decoded is None:
-            return ()
-        waiting = self._not_visible(decoded.lease_key, list(decoded.entries))
-        if not waiting or self._known_positions() is None:
-            return ()
-        return tuple(
-            f"{decoded.lease_key} up to {entry.end} (receipt {entry.receipt})"
-            for entry in waiting
-            if self._has_receipt(entry.receipt)
-        )
-
-    def awaiting_from(self, lease: Lease) -> ExtendedSequenceNumber | None:
-        """Where the batches the lease's record waits to publish begin (`leasectl verify`): the first
-        waiting batch's start, from its receipt; None when none waits, or the first one's receipt is
-        gone (then it can never be published, and verify says the checkpoint is ahead)."""
-        decoded = self.RECORD.decode(split_record(lease.committed_batch)[0])
-        if decoded is None:
-            return None
-        waiting = sorted(self._not_visible(decoded.lease_key, list(decoded.entries)), key=lambda entry: entry.end)
-        batch = self._receipt_batch(waiting[0].receipt) if waiting else None
-        return None if batch is None else batch.start
-
-    def _not_visible(self, lease_key: str, entries: list[RecordEntry]) -> list[RecordEntry]:
-        """The entries past the lease's position in this sink's view of the table (class doc)."""
-        held = held_position(self._known_positions() or {}, lease_key, self.streams)
-        return [entry for entry in entries if held is None or entry.end > held]
 
 
 def record_after_commit(

@@ -414,7 +414,7 @@ def create_as_a_dead_publisher(sink: DeltaSink) -> str:
     before its commit leaves it; its place."""
     table = sink.table()
     assert table is not None
-    path = sink.positions_path(sink.positions(table)[0] + 1)
+    path = sink.positions_path(sink.transaction_version(table) + 1)
     assert sink.storage.create(path, b'{"format": "died before its commit"}')
     return f"{sink.location}/{path}"
 

@@ -13,7 +13,8 @@ import boto3
 import pytest
 
 from devtools.kinesis_streams import merge_shards, split_shard
-from sinks.table.delta import INFO_APPLICATION, INFO_ROUND, DeltaSink
+from sinks.table.committer import SUMMARY_APPLICATION, SUMMARY_ROUND
+from sinks.table.delta import DeltaSink
 from tests.integration.test_consume_job import assert_exactly_once, control
 from tests.integration.test_leasectl_landed import leasectl, verify
 from tests.support.leasectl import run_leasectl
@@ -58,8 +59,8 @@ def test_rounds_and_reshards_land_every_record_once_in_one_delta_commit_per_roun
     publishing = [report for report in pipeline.reports if report.publication and report.publication.commits]
     table = DeltaSink(pipeline.output_uri, pipeline.application_name).table()
     assert table is not None
-    own = [entry for entry in table.history() if entry.get(INFO_APPLICATION) == pipeline.application_name]
-    assert sorted(int(entry[INFO_ROUND]) for entry in own) == [report.round_number for report in publishing]
+    own = [entry for entry in table.history() if entry.get(SUMMARY_APPLICATION) == pipeline.application_name]
+    assert sorted(int(entry[SUMMARY_ROUND]) for entry in own) == [report.round_number for report in publishing]
     assert {report.publication.snapshot_id for report in publishing} == {entry["version"] for entry in own}
 
 

@@ -8,7 +8,8 @@ from __future__ import annotations
 from devtools.kinesis_streams import merge_shards, split_shard
 from lease_core.leader.assignment_round import slot_ids
 from sinks.errors import SinkError
-from sinks.table.iceberg import SUMMARY_APPLICATION, SUMMARY_RANGES, SUMMARY_ROUND, IcebergSink
+from sinks.table.committer import SUMMARY_APPLICATION, SUMMARY_RANGES, SUMMARY_ROUND
+from sinks.table.iceberg import IcebergSink
 from spark_jobs import consume_job
 from spark_jobs.consume_job import with_round_start
 from spark_jobs.round_report import Outcome

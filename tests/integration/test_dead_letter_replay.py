@@ -19,12 +19,18 @@ from lease_core.leader.leader_lock import LEADER_KEY, LeaderLock
 from lease_core.model.lease import Lease
 from lease_core.model.sequence import TRIM_HORIZON, ExtendedSequenceNumber
 from lease_core.retrieval.kinesis_records import KinesisRecord
-from sinks import open_round_sink
+from sinks import open_round_sink, open_sink
 from sinks.batch_sink import BatchRange, RoundIdentity
 from sinks.dead_lettering import dead_letter_uri
 from sinks.table.iceberg import IcebergSink
 from spark_jobs import leasectl
-from spark_jobs.dead_letter_replay import DeadLetterReplay, Processing, ReplayReport, replay_lease_key
+from spark_jobs.dead_letter_replay import (
+    DeadLetterReplay,
+    Processing,
+    ReplayReport,
+    read_dead_letters,
+    replay_lease_key,
+)
 from spark_jobs.dead_letters import dead_letter_table
 from spark_jobs.decode import load_decoder
 from tests.integration.test_leasectl_leadership import state_store
@@ -33,6 +39,7 @@ from tests.support.stores import dynamodb_store
 
 APPLICATION = "orders-app"
 STREAM = "orders"
+STREAM_ARN = f"arn:aws:kinesis:us-east-1:000000000000:stream/{STREAM}"
 SHARD_1 = "shardId-000000000001"
 SHARD_2 = "shardId-000000000002"
 ARRIVAL = datetime(2026, 11, 26, 8, 0, tzinfo=UTC)
@@ -79,14 +86,16 @@ def land_round(output_uri: str, application: str = APPLICATION) -> None:
         assert record is not None
         sink.make_visible(record)
         records[batch.lease_key] = record
-    sink.publish_round(records, RoundIdentity(application, 1, {}))
+    sink.publish_round(records, RoundIdentity(application, 1, {STREAM: (STREAM_ARN, 1_764_000_000)}))
 
 
-@pytest.fixture(params=["parquet", "iceberg"])
+@pytest.fixture(params=["parquet", "iceberg", "delta"])
 def output_uri(request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
     """The pipeline's output, configured as a user configures it (pyiceberg's environment variables)."""
     if request.param == "parquet":
         return str(tmp_path / "lake")
+    if request.param == "delta":
+        return f"delta:{tmp_path / 'lake'}"
     for name, value in catalog_environment("lake", {"type": "sql", **catalog_properties(tmp_path)}).items():
         monkeypatch.setenv(name, value)
     faulty_catalog(tmp_path)  # its namespace
@@ -94,10 +103,10 @@ def output_uri(request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pyte
 
 
 def read(uri: str) -> pa.Table:
-    """What readers see at `uri`: a Parquet dataset as pyarrow reads it, an Iceberg table's scan."""
-    if uri.startswith("iceberg://"):
-        table = IcebergSink(uri, APPLICATION).table(refresh=True)
-        return pa.table({}) if table is None else table.scan().to_arrow()
+    """What readers see at `uri`: a Parquet dataset as pyarrow reads it, a table's rows."""
+    if uri.startswith(("iceberg://", "delta:")):
+        rows = read_dead_letters(open_sink(uri, config=ConsumerConfig(application_name=APPLICATION)))
+        return pa.table({}) if rows is None else rows
     return ds.dataset(uri, format="parquet", partitioning="hive").to_table()
 
 

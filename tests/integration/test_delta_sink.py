@@ -21,10 +21,8 @@ from sinks import check_sink_uri, open_sink
 from sinks.batch_sink import RoundIdentity
 from sinks.errors import SinkError
 from sinks.record_columns import with_stream_and_shard
+from sinks.table.committer import SUMMARY_APPLICATION, SUMMARY_RANGES, SUMMARY_ROUND
 from sinks.table.delta import (
-    INFO_APPLICATION,
-    INFO_RANGES,
-    INFO_ROUND,
     DeltaLocation,
     DeltaSink,
     parse_delta_uri,
@@ -70,8 +68,8 @@ def test_a_rounds_one_commit_adds_its_batches_with_the_application_round_and_ran
     table = DeltaSink(uri, APPLICATION).table()
     assert table is not None and table.metadata().partition_columns == ["arrival_day"]
     (newest, *_) = table.history(1)
-    assert (newest[INFO_APPLICATION], newest[INFO_ROUND]) == (APPLICATION, "7")
-    assert newest[INFO_RANGES] == "shardId-000000000001 1-0..3-0; shardId-000000000001 4-0..5-0"
+    assert (newest[SUMMARY_APPLICATION], newest[SUMMARY_ROUND]) == (APPLICATION, "7")
+    assert newest[SUMMARY_RANGES] == "shardId-000000000001 1-0..3-0; shardId-000000000001 4-0..5-0"
     assert published.snapshot_id == newest["version"]
     assert table.transaction_version(f"kinesis-lease-batch:{APPLICATION}") == 1
     assert DeltaSink(uri, APPLICATION).awaiting_visibility(record) == ()
@@ -85,15 +83,15 @@ def test_two_publishers_of_the_same_batches_cannot_both_add_them(uri, monkeypatc
     nothing. The application's version never goes back."""
     record = land(DeltaSink(uri, APPLICATION), None, TRIM_HORIZON, 1, 3)
     first, second = DeltaSink(uri, APPLICATION), DeltaSink(uri, APPLICATION)
-    real_commit = DeltaSink._commit
+    real_append = DeltaSink._append
 
-    def commit_after_the_other(self, *args, **kwargs):
+    def append_after_the_other(self, *args, **kwargs):
         if self is first and not hasattr(self, "raced"):
             self.raced = True
             assert second.publish_round({LEASE: record}, IDENTITY).batches_published == 1
-        return real_commit(self, *args, **kwargs)
+        return real_append(self, *args, **kwargs)
 
-    monkeypatch.setattr(DeltaSink, "_commit", commit_after_the_other)
+    monkeypatch.setattr(DeltaSink, "_append", append_after_the_other)
 
     published = first.publish_round({LEASE: record}, IDENTITY)
 
@@ -115,7 +113,8 @@ def test_a_publisher_that_died_between_its_position_map_and_its_commit_holds_nob
     assert published.batches_published == 1 and sequence_numbers(uri) == [1, 2, 3]
     table = sink.table()
     assert table is not None and table.transaction_version(f"kinesis-lease-batch:{APPLICATION}") == 2
-    version, positions = DeltaSink(uri, APPLICATION).positions(table)
+    reader = DeltaSink(uri, APPLICATION)
+    version, positions = reader.transaction_version(table), reader.positions_in(table)
     assert version == 2 and positions[LEASE].end == position(3)
     assert json.loads(Path(sink.location, sink.positions_path(2)).read_bytes())["round"] == 7
 
@@ -127,7 +126,7 @@ def test_each_application_keeps_its_own_position_map_in_one_table(uri):
     record = land(other, None, TRIM_HORIZON, 11, 2)
 
     assert other.awaiting_visibility(record) != ()
-    other.publish_round({LEASE: record}, RoundIdentity("payments-app", 1, {}))
+    other.publish_round({LEASE: record}, RoundIdentity("payments-app", 1, IDENTITY.streams))
     assert sequence_numbers(uri) == [1, 2, 3, 11, 12]
 
 
@@ -254,7 +253,7 @@ def test_the_application_transaction_and_positions_survive_the_log_checkpoints_d
     reopened = DeltaSink(uri, APPLICATION)
     table = reopened.table()
     assert table is not None
-    version, positions = reopened.positions(table)
+    version, positions = reopened.transaction_version(table), reopened.positions_in(table)
     assert version == 6 and positions[LEASE].end == position(6)
     assert reopened.publish_round({LEASE: record}, IDENTITY).batches_already_visible == 1  # a zombie's replay
     assert sequence_numbers(uri) == [1, 2, 3, 4, 5, 6]
@@ -456,7 +455,8 @@ def test_a_rounds_commit_lands_while_another_writer_keeps_committing_to_the_tabl
     assert sequence_numbers(uri).count(900) == storage.appends
     table = DeltaSink(uri, APPLICATION).table()
     assert table is not None
-    version, positions = DeltaSink(uri, APPLICATION).positions(table)
+    reader = DeltaSink(uri, APPLICATION)
+    version, positions = reader.transaction_version(table), reader.positions_in(table)
     assert version == table.transaction_version(f"kinesis-lease-batch:{APPLICATION}") and positions[
         LEASE
     ].end == position(3)

@@ -125,7 +125,7 @@ def test_of_concurrent_publishers_of_the_same_batches_one_adds_them_and_the_othe
     assert sequence_numbers(sink) == [1, 2, 3, 4, 5]
     table = sink.table()
     assert table is not None
-    version, positions = sink.positions(table)
+    version, positions = sink.transaction_version(table), sink.positions_in(table)
     assert version == table.transaction_version(sink.app_id) >= 1 and positions[LEASE].end == position(5)
 
 

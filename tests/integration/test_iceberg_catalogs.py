@@ -12,7 +12,8 @@ import pytest
 
 from lease_core.model.sequence import TRIM_HORIZON
 from sinks.record_columns import RECORD_SCHEMA
-from sinks.table.iceberg import SUMMARY_RANGES, IcebergSink
+from sinks.table.committer import SUMMARY_RANGES
+from sinks.table.iceberg import IcebergSink
 from tests.support.iceberg_tables import (
     APPLICATION,
     IDENTITY,

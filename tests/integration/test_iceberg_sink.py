@@ -17,13 +17,15 @@ from lease_core.model.sequence import TRIM_HORIZON
 from sinks.batch_sink import RoundIdentity, Visibility
 from sinks.errors import SinkError
 from sinks.record_columns import RECORD_SCHEMA
-from sinks.table.iceberg import (
+from sinks.table.committer import (
     SUMMARY_APPLICATION,
     SUMMARY_COMMIT_ID,
     SUMMARY_POSITIONS,
     SUMMARY_RANGES,
     SUMMARY_ROUND,
     SUMMARY_STREAMS,
+)
+from sinks.table.iceberg import (
     IcebergSink,
     parse_table_uri,
 )
@@ -207,8 +209,8 @@ def test_the_application_finds_its_positions_beneath_other_writers_snapshots(ice
     table.append(users_rows(table, 500, 2))
 
     assert sink_on(iceberg_catalog).awaiting_visibility(record) == ()
-    assert "shardId-000000000001" in sink_on(iceberg_catalog).positions(table)
-    assert sink_on(iceberg_catalog, "another-app").positions(table) == {}, "each application has its own map"
+    assert "shardId-000000000001" in sink_on(iceberg_catalog).positions_in(table)
+    assert sink_on(iceberg_catalog, "another-app").positions_in(table) == {}, "each application has its own map"
 
 
 def test_a_transform_that_adds_a_column_evolves_the_table(iceberg_catalog):
