@@ -80,6 +80,9 @@ class RoundIdentity:
     application: str
     round_number: int
     streams: StreamIncarnations
+    # Whether each lease's batches continue where the table holds it: a round's do, a dead-letter
+    # replay's pseudo leases do not (each group starts at its own first record).
+    checks_continuity: bool = True
 
 
 @dataclass(frozen=True)

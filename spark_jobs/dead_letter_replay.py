@@ -282,7 +282,7 @@ class DeadLetterReplay:
         table = read_dead_letters(self.dead_letters)
         groups = {} if table is None else dead_letter_groups(table, self.application, stream)
         landed = landed_check(self.output)
-        identity = RoundIdentity(self.application, REPLAY_ROUND, {})
+        identity = RoundIdentity(self.application, REPLAY_ROUND, {}, checks_continuity=False)
         writer = None if dry_run else _Writer(self.output, identity, self.batches_per_commit, ensure_held)
         leases = tuple(self._replay(key, lease_groups, landed, writer) for key, lease_groups in groups.items())
         if writer is not None:

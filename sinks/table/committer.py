@@ -399,6 +399,11 @@ class TableCommitter(abc.ABC):
                         f"lease through {held} already, and publishing it whole would land records twice"
                     )
                     break
+                if held is not None and batch.start > held and identity.checks_continuity:
+                    missing.append(
+                        f"{key}: the table holds the lease through {held}, but its next batch starts after "
+                        f"{batch.start}: the records between are not in the table (rolled back, or skipped)"
+                    )
                 incarnation = identity.streams.get(batch.stream_name, (None, None))
                 if incarnation == (None, None) and ":" not in key:  # (a multi-stream key names its incarnation)
                     raise SinkError(

@@ -48,6 +48,7 @@ from pyiceberg.table import FileScanTask, Table
 from pyiceberg.table.snapshots import Snapshot, ancestors_of
 
 from sinks.errors import SinkError
+from sinks.table.committer import SUMMARY_COMMIT_ID
 from sinks.table.iceberg import (
     POSITIONS_FOLDER,
     POSITIONS_PROPERTY_PREFIX,
@@ -204,12 +205,25 @@ def _snapshot_files(table: Table, snapshots: Iterable[Snapshot]) -> set[str]:
 
 
 def _kept_snapshots(table: Table, keep_newest: int) -> set[int]:
-    """Branch and tag heads, the newest `keep_newest` of `main`'s history, each application's newest
-    snapshot, and every snapshot between `main`'s head and the oldest of those: expiring one in
-    between would cut `main`'s history above an application's snapshot, and the application would
-    no longer find its position map by walking back from the head."""
+    """Branch and tag heads, the snapshots the applications' table properties name, the newest
+    `keep_newest` of `main`'s history, each application's newest snapshot, and every snapshot between
+    `main`'s head and the oldest of those: expiring one in between would cut `main`'s history above an
+    application's snapshot, and the application would no longer find its position map by walking back
+    from the head."""
     history = list(ancestors_of(table.current_snapshot(), table.metadata))
     kept = {ref.snapshot_id for ref in table.metadata.refs.values()}
+    # The snapshot each application's table property names: off `main`'s history it is the evidence that
+    # a rollback took that commit out (`IcebergSink._expired_positions`).
+    named = {
+        commit_id
+        for key, value in table.properties.items()
+        if key.startswith(POSITIONS_PROPERTY_PREFIX) and (commit_id := value.split(" ")[0])
+    }
+    kept |= {
+        snapshot.snapshot_id
+        for snapshot in table.snapshots()
+        if snapshot.summary is not None and snapshot.summary.get(SUMMARY_COMMIT_ID) in named
+    }
     deepest = min(keep_newest, len(history))
     applications_seen: set[str] = set()
     for depth, snapshot in enumerate(history):
