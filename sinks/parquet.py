@@ -59,6 +59,7 @@ from sinks.batch_sink import (
 )
 from sinks.errors import SinkError
 from sinks.record_columns import BATCH_COLUMNS, RECORD_SCHEMA
+from sinks.registry import SinkFormat, SinkOpening
 from sinks.table.storage import S3Access
 
 log = logging.getLogger(__name__)
@@ -422,3 +423,28 @@ def _fsync_directory(directory: str) -> None:
         os.fsync(descriptor)
     finally:
         os.close(descriptor)
+
+
+def _open(uri: str, opening: SinkOpening) -> ParquetSink:
+    config = opening.config
+    return ParquetSink.from_uri(
+        uri, s3_endpoint_url=config.aws_endpoint_url_s3, region=config.aws_region, session=opening.session
+    )
+
+
+def _backfill_uri(uri: str, window: str) -> str:
+    """`<uri>-backfill/<window>`; `SinkError` for a dataset at a bucket's root, whose backfill prefix
+    would be another bucket."""
+    parts = urlsplit(uri)
+    if parts.scheme == "s3" and not parts.path.strip("/"):
+        raise SinkError(uri, "a backfill needs a prefix in the bucket (s3://bucket/prefix)")
+    return f"{uri}-backfill/{window}"
+
+
+SINK_FORMAT = SinkFormat(
+    name="parquet",
+    uri_forms=f"{URI_FORMS} (a Parquet dataset)",
+    check_uri=sink_root,
+    open=_open,
+    backfill_uri=_backfill_uri,
+)

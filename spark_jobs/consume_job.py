@@ -373,13 +373,19 @@ def run_round(spark: Any, spec: ConsumeSpec, leadership: HandedOverLock | None =
     reports = []
     app = LeaseApplication.from_config(spec.config)
     with _leader_heartbeat(app, leadership, on_lost=lambda: _cancel_slots(spark)) as watch:
+        started_spec = spec
         try:
-            reports = slot_reports(spark, with_round_start(spark, spec, app))
+            started_spec = with_round_start(spark, spec, app)
+            reports = slot_reports(spark, started_spec)
         except Exception as error:  # Spark wraps executor failures in Py4J errors; keep the message
             failures.append(_first_line(error))
         leases = scanned_leases(app)
         recorded = recorded_losses(leases)
-        publication, gone = publish(app, spec, leases)
+        # The publication records the streams' incarnations the round started with (described again
+        # when the round could not start: a position is never written without them).
+        if not started_spec.stream_incarnations:
+            started_spec = replace(started_spec, stream_incarnations=stream_incarnations(app, spec.streams))
+        publication, gone = publish(app, started_spec, leases)
     return RoundReport.build(
         spec.application_name,
         spec.round_number,

@@ -13,7 +13,6 @@ from lease_core.application import LeaseApplication
 from lease_core.config.settings import ConsumerConfig
 from lease_core.errors import ConfigurationError
 from lease_core.model.lease import Lease
-from lease_core.model.pending_batch import PendingBatch
 from lease_core.model.sequence import ExtendedSequenceNumber
 from lease_core.ops.cli import holding_leader_lock
 from lease_core.ops.cli import main as lease_main
@@ -21,24 +20,18 @@ from lease_core.ops.command_line import EXIT_FAILED, EXIT_OK, UsageError
 from lease_core.ops.landed_audit import LandedBatch, LandedRecords
 from sinks import open_sink
 from sinks.errors import SinkError
-from sinks.table import delta_maintenance
-from sinks.table.delta import DeltaLeaseRecord, DeltaSink
-from sinks.table.iceberg import IcebergSink, LeaseRecord
-from sinks.table.iceberg_maintenance import (
-    compact_small_files,
-    expire_snapshots,
-    remove_orphan_files,
-)
-from sinks.table.lease_records import live_receipts
+from sinks.registry import Upkeep, format_of
+from sinks.table.committer import TableCommitter
 from spark_jobs.dead_letter_replay import DeadLetterReplay, Processing, is_replay_lease
 from spark_jobs.errors import TransformError
 
 
-class IcebergTableRecords:
-    """An Iceberg sink as leasectl's sink commands use it: its record of what landed, and its upkeep."""
+class TableRecords:
+    """A table sink as leasectl's sink commands use it: its record of what landed, and its upkeep."""
 
-    def __init__(self, sink: IcebergSink) -> None:
+    def __init__(self, sink: TableCommitter, upkeep: Upkeep) -> None:
         self.sink = sink
+        self.upkeep = upkeep
 
     def landed_batches(self) -> list[LandedBatch]:
         """The batches of the lease table's leases: a dead-letter replay's pseudo leases are no lease's,
@@ -49,78 +42,21 @@ class IcebergTableRecords:
         return self.sink.awaiting_from(lease)
 
     def maintain(self, leases: Sequence[Lease], orphan_age: timedelta, target_file_bytes: int) -> list[str]:
-        try:
-            compaction = compact_small_files(self.sink, target_file_bytes)
-            compacted = (
-                f"compacted {compaction.files_rewritten} small file(s) ({compaction.bytes_rewritten} bytes) of "
-                f"{compaction.partitions} partition(s) into {compaction.files_written}"
-            )
-        except SinkError as error:  # the rest of the upkeep does not depend on it
-            compacted = f"compaction not done: {error}"
-        expired = expire_snapshots(self.sink)
-        pending = [batch.staged for lease in leases if (batch := PendingBatch.decode(lease)) is not None]
-        live = live_receipts(LeaseRecord, [lease.committed_batch for lease in leases], pending)
-        removal = remove_orphan_files(self.sink, live, orphan_age)
-        return [
-            compacted,
-            f"expired {len(expired.snapshot_ids)} snapshot(s) past the table's maximum age, and removed the "
-            f"{len(expired.files_removed)} file(s) only they referenced",
-            f"removed {len(removal.removed)} orphan file(s); {removal.kept_too_young} unreferenced file(s) are "
-            f"younger than {orphan_age} and stay",
-            *(f"  removed {path}" for path in removal.removed),
-        ]
-
-
-class DeltaTableRecords:
-    """A Delta sink as leasectl's sink commands use it: its record of what landed, and its upkeep."""
-
-    def __init__(self, sink: DeltaSink) -> None:
-        self.sink = sink
-
-    def landed_batches(self) -> list[LandedBatch]:
-        """The batches of the lease table's leases (a dead-letter replay's pseudo leases are no lease's)."""
-        return [batch for batch in self.sink.landed_batches() if not is_replay_lease(batch.lease_key)]
-
-    def awaiting_from(self, lease: Lease) -> ExtendedSequenceNumber | None:
-        return self.sink.awaiting_from(lease)
-
-    def maintain(self, leases: Sequence[Lease], orphan_age: timedelta, target_file_bytes: int) -> list[str]:
-        try:
-            compaction = delta_maintenance.compact_small_files(self.sink, target_file_bytes)
-            compacted = (
-                f"compacted {compaction.files_rewritten} small file(s) of {compaction.partitions} partition(s) "
-                f"into {compaction.files_written}"
-            )
-        except SinkError as error:  # the rest of the upkeep does not depend on it
-            compacted = f"compaction not done: {error}"
-        vacuumed = delta_maintenance.vacuum_removed_files(self.sink)
-        version = delta_maintenance.checkpoint_log(self.sink)
-        pending = [batch.staged for lease in leases if (batch := PendingBatch.decode(lease)) is not None]
-        live = live_receipts(DeltaLeaseRecord, [lease.committed_batch for lease in leases], pending)
-        removal = delta_maintenance.remove_orphan_files(self.sink, live, orphan_age)
-        return [
-            compacted,
-            f"vacuumed {len(vacuumed)} file(s) that commits removed, past the table's retention",
-            f"checkpointed the log at version {version} and removed its expired entries",
-            f"removed {len(removal.removed)} orphan file(s); {removal.kept_too_young} unreferenced file(s) are "
-            f"younger than {orphan_age} and stay",
-            *(f"  removed {path}" for path in removal.removed),
-        ]
+        return self.upkeep(self.sink, leases, orphan_age, target_file_bytes)
 
 
 def open_landed(output_uri: str, config: ConsumerConfig) -> LandedRecords:
     """The sink at `output_uri`, if it records what landed; `ConfigurationError` naming the option otherwise."""
     try:
         sink = open_sink(output_uri, config=config)
+        upkeep = format_of(output_uri).upkeep
     except SinkError as error:
         raise ConfigurationError("output_uri", error.problem) from None
-    if isinstance(sink, DeltaSink):
-        return DeltaTableRecords(sink)
-    if not isinstance(sink, IcebergSink):
+    if not isinstance(sink, TableCommitter) or upkeep is None:
         raise ConfigurationError(
             "output_uri", f"{output_uri!r} is a Parquet dataset, which does not record what landed; only table sinks do"
         )
-    return IcebergTableRecords(sink)
+    return TableRecords(sink, upkeep)
 
 
 def run_replay_dead_letters(arguments: argparse.Namespace, app: LeaseApplication) -> int:

@@ -48,7 +48,7 @@ import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
@@ -63,9 +63,11 @@ from deltalake import Schema as DeltaSchema
 from deltalake.exceptions import CommitFailedError, DeltaError, TableNotFoundError
 from deltalake.transaction import AddAction, RemoveAction, create_table_with_add_actions
 
+from lease_core.model.lease import Lease
 from sinks.batch_sink import BatchRange, StagedBatch, StreamIncarnations, location_dataset
 from sinks.errors import SinkError
 from sinks.record_columns import with_stream_and_shard
+from sinks.registry import SinkFormat, SinkOpening
 from sinks.table.committer import (
     COMMIT_ATTEMPTS,
     SUMMARY_APPLICATION,
@@ -677,3 +679,32 @@ def _partitioned(rows: pa.Table, partitions: Sequence[str]) -> Iterator[tuple[di
 def _partition_folder(value: str | None) -> str:
     """A partition value as its folder's name (Hive's, which Delta writers use, for a null)."""
     return "__HIVE_DEFAULT_PARTITION__" if value is None else value
+
+
+def _open(uri: str, opening: SinkOpening) -> DeltaSink:
+    config = opening.config
+    return DeltaSink(
+        uri,
+        config.require_application_name(),
+        streams=opening.streams,
+        s3_endpoint_url=config.aws_endpoint_url_s3,
+        region=config.aws_region,
+        session=opening.session,
+    )
+
+
+def _upkeep(sink: object, leases: Sequence[Lease], orphan_age: timedelta, target_file_bytes: int) -> list[str]:
+    from sinks.table.delta_maintenance import upkeep
+
+    assert isinstance(sink, DeltaSink), sink
+    return upkeep(sink, leases, orphan_age, target_file_bytes)
+
+
+SINK_FORMAT = SinkFormat(
+    name="delta",
+    uri_forms="delta:PATH or delta:s3://bucket/prefix (a Delta table)",
+    check_uri=parse_delta_uri,
+    open=_open,
+    backfill_uri=lambda uri, window: f"{uri}-backfill/{window}",
+    upkeep=_upkeep,
+)

@@ -41,16 +41,18 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from urllib.parse import unquote
 
 from deltalake import CommitProperties, DeltaTable
 
+from lease_core.model.lease import Lease
 from sinks.errors import SinkError
 from sinks.table.committer import SUMMARY_APPLICATION, SUMMARY_POSITIONS
 from sinks.table.delta import KINESIS_FOLDER, DeltaReceipt, DeltaSink
+from sinks.table.lease_records import named_receipts
 from sinks.table.storage import StoredFile
 
 log = logging.getLogger(__name__)
@@ -174,3 +176,27 @@ def _table(sink: DeltaSink) -> DeltaTable:
     if table is None:
         raise SinkError(sink.uri, "there is no Delta table there")
     return table
+
+
+def upkeep(sink: DeltaSink, leases: Sequence[Lease], orphan_age: timedelta, target_file_bytes: int) -> list[str]:
+    """`leasectl maintain` on a Delta table: small files compacted, removed files vacuumed past the
+    table's retention, the log checkpointed, orphan files removed; a line per thing done."""
+    try:
+        compaction = compact_small_files(sink, target_file_bytes)
+        compacted = (
+            f"compacted {compaction.files_rewritten} small file(s) of {compaction.partitions} partition(s) "
+            f"into {compaction.files_written}"
+        )
+    except SinkError as error:  # the rest of the upkeep does not depend on it
+        compacted = f"compaction not done: {error}"
+    vacuumed = vacuum_removed_files(sink)
+    version = checkpoint_log(sink)
+    removal = remove_orphan_files(sink, named_receipts(sink.RECORD, leases), orphan_age)
+    return [
+        compacted,
+        f"vacuumed {len(vacuumed)} file(s) that commits removed, past the table's retention",
+        f"checkpointed the log at version {version} and removed its expired entries",
+        f"removed {len(removal.removed)} orphan file(s); {removal.kept_too_young} unreferenced file(s) are "
+        f"younger than {orphan_age} and stay",
+        *(f"  removed {path}" for path in removal.removed),
+    ]

@@ -35,6 +35,7 @@ import uuid
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any
 
 import pyarrow as pa
@@ -76,10 +77,12 @@ from pyiceberg.types import (
 )
 from pyiceberg.utils.config import Config
 
+from lease_core.model.lease import Lease
 from lease_core.model.sequence import TRIM_HORIZON
 from sinks.batch_sink import BatchRange, StagedBatch, StreamIncarnations, location_dataset
 from sinks.errors import SinkError
 from sinks.record_columns import RECORD_SCHEMA, with_stream_and_shard
+from sinks.registry import SinkFormat, SinkOpening
 from sinks.table.committer import (
     COMMIT_ATTEMPTS,
     SUMMARY_APPLICATION,
@@ -766,3 +769,38 @@ def _write_manifest(table: Table, path: str, data_files: Iterable[DataFile], rec
                 ManifestEntry.from_args(status=ManifestEntryStatus.ADDED, snapshot_id=snapshot_id, data_file=data_file)
             )
     return writer.to_manifest_file().manifest_length
+
+
+def _open(uri: str, opening: SinkOpening) -> IcebergSink:
+    application = opening.config.require_application_name()
+    return IcebergSink(uri, application, catalog_configuration=opening.configuration, streams=opening.streams)
+
+
+def _backfill_uri(uri: str, window: str) -> str:
+    """A table `<table>_backfill_<window>` beside the live one (lower case, `.` as `p` and `-` as `_`:
+    the names Glue keeps, and still one per window)."""
+    address = parse_table_uri(uri)
+    suffix = window.lower().replace(".", "p").replace("-", "_")
+    return f"iceberg://{address.catalog}/{'.'.join(address.namespace)}.{address.table}_backfill_{suffix}"
+
+
+def _upkeep(sink: object, leases: Sequence[Lease], orphan_age: timedelta, target_file_bytes: int) -> list[str]:
+    from sinks.table.iceberg_maintenance import upkeep
+
+    assert isinstance(sink, IcebergSink), sink
+    return upkeep(sink, leases, orphan_age, target_file_bytes)
+
+
+def _configuration(uri: str) -> dict[str, str]:
+    return catalog_properties(uri, parse_table_uri(uri).catalog)
+
+
+SINK_FORMAT = SinkFormat(
+    name="iceberg",
+    uri_forms=f"{URI_FORM} (an Iceberg table)",
+    check_uri=parse_table_uri,
+    open=_open,
+    backfill_uri=_backfill_uri,
+    configuration=_configuration,
+    upkeep=_upkeep,
+)

@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
@@ -47,6 +47,7 @@ from pyiceberg.io.pyarrow import ArrowScan, PyArrowFileIO, _dataframe_to_data_fi
 from pyiceberg.table import FileScanTask, Table
 from pyiceberg.table.snapshots import Snapshot, ancestors_of
 
+from lease_core.model.lease import Lease
 from sinks.errors import SinkError
 from sinks.table.committer import SUMMARY_COMMIT_ID
 from sinks.table.iceberg import (
@@ -58,6 +59,7 @@ from sinks.table.iceberg import (
     IcebergSink,
     StagedBatchGone,
 )
+from sinks.table.lease_records import named_receipts
 
 log = logging.getLogger(__name__)
 
@@ -361,3 +363,26 @@ def _table(sink: IcebergSink) -> Table:
     if table is None:
         raise SinkError(sink.uri, "the table does not exist")
     return table
+
+
+def upkeep(sink: IcebergSink, leases: Sequence[Lease], orphan_age: timedelta, target_file_bytes: int) -> list[str]:
+    """`leasectl maintain` on an Iceberg table: small files compacted, snapshots past the table's
+    maximum age expired, orphan files removed; a line per thing done."""
+    try:
+        compaction = compact_small_files(sink, target_file_bytes)
+        compacted = (
+            f"compacted {compaction.files_rewritten} small file(s) ({compaction.bytes_rewritten} bytes) of "
+            f"{compaction.partitions} partition(s) into {compaction.files_written}"
+        )
+    except SinkError as error:  # the rest of the upkeep does not depend on it
+        compacted = f"compaction not done: {error}"
+    expired = expire_snapshots(sink)
+    removal = remove_orphan_files(sink, named_receipts(sink.RECORD, leases), orphan_age)
+    return [
+        compacted,
+        f"expired {len(expired.snapshot_ids)} snapshot(s) past the table's maximum age, and removed the "
+        f"{len(expired.files_removed)} file(s) only they referenced",
+        f"removed {len(removal.removed)} orphan file(s); {removal.kept_too_young} unreferenced file(s) are "
+        f"younger than {orphan_age} and stay",
+        *(f"  removed {path}" for path in removal.removed),
+    ]

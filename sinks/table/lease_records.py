@@ -11,6 +11,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, Self
 
+from lease_core.model.lease import Lease
+from lease_core.model.pending_batch import PendingBatch
 from lease_core.model.sequence import ExtendedSequenceNumber
 from sinks.batch_sink import BatchRange, StreamIncarnations
 from sinks.dead_lettering import split_record
@@ -193,3 +195,10 @@ def live_receipts(
             if decoded is not None:
                 named.update(entry.receipt for entry in decoded.entries)
     return named
+
+
+def named_receipts(kind: type[TableLeaseRecord], leases: Sequence[Lease]) -> set[str]:
+    """The receipts of the sink whose records are `kind` that `leases` still name (`live_receipts`),
+    which its upkeep must keep."""
+    pending = [batch.staged for lease in leases if (batch := PendingBatch.decode(lease)) is not None]
+    return live_receipts(kind, [lease.committed_batch for lease in leases], pending)

@@ -216,3 +216,38 @@ def test_dynamodb_attribute_values_are_written_only_inside_the_store():
     assert not found, "attribute-value literals outside lease_core/store/ (use a record's to_item):\n" + "\n".join(
         found
     )
+
+
+# The sinks: no Airflow and no Spark, and each table format (a module the registry names, with the
+# modules of its own name beside it: `iceberg_maintenance` is Iceberg's) is imported by nothing else in
+# the project's packages: the registry alone picks a format, and the committer knows only its primitives.
+SINKS = REPOSITORY / "sinks"
+SINK_MODULES = sorted(SINKS.rglob("*.py"))
+FORMAT_MODULES = {"sinks.table.iceberg", "sinks.table.delta"}
+REGISTRY = SINKS / "registry.py"
+
+
+def format_of_module(module: str) -> str | None:
+    """The table format a dotted module name belongs to (`sinks.table.iceberg_maintenance`: iceberg)."""
+    for format_module in FORMAT_MODULES:
+        if module == format_module or module.startswith(f"{format_module}_"):
+            return format_module
+    return None
+
+
+def test_the_registry_names_every_format_module():
+    from sinks.registry import SCHEMES
+
+    assert set(SCHEMES.values()) == FORMAT_MODULES
+
+
+@pytest.mark.parametrize("path", [*SINK_MODULES, *PACKAGE_MODULES], ids=lambda path: str(path.relative_to(REPOSITORY)))
+def test_a_table_format_is_imported_only_by_itself(path):
+    relative = path.relative_to(REPOSITORY)
+    own = format_of_module(".".join(relative.with_suffix("").parts))
+    for module in imported_modules(path):
+        assert module.partition(".")[0] not in FORBIDDEN_ROOTS or relative.parts[0] != "sinks", (
+            f"{relative} imports {module}: the sinks run without Airflow and Spark"
+        )
+    chosen = {module for module in imported_modules(path) if format_of_module(module) not in (None, own)}
+    assert not chosen, f"{relative} imports {sorted(chosen)}: only sinks/registry.py picks a table format, by URI"
