@@ -20,7 +20,7 @@ import pytest
 from tests.support.installed_package import DISTRIBUTION, REPOSITORY, build_wheel, installed_venv, run
 
 VERSION = tomllib.loads((REPOSITORY / "pyproject.toml").read_text(encoding="utf-8"))["project"]["version"]
-PACKAGES = ("kinesis_lease", "lease_core", "spark_jobs")
+PACKAGES = ("kinesis_lease", "lease_core", "sinks", "spark_jobs")
 STATIC = REPOSITORY / "plugins" / "kinesis_lease" / "static"
 ENTRY_POINTS = {
     ("apache_airflow_provider", "kinesis_lease.provider_info:get_provider_info"),
