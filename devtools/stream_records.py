@@ -1,11 +1,13 @@
-"""Records by their identity, to check what landed in a sink (a Parquet dataset, an Iceberg table)
-against what a producer wrote."""
+"""Records by their identity, to check what landed in a sink (a Parquet dataset, an Iceberg or a Delta
+table) against what a producer wrote: as the sink's own library reads it (`landed_records`), and a
+table as an analyst reads it, with DuckDB (`analyst_table`)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any
 
+from devtools.analyst_reads import AnalystTable
 from sinks.parquet import ParquetSink
 from sinks.table.delta import DeltaSink
 from sinks.table.iceberg import IcebergSink
@@ -52,3 +54,16 @@ def landed_records(output_uri: str, s3_endpoint_url: str | None = None) -> list[
         StreamRecord(*row)
         for row in zip(columns["shard_id"], columns["sequence_number"], columns["sub_sequence_number"], columns["data"])
     ]
+
+
+def analyst_table(output_uri: str, s3_endpoint_url: str | None = None) -> AnalystTable | None:
+    """The Iceberg or Delta table at `output_uri` as DuckDB scans it: the Iceberg table's current
+    metadata file (found through its catalog, configured as pyiceberg's are), the Delta table's folder
+    or S3 prefix. None: a Parquet dataset, or no table yet."""
+    if output_uri.startswith("iceberg://"):
+        table = IcebergSink(output_uri, "landed-records").table(refresh=True)
+        return None if table is None else AnalystTable.iceberg(table.metadata_location)
+    if output_uri.startswith("delta:"):
+        sink = DeltaSink(output_uri, "landed-records", s3_endpoint_url=s3_endpoint_url)
+        return None if sink.table() is None else AnalystTable.delta(sink.location, s3_endpoint_url)
+    return None

@@ -12,8 +12,9 @@ Each round is one `dag.test()` run of `kinesis_lease_pipeline`. After each round
 states, per worker the leases and projected load of the assignment and what each lease consumed,
 the records landed and the lag. The records land in an Apache Iceberg table of pyiceberg's SQL
 catalog on a SQLite file (the catalog configured as a user configures pyiceberg, by environment
-variables), one table commit per round. At the end it reads the whole table with pyiceberg, checks
-that every produced record landed exactly once, shows the table's commits as any Iceberg client
+variables), one table commit per round. At the end it reads the whole table with pyiceberg and again
+as an analyst would, with DuckDB, checks that every produced record landed exactly once in both
+reads, shows the table's commits as any Iceberg client
 shows them, and runs `leasectl verify` against the lease table (exit status 1 if anything fails).
 The demo runs in a child of a small supervisor that stops every process it started on the way out,
 on error, Ctrl-C and SIGTERM too.
@@ -33,7 +34,7 @@ import sys
 import tempfile
 import time
 from collections import Counter
-from collections.abc import Iterator, Mapping
+from collections.abc import Hashable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
@@ -44,9 +45,10 @@ import psutil
 from pyiceberg.catalog.sql import SqlCatalog
 
 from devtools.airflow_env import REGION, home_environment, load_dag_module, migrate_metadata_db, run_environment
+from devtools.analyst_reads import AnalystReadError, AnalystTable
 from devtools.emulators import EmulatorProcess, kinesis_mock, moto_server
 from devtools.kinesis_streams import create_stream, kinesis_client, merge_shards, open_shards, put_entries, split_shard
-from devtools.stream_records import StreamRecord, landed_records
+from devtools.stream_records import StreamRecord, analyst_table, landed_records
 from sinks.table.committer import SUMMARY_RANGES, SUMMARY_ROUND
 from sinks.table.iceberg import IcebergSink
 from spark_jobs.leasectl import main as leasectl_main
@@ -315,24 +317,49 @@ def print_consumed(consumed: Mapping[str, Any] | None, landed_so_far: int, produ
 # --- the whole demo --------------------------------------------------------------------------------
 
 
-def exactly_once(produced: list[StreamRecord], landed: list[StreamRecord], rounds: list[RoundResult]) -> bool:
-    counts = Counter(landed)
-    duplicated = sum(count - 1 for count in counts.values() if count > 1)
-    missing = len(set(produced) - set(counts))
-    unexpected = len(set(counts) - set(produced))
+def exactly_once(
+    produced: list[StreamRecord], landed: list[StreamRecord], analyst: AnalystTable | None, rounds: list[RoundResult]
+) -> bool:
+    """Every produced record once in the table as pyiceberg reads it (`landed`), and as DuckDB reads it."""
+    duplicated, missing, unexpected = tally(produced, landed)
     failed = [result.number for result in rounds if not result.succeeded]
-    passed = duplicated == missing == unexpected == 0 and not failed
-    print(f"\n== exactly-once check over the whole table {TABLE_URI} (read with pyiceberg)")
+    print(f"\n== exactly-once check over the whole table {TABLE_URI}")
     print(
-        f"   produced {len(produced)}, landed {len(landed)}, duplicated {duplicated}, missing {missing}, "
-        f"unexpected {unexpected}, failed rounds {failed or 'none'}"
+        f"   read with pyiceberg: produced {len(produced)}, landed {len(landed)}, duplicated {duplicated}, "
+        f"missing {missing}, unexpected {unexpected}, failed rounds {failed or 'none'}"
     )
+    passed = duplicated == missing == unexpected == 0 and not failed
+    passed = read_by_duckdb(produced, analyst) and passed
     print(
         "   PASS: every produced record landed exactly once"
         if passed
         else "   FAIL: the table does not hold every produced record exactly once, or a round failed"
     )
     return passed
+
+
+def read_by_duckdb(produced: list[StreamRecord], analyst: AnalystTable | None) -> bool:
+    """The table read again as an analyst reads it, with DuckDB (None: no table): every produced record once."""
+    try:
+        read = [] if analyst is None else analyst.identities()
+        rows = 0 if analyst is None else analyst.count()
+    except AnalystReadError as error:
+        print(f"   read with DuckDB: {error}")
+        return False
+    identities = [(record.shard_id, record.sequence_number, record.sub_sequence_number) for record in produced]
+    duplicated, missing, unexpected = tally(identities, [(shard, sequence, sub) for _, shard, sequence, sub in read])
+    print(
+        f"   read with DuckDB's iceberg_scan: {rows} rows, duplicated {duplicated}, missing {missing}, "
+        f"unexpected {unexpected}"
+    )
+    return duplicated == missing == unexpected == 0 and rows == len(produced)
+
+
+def tally(produced: Sequence[Hashable], landed: Sequence[Hashable]) -> tuple[int, int, int]:
+    """The landed records' extra copies, the produced records not landed, the landed ones not produced."""
+    counts = Counter(landed)
+    duplicated = sum(count - 1 for count in counts.values() if count > 1)
+    return duplicated, len(set(produced) - set(counts)), len(set(counts) - set(produced))
 
 
 class EmbeddedDemo:
@@ -369,7 +396,8 @@ class EmbeddedDemo:
         # nothing new and skips the consume step.
         self.round()
         self.round()
-        passed = exactly_once(self.producer.ledger, landed_records(self.output_uri), self.rounds)
+        landed = landed_records(self.output_uri)
+        passed = exactly_once(self.producer.ledger, landed, analyst_table(self.output_uri), self.rounds)
         print_table_commits(self.output_uri)
         return verify_against_the_lease_table(self.output_uri, *self.endpoints) and passed
 

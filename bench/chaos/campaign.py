@@ -63,7 +63,7 @@ from bench.chaos.schedule import (
     kinds_for,
 )
 from bench.chaos.stack import SINKS, Stack, set_arguments
-from bench.chaos.verdict import Verdict, check_records, read_landed, reported_losses, stuck_leases
+from bench.chaos.verdict import Verdict, check_records, read_by_duckdb, read_landed, reported_losses, stuck_leases
 from bench.harness import prepare_environment
 from devtools.fault_proxy import LATE_SHARD_END_STAT
 from devtools.kinesis_streams import shards_of
@@ -348,6 +348,7 @@ class Campaign:
             read_landed(self.stack.output_uri),
             self.trims,
             reported_losses(reports),
+            read_by_duckdb(self.stack.output_uri),
         )
         verdict.stuck = stuck
         self.final_leases = {lease.lease_key: lease for lease in self.stack.lease_store().list_leases()}

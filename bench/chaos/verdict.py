@@ -3,6 +3,8 @@
 - Duplicated: a record (shard, sequence number, sub-sequence number) that appears more than once in
   the sink as its readers see it (`read_landed`: a Parquet dataset's visible files, an Iceberg table's
   snapshot, a Delta table's current version).
+- Read otherwise: a table's rows as an analyst reads them, with DuckDB (`read_by_duckdb`), must be
+  the rows the table's own library reads, each as often; a record counted differently is a violation.
 - Lost: a record the producer got acknowledged that is not in the dataset. It is a retention loss,
   and allowed, only when the campaign trimmed it away (its shard's trim horizon is above it) and a
   round report named it (a retention loss of its lease whose range holds it). Trimmed but never
@@ -21,7 +23,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from bench.chaos.producer import ProducedRecord
-from devtools.stream_records import landed_records
+from devtools.stream_records import analyst_table, landed_records
 from lease_core.model.lease import Lease
 from lease_core.model.shards import Shard
 from spark_jobs.round_report import RoundReport
@@ -45,7 +47,9 @@ class ReportedLoss:
 class Verdict:
     produced: int = 0
     landed_rows: int = 0
+    analyst_rows: int | None = None  # the table's rows as DuckDB reads them; None: not a table
     duplicated: list[tuple[Key, int]] = field(default_factory=list)
+    read_otherwise: list[tuple[Key, int, int]] = field(default_factory=list)  # times landed, times DuckDB reads it
     lost: list[ProducedRecord] = field(default_factory=list)
     silently_aged_out: list[ProducedRecord] = field(default_factory=list)
     aged_out: list[ProducedRecord] = field(default_factory=list)
@@ -60,6 +64,7 @@ class Verdict:
     def clean(self) -> bool:
         return not (
             self.duplicated
+            or self.read_otherwise
             or self.lost
             or self.silently_aged_out
             or self.unexpected
@@ -74,6 +79,14 @@ class Verdict:
             lines.append(
                 f"{len(self.duplicated)} record(s) duplicated: "
                 + ", ".join(f"{_key(key)} x{count}" for key, count in self.duplicated[:SHOWN])
+            )
+        if self.read_otherwise:
+            lines.append(
+                f"{len(self.read_otherwise)} record(s) DuckDB reads another number of times than the table's "
+                f"library ({self.analyst_rows} rows against {self.landed_rows}): "
+                + ", ".join(
+                    f"{_key(key)} x{landed} / DuckDB x{read}" for key, landed, read in self.read_otherwise[:SHOWN]
+                )
             )
         if self.lost:
             lines.append(f"{len(self.lost)} record(s) lost (never trimmed): " + _records(self.lost))
@@ -105,7 +118,9 @@ class Verdict:
 
     def summary(self) -> str:
         return (
-            f"produced {self.produced}, landed {self.landed_rows} rows, duplicated {len(self.duplicated)}, "
+            f"produced {self.produced}, landed {self.landed_rows} rows"
+            + ("" if self.analyst_rows is None else f" (DuckDB: {self.analyst_rows})")
+            + f", duplicated {len(self.duplicated)}, "
             f"lost {len(self.lost) + len(self.silently_aged_out)}, retention losses injected and reported "
             f"{len(self.aged_out)}, unexpected {len(self.unexpected) + len(self.changed)}, "
             f"stuck {len(self.stuck)}"
@@ -121,16 +136,31 @@ def read_landed(output_uri: str) -> list[tuple[Key, bytes]]:
     ]
 
 
+def read_by_duckdb(output_uri: str) -> list[Key] | None:
+    """Every row of the table at `output_uri` as an analyst reads it, with DuckDB (`analyst_table`);
+    None: a Parquet dataset, or no table yet."""
+    table = analyst_table(output_uri)
+    return None if table is None else [(shard, sequence, sub) for _, shard, sequence, sub in table.identities()]
+
+
 def check_records(
     produced: Sequence[ProducedRecord],
     uncertain: set[bytes],
     landed: Sequence[tuple[Key, bytes]],
     trims: Mapping[str, str],
     reported: Iterable[ReportedLoss],
+    analyst: Sequence[Key] | None = None,
 ) -> Verdict:
+    """`analyst`: the table's rows as DuckDB reads them (`read_by_duckdb`), to be the same as `landed`."""
     verdict = Verdict(produced=len(produced), landed_rows=len(landed))
     counts = Counter(key for key, _ in landed)
     verdict.duplicated = sorted((key, count) for key, count in counts.items() if count > 1)
+    if analyst is not None:
+        verdict.analyst_rows = len(analyst)
+        read = Counter(analyst)
+        verdict.read_otherwise = sorted(
+            (key, counts[key], read[key]) for key in counts | read if counts[key] != read[key]
+        )
     written = {(record.shard_id, record.sequence_number, 0): record for record in produced}
     payloads = dict(landed)
     for key, data in payloads.items():

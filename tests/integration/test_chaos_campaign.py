@@ -13,6 +13,7 @@ seed and minutes). docs/operating.md ("Fault campaign") has the long runs and th
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -31,8 +32,9 @@ FAULTS = {"parquet": 10, "iceberg": 10, "delta": 11}  # (Iceberg: by hand, modul
 @pytest.mark.parametrize("sink", ["parquet", "delta"])
 def test_a_short_seeded_fault_campaign_duplicates_and_loses_nothing_and_injects_every_fault_kind(tmp_path, sink):
     """With a table (Iceberg, Delta), the campaign also ends with `leasectl verify`: the table's record of
-    what landed agrees with the checkpoints. With a Delta table, one round's driver also meets a fault at
-    its table commit (bench/chaos/commit_faults.py)."""
+    what landed agrees with the checkpoints, and DuckDB reads the table's rows as its own library does.
+    With a Delta table, one round's driver also meets a fault at its table commit
+    (bench/chaos/commit_faults.py)."""
     summary = tmp_path / "summary.json"
     completed = subprocess.run(
         [
@@ -63,3 +65,5 @@ def test_a_short_seeded_fault_campaign_duplicates_and_loses_nothing_and_injects_
     assert completed.returncode == 0, completed.stderr[-4000:]
     assert {kind: count for kind, count in result["injected"].items() if count == 0} == {}, result["table"]
     assert result["verdict"].startswith("produced") and " duplicated 0, lost 0," in result["verdict"]
+    if sink != "parquet":
+        assert re.search(r"landed (\d+) rows \(DuckDB: \1\)", result["verdict"]), result["verdict"]

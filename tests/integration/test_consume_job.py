@@ -75,13 +75,26 @@ class BackgroundRound:
 
 
 def assert_exactly_once(pipeline: ConsumerPipeline) -> None:
+    """Every record produced landed once, as the sink's own library reads it, and an Iceberg or Delta
+    table holds each once as an analyst reads it too, with DuckDB."""
     landed = pipeline.landed()
     assert duplicates(landed) == []
     assert sorted(landed, key=_order) == sorted(pipeline.produced, key=_order)
+    table = pipeline.analyst_table()
+    if table is not None:
+        read = table.identities()
+        assert {stream for stream, *_ in read} <= set(pipeline.streams)
+        as_read = sorted(_key(shard, sequence, sub) for _, shard, sequence, sub in read)
+        assert as_read == sorted(map(_order, pipeline.produced))
+        assert table.count() == len(pipeline.produced)
 
 
 def _order(record: StreamRecord) -> tuple[str, int, int]:
-    return (record.shard_id, int(record.sequence_number), record.sub_sequence_number)
+    return _key(record.shard_id, record.sequence_number, record.sub_sequence_number)
+
+
+def _key(shard_id: str, sequence_number: str, sub_sequence_number: int) -> tuple[str, int, int]:
+    return (shard_id, int(sequence_number), sub_sequence_number)
 
 
 def control(control_dir: Path, instruction: str, pipeline: ConsumerPipeline, shard_id: str) -> Path:

@@ -17,8 +17,9 @@ from typing import Any
 
 import boto3
 
+from devtools.analyst_reads import AnalystTable
 from devtools.kinesis_streams import create_stream, kinesis_client, put_entries
-from devtools.stream_records import StreamRecord, landed_records
+from devtools.stream_records import StreamRecord, analyst_table, landed_records
 from lease_core.leader.assignment_round import AssignmentCoordinator, AssignmentReport, slot_ids
 from lease_core.lifecycle.lease_lifecycle import forget_reported_losses
 from lease_core.metrics.worker_metrics import DynamoDBWorkerMetricsStore
@@ -132,6 +133,10 @@ class ConsumerPipeline:
 
     def landed(self) -> list[StreamRecord]:
         return landed_records(self.output_uri, s3_endpoint_url=self.dynamodb_endpoint)  # moto serves S3 as well
+
+    def analyst_table(self) -> AnalystTable | None:
+        """The Iceberg or Delta table landed in, as DuckDB reads it; None: a Parquet dataset, or no table yet."""
+        return analyst_table(self.output_uri, s3_endpoint_url=self.dynamodb_endpoint)
 
 
 def pipeline_on_new_stream(

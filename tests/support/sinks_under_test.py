@@ -2,7 +2,8 @@
 (`SinkUnderTest`): a Parquet dataset, whose slots make each batch visible right after its commit, and
 an Iceberg table and a Delta table (local and on S3), whose driver makes a round's batches visible at
 the round's end. A test that takes
-the `sink_under_test` fixture runs against every one of them, its id the sink's name."""
+the `sink_under_test` fixture runs against every one of them, its id the sink's name. What readers of
+a table see is read twice, with the library that wrote it and with DuckDB, and must be the same."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ import boto3
 import pytest
 from pyiceberg.expressions import EqualTo
 
+from devtools.analyst_reads import AnalystTable
 from lease_core.store.lease_store import LeaseStore
 from sinks.batch_sink import BatchSink, RoundIdentity, RoundPublication, Visibility
 from sinks.dead_lettering import DeadLetteringSink, dead_letter_uri
@@ -178,7 +180,10 @@ class IcebergUnderTest:
 
     def visible_sequence_numbers(self) -> list[str]:
         sink = self.sink()
-        return [] if sink.table(refresh=True) is None else table_sequence_numbers(sink)
+        table = sink.table(refresh=True)
+        if table is None:
+            return []
+        return as_duckdb_reads(table_sequence_numbers(sink), AnalystTable.iceberg(table.metadata_location))
 
     def dead_letter_sink(self) -> IcebergSink:
         return IcebergSink(dead_letter_uri(URI), APPLICATION, catalog=faulty_catalog(self.tmp_path))
@@ -191,6 +196,14 @@ class IcebergUnderTest:
     def dead_letter_rows(self) -> list[dict[str, Any]]:
         table = self.dead_letter_sink().table(refresh=True)
         return [] if table is None else table.scan().to_arrow().to_pylist()
+
+
+def as_duckdb_reads(numbers: list[str], table: AnalystTable) -> list[str]:
+    """`numbers`, the sequence numbers the table's own library reads, once DuckDB has read the same."""
+    read = sorted(table.rows(["sequence_number"]).column("sequence_number").to_pylist(), key=int)
+    assert read == numbers, f"DuckDB reads {read} from {table.location}, the library that wrote it {numbers}"
+    assert table.count() == len(numbers)
+    return numbers
 
 
 def dead_letters(under: SinkUnderTest) -> list[tuple[str, str]]:
@@ -243,7 +256,11 @@ class DeltaUnderTest:
         table.delete(f"shard_id = '{shard_id}'")
 
     def visible_sequence_numbers(self) -> list[str]:
-        return sorted((row["sequence_number"] for row in _delta_rows(self.sink())), key=int)
+        sink = self.sink()
+        numbers = sorted((row["sequence_number"] for row in _delta_rows(sink)), key=int)
+        if sink.table() is None:
+            return numbers
+        return as_duckdb_reads(numbers, AnalystTable.delta(sink.location, self.s3_endpoint_url))
 
     def dead_letter_sink(self) -> DeltaSink:
         return self.open(dead_letter_uri(self.uri))
