@@ -17,7 +17,7 @@ from lease_core.model.sequence import ExtendedSequenceNumber
 from lease_core.ops.cli import holding_leader_lock
 from lease_core.ops.cli import main as lease_main
 from lease_core.ops.command_line import EXIT_FAILED, EXIT_OK, UsageError
-from lease_core.ops.landed_audit import LandedBatch, LandedRecords
+from lease_core.ops.landed_audit import LandedBatch, LandedRecords, StreamLookup
 from sinks import open_sink
 from sinks.errors import SinkError
 from sinks.registry import Upkeep, format_of
@@ -45,8 +45,9 @@ class TableRecords:
         return self.upkeep(self.sink, leases, orphan_age, target_file_bytes)
 
 
-def open_landed(output_uri: str, config: ConsumerConfig) -> LandedRecords:
-    """The sink at `output_uri`, if it records what landed; `ConfigurationError` naming the option otherwise."""
+def open_landed(output_uri: str, config: ConsumerConfig, lookup: StreamLookup) -> LandedRecords:
+    """The sink at `output_uri`, if it records what landed, judged against the streams it names as they
+    are now (`lookup`); `ConfigurationError` naming the option otherwise."""
     try:
         sink = open_sink(output_uri, config=config)
         upkeep = format_of(output_uri).upkeep
@@ -56,6 +57,7 @@ def open_landed(output_uri: str, config: ConsumerConfig) -> LandedRecords:
         raise ConfigurationError(
             "output_uri", f"{output_uri!r} is a Parquet dataset, which does not record what landed; only table sinks do"
         )
+    sink.streams = {name: found for name in sorted(sink.stream_names()) if (found := lookup(name)) is not None}
     return TableRecords(sink, upkeep)
 
 

@@ -40,7 +40,7 @@ from datetime import timedelta
 
 from lease_core.application import LeaseApplication
 from lease_core.config.settings import ConsumerConfig, load_config
-from lease_core.errors import ConfigurationError, LeaseCoreError
+from lease_core.errors import ConfigurationError, LeaseCoreError, StreamNotFoundError
 from lease_core.leader.assignment_round import AssignmentCoordinator, AssignmentReport, slot_ids
 from lease_core.leader.leader_lock import LeaderLock
 from lease_core.leader.leadership import Leadership, hold, release_quietly
@@ -287,7 +287,8 @@ def main(
         if arguments.command in SINK_COMMANDS:
             if open_landed is None:
                 raise _needs_the_sinks(arguments.command)
-            return SINK_COMMANDS[arguments.command](arguments, app, open_landed(arguments.output_uri, config))
+            landed = open_landed(arguments.output_uri, config, lambda stream: _incarnation(app, stream))
+            return SINK_COMMANDS[arguments.command](arguments, app, landed)
         if arguments.command in INSTALLED_COMMANDS:
             installed = (installed_commands or {}).get(arguments.command)
             if installed is None:
@@ -614,6 +615,17 @@ COMMANDS: dict[str, Callable[[argparse.Namespace, LeaseApplication], int]] = {
     "repair": run_repair,
     "teardown": run_teardown,
 }
+
+
+def _incarnation(app: LeaseApplication, stream: str) -> tuple[str, int] | None:
+    """The stream's ARN and creation time now; None when Kinesis has no such stream (its leases' records
+    in a sink are then of no other incarnation). Throttling and other failures raise: `verify` must not
+    judge a re-created stream by its predecessor's positions."""
+    try:
+        description = app.shard_source.describe_stream(stream)
+    except StreamNotFoundError:
+        return None
+    return description.stream_arn, description.creation_epoch_millis // 1000
 
 
 def run_verify(arguments: argparse.Namespace, app: LeaseApplication, landed: LandedRecords) -> int:

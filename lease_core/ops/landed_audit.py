@@ -48,7 +48,11 @@ class LandedRecords(Protocol):
         orphan files no lease names and older than `orphan_age`); a line per thing done."""
 
 
-OpenLanded = Callable[[str, ConsumerConfig], LandedRecords]
+# A stream's incarnation as it is now, (ARN, creation time in epoch seconds); None: no such stream.
+StreamLookup = Callable[[str], tuple[str, int] | None]
+# Opens a sink's record of what landed (the output URI, the settings), judged against the streams as
+# they are now (a stream deleted and created again under its name starts its positions over).
+OpenLanded = Callable[[str, ConsumerConfig, StreamLookup], LandedRecords]
 
 
 class Finding(str, enum.Enum):

@@ -184,6 +184,12 @@ class TableCommitter(abc.ABC):
         path = history.commits[0].positions_path if history.commits else history.earlier
         return {} if path is None else lease_positions(self._read_map(path))
 
+    def stream_names(self) -> set[str]:
+        """The streams the application's position map in effect names (it keeps every lease it ever
+        committed, so it names every stream of the application's commits in effect)."""
+        head = self._head()
+        return set() if head is None else {position.stream_name for position in self.positions_in(head).values()}
+
     def holds_through(self, batch: BatchRange) -> ExtendedSequenceNumber | None:
         """The position through which readers see the batch's lease's records of its stream's current
         incarnation already (None: none), as this sink last read the table."""

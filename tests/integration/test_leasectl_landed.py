@@ -11,6 +11,7 @@ from pathlib import Path
 
 import boto3
 
+from devtools.kinesis_streams import create_stream
 from lease_core.model.sequence import TRIM_HORIZON
 from sinks.batch_sink import BatchRange
 from sinks.table.iceberg import IcebergSink
@@ -97,6 +98,35 @@ def test_a_lost_lease_table_is_restored_from_the_table_and_nothing_lands_twice(s
     assert_exactly_once(pipeline)
 
 
+def test_verify_and_restore_judge_a_recreated_stream_by_its_own_positions_only(spark, table_pipeline):
+    """The stream is deleted and created again under its name, and the application starts over with a
+    new lease table: its single-stream lease keys are the old ones (bare shard ids), and the new
+    stream's sequence numbers start over. The table's positions of the old stream are neither a fault
+    of the new leases nor a checkpoint to restore them to, and the new stream's records land."""
+    pipeline = table_pipeline
+    pipeline.produce(200)
+    assert pipeline.round(spark, workers=2).succeeded
+    stream = pipeline.streams[0]
+    pipeline.kinesis.delete_stream(StreamName=stream)
+    pipeline.kinesis.get_waiter("stream_not_exists").wait(StreamName=stream, WaiterConfig={"Delay": 1})
+    time.sleep(1.1)  # a creation time of its own (the incarnation is told by ARN and creation second)
+    create_stream(pipeline.kinesis, stream, 4)
+    assert leasectl(pipeline, "teardown", "--yes").returncode == 0
+    assert leasectl(pipeline, "init").returncode == 0
+    pipeline.sync()
+
+    status, document = verify(pipeline)
+    assert status == 0, document
+    restored = leasectl(pipeline, "restore", "--output-uri", pipeline.output_uri, "--yes")
+    assert restored.returncode == 0 and "restored" not in restored.stdout, restored.stdout
+    assert {lease.checkpoint for lease in pipeline.leases().values()} == {TRIM_HORIZON}
+
+    pipeline.produce(100)
+    assert pipeline.round(spark, workers=2).succeeded
+    assert len(rows_of(pipeline)) == 300
+    assert verify(pipeline)[0] == 0
+
+
 def test_verify_of_a_parquet_dataset_says_it_records_nothing_to_verify(table_pipeline, tmp_path):
     result = leasectl(table_pipeline, "verify", "--output-uri", str(tmp_path / "lake"))
     assert result.returncode == 2
@@ -131,3 +161,9 @@ def test_maintain_removes_what_a_fenced_attempt_staged_and_keeps_the_table_whole
     assert staged <= removed
     assert verify(pipeline)[0] == 0
     assert_exactly_once(pipeline)
+
+
+def rows_of(pipeline: ConsumerPipeline) -> list[dict]:
+    table = IcebergSink(pipeline.output_uri, pipeline.application_name).table(refresh=True)
+    assert table is not None
+    return table.scan(selected_fields=("sequence_number",)).to_arrow().to_pylist()
