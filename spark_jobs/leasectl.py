@@ -27,22 +27,34 @@ from spark_jobs.errors import TransformError
 
 
 class TableRecords:
-    """A table sink as leasectl's sink commands use it: its record of what landed, and its upkeep."""
+    """A table sink as leasectl's sink commands use it: its record of what landed, judged against the
+    streams it names as they are now (looked up at the first question that needs them: `maintain`
+    asks none), and its upkeep."""
 
-    def __init__(self, sink: TableCommitter, upkeep: Upkeep) -> None:
+    def __init__(self, sink: TableCommitter, upkeep: Upkeep, lookup: StreamLookup) -> None:
         self.sink = sink
         self.upkeep = upkeep
+        self.lookup = lookup
+        self._streams_known = False
 
     def landed_batches(self) -> list[LandedBatch]:
         """The batches of the lease table's leases: a dead-letter replay's pseudo leases are no lease's,
         and their batches do not chain (each starts at its own first record)."""
+        self._know_streams()
         return [batch for batch in self.sink.landed_batches() if not is_replay_lease(batch.lease_key)]
 
     def awaiting_from(self, lease: Lease) -> ExtendedSequenceNumber | None:
+        self._know_streams()
         return self.sink.awaiting_from(lease)
 
     def maintain(self, leases: Sequence[Lease], orphan_age: timedelta, target_file_bytes: int) -> list[str]:
         return self.upkeep(self.sink, leases, orphan_age, target_file_bytes)
+
+    def _know_streams(self) -> None:
+        if not self._streams_known:
+            names = sorted(self.sink.stream_names())
+            self.sink.streams = {name: found for name in names if (found := self.lookup(name)) is not None}
+            self._streams_known = True
 
 
 def open_landed(output_uri: str, config: ConsumerConfig, lookup: StreamLookup) -> LandedRecords:
@@ -57,8 +69,7 @@ def open_landed(output_uri: str, config: ConsumerConfig, lookup: StreamLookup) -
         raise ConfigurationError(
             "output_uri", f"{output_uri!r} is a Parquet dataset, which does not record what landed; only table sinks do"
         )
-    sink.streams = {name: found for name in sorted(sink.stream_names()) if (found := lookup(name)) is not None}
-    return TableRecords(sink, upkeep)
+    return TableRecords(sink, upkeep, lookup)
 
 
 def run_replay_dead_letters(arguments: argparse.Namespace, app: LeaseApplication) -> int:

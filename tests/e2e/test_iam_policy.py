@@ -239,9 +239,13 @@ def window_name(start: datetime, end: datetime) -> str:
     return f"{start:%Y%m%dT%H%M%SZ}-{end:%Y%m%dT%H%M%SZ}"
 
 
-def leasectl_main(application: str, dynamodb_endpoint: str, *command: str) -> int:
-    """The installed leasectl, in this process, on the application's tables through the proxy."""
-    settings = ("--set", f"aws_endpoint_url_dynamodb={dynamodb_endpoint}", "--set", f"aws_region={REGION}")
+def leasectl_main(application: str, proxies: Mapping[str, FaultProxy], *command: str) -> int:
+    """The installed leasectl, in this process, on the application's tables and streams through the proxies."""
+    settings = (
+        *("--set", f"aws_endpoint_url_dynamodb={proxies['dynamodb'].endpoint}"),
+        *("--set", f"aws_endpoint_url_kinesis={proxies['kinesis'].endpoint}"),
+        *("--set", f"aws_region={REGION}"),
+    )
     return leasectl.main(["--app", application, *settings, "--set", "table_status_poll_seconds=0.05", *command])
 
 
@@ -355,10 +359,7 @@ def recorded_run(
     checkpoints = [
         item["checkpoint"]["S"] for item in dynamodb.scan(TableName=application, ConsistentRead=True)["Items"]
     ]
-    teardown = [
-        leasectl_main(name, proxies["dynamodb"].endpoint, "teardown", "--yes")
-        for name in (application, backfill_application)
-    ]
+    teardown = [leasectl_main(name, proxies, "teardown", "--yes") for name in (application, backfill_application)]
 
     def dataset(uri: str) -> pa.Table:
         return ParquetSink.from_uri(uri, s3_endpoint_url=moto_endpoint, region=REGION).read_dataset()
@@ -533,9 +534,7 @@ def iceberg_run(
         with direct.load_table((database, ICEBERG_TABLE)).transaction() as settings:
             settings.set_properties({MAX_SNAPSHOT_AGE_PROPERTY: "1"})
         fenced_files = stage_as_a_fenced_iceberg_attempt(IcebergSink(output, application, catalog=direct))
-        exit_codes, maintain_calls = upkeep(
-            output, proxies, functools.partial(leasectl_main, application, proxies["dynamodb"].endpoint)
-        )
+        exit_codes, maintain_calls = upkeep(output, proxies, functools.partial(leasectl_main, application, proxies))
     calls = calls_since(proxies, counts)
 
     def table_rows(table_name: str) -> pa.Table:
