@@ -87,6 +87,7 @@ from spark_jobs.sinks.batch_sink import (
     StreamIncarnations,
     location_dataset,
 )
+from spark_jobs.sinks.iceberg_data_files import write_data_files
 from spark_jobs.sinks.lease_records import (
     LeasePosition,
     TableLeaseRecord,
@@ -393,7 +394,7 @@ class IcebergSink(TableRecordKeeping):
         with self.failures(f"stage the batch {self.batch_name(batch)}"):
             if table.num_rows:
                 table = as_table_types(table, iceberg_table.schema())
-                data_files = list(_dataframe_to_data_files(metadata, table, io, write_uuid=uuid.UUID(receipt_id)))
+                data_files = write_data_files(metadata, table, io, uuid.UUID(receipt_id))
                 written = sum(data_file.file_size_in_bytes for data_file in data_files)
                 manifest_path = f"{self.staging_location(iceberg_table)}/{receipt_id}-m0.avro"
                 manifest_length = _write_manifest(iceberg_table, manifest_path, data_files, receipt_id)
