@@ -31,6 +31,7 @@ from __future__ import annotations
 import json
 import logging
 import re
+import threading
 import uuid
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -259,6 +260,7 @@ class IcebergSink(TableRecordKeeping):
         self.streams: StreamIncarnations = streams or {}
         self._table: Table | None = None
         self._staged: dict[str, Receipt] = {}  # this process's staged batches, for their commit records
+        self._staging_table = threading.Lock()  # a slot's leases stage at once: one of them loads the table
 
     @property
     def uri(self) -> str:
@@ -320,14 +322,18 @@ class IcebergSink(TableRecordKeeping):
     def _table_for(self, arrow_schema: pa.Schema) -> Table:
         """The table, created with `arrow_schema` when missing (partitioned by day of arrival when it has
         the arrival column), and evolved by name when the batch brings new columns. A column whose type
-        the table cannot hold is refused before anything is written."""
-        table = self.table()
-        if table is None:
-            table = self._create(arrow_schema)
-        missing = check_columns(self._uri, table.schema(), arrow_schema)
-        if missing:
-            table = self._add_columns(arrow_schema, missing)
-        return table
+        the table cannot hold is refused before anything is written.
+
+        One batch at a time: a slot's leases stage their first batches at once, and each would load
+        (or create) the table itself while none is loaded yet."""
+        with self._staging_table:
+            table = self.table()
+            if table is None:
+                table = self._create(arrow_schema)
+            missing = check_columns(self._uri, table.schema(), arrow_schema)
+            if missing:
+                table = self._add_columns(arrow_schema, missing)
+            return table
 
     def _create(self, arrow_schema: pa.Schema) -> Table:
         # Every column optional: a column a transform leaves out later must be able to hold nulls,

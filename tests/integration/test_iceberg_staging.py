@@ -1,11 +1,14 @@
 """How the Iceberg sink stages batches. Its data files are pyiceberg's own: a staged batch's files, byte
 for byte, and their DataFile entries (partition, statistics, field ids) are what pyiceberg's
 `_dataframe_to_data_files` writes for the same rows in the table's schema and partition spec of the
-moment, through schema evolution and partition spec changes between batches."""
+moment, through schema evolution and partition spec changes between batches. A slot's leases staging at
+once load (or create) the table as often as one lease alone."""
 
 from __future__ import annotations
 
+import threading
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -21,7 +24,7 @@ from lease_core.model.sequence import TRIM_HORIZON
 from spark_jobs.sinks.batch_sink import BatchRange
 from spark_jobs.sinks.iceberg import IcebergSink, as_table_types, with_batch_columns
 from spark_jobs.sinks.iceberg_data_files import single_partition_key
-from tests.support.iceberg_tables import batch_of, position, rows, sink_on
+from tests.support.iceberg_tables import APPLICATION, batch_of, position, rows, sink_on
 
 NOON = datetime(2026, 11, 28, 12, 0, tzinfo=UTC)
 
@@ -176,3 +179,34 @@ def test_rows_of_one_partition_are_found_as_one_and_others_are_left_to_pyiceberg
         arrivals(10, step=timedelta(hours=6)).cast(typed.schema.field("approximate_arrival_timestamp").type),
     )
     assert single_partition_key(table.metadata, two_days) is None
+
+
+def catalog_calls_staging(catalog: Any, sink: IcebergSink, leases: int) -> dict[str, int]:
+    """The catalog's table loads and creations while `leases` leases stage a first batch each, all at once."""
+    calls = {"load_table": 0, "create_table": 0}
+    for name in calls:
+        method = getattr(catalog, name)
+
+        def counted(*args: Any, _method: Any = method, _name: str = name, **kwargs: Any) -> Any:
+            calls[_name] += 1
+            return _method(*args, **kwargs)
+
+        setattr(catalog, name, counted)
+    together = threading.Barrier(leases)
+
+    def stage(lease: int) -> int:
+        together.wait()
+        return sink.stage(batch_of(TRIM_HORIZON, 1, 10, f"shardId-{lease:012d}"), rows(1, 10), "a").rows
+
+    with ThreadPoolExecutor(leases) as pool:
+        assert list(pool.map(stage, range(leases))) == [10] * leases
+    for name in calls:
+        delattr(catalog, name)
+    return calls
+
+
+def test_a_slots_leases_staging_their_first_batches_at_once_reach_the_catalog_as_one_lease_alone(iceberg_catalog):
+    alone = IcebergSink("iceberg://lake/kinesis.alone", APPLICATION, catalog=iceberg_catalog)
+    at_once = sink_on(iceberg_catalog)
+
+    assert catalog_calls_staging(iceberg_catalog, at_once, 8) == catalog_calls_staging(iceberg_catalog, alone, 1)
