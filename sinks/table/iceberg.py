@@ -31,6 +31,7 @@ from __future__ import annotations
 import json
 import logging
 import re
+import threading
 import uuid
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -95,6 +96,7 @@ from sinks.table.committer import (
     TableCommitter,
     TableHistory,
 )
+from sinks.table.iceberg_data_files import write_data_files
 from sinks.table.lease_records import TableLeaseRecord, decode_position, encode_position, position_text
 
 log = logging.getLogger(__name__)
@@ -266,6 +268,7 @@ class IcebergSink(TableCommitter):
         self._catalog_configuration = catalog_configuration
         self.streams: StreamIncarnations = streams or {}
         self._table: Table | None = None
+        self._staging_table = threading.Lock()  # a slot's leases stage at once: one of them loads the table
 
     @property
     def uri(self) -> str:
@@ -327,14 +330,18 @@ class IcebergSink(TableCommitter):
     def _table_for(self, arrow_schema: pa.Schema) -> Table:
         """The table, created with `arrow_schema` when missing (partitioned by day of arrival when it has
         the arrival column), and evolved by name when the batch brings new columns. A column whose type
-        the table cannot hold is refused before anything is written."""
-        table = self.table()
-        if table is None:
-            table = self._create(arrow_schema)
-        missing = check_columns(self._uri, table.schema(), arrow_schema)
-        if missing:
-            table = self._add_columns(arrow_schema, missing)
-        return table
+        the table cannot hold is refused before anything is written.
+
+        One batch at a time: a slot's leases stage their first batches at once, and each would load
+        (or create) the table itself while none is loaded yet."""
+        with self._staging_table:
+            table = self.table()
+            if table is None:
+                table = self._create(arrow_schema)
+            missing = check_columns(self._uri, table.schema(), arrow_schema)
+            if missing:
+                table = self._add_columns(arrow_schema, missing)
+            return table
 
     def _create(self, arrow_schema: pa.Schema) -> Table:
         # Every column optional: a column a transform leaves out later must be able to hold nulls,
@@ -401,7 +408,7 @@ class IcebergSink(TableCommitter):
         with self.failures(f"stage the batch {self.batch_name(batch)}"):
             if table.num_rows:
                 table = as_table_types(table, iceberg_table.schema())
-                data_files = list(_dataframe_to_data_files(metadata, table, io, write_uuid=uuid.UUID(receipt_id)))
+                data_files = write_data_files(metadata, table, io, uuid.UUID(receipt_id))
                 written = sum(data_file.file_size_in_bytes for data_file in data_files)
                 manifest_path = f"{self.staging_location(iceberg_table)}/{receipt_id}-m0.avro"
                 manifest_length = _write_manifest(iceberg_table, manifest_path, data_files, receipt_id)
