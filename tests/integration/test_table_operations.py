@@ -15,6 +15,7 @@ import pytest
 from deltalake import DeltaTable
 from pyiceberg.table.snapshots import ancestors_of
 
+from devtools.memory_shard import InMemoryShard
 from lease_core.lifecycle.lease_holder import HeldLease
 from lease_core.model.lease import Lease
 from lease_core.model.lease_keys import LeaseKeyScheme
@@ -31,7 +32,6 @@ from sinks.table.iceberg_maintenance import expire_snapshots
 from spark_jobs.lease_consumer import LeaseBudget, LeaseConsumer, LeaseContext
 from spark_jobs.round_publication import publish_committed_batches
 from tests.support.iceberg_tables import URI, faulty_catalog
-from tests.support.kinesis_shard import InMemoryShard
 from tests.support.stores import FAST_RETRIES
 
 APPLICATION = "app"
