@@ -384,13 +384,15 @@ class TableCommitter(abc.ABC):
             staged.update(zip(unread, pool.map(self._staged_receipt, unread)))
         for key, record in sorted(waiting.items()):
             held = held_position(positions, key, identity.streams)
+            previous = held  # where the next entry's batch starts: its receipt may be gone
             for entry in sorted(record.entries, key=lambda entry: entry.end):
                 if held is not None and entry.end <= held:
                     already += 1
                     continue
-                receipt = staged[entry.receipt]
+                receipt, after = staged[entry.receipt], previous
+                previous = entry.end
                 if receipt is None:
-                    missing.append(f"{key}: the batch up to {entry.end}")
+                    missing.append(f"{key}: the batch {'' if after is None else f'after {after} '}up to {entry.end}")
                     continue
                 batch = receipt.batch
                 if held is not None and batch.start < held:

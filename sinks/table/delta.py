@@ -272,12 +272,18 @@ class DeltaSink(TableCommitter):
         table = self.table()
         if table is None:
             return None
+        # Other writers' files hold the same values in other Arrow encodings (delta-rs' DELETE rewrites a
+        # file with `string_view` columns): each file is read in the table's types, so that they concatenate.
+        types = {field.name: field.type for field in pa.schema(table.schema().to_arrow())}
         parts = []
         with self.failures("read the table's files"):
             for uri in table.file_uris():
                 relative = self.relative_path(uri)
                 chosen = None if columns is None else list(columns)
-                parts.append(pq.read_table(pa.BufferReader(self.storage.read(relative)), columns=chosen))
+                part = pq.read_table(pa.BufferReader(self.storage.read(relative)), columns=chosen)
+                parts.append(
+                    part.cast(pa.schema([field.with_type(types.get(field.name, field.type)) for field in part.schema]))
+                )
         return pa.concat_tables(parts, promote_options="default") if parts else None
 
     def relative_path(self, uri: str) -> str:

@@ -7,6 +7,7 @@ harness); the record is read as `leasectl verify` and `restore` read it (`audit_
 
 from __future__ import annotations
 
+import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,6 +17,8 @@ from deltalake import DeltaTable
 from pyiceberg.table.snapshots import ancestors_of
 
 from devtools.memory_shard import InMemoryShard
+from devtools.table_operations import DeltaAtHand, TableAtHand, library_identities, table_at_hand
+from devtools.table_rounds import SHARDS, TableRounds
 from lease_core.lifecycle.lease_holder import HeldLease
 from lease_core.model.lease import Lease
 from lease_core.model.lease_keys import LeaseKeyScheme
@@ -280,3 +283,52 @@ def test_a_round_that_could_not_describe_its_stream_publishes_nothing_and_the_ne
     rounds.streams = FIRST_INCARNATION
     assert rounds.run() == []
     assert visible(table.sink()) == list(range(100, 104))
+
+
+# --- 6. found by the table-operations campaign (bench/table_operations.py) ------------------------
+
+
+@pytest.fixture(params=["iceberg", "delta"])
+def at_hand(request: pytest.FixtureRequest, tmp_path: Path) -> TableAtHand:
+    return table_at_hand(request.param, tmp_path)
+
+
+def landed(at_hand: TableAtHand) -> list[int]:
+    return sorted(int(identity[2]) for identity in library_identities(at_hand.open_sink({})))
+
+
+def test_batches_whose_staged_data_files_an_orphan_removal_deleted_are_named_lost_and_never_committed(at_hand):
+    """The driver died before publishing; an orphan removal that leaves the sink's own folders alone
+    (`metadata/kinesis-*`, `_kinesis/`) but has no grace period deletes the staged data files, which
+    no snapshot or log entry references. Committing them would leave every reader failing on files
+    that are gone (Iceberg did): the next round names the batches lost instead."""
+    rounds = TableRounds(at_hand.open_sink)
+    rounds.produce(SHARDS[0], 2)
+    assert rounds.run().named_losses == ()
+    rounds.produce(SHARDS[0], 3)
+    assert not rounds.run(publish=False).published
+    at_hand.operations()["orphan removal (exclusions kept)"](random.Random(1))
+
+    result = rounds.run()
+
+    assert result.error is None
+    assert result.named_losses == (f"{SHARDS[0]}: the batch after {rounds.base + 2} up to {rounds.base + 5}",)
+    assert landed(at_hand) == [rounds.base + 1, rounds.base + 2]
+    analyst = at_hand.analyst()
+    assert analyst is not None and analyst.count() == 2
+    assert any(finding.finding.is_fault for finding in rounds.verify())
+
+
+def test_a_table_another_writer_deleted_from_with_delta_rs_is_read_whole(tmp_path):
+    """delta-rs' DELETE rewrites a file with `string_view` columns: the sink's reads take every file in
+    the table's types."""
+    at_hand = DeltaAtHand(tmp_path)
+    rounds = TableRounds(at_hand.open_sink)
+    rounds.produce(SHARDS[0], 3)
+    rounds.run()
+    delta = at_hand.table()
+    assert delta is not None
+    delta.delete(f"sequence_number = '{rounds.base + 2}'")  # the file's other rows are written anew
+    rounds.produce(SHARDS[0], 1)
+    rounds.run()
+    assert landed(at_hand) == [rounds.base + 1, rounds.base + 3, rounds.base + 4]
