@@ -478,6 +478,9 @@ class DeltaSink(TableCommitter):
     def _read_map(self, path: str) -> dict[str, Any]:
         return self._position_map(path.removeprefix(f"{self.location}/"))  # (absolute paths in early commits)
 
+    def _committed_before(self, head: DeltaTable) -> bool:
+        return self.transaction_version(head) > 0
+
     def transaction_version(self, table: DeltaTable) -> int:
         """The application's transaction version in `table` (0: none yet): the newest version any of its
         publishers claimed, including one a `RESTORE` rolled back since."""

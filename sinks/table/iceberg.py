@@ -484,6 +484,9 @@ class IcebergSink(TableCommitter):
         )
         return TableHistory(commits) if commits else TableHistory((), self._expired_positions(head, lineage))
 
+    def _committed_before(self, head: Table) -> bool:
+        return self.positions_property in head.properties  # (properties are not rolled back, nor expired)
+
     @property
     def positions_property(self) -> str:
         return f"{POSITIONS_PROPERTY_PREFIX}{self.application}"

@@ -17,7 +17,7 @@ from deltalake import DeltaTable
 from pyiceberg.table.snapshots import ancestors_of
 
 from devtools.memory_shard import InMemoryShard
-from devtools.table_operations import DeltaAtHand, TableAtHand, library_identities, table_at_hand
+from devtools.table_operations import DeltaAtHand, IcebergAtHand, TableAtHand, library_identities, table_at_hand
 from devtools.table_rounds import SHARDS, TableRounds
 from lease_core.lifecycle.lease_holder import HeldLease
 from lease_core.model.lease import Lease
@@ -332,3 +332,86 @@ def test_a_table_another_writer_deleted_from_with_delta_rs_is_read_whole(tmp_pat
     rounds.produce(SHARDS[0], 1)
     rounds.run()
     assert landed(at_hand) == [rounds.base + 1, rounds.base + 3, rounds.base + 4]
+
+
+def roll_back_to(at_hand: TableAtHand, commit: int) -> None:
+    """Another tool's rollback (Iceberg) or RESTORE (Delta) to the table as of `commit` (a snapshot id, a version)."""
+    if isinstance(at_hand, DeltaAtHand):
+        delta = at_hand.table()
+        assert delta is not None
+        delta.restore(commit)
+        return
+    assert isinstance(at_hand, IcebergAtHand)
+    iceberg = at_hand.table()
+    assert iceberg is not None
+    iceberg.manage_snapshots().rollback_to_snapshot(commit).commit()
+
+
+def head_of(at_hand: TableAtHand) -> int:
+    if isinstance(at_hand, DeltaAtHand):
+        delta = at_hand.table()
+        assert delta is not None
+        return delta.version()
+    assert isinstance(at_hand, IcebergAtHand)
+    iceberg = at_hand.table()
+    assert iceberg is not None and iceberg.current_snapshot() is not None
+    return iceberg.current_snapshot().snapshot_id  # type: ignore[union-attr]
+
+
+def test_a_rollback_past_a_recreated_streams_first_commits_is_named_by_the_next_round(at_hand):
+    """The table holds nothing of the new stream's lease any more, and the lease's record dropped its
+    first batch (its next commit found it in the table): the batch the record still names starts after
+    records the table lacks. Before, the publication had no position to compare with and landed it
+    without a word."""
+    rounds = TableRounds(at_hand.open_sink)
+    rounds.produce(SHARDS[1], 2)
+    assert rounds.run().named_losses == ()
+    before_the_new_stream = head_of(at_hand)
+    rounds.recreate_stream()
+    rounds.produce(SHARDS[1], 3)
+    assert rounds.run().named_losses == ()
+    rounds.produce(SHARDS[1], 1)
+    assert rounds.run().named_losses == ()
+    roll_back_to(at_hand, before_the_new_stream)
+    rounds.produce(SHARDS[1], 1)
+
+    losses = rounds.run().named_losses
+
+    assert losses == (
+        f"{SHARDS[1]}: the table holds none of the lease's records, but its next batch starts after "
+        f"{rounds.base + 3}: the records up to there are not in the table (rolled back, or skipped)",
+    )
+    assert [finding.finding for finding in rounds.verify() if finding.finding.is_fault] == [Finding.GAP]
+
+
+def cut_the_history(at_hand: TableAtHand) -> None:
+    """Another tool's expiry of every snapshot but the head (Iceberg), or a checkpoint and log cleanup (Delta)."""
+    operation = "expire all but head" if at_hand.family == "iceberg" else "log cleanup after a checkpoint"
+    assert at_hand.operations()[operation](random.Random(1)) is not None
+
+
+def test_a_named_loss_stays_on_verifys_record_after_the_history_that_showed_it_is_gone(at_hand):
+    """A rollback, a named gap, then expiry (or log cleanup) of the commits on both sides of it: the
+    position maps carry every loss a round named, so verify never agrees over it."""
+    rounds = TableRounds(at_hand.open_sink)
+    rounds.produce(SHARDS[0], 2)
+    rounds.run()
+    first = head_of(at_hand)
+    rounds.produce(SHARDS[0], 2)
+    rounds.run()
+    rounds.produce(SHARDS[0], 2)
+    rounds.run()
+    roll_back_to(at_hand, first)
+    rounds.produce(SHARDS[0], 2)
+    assert len(rounds.run().named_losses) == 1
+    rounds.produce(SHARDS[0], 1)
+    rounds.run()
+
+    cut_the_history(at_hand)
+
+    assert landed(at_hand) == [rounds.base + number for number in (1, 2, 5, 6, 7, 8, 9)]
+    findings = [finding.render() for finding in rounds.verify() if finding.finding.is_fault]
+    assert findings == [
+        f"{SHARDS[0]}: gap: round 4 named the records after {rounds.base + 2} through {rounds.base + 4} lost: the "
+        "sink does not hold them"
+    ]
