@@ -58,10 +58,11 @@ DRIVER_DEATH_SHARE = 0.15
 # Drawn less often: each one ends its table's episode.
 RARE = {STOPS_THE_SINK: 0.25}
 DRAIN_ROUNDS = 3
-# A named loss: "<lease>: ... after <position> ... up to <position>", or "through <held>, but its next
-# batch starts after <start>" (the records between).
+# A named loss: "<lease>: ... after <position> ... up to <position>", "through <held>, but its next batch
+# starts after <start>" (the records between), or "none of the lease's records, but ... after <start>".
 UP_TO = re.compile(r"^(?P<lease>[^:]+): the batch (?:after (?P<after>\S+) )?up to (?P<end>\S+)")
 GAP = re.compile(r"^(?P<lease>[^:]+): the table holds the lease through (?P<after>\S+), .* starts after (?P<end>\S+):")
+NONE_HELD = re.compile(r"^(?P<lease>[^:]+): the table holds none of the lease's records, .* starts after (?P<end>\S+):")
 
 
 @dataclass
@@ -96,10 +97,10 @@ class NamedLoss:
 def named_losses(lines: tuple[str, ...], incarnation: int) -> list[NamedLoss]:
     ranges = []
     for line in lines:
-        match = UP_TO.match(line) or GAP.match(line)
+        match = UP_TO.match(line) or GAP.match(line) or NONE_HELD.match(line)
         if match is None:
             raise AssertionError(f"a named loss the campaign cannot read: {line!r}")
-        after = match["after"]
+        after = match.groupdict().get("after")
         ranges.append(
             NamedLoss(incarnation, match["lease"], int(after) if after and after.isdigit() else None, int(match["end"]))
         )

@@ -337,14 +337,14 @@ class DeltaAtHand:
         table = self.table()
         if table is None or table.version() < 1:
             return None
-        versions = [int(entry["version"]) for entry in table.history() if int(entry["version"]) < table.version()]
+        committed = {int(entry["version"]): int(entry["timestamp"]) for entry in table.history()}
+        versions = sorted(version for version in committed if version < table.version())
         if not versions:
             return None
         version = rng.choice(versions)
         target: int | datetime = version
-        if by_time:
-            moment = DeltaTable(self.location, version=version).history(1)[0]["timestamp"]
-            target = datetime.fromtimestamp(int(moment) / 1000, UTC)
+        if by_time:  # (the newest version committed by then: a later one of the same millisecond, if any)
+            target = datetime.fromtimestamp(committed[version] / 1000, UTC)
         try:
             table.restore(target)
         except DeltaError as error:  # a version whose files a vacuum removed, or whose log entry is gone
