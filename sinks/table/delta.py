@@ -494,6 +494,7 @@ class DeltaSink(TableCommitter):
         transaction as of the oldest entry left stands for what came before."""
         commits: list[OwnCommit] = []
         version, restored = head.version(), False
+        oldest_left = version  # the oldest entry read
         while version >= 0:
             info = self._commit_info(version)
             if info is None:  # cleaned up: what came before is in the checkpoint the log starts from
@@ -501,13 +502,17 @@ class DeltaSink(TableCommitter):
             if info.get("operation") == "RESTORE":
                 version, restored = self._restored_version(info, version), True
                 continue
+            oldest_left = version
             path = info.get(SUMMARY_POSITIONS)
             if info.get(SUMMARY_APPLICATION) == self.application and path:
                 commits.append(OwnCommit(version, str(path)))
             version -= 1
         if commits or version < 0:
             return TableHistory(tuple(commits))
-        before = head if not restored else self._table_at(version)
+        # After a RESTORE the transaction still names the rolled-back commits: the table as of the oldest
+        # entry read since the RESTORE (the restored version itself when its entry is gone) names the newest
+        # commit of the application at or before it.
+        before = head if not restored else self._table_at(version + 1 if oldest_left == version + 1 else version)
         claimed = self.transaction_version(before)
         return TableHistory((), self.positions_path(claimed) if claimed else None)
 
@@ -547,9 +552,15 @@ class DeltaSink(TableCommitter):
         raise SinkError(self._uri, f"the RESTORE at version {version} restored a version whose log entry is gone")
 
     def _table_at(self, version: int) -> DeltaTable:
-        """The table as of `version` (from the checkpoint the log keeps for it)."""
+        """The table as of `version`, a RESTORE's or the oldest the log keeps after one; `SinkError` when
+        log cleanup took it (what the table holds of the application cannot be told: never guessed)."""
         with self.failures(f"load the table as of version {version}, which a RESTORE restored"):
-            return DeltaTable(self.location, version=version, storage_options=self.storage_options)
+            try:
+                return DeltaTable(self.location, version=version, storage_options=self.storage_options)
+            except TableNotFoundError as error:
+                raise SinkError(
+                    self._uri, f"a RESTORE restored version {version}, which log cleanup removed since: {error}"
+                ) from error
 
     def read_receipt(self, receipt_id: str) -> DeltaReceipt:
         path = self.receipt_path(receipt_id)

@@ -415,3 +415,26 @@ def test_a_named_loss_stays_on_verifys_record_after_the_history_that_showed_it_i
         f"{SHARDS[0]}: gap: round 4 named the records after {rounds.base + 2} through {rounds.base + 4} lost: the "
         "sink does not hold them"
     ]
+
+
+def test_a_restore_to_the_version_log_cleanup_starts_from_leaves_the_rounds_going(tmp_path):
+    """The log before a checkpoint cleaned up, then a RESTORE to the checkpoint's version: the table as
+    of the oldest entry left names the application's map (the sink loaded the version before it, which
+    is gone, and every round failed)."""
+    at_hand = DeltaAtHand(tmp_path)
+    rounds = TableRounds(at_hand.open_sink)
+    for _ in range(3):
+        rounds.produce(SHARDS[0], 2)
+        rounds.run()
+    cut_the_history(at_hand)
+    checkpointed = head_of(at_hand)
+    rounds.produce(SHARDS[0], 2)
+    rounds.run()
+    roll_back_to(at_hand, checkpointed)
+    rounds.produce(SHARDS[0], 1)
+
+    result = rounds.run()
+
+    assert (result.error, result.named_losses) == (None, ())
+    assert landed(at_hand) == [rounds.base + number for number in range(1, 10)]
+    assert [finding for finding in rounds.verify() if finding.finding.is_fault] == []
