@@ -25,13 +25,17 @@ from lease_core.model.sequence import ExtendedSequenceNumber
 
 @dataclass(frozen=True)
 class LandedBatch:
-    """One batch in the sink: the records of `lease_key` after `start` through `end`, added by a commit."""
+    """One batch in the sink: the records of `lease_key` after `start` through `end`, added by a commit;
+    or, `lost`, records the sink lacks for good, which the publication of the round `round_number`
+    named lost (a rollback, staged files deleted): the sink keeps the loss on record after the history
+    that shows the gap is gone (expired, cleaned up)."""
 
     lease_key: str
     start: ExtendedSequenceNumber
     end: ExtendedSequenceNumber
     round_number: int
     commit: int  # the sink's own id of the commit (an Iceberg snapshot id)
+    lost: bool = False
 
 
 class LandedRecords(Protocol):
@@ -85,7 +89,18 @@ def audit_landed(
     """Findings per lease, in lease-key order. `awaiting_from`: per lease whose record names batches
     the sink does not hold yet, the position the first of them starts after."""
     chains = _chains(landed)
-    findings = [finding for key in sorted(chains) for finding in _chain_findings(key, chains[key])]
+    lost = [batch for batch in landed if batch.lost]
+    named = {(batch.lease_key, batch.start, batch.end) for batch in lost}
+    findings = [finding for key in sorted(chains) for finding in _chain_findings(key, chains[key], named)]
+    findings.extend(
+        AuditFinding(
+            batch.lease_key,
+            Finding.GAP,
+            f"round {batch.round_number} named the records after {batch.start} through {batch.end} lost: the sink "
+            "does not hold them",
+        )
+        for batch in sorted(lost, key=lambda batch: (batch.lease_key, batch.end))
+    )
     for lease in sorted(leases, key=lambda lease: lease.lease_key):
         held = chains[lease.lease_key][-1].end if chains.get(lease.lease_key) else None
         findings.extend(_checkpoint_findings(lease, held, awaiting_from.get(lease.lease_key)))
@@ -93,16 +108,23 @@ def audit_landed(
 
 
 def _chains(landed: Sequence[LandedBatch]) -> dict[str, list[LandedBatch]]:
+    """Each lease's batches in the sink, in the order they landed (the ranges named lost left out)."""
     chains: dict[str, list[LandedBatch]] = defaultdict(list)
     for batch in landed:
-        chains[batch.lease_key].append(batch)
+        if not batch.lost:
+            chains[batch.lease_key].append(batch)
     return chains
 
 
-def _chain_findings(lease_key: str, chain: Sequence[LandedBatch]) -> list[AuditFinding]:
+def _chain_findings(
+    lease_key: str,
+    chain: Sequence[LandedBatch],
+    named: set[tuple[str, ExtendedSequenceNumber, ExtendedSequenceNumber]],
+) -> list[AuditFinding]:
+    """The chain's gaps and overlaps; a gap the sink records as named lost (`named`) is reported with it."""
     findings = []
     for before, after in itertools.pairwise(chain):
-        if after.start == before.end:
+        if after.start == before.end or (lease_key, before.end, after.start) in named:
             continue
         kind = Finding.OVERLAP if after.start < before.end else Finding.GAP
         findings.append(

@@ -38,7 +38,7 @@ from typing import Any, ClassVar, Protocol
 import pyarrow as pa
 
 from lease_core.model.lease import Lease
-from lease_core.model.sequence import ExtendedSequenceNumber
+from lease_core.model.sequence import TRIM_HORIZON, ExtendedSequenceNumber
 from lease_core.ops.landed_audit import LandedBatch
 from sinks.batch_sink import BatchRange, RoundIdentity, RoundPublication, StagedBatch, StreamIncarnations, Visibility
 from sinks.dead_lettering import split_record
@@ -48,6 +48,7 @@ from sinks.table.lease_records import (
     RecordEntry,
     TableLeaseRecord,
     decode_position,
+    encode_position,
     held_position,
     position_text,
     positions_json,
@@ -119,6 +120,7 @@ class CommitPlan:
     positions: Mapping[str, LeasePosition]
     already_visible: int
     missing: tuple[str, ...]
+    losses: tuple[Mapping[str, Any], ...] = ()  # every named loss of the application's the table records
 
 
 @dataclass
@@ -155,6 +157,11 @@ class TableCommitter(abc.ABC):
         """The application's commits in effect in `head` (`TableHistory`)."""
 
     @abc.abstractmethod
+    def _committed_before(self, head: Any) -> bool:
+        """Whether the application ever committed to the table, its commits rolled back or expired since
+        included (what survives both: an Iceberg table property, the Delta transaction)."""
+
+    @abc.abstractmethod
     def _read_map(self, path: str) -> dict[str, Any]:
         """A position map's document; `SinkError` naming it when it cannot be read."""
 
@@ -180,9 +187,13 @@ class TableCommitter(abc.ABC):
 
     def positions_in(self, head: Any) -> dict[str, LeasePosition]:
         """The application's position map in effect in `head` ({} when it has none)."""
+        return lease_positions(self._map_in(head))
+
+    def _map_in(self, head: Any) -> Mapping[str, Any]:
+        """The document of the application's position map in effect in `head` (empty when it has none)."""
         history = self._history(head)
         path = history.commits[0].positions_path if history.commits else history.earlier
-        return {} if path is None else lease_positions(self._read_map(path))
+        return {"leases": {}} if path is None else self._read_map(path)
 
     def stream_names(self) -> set[str]:
         """The streams the application's position map in effect names (it keeps every lease it ever
@@ -236,6 +247,19 @@ class TableCommitter(abc.ABC):
                 for batch in document.get("batches", ())
                 if self._current(batch["lease"], leases.get(batch["lease"]))
             )
+        newest = documents[-1][1] if documents else self._read_map(history.earlier) if history.earlier else {}
+        landed.extend(
+            LandedBatch(
+                loss["lease"],
+                TRIM_HORIZON if loss["after"] is None else decode_position(loss["after"]),
+                decode_position(loss["end"]),
+                int(loss["round"]),
+                0,
+                lost=True,
+            )
+            for loss in newest.get("losses", ())
+            if self._current(loss["lease"], loss)
+        )
         return landed
 
     def _current(self, lease_key: str, held: Mapping[str, Any] | None) -> bool:
@@ -347,6 +371,7 @@ class TableCommitter(abc.ABC):
                 plan.positions,
                 [(receipt.batch, receipt.rows) for receipt in plan.receipts],
                 commit=commit_id,
+                losses=list(plan.losses),
             )
             try:
                 landed = self._commit(head, plan, document, self._summary(plan, identity, commit_id))
@@ -374,8 +399,15 @@ class TableCommitter(abc.ABC):
         """Every waiting batch past its lease's position in `head`, in order. A batch whose staged data
         is gone is named as lost; a batch that begins before the lease's position and ends after it is
         refused, named with both positions, with the lease's later batches (publishing it whole would
-        land records twice). The receipts are read once per publication, whatever the attempts."""
-        positions = self.positions_in(head)
+        land records twice). A batch that starts after the lease's position (or, in a table the
+        application committed to before, a lease's first batch that starts after a record) leaves records
+        out: named, and recorded in the position map with every loss named before (`losses`), which
+        outlives the history that shows the gap. The receipts are read once per publication, whatever
+        the attempts."""
+        document = self._map_in(head)
+        positions = lease_positions(document)
+        losses = list(document.get("losses", ()))
+        committed_before = self._committed_before(head)
         updated = dict(positions)
         receipts, already, missing = [], 0, []
         unread: list[str] = []
@@ -390,13 +422,15 @@ class TableCommitter(abc.ABC):
             staged.update(zip(unread, pool.map(self._staged_receipt, unread)))
         for key, record in sorted(waiting.items()):
             held = held_position(positions, key, identity.streams)
+            previous = held  # where the next entry's batch starts: its receipt may be gone
             for entry in sorted(record.entries, key=lambda entry: entry.end):
                 if held is not None and entry.end <= held:
                     already += 1
                     continue
-                receipt = staged[entry.receipt]
+                receipt, after = staged[entry.receipt], previous
+                previous = entry.end
                 if receipt is None:
-                    missing.append(f"{key}: the batch up to {entry.end}")
+                    missing.append(f"{key}: the batch {'' if after is None else f'after {after} '}up to {entry.end}")
                     continue
                 batch = receipt.batch
                 if held is not None and batch.start < held:
@@ -405,11 +439,6 @@ class TableCommitter(abc.ABC):
                         f"lease through {held} already, and publishing it whole would land records twice"
                     )
                     break
-                if held is not None and batch.start > held and identity.checks_continuity:
-                    missing.append(
-                        f"{key}: the table holds the lease through {held}, but its next batch starts after "
-                        f"{batch.start}: the records between are not in the table (rolled back, or skipped)"
-                    )
                 incarnation = identity.streams.get(batch.stream_name, (None, None))
                 if incarnation == (None, None) and ":" not in key:  # (a multi-stream key names its incarnation)
                     raise SinkError(
@@ -418,10 +447,34 @@ class TableCommitter(abc.ABC):
                         "are needed to record what the table holds of it (the batches wait for the next round)",
                         retryable=True,
                     )
+                position = LeasePosition(batch.stream_name, incarnation[0], incarnation[1], batch.end)
+                gap = self._gap(key, held, batch, committed_before) if identity.checks_continuity else None
+                if gap is not None:
+                    missing.append(gap)
+                    losses.append(loss_entry(key, position, held, batch.start, identity.round_number))
                 receipts.append(receipt)
-                updated[key] = LeasePosition(batch.stream_name, incarnation[0], incarnation[1], batch.end)
+                updated[key] = position
                 held = batch.end
-        return CommitPlan(receipts, updated, already, tuple(missing))
+        return CommitPlan(receipts, updated, already, tuple(missing), tuple(losses))
+
+    @staticmethod
+    def _gap(key: str, held: ExtendedSequenceNumber | None, batch: BatchRange, committed_before: bool) -> str | None:
+        """The records a batch leaves out of the table, named; None when it continues the lease's records.
+        A lease the table holds nothing of (of its stream's current incarnation) whose batch starts after
+        a record lost what came before when the application committed to the table before (its commits
+        were rolled back past the lease's first); in a table new to the application, the lease began
+        before the table did."""
+        if held is not None and batch.start > held:
+            return (
+                f"{key}: the table holds the lease through {held}, but its next batch starts after {batch.start}: "
+                "the records between are not in the table (rolled back, or skipped)"
+            )
+        if held is None and committed_before and not batch.start.is_sentinel:
+            return (
+                f"{key}: the table holds none of the lease's records, but its next batch starts after "
+                f"{batch.start}: the records up to there are not in the table (rolled back, or skipped)"
+            )
+        return None
 
     def _summary(self, plan: CommitPlan, identity: RoundIdentity, commit_id: str) -> dict[str, str]:
         shown = "; ".join(receipt.range_text() for receipt in plan.receipts[:RANGES_SHOWN])
@@ -435,6 +488,26 @@ class TableCommitter(abc.ABC):
             ),
             SUMMARY_RANGES: shown if hidden <= 0 else f"{shown}; and {hidden} more (see {SUMMARY_POSITIONS})",
         }
+
+
+def loss_entry(
+    key: str,
+    position: LeasePosition,
+    after: ExtendedSequenceNumber | None,
+    end: ExtendedSequenceNumber,
+    round_number: int,
+) -> dict[str, Any]:
+    """A named loss as the position map records it: the lease's records after `after` (None: from its
+    first) through `end`, of the stream incarnation of `position`, named by the round `round_number`."""
+    return {
+        "lease": key,
+        "stream": position.stream_name,
+        "arn": position.stream_arn,
+        "created": position.stream_created,
+        "after": None if after is None else encode_position(after),
+        "end": encode_position(end),
+        "round": round_number,
+    }
 
 
 def lease_positions(document: Mapping[str, Any]) -> dict[str, LeasePosition]:

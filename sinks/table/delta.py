@@ -272,12 +272,18 @@ class DeltaSink(TableCommitter):
         table = self.table()
         if table is None:
             return None
+        # Other writers' files hold the same values in other Arrow encodings (delta-rs' DELETE rewrites a
+        # file with `string_view` columns): each file is read in the table's types, so that they concatenate.
+        types = {field.name: field.type for field in pa.schema(table.schema().to_arrow())}
         parts = []
         with self.failures("read the table's files"):
             for uri in table.file_uris():
                 relative = self.relative_path(uri)
                 chosen = None if columns is None else list(columns)
-                parts.append(pq.read_table(pa.BufferReader(self.storage.read(relative)), columns=chosen))
+                part = pq.read_table(pa.BufferReader(self.storage.read(relative)), columns=chosen)
+                parts.append(
+                    part.cast(pa.schema([field.with_type(types.get(field.name, field.type)) for field in part.schema]))
+                )
         return pa.concat_tables(parts, promote_options="default") if parts else None
 
     def relative_path(self, uri: str) -> str:
@@ -472,6 +478,9 @@ class DeltaSink(TableCommitter):
     def _read_map(self, path: str) -> dict[str, Any]:
         return self._position_map(path.removeprefix(f"{self.location}/"))  # (absolute paths in early commits)
 
+    def _committed_before(self, head: DeltaTable) -> bool:
+        return self.transaction_version(head) > 0
+
     def transaction_version(self, table: DeltaTable) -> int:
         """The application's transaction version in `table` (0: none yet): the newest version any of its
         publishers claimed, including one a `RESTORE` rolled back since."""
@@ -485,6 +494,7 @@ class DeltaSink(TableCommitter):
         transaction as of the oldest entry left stands for what came before."""
         commits: list[OwnCommit] = []
         version, restored = head.version(), False
+        oldest_left = version  # the oldest entry read
         while version >= 0:
             info = self._commit_info(version)
             if info is None:  # cleaned up: what came before is in the checkpoint the log starts from
@@ -492,13 +502,17 @@ class DeltaSink(TableCommitter):
             if info.get("operation") == "RESTORE":
                 version, restored = self._restored_version(info, version), True
                 continue
+            oldest_left = version
             path = info.get(SUMMARY_POSITIONS)
             if info.get(SUMMARY_APPLICATION) == self.application and path:
                 commits.append(OwnCommit(version, str(path)))
             version -= 1
         if commits or version < 0:
             return TableHistory(tuple(commits))
-        before = head if not restored else self._table_at(version)
+        # After a RESTORE the transaction still names the rolled-back commits: the table as of the oldest
+        # entry read since the RESTORE (the restored version itself when its entry is gone) names the newest
+        # commit of the application at or before it.
+        before = head if not restored else self._table_at(version + 1 if oldest_left == version + 1 else version)
         claimed = self.transaction_version(before)
         return TableHistory((), self.positions_path(claimed) if claimed else None)
 
@@ -538,9 +552,15 @@ class DeltaSink(TableCommitter):
         raise SinkError(self._uri, f"the RESTORE at version {version} restored a version whose log entry is gone")
 
     def _table_at(self, version: int) -> DeltaTable:
-        """The table as of `version` (from the checkpoint the log keeps for it)."""
+        """The table as of `version`, a RESTORE's or the oldest the log keeps after one; `SinkError` when
+        log cleanup took it (what the table holds of the application cannot be told: never guessed)."""
         with self.failures(f"load the table as of version {version}, which a RESTORE restored"):
-            return DeltaTable(self.location, version=version, storage_options=self.storage_options)
+            try:
+                return DeltaTable(self.location, version=version, storage_options=self.storage_options)
+            except TableNotFoundError as error:
+                raise SinkError(
+                    self._uri, f"a RESTORE restored version {version}, which log cleanup removed since: {error}"
+                ) from error
 
     def read_receipt(self, receipt_id: str) -> DeltaReceipt:
         path = self.receipt_path(receipt_id)

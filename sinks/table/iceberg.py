@@ -446,14 +446,27 @@ class IcebergSink(TableCommitter):
             return table.scan(selected_fields=tuple(columns) if columns is not None else ("*",)).to_arrow()
 
     def _staged_receipt(self, receipt_id: str) -> _StagedFiles | None:
+        """The staged batch, None when its receipt, its manifest or any data file it lists is gone: an
+        orphan removal (Spark's `remove_orphan_files`) with a grace period shorter than the batch waited
+        deletes the staged data files no snapshot references, even when it leaves `metadata/kinesis-*`
+        alone, and a commit adding them would leave every reader of the table failing on files that are
+        gone."""
         table = self.table()
         if table is None:
             return None
         try:
             receipt = self.read_receipt(receipt_id, table)
-            return _StagedFiles(receipt, self._data_files(table, receipt))
+            staged = self.staged_data_files(table, receipt)
         except StagedBatchGone:
             return None
+        with self.failures(f"look for the staged files of {receipt.range_text()}"):
+            gone = [data.file_path for data in staged if not table.io.new_input(data.file_path).exists()]
+        if gone:
+            log.error(
+                "%s: the staged files %s of %s are gone; the batch is lost", self._uri, gone, receipt.range_text()
+            )
+            return None
+        return _StagedFiles(receipt, self._in_current_spec(table, receipt, staged))
 
     def _read_map(self, path: str) -> dict[str, Any]:
         table = self.table()
@@ -477,6 +490,9 @@ class IcebergSink(TableCommitter):
             and (path := snapshot.summary.get(SUMMARY_POSITIONS)) is not None
         )
         return TableHistory(commits) if commits else TableHistory((), self._expired_positions(head, lineage))
+
+    def _committed_before(self, head: Table) -> bool:
+        return self.positions_property in head.properties  # (properties are not rolled back, nor expired)
 
     @property
     def positions_property(self) -> str:
@@ -574,10 +590,9 @@ class IcebergSink(TableCommitter):
             with input_file.open() as stream:
                 return Receipt.from_json(stream.read())
 
-    def _data_files(self, table: Table, receipt: Receipt) -> list[DataFile]:
-        """The receipt's data files, rewritten into the table's partition spec if it changed since
-        they were staged (an append writes every file it adds into one manifest of the current spec)."""
-        staged = self.staged_data_files(table, receipt)
+    def _in_current_spec(self, table: Table, receipt: Receipt, staged: list[DataFile]) -> list[DataFile]:
+        """The receipt's data files (`staged`), rewritten into the table's partition spec if it changed
+        since they were staged (an append writes every file it adds into one manifest of the current spec)."""
         if receipt.spec_id == table.metadata.default_spec_id or not staged:
             return staged
         log.info(

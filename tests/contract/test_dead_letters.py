@@ -2,7 +2,7 @@
 rejects land exactly once in the dead-letter destination beside the output, with their batch, under
 the faults the output's batches are tested under; the rest of the batch lands once; a pipeline that
 fails on bad records, or whose processing fails wholesale, moves nothing. Kinesis is a shard in
-memory (`tests/support/kinesis_shard.py`)."""
+memory (`devtools/memory_shard.py`)."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from collections.abc import Callable, Mapping
 import pyarrow as pa
 import pytest
 
+from devtools.memory_shard import InMemoryShard
 from lease_core.lifecycle.lease_holder import HeldLease
 from lease_core.model.lease import Lease
 from lease_core.model.lease_keys import LeaseKeyScheme
@@ -27,7 +28,6 @@ from spark_jobs.dead_letters import BadRecordPolicy, dead_letter_table
 from spark_jobs.decode import Decoder, RecordContext, RejectedRecord
 from spark_jobs.lease_consumer import LeaseBudget, LeaseConsumer, LeaseContext
 from spark_jobs.round_report import LeaseReport, Outcome
-from tests.support.kinesis_shard import InMemoryShard
 from tests.support.sinks_under_test import (
     APPLICATION,
     STREAM,

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from devtools.memory_shard import InMemoryShard
 from lease_core.config.settings import ConsumerConfig
 from lease_core.model.lease import HashKeyRange
 from lease_core.model.sequence import SHARD_END
@@ -18,7 +19,6 @@ from spark_jobs.dead_letters import BadRecordPolicy
 from spark_jobs.round_report import Outcome
 from tests.contract.test_dead_letters import SHARD, _failing_dead_letters, a_round, decoder_rejecting, owned_store
 from tests.support.iceberg_tables import URI
-from tests.support.kinesis_shard import InMemoryShard
 from tests.support.sinks_under_test import STREAM, IcebergUnderTest, dead_letters, end_round, round_sink
 
 HALF = 2**127

@@ -4,7 +4,7 @@ zombie's late copy of a batch, a finished lease whose last batch is not visible 
 retried while its first try is in progress. The cases that depend on the sink run over every sink
 (`tests/support/sinks_under_test.py`): a Parquet dataset, whose slots make each batch visible right
 after its commit, and an Iceberg table, whose driver makes a round's batches visible at its end.
-Kinesis is a shard in memory (`tests/support/kinesis_shard.py`)."""
+Kinesis is a shard in memory (`devtools/memory_shard.py`)."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from types import SimpleNamespace
 
 import botocore.exceptions
 
+from devtools.memory_shard import InMemoryShard
 from lease_core.lifecycle.lease_holder import HeldLease
 from lease_core.lifecycle.lease_lifecycle import apply_cleanup, create_child_leases, plan_lease_cleanup
 from lease_core.model.lease import HashKeyRange, Lease
@@ -30,7 +31,6 @@ from spark_jobs.lease_consumer import LeaseBudget, LeaseConsumer, LeaseContext
 from spark_jobs.round_report import LeaseReport, Outcome, RoundReport, SlotReport
 from spark_jobs.slot_task import SlotTask
 from tests.support.faults import FaultInjectingClient, client_error
-from tests.support.kinesis_shard import InMemoryShard
 from tests.support.sinks_under_test import APPLICATION, STREAM, SinkUnderTest, StagedDataGone, end_round
 from tests.support.stores import FAST_RETRIES, dynamodb_store
 

@@ -7,6 +7,7 @@ harness); the record is read as `leasectl verify` and `restore` read it (`audit_
 
 from __future__ import annotations
 
+import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -15,6 +16,9 @@ import pytest
 from deltalake import DeltaTable
 from pyiceberg.table.snapshots import ancestors_of
 
+from devtools.memory_shard import InMemoryShard
+from devtools.table_operations import DeltaAtHand, IcebergAtHand, TableAtHand, library_identities, table_at_hand
+from devtools.table_rounds import SHARDS, TableRounds
 from lease_core.lifecycle.lease_holder import HeldLease
 from lease_core.model.lease import Lease
 from lease_core.model.lease_keys import LeaseKeyScheme
@@ -31,7 +35,6 @@ from sinks.table.iceberg_maintenance import expire_snapshots
 from spark_jobs.lease_consumer import LeaseBudget, LeaseConsumer, LeaseContext
 from spark_jobs.round_publication import publish_committed_batches
 from tests.support.iceberg_tables import URI, faulty_catalog
-from tests.support.kinesis_shard import InMemoryShard
 from tests.support.stores import FAST_RETRIES
 
 APPLICATION = "app"
@@ -280,3 +283,158 @@ def test_a_round_that_could_not_describe_its_stream_publishes_nothing_and_the_ne
     rounds.streams = FIRST_INCARNATION
     assert rounds.run() == []
     assert visible(table.sink()) == list(range(100, 104))
+
+
+# --- 6. found by the table-operations campaign (bench/table_operations.py) ------------------------
+
+
+@pytest.fixture(params=["iceberg", "delta"])
+def at_hand(request: pytest.FixtureRequest, tmp_path: Path) -> TableAtHand:
+    return table_at_hand(request.param, tmp_path)
+
+
+def landed(at_hand: TableAtHand) -> list[int]:
+    return sorted(int(identity[2]) for identity in library_identities(at_hand.open_sink({})))
+
+
+def test_batches_whose_staged_data_files_an_orphan_removal_deleted_are_named_lost_and_never_committed(at_hand):
+    """The driver died before publishing; an orphan removal that leaves the sink's own folders alone
+    (`metadata/kinesis-*`, `_kinesis/`) but has no grace period deletes the staged data files, which
+    no snapshot or log entry references. Committing them would leave every reader failing on files
+    that are gone (Iceberg did): the next round names the batches lost instead."""
+    rounds = TableRounds(at_hand.open_sink)
+    rounds.produce(SHARDS[0], 2)
+    assert rounds.run().named_losses == ()
+    rounds.produce(SHARDS[0], 3)
+    assert not rounds.run(publish=False).published
+    at_hand.operations()["orphan removal (exclusions kept)"](random.Random(1))
+
+    result = rounds.run()
+
+    assert result.error is None
+    assert result.named_losses == (f"{SHARDS[0]}: the batch after {rounds.base + 2} up to {rounds.base + 5}",)
+    assert landed(at_hand) == [rounds.base + 1, rounds.base + 2]
+    analyst = at_hand.analyst()
+    assert analyst is not None and analyst.count() == 2
+    assert any(finding.finding.is_fault for finding in rounds.verify())
+
+
+def test_a_table_another_writer_deleted_from_with_delta_rs_is_read_whole(tmp_path):
+    """delta-rs' DELETE rewrites a file with `string_view` columns: the sink's reads take every file in
+    the table's types."""
+    at_hand = DeltaAtHand(tmp_path)
+    rounds = TableRounds(at_hand.open_sink)
+    rounds.produce(SHARDS[0], 3)
+    rounds.run()
+    delta = at_hand.table()
+    assert delta is not None
+    delta.delete(f"sequence_number = '{rounds.base + 2}'")  # the file's other rows are written anew
+    rounds.produce(SHARDS[0], 1)
+    rounds.run()
+    assert landed(at_hand) == [rounds.base + 1, rounds.base + 3, rounds.base + 4]
+
+
+def roll_back_to(at_hand: TableAtHand, commit: int) -> None:
+    """Another tool's rollback (Iceberg) or RESTORE (Delta) to the table as of `commit` (a snapshot id, a version)."""
+    if isinstance(at_hand, DeltaAtHand):
+        delta = at_hand.table()
+        assert delta is not None
+        delta.restore(commit)
+        return
+    assert isinstance(at_hand, IcebergAtHand)
+    iceberg = at_hand.table()
+    assert iceberg is not None
+    iceberg.manage_snapshots().rollback_to_snapshot(commit).commit()
+
+
+def head_of(at_hand: TableAtHand) -> int:
+    if isinstance(at_hand, DeltaAtHand):
+        delta = at_hand.table()
+        assert delta is not None
+        return delta.version()
+    assert isinstance(at_hand, IcebergAtHand)
+    iceberg = at_hand.table()
+    assert iceberg is not None and iceberg.current_snapshot() is not None
+    return iceberg.current_snapshot().snapshot_id  # type: ignore[union-attr]
+
+
+def test_a_rollback_past_a_recreated_streams_first_commits_is_named_by_the_next_round(at_hand):
+    """The table holds nothing of the new stream's lease any more, and the lease's record dropped its
+    first batch (its next commit found it in the table): the batch the record still names starts after
+    records the table lacks. Before, the publication had no position to compare with and landed it
+    without a word."""
+    rounds = TableRounds(at_hand.open_sink)
+    rounds.produce(SHARDS[1], 2)
+    assert rounds.run().named_losses == ()
+    before_the_new_stream = head_of(at_hand)
+    rounds.recreate_stream()
+    rounds.produce(SHARDS[1], 3)
+    assert rounds.run().named_losses == ()
+    rounds.produce(SHARDS[1], 1)
+    assert rounds.run().named_losses == ()
+    roll_back_to(at_hand, before_the_new_stream)
+    rounds.produce(SHARDS[1], 1)
+
+    losses = rounds.run().named_losses
+
+    assert losses == (
+        f"{SHARDS[1]}: the table holds none of the lease's records, but its next batch starts after "
+        f"{rounds.base + 3}: the records up to there are not in the table (rolled back, or skipped)",
+    )
+    assert [finding.finding for finding in rounds.verify() if finding.finding.is_fault] == [Finding.GAP]
+
+
+def cut_the_history(at_hand: TableAtHand) -> None:
+    """Another tool's expiry of every snapshot but the head (Iceberg), or a checkpoint and log cleanup (Delta)."""
+    operation = "expire all but head" if at_hand.family == "iceberg" else "log cleanup after a checkpoint"
+    assert at_hand.operations()[operation](random.Random(1)) is not None
+
+
+def test_a_named_loss_stays_on_verifys_record_after_the_history_that_showed_it_is_gone(at_hand):
+    """A rollback, a named gap, then expiry (or log cleanup) of the commits on both sides of it: the
+    position maps carry every loss a round named, so verify never agrees over it."""
+    rounds = TableRounds(at_hand.open_sink)
+    rounds.produce(SHARDS[0], 2)
+    rounds.run()
+    first = head_of(at_hand)
+    rounds.produce(SHARDS[0], 2)
+    rounds.run()
+    rounds.produce(SHARDS[0], 2)
+    rounds.run()
+    roll_back_to(at_hand, first)
+    rounds.produce(SHARDS[0], 2)
+    assert len(rounds.run().named_losses) == 1
+    rounds.produce(SHARDS[0], 1)
+    rounds.run()
+
+    cut_the_history(at_hand)
+
+    assert landed(at_hand) == [rounds.base + number for number in (1, 2, 5, 6, 7, 8, 9)]
+    findings = [finding.render() for finding in rounds.verify() if finding.finding.is_fault]
+    assert findings == [
+        f"{SHARDS[0]}: gap: round 4 named the records after {rounds.base + 2} through {rounds.base + 4} lost: the "
+        "sink does not hold them"
+    ]
+
+
+def test_a_restore_to_the_version_log_cleanup_starts_from_leaves_the_rounds_going(tmp_path):
+    """The log before a checkpoint cleaned up, then a RESTORE to the checkpoint's version: the table as
+    of the oldest entry left names the application's map (the sink loaded the version before it, which
+    is gone, and every round failed)."""
+    at_hand = DeltaAtHand(tmp_path)
+    rounds = TableRounds(at_hand.open_sink)
+    for _ in range(3):
+        rounds.produce(SHARDS[0], 2)
+        rounds.run()
+    cut_the_history(at_hand)
+    checkpointed = head_of(at_hand)
+    rounds.produce(SHARDS[0], 2)
+    rounds.run()
+    roll_back_to(at_hand, checkpointed)
+    rounds.produce(SHARDS[0], 1)
+
+    result = rounds.run()
+
+    assert (result.error, result.named_losses) == (None, ())
+    assert landed(at_hand) == [rounds.base + number for number in range(1, 10)]
+    assert [finding for finding in rounds.verify() if finding.finding.is_fault] == []

@@ -75,3 +75,22 @@ def test_restore_moves_leases_behind_the_sink_forward_and_names_the_ones_the_tab
         ("shardId-000000000003", at(9)),
     ]
     assert missing == ["shardId-000000000009"]
+
+
+LOST = LandedBatch(KEY, at(20), at(25), 3, 0, lost=True)
+
+
+@pytest.mark.parametrize(
+    "landed",
+    [
+        pytest.param([*CHAIN, batch(at(25), at(30), 3), LOST], id="the-gap-in-the-chain-too"),
+        pytest.param([batch(at(30), at(30), 3), LOST], id="the-history-of-the-gap-expired"),
+    ],
+)
+def test_a_range_the_sink_records_as_named_lost_is_one_gap_and_never_a_restore_target(landed):
+    findings = audit_landed([Lease(KEY, checkpoint=at(30))], landed, {})
+    assert [(finding.finding, finding.detail) for finding in findings] == [
+        (Finding.GAP, "round 3 named the records after 20 through 25 lost: the sink does not hold them")
+    ]
+    restores, _ = plan_restore([Lease(KEY, checkpoint=TRIM_HORIZON)], landed)
+    assert [restore.target for restore in restores] == [at(30)]

@@ -23,7 +23,7 @@ class InMemoryShard:
     records; an open one answers MillisBehindLatest 0 there, its tip."""
 
     def __init__(self, numbers: range, children: Sequence[ChildShard] = ()) -> None:
-        self.records = [
+        self.records: list[dict[str, Any]] = [
             {
                 "SequenceNumber": str(number),
                 "ApproximateArrivalTimestamp": ARRIVAL + timedelta(seconds=index),
