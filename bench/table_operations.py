@@ -23,10 +23,13 @@ silently*. After every round that published, `leasectl verify`'s check (`audit_l
 table's `landed_batches` and the leases' `awaiting_from`) must not agree (no fault) while a record a
 lease committed is missing from the table: that is a *false agreement*. Each figure is charged to the
 operation that took the records from the table (a rollback, a delete), else to the last operation
-before the round that named them. A user's delete of the application's rows is neither named by a
-round nor seen by verify (docs/operating.md, "Other tools on the table"): its losses are counted
-apart (*lost, documented*). Exit status 1 on a duplicate, a silent loss, a false agreement, two reads
-that differ, or a round that failed unexpectedly.
+before the round that named them. A user's delete of the application's rows, a rollback that
+takes out records of a stream's former incarnation (the stream was re-created since, and the
+application has no lease of it left), and committed batches that were still waiting for a round's
+publication when the lease table was lost or torn down, are neither named by a round nor seen by
+verify (docs/operating.md, "Other tools on the table"): their losses are counted apart (*lost,
+documented*). Exit status 1 on a duplicate, a silent loss, a false agreement, two reads that differ,
+or a round that failed unexpectedly.
 """
 
 from __future__ import annotations
@@ -48,7 +51,15 @@ sys.path.insert(0, str(REPOSITORY))
 
 from devtools.analyst_reads import Identity  # noqa: E402
 from devtools.table_operations import Done, TableAtHand, library_identities, table_at_hand  # noqa: E402
-from devtools.table_rounds import SHARDS, STREAM, RoundResult, TableRounds, base_of  # noqa: E402
+from devtools.table_rounds import (  # noqa: E402
+    BASE_STEP,
+    FIRST_BASE,
+    SHARDS,
+    STREAM,
+    RoundResult,
+    TableRounds,
+    base_of,
+)
 from lease_core.errors import LeaseCoreError  # noqa: E402
 
 DRIVER_DIES = "driver dies before publishing"
@@ -61,12 +72,17 @@ DRIVER_DEATH_SHARE = 0.15
 RARE = {STOPS_THE_SINK: 0.25}
 # Losses no round can name and verify cannot see (docs/operating.md, "Other tools on the table"): shown
 # apart, as documented, and not a violation.
-DOCUMENTED = {"user deletes our rows"}
+PAST_INCARNATION = "(taken from a re-created stream's former incarnation)"
+LEASE_TABLE_GONE = "(unpublished when the lease table went)"
+DOCUMENTED = {"user deletes our rows", PAST_INCARNATION, LEASE_TABLE_GONE}
 DRAIN_ROUNDS = 3
 # A named loss: "<lease>: ... after <position> ... up to <position>", "through <held>, but its next batch
 # starts after <start>" (the records between), or "none of the lease's records, but ... after <start>".
 UP_TO = re.compile(r"^(?P<lease>[^:]+): the batch (?:after (?P<after>\S+) )?up to (?P<end>\S+)")
 GAP = re.compile(r"^(?P<lease>[^:]+): the table holds the lease through (?P<after>\S+), .* starts after (?P<end>\S+):")
+COMMITTED = re.compile(
+    r"^(?P<lease>[^:]+): the table holds the lease through (?P<after>\S+), but it is committed through (?P<end>\S+) "
+)
 NONE_HELD = re.compile(r"^(?P<lease>[^:]+): the table holds none of the lease's records, .* starts after (?P<end>\S+):")
 
 
@@ -100,10 +116,15 @@ class NamedLoss:
         )
 
 
+def incarnation_of(number: int) -> int:
+    """The stream incarnation whose records are numbered from `base_of(incarnation)` on."""
+    return (FIRST_BASE - number) // BASE_STEP + 1 if number <= FIRST_BASE else 0
+
+
 def named_losses(lines: tuple[str, ...], incarnation: int) -> list[NamedLoss]:
     ranges = []
     for line in lines:
-        match = UP_TO.match(line) or GAP.match(line) or NONE_HELD.match(line)
+        match = UP_TO.match(line) or GAP.match(line) or COMMITTED.match(line) or NONE_HELD.match(line)
         if match is None:
             raise AssertionError(f"a named loss the campaign cannot read: {line!r}")
         after = match.groupdict().get("after")
@@ -226,18 +247,40 @@ class Campaign:
             self.figures[kind].not_applicable += 1
             return
         for identity in before - set(self._identities()):
-            episode.taken_by.setdefault(identity, kind)
+            # Records of a stream incarnation the application no longer has leases of (the stream was
+            # re-created since): no round can name them and verify has no lease to judge them by.
+            earlier = incarnation_of(int(identity[2])) < episode.rounds.incarnation
+            episode.taken_by[identity] = PAST_INCARNATION if earlier else kind  # (the last to take it)
 
     def _identities(self) -> list[Identity]:
         return library_identities(self.episode.at_hand.open_sink({}))
 
     def _recreate(self, rng: random.Random) -> Done:
+        self._unpublished_with_the_lease_table()
         self.episode.rounds.recreate_stream()
         return Done("the stream deleted and created again")
 
     def _restore(self) -> Done:
+        self._unpublished_with_the_lease_table()
         restores = self.episode.rounds.restore_lost_lease_table()
         return Done(f"restored {len(restores)} lease(s)")
+
+    def _unpublished_with_the_lease_table(self) -> None:
+        """The lease table is about to go (lost, or torn down with its stream): the committed records the
+        table does not hold (a driver died before its publication) go with the leases' records of them."""
+        episode, rounds = self.episode, self.episode.rounds
+        present = set(self._identities())
+        episode.note_checkpoints()
+        for shard in SHARDS:
+            checkpoint = rounds.checkpoint(shard)
+            if checkpoint.is_sentinel:
+                continue
+            for number in range(rounds.base + 1, int(checkpoint.sequence_number) + 1):
+                identity = episode.identity(rounds.incarnation, shard, number)
+                if identity not in present and not any(
+                    loss.covers(rounds.incarnation, shard, number) for loss in episode.named
+                ):
+                    episode.taken_by[identity] = LEASE_TABLE_GONE
 
     def _round(self, *, publish: bool = True, during: Callable[[], object] | None = None) -> RoundResult:
         episode = self.episode

@@ -26,7 +26,7 @@ from __future__ import annotations
 import enum
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 from urllib.parse import urlsplit
 
@@ -83,6 +83,10 @@ class RoundIdentity:
     # Whether each lease's batches continue where the table holds it: a round's do, a dead-letter
     # replay's pseudo leases do not (each group starts at its own first record).
     checks_continuity: bool = True
+    # Each lease's committed checkpoint as the round ended (the lease table scan the publication is
+    # made from): a table that holds a lease short of it, with no batch waiting to fill the difference,
+    # lacks those records for good (a rollback took them out), and its publication names them.
+    checkpoints: Mapping[str, ExtendedSequenceNumber] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

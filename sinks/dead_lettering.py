@@ -26,6 +26,7 @@ from __future__ import annotations
 import functools
 import json
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from urllib.parse import urlsplit
 
 import pyarrow as pa
@@ -196,7 +197,8 @@ class DeadLetteringSink:
         dead, failure = RoundPublication(0, 0, 0), None
         if dead_records:
             try:
-                dead = self.dead_letters.publish_round(dead_records, identity)
+                # (the dead letters hold only the batches that had some: no checkpoint says what they lack)
+                dead = self.dead_letters.publish_round(dead_records, replace(identity, checkpoints={}))
             except SinkError as error:  # the output's committed batches do not wait for them
                 failure = error
         output = self.output.publish_round(

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from dataclasses import replace
 
 from lease_core.application import LeaseApplication
 from lease_core.errors import LeaseCoreError
@@ -28,6 +29,7 @@ def publish_committed_batches(
 ) -> tuple[Publication, tuple[str, ...]]:
     """The round's publication and the committed batches it found gone ("lease key: batch")."""
     records = {lease.lease_key: lease.committed_batch for lease in leases if lease.committed_batch}
+    identity = replace(identity, checkpoints={lease.lease_key: lease.checkpoint for lease in leases})
     try:
         published = sink.publish_round(records, identity)
     except Exception as error:  # a sink's own failure, or a library's it did not expect: the round says it

@@ -121,6 +121,7 @@ class CommitPlan:
     already_visible: int
     missing: tuple[str, ...]
     losses: tuple[Mapping[str, Any], ...] = ()  # every named loss of the application's the table records
+    settled: int = 0  # leases whose position moves to their checkpoint over records named lost, without a batch
 
 
 @dataclass
@@ -153,8 +154,9 @@ class TableCommitter(abc.ABC):
         """The table as it is now, read afresh; None when there is none."""
 
     @abc.abstractmethod
-    def _history(self, head: Any) -> TableHistory:
-        """The application's commits in effect in `head` (`TableHistory`)."""
+    def _history(self, head: Any, *, complete: bool) -> TableHistory:
+        """The application's commits in effect in `head` (`TableHistory`): all of them when `complete`,
+        else at least the newest (what the position map in effect needs)."""
 
     @abc.abstractmethod
     def _committed_before(self, head: Any) -> bool:
@@ -191,7 +193,7 @@ class TableCommitter(abc.ABC):
 
     def _map_in(self, head: Any) -> Mapping[str, Any]:
         """The document of the application's position map in effect in `head` (empty when it has none)."""
-        history = self._history(head)
+        history = self._history(head, complete=False)
         path = history.commits[0].positions_path if history.commits else history.earlier
         return {"leases": {}} if path is None else self._read_map(path)
 
@@ -215,7 +217,7 @@ class TableCommitter(abc.ABC):
         head = self._head()
         if head is None:
             return []
-        history = self._history(head)
+        history = self._history(head, complete=True)
         documents = [(commit.ref, self._read_map(commit.positions_path)) for commit in reversed(history.commits)]
         base_ref = documents[0][0] if documents else 0
         if documents:
@@ -353,16 +355,18 @@ class TableCommitter(abc.ABC):
             for key, record in records.items()
             if (decoded := self.RECORD.decode(record)) is not None and decoded.entries
         }
-        if not waiting:
+        if not waiting and not identity.checkpoints:
             return RoundPublication(0, 0, 0)
         commit_id = uuid.uuid4().hex
         staged: dict[str, StagedReceipt | None] = {}  # receipt id -> the staged batch, read once for every attempt
         for _ in range(COMMIT_ATTEMPTS):
             head = self._head()
+            if head is None and not waiting:
+                return RoundPublication(0, 0, 0)
             if head is None:
                 raise SinkError(self.uri, "the table is gone: committed batches were staged into it")
             plan = self._plan(head, waiting, identity, staged)
-            if not plan.receipts:
+            if not plan.receipts and not plan.settled:
                 return RoundPublication(0, 0, plan.already_visible, plan.missing)
             document = positions_json(
                 self.POSITIONS_FORMAT,
@@ -420,6 +424,8 @@ class TableCommitter(abc.ABC):
             )
         with ThreadPoolExecutor(max_workers=STAGED_READERS) as pool:  # object store round trips, at once
             staged.update(zip(unread, pool.map(self._staged_receipt, unread)))
+        unsettled = set()  # leases with a batch refused (or lost, unrecorded): their checkpoint says nothing more
+        settled = 0  # leases whose position moves over records named lost, without a batch
         for key, record in sorted(waiting.items()):
             held = held_position(positions, key, identity.streams)
             previous = held  # where the next entry's batch starts: its receipt may be gone
@@ -431,6 +437,14 @@ class TableCommitter(abc.ABC):
                 previous = entry.end
                 if receipt is None:
                     missing.append(f"{key}: the batch {'' if after is None else f'after {after} '}up to {entry.end}")
+                    lost = self._lost_position(key, entry.end, updated, identity)
+                    if lost is None:  # no stream to record it under: named only
+                        unsettled.add(key)
+                        continue
+                    # On record, and the table's position past it: the lease's next batch continues there.
+                    losses.append(loss_entry(key, lost, after, entry.end, identity.round_number))
+                    updated[key], held = lost, entry.end
+                    settled += 1
                     continue
                 batch = receipt.batch
                 if held is not None and batch.start < held:
@@ -438,6 +452,7 @@ class TableCommitter(abc.ABC):
                         f"{key}: the batch after {batch.start} up to {batch.end} was refused: the table holds the "
                         f"lease through {held} already, and publishing it whole would land records twice"
                     )
+                    unsettled.add(key)
                     break
                 incarnation = identity.streams.get(batch.stream_name, (None, None))
                 if incarnation == (None, None) and ":" not in key:  # (a multi-stream key names its incarnation)
@@ -455,7 +470,47 @@ class TableCommitter(abc.ABC):
                 receipts.append(receipt)
                 updated[key] = position
                 held = batch.end
-        return CommitPlan(receipts, updated, already, tuple(missing), tuple(losses))
+        for key, checkpoint in sorted(identity.checkpoints.items()):
+            held = held_position(updated, key, identity.streams)
+            if key in unsettled or held is None or checkpoint.is_sentinel or checkpoint <= held:
+                continue
+            # Committed, not in the table, and named by no batch waiting for it: a rollback took the batches
+            # out after the lease's record had dropped them. Named once: the table's position moves to the
+            # checkpoint with the loss on record, and the lease's next batch continues from there.
+            current = updated[key]
+            arn, created = identity.streams.get(current.stream_name, (current.stream_arn, current.stream_created))
+            position = LeasePosition(current.stream_name, arn, created, checkpoint)
+            missing.append(
+                f"{key}: the table holds the lease through {held}, but it is committed through {checkpoint} and no "
+                "batch waits to fill the difference: the records between are not in the table (rolled back)"
+            )
+            losses.append(loss_entry(key, position, held, checkpoint, identity.round_number))
+            updated[key] = position
+            settled += 1
+        return CommitPlan(receipts, updated, already, tuple(missing), tuple(losses), settled)
+
+    @staticmethod
+    def _lost_position(
+        key: str, end: ExtendedSequenceNumber, positions: Mapping[str, LeasePosition], identity: RoundIdentity
+    ) -> LeasePosition | None:
+        """The lease's position at `end`, past a batch named lost whose staged data is gone (so its stream
+        is not known from it): of the stream the table holds the lease in, else the one a multi-stream
+        key names, else the round's only stream. None when none of them tells."""
+        known = positions.get(key)
+        if known is not None:
+            name = known.stream_name
+        elif key.count(":") >= 3:  # account:stream:creation epoch:shard
+            name = key.split(":")[1]
+        elif len(identity.streams) == 1:
+            (name,) = identity.streams
+        else:
+            return None
+        arn, created = identity.streams.get(name, (None, None))
+        if (arn, created) == (None, None) and known is not None:
+            arn, created = known.stream_arn, known.stream_created
+        if (arn, created) == (None, None) and ":" not in key:  # never a position without its incarnation
+            return None
+        return LeasePosition(name, arn, created, end)
 
     @staticmethod
     def _gap(key: str, held: ExtendedSequenceNumber | None, batch: BatchRange, committed_before: bool) -> str | None:

@@ -487,7 +487,7 @@ class DeltaSink(TableCommitter):
         with self.failures("read the application's transaction"):
             return table.transaction_version(self.app_id) or 0
 
-    def _history(self, head: DeltaTable) -> TableHistory:
+    def _history(self, head: DeltaTable, *, complete: bool) -> TableHistory:
         """The application's commits the table's state descends from, newest first: the log read back
         from the head, a `RESTORE` followed to the version it restored (the commits between are rolled
         back, whatever the transaction says). Where log cleanup removed the older entries, the map of the
@@ -506,6 +506,8 @@ class DeltaSink(TableCommitter):
             path = info.get(SUMMARY_POSITIONS)
             if info.get(SUMMARY_APPLICATION) == self.application and path:
                 commits.append(OwnCommit(version, str(path)))
+                if not complete:  # one log entry read per version back to it, not the whole log
+                    break
             version -= 1
         if commits or version < 0:
             return TableHistory(tuple(commits))

@@ -477,10 +477,11 @@ class IcebergSink(TableCommitter):
                 document: dict[str, Any] = json.loads(stream.read())
         return document
 
-    def _history(self, head: Table) -> TableHistory:
+    def _history(self, head: Table, *, complete: bool) -> TableHistory:
         """The application's snapshots in `main`'s history, newest first. When expiry left none of
         them there, the map the table property names, if its snapshot was in `main`'s history when it
-        was expired (`_expired_positions`)."""
+        was expired (`_expired_positions`). (`main`'s history is in the table's metadata already: it is
+        read whole either way.)"""
         lineage = list(ancestors_of(head.current_snapshot(), head.metadata))
         commits = tuple(
             OwnCommit(snapshot.snapshot_id, path)

@@ -78,8 +78,9 @@ class Rounds:
     def produce(self, records: int) -> None:
         self.count += records
 
-    def run(self) -> list[str]:
-        """One round: the slot's lease consumer, then the driver's publication; the publication's losses."""
+    def run(self, *, publish: bool = True) -> list[str]:
+        """One round: the slot's lease consumer, then (unless its driver dies first) the driver's
+        publication; the publication's losses."""
         self.number += 1
         shard = InMemoryShard(range(self.first, self.first + self.count))
         lease = self.store.get_lease(SHARD, consistent=True)
@@ -98,6 +99,8 @@ class Rounds:
             closed_shards={},
         )
         LeaseConsumer(held, STREAM, SHARD, LeaseKeyScheme(), SLOT, context).run()
+        if not publish:
+            return []
         identity = RoundIdentity(APPLICATION, self.number, self.streams)
         publication, gone = publish_committed_batches(self.table.sink(self.streams), identity, self.store.list_leases())
         assert publication.error is None, publication.error
@@ -438,3 +441,55 @@ def test_a_restore_to_the_version_log_cleanup_starts_from_leaves_the_rounds_goin
     assert (result.error, result.named_losses) == (None, ())
     assert landed(at_hand) == [rounds.base + number for number in range(1, 10)]
     assert [finding for finding in rounds.verify() if finding.finding.is_fault] == []
+
+
+# --- losses the publication names once and the table keeps on record ---------------------------------
+
+
+def test_a_lease_committed_past_the_table_with_no_batch_waiting_is_named_once_and_kept_on_record(table):
+    """An operator's forward reset skips records (as a rollback that took out batches the lease's record
+    had already dropped leaves them): the next publication names the records between the table's
+    position and the checkpoint, once, and verify reports them from then on."""
+    rounds = three_rounds(table)
+    rounds.produce(4)
+    lease = rounds.store.get_lease(SHARD, consistent=True)
+    assert lease is not None and rounds.store.reset_checkpoint(lease, ExtendedSequenceNumber("115")).applied
+
+    losses = rounds.run()
+
+    assert len(losses) == 1 and "through 111" in losses[0] and "committed through 115" in losses[0], losses
+    assert Finding.GAP in verify(rounds)
+    rounds.produce(2)
+    assert rounds.run() == [], "named once"
+    assert visible(table.sink()) == [*range(100, 112), 116, 117]
+    assert Finding.GAP in verify(rounds)
+
+
+def test_a_batch_whose_staged_data_was_deleted_before_its_publication_is_named_once_and_kept_on_record(table):
+    rounds = three_rounds(table)
+    rounds.produce(4)
+    rounds.run(publish=False)  # the driver died: (111, 115] is committed and staged, not published
+    delete_staged_batches(table)
+
+    losses = rounds.run()
+
+    assert len(losses) == 1 and "after 111 up to 115" in losses[0], losses
+    rounds.produce(2)
+    assert rounds.run() == [], "named once"
+    assert visible(table.sink()) == [*range(100, 112), 116, 117]
+    assert Finding.GAP in verify(rounds)
+
+
+def delete_staged_batches(table: TableUnderTest) -> None:
+    """What an orphan removal run with too short a grace period deletes: every staged receipt."""
+    sink = table.sink()
+    if isinstance(sink, DeltaSink):
+        staged = [file.path for file in sink.storage.listing("_kinesis/staged")]
+        sink.storage.delete(staged)
+        return
+    assert isinstance(sink, IcebergSink)
+    iceberg = sink.table(refresh=True)
+    assert iceberg is not None
+    folder = Path(sink.staging_location(iceberg).removeprefix("file://"))
+    for receipt in folder.glob("*.json"):
+        receipt.unlink()

@@ -1,8 +1,8 @@
 """A short table-operations campaign (`bench/table_operations.py`, run as the command it is): ~30 of
 other tools' operations per format on Iceberg and Delta, between and during rounds, for a few seeds.
 The campaign judges every committed record (duplicated, lost silently, verify's false agreements) and
-exits 1 on a violation. The seeds are ones the campaign passes: others still meet the open faults of
-docs/operating.md ("Other tools on the table"), which the long runs count."""
+exits 1 on a violation. The seeds are the first three; the long runs of docs/operating.md ("Other tools
+on the table") take more."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ import pytest
 REPOSITORY = Path(__file__).resolve().parents[2]
 
 
-@pytest.mark.parametrize("seed", [3, 9])
+@pytest.mark.parametrize("seed", [1, 2, 3])
 def test_a_short_campaign_of_other_tools_operations_lands_every_record_once(seed):
     command = [sys.executable, str(REPOSITORY / "bench" / "table_operations.py"), "--seed", str(seed)]
     finished = subprocess.run(
