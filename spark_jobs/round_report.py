@@ -352,7 +352,7 @@ class RoundReport:
         for loss in self.totals.retention_losses:
             lines.append(f"  LOSS: {loss.description}")
         for batch in self.totals.missing_batches:
-            lines.append(f"  LOSS: {batch}: committed, but its file was deleted before it was visible in the sink")
+            lines.append(f"  LOSS: {missing_batch_loss(batch)}")
         for lease in sorted((lease for slot in self.slots for lease in slot.leases), key=lambda lease: lease.lease_key):
             if lease.dead_lettered:
                 lines.append(
@@ -723,3 +723,13 @@ def _s3_location(uri: str) -> tuple[str, str]:
     if not bucket or not key:
         raise ConfigurationError("report_uri", f"an S3 report URI needs a bucket and a key, got {uri!r}")
     return bucket, key
+
+
+def missing_batch_loss(batch: str) -> str:
+    """A committed batch the sink names lost, as the report and the round's alert say it. An entry is
+    `<lease key>: <batch>` when its staged file was deleted before it was visible (the slots' and the
+    sinks' own word for that); a table sink that finds records lost otherwise (a rollback, a skip) says
+    why after a second `: `, and is shown as it is."""
+    if batch.count(": ") > 1:
+        return batch
+    return f"{batch}: committed, but its file was deleted before it was visible in the sink"

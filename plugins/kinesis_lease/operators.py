@@ -60,6 +60,7 @@ from spark_jobs.round_report import (
     RetentionLoss,
     RoundFigures,
     history_figures,
+    missing_batch_loss,
     read_report,
     report_uri_for,
     shortened,
@@ -527,12 +528,9 @@ def records_lost(
     retention_losses: Sequence[RetentionLoss], shard_sync: Mapping[str, Any], missing_batches: Sequence[str] = ()
 ) -> tuple[str, ...]:
     """What the round says can never be landed: retention gaps, leases deleted before SHARD_END, and
-    committed batches whose files were deleted before they were visible."""
+    committed batches the sink lacks (their files deleted before they were visible, or rolled back)."""
     aged_out = tuple(f"lease {loss.description}" for loss in retention_losses)
-    deleted = tuple(
-        f"lease {batch}: committed, but the file was deleted before it was visible in the sink"
-        for batch in missing_batches
-    )
+    deleted = tuple(f"lease {missing_batch_loss(batch)}" for batch in missing_batches)
     vanished = tuple(
         f"lease {key}: its shard no longer exists and the lease never reached SHARD_END, so its last records "
         "may have expired unread"

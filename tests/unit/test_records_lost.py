@@ -55,9 +55,17 @@ def test_every_loss_of_the_round_is_named(losses, shard_sync, expected):
 def test_a_committed_batch_whose_file_was_deleted_before_it_was_visible_is_a_loss():
     missing = ("shardId-000000000002: stream_name=s/shard_id=shardId-000000000002/b.parquet",)
     assert records_lost((), {}, missing) == (
-        "lease shardId-000000000002: stream_name=s/shard_id=shardId-000000000002/b.parquet: committed, but the file "
+        "lease shardId-000000000002: stream_name=s/shard_id=shardId-000000000002/b.parquet: committed, but its file "
         "was deleted before it was visible in the sink",
     )
+
+
+def test_records_a_table_lacks_for_another_reason_are_a_loss_with_the_tables_own_words():
+    missing = (
+        "shardId-000000000002: the table holds the lease through 12, but its next batch starts after 15: the records "
+        "between are not in the table (rolled back, or skipped)",
+    )
+    assert records_lost((), {}, missing) == (f"lease {missing[0]}",)
 
 
 def test_the_loss_error_is_final_names_every_loss_and_pickles():
