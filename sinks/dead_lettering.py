@@ -197,8 +197,10 @@ class DeadLetteringSink:
         dead, failure = RoundPublication(0, 0, 0), None
         if dead_records:
             try:
-                # (the dead letters hold only the batches that had some: no checkpoint says what they lack)
-                dead = self.dead_letters.publish_round(dead_records, replace(identity, checkpoints={}))
+                # The dead letters hold only the batches that had some: a lease's batches there do not follow
+                # one another, and no checkpoint says what they lack.
+                lone = replace(identity, checkpoints={}, checks_continuity=False)
+                dead = self.dead_letters.publish_round(dead_records, lone)
             except SinkError as error:  # the output's committed batches do not wait for them
                 failure = error
         output = self.output.publish_round(
