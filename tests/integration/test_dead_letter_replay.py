@@ -33,6 +33,7 @@ from spark_jobs.dead_letter_replay import (
 )
 from spark_jobs.dead_letters import dead_letter_table
 from spark_jobs.decode import load_decoder
+from spark_jobs.round_publication import publish_committed_batches
 from tests.integration.test_leasectl_leadership import state_store
 from tests.support.iceberg_tables import URI, catalog_environment, catalog_properties, faulty_catalog
 from tests.support.stores import dynamodb_store
@@ -301,3 +302,36 @@ def test_verify_takes_a_replays_batches_for_no_leases_and_finds_the_table_and_th
     document = json.loads(capsys.readouterr().out)
     assert status == 0, document
     assert document["findings"] == [] and document["batches"] == 4
+
+
+def test_a_leases_dead_letters_after_batches_without_any_are_no_gap_and_no_loss(output_uri):
+    """The dead letters hold only the batches that had some: after round 1, shard 2's next batch has
+    none and the one after it has one. Its publication into the dead letters is no gap of the lease's
+    records there, and names no loss (the output holds every batch)."""
+    land_round(output_uri)
+    decoder = load_decoder(f"{DECODERS}:json_amounts")
+    assert decoder is not None
+    sink = open_round_sink(output_uri, config=ConsumerConfig(application_name=APPLICATION), dead_letters=True)
+    record_of_shard_2, start = None, ExtendedSequenceNumber("205")
+    for numbers, mistake in ((range(206, 211), None), (range(211, 216), 213)):
+        records = [
+            KinesisRecord(str(n), 0, f"key-{n}", ARRIVAL, (b"amount=" if n == mistake else b'{"amount": 1}'))
+            for n in numbers
+        ]
+        batch = BatchRange(SHARD_2, STREAM, SHARD_2, start, records[0].position, records[-1].position)
+        decoded = decoder.decode_batch(records, STREAM, SHARD_2)
+        dead = dead_letter_table(decoded.rejected, batch, decoder.spec, APPLICATION)
+        staged = sink.stage_with_dead_letters(batch, decoded.table, dead, "a-claim-token")
+        record_of_shard_2 = sink.commit_record(record_of_shard_2, staged)
+        start = batch.end
+    assert record_of_shard_2 is not None
+    identity = RoundIdentity(APPLICATION, 2, {STREAM: (STREAM_ARN, 1_764_000_000)})
+
+    publication, losses = publish_committed_batches(sink, identity, [lease_at(SHARD_2, start, record_of_shard_2)])
+
+    assert publication.error is None and losses == (), (publication, losses)
+    assert 213 in dead_letter_numbers(output_uri)
+
+
+def lease_at(key: str, checkpoint: ExtendedSequenceNumber, record: str) -> Lease:
+    return Lease(key, checkpoint=checkpoint, committed_batch=record)
