@@ -232,8 +232,14 @@ def test_an_output_without_dead_letters_has_nothing_to_replay(output_uri):
 
 
 def run_leasectl(app: str, moto_endpoint: str, *arguments: str) -> int:
-    """The installed `leasectl`'s main, in this process (the decoders are this checkout's modules)."""
-    settings = ("--set", "aws_region=us-east-1", "--set", f"aws_endpoint_url_dynamodb={moto_endpoint}")
+    """The installed `leasectl`'s main, in this process (the decoders are this checkout's modules), with
+    DynamoDB and Kinesis on moto (where the test's stream does not exist: `verify` takes its positions
+    as they are)."""
+    settings = (
+        *("--set", "aws_region=us-east-1"),
+        *("--set", f"aws_endpoint_url_dynamodb={moto_endpoint}"),
+        *("--set", f"aws_endpoint_url_kinesis={moto_endpoint}"),
+    )
     return leasectl.main(["--app", app, *settings, *arguments])
 
 

@@ -32,7 +32,7 @@ PROBE = """
 import importlib, inspect, json, sys
 from pathlib import Path
 
-import kinesis_lease, lease_core, spark_jobs
+import kinesis_lease, lease_core, sinks, spark_jobs
 from airflow import plugins_manager
 from airflow.models.baseoperator import BaseOperator
 from airflow.providers_manager import ProvidersManager
@@ -50,7 +50,7 @@ plugins = plugins_manager.get_plugin_info()
 static = Path(kinesis_lease.__file__).parent / "static"
 Path(sys.argv[1]).write_text(json.dumps({
     "sys_path": sys.path,
-    "files": {module.__name__: module.__file__ for module in (kinesis_lease, lease_core, spark_jobs)},
+    "files": {module.__name__: module.__file__ for module in (kinesis_lease, lease_core, sinks, spark_jobs)},
     "provider": provider and {"version": provider.version, "data": provider.data},
     "operators": operators,
     "plugins": [
