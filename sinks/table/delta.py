@@ -78,9 +78,10 @@ from sinks.table.committer import (
     OwnCommit,
     TableCommitter,
     TableHistory,
+    range_text,
 )
 from sinks.table.delta_columns import NoDeltaType, delta_type, unhonoured_requirement, widens_to
-from sinks.table.lease_records import TableLeaseRecord, decode_position, encode_position, position_text
+from sinks.table.lease_records import TableLeaseRecord, position_text, receipt_document, receipt_json
 from sinks.table.storage import LocalStorage, S3Access, S3Storage, TableStorage, is_transient
 
 log = logging.getLogger(__name__)
@@ -141,40 +142,15 @@ class DeltaReceipt:
     files: tuple[Mapping[str, Any], ...]  # path (relative to the table), size, partition_values, stats
 
     def to_json(self) -> bytes:
-        batch = self.batch
-        document = {
-            "format": RECEIPT_FORMAT,
-            "receipt": self.receipt_id,
-            "lease": batch.lease_key,
-            "stream": batch.stream_name,
-            "shard": batch.shard_id,
-            "start": encode_position(batch.start),
-            "first": None if batch.first is None else encode_position(batch.first),
-            "end": encode_position(batch.end),
-            "rows": self.rows,
-            "files": list(self.files),
-        }
-        return json.dumps(document, separators=(",", ":"), sort_keys=True).encode()
+        return receipt_json(RECEIPT_FORMAT, self.receipt_id, self.batch, self.rows, files=list(self.files))
 
     @classmethod
     def from_json(cls, payload: bytes) -> DeltaReceipt:
-        document = json.loads(payload)
-        if document.get("format") != RECEIPT_FORMAT:
-            raise ValueError(f"not a receipt of ours (format {document.get('format')!r})")
-        first = document["first"]
-        batch = BatchRange(
-            document["lease"],
-            document["stream"],
-            document["shard"],
-            decode_position(document["start"]),
-            None if first is None else decode_position(first),
-            decode_position(document["end"]),
-        )
+        document, batch = receipt_document(RECEIPT_FORMAT, payload)
         return cls(document["receipt"], batch, int(document["rows"]), tuple(document["files"]))
 
     def range_text(self) -> str:
-        first = self.batch.first if self.batch.first is not None else self.batch.start
-        return f"{self.batch.shard_id} {position_text(first)}..{position_text(self.batch.end)}"
+        return range_text(self.batch)
 
     def add_actions(self) -> list[AddAction]:
         now = int(time.time() * 1000)

@@ -95,9 +95,10 @@ from sinks.table.committer import (
     OwnCommit,
     TableCommitter,
     TableHistory,
+    range_text,
 )
 from sinks.table.iceberg_data_files import write_data_files
-from sinks.table.lease_records import TableLeaseRecord, decode_position, encode_position, position_text
+from sinks.table.lease_records import TableLeaseRecord, position_text, receipt_document, receipt_json
 
 log = logging.getLogger(__name__)
 
@@ -172,38 +173,20 @@ class Receipt:
     spec_id: int
 
     def to_json(self) -> bytes:
-        batch = self.batch
-        document = {
-            "format": RECEIPT_FORMAT,
-            "receipt": self.receipt_id,
-            "lease": batch.lease_key,
-            "stream": batch.stream_name,
-            "shard": batch.shard_id,
-            "start": encode_position(batch.start),
-            "first": None if batch.first is None else encode_position(batch.first),
-            "end": encode_position(batch.end),
-            "rows": self.rows,
-            "bytes": self.data_bytes,
-            "manifest": self.manifest_path,
-            "manifest_length": self.manifest_length,
-            "spec_id": self.spec_id,
-        }
-        return json.dumps(document, separators=(",", ":"), sort_keys=True).encode()
+        return receipt_json(
+            RECEIPT_FORMAT,
+            self.receipt_id,
+            self.batch,
+            self.rows,
+            bytes=self.data_bytes,
+            manifest=self.manifest_path,
+            manifest_length=self.manifest_length,
+            spec_id=self.spec_id,
+        )
 
     @classmethod
     def from_json(cls, payload: bytes) -> Receipt:
-        document = json.loads(payload)
-        if document.get("format") != RECEIPT_FORMAT:
-            raise ValueError(f"not a receipt of ours (format {document.get('format')!r})")
-        first = document["first"]
-        batch = BatchRange(
-            lease_key=document["lease"],
-            stream_name=document["stream"],
-            shard_id=document["shard"],
-            start=decode_position(document["start"]),
-            first=None if first is None else decode_position(first),
-            end=decode_position(document["end"]),
-        )
+        document, batch = receipt_document(RECEIPT_FORMAT, payload)
         return cls(
             receipt_id=document["receipt"],
             batch=batch,
@@ -215,10 +198,7 @@ class Receipt:
         )
 
     def range_text(self) -> str:
-        """`<shard> <first>..<end>` (positions as `sequence-subsequence`), for the snapshot summary."""
-        batch = self.batch
-        first = batch.first if batch.first is not None else batch.start
-        return f"{batch.shard_id} {position_text(first)}..{position_text(batch.end)}"
+        return range_text(self.batch)
 
 
 @dataclass(frozen=True)

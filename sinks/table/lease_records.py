@@ -202,3 +202,38 @@ def named_receipts(kind: type[TableLeaseRecord], leases: Sequence[Lease]) -> set
     which its upkeep must keep."""
     pending = [batch.staged for lease in leases if (batch := PendingBatch.decode(lease)) is not None]
     return live_receipts(kind, [lease.committed_batch for lease in leases], pending)
+
+
+def receipt_json(format_name: str, receipt_id: str, batch: BatchRange, rows: int, **own: Any) -> bytes:
+    """A staged batch's receipt: the format's name, its id, the batch's range and rows, and the format's
+    own fields (`own`: what names its files)."""
+    document = {
+        "format": format_name,
+        "receipt": receipt_id,
+        "lease": batch.lease_key,
+        "stream": batch.stream_name,
+        "shard": batch.shard_id,
+        "start": encode_position(batch.start),
+        "first": None if batch.first is None else encode_position(batch.first),
+        "end": encode_position(batch.end),
+        "rows": rows,
+        **own,
+    }
+    return json.dumps(document, separators=(",", ":"), sort_keys=True).encode()
+
+
+def receipt_document(format_name: str, payload: bytes) -> tuple[dict[str, Any], BatchRange]:
+    """A receipt's document and its batch's range; `ValueError` when it is not a receipt of `format_name`."""
+    document: dict[str, Any] = json.loads(payload)
+    if document.get("format") != format_name:
+        raise ValueError(f"not a receipt of ours (format {document.get('format')!r})")
+    first = document["first"]
+    batch = BatchRange(
+        document["lease"],
+        document["stream"],
+        document["shard"],
+        decode_position(document["start"]),
+        None if first is None else decode_position(first),
+        decode_position(document["end"]),
+    )
+    return document, batch
