@@ -219,7 +219,7 @@ class DeltaSink(TableCommitter):
         """The folder can hold the table, and an existing table can hold batches of `columns`."""
         with self.failures("check where the table goes"):
             try:
-                self.storage.check_root()
+                self.storage.check_root(parent_is_ours=_in_backfill_folder(self.location))
             except OSError as error:  # a missing bucket or folder, a file: no retry helps
                 raise SinkError(self._uri, str(error)) from None
             table = self.table()
@@ -691,6 +691,19 @@ def _open(uri: str, opening: SinkOpening) -> DeltaSink:
     )
 
 
+# A backfill window's table goes in a folder beside the live table's, of the project's naming (so the
+# project creates it: the live table's folder only says where the user's own folders are).
+BACKFILL_FOLDER_SUFFIX = "-backfill"
+
+
+def _backfill_uri(uri: str, window: str) -> str:
+    return f"{uri.rstrip('/')}{BACKFILL_FOLDER_SUFFIX}/{window}"
+
+
+def _in_backfill_folder(location: str) -> bool:
+    return os.path.basename(os.path.dirname(location.rstrip("/"))).endswith(BACKFILL_FOLDER_SUFFIX)
+
+
 def _upkeep(sink: object, leases: Sequence[Lease], orphan_age: timedelta, target_file_bytes: int) -> list[str]:
     from sinks.table.delta_maintenance import upkeep
 
@@ -703,6 +716,6 @@ SINK_FORMAT = SinkFormat(
     uri_forms="delta:PATH or delta:s3://bucket/prefix (a Delta table)",
     check_uri=parse_delta_uri,
     open=_open,
-    backfill_uri=lambda uri, window: f"{uri}-backfill/{window}",
+    backfill_uri=_backfill_uri,
     upkeep=_upkeep,
 )

@@ -69,8 +69,10 @@ class TableStorage(Protocol):
     def delete(self, paths: Sequence[str]) -> None:
         """Remove the files (those already gone are fine)."""
 
-    def check_root(self) -> None:
-        """`OSError` naming why the root cannot hold files (a missing bucket or parent folder, a file)."""
+    def check_root(self, *, parent_is_ours: bool = False) -> None:
+        """`OSError` naming why the root cannot hold files (a missing bucket or parent folder, a file).
+        `parent_is_ours`: the folder the root goes in is named by the project (a backfill's), so it is
+        created when missing, as long as the folder it goes in exists."""
 
 
 class LocalStorage:
@@ -125,8 +127,12 @@ class LocalStorage:
             with contextlib.suppress(FileNotFoundError):
                 os.remove(self._local(path))
 
-    def check_root(self) -> None:
+    def check_root(self, *, parent_is_ours: bool = False) -> None:
         parent = os.path.dirname(self.root)
+        if parent_is_ours:
+            parent = os.path.dirname(parent)  # the user's folder, which ours goes in
+            if os.path.isdir(parent):
+                os.makedirs(os.path.dirname(self.root), exist_ok=True)
         if not os.path.isdir(parent):
             raise FileNotFoundError(f"the folder {parent!r} the table goes in does not exist")
         if os.path.exists(self.root) and not os.path.isdir(self.root):
@@ -198,8 +204,8 @@ class S3Storage:
             if errors:
                 raise OSError(f"S3 refused to delete {len(errors)} files, the first {errors[0]}")
 
-    def check_root(self) -> None:
-        try:
+    def check_root(self, *, parent_is_ours: bool = False) -> None:
+        try:  # (S3 has no folders to create)
             self._client.head_bucket(Bucket=self.bucket)
         except ClientError as error:
             if _code(error) in ("404", "NoSuchBucket", "NotFound"):

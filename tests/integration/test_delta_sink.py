@@ -17,8 +17,9 @@ from deltalake import DeltaTable, write_deltalake
 
 from lease_core.config.settings import ConsumerConfig
 from lease_core.model.sequence import TRIM_HORIZON
-from sinks import check_sink_uri, open_sink
+from sinks import backfill_uri, check_sink_uri, open_sink
 from sinks.batch_sink import RoundIdentity
+from sinks.dead_lettering import dead_letter_uri
 from sinks.errors import SinkError
 from sinks.record_columns import with_stream_and_shard
 from sinks.table.committer import SUMMARY_APPLICATION, SUMMARY_RANGES, SUMMARY_ROUND
@@ -200,6 +201,22 @@ def test_a_folder_that_is_not_a_delta_table_is_refused_before_any_lease_moves(tm
         DeltaSink(f"delta:{folder}", APPLICATION).check_writable(None)
     with pytest.raises(SinkError, match="does not exist"):
         DeltaSink(f"delta:{tmp_path / 'missing' / 'orders'}", APPLICATION).check_writable(None)
+
+
+def test_a_backfill_table_goes_in_a_folder_the_project_creates_beside_the_live_table(tmp_path):
+    live = f"delta:{tmp_path / 'lake' / 'orders'}"
+    (tmp_path / "lake").mkdir()
+    backfill = backfill_uri(live, "20261120T000000Z-20261121T000000Z")
+
+    DeltaSink(backfill, APPLICATION).check_writable(rows(1, 3).schema)
+    DeltaSink(dead_letter_uri(backfill), APPLICATION).check_writable(None)
+
+    assert backfill == f"{live}-backfill/20261120T000000Z-20261121T000000Z"
+    assert (tmp_path / "lake" / "orders-backfill").is_dir()
+    with pytest.raises(SinkError, match=r"the folder '[^']*/lake/gone' the table goes in does not exist"):
+        # the live table's own folder is the user's: a backfill of a table in a missing one creates nothing
+        DeltaSink(backfill_uri(f"delta:{tmp_path / 'lake' / 'gone' / 'orders'}", "w"), APPLICATION).check_writable(None)
+    assert not (tmp_path / "lake" / "gone").exists()
 
 
 @pytest.mark.parametrize(
