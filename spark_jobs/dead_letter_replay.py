@@ -155,7 +155,7 @@ class Processing:
         assert decoder is not None  # a spec was given
         return cls(decoder, transform, load_transform(transform))
 
-    def rows(self, group: DeadLetterGroup) -> pa.Table | StillFailing:
+    def rows(self, group: DeadLetterGroup) -> ReplayedRows | StillFailing:
         """The group's rows as a round would stage them, or why it still fails: the records the decoder
         rejects (and the first one's error), or the batch failing as a whole (0 records rejected)."""
         try:
@@ -163,11 +163,21 @@ class Processing:
             if decoded.rejected:
                 error = TransformError(self.decoder.spec, decoded.rejected[0].error)
                 return StillFailing(group, len(decoded.rejected), str(error))
-            if self.transform is None or self.transform_spec is None:
-                return decoded.table
-            return transformed(decoded.table, group.stream_name, group.shard_id, self.transform_spec, self.transform)
+            table = decoded.table
+            if self.transform is not None and self.transform_spec is not None:
+                table = transformed(table, group.stream_name, group.shard_id, self.transform_spec, self.transform)
+            return ReplayedRows(table, decoded.left_out)
         except TransformError as error:  # decoded columns that clash with the batch's, a transform that fails
             return StillFailing(group, 0, str(error))
+
+
+@dataclass(frozen=True)
+class ReplayedRows:
+    """A group's rows, and how many of its dead letters the decoder left out on purpose (it returned
+    None for them: records that no fix can land, given up on by whoever wrote the replay's decoder)."""
+
+    table: pa.Table
+    left_out: int
 
 
 @dataclass(frozen=True)
@@ -185,6 +195,7 @@ class LeaseReplay:
     lease_key: str
     replayed: tuple[DeadLetterGroup, ...] = ()
     rows: int = 0  # the rows they landed as (a decoder may leave a record out, a transform filter it)
+    left_out: int = 0  # dead letters of the replayed batches the decoder left out on purpose (None)
     already_landed: tuple[DeadLetterGroup, ...] = ()
     failing: StillFailing | None = None
     waiting: tuple[DeadLetterGroup, ...] = ()  # after the failing group: not tried
@@ -194,6 +205,8 @@ class LeaseReplay:
         if self.replayed:
             verb = "would replay" if dry_run else "replayed"
             parts.append(f"{verb} {_batches(self.replayed)} as {self.rows} row(s)")
+        if self.left_out:
+            parts.append(f"{self.left_out} dead letter(s) left out by the decoder (it returned None)")
         if self.already_landed:
             parts.append(f"{_batches(self.already_landed)} landed before")
         lines = [f"  {self.lease_key}: {'; '.join(parts) or 'nothing replayed'}"]
@@ -223,6 +236,11 @@ class ReplayReport:
         """Whether every dead letter found is in the output now (or would be, for a dry run)."""
         return all(lease.failing is None for lease in self.leases)
 
+    @property
+    def left_out(self) -> int:
+        """Dead letters the decoder left out on purpose: replayed, but not in the output."""
+        return sum(lease.left_out for lease in self.leases)
+
     def render(self) -> str:
         if not self.leases:
             return f"no dead letters at {self.dead_letters_uri}: nothing to replay"
@@ -236,6 +254,12 @@ class ReplayReport:
             lines.append(
                 f"{len(failing)} lease(s) still have records the decoder rejects: fix it and replay again "
                 "(the batches that landed are not replayed again)"
+            )
+        elif self.left_out:
+            outcome = "would be" if self.dry_run else "is"
+            lines.append(
+                f"every dead letter {outcome} in the output except the {self.left_out} the decoder left out on "
+                "purpose (it returned None for them); the dead letters stay where they are, as a log"
             )
         else:
             outcome = "would be" if self.dry_run else "is"
@@ -298,19 +322,21 @@ class DeadLetterReplay:
     ) -> LeaseReplay:
         replayed: list[DeadLetterGroup] = []
         already: list[DeadLetterGroup] = []
-        rows = 0
+        rows = left_out = 0
         for index, group in enumerate(groups):
             if landed(group.batch):
                 already.append(group)
                 continue
-            table = self.processing.rows(group)
-            if isinstance(table, StillFailing):
-                return LeaseReplay(lease_key, tuple(replayed), rows, tuple(already), table, tuple(groups[index + 1 :]))
+            outcome = self.processing.rows(group)
+            if isinstance(outcome, StillFailing):
+                waiting = tuple(groups[index + 1 :])
+                return LeaseReplay(lease_key, tuple(replayed), rows, left_out, tuple(already), outcome, waiting)
             if writer is not None:
-                writer.land(group.batch, table)
+                writer.land(group.batch, outcome.table)
             replayed.append(group)
-            rows += table.num_rows
-        return LeaseReplay(lease_key, tuple(replayed), rows, tuple(already))
+            rows += outcome.table.num_rows
+            left_out += outcome.left_out
+        return LeaseReplay(lease_key, tuple(replayed), rows, left_out, tuple(already))
 
 
 class _Writer:

@@ -63,10 +63,12 @@ class RejectedRecord:
 
 @dataclass(frozen=True)
 class DecodedBatch:
-    """A batch through the decoder: the rows of the records it decoded, and those it rejected."""
+    """A batch through the decoder: the rows of the records it decoded, those it rejected, and how
+    many it left out on purpose (it returned None for them)."""
 
     table: pa.Table
     rejected: tuple[RejectedRecord, ...]
+    left_out: int = 0
 
 
 @dataclass(frozen=True)
@@ -99,6 +101,7 @@ class Decoder:
             if row is not None:
                 kept.append(record)
                 rows.append(row)
+        left_out = len(records) - len(kept) - len(rejected)
         decoded, misfits = self._rows_table(rows, kept, stream_name, shard_id)
         if misfits:
             rejected = sorted([*rejected, *misfits], key=lambda rejection: rejection.record.position)
@@ -108,7 +111,7 @@ class Decoder:
         )
         for field in decoded.schema:
             positions = positions.append_column(field, decoded.column(field.name))
-        return DecodedBatch(positions, tuple(rejected))
+        return DecodedBatch(positions, tuple(rejected), left_out)
 
     def columns(self) -> pa.Schema | None:
         """The columns of every batch, when the decoder declares its schema; None otherwise."""

@@ -192,6 +192,19 @@ def test_a_batch_the_decoder_still_rejects_stops_its_lease_there_and_a_later_fix
     assert landed_amounts(output_uri) == amounts(EVERY_RECORD)
 
 
+def test_dead_letters_a_replays_decoder_leaves_out_on_purpose_are_counted_and_named_not_called_landed(output_uri):
+    land_round(output_uri)
+
+    report = replay(output_uri, "amounts_or_give_up")
+
+    assert report.complete, "what the decoder gives up on does not stop the replay"
+    assert (report.left_out, [lease.left_out for lease in report.leases]) == (1, [1, 0])
+    assert landed_amounts(output_uri) == amounts([number for number in EVERY_RECORD if number != 108])
+    assert "1 dead letter(s) left out by the decoder (it returned None)" in report.render()
+    assert "every dead letter is in the output except the 1 the decoder left out on purpose" in report.render()
+    assert replay(output_uri, "amounts").leases[0].already_landed, "its batch landed: a later replay skips it"
+
+
 def test_a_dry_run_decodes_and_lands_nothing(output_uri):
     land_round(output_uri)
 

@@ -33,5 +33,13 @@ def amounts(data: bytes, record: RecordContext) -> Mapping[str, Any]:
     return amounts_with_equals(data.replace(b"amount:", b"amount="), record)
 
 
-for _decoder in (json_amounts, amounts_with_equals, amounts):
+def amounts_or_give_up(data: bytes, record: RecordContext) -> Mapping[str, Any] | None:
+    """A replay's decoder for a batch that mixes records a fix can land with one no fix can: it lands
+    `amount=7` and leaves `amount:7` out on purpose."""
+    if data.startswith(b"amount:"):
+        return None
+    return amounts_with_equals(data, record)
+
+
+for _decoder in (json_amounts, amounts_with_equals, amounts, amounts_or_give_up):
     _decoder.schema = SCHEMA  # type: ignore[attr-defined]
