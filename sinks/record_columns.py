@@ -26,6 +26,10 @@ RECORD_SCHEMA = pa.schema(
     ]
 )
 
+# The record columns a decoded batch keeps: where each row came from (the payload is decoded instead).
+POSITION_COLUMNS = ("sequence_number", "sub_sequence_number", "partition_key", "approximate_arrival_timestamp")
+POSITION_SCHEMA = pa.schema([RECORD_SCHEMA.field(name) for name in POSITION_COLUMNS])
+
 
 def records_table(records: Sequence[KinesisRecord]) -> pa.Table:
     """The records as a RECORD_SCHEMA table, in the given order: a read's columns (`UserRecords`) cast

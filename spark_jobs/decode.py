@@ -28,13 +28,9 @@ from typing import Any
 import pyarrow as pa
 
 from lease_core.retrieval.kinesis_records import KinesisRecord
-from sinks.record_columns import BATCH_COLUMNS, RECORD_SCHEMA
+from sinks.record_columns import BATCH_COLUMNS, POSITION_COLUMNS, POSITION_SCHEMA
 from spark_jobs.errors import TransformError
 from spark_jobs.transform import load_function
-
-# The record columns a decoded batch keeps: where each row came from (the payload is decoded instead).
-POSITION_COLUMNS = ("sequence_number", "sub_sequence_number", "partition_key", "approximate_arrival_timestamp")
-POSITION_SCHEMA = pa.schema([RECORD_SCHEMA.field(name) for name in POSITION_COLUMNS])
 
 
 @dataclass(frozen=True)

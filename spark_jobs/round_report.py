@@ -320,12 +320,18 @@ class RoundReport:
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), indent=2, sort_keys=True)
 
+    def _dead_lettered_share(self) -> str:
+        """A round's records count every record it took from Kinesis, into the output or its dead letters."""
+        dead = self.totals.dead_lettered
+        return f" ({dead} of the records into the dead letters)" if dead else ""
+
     def summary(self) -> str:
         """The round in a few lines: one per slot, one per lease with something to say, totals."""
         lines = [
             f"round {self.round_number} of {self.application_name!r}: {len(self.slots)} slot(s), "
             f"{self.totals.leases} lease(s), {self.totals.records} record(s) / "
-            f"{_size(self.totals.bytes)} landed in {self.totals.files} file(s), {self.seconds:.1f} s",
+            f"{_size(self.totals.bytes)} landed in {self.totals.files} file(s){self._dead_lettered_share()}, "
+            f"{self.seconds:.1f} s",
             f"  {'slot':<28} {'leases':>6} {'records':>9} {'bytes':>10} {'seconds':>8} {'cpu %':>6}",
         ]
         for slot in self.slots:
