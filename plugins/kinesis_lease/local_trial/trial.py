@@ -194,13 +194,14 @@ class LocalTrial:
     def _start(
         self, name: str, command: list[str], port: int, health: str, env: Mapping[str, str], cwd: Path | None = None
     ) -> Service:
-        """Start `command` in a session of its own (no terminal's Ctrl-C reaches it), output to its log."""
+        """Start `command` in a session of its own (no terminal's Ctrl-C reaches it), output to its log, in
+        the state folder unless `cwd` says otherwise (so no module in the caller's folder shadows ours)."""
         log = self.state_dir / f"{name}.log"
         with log.open("ab") as output:
             process = subprocess.Popen(
                 command,
                 env=dict(env),
-                cwd=cwd,
+                cwd=cwd or self.state_dir,
                 stdin=subprocess.DEVNULL,
                 stdout=output,
                 stderr=subprocess.STDOUT,
