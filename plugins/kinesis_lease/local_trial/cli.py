@@ -168,14 +168,13 @@ def _service_document(service: Service) -> dict[str, object]:
 
 def _describe(trial: LocalTrial, state: TrialState) -> None:
     for service in state.services:
-        serves = "DynamoDB, S3" + (", Kinesis" if state.kinesis != KINESIS_MOCK else "")
-        serves = "Kinesis" if service.name == KINESIS_MOCK else serves
         health = "running" if service.process() is not None else "ENDED"
-        print(f"#   {serves}: {service.name}, PID {service.pid}, {service.endpoint}, {health}, log {service.log}")
+        where = f"PID {service.pid}, {service.endpoint}, {health}, log {service.log}"
+        print(f"#   {state.served_by(service)}: {service.name}, {where}")
     if state.kinesis != KINESIS_MOCK:
         print(
-            f"#   Kinesis is moto's, which refuses {', '.join(RESHARD_OPERATIONS)}; to reshard, "
-            + trial.kinesis_mock_hint()
+            f"#   Kinesis is moto's, which refuses {', '.join(RESHARD_OPERATIONS)}; to reshard, run the trial on "
+            f"kinesis-mock (`down`, then `up --kinesis kinesis-mock`); to get it, {trial.kinesis_mock_hint()}"
         )
 
 

@@ -94,6 +94,12 @@ class TrialState:
         kinesis = next((service for service in self.services if service.name == KINESIS_MOCK), self.moto)
         return Endpoints(dynamodb=self.moto.endpoint, kinesis=kinesis.endpoint, s3=self.moto.endpoint)
 
+    def served_by(self, service: Service) -> str:
+        """The services `service` emulates: moto serves Kinesis too when kinesis-mock does not run."""
+        if service.name == KINESIS_MOCK:
+            return "Kinesis"
+        return "DynamoDB, S3" if self.kinesis == KINESIS_MOCK else "DynamoDB, S3, Kinesis"
+
     def running(self) -> bool:
         return all(service.process() is not None for service in self.services)
 
