@@ -8,6 +8,7 @@ is served behind a lock); this module adds the checkout's kinesis-mock, installe
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from kinesis_lease.local_trial import emulators
 from kinesis_lease.local_trial.emulators import LOOPBACK, EmulatorProcess, free_port, moto_server
@@ -19,13 +20,9 @@ KINESIS_MOCK_HOME = (
 )
 
 
-def kinesis_mock(
-    port: int | None = None,
-    reshard_duration: str = "50ms",
-    shard_limit: int = 2000,
-    extra_env: dict[str, str] | None = None,
-) -> EmulatorProcess:
-    """The checkout's kinesis-mock on a free loopback port, with fast stream operations for tests and the demo."""
+def kinesis_mock(**options: Any) -> EmulatorProcess:
+    """The checkout's kinesis-mock on a free loopback port, with fast stream operations for tests and the demo
+    (`options`: those of `kinesis_lease.local_trial.emulators.kinesis_mock`, such as `shard_limit`)."""
     if not (KINESIS_MOCK_HOME / "main.js").exists():
         raise FileNotFoundError(f"kinesis-mock is not installed at {KINESIS_MOCK_HOME}; run scripts/bootstrap.sh first")
-    return emulators.kinesis_mock(KINESIS_MOCK_HOME, port, reshard_duration, shard_limit, extra_env)
+    return emulators.kinesis_mock(KINESIS_MOCK_HOME, **options)
