@@ -17,9 +17,11 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from kinesis_lease.local_trial.environment import REGION as REGION  # the demo's and the tests' name
+from kinesis_lease.local_trial.environment import Endpoints, aws_connection
+
 REPOSITORY = Path(__file__).resolve().parents[1]
 DAG_FILE = REPOSITORY / "dags" / "kinesis_lease_pipeline.py"
-REGION = "us-east-1"
 PLUGIN_ENTRY_POINT = "kinesis_lease.plugin:KinesisLeasePlugin"
 
 
@@ -55,18 +57,9 @@ def run_environment(
     DynamoDB and S3 go to `moto_endpoint` unless `s3_endpoint` names another one for S3. `credentials`
     is the dummy access key id and secret of the `aws_default` connection.
     """
-    service_config = {"kinesis": {"endpoint_url": kinesis_endpoint}}
-    if s3_endpoint is not None:
-        service_config["s3"] = {"endpoint_url": s3_endpoint}
+    endpoints = Endpoints(dynamodb=moto_endpoint, kinesis=kinesis_endpoint, s3=s3_endpoint or moto_endpoint)
     return {
-        "AIRFLOW_CONN_AWS_DEFAULT": json.dumps(
-            {
-                "conn_type": "aws",
-                "login": credentials,
-                "password": credentials,
-                "extra": {"region_name": REGION, "endpoint_url": moto_endpoint, "service_config": service_config},
-            }
-        ),
+        "AIRFLOW_CONN_AWS_DEFAULT": aws_connection(endpoints, credentials),
         "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps(dict(spark_connection)),
         "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",  # spark-submit from the venv
         "PYSPARK_PYTHON": sys.executable,

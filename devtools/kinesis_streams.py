@@ -1,7 +1,8 @@
 """Streams on kinesis-mock for the demo, the tests and the benchmarks: create, reshard for real, write records.
 
 Every reshard helper waits until the stream is ACTIVE again, because kinesis-mock (like Kinesis)
-refuses the next reshard with ResourceInUseException while the stream is UPDATING.
+refuses the next reshard with ResourceInUseException while the stream is UPDATING. Creating a stream
+is the installed package's (`kinesis_lease.local_trial.streams`, which `kinesis-lease local` uses).
 """
 
 from __future__ import annotations
@@ -11,11 +12,13 @@ from collections.abc import Iterable
 from typing import Any
 
 import boto3
+from kinesis_lease.local_trial.streams import ACTIVE_TIMEOUT_SECONDS
+from kinesis_lease.local_trial.streams import create_stream as create_stream  # the tests' and benchmarks' name
+from kinesis_lease.local_trial.streams import wait_until_active as wait_until_active
 
 from lease_core.model.shards import Shard
 from lease_core.retrieval.shard_source import child_shards_of
 
-ACTIVE_TIMEOUT_SECONDS = 30.0
 PUT_RECORDS_LIMIT = 500  # entries per PutRecords call, Kinesis' maximum
 
 Entry = dict[str, Any]  # a PutRecords entry: Data, PartitionKey and maybe ExplicitHashKey
@@ -35,14 +38,6 @@ def kinesis_client(endpoint: str, account_id: str | None = None) -> Any:
     )
 
 
-def wait_until_active(client: Any, stream: str, timeout_seconds: float = ACTIVE_TIMEOUT_SECONDS) -> None:
-    deadline = time.monotonic() + timeout_seconds
-    while client.describe_stream_summary(StreamName=stream)["StreamDescriptionSummary"]["StreamStatus"] != "ACTIVE":
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"stream {stream!r} not ACTIVE within {timeout_seconds:.0f} s")
-        time.sleep(0.01)
-
-
 def wait_until_gone(client: Any, stream: str, timeout_seconds: float = ACTIVE_TIMEOUT_SECONDS) -> None:
     """Until DescribeStreamSummary answers ResourceNotFoundException (a deleted stream is DELETING first)."""
     deadline = time.monotonic() + timeout_seconds
@@ -54,11 +49,6 @@ def wait_until_gone(client: Any, stream: str, timeout_seconds: float = ACTIVE_TI
         if time.monotonic() > deadline:
             raise TimeoutError(f"stream {stream!r} still exists after {timeout_seconds:.0f} s")
         time.sleep(0.01)
-
-
-def create_stream(client: Any, name: str, shard_count: int) -> None:
-    client.create_stream(StreamName=name, ShardCount=shard_count)
-    wait_until_active(client, name)
 
 
 def shards_of(client: Any, stream: str) -> list[Shard]:

@@ -15,7 +15,7 @@ import shutil
 import subprocess
 import sys
 import sysconfig
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -41,13 +41,14 @@ def build_wheel(out: Path) -> Path:
     return built
 
 
-def installed_venv(folder: Path, wheel: Path) -> Path:
-    """A venv in `folder` with `wheel` installed (and this environment's dependencies): its Python."""
+def installed_venv(folder: Path, wheel: Path, leave_out: Collection[str] = ()) -> Path:
+    """A venv in `folder` with `wheel` installed (and this environment's dependencies, but the
+    distributions named in `leave_out`, as a user has who did not install them): its Python."""
     venv = folder / "venv"
     run(uv(), "venv", "--quiet", "--python", sys.executable, venv)
     python = venv / "bin" / "python"
     purelib = run(python, "-I", "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])").stdout
-    _link_dependencies(Path(purelib.strip()))
+    _link_dependencies(Path(purelib.strip()), leave_out)
     run(uv(), "pip", "install", "--quiet", "--no-deps", "--python", python, wheel)
     return python
 
@@ -58,12 +59,16 @@ def outside_environment(variables: Mapping[str, str]) -> dict[str, str]:
     return {**inherited, **variables}
 
 
-def _link_dependencies(site_packages: Path) -> None:
-    """Every entry of this environment's site-packages, except this project's own install."""
-    try:
-        own = {Path(str(file)).parts[0] for file in importlib.metadata.distribution(DISTRIBUTION).files or ()}
-    except importlib.metadata.PackageNotFoundError:
-        own = set()
+def _link_dependencies(site_packages: Path, leave_out: Collection[str]) -> None:
+    """Every entry of this environment's site-packages, except this project's own install and `leave_out`."""
+    skipped = {Path(str(file)).parts[0] for name in (DISTRIBUTION, *leave_out) for file in _files_of(name)}
     for entry in Path(sysconfig.get_paths()["purelib"]).iterdir():
-        if entry.name not in own:
+        if entry.name not in skipped:
             (site_packages / entry.name).symlink_to(entry)
+
+
+def _files_of(distribution: str) -> list[Any]:
+    try:
+        return list(importlib.metadata.distribution(distribution).files or ())
+    except importlib.metadata.PackageNotFoundError:
+        return []
