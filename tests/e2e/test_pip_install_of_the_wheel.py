@@ -13,9 +13,10 @@ Each must leave `pip check` clean, pyspark 4.3.0 in its files and its metadata, 
 `spark-submit` runnable from outside the venv the ways the docs say, and the consume operator running
 the Spark of the venv's Python when the venv's bin is not on PATH.
 
-Time measured on 2 shared cores (2026-11-28): pip's first install of the wheel, with an empty pip cache
-(downloading ~1.5 GB, building pyspark's 456 MB wheel from its sdist), took 1 min 52 s; with pip's cache
-warm, `pip install <wheel>` takes ~1 min and the locked route ~1 min; the whole module about 3 min.
+Time measured on 2 cores (2026-11-28): pip's first install of the wheel, with an empty pip cache
+(downloading ~1.5 GB, building pyspark's 456 MB wheel from its sdist), took 1 min 52 s on an idle
+machine. This module, with pip's cache warm and other jobs sharing the cores (load ~3.5), took 7 min 17 s:
+`pip install <wheel>` 87 s, the locked route 169 s, the rest building the wheel and starting Spark 6 times.
 """
 
 from __future__ import annotations
