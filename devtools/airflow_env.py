@@ -2,7 +2,9 @@
 
 Used by the embedded demo and the end-to-end tests. Airflow reads its home and settings when first
 imported, so `home_environment` must be in `os.environ` before anything imports Airflow;
-`run_environment` (the connections, spark-submit on PATH) is read by each DAG run.
+`run_environment` (the connections) is read by each DAG run. The venv's bin is not put on PATH: the
+consume step finds this Python's spark-submit by itself, as it must under an Airflow started without
+activating its venv.
 """
 
 from __future__ import annotations
@@ -10,7 +12,6 @@ from __future__ import annotations
 import importlib.metadata
 import importlib.util
 import json
-import os
 import subprocess
 import sys
 from collections.abc import Mapping
@@ -61,7 +62,6 @@ def run_environment(
     return {
         "AIRFLOW_CONN_AWS_DEFAULT": aws_connection(endpoints, credentials),
         "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps(dict(spark_connection)),
-        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",  # spark-submit from the venv
         "PYSPARK_PYTHON": sys.executable,
         "SPARK_LOCAL_IP": "127.0.0.1",
         **(extra or {}),

@@ -5,8 +5,8 @@ Run by docker/project.Dockerfile with the image's Python after the install:
 
 - every locked requirement is installed at its locked version (the base image's own packages that
   the lock also pins were replaced, not left behind);
-- pyspark is the full 4.x distribution, untouched by `pyspark-client` (STACK.md: the registry's
-  pyspark-client wheel overwrites pyspark's files; ours is metadata-only and installs no files);
+- pyspark is the full 4.x distribution, its files its own: no `pyspark-client` is installed (its
+  wheels install the same files over pyspark's; the Apache Spark provider 5.x requires pyspark itself);
 - `lease_core`, `spark_jobs` and `kinesis_lease` are installed in site-packages, not editable, so the
   operators find the consume job with `importlib.util.find_spec("spark_jobs.consume_job")`;
 - Airflow finds the integration through the installed package alone: its `apache_airflow_provider`
@@ -29,7 +29,7 @@ import sysconfig
 from collections.abc import Iterator
 from pathlib import Path
 
-from packaging.requirements import InvalidRequirement, Requirement
+from packaging.requirements import Requirement
 
 DISTRIBUTION = "kinesis-lease-batch"
 ENTRY_POINTS = {
@@ -46,16 +46,13 @@ MODULES = (
 
 
 def locked_requirements(path: Path) -> Iterator[Requirement]:
-    """The `name==version` lines of a `uv export` file (continuations and hashes dropped, local paths skipped)."""
+    """The `name==version` lines of a `uv export` file (continuations and hashes dropped)."""
     text = path.read_text().replace("\\\n", " ")
     for line in text.splitlines():
         line = line.split("#", 1)[0].split(" --hash", 1)[0].strip()
         if not line:
             continue
-        try:
-            requirement = Requirement(line)
-        except InvalidRequirement:  # a local path such as ./packaging/pyspark-client-provided
-            continue
+        requirement = Requirement(line)
         if requirement.marker is None or requirement.marker.evaluate():
             yield requirement
 
@@ -74,13 +71,12 @@ def problems(requirements: Path) -> Iterator[str]:
 
     if pyspark.__version__ != importlib.metadata.version("pyspark"):
         yield f"pyspark's files say {pyspark.__version__}: another distribution overwrote them"
-    client_files = [
-        file
-        for file in importlib.metadata.distribution("pyspark-client").files or ()
-        if not file.parts[0].endswith(".dist-info")
-    ]
-    if client_files:
-        yield f"pyspark-client installed files of its own: {client_files[:3]}"
+    try:
+        client = importlib.metadata.version("pyspark-client")
+    except importlib.metadata.PackageNotFoundError:
+        pass
+    else:
+        yield f"pyspark-client {client} is installed: its files are pyspark's (the lock has none)"
 
     site_packages = Path(sysconfig.get_paths()["purelib"]).resolve()
     for module in ("lease_core", "spark_jobs.consume_job", "kinesis_lease.plugin"):

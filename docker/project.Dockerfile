@@ -39,12 +39,9 @@ ENV SPARK_HOME=/home/airflow/.local/lib/python3.11/site-packages/pyspark \
     PYSPARK_PYTHON=/home/airflow/.local/bin/python
 
 WORKDIR /opt/kinesis-lease-batch
-# The locked dependencies first, in their own layer (rebuilt only when the lock changes). The export
-# names pyspark-client by the local path pyproject.toml overrides it with (a metadata-only package:
-# the registry's pyspark-client wheel would overwrite pyspark's files), hence that folder here.
+# The locked dependencies first, in their own layer (rebuilt only when the lock changes).
 # --no-deps installs exactly the locked set, nothing resolved anew; uv checks the exported hashes.
 COPY --chown=airflow:0 pyproject.toml uv.lock ./
-COPY --chown=airflow:0 packaging/pyspark-client-provided packaging/pyspark-client-provided
 RUN uv export --frozen --no-dev --no-emit-project --output-file requirements.txt \
     && uv pip install --python "$(command -v python)" --no-cache --no-deps --requirements requirements.txt
 

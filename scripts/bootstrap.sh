@@ -13,7 +13,7 @@ fi
 
 # The lock file pins every package; --frozen refuses to run if pyproject.toml and uv.lock disagree.
 uv sync --frozen --quiet
-# Prove the installed set is consistent (the pyspark-client trap of STACK.md included).
+# Prove the installed set is consistent.
 uv pip check --quiet --python .venv/bin/python
 
 # kinesis-mock, the Kinesis emulator, pinned by packaging/kinesis-mock/package-lock.json.

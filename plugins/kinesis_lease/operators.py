@@ -27,9 +27,11 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import (
+    AirflowException,
     AirflowFailException,
     AirflowSkipException,
     AirflowTaskTerminated,
@@ -420,6 +422,11 @@ class KinesisConsumeOperator(SparkSubmitOperator):
                 raise
             raise raised from error
 
+    def _get_hook(self) -> SparkSubmitHook:
+        """The provider's hook, running the spark-submit `spark_submit_binary` picks."""
+        self._spark_binary = spark_submit_binary(self._spark_binary, self._conn_id, self.env_vars)
+        return super()._get_hook()
+
     def get_openlineage_facets_on_complete(self, task_instance: Any) -> Any:
         """The round's lineage for Airflow's OpenLineage integration (called only when it is on):
         the streams it read, by ARN, and the dataset or table it landed in, by location."""
@@ -491,6 +498,34 @@ class KinesisConsumeOperator(SparkSubmitOperator):
             if value is not None:
                 arguments += ["--set", f"{key}={_setting_text(value)}"]
         return arguments
+
+
+def spark_submit_binary(explicit: str | None, conn_id: str, env_vars: Mapping[str, Any] | None) -> str | None:
+    """The spark-submit the consume step runs: what the deployment chose, else this Python's pyspark's.
+
+    The deployment's choice, left to the provider (`spark-submit` looked up on PATH unless named): the
+    operator's `spark_binary`, the `spark-binary` extra of the Spark connection, or a `SPARK_HOME` in
+    the worker's environment or the task's `env_vars`. Otherwise the `bin/spark-submit` inside the
+    installed `pyspark` package, by its absolute path: Airflow started as `<venv>/bin/airflow` without
+    activating the venv has no spark-submit on PATH, and pyspark's copy in `<venv>/bin` would look for
+    SPARK_HOME with the `python3` of PATH (docs/running-on-aws.md). The one inside the package needs no
+    Python to find its home (it is the package folder), so it runs the Spark of this environment, the
+    one the job's code and `PYSPARK_PYTHON` are installed with.
+    """
+    if explicit:
+        return explicit
+    if os.environ.get("SPARK_HOME") or (env_vars or {}).get("SPARK_HOME"):
+        return None
+    try:
+        extra = SparkSubmitHook.get_connection(conn_id).extra_dejson
+    except AirflowException:  # no such connection: the provider defaults the master, and we the binary
+        extra = {}
+    if extra.get("spark-binary"):
+        return None
+    pyspark = importlib.util.find_spec("pyspark")
+    if pyspark is None or pyspark.origin is None:
+        return None  # no pyspark in this Python: whatever spark-submit PATH has
+    return str(Path(pyspark.origin).resolve().parent / "bin" / "spark-submit")
 
 
 _CONNECTION_SETTINGS = ("aws_region", "aws_endpoint_url_dynamodb", "aws_endpoint_url_kinesis", "aws_endpoint_url_s3")

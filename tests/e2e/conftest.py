@@ -44,7 +44,7 @@ def airflow_run_environment(
     spark_submit_environment: dict[str, str],
     airflow_metadata_db: None,
 ) -> Iterator[None]:
-    """The metadata database, the AWS and Spark connections, and spark-submit on PATH, for this module only."""
+    """The metadata database and the AWS and Spark connections, for this module only."""
     variables = run_environment(kinesis_endpoint, moto_endpoint, spark_connection, spark_submit_environment)
     with airflow_environment(variables):
         yield

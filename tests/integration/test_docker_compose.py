@@ -420,7 +420,6 @@ def test_the_stack_builds_this_dockerfile_from_the_repository(services, dockerfi
             {
                 "pyproject.toml",
                 "uv.lock",
-                "packaging/pyspark-client-provided",
                 "lease_core",
                 "spark_jobs",
                 "plugins/kinesis_lease",
@@ -474,7 +473,6 @@ def test_the_build_context_leaves_out_what_no_image_needs(path):
     [
         pytest.param("lease_core/model/lease.py", id="a-package-module"),
         pytest.param("plugins/kinesis_lease/static/uplot.iife.min.js", id="the-monitoring-ui-static-files"),
-        pytest.param("packaging/pyspark-client-provided/pyproject.toml", id="the-pyspark-client-stand-in"),
         pytest.param("packaging/kinesis-mock/package-lock.json", id="the-kinesis-mock-lock"),
     ],
 )
