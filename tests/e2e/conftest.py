@@ -6,13 +6,16 @@ variables for spark-submit by overriding `spark_submit_environment`.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from devtools.airflow_env import load_dag_module, migrate_metadata_db, run_environment
 from tests.support.airflow_dag import LOCAL_SPARK_CONNECTION, airflow_environment
+from tests.support.installed_package import PipVenv, build_wheel, pip_install_wheel
 
 
 @pytest.fixture(scope="module")
@@ -48,3 +51,17 @@ def airflow_run_environment(
     variables = run_environment(kinesis_endpoint, moto_endpoint, spark_connection, spark_submit_environment)
     with airflow_environment(variables):
         yield
+
+
+@pytest.fixture(scope="session")
+def built_wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return build_wheel(tmp_path_factory.mktemp("dist"))
+
+
+@pytest.fixture(scope="session")
+def pip_installed(tmp_path_factory: pytest.TempPathFactory, built_wheel: Path) -> PipVenv:
+    """A fresh venv with `pip install "<wheel>[local]"`, as the README's walk-through installs it (pip
+    resolving every dependency for real, about 1.5 minutes): made once, for every module that needs it."""
+    venv = pip_install_wheel(tmp_path_factory.mktemp("pip-installed") / "venv", built_wheel)
+    print(f"pip install <wheel>[local]: {venv.seconds:.0f} s", file=sys.stderr)
+    return venv

@@ -4,7 +4,9 @@ environment whose Spark runs without activating the venv.
 Two routes, each into a fresh `python -m venv` with the pip it brings (not uv), resolved for real from
 the configured package indexes (pip.conf, PIP_* variables):
 
-- `pip install <wheel>`: pip resolves every dependency itself (README, "Installing it into Airflow");
+- `pip install "<wheel>[local]"`: pip resolves every dependency itself (README, "Installing it into Airflow",
+  with the extra of the README's walk-through; the venv is the session's, `pip_installed`, which
+  tests/e2e/test_first_hour.py walks through too);
 - the locked route of docs/running-on-aws.md: `uv export --frozen --no-dev --no-emit-project` into a
   requirements file (pinned, with hashes), `pip install -r` it, then `pip install --no-deps <wheel>`.
 
@@ -22,15 +24,13 @@ machine. This module, with pip's cache warm and other jobs sharing the cores (lo
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
-from tests.support.installed_package import REPOSITORY, build_wheel, run, uv
+from tests.support.installed_package import REPOSITORY, PipVenv, fresh_venv, run, uv
 
 pytestmark = pytest.mark.timeout(1800)
 
@@ -91,62 +91,21 @@ spark.stop()
 """
 
 
-class PipVenv:
-    def __init__(self, folder: Path) -> None:
-        self.folder = folder
-        self.bin = folder / "bin"
-        self.python = self.bin / "python"
-        self.seconds = 0.0
-
-    def pip(self, *arguments: str | Path) -> subprocess.CompletedProcess[str]:
-        started = time.monotonic()
-        try:
-            return run(self.python, "-m", "pip", *arguments, cwd=self.folder.parent, timeout=1500)
-        finally:
-            self.seconds += time.monotonic() - started
-
-    def environment(self, **variables: str) -> dict[str, str]:
-        """The test's environment without this venv or the test's own on PATH, and no Spark or Python
-        settings: as an Airflow started as `<venv>/bin/airflow` without activating the venv sees it."""
-        ours = {self.bin.resolve(), Path(sys.executable).parent.resolve()}
-        path = [p for p in os.environ.get("PATH", "").split(os.pathsep) if p and Path(p).resolve() not in ours]
-        inherited = {
-            name: value
-            for name, value in os.environ.items()
-            if not name.startswith(("PYTHON", "PYSPARK", "SPARK", "AIRFLOW", "VIRTUAL_ENV"))
-        }
-        return {**inherited, "PATH": os.pathsep.join(path), **variables}
-
-
-def fresh_venv(folder: Path) -> PipVenv:
-    """`python -m venv` with the pip it brings: the base interpreter of this test's Python 3.11."""
-    run(getattr(sys, "_base_executable", sys.executable), "-m", "venv", folder)
-    return PipVenv(folder)
+@pytest.fixture(scope="module")
+def plain(pip_installed: PipVenv) -> PipVenv:
+    """`pip install "<wheel>[local]"`: pip resolves the dependencies (tests/e2e/conftest.py)."""
+    return pip_installed
 
 
 @pytest.fixture(scope="module")
-def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return build_wheel(tmp_path_factory.mktemp("dist"))
-
-
-@pytest.fixture(scope="module")
-def plain(tmp_path_factory: pytest.TempPathFactory, wheel: Path) -> PipVenv:
-    """`pip install <wheel>`: pip resolves the dependencies."""
-    venv = fresh_venv(tmp_path_factory.mktemp("plain") / "venv")
-    venv.pip("install", wheel)
-    print(f"pip install <wheel>: {venv.seconds:.0f} s", file=sys.stderr)
-    return venv
-
-
-@pytest.fixture(scope="module")
-def locked(tmp_path_factory: pytest.TempPathFactory, wheel: Path) -> PipVenv:
+def locked(tmp_path_factory: pytest.TempPathFactory, built_wheel: Path) -> PipVenv:
     """docs/running-on-aws.md's route: the lock exported with hashes, installed by pip, then the wheel."""
     root = tmp_path_factory.mktemp("locked")
     requirements = root / "requirements.txt"
     requirements.write_text(run(uv(), *EXPORT_OPTIONS, cwd=REPOSITORY).stdout)
     venv = fresh_venv(root / "venv")
     venv.pip("install", "-r", requirements)
-    venv.pip("install", "--no-deps", wheel)
+    venv.pip("install", "--no-deps", built_wheel)
     print(f"locked route: {venv.seconds:.0f} s", file=sys.stderr)
     return venv
 

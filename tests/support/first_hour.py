@@ -127,13 +127,14 @@ def order(n: int) -> bytes:
 @dataclass(frozen=True)
 class FirstHour:
     root: Path  # the user's folder, outside the repository
+    dags: Path  # their DAG files' folder ($AIRFLOW_HOME/dags)
     clicks: str  # stream and application names
     orders: str
 
     @classmethod
-    def create(cls, root: Path, token: str) -> FirstHour:
-        """The user's code, DAG files and catalog folder under `root` (no stream yet)."""
-        hour = cls(root, f"{token}-clicks", f"{token}-orders")
+    def create(cls, root: Path, dags: Path, token: str) -> FirstHour:
+        """The user's code and catalog folder under `root`, their DAG files in `dags` (no stream yet)."""
+        hour = cls(root, dags, f"{token}-clicks", f"{token}-orders")
         hour.dags.mkdir(parents=True)
         hour.code.parent.mkdir()
         hour.lake.mkdir()
@@ -150,10 +151,6 @@ class FirstHour:
         return hour
 
     @property
-    def dags(self) -> Path:
-        return self.root / "dags"
-
-    @property
     def code(self) -> Path:
         return self.root / "code" / "users_code.py"
 
@@ -165,13 +162,6 @@ class FirstHour:
         """The Iceberg catalog `lake` as the user configures it: pyiceberg's environment variables."""
         properties = {"type": "sql", "uri": f"sqlite:///{self.lake}/catalog.db", "warehouse": f"file://{self.lake}"}
         return catalog_environment(CATALOG, properties)
-
-    def bundle(self) -> dict[str, Any]:
-        return {
-            "name": "users-dags",
-            "classpath": "airflow.dag_processing.bundles.local.LocalDagBundle",
-            "kwargs": {"path": str(self.dags)},
-        }
 
     # --- producing -----------------------------------------------------------------------------
 

@@ -15,12 +15,20 @@ import shutil
 import subprocess
 import sys
 import sysconfig
+import time
 from collections.abc import Collection, Mapping
 from pathlib import Path
 from typing import Any
 
 REPOSITORY = Path(__file__).resolve().parents[2]
 DISTRIBUTION = "kinesis-lease-batch"
+
+
+def pip_install_wheel(folder: Path, wheel: Path, extras: str = "local") -> PipVenv:
+    """A fresh venv in `folder` with `pip install "<wheel>[extras]"`, pip resolving every dependency."""
+    venv = fresh_venv(folder)
+    venv.pip("install", f"{wheel}[{extras}]" if extras else wheel)
+    return venv
 
 
 def run(*command: str | Path, **kwargs: Any) -> subprocess.CompletedProcess[str]:
@@ -72,3 +80,36 @@ def _files_of(distribution: str) -> list[Any]:
         return list(importlib.metadata.distribution(distribution).files or ())
     except importlib.metadata.PackageNotFoundError:
         return []
+
+
+class PipVenv:
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+        self.bin = folder / "bin"
+        self.python = self.bin / "python"
+        self.seconds = 0.0
+
+    def pip(self, *arguments: str | Path) -> subprocess.CompletedProcess[str]:
+        started = time.monotonic()
+        try:
+            return run(self.python, "-m", "pip", *arguments, cwd=self.folder.parent, timeout=1500)
+        finally:
+            self.seconds += time.monotonic() - started
+
+    def environment(self, **variables: str) -> dict[str, str]:
+        """The test's environment without this venv or the test's own on PATH, and no Spark or Python
+        settings: as an Airflow started as `<venv>/bin/airflow` without activating the venv sees it."""
+        ours = {self.bin.resolve(), Path(sys.executable).parent.resolve()}
+        path = [p for p in os.environ.get("PATH", "").split(os.pathsep) if p and Path(p).resolve() not in ours]
+        inherited = {
+            name: value
+            for name, value in os.environ.items()
+            if not name.startswith(("PYTHON", "PYSPARK", "SPARK", "AIRFLOW", "VIRTUAL_ENV"))
+        }
+        return {**inherited, "PATH": os.pathsep.join(path), **variables}
+
+
+def fresh_venv(folder: Path) -> PipVenv:
+    """`python -m venv` with the pip it brings: the base interpreter of this test's Python 3.11."""
+    run(getattr(sys, "_base_executable", sys.executable), "-m", "venv", folder)
+    return PipVenv(folder)
