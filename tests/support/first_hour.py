@@ -136,7 +136,7 @@ class FirstHour:
         """The user's code and catalog folder under `root`, their DAG files in `dags` (no stream yet)."""
         hour = cls(root, dags, f"{token}-clicks", f"{token}-orders")
         hour.dags.mkdir(parents=True)
-        hour.code.parent.mkdir()
+        hour.code.parent.mkdir(parents=True)
         hour.lake.mkdir()
         hour.code.write_text(USERS_CODE)
         dag_file = USERS_DAG_FILE.format(
