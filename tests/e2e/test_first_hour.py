@@ -1,169 +1,143 @@
-"""A data engineer's first hour, as the README's "Your own pipelines" walk-through leads them, and as a
-user of the published package does it: the wheel installed with pip into a fresh venv (the session's
-`pip_installed`: `pip install "<wheel>[local]"`), the emulators of `kinesis-lease local up` and the
-environment it prints, an Airflow home of their own with their DAG files in it, and their code in a
-folder outside the checkout (`tests/support/first_hour.py`): two pipelines (JSON clicks with a decoder
-into Iceberg on a SQLite catalog with dead letters; KPL orders with a transform into a local Delta
-folder). Then rounds with `airflow dags test`, a split, a replay of the dead letters with a fixed
-decoder, a backfill of a time window, and the mistakes a newcomer makes, each refused naming what is
-wrong. Every command runs from the venv as a process, with its bin first on PATH as activating it does."""
+"""A data engineer's first hour: the README's walk-through ("Your own pipelines") run as written, block by
+block (`tests/support/readme_walkthrough.py`), in a home folder of its own outside the checkout, from
+the wheel installed with pip. Then the mistakes a newcomer makes, each refused naming what is wrong.
+
+Step 1 (a fresh venv, `pip install "<wheel>[local]"`) is the session's `pip_installed`, which runs
+those commands (tests/e2e/conftest.py); the shell activates that venv. Every later block runs as the
+README has it: `kinesis-lease local up` (on kinesis-mock, which a user installs with npm: here the
+project's copy, named by KINESIS_MOCK_HOME), two streams, a JSON producer and a KPL one, an
+Iceberg table on a SQLite catalog and a Delta folder, rounds with `airflow dags test`, a split, the
+replay of the dead letters, a backfill, the API server and its JSON routes with a token.
+"""
 
 from __future__ import annotations
 
 import json
-import os
 import re
-import shlex
-import subprocess
 import time
+import urllib.request
 from collections.abc import Iterator
-from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
+from deltalake import DeltaTable
+from pyiceberg.catalog import load_catalog
 
-from devtools.kinesis_streams import kinesis_client, open_shards, split_shard
-from tests.support.first_hour import CLICKS, NAMESPACE, FirstHour, sorted_column
-from tests.support.installed_package import REPOSITORY, PipVenv, run
+from tests.support.installed_package import REPOSITORY, PipVenv
+from tests.support.readme_walkthrough import ReadmeShell, walkthrough_blocks
 
-ORDERS_BEFORE_SPLIT = range(1, 21)
-ORDERS_AFTER_SPLIT = range(21, 31)
-ROUND_TIMEOUT = 420
-KINESIS_MOCK = REPOSITORY / "packaging" / "kinesis-mock"  # where `npm install kinesis-local@0.6.2` put it
+KINESIS_MOCK = REPOSITORY / "packaging" / "kinesis-mock"
+FIRST_BLOCK = [
+    "python3.11 -m venv ~/kinesis-trial/venv",
+    ". ~/kinesis-trial/venv/bin/activate",
+    'pip install "$(ls kinesis_lease_batch-*.whl)[local]"',
+]
+CLICKS = list(range(1, 13))
+ORDERS = list(range(1, 31))
+# A newcomer's mistakes, each in a DAG file of its own (a file that fails to import takes every pipeline in it).
+MISTAKES = {
+    "misspelled_setting.py": 'settings={"max_leases_for_workr": 8}, output_uri="delta:/tmp/never"',
+    "unconfigured_catalog.py": 'output_uri="iceberg://nowhere/web.clicks", initial_position="TRIM_HORIZON"',
+}
+MISTAKE = """
+from airflow.sdk import DAG
+from kinesis_lease.pipeline import kinesis_pipeline
 
-
-@dataclass(frozen=True)
-class Shell:
-    """The newcomer's shell: the activated venv and the trial's environment."""
-
-    venv: PipVenv
-    env: dict[str, str]
-    cwd: Path
-
-    def run(self, command: str, *arguments: str | Path, **variables: str) -> subprocess.CompletedProcess[str]:
-        return run(
-            self.venv.bin / command, *arguments, env={**self.env, **variables}, cwd=self.cwd, timeout=ROUND_TIMEOUT
-        )
-
-    def attempt(self, command: str, *arguments: str) -> subprocess.CompletedProcess[str]:
-        """A command that may fail."""
-        return subprocess.run(
-            [str(self.venv.bin / command), *arguments],
-            capture_output=True,
-            text=True,
-            env=self.env,
-            cwd=self.cwd,
-            check=False,
-            timeout=ROUND_TIMEOUT,
-        )
-
-    def dag_test(self, dag_id: str, *conf: str) -> str:
-        """`airflow dags test DAG_ID [-c CONF]`, which must succeed; its output."""
-        result = self.attempt("airflow", "dags", "test", dag_id, *conf)
-        output = result.stdout + result.stderr
-        finished = re.search(rf"DagRun Finished: dag_id={re.escape(dag_id)},.*? state=(\w+),", output)
-        assert finished is not None and finished[1] == "success", output[-4000:]
-        return output
+mistake: DAG = kinesis_pipeline("{name}", streams=["clicks"], application_name="{name}", schedule=None, {arguments})
+"""
 
 
 @pytest.fixture
-def shell(pip_installed: PipVenv, tmp_path: Path) -> Iterator[Shell]:
-    """The README's steps 1-3: the activated venv, `kinesis-lease local up` (on kinesis-mock, which
-    reshards) and what `kinesis-lease local env` prints, an Airflow home migrated; `down` afterwards."""
-    path = f"{pip_installed.bin}{os.pathsep}{os.environ['PATH']}"
-    newcomer = Shell(pip_installed, pip_installed.environment(PATH=path), tmp_path)
-    state = ("--state-dir", str(tmp_path / "trial"))
-    newcomer.run("kinesis-lease", "local", "up", "--kinesis", "kinesis-mock", "--kinesis-mock", KINESIS_MOCK, *state)
+def shell(pip_installed: PipVenv, tmp_path: Path) -> Iterator[ReadmeShell]:
+    """A terminal in a fresh home, with the session's pip-installed venv activated."""
+    environment = pip_installed.environment(KINESIS_MOCK_HOME=str(KINESIS_MOCK))
+    newcomer = ReadmeShell(tmp_path / "home", tmp_path, environment)
     try:
-        for line in newcomer.run("kinesis-lease", "local", "env", *state).stdout.splitlines():
-            if line.startswith("export "):
-                name, _, value = shlex.split(line)[1].partition("=")
-                newcomer.env[name] = value
-        newcomer.env.update(AIRFLOW_HOME=str(tmp_path / "airflow"), AIRFLOW__CORE__LOAD_EXAMPLES="False")
-        newcomer.run("airflow", "db", "migrate")
         yield newcomer
     finally:
-        newcomer.run("kinesis-lease", "local", "down", *state)
+        newcomer.stop()
+        newcomer.run("kinesis-lease local down")
 
 
-def test_a_newcomers_two_pipelines_land_once_across_a_split_then_replay_and_backfill_from_the_pip_install(
-    shell, unique_name, tmp_path
-):
-    hour = FirstHour.create(tmp_path / "user", Path(shell.env["AIRFLOW_HOME"]) / "dags", unique_name)
-    shell.env.update(hour.catalog_environment())
-    for stream, shards in ((hour.clicks, "1"), (hour.orders, "2")):
-        shell.run(
-            "kinesis-lease",
-            "local",
-            "create-stream",
-            stream,
-            "--shards",
-            shards,
-            "--state-dir",
-            str(tmp_path / "trial"),
-        )
-    shell.run(
-        "python",
-        "-c",
-        f"from pyiceberg.catalog import load_catalog; load_catalog('lake').create_namespace({NAMESPACE!r})",
-    )
-    kinesis = kinesis_client(shell.env["AWS_ENDPOINT_URL_KINESIS"])
+def test_the_readmes_walkthrough_runs_as_written_from_the_pip_installed_wheel(shell, pip_installed):
+    first, *blocks = walkthrough_blocks()
+    assert first.strip().splitlines() == FIRST_BLOCK, "the session's pip_installed runs these commands"
+    shell.run(f". {pip_installed.bin / 'activate'}")
 
-    # Round 1 of each: every valid click once, the two bad ones in the dead letters; every order once.
-    hour.produce_clicks(kinesis)
-    window_start = datetime.now(UTC) - timedelta(seconds=1)
-    hour.produce_orders(kinesis, ORDERS_BEFORE_SPLIT)
-    time.sleep(2.0)
-    window_end = datetime.now(UTC)
-    time.sleep(1.0)
-    shell.dag_test("clicks_to_lake")
-    shell.dag_test("orders_to_lake")
+    outputs = [shell.run(block) for block in blocks]
 
-    clicks = hour.clicks_table()
-    assert sorted_column(clicks, "click_id") == list(range(1, CLICKS + 1))
+    told = "\n".join(outputs)
+    rounds = re.findall(r"DagRun Finished: dag_id=(\w+),.*? state=(\w+)", told)
+    assert rounds == [
+        ("clicks_to_lake", "success"),
+        ("orders_to_lake", "success"),
+        ("orders_to_lake", "success"),
+        ("orders_to_lake", "success"),
+    ], told[-5000:]
+    assert "every dead letter is in the output except the 1 the decoder left out on purpose" in told
+    trial = shell.home / "kinesis-trial"
+    lake = load_catalog("lake", **catalog_properties(trial))
+    clicks = lake.load_table("web.clicks").scan().to_arrow()
+    assert sorted(clicks.column("click_id").to_pylist()) == [*CLICKS, 7000], "each click once, the replayed one too"
     assert {"data", "explicit_hash_key"}.isdisjoint(clicks.column_names), "a decoded table has no payload columns"
-    dead = hour.clicks_table("clicks_dead_letters")
-    assert sorted(dead.column("data").to_pylist()) == sorted([b"click 7000 /home", b"\x00\x01garbage"])
-    assert sorted_column(hour.orders_table(), "order_id") == list(ORDERS_BEFORE_SPLIT)
+    dead = lake.load_table("web.clicks_dead_letters").scan().to_arrow()
+    assert sorted(dead.column("data").to_pylist()) == [b"\x00\x01garbage", b"click 7000 /home"]
+    orders = DeltaTable(str(trial / "lake" / "orders")).to_pyarrow_table()
+    assert sorted(orders.column("order_id").to_pylist()) == ORDERS, "each order once, across the split"
+    [backfill] = (trial / "lake" / "orders-backfill").iterdir()
+    window = DeltaTable(str(backfill)).to_pyarrow_table()
+    assert sorted(window.column("order_id").to_pylist()) == ORDERS[:20], "the window's orders, once"
+    page = MonitoringApi(shell)
+    assert page.get("applications")["pipelines"] == [
+        {"dag_id": "clicks_to_lake", "application": "clicks-lake"},
+        {"dag_id": "orders_to_lake", "application": "orders-lake"},
+    ]
+    assert len(page.get("applications/orders-lake")["rounds"]) == 2, "the live pipeline's two rounds"
 
-    # A split, more orders, round 2: every order once across parent and children.
-    hottest = open_shards(kinesis, hour.orders)[0].shard_id
-    split_shard(kinesis, hour.orders, hottest)
-    hour.produce_orders(kinesis, ORDERS_AFTER_SPLIT)
-    shell.dag_test("orders_to_lake")
-    assert sorted_column(hour.orders_table(), "order_id") == [*ORDERS_BEFORE_SPLIT, *ORDERS_AFTER_SPLIT]
+    check_the_mistakes_are_refused_naming_what_is_wrong(shell)
 
-    # The replay: the fixed decoder lands the one it can read and gives up on the garbage, saying so.
-    replay = shell.run(
-        "leasectl",
-        "--app",
-        hour.clicks,
-        "replay-dead-letters",
-        "--output-uri",
-        f"iceberg://lake/{NAMESPACE}.clicks",
-        "--decode",
-        "users_code:replay_click",
-        PYTHONPATH=str(hour.code.parent),
-    )
-    assert "except the 1 the decoder left out on purpose" in replay.stdout, replay.stdout
-    assert sorted_column(hour.clicks_table(), "click_id") == [*range(1, CLICKS + 1), 7000]
 
-    # A backfill of the first orders' window into a Delta table of its own, beside the live one.
-    window = {"mode": "backfill", "start": window_start.isoformat(), "end": window_end.isoformat()}
-    shell.dag_test("orders_to_lake", "-c", json.dumps(window))
-    [backfill] = (hour.lake / "orders-backfill").iterdir()
-    assert sorted_column(hour.orders_table(str(backfill)), "order_id") == list(ORDERS_BEFORE_SPLIT)
-
-    # The mistakes, each refused naming what is wrong: a misspelled setting when its file is parsed,
-    # an unconfigured catalog when its round starts, before anything is read, and without retries.
-    errors = shell.attempt("airflow", "dags", "list-import-errors", "-o", "json")
-    listed = json.loads(errors.stdout.strip().splitlines()[-1])  # (Airflow's warnings are logged before it)
-    found = {Path(entry["filepath"]).stem: entry["error"] for entry in listed}
-    assert set(found) == {"misspelled_setting"}, found
-    assert "did you mean 'max_leases_for_worker'?" in found["misspelled_setting"]
+def check_the_mistakes_are_refused_naming_what_is_wrong(shell: ReadmeShell) -> None:
+    """A misspelled setting when its file is parsed; an unconfigured catalog when its round starts, at
+    once and without retries."""
+    dags = Path(shell.variable("AIRFLOW_HOME")) / "dags"
+    for file, arguments in MISTAKES.items():
+        (dags / file).write_text(MISTAKE.format(name=Path(file).stem, arguments=arguments))
     started = time.monotonic()
-    failed = shell.attempt("airflow", "dags", "test", "unconfigured_catalog")
-    output = failed.stdout + failed.stderr
-    assert re.search(r"DagRun Finished: dag_id=unconfigured_catalog,.*? state=failed,", output), output[-4000:]
-    assert "catalog 'nowhere'" in output and time.monotonic() - started < 120, output[-4000:]
+    output = shell.run("airflow dags test unconfigured_catalog 2>&1 || true")
+    assert re.search(r"DagRun Finished: dag_id=unconfigured_catalog,.*? state=failed", output), output[-4000:]
+    assert "catalog 'nowhere' is not configured" in output, output[-4000:]
+    assert time.monotonic() - started < 120, "refused at once, not after the task's retries"
+
+    # (the run parsed the DAG folder and recorded what failed to import)
+    listed = shell.run("airflow dags list-import-errors -o json || true").strip().splitlines()
+    found = {Path(entry["filepath"]).name: entry["error"] for entry in json.loads(listed[-1])}
+    assert set(found) == {"misspelled_setting.py"}, found
+    assert "did you mean 'max_leases_for_worker'?" in found["misspelled_setting.py"]
+
+
+class MonitoringApi:
+    """The page's JSON routes on the walk-through's API server, signed in as the README says."""
+
+    def __init__(self, shell: ReadmeShell) -> None:
+        self.base = f"http://127.0.0.1:{shell.port}"
+        passwords = Path(shell.variable("AIRFLOW_HOME")) / "simple_auth_manager_passwords.json.generated"
+        credentials = {"username": "admin", "password": json.loads(passwords.read_text())["admin"]}
+        self.token = self._call("/auth/token", json.dumps(credentials).encode())["access_token"]
+
+    def get(self, route: str) -> Any:
+        return self._call(f"/kinesis-lease/api/{route}")
+
+    def _call(self, path: str, body: bytes | None = None) -> Any:
+        headers = {"Content-Type": "application/json"}
+        if body is None:
+            headers["Authorization"] = f"Bearer {self.token}"
+        request = urllib.request.Request(self.base + path, data=body, headers=headers)
+        with urllib.request.urlopen(request, timeout=60) as response:
+            return json.load(response)
+
+
+def catalog_properties(trial: Path) -> dict[str, str]:
+    """The README's catalog `lake` (step 4), for this test's own reads."""
+    return {"type": "sql", "uri": f"sqlite:///{trial}/lake/catalog.db", "warehouse": f"file://{trial}/lake"}

@@ -64,7 +64,7 @@ class Trial:
 
     def run(self, *arguments: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
         command = [str(self.bin / "kinesis-lease"), "local", *arguments, "--state-dir", str(self.state_dir)]
-        variables = outside_environment({"KINESIS_LEASE_KINESIS_MOCK": str(KINESIS_MOCK_HOME), **(env or {})})
+        variables = outside_environment({"KINESIS_MOCK_HOME": str(KINESIS_MOCK_HOME), **(env or {})})
         return subprocess.run(
             command, cwd=self.folder, env=variables, capture_output=True, text=True, timeout=120, check=False
         )
@@ -190,7 +190,7 @@ def test_a_stale_state_whose_pid_now_belongs_to_another_process_leaves_that_proc
 
 
 def test_asking_for_kinesis_mock_where_it_is_not_installed_says_how_to_install_it(trial, tmp_path):
-    up = trial.run("up", "--kinesis", "kinesis-mock", env={"KINESIS_LEASE_KINESIS_MOCK": str(tmp_path / "none")})
+    up = trial.run("up", "--kinesis", "kinesis-mock", env={"KINESIS_MOCK_HOME": str(tmp_path / "none")})
     assert up.returncode == 2 and "npm install --prefix" in up.stderr and "kinesis-local@" in up.stderr
     assert not (trial.state_dir / "state.json").exists()
 

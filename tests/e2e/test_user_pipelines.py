@@ -1,6 +1,6 @@
 """Pipelines users define in their own DAG files with `kinesis_lease.pipeline`: a round embedded in a
 DAG of the user's own, its lineage, and bad arguments refused at parse time. Two pipelines of a DAG
-file side by side, from the installed wheel: tests/e2e/test_installed_pipelines.py."""
+file side by side, from the wheel installed with pip: tests/e2e/test_first_hour.py."""
 
 from __future__ import annotations
 

@@ -42,7 +42,8 @@ DEFAULT_STATE_DIR = Path("~/.kinesis-lease/local")
 STATE_FILE = "state.json"
 # Where `up` looks for kinesis-mock unless told: a folder npm installed it into.
 KINESIS_MOCK_FOLDER = "kinesis-mock"
-KINESIS_MOCK_VARIABLE = "KINESIS_LEASE_KINESIS_MOCK"
+# (Not KINESIS_LEASE_*: those are the consumer settings, and an unknown one is refused as a typo.)
+KINESIS_MOCK_VARIABLE = "KINESIS_MOCK_HOME"
 KINESIS_CHOICES = ("auto", "kinesis-mock", "moto")
 STARTUP_SECONDS = 60.0
 TERMINATE_GRACE_SECONDS = 2.0
