@@ -82,7 +82,7 @@ from lease_core.model.lease import Lease
 from lease_core.model.sequence import TRIM_HORIZON
 from sinks.batch_sink import BatchRange, StagedBatch, StreamIncarnations, location_dataset
 from sinks.errors import SinkError
-from sinks.record_columns import POSITION_SCHEMA, with_stream_and_shard
+from sinks.record_columns import RECORD_SCHEMA, with_stream_and_shard
 from sinks.registry import SinkFormat, SinkOpening
 from sinks.table.committer import (
     COMMIT_ATTEMPTS,
@@ -287,11 +287,9 @@ class IcebergSink(TableCommitter):
         return location_dataset(table.metadata.location)
 
     def reports_root(self) -> str:
-        """`<table location>/metadata/kinesis-rounds`, the table created now if it does not exist yet: a
-        round's report needs a place before its first batch. It is created with the columns every
-        pipeline's batches have, the batch's and the records' positions; the first batch adds its own
-        (a pipeline with a decoder has no `data`, which would otherwise stay null in every row)."""
-        table = self.table() or self._create(with_batch_columns(POSITION_SCHEMA.empty_table(), PLACEHOLDER).schema)
+        """`<table location>/metadata/kinesis-rounds`, the table created now (with the record columns)
+        if it does not exist yet: a round's report needs a place before its first batch."""
+        table = self.table() or self._create(record_schema_with_batch_columns())
         return f"{table.metadata.location}/metadata/{REPORTS_FOLDER}"
 
     def table(self, *, refresh: bool = False) -> Table | None:
@@ -728,6 +726,11 @@ def widens_to(batch_type: IcebergType, table_type: IcebergType) -> bool:
     if isinstance(batch_type, DecimalType) and isinstance(table_type, DecimalType):
         return batch_type.scale == table_type.scale and batch_type.precision <= table_type.precision
     return False
+
+
+def record_schema_with_batch_columns() -> pa.Schema:
+    """The columns of a batch without a transform, as the table holds them."""
+    return with_batch_columns(RECORD_SCHEMA.empty_table(), PLACEHOLDER).schema
 
 
 def with_batch_columns(table: pa.Table, batch: BatchRange) -> pa.Table:
