@@ -107,6 +107,7 @@ from sinks.parquet import _parquet_bytes  # noqa: E402
 from sinks.record_columns import RECORD_SCHEMA  # noqa: E402
 from spark_jobs.consume_job import publish, run_round, scanned_leases  # noqa: E402
 from spark_jobs.consume_spec import ConsumeSpec  # noqa: E402
+from spark_jobs.round_publication import stream_incarnations  # noqa: E402
 from spark_jobs.round_report import Outcome  # noqa: E402
 from spark_jobs.slot_memory import POOL_SETTING, SLOT_POOL, hold_freed_memory  # noqa: E402
 from spark_jobs.slot_task import run_slot  # noqa: E402
@@ -331,7 +332,10 @@ def fresh_round(
         round_number=round_number,
         settings=application.config.to_dict(),
     )
-    return application, spec
+    # The streams' incarnations, as the round's driver gives its slots (`with_round_start`): a table
+    # sink's publication records them with the positions it writes.
+    incarnations = stream_incarnations(LeaseApplication.from_config(spec.config), spec.streams)
+    return application, dataclasses.replace(spec, stream_incarnations=incarnations)
 
 
 def check_landed(spec: ConsumeSpec, expected_records: int) -> None:
