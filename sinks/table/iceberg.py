@@ -353,7 +353,10 @@ class IcebergSink(TableCommitter):
     def _add_columns(self, arrow_schema: pa.Schema, missing: Sequence[str]) -> Table:
         """Add the batch's new columns (union by name) in a schema-only commit: a column needs its field
         id before a data file holding it can be written. Slots adding the same column race harmlessly:
-        the loser's union finds it there."""
+        the loser's union finds it there. Every column is added optional, as `_create` makes them:
+        Iceberg adds no required column to a table that has rows (and a table the round's report
+        created has the position columns only: the records' `data` is not nullable in Arrow)."""
+        arrow_schema = pa.schema([field.with_nullable(True) for field in arrow_schema], metadata=arrow_schema.metadata)
         for _ in range(COMMIT_ATTEMPTS):
             table = self.table(refresh=True)
             assert table is not None

@@ -18,7 +18,7 @@ from lease_core.model.sequence import TRIM_HORIZON
 from lease_core.retrieval.kinesis_records import KinesisRecord
 from sinks.batch_sink import RoundIdentity, Visibility
 from sinks.errors import SinkError
-from sinks.record_columns import RECORD_SCHEMA
+from sinks.record_columns import RECORD_SCHEMA, records_table
 from sinks.table.committer import (
     SUMMARY_APPLICATION,
     SUMMARY_COMMIT_ID,
@@ -276,6 +276,24 @@ def test_a_table_a_rounds_report_creates_before_a_decoded_batch_gets_the_decoder
         "approximate_arrival_timestamp",
         "amount",
     ], "no `data` or `explicit_hash_key` that would be null in every row"
+
+
+def test_a_table_a_rounds_report_creates_before_a_batch_of_raw_records_gets_their_payload_columns(iceberg_catalog):
+    """A pipeline without a decoder stages the records' columns as they are read: `data` and the
+    position columns are not nullable in Arrow, and the table adds them as optional columns."""
+    records = [
+        KinesisRecord(str(n), 0, f"key-{n}", datetime(2026, 11, 26, tzinfo=UTC), b"payload %d" % n) for n in (1, 2)
+    ]
+    sink = sink_on(iceberg_catalog)
+
+    sink.reports_root()  # the operator finds where the round's report goes before the round
+    record = sink.commit_record(None, sink.stage(batch_of(TRIM_HORIZON, 1, 2), records_table(records), "a"))
+    sink.publish_round({"shardId-000000000001": record}, IDENTITY)
+
+    landed = sink.table(refresh=True).scan().to_arrow()
+    assert landed.column_names == ["stream_name", "shard_id", *RECORD_SCHEMA.names]
+    assert sorted(landed.column("data").to_pylist()) == [b"payload 1", b"payload 2"]
+    assert not any(field.required for field in sink.table().schema().fields)
 
 
 def test_a_nested_column_of_another_structure_is_refused_naming_it(iceberg_catalog):
