@@ -14,11 +14,14 @@ each. moto serves DynamoDB. Both run in processes of their own, so this process'
    checkpoints in DynamoDB, heartbeats, and reports throughput and its worker metrics. Every record
    must land once. The same slot again with an Iceberg table as the sink (pyiceberg's SQL catalog on
    a SQLite file): it writes the batches' data files, manifests and receipts; the round's one table
-   commit is the driver's, after the slot, and not counted. Then again with a Delta table as the sink
-   (`delta:<local folder>`, through delta-rs): it writes the batches' data files and receipts; the
-   round's one table commit is again the driver's and not counted, and what landed is read from the
-   files the table's version names, with pyarrow. The ratios Iceberg / Parquet slot and Delta / Parquet
-   slot are the sinks' own figures (goal >= 0.9 each).
+   commit is the driver's, after the slot, and not counted. The table is there before the slot, as the
+   consume operator creates it before it submits a round (the round report's place), with the columns
+   of the batches, as every round after a table's first finds it: neither its creation nor the first
+   batch's schema change is counted. Then again with a Delta table as the sink (`delta:<local folder>`,
+   through delta-rs): it writes the batches' data files and receipts; the round's one table commit is
+   again the driver's and not counted, and what landed is read from the files the table's version
+   names, with pyarrow. Every slot is given the streams' incarnations, as the driver gives them. The
+   ratios Iceberg / Parquet slot and Delta / Parquet slot are the sinks' own figures (goal >= 0.9 each).
 3. The floor, per stream: the essential work on the same bytes, in this process, with the libraries the
    pipeline uses, on the GetRecords bodies the stand-in serves (captured raw, unparsed, before the
    runs): `json.loads` of each body, base64 decoding of every record's data (`binascii.a2b_base64`,
@@ -103,10 +106,13 @@ from devtools.stream_records import landed_records  # noqa: E402
 from lease_core.application import LeaseApplication  # noqa: E402
 from lease_core.leader.assignment_round import AssignmentCoordinator, slot_ids  # noqa: E402
 from lease_core.sync.step import sync_streams  # noqa: E402
+from sinks import open_sink  # noqa: E402
 from sinks.parquet import _parquet_bytes  # noqa: E402
-from sinks.record_columns import RECORD_SCHEMA  # noqa: E402
+from sinks.record_columns import RECORD_SCHEMA, with_stream_and_shard  # noqa: E402
+from sinks.table.iceberg import load_configured_catalog, parse_table_uri  # noqa: E402
 from spark_jobs.consume_job import publish, run_round, scanned_leases  # noqa: E402
 from spark_jobs.consume_spec import ConsumeSpec  # noqa: E402
+from spark_jobs.round_publication import stream_incarnations  # noqa: E402
 from spark_jobs.round_report import Outcome  # noqa: E402
 from spark_jobs.slot_memory import POOL_SETTING, SLOT_POOL, hold_freed_memory  # noqa: E402
 from spark_jobs.slot_task import run_slot  # noqa: E402
@@ -331,7 +337,19 @@ def fresh_round(
         round_number=round_number,
         settings=application.config.to_dict(),
     )
-    return application, spec
+    # The streams' incarnations, as the round's driver gives its slots (`with_round_start`): a table
+    # sink's publication records them with the positions it writes.
+    incarnations = stream_incarnations(LeaseApplication.from_config(spec.config), spec.streams)
+    # The round report's place, as the consume operator asks for it before it submits the round: an
+    # Iceberg table is created then, before any slot, with the batches' position columns. Then the
+    # columns a first batch adds: the slot lands into the table as every round after the first finds it.
+    open_sink(output, config=spec.config).reports_root()
+    if sink == ICEBERG:
+        table = load_configured_catalog(output, CATALOG).load_table(parse_table_uri(output).identifier)
+        batch_columns = with_stream_and_shard(RECORD_SCHEMA.empty_table(), "", "").schema
+        with table.update_schema() as update:
+            update.union_by_name(pa.schema([field.with_nullable(True) for field in batch_columns]))
+    return application, dataclasses.replace(spec, stream_incarnations=incarnations)
 
 
 def check_landed(spec: ConsumeSpec, expected_records: int) -> None:

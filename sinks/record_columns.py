@@ -42,7 +42,7 @@ def with_stream_and_shard(table: pa.Table, stream_name: str, shard_id: str) -> p
     names): how a table sink, unlike a dataset's partition folders, keeps them."""
     rows = table.drop_columns([name for name in BATCH_COLUMNS if name in table.column_names])
     for index, (name, value) in enumerate((("stream_name", stream_name), ("shard_id", shard_id))):
-        rows = rows.add_column(
-            index, pa.field(name, pa.string(), nullable=False), pa.array([value] * rows.num_rows, pa.string())
-        )
+        # One value repeated, in C: a list of 16,000 references converted value by value took 0.4 ms.
+        column = pa.repeat(pa.scalar(value, pa.string()), rows.num_rows)
+        rows = rows.add_column(index, pa.field(name, pa.string(), nullable=False), column)
     return rows

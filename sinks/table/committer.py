@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import abc
 import logging
+import threading
 import uuid
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -133,6 +134,12 @@ class _PositionCache:
     read: bool = False
     positions: dict[str, LeasePosition] | None = None
     batches: dict[str, BatchRange] = field(default_factory=dict)  # this process's staged batches, by receipt
+    # A slot's leases start at once, and each would read the table (load it, read its position map)
+    # while none has yet: one reads, the others wait for what it read.
+    reading: threading.Lock = field(default_factory=threading.Lock)
+
+
+_NEW_CACHE = threading.Lock()  # a sink's cache is made once, whichever of its threads asks first
 
 
 class TableCommitter(abc.ABC):
@@ -277,16 +284,18 @@ class TableCommitter(abc.ABC):
 
     def _known_positions(self) -> dict[str, LeasePosition] | None:
         cache = self._position_cache()
-        if not cache.read:
-            head = self._head()
-            cache.positions = None if head is None else self.positions_in(head)
-            cache.read = True
+        with cache.reading:
+            if not cache.read:
+                head = self._head()
+                cache.positions = None if head is None else self.positions_in(head)
+                cache.read = True
         return cache.positions
 
     def _position_cache(self) -> _PositionCache:
-        if self._cache is None:
-            self._cache = _PositionCache()
-        return self._cache
+        with _NEW_CACHE:
+            if self._cache is None:
+                self._cache = _PositionCache()
+            return self._cache
 
     def _remember_staged(self, receipt_id: str, batch: BatchRange) -> None:
         """A batch this process staged, for its commit record (its receipt need not be read again)."""

@@ -49,7 +49,7 @@ from pyiceberg.exceptions import (
     NoSuchTableError,
     TableAlreadyExistsError,
 )
-from pyiceberg.io.pyarrow import _dataframe_to_data_files, _pyarrow_to_schema_without_ids
+from pyiceberg.io.pyarrow import _pyarrow_to_schema_without_ids
 from pyiceberg.manifest import (
     UNASSIGNED_SEQ,
     DataFile,
@@ -82,7 +82,7 @@ from lease_core.model.lease import Lease
 from lease_core.model.sequence import TRIM_HORIZON
 from sinks.batch_sink import BatchRange, StagedBatch, StreamIncarnations, location_dataset
 from sinks.errors import SinkError
-from sinks.record_columns import RECORD_SCHEMA, with_stream_and_shard
+from sinks.record_columns import POSITION_SCHEMA, with_stream_and_shard
 from sinks.registry import SinkFormat, SinkOpening
 from sinks.table.committer import (
     COMMIT_ATTEMPTS,
@@ -97,7 +97,7 @@ from sinks.table.committer import (
     TableHistory,
     range_text,
 )
-from sinks.table.iceberg_data_files import write_data_files
+from sinks.table.iceberg_data_files import DataFileWriter, with_types
 from sinks.table.lease_records import TableLeaseRecord, position_text, receipt_document, receipt_json
 
 log = logging.getLogger(__name__)
@@ -249,6 +249,10 @@ class IcebergSink(TableCommitter):
         self.streams: StreamIncarnations = streams or {}
         self._table: Table | None = None
         self._staging_table = threading.Lock()  # a slot's leases stage at once: one of them loads the table
+        # How batches are written into the table as staged last (`_writer_for`), and the batches'
+        # schemas found to fit it (by `check_columns`).
+        self._writer: DataFileWriter | None = None
+        self._fitting: set[pa.Schema] = set()
 
     @property
     def uri(self) -> str:
@@ -287,9 +291,11 @@ class IcebergSink(TableCommitter):
         return location_dataset(table.metadata.location)
 
     def reports_root(self) -> str:
-        """`<table location>/metadata/kinesis-rounds`, the table created now (with the record columns)
-        if it does not exist yet: a round's report needs a place before its first batch."""
-        table = self.table() or self._create(record_schema_with_batch_columns())
+        """`<table location>/metadata/kinesis-rounds`, the table created now if it does not exist yet: a
+        round's report needs a place before its first batch. It is created with the columns every
+        pipeline's batches have, the batch's and the records' positions; the first batch adds its own
+        (a pipeline with a decoder has no `data`, which would otherwise stay null in every row)."""
+        table = self.table() or self._create(with_batch_columns(POSITION_SCHEMA.empty_table(), PLACEHOLDER).schema)
         return f"{table.metadata.location}/metadata/{REPORTS_FOLDER}"
 
     def table(self, *, refresh: bool = False) -> Table | None:
@@ -307,10 +313,10 @@ class IcebergSink(TableCommitter):
                     raise SinkError(self._uri, "the table does not exist") from None
                 return None
 
-    def _table_for(self, arrow_schema: pa.Schema) -> Table:
+    def _table_for(self, arrow_schema: pa.Schema) -> tuple[Table, DataFileWriter]:
         """The table, created with `arrow_schema` when missing (partitioned by day of arrival when it has
-        the arrival column), and evolved by name when the batch brings new columns. A column whose type
-        the table cannot hold is refused before anything is written.
+        the arrival column), and evolved by name when the batch brings new columns, with the writer of
+        its data files. A column whose type the table cannot hold is refused before anything is written.
 
         One batch at a time: a slot's leases stage their first batches at once, and each would load
         (or create) the table itself while none is loaded yet."""
@@ -318,10 +324,24 @@ class IcebergSink(TableCommitter):
             table = self.table()
             if table is None:
                 table = self._create(arrow_schema)
-            missing = check_columns(self._uri, table.schema(), arrow_schema)
-            if missing:
-                table = self._add_columns(arrow_schema, missing)
-            return table
+            writer = self._writer_for(table)
+            if arrow_schema not in self._fitting:
+                missing = check_columns(self._uri, table.schema(), arrow_schema)
+                if missing:
+                    table = self._add_columns(arrow_schema, missing)
+                    writer = self._writer_for(table)
+                else:
+                    self._fitting.add(arrow_schema)
+            return table, writer
+
+    def _writer_for(self, table: Table) -> DataFileWriter:
+        """The writer of data files into `table` as loaded (one version of its metadata): the same as
+        for the batch before while the table's metadata file is the same. (Called under `_staging_table`.)"""
+        writer = self._writer
+        if writer is None or writer.metadata_location != table.metadata_location:
+            writer = self._writer = DataFileWriter(table.metadata, table.metadata_location)
+            self._fitting = set()  # checked against the table's schema, which may have changed
+        return writer
 
     def _create(self, arrow_schema: pa.Schema) -> Table:
         # Every column optional: a column a transform leaves out later must be able to hold nulls,
@@ -351,7 +371,10 @@ class IcebergSink(TableCommitter):
     def _add_columns(self, arrow_schema: pa.Schema, missing: Sequence[str]) -> Table:
         """Add the batch's new columns (union by name) in a schema-only commit: a column needs its field
         id before a data file holding it can be written. Slots adding the same column race harmlessly:
-        the loser's union finds it there."""
+        the loser's union finds it there. Every column is added optional, as `_create` makes them:
+        Iceberg adds no required column to a table that has rows (and a table the round's report
+        created has the position columns only: the records' `data` is not nullable in Arrow)."""
+        arrow_schema = pa.schema([field.with_nullable(True) for field in arrow_schema], metadata=arrow_schema.metadata)
         for _ in range(COMMIT_ATTEMPTS):
             table = self.table(refresh=True)
             assert table is not None
@@ -381,14 +404,13 @@ class IcebergSink(TableCommitter):
         """Stage the batch's rows with its `stream_name` and `shard_id` as columns of the table."""
         receipt_id = self.staged_token(batch, attempt)
         table = with_batch_columns(table, batch)
-        iceberg_table = self._table_for(table.schema)
+        iceberg_table, writer = self._table_for(table.schema)
         metadata = iceberg_table.metadata
         io = iceberg_table.io
         manifest_path, manifest_length, written = None, 0, 0
         with self.failures(f"stage the batch {self.batch_name(batch)}"):
             if table.num_rows:
-                table = as_table_types(table, iceberg_table.schema())
-                data_files = write_data_files(metadata, table, io, uuid.UUID(receipt_id))
+                data_files = writer.write(writer.with_types(table), io, uuid.UUID(receipt_id))
                 written = sum(data_file.file_size_in_bytes for data_file in data_files)
                 manifest_path = f"{self.staging_location(iceberg_table)}/{receipt_id}-m0.avro"
                 manifest_length = _write_manifest(iceberg_table, manifest_path, data_files, receipt_id)
@@ -581,9 +603,8 @@ class IcebergSink(TableCommitter):
         )
         rows = pa.concat_tables([_read_data_file(table, data_file.file_path) for data_file in staged])
         rewrite_id = uuid.uuid5(uuid.UUID(receipt.receipt_id), f"spec-{table.metadata.default_spec_id}")
-        return list(
-            _dataframe_to_data_files(table.metadata, as_table_types(rows, table.schema()), table.io, rewrite_id)
-        )
+        writer = DataFileWriter(table.metadata, table.metadata_location)
+        return writer.write(writer.with_types(rows), table.io, rewrite_id)
 
     def staged_data_files(self, table: Table, receipt: Receipt) -> list[DataFile]:
         """The data files a staged batch's manifest lists; `StagedBatchGone` when the manifest is gone."""
@@ -728,11 +749,6 @@ def widens_to(batch_type: IcebergType, table_type: IcebergType) -> bool:
     return False
 
 
-def record_schema_with_batch_columns() -> pa.Schema:
-    """The columns of a batch without a transform, as the table holds them."""
-    return with_batch_columns(RECORD_SCHEMA.empty_table(), PLACEHOLDER).schema
-
-
 def with_batch_columns(table: pa.Table, batch: BatchRange) -> pa.Table:
     """The rows with the batch's stream and shard as their first columns (replacing any of the same names)."""
     return with_stream_and_shard(table, batch.stream_name, batch.shard_id)
@@ -741,13 +757,7 @@ def with_batch_columns(table: pa.Table, batch: BatchRange) -> pa.Table:
 def as_table_types(batch: pa.Table, table_schema: Schema) -> pa.Table:
     """The batch with each column cast to the table's Arrow type for it (millisecond arrival times to
     Iceberg's microseconds, an int to a long): partition transforms and writers take the table's types."""
-    wanted = table_schema.as_arrow()
-    fields = [
-        field.with_type(wanted.field(field.name).type) if field.name in wanted.names else field
-        for field in batch.schema
-    ]
-    target = pa.schema(fields, metadata=batch.schema.metadata)
-    return batch if target.equals(batch.schema) else batch.cast(target)
+    return with_types(batch, table_schema.as_arrow())
 
 
 def _read_data_file(table: Table, path: str) -> pa.Table:

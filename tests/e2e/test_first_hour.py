@@ -80,6 +80,7 @@ def test_the_readmes_walkthrough_runs_as_written_from_the_pip_installed_wheel(sh
     lake = load_catalog("lake", **catalog_properties(trial))
     clicks = lake.load_table("web.clicks").scan().to_arrow()
     assert sorted(clicks.column("click_id").to_pylist()) == [*CLICKS, 7000], "each click once, the replayed one too"
+    assert {"data", "explicit_hash_key"}.isdisjoint(clicks.column_names), "a decoded table has no payload columns"
     dead = lake.load_table("web.clicks_dead_letters").scan().to_arrow()
     assert sorted(dead.column("data").to_pylist()) == [b"\x00\x01garbage", b"click 7000 /home"]
     orders = DeltaTable(str(trial / "lake" / "orders")).to_pyarrow_table()

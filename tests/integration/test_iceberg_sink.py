@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pyarrow as pa
@@ -14,9 +15,10 @@ from pyiceberg.schema import Schema
 from pyiceberg.types import LongType, NestedField, StringType
 
 from lease_core.model.sequence import TRIM_HORIZON
+from lease_core.retrieval.kinesis_records import KinesisRecord
 from sinks.batch_sink import RoundIdentity, Visibility
 from sinks.errors import SinkError
-from sinks.record_columns import RECORD_SCHEMA
+from sinks.record_columns import RECORD_SCHEMA, records_table
 from sinks.table.committer import (
     SUMMARY_APPLICATION,
     SUMMARY_COMMIT_ID,
@@ -29,6 +31,7 @@ from sinks.table.iceberg import (
     IcebergSink,
     parse_table_uri,
 )
+from spark_jobs.decode import load_decoder
 from spark_jobs.transform import batch_columns
 from tests.support.iceberg_tables import (
     APPLICATION,
@@ -247,6 +250,50 @@ def test_nested_columns_a_json_decoder_makes_land_batch_after_batch(iceberg_cata
         [{"sku": "b", "quantity": 2}, {"sku": "c", "quantity": 3}],
     ]
     assert [row["tags"] for row in landed] == [[("k", "v")], [], None]
+
+
+def test_a_table_a_rounds_report_creates_before_a_decoded_batch_gets_the_decoders_columns_not_the_payloads(
+    iceberg_catalog,
+):
+    decoder = load_decoder("tests.support.decoders:json_amounts")
+    assert decoder is not None
+    records = [
+        KinesisRecord(str(n), 0, f"key-{n}", datetime(2026, 11, 26, tzinfo=UTC), b'{"amount": %d}' % n) for n in (1, 2)
+    ]
+    sink = sink_on(iceberg_catalog)
+
+    sink.reports_root()  # the operator finds where the round's report goes before the round
+    decoded = decoder.decode_batch(records, "orders", "shardId-000000000001")
+    record = sink.commit_record(None, sink.stage(batch_of(TRIM_HORIZON, 1, 2), decoded.table, "a"))
+    sink.publish_round({"shardId-000000000001": record}, IDENTITY)
+
+    assert sink.table(refresh=True).scan().to_arrow().column_names == [
+        "stream_name",
+        "shard_id",
+        "sequence_number",
+        "sub_sequence_number",
+        "partition_key",
+        "approximate_arrival_timestamp",
+        "amount",
+    ], "no `data` or `explicit_hash_key` that would be null in every row"
+
+
+def test_a_table_a_rounds_report_creates_before_a_batch_of_raw_records_gets_their_payload_columns(iceberg_catalog):
+    """A pipeline without a decoder stages the records' columns as they are read: `data` and the
+    position columns are not nullable in Arrow, and the table adds them as optional columns."""
+    records = [
+        KinesisRecord(str(n), 0, f"key-{n}", datetime(2026, 11, 26, tzinfo=UTC), b"payload %d" % n) for n in (1, 2)
+    ]
+    sink = sink_on(iceberg_catalog)
+
+    sink.reports_root()  # the operator finds where the round's report goes before the round
+    record = sink.commit_record(None, sink.stage(batch_of(TRIM_HORIZON, 1, 2), records_table(records), "a"))
+    sink.publish_round({"shardId-000000000001": record}, IDENTITY)
+
+    landed = sink.table(refresh=True).scan().to_arrow()
+    assert landed.column_names == ["stream_name", "shard_id", *RECORD_SCHEMA.names]
+    assert sorted(landed.column("data").to_pylist()) == [b"payload 1", b"payload 2"]
+    assert not any(field.required for field in sink.table().schema().fields)
 
 
 def test_a_nested_column_of_another_structure_is_refused_naming_it(iceberg_catalog):

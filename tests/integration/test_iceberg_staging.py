@@ -1,8 +1,10 @@
-"""How the Iceberg sink stages batches. Its data files are pyiceberg's own: a staged batch's files, byte
-for byte, and their DataFile entries (partition, statistics, field ids) are what pyiceberg's
-`_dataframe_to_data_files` writes for the same rows in the table's schema and partition spec of the
-moment, through schema evolution and partition spec changes between batches. A slot's leases staging at
-once load (or create) the table as often as one lease alone."""
+"""How the Iceberg sink stages batches. Its data files are what pyiceberg's `_dataframe_to_data_files`
+writes for the same rows in the table's schema and partition spec of the moment, given the sink's Arrow
+settings (the table's page row limit as a page's row limit, not as Arrow's write batch size): byte for
+byte for a batch in one chunk, and the same rows and DataFile entries (partition, statistics, field ids)
+for a batch in several, through schema evolution and partition spec changes between batches. With
+pyiceberg's own settings only the pages differ; pyiceberg and DuckDB read every row back. A slot's leases
+staging at once load (or create) the table as often as one lease alone."""
 
 from __future__ import annotations
 
@@ -15,16 +17,18 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+import pyiceberg.io.pyarrow
 import pytest
 from pyiceberg.io.pyarrow import _dataframe_to_data_files
 from pyiceberg.manifest import DataFile
 from pyiceberg.table import Table
 
+from devtools.analyst_reads import AnalystTable
 from lease_core.model.sequence import TRIM_HORIZON
 from sinks.batch_sink import BatchRange
 from sinks.table.iceberg import IcebergSink, as_table_types, with_batch_columns
-from sinks.table.iceberg_data_files import single_partition_key
-from tests.support.iceberg_tables import APPLICATION, batch_of, position, rows, sink_on
+from sinks.table.iceberg_data_files import parquet_writer_options, single_partition_key
+from tests.support.iceberg_tables import APPLICATION, IDENTITY, batch_of, position, rows, sink_on
 
 NOON = datetime(2026, 11, 28, 12, 0, tzinfo=UTC)
 
@@ -47,6 +51,12 @@ class WrittenFile:
     record_count: int
     entry: tuple[Any, ...]
     data: bytes
+
+    def content(self) -> tuple[Any, ...]:
+        """What the file holds, whatever its pages' layout: its name, rows (read back), and entry but for
+        its sizes (the file's and its columns')."""
+        rows = pq.read_table(pa.BufferReader(self.data)).combine_chunks()
+        return self.path, self.record_count, self.entry[:3] + self.entry[5:], rows
 
 
 def written(table: Table, data_files: list[DataFile]) -> list[WrittenFile]:
@@ -74,10 +84,16 @@ def written(table: Table, data_files: list[DataFile]) -> list[WrittenFile]:
 
 
 def staged_and_pyicebergs(
-    sink: IcebergSink, batch: BatchRange, batch_rows: pa.Table
+    sink: IcebergSink,
+    batch: BatchRange,
+    batch_rows: pa.Table,
+    monkeypatch: pytest.MonkeyPatch,
+    pyicebergs_settings: bool = False,
 ) -> tuple[list[WrittenFile], list[WrittenFile]]:
     """The data files `stage` wrote for the batch (as its manifest lists them, and their bytes), and
-    what pyiceberg's own path writes for the same rows under the same names, in the table as staged."""
+    what pyiceberg's own path writes for the same rows under the same names, in the table as staged:
+    with the sink's Arrow settings (`parquet_writer_options`: the page row limit as a page's) unless
+    `pyicebergs_settings`."""
     staged = sink.stage(batch, batch_rows, "a")
     table = sink.table()
     assert table is not None
@@ -85,9 +101,12 @@ def staged_and_pyicebergs(
     receipt = sink.read_receipt(staged.token)
     ours = written(table, sink.staged_data_files(table, receipt))
     typed = as_table_types(with_batch_columns(batch_rows, batch), table.schema())
-    pyicebergs = list(
-        _dataframe_to_data_files(table.metadata, typed, table.io, write_uuid=uuid.UUID(receipt.receipt_id))
-    )
+    with monkeypatch.context() as patch:
+        if not pyicebergs_settings:
+            patch.setattr(pyiceberg.io.pyarrow, "_get_parquet_writer_kwargs", parquet_writer_options)
+        pyicebergs = list(
+            _dataframe_to_data_files(table.metadata, typed, table.io, write_uuid=uuid.UUID(receipt.receipt_id))
+        )
     return ours, written(table, pyicebergs)
 
 
@@ -108,6 +127,7 @@ def payloads(count: int, size: int = 750) -> pa.Array:
 BATCHES = {
     "one day": rows(1, 50, approximate_arrival_timestamp=arrivals(50)),
     "one day, in chunks": in_chunks(rows(1, 50, approximate_arrival_timestamp=arrivals(50)), 7),
+    "one day, 3.6 MiB": rows(1, 5000, approximate_arrival_timestamp=arrivals(5000), data=payloads(5000)),
     # Pages end where chunks end: several MiB in chunks are written otherwise than in one chunk.
     "one day, 3.6 MiB in chunks": in_chunks(
         rows(1, 5000, approximate_arrival_timestamp=arrivals(5000), data=payloads(5000)), 2000
@@ -120,25 +140,89 @@ BATCHES = {
 
 
 @pytest.mark.parametrize("batch_rows", BATCHES.values(), ids=BATCHES.keys())
-def test_a_staged_batchs_data_files_are_pyicebergs_byte_for_byte_with_the_same_entries(iceberg_catalog, batch_rows):
+def test_a_staged_batchs_data_files_are_pyicebergs_with_the_same_entries_and_rows(
+    iceberg_catalog, batch_rows, monkeypatch
+):
+    """pyiceberg's writer given the sink's Arrow settings writes the same files: byte for byte when
+    the batch comes in one chunk (pyiceberg writes a partition's rows in one); in several, the sink
+    writes them as they come, as the Parquet sink does, and only the pages' layout differs."""
     sink = sink_on(iceberg_catalog)
 
-    ours, pyicebergs = staged_and_pyicebergs(sink, batch_of(TRIM_HORIZON, 1, batch_rows.num_rows), batch_rows)
+    ours, pyicebergs = staged_and_pyicebergs(
+        sink, batch_of(TRIM_HORIZON, 1, batch_rows.num_rows), batch_rows, monkeypatch
+    )
 
-    assert ours == pyicebergs
+    assert [file.content() for file in ours] == [file.content() for file in pyicebergs]
+    if all(column.num_chunks == 1 for column in batch_rows.columns):
+        assert ours == pyicebergs
     assert sum(file.record_count for file in ours) == batch_rows.num_rows
 
 
-def test_the_files_stay_pyicebergs_after_a_new_column_and_each_partition_spec_change(iceberg_catalog):
+@pytest.mark.parametrize("batch_rows", BATCHES.values(), ids=BATCHES.keys())
+def test_pyicebergs_own_settings_write_the_same_rows_with_the_same_statistics(iceberg_catalog, batch_rows, monkeypatch):
+    """Only the pages differ from what pyiceberg writes with its own settings (the page row limit as
+    Arrow's write batch size): the files' names, rows, field ids, partitions, counts and bounds are the same."""
+    sink = sink_on(iceberg_catalog)
+
+    ours, pyicebergs = staged_and_pyicebergs(
+        sink, batch_of(TRIM_HORIZON, 1, batch_rows.num_rows), batch_rows, monkeypatch, pyicebergs_settings=True
+    )
+
+    assert [file.content() for file in ours] == [file.content() for file in pyicebergs]
+    table = sink.table()
+    assert [field_ids(table, file.path) for file in ours] == [field_ids(table, file.path) for file in pyicebergs]
+
+
+def test_the_writers_settings_are_pyicebergs_for_the_table_but_the_page_row_limit_which_limits_a_pages_rows():
+    """`write.parquet.page-row-limit` is the most rows a page holds (as Iceberg's Java writer has it),
+    given to Arrow as such; every other setting is pyiceberg's for the table's properties."""
+    defaults = pyiceberg.io.pyarrow._get_parquet_writer_kwargs({})
+    assert parquet_writer_options({}) == {
+        **{key: value for key, value in defaults.items() if key != "write_batch_size"},
+        "max_rows_per_page": 20_000,
+    }
+    properties = {
+        "write.parquet.page-row-limit": "5000",
+        "write.parquet.compression-codec": "snappy",
+        "write.parquet.dict-size-bytes": "1048576",
+    }
+    options = parquet_writer_options(properties)
+    assert options["max_rows_per_page"] == 5000
+    assert "write_batch_size" not in options
+    assert (options["compression"], options["dictionary_pagesize_limit"]) == ("snappy", 1 << 20)
+
+
+def test_a_batch_of_several_mib_lands_whole_for_pyiceberg_and_for_duckdb(iceberg_catalog):
+    """The files the sink writes are read back by pyiceberg's scan and by DuckDB (an analyst's reader,
+    not pyiceberg) with every row and payload as staged, and their manifest entries have the columns'
+    statistics."""
+    sink = sink_on(iceberg_catalog)
+    batch_rows = BATCHES["one day, 3.6 MiB in chunks"]
+    batch = batch_of(TRIM_HORIZON, 1, batch_rows.num_rows)
+    record = sink.commit_record(None, sink.stage(batch, batch_rows, "a"))
+    sink.publish_round({batch.lease_key: record}, IDENTITY)
+    table = sink.table(refresh=True)
+
+    scanned = table.scan(selected_fields=("sequence_number", "data")).to_arrow().sort_by("sequence_number")
+    read = AnalystTable.iceberg(table.metadata_location).rows(("sequence_number", "data")).sort_by("sequence_number")
+    expected = batch_rows.select(["sequence_number", "data"]).sort_by("sequence_number")
+    assert scanned.to_pylist() == read.to_pylist() == expected.to_pylist()
+    (data_file,) = [task.file for task in table.scan().plan_files()]
+    names = {field.field_id: field.name for field in table.schema().fields}
+    assert {names[field_id] for field_id in data_file.lower_bounds} == set(names.values()) - {"explicit_hash_key"}
+    assert {names[field_id] for field_id in data_file.value_counts} == set(names.values())
+
+
+def test_the_files_stay_pyicebergs_after_a_new_column_and_each_partition_spec_change(iceberg_catalog, monkeypatch):
     sink = sink_on(iceberg_catalog)
     first = rows(1, 20, approximate_arrival_timestamp=arrivals(20))
-    ours, pyicebergs = staged_and_pyicebergs(sink, batch_of(TRIM_HORIZON, 1, 20), first)
+    ours, pyicebergs = staged_and_pyicebergs(sink, batch_of(TRIM_HORIZON, 1, 20), first, monkeypatch)
     assert ours == pyicebergs
 
     # A transform adds a column: the sink evolves the schema, and the next files carry the column's id.
     amounts = pa.array([n / 2 for n in range(20)], pa.float64())
     second = rows(21, 20, approximate_arrival_timestamp=arrivals(20), amount=amounts)
-    ours, pyicebergs = staged_and_pyicebergs(sink, batch_of(position(20), 21, 20), second)
+    ours, pyicebergs = staged_and_pyicebergs(sink, batch_of(position(20), 21, 20), second, monkeypatch)
     assert ours == pyicebergs
     table = sink.table()
     assert field_ids(table, ours[0].path)["amount"] == table.schema().find_field("amount").field_id
@@ -157,7 +241,7 @@ def test_the_files_stay_pyicebergs_after_a_new_column_and_each_partition_spec_ch
         first_number = number * 100
         batch_rows = rows(first_number, 20, approximate_arrival_timestamp=arrivals(20), amount=amounts)
         ours, pyicebergs = staged_and_pyicebergs(
-            sink, batch_of(position(first_number - 1), first_number, 20), batch_rows
+            sink, batch_of(position(first_number - 1), first_number, 20), batch_rows, monkeypatch
         )
         assert ours == pyicebergs
         assert [partition_folders(file.path) for file in ours] == [[field.name for field in table.spec().fields]]
