@@ -47,7 +47,7 @@ from lease_core.retry import RetryPolicy
 from sinks import errors as sink_errors
 from sinks.errors import SinkError
 from spark_jobs import errors as data_plane_errors
-from spark_jobs.errors import TransformError
+from spark_jobs.errors import FunctionLoadError, TransformError
 
 
 def client_error(code: str, status: int = 400, operation: str = "UpdateItem") -> botocore.exceptions.ClientError:
@@ -292,6 +292,11 @@ INSTANCES = [
     pytest.param(SinkError("s3://lake/orders", "bucket 'lake' does not exist"), id="SinkError"),
     pytest.param(SinkError("s3://lake/orders", "503 SlowDown", retryable=True), id="SinkError-retryable"),
     pytest.param(TransformError("my_module:clean", "raised KeyError: 'id'"), id="TransformError"),
+    pytest.param(TransformError("my_module:decode", "raised KeyError: 'id'", "decoder"), id="TransformError-decoder"),
+    pytest.param(
+        FunctionLoadError("my_company.evnts:decode", "No module named 'my_company.evnts'", "decoder"),
+        id="FunctionLoadError",
+    ),
 ]
 
 ERROR_CLASSES = [
