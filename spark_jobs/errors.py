@@ -1,4 +1,5 @@
-"""The errors only the consume job raises of its own: the user's processing's (the sinks' is `sinks.errors`).
+"""The errors only the consume job raises of its own: the user's processing's (the sinks' is `sinks.errors`),
+and the error its driver reports to the step that started it.
 
 They extend lease_core's hierarchy, so the driver and the operators map them like any other error,
 and pickle by value as every error raised in a Spark executor must.
@@ -32,3 +33,20 @@ class FunctionLoadError(TransformError):
 
     def __str__(self) -> str:
         return f"{self.role} {self.spec!r} cannot be loaded: {self.problem}"
+
+
+@dataclass(eq=False, repr=False)
+class ReportedError(LeaseCoreError):
+    """An error the consume job's driver reported before it exited (`spark_jobs.job_errors`): its
+    class name, its message, and whether a retry can succeed, as the driver knew them."""
+
+    name: str
+    message: str
+    retryable: bool = False
+
+    def __str__(self) -> str:
+        return self.message
+
+    @property
+    def kind(self) -> str:
+        return self.name
