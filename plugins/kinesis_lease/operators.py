@@ -432,8 +432,7 @@ class KinesisConsumeOperator(SparkSubmitOperator):
         self.application_args = [*(self.application_args or []), "--error-file", error_file]
         # The provider resolves the deploy mode (argument or connection) into a hook's connection; the
         # submission builds its own hook (after adding its OpenLineage settings to the configuration).
-        driver_here = self._get_hook()._connection["deploy_mode"] != "cluster"
-        if driver_here and (self.decode or self.transform):
+        if (self.decode or self.transform) and self._get_hook()._connection["deploy_mode"] != "cluster":
             reported = check_user_functions(self.decode, self.transform, self.py_files, self.env_vars, error_file)
             if reported is not None:
                 raise reported
