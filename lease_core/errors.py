@@ -20,6 +20,11 @@ class LeaseCoreError(Exception):
 
     retryable = False  # a class attribute (spark_jobs' SinkError makes it a field: it depends on the failure)
 
+    @property
+    def kind(self) -> str:
+        """The error's name in messages: its class's (an error reported by another process keeps its own)."""
+        return type(self).__name__
+
     def __post_init__(self) -> None:
         # The dataclass __init__ does not call Exception's: `args` gets the fields here, in order.
         self.args = tuple(getattr(self, field.name) for field in dataclasses.fields(self))  # type: ignore[arg-type]

@@ -23,6 +23,7 @@ import os
 import socket
 import sys
 import time
+import traceback
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -48,6 +49,7 @@ from sinks.record_columns import RECORD_SCHEMA
 from spark_jobs.consume_spec import ConsumeSpec, settings_for_executors
 from spark_jobs.dead_letters import BAD_RECORD_ACTIONS, DEFAULT_MAX_SHARE, WHOLESALE_MIN_REJECTED, BadRecordPolicy
 from spark_jobs.decode import load_decoder
+from spark_jobs.job_errors import write_job_error
 from spark_jobs.lease_consumer import LeaseBudget
 from spark_jobs.round_publication import publish_committed_batches, stream_incarnations
 from spark_jobs.round_report import (
@@ -162,6 +164,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--leader-record-version", help="record version of that lock (default: whatever version the owner wrote last)"
     )
+    parser.add_argument(
+        "--error-file",
+        metavar="PATH",
+        help="where to write, as JSON, the error that stops the job without its round (spark_jobs.job_errors)",
+    )
     parser.add_argument("--config", metavar="FILE", help="TOML configuration file")
     parser.add_argument(
         "--set", metavar="KEY=VALUE", action="append", default=[], dest="overrides", help="override a setting"
@@ -208,16 +215,18 @@ class HandedOverLock:
 
 def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    error_file = _error_file(argv)
     try:
         arguments = build_parser().parse_args(argv)
         config = _load(arguments)
         spec = prepare_round(arguments, config)
     except (UsageError, ConfigurationError) as error:
-        print(f"consume_job: {error}", file=sys.stderr)
-        return EXIT_USAGE
+        return _stopped(error, EXIT_USAGE, error_file)
     except LeaseCoreError as error:
-        print(f"consume_job: {error}", file=sys.stderr)
-        return EXIT_FAILED
+        return _stopped(error, EXIT_FAILED, error_file)
+    except Exception as error:  # not ours (a library's): its traceback in the log, its name and message reported
+        traceback.print_exc()
+        return _stopped(error, EXIT_FAILED, error_file)
     leadership = _leadership(arguments)
     from pyspark import SparkConf
     from pyspark.sql import SparkSession
@@ -233,8 +242,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         report = run_round(spark, spec, leadership)
     except LeaseCoreError as error:
-        print(f"consume_job: {error}", file=sys.stderr)
-        return EXIT_FAILED
+        return _stopped(error, EXIT_FAILED, error_file)
     finally:
         spark.stop()
     print(report.summary())
@@ -253,6 +261,25 @@ def main(argv: Sequence[str] | None = None) -> int:
         except LeaseCoreError as error:  # they stay on the leases: the next round reports them again
             print(f"consume_job: the reported retention losses stay on their leases: {error}", file=sys.stderr)
     return EXIT_OK if report.succeeded else EXIT_FAILED
+
+
+def _error_file(argv: Sequence[str] | None) -> str | None:
+    """`--error-file`, read on its own first: a usage error in any other argument is reported there too."""
+    parser = ArgumentParser(add_help=False)
+    parser.add_argument("--error-file")
+    try:
+        known, _ = parser.parse_known_args(argv)
+    except UsageError:  # reported by the whole parser
+        return None
+    return known.error_file
+
+
+def _stopped(error: Exception, status: int, error_file: str | None) -> int:
+    """The job stops without a round: its error on stderr and, for the step that started it, in `error_file`."""
+    print(f"consume_job: {error}", file=sys.stderr)
+    if error_file:
+        write_job_error(error_file, error)
+    return status
 
 
 # What the executors need from the driver's environment to reach AWS. On a cluster an executor is

@@ -41,7 +41,7 @@ from sinks.errors import SinkError
 from sinks.parquet import ParquetSink
 from sinks.record_columns import RECORD_SCHEMA
 from sinks.table.committer import TableCommitter
-from spark_jobs.decode import Decoder, load_decoder
+from spark_jobs.decode import DECODER, Decoder, load_decoder
 from spark_jobs.errors import TransformError
 from spark_jobs.transform import Transform, load_transform, transformed
 
@@ -161,7 +161,7 @@ class Processing:
         try:
             decoded = self.decoder.decode_batch(group.records, group.stream_name, group.shard_id)
             if decoded.rejected:
-                error = TransformError(self.decoder.spec, decoded.rejected[0].error)
+                error = TransformError(self.decoder.spec, decoded.rejected[0].error, DECODER)
                 return StillFailing(group, len(decoded.rejected), str(error))
             table = decoded.table
             if self.transform is not None and self.transform_spec is not None:

@@ -26,7 +26,7 @@ import pyarrow as pa
 from sinks.batch_sink import BatchRange
 from sinks.dead_lettering import DEAD_LETTER_SCHEMA
 from sinks.record_columns import RECORD_SCHEMA
-from spark_jobs.decode import RejectedRecord
+from spark_jobs.decode import DECODER, RejectedRecord
 from spark_jobs.errors import TransformError
 
 BadRecordAction = Literal["fail", "dead_letter"]
@@ -57,13 +57,14 @@ class BadRecordPolicy:
         if not rejected:
             return ()
         if not self.dead_letters:
-            raise TransformError(spec, rejected[0].error)
+            raise TransformError(spec, rejected[0].error, DECODER)
         if len(rejected) >= WHOLESALE_MIN_REJECTED and len(rejected) > self.max_share * records:
             raise TransformError(
                 spec,
                 f"rejected {len(rejected)} of a batch's {records} records, more than dead_letter_max_share "
                 f"({self.max_share:g}) allows: the processing fails, not a few bad records; the first: "
                 f"{rejected[0].error}",
+                DECODER,
             )
         return rejected
 

@@ -29,7 +29,7 @@ import pyarrow as pa
 
 from lease_core.retrieval.kinesis_records import KinesisRecord
 from sinks.record_columns import BATCH_COLUMNS, POSITION_COLUMNS, POSITION_SCHEMA
-from spark_jobs.errors import TransformError
+from spark_jobs.errors import FunctionLoadError, TransformError
 from spark_jobs.transform import load_function
 
 
@@ -44,6 +44,8 @@ class RecordContext:
     partition_key: str
     approximate_arrival_timestamp: datetime
 
+
+DECODER = "decoder"  # the role errors name it by
 
 DecodeFunction = Callable[[bytes, RecordContext], Mapping[str, Any] | None]
 
@@ -78,7 +80,7 @@ class Decoder:
         `TransformError` naming the first record the decoder rejects."""
         decoded = self.decode_batch(records, stream_name, shard_id)
         if decoded.rejected:
-            raise TransformError(self.spec, decoded.rejected[0].error)
+            raise TransformError(self.spec, decoded.rejected[0].error, DECODER)
         return decoded.table
 
     def decode_batch(self, records: Sequence[KinesisRecord], stream_name: str, shard_id: str) -> DecodedBatch:
@@ -128,13 +130,16 @@ class Decoder:
             row = self.function(record.data, context)
         except Exception as error:
             raise TransformError(
-                self.spec, f"raised {type(error).__name__}: {error} on {_record_name(record, stream_name, shard_id)}"
+                self.spec,
+                f"raised {type(error).__name__}: {error} on {_record_name(record, stream_name, shard_id)}",
+                DECODER,
             ) from error
         if row is not None and not isinstance(row, Mapping):
             raise TransformError(
                 self.spec,
                 f"returned an object of type {type(row).__name__!r}, not a mapping or None, "
                 f"for {_record_name(record, stream_name, shard_id)}",
+                DECODER,
             )
         return row
 
@@ -160,14 +165,16 @@ class Decoder:
                 else:
                     fitting.append(row)
             if not misfits:
-                raise TransformError(self.spec, f"decoded rows that do not fit one table ({error})") from error
+                raise TransformError(self.spec, f"decoded rows that do not fit one table ({error})", DECODER) from error
             try:
                 table = self._build(fitting)
             except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError) as rest:  # the others conflict too
-                raise TransformError(self.spec, f"decoded rows that do not fit one table ({rest})") from rest
+                raise TransformError(self.spec, f"decoded rows that do not fit one table ({rest})", DECODER) from rest
         clashes = sorted(set(table.column_names) & {*POSITION_COLUMNS, *BATCH_COLUMNS})
         if clashes:
-            raise TransformError(self.spec, f"decodes a column named {clashes[0]!r}, which the batch has already")
+            raise TransformError(
+                self.spec, f"decodes a column named {clashes[0]!r}, which the batch has already", DECODER
+            )
         return table, misfits
 
     def _build(self, rows: list[Mapping[str, Any]]) -> pa.Table:
@@ -179,15 +186,17 @@ class Decoder:
 
 def load_decoder(spec: str | None) -> Decoder | None:
     """The decoder named by `spec` ("package.module:function"), or None when there is no spec."""
-    function = load_function(spec)
+    function = load_function(spec, DECODER)
     if spec is None or function is None:
         return None
     schema = getattr(function, "schema", None)
     if schema is not None and not isinstance(schema, pa.Schema):
-        raise TransformError(spec, f"has a 'schema' attribute of type {type(schema).__name__!r}, not a pyarrow.Schema")
+        problem = f"has a 'schema' attribute of type {type(schema).__name__!r}, not a pyarrow.Schema"
+        raise FunctionLoadError(spec, problem, DECODER)
     clashes = sorted(set(schema.names if schema is not None else ()) & {*POSITION_COLUMNS, *BATCH_COLUMNS})
     if clashes:
-        raise TransformError(spec, f"declares a column named {clashes[0]!r}, which the batch has already")
+        problem = f"declares a column named {clashes[0]!r}, which the batch has already"
+        raise FunctionLoadError(spec, problem, DECODER)
     return Decoder(spec, function, schema)
 
 

@@ -432,6 +432,22 @@ def shortened(text: str | None, limit: int = ERROR_CHARACTERS) -> str | None:
     return text if text is None or len(text) <= limit else text[: limit - 1] + "…"
 
 
+# What a round's history entry keeps of the error that stopped the round: the errors the job and the
+# steps raise say what is wrong in a line or two; 100 rounds of this many still fit the history's budget.
+ROUND_ERROR_CHARACTERS = 2000
+
+
+def abridged(text: str | None, limit: int = ROUND_ERROR_CHARACTERS) -> str | None:
+    """`text` in at most `limit` characters: whole when it fits; otherwise its beginning (an error's
+    name and cause come first) and its end (a process's last words), the middle left out."""
+    if text is None or len(text) <= limit:
+        return text
+    marker = " […] "
+    head = (limit - len(marker)) * 3 // 4
+    tail = limit - len(marker) - head
+    return text[:head] + marker + text[-tail:]
+
+
 @dataclass(frozen=True)
 class RoundFigures:
     """The report's figures that fit XCom: totals, per-slot load, per-lease rows (no long texts)."""

@@ -19,34 +19,37 @@ from typing import Any
 import pyarrow as pa
 
 from sinks.record_columns import BATCH_COLUMNS, RECORD_SCHEMA
-from spark_jobs.errors import TransformError
+from spark_jobs.errors import FunctionLoadError, TransformError
 
 Transform = Callable[[pa.Table], pa.Table]
 
 
 def load_transform(spec: str | None) -> Transform | None:
     """The transform named by `spec` ("package.module:function"), or None when there is no spec."""
-    return load_function(spec)
+    return load_function(spec, "transform")
 
 
-def load_function(spec: str | None) -> Any:
-    """The function named by `spec` ("package.module:function"), or None when there is no spec."""
+def load_function(spec: str | None, role: str) -> Any:
+    """The function named by `spec` ("package.module:function"), or None when there is no spec;
+    `FunctionLoadError` naming it as the `role` it plays (decoder, transform) and why otherwise."""
     if spec is None:
         return None
     module_name, _, function_name = spec.partition(":")
     if not (all(part.isidentifier() for part in module_name.split(".")) and function_name.isidentifier()):
-        raise TransformError(spec, "is not of the form 'package.module:function'")
-    module = _import(spec, module_name)
+        raise FunctionLoadError(spec, "is not of the form 'package.module:function'", role)
+    module = _import(spec, module_name, role)
     try:
         function = getattr(module, function_name)
     except AttributeError:
-        raise TransformError(spec, f"module {module_name!r} has no attribute {function_name!r}") from None
+        raise FunctionLoadError(spec, f"module {module_name!r} has no attribute {function_name!r}", role) from None
     if not callable(function):
-        raise TransformError(spec, f"{function_name!r} is not callable (it is of type {type(function).__name__!r})")
+        raise FunctionLoadError(
+            spec, f"{function_name!r} is not callable (it is of type {type(function).__name__!r})", role
+        )
     return function
 
 
-def _import(spec: str, module_name: str) -> object:
+def _import(spec: str, module_name: str, role: str) -> object:
     try:
         return importlib.import_module(module_name)
     except Exception as error:
@@ -54,8 +57,10 @@ def _import(spec: str, module_name: str) -> object:
         # other failure is the module's own, and its message says what the module lacked.
         missing = error.name if isinstance(error, ModuleNotFoundError) else None
         if missing is not None and (module_name + ".").startswith(missing + "."):
-            raise TransformError(spec, f"module {module_name!r} not found") from error
-        raise TransformError(spec, f"importing {module_name!r} raised {type(error).__name__}: {error}") from error
+            raise FunctionLoadError(spec, str(error), role) from error
+        raise FunctionLoadError(
+            spec, f"importing {module_name!r} raised {type(error).__name__}: {error}", role
+        ) from error
 
 
 def apply_transform(spec: str, transform: Transform, table: pa.Table) -> pa.Table:

@@ -6,6 +6,10 @@ retries it per the task's `retries`. Anything else (bad configuration, a missing
 a table that is not the application's, a corrupt lease, a refusal from AWS) raises
 `AirflowFailException`: retrying cannot help, so the task fails at once and the message says what
 to fix.
+
+The consume job's errors come the same way: its driver reports the error that stopped it
+(`spark_jobs.job_errors`), and the step raises it as a `ReportedError` with the job's own name,
+message and retryability.
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ from lease_core.errors import LeaseCoreError
 
 
 def airflow_error(error: LeaseCoreError) -> AirflowException:
-    message = f"{type(error).__name__}: {error}"
+    message = f"{error.kind}: {error}"
     return AirflowException(message) if error.retryable else AirflowFailException(message)
 
 

@@ -19,7 +19,9 @@ import importlib.util
 import json
 import logging
 import os
+import subprocess
 import sys
+import tempfile
 import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -56,16 +58,17 @@ from lease_core.sync.audit import ShardSyncAuditor
 from lease_core.sync.step import is_multi_stream, sync_streams
 from sinks import open_round_sink, open_sink
 from sinks.batch_sink import BatchSink
+from spark_jobs.errors import ReportedError
+from spark_jobs.job_errors import read_job_error
 from spark_jobs.round_publication import stream_incarnations
 from spark_jobs.round_report import (
-    ERROR_CHARACTERS,
     RetentionLoss,
     RoundFigures,
+    abridged,
     history_figures,
     missing_batch_loss,
     read_report,
     report_uri_for,
-    shortened,
 )
 
 log = logging.getLogger(__name__)
@@ -397,8 +400,8 @@ class KinesisConsumeOperator(SparkSubmitOperator):
                 python = {"PYSPARK_PYTHON": os.environ.get("PYSPARK_PYTHON", sys.executable)}
                 self.env_vars = {**(self.env_vars or {}), **access.spark_env(), **python}
                 self.conf = {**(self.conf or {}), "spark.speculation": "false"}
-            super().execute(context)
-            with airflow_outcomes():
+            with airflow_outcomes(), tempfile.TemporaryDirectory(prefix="kinesis-consume-") as folder:
+                self._submit(context, str(Path(folder) / "error.json"))
                 return read_report(report_uri, access.app).figures().to_dict()
         except (Exception, AirflowTaskTimeout, AirflowTaskTerminated) as error:
             # For the round's failure recorder (the DAG's `record_failed_round`): what stopped it, and
@@ -426,6 +429,26 @@ class KinesisConsumeOperator(SparkSubmitOperator):
         """The provider's hook, running the spark-submit `spark_submit_binary` picks."""
         self._spark_binary = spark_submit_binary(self._spark_binary, self._conn_id, self.env_vars)
         return super()._get_hook()
+
+    def _submit(self, context: Any, error_file: str) -> None:
+        """spark-submit the job; when it fails, the job's own error, as its driver reported it in
+        `error_file` (`spark_jobs.job_errors`), rather than spark-submit's exit status. A decoder or
+        transform that cannot be loaded fails the step before the job is submitted, when the driver
+        would run here (`check_user_functions`)."""
+        self.application_args = [*(self.application_args or []), "--error-file", error_file]
+        # The provider resolves the deploy mode (argument or connection) into a hook's connection; the
+        # submission builds its own hook (after adding its OpenLineage settings to the configuration).
+        if (self.decode or self.transform) and self._get_hook()._connection["deploy_mode"] != "cluster":
+            reported = check_user_functions(self.decode, self.transform, self.py_files, self.env_vars, error_file)
+            if reported is not None:
+                raise reported
+        try:
+            super().execute(context)
+        except AirflowException as failure:
+            reported = read_job_error(error_file)
+            if reported is None:  # the job ran its round (its report says what failed), or died
+                raise
+            raise reported from failure
 
     def get_openlineage_facets_on_complete(self, task_instance: Any) -> Any:
         """The round's lineage for Airflow's OpenLineage integration (called only when it is on):
@@ -529,6 +552,39 @@ def spark_submit_binary(explicit: str | None, conn_id: str, env_vars: Mapping[st
 
 
 _CONNECTION_SETTINGS = ("aws_region", "aws_endpoint_url_dynamodb", "aws_endpoint_url_kinesis", "aws_endpoint_url_s3")
+
+
+def check_user_functions(
+    decode: str | None,
+    transform: str | None,
+    py_files: str | None,
+    env_vars: Mapping[str, str] | None,
+    error_file: str,
+) -> ReportedError | None:
+    """The error loading the decoder or the transform raises in a driver started here: spark-submit's
+    Python (`PYSPARK_DRIVER_PYTHON`, else `PYSPARK_PYTHON`), its environment, and `py_files` first on
+    its path (a .py file's folder, a .zip or .egg itself), as `spark_jobs.user_functions` finds it.
+    None when both load, or when the check could not be made (the job checks them again anyway)."""
+    environment = {**os.environ, **(env_vars or {})}
+    python = environment.get("PYSPARK_DRIVER_PYTHON") or environment.get("PYSPARK_PYTHON") or sys.executable
+    shipped = [
+        str(Path(name).parent) if name.endswith(".py") else name for name in (py_files or "").split(",") if name.strip()
+    ]
+    environment["PYTHONPATH"] = os.pathsep.join(filter(None, [*shipped, environment.get("PYTHONPATH")]))
+    command = [python, "-m", "spark_jobs.user_functions", "--error-file", error_file]
+    command += [*(["--decode", decode] if decode else []), *(["--transform", transform] if transform else [])]
+    try:
+        checked = subprocess.run(command, env=environment, capture_output=True, text=True, timeout=120, check=False)
+    except (OSError, subprocess.TimeoutExpired) as error:
+        log.warning("the decoder and the transform could not be checked before the job (%s)", error)
+        return None
+    if checked.returncode == 0:
+        return None
+    reported = read_job_error(error_file)
+    if reported is None:
+        log.warning("the decoder and the transform could not be checked before the job: %s", checked.stderr[-2000:])
+    Path(error_file).unlink(missing_ok=True)  # the job's own report goes there next
+    return reported
 
 
 def _setting_text(value: Any) -> str:
@@ -646,7 +702,7 @@ class FinalizeRoundOperator(_LeaderStep):
         summary = round_summary(
             figures, dict(self.assignment or {}), shard_sync, context["run_id"], self.dag_id, self.leader_owner
         )
-        summary["error"] = shortened(error, ERROR_CHARACTERS * 2)
+        summary["error"] = abridged(error)
         totals = figures.totals if figures else None
         losses = records_lost(
             totals.retention_losses if totals else (), shard_sync, totals.missing_batches if totals else ()

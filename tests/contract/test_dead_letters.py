@@ -102,7 +102,7 @@ def checkpoint(store: InMemoryLeaseStore) -> ExtendedSequenceNumber:
 
 
 ERROR_OF_102 = (
-    "transform 'users.orders:decode': raised ValueError: malformed order 102 on record 102/0 of stream/" + SHARD
+    "decoder 'users.orders:decode': raised ValueError: malformed order 102 on record 102/0 of stream/" + SHARD
 )
 
 

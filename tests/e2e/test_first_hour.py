@@ -39,6 +39,7 @@ ORDERS = list(range(1, 31))
 MISTAKES = {
     "misspelled_setting.py": 'settings={"max_leases_for_workr": 8}, output_uri="delta:/tmp/never"',
     "unconfigured_catalog.py": 'output_uri="iceberg://nowhere/web.clicks", initial_position="TRIM_HORIZON"',
+    "misnamed_decoder.py": 'decode="events:decode_clicks", py_files="{code}", output_uri="iceberg://lake/web.again"',
 }
 MISTAKE = """
 from airflow.sdk import DAG
@@ -99,15 +100,22 @@ def test_the_readmes_walkthrough_runs_as_written_from_the_pip_installed_wheel(sh
 
 
 def check_the_mistakes_are_refused_naming_what_is_wrong(shell: ReadmeShell) -> None:
-    """A misspelled setting when its file is parsed; an unconfigured catalog when its round starts, at
-    once and without retries."""
+    """A misspelled setting when its file is parsed; an unconfigured catalog and a decoder that is not
+    there when their round starts, at once and without retries."""
     dags = Path(shell.variable("AIRFLOW_HOME")) / "dags"
     for file, arguments in MISTAKES.items():
-        (dags / file).write_text(MISTAKE.format(name=Path(file).stem, arguments=arguments))
+        code = dags.parents[1] / "code" / "events.py"  # the walk-through's module, as its pipelines ship it
+        (dags / file).write_text(MISTAKE.format(name=Path(file).stem, arguments=arguments.format(code=code)))
     started = time.monotonic()
     output = shell.run("airflow dags test unconfigured_catalog 2>&1 || true")
     assert re.search(r"DagRun Finished: dag_id=unconfigured_catalog,.*? state=failed", output), output[-4000:]
     assert "catalog 'nowhere' is not configured" in output, output[-4000:]
+    assert time.monotonic() - started < 120, "refused at once, not after the task's retries"
+
+    started = time.monotonic()
+    output = shell.run("airflow dags test misnamed_decoder 2>&1 || true")
+    assert re.search(r"DagRun Finished: dag_id=misnamed_decoder,.*? state=failed", output), output[-4000:]
+    assert "decoder 'events:decode_clicks' cannot be loaded: module 'events' has no attribute" in output, output[-4000:]
     assert time.monotonic() - started < 120, "refused at once, not after the task's retries"
 
     # (the run parsed the DAG folder and recorded what failed to import)

@@ -298,7 +298,10 @@ def test_leasectl_refuses_a_decoder_it_cannot_load_as_a_usage_error(tmp_path, ca
     status = leasectl.main(["--app", "orders-app", *replay_command(str(tmp_path / "lake"), "no_such_decoder")])
 
     assert status == 2
-    assert "module 'tests.support.decoders' has no attribute 'no_such_decoder'" in capsys.readouterr().err
+    assert (
+        f"decoder '{DECODERS}:no_such_decoder' cannot be loaded: module 'tests.support.decoders' has no attribute "
+        "'no_such_decoder'"
+    ) in capsys.readouterr().err
 
 
 def test_verify_takes_a_replays_batches_for_no_leases_and_finds_the_table_and_the_checkpoints_in_agreement(

@@ -12,7 +12,7 @@ import pytest
 
 from lease_core.retrieval.kinesis_records import KinesisRecord
 from spark_jobs.decode import POSITION_COLUMNS, RecordContext, load_decoder
-from spark_jobs.errors import TransformError
+from spark_jobs.errors import FunctionLoadError, TransformError
 from spark_jobs.transform import batch_columns
 
 ARRIVAL = datetime(2026, 11, 26, 12, 0, tzinfo=UTC)
@@ -99,7 +99,7 @@ def test_a_decoder_without_a_schema_has_its_columns_inferred_and_sees_the_record
         (
             "users_decoders:typed",
             b"not json",
-            r"transform 'users_decoders:typed': raised JSONDecodeError: .* on record 9/0 of orders/shardId-0+1",
+            r"decoder 'users_decoders:typed': raised JSONDecodeError: .* on record 9/0 of orders/shardId-0+1",
         ),
         (
             "users_decoders:typed",
@@ -132,9 +132,10 @@ def test_a_record_the_decoder_cannot_handle_fails_the_batch_naming_the_record(sp
     ],
     ids=["a schema that is not one", "no such function", "no function named"],
 )
-def test_a_decoder_that_cannot_be_used_is_refused_when_loaded(spec, complaint):
-    with pytest.raises(TransformError, match=complaint):
+def test_a_decoder_that_cannot_be_used_is_refused_when_loaded_naming_it_as_the_decoder(spec, complaint):
+    with pytest.raises(FunctionLoadError, match=complaint) as raised:
         load_decoder(spec)
+    assert str(raised.value).startswith(f"decoder {spec!r} cannot be loaded: ")
 
 
 def test_a_transform_runs_on_what_the_decoder_made_and_the_columns_are_told_before_any_data():

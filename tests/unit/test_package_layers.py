@@ -147,7 +147,12 @@ SPARK_JOBS_ALLOWED = {
         "decode",
         "dead_letters",
         "slot_memory",
+        "job_errors",
     },
+    # The error that stops the driver without a round, written for the consume step, which reads it.
+    "job_errors": {"errors"},
+    # The consume step's check, before it submits the job, that the decoder and the transform load.
+    "user_functions": {"errors", "decode", "transform", "job_errors"},
     "round_publication": {"errors", "round_report"},
     "leasectl": {"errors", "dead_letter_replay"},
     "slot_task": {

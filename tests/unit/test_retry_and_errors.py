@@ -47,7 +47,7 @@ from lease_core.retry import RetryPolicy
 from sinks import errors as sink_errors
 from sinks.errors import SinkError
 from spark_jobs import errors as data_plane_errors
-from spark_jobs.errors import TransformError
+from spark_jobs.errors import FunctionLoadError, ReportedError, TransformError
 
 
 def client_error(code: str, status: int = 400, operation: str = "UpdateItem") -> botocore.exceptions.ClientError:
@@ -292,6 +292,14 @@ INSTANCES = [
     pytest.param(SinkError("s3://lake/orders", "bucket 'lake' does not exist"), id="SinkError"),
     pytest.param(SinkError("s3://lake/orders", "503 SlowDown", retryable=True), id="SinkError-retryable"),
     pytest.param(TransformError("my_module:clean", "raised KeyError: 'id'"), id="TransformError"),
+    pytest.param(TransformError("my_module:decode", "raised KeyError: 'id'", "decoder"), id="TransformError-decoder"),
+    pytest.param(
+        FunctionLoadError("my_company.evnts:decode", "No module named 'my_company.evnts'", "decoder"),
+        id="FunctionLoadError",
+    ),
+    pytest.param(
+        ReportedError("ThrottledError", "kinesis ListShards failed after 6 attempt(s)", True), id="ReportedError"
+    ),
 ]
 
 ERROR_CLASSES = [
@@ -327,7 +335,9 @@ RETRYABLE_CLASSES = {
 }
 
 
-@pytest.mark.parametrize("cls", [cls for cls in ERROR_CLASSES if cls is not SinkError], ids=lambda cls: cls.__name__)
+@pytest.mark.parametrize(
+    "cls", [cls for cls in ERROR_CLASSES if cls not in (SinkError, ReportedError)], ids=lambda cls: cls.__name__
+)
 def test_only_dependency_throttling_and_not_ready_errors_are_retryable(cls: type[LeaseCoreError]) -> None:
     assert cls.retryable is (cls in RETRYABLE_CLASSES)
 
@@ -336,6 +346,15 @@ def test_a_sink_error_is_retryable_only_when_the_storage_failure_may_go_away() -
     assert (SinkError("/data", "disk full").retryable, SinkError("s3://b", "503", retryable=True).retryable) == (
         False,
         True,
+    )
+
+
+def test_a_reported_error_keeps_the_name_and_the_retryability_the_job_gave_it() -> None:
+    reported = ReportedError("ThrottledError", "kinesis ListShards failed", True)
+    assert (reported.kind, str(reported), reported.retryable) == ("ThrottledError", "kinesis ListShards failed", True)
+    assert (TransformError("m:f", "raised").kind, ReportedError("SinkError", "x").retryable) == (
+        "TransformError",
+        False,
     )
 
 
