@@ -39,7 +39,7 @@ ORDERS = list(range(1, 31))
 MISTAKES = {
     "misspelled_setting.py": 'settings={"max_leases_for_workr": 8}, output_uri="delta:/tmp/never"',
     "unconfigured_catalog.py": 'output_uri="iceberg://nowhere/web.clicks", initial_position="TRIM_HORIZON"',
-    "misnamed_decoder.py": 'decode="events:decode_clicks", py_files="{code}", output_uri="iceberg://lake/web.again"',
+    "misnamed_decoder.py": 'decode="events:decode_clicks", py_files="{code}", initial_position="TRIM_HORIZON", output_uri="iceberg://lake/web.again"',
 }
 MISTAKE = """
 from airflow.sdk import DAG
@@ -105,7 +105,7 @@ def check_the_mistakes_are_refused_naming_what_is_wrong(shell: ReadmeShell) -> N
     dags = Path(shell.variable("AIRFLOW_HOME")) / "dags"
     for file, arguments in MISTAKES.items():
         code = dags.parents[1] / "code" / "events.py"  # the walk-through's module, as its pipelines ship it
-        (dags / file).write_text(MISTAKE.format(name=Path(file).stem, arguments=arguments.format(code=code)))
+        (dags / file).write_text(MISTAKE.format(name=Path(file).stem, arguments=arguments.replace("{code}", str(code))))
     started = time.monotonic()
     output = shell.run("airflow dags test unconfigured_catalog 2>&1 || true")
     assert re.search(r"DagRun Finished: dag_id=unconfigured_catalog,.*? state=failed", output), output[-4000:]
