@@ -2,8 +2,9 @@
 
 Code, tests, benchmarks and docs cite `docs/<name>.md`, sections of docs/protocol.md ("docs/protocol.md
 §2.4"; in Python files a bare "§2.4" means the same), and headings ('docs/architecture.md, "Exactly
-once"'). A citation of a design note kept outside the repository, or of a section that was renumbered
-away, leaves a reader with nothing to open; these tests name each such line.
+once"'), and markdown files link to each other's headings. A citation of a design note kept
+outside the repository, or of a section that was renumbered away, leaves a reader with nothing to
+open; these tests name each such line.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ PROTOCOL_SECTIONS = re.compile(r"docs/protocol\.md((?:,? §[\d.]+(?:-[\d.]+)?)+)
 SECTION = re.compile(r"§(\d+(?:\.\d+)?)(?:-(\d+(?:\.\d+)?))?")
 QUOTED_HEADING = re.compile(r"(?<![\w/.-])((?:docs/)?[\w-]+\.md), \"([^\"]+)\"")
 HEADING = re.compile(r"^#{1,6} (.+?)\s*$", re.MULTILINE)
+MARKDOWN_LINK = re.compile(r"\]\((?!https?:)([^)\s#]*\.md)?(?:#([^)\s]+))?\)")
 NUMBERED_HEADING = re.compile(r"^#{2,3} (\d+(?:\.\d+)?)\.? ", re.MULTILINE)
 
 
@@ -114,6 +116,29 @@ def test_every_quoted_heading_of_a_cited_document_exists() -> None:
         elif not any(_is_cited_as(found, heading) for found in HEADING.findall(target.read_text(encoding="utf-8"))):
             missing.append(f"{path}:{number}: {document} has no heading {heading!r}")
     assert not missing, "these lines cite headings that do not exist:\n" + "\n".join(missing)
+
+
+def anchor(heading: str) -> str:
+    """GitHub's anchor for a heading: lower case, punctuation dropped, spaces as hyphens."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+def test_every_link_between_markdown_files_reaches_its_file_and_heading() -> None:
+    broken = []
+    for path, number, match in citing_lines(MARKDOWN_LINK):
+        if not path.endswith(".md") or (match.group(1) is None and match.group(2) is None):
+            continue
+        target = (REPOSITORY / path).parent / match.group(1) if match.group(1) else REPOSITORY / path
+        if not target.is_file():
+            broken.append(f"{path}:{number}: {match.group(0)}: no such file")
+        elif match.group(2) and match.group(2) not in map(anchor, HEADING.findall(target.read_text(encoding="utf-8"))):
+            broken.append(f"{path}:{number}: {match.group(0)}: no such heading")
+    assert not broken, "these links lead nowhere:\n" + "\n".join(broken)
+
+
+def test_a_heading_anchor_is_spelled_as_github_spells_it() -> None:
+    assert anchor("State: three DynamoDB tables per application") == "state-three-dynamodb-tables-per-application"
+    assert anchor("Where the code of `lease_core` lives") == "where-the-code-of-lease_core-lives"
 
 
 def test_a_citation_of_an_absent_protocol_section_is_found() -> None:
