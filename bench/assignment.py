@@ -1,4 +1,4 @@
-"""Benchmark: lease assignment strategies on Zipf-skewed throughput (DESIGN.md §6).
+"""Benchmark: lease assignment strategies on Zipf-skewed throughput (docs/architecture.md, "Assignment strategies").
 
 Each lease's throughput is 1024 KB/s (a shard's write limit) divided by a rank drawn from a Zipf
 distribution (s = 1.2, ranks 1..1000, seeded), so about a fifth of the leases run at the shard limit

@@ -16,7 +16,7 @@ noise, not a property of the job. Last, the W=2 application of the last repeat, 
 more full rounds with no new records: the fixed cost of a round with nothing to do (median).
 
 Reading the ratios. Both sides read from the same emulator, which is the bottleneck:
-- kinesis-mock serves GetRecords at ~8,600 records/s (STACK.md) from one Node.js event loop, so
+- kinesis-mock serves GetRecords at ~8,600 records/s (measured here) from one Node.js event loop, so
   more concurrent readers do not make it faster. The boto3 loop gets close to that figure; the job
   cannot beat it, whatever W is. A slot already reads its leases on 8 threads, so W=1 is not a
   serial reader either.

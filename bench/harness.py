@@ -72,7 +72,7 @@ def prepare_environment(clear_overrides: bool = False) -> None:
         AWS_DEFAULT_REGION=REGION,
         AWS_REGION=REGION,
         AWS_EC2_METADATA_DISABLED="true",
-        PYSPARK_PYTHON=sys.executable,  # otherwise workers silently run the system Python (STACK.md)
+        PYSPARK_PYTHON=sys.executable,  # otherwise Spark's workers silently run the system Python
         PYSPARK_DRIVER_PYTHON=sys.executable,
         SPARK_LOCAL_IP="127.0.0.1",
     )

@@ -27,7 +27,7 @@ and reads (GetItem, Query, Scan, BatchGetItem, DescribeTable), Kinesis calls, th
 with its count. The lease item size printed last is the mean of the lease table's items (DynamoDB's
 size rule: attribute names plus values), which turns scans into read units. Each size ends with a
 month of such rounds on a 5-minute schedule next to an always-on KCL 3.x fleet (its documented
-intervals, kcl-spec.md), in DynamoDB request units and on-demand dollars: docs/cost.md explains the model.
+intervals, docs/protocol.md §9), in DynamoDB request units and on-demand dollars: docs/cost.md explains the model.
 
 Run: .venv/bin/python bench/round_cost.py [--shards 100,1000] [--streams 1] [--consume-up-to N] [--no-idle-check]
 (about 2 minutes on 2 cores with the defaults, 5 with --consume-up-to 1000; `--streams 10 --shards 1000
@@ -310,7 +310,7 @@ ROUNDS_PER_MONTH = MONTH_SECONDS // 300  # a 5-minute schedule: 288 rounds a day
 # DynamoDB on-demand list prices, us-east-1 (re-check: aws.amazon.com/dynamodb/pricing/on-demand/).
 DOLLARS_PER_WRITE_UNIT = 0.625 / 1e6
 DOLLARS_PER_READ_UNIT = 0.125 / 1e6
-# KCL 3.x defaults, kcl-spec.md §2.4, §5.1, §6.2, §6.6, §3.10: seconds between runs.
+# KCL 3.x defaults (docs/protocol.md §9): seconds between runs.
 KCL_RENEWAL = 3.308  # per held lease: failover_time / 3 - epsilon
 KCL_ASSIGNMENT = 20.0  # leader: one scan of the lease table
 KCL_DISCOVERY = 9.975  # per worker: one owner-index query

@@ -1,7 +1,7 @@
 """A Kinesis stand-in for benchmarks and tests: a loopback HTTP server that speaks the JSON 1.1 protocol
 boto3 uses, serves pre-built records at memory speed and enforces Kinesis' per-shard read limits.
 
-Why it exists: the emulators (STACK.md) serve GetRecords at 8,600 (kinesis-mock) to 25,000 (moto)
+Why it exists: the emulators serve GetRecords at 8,600 (kinesis-mock) to 25,000 (moto)
 records/s and never throttle, so a reader's efficiency against Kinesis' own limit (2 MiB/s and 5
 GetRecords calls/s per shard) cannot be measured on them. This server serves the records it built at
 start-up by joining pre-serialised JSON fragments, and throttles like Kinesis does:

@@ -1,4 +1,4 @@
-"""The main job on the embedded default (DESIGN.md §8): the real DAG, operators and Spark job on loopback.
+"""The main job on the embedded default (README.md): the real DAG, operators and Spark job on loopback.
 
 Starts moto (DynamoDB, S3) and kinesis-mock (Kinesis), points Airflow (in-process, SQLite, a
 throwaway AIRFLOW_HOME) and Spark (`local[3,4]`, every slot at once; spark-submit) at them, creates

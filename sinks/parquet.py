@@ -1,5 +1,5 @@
 """A `BatchSink` (`sinks.batch_sink`): a hive-partitioned Parquet dataset on a local disk or
-on S3 (DESIGN.md §5).
+on S3 (docs/architecture.md, "Exactly once").
 
 Layout: `<root>/stream_name=<stream>/shard_id=<shard>/<start>_<end>.parquet`, one file per committed
 batch, named by the batch's range so that a retried or zombie attempt can only ever rewrite the same
@@ -12,7 +12,7 @@ Files are zstd-compressed: on JSON-like payloads it writes files about 45 % smal
 (measured: 50,000 records, 1.43 MB against 2.61 MB) for a few milliseconds more per batch, and
 pyarrow, pandas and Spark 4 all read it without extra libraries.
 
-A batch's file becomes visible only once its range is committed (DESIGN.md §5). It is first *staged*:
+A batch's file becomes visible only once its range is committed (docs/protocol.md §2.6). It is first *staged*:
 written under `_staged-<attempt tag>.<name>` in its final directory, a name readers skip and that is
 the writing attempt's own (`stage`; a redo copies another attempt's staged file to its own name,
 `adopt`). The consume job commits the checkpoint naming that staged file (`commit_record`), then

@@ -1,4 +1,4 @@
-"""The columns of a batch's rows, whatever sink they land in (DESIGN.md §5).
+"""The columns of a batch's rows, whatever sink they land in (docs/architecture.md, "Sinks").
 
 A batch is staged as a table of RECORD_SCHEMA, one row per user record in shard order (through the
 user transform when there is one, which may change the columns). The columns every row of a batch

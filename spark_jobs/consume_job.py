@@ -584,7 +584,7 @@ class _LeaderWatch:
 def _cancel_slots(spark: Any) -> None:
     """Stop every running slot task: another round may own the leases now (their writes are fenced
     by the lease counters anyway; this stops the reading too). A cancelled slot leaves at most a
-    prepared batch, which the lease's next owner finishes (DESIGN.md §5)."""
+    prepared batch, which the lease's next owner finishes (docs/architecture.md, "Exactly once")."""
     log.warning("the leader lock was lost while the slots ran: cancelling them")
     spark.sparkContext.cancelAllJobs()
 

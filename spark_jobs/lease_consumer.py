@@ -1,6 +1,6 @@
 """One lease's work in one round: redo a prepared batch, then read, land and commit new batches.
 
-The exactly-once protocol of DESIGN.md §5, per batch, for a lease at committed checkpoint C, through
+The exactly-once protocol (docs/protocol.md §2.6), per batch, for a lease at committed checkpoint C, through
 the round's sink (`sinks.batch_sink`):
 1. A pending checkpoint P means a batch (C, P] was prepared and maybe staged: redo exactly it. When
    the sink can adopt what the preparing attempt staged (for Parquet: its staged file exists, staged
@@ -539,7 +539,7 @@ class LeaseConsumer:
         return table, dead_letters
 
     def _report_throughput(self, outcome: str) -> tuple[float | None, float | None]:
-        """Store the lease's new throughput with a last renewal (§7): the rate at which data arrived
+        """Store the lease's new throughput with a last renewal (§6): the rate at which data arrived
         over the data time this round's read covered (`lease_core.metrics.throughput`), which ends now when
         the read reached the stream's tip and at the last record landed otherwise. It starts from the
         measurement the claim kept aside (`measured_before_claim`), not from the claim's stand-in.

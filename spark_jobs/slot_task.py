@@ -1,6 +1,6 @@
 """One slot task: worker `<app>-worker-<i>` claims its leases, works them concurrently, reports.
 
-DESIGN.md §1 and §4: find my leases through the owner index, claim each (counter-conditional
+docs/protocol.md §0 and §4.8: find my leases through the owner index, claim each (counter-conditional
 renewal), heartbeat them at the renewer interval while working, read them on a thread pool, wait
 for parents that have not reached SHARD_END, take up the children of the parents it ends, and at the
 end publish the slot's utilization (its own CPU time over the data time its reads covered) for the

@@ -1,6 +1,6 @@
-"""KCL's LeaseCountBasedLeaseAssignmentDecider (kcl-spec.md §5.7), as a pure decider.
+"""KCL's LeaseCountBasedLeaseAssignmentDecider (docs/protocol.md §4.6), as a pure decider.
 
-Every active worker should hold `target` leases (the §4.3 rule, capped by `max_leases_for_worker`).
+Every active worker should hold `target` leases (the §4.6 rule, capped by `max_leases_for_worker`).
 Up-for-grabs leases fill the workers with the fewest leases first; balancing then moves leases one
 at a time from the fullest worker to the emptiest until both ends are at target. Ties in lease
 count are broken by worker id, and a donor gives its leases in key order, so plans are reproducible.

@@ -5,7 +5,7 @@ their metrics, and which leases are up for grabs) and returns an `AssignmentPlan
 that loads the snapshot and writes the plan (assign or graceful handoff) lives elsewhere.
 
 Strategies (`lease_assignment_strategy`): `variance` (KCL 3.x worker-utilization aware,
-kcl-spec.md §5.3-5.6), `count` (KCL's lease-count based, §5.7), `makespan` (ours, DESIGN.md §6).
+docs/protocol.md §4.2-4.5), `count` (KCL's lease-count based, §4.6), `makespan` (ours, §4.7).
 """
 
 from __future__ import annotations
@@ -23,10 +23,10 @@ THROUGHPUT_METRIC = "T"
 class WorkerLoad:
     """An active worker as the decider sees it.
 
-    `metrics` maps a metric short name (`C` for CPU, kcl-spec.md §6.1) to the stored per-interval
+    `metrics` maps a metric short name (`C` for CPU, docs/protocol.md §5.1) to the stored per-interval
     values, oldest first, -1 marking an interval without a sample; `operating_range` maps the same
     names to the maximum utilization. A worker with no metrics is a default-metric worker whose load
-    is its share of throughput (§5.3).
+    is its share of throughput (§4.2).
     """
 
     worker_id: str
@@ -40,7 +40,7 @@ class WorkerLoad:
 
 @dataclass(frozen=True)
 class AssignmentSettings:
-    """The knobs of kcl-spec.md §5.9, in snake_case (see ConsumerConfig for docs and defaults)."""
+    """The knobs of docs/protocol.md §4.3, in snake_case (see ConsumerConfig for docs and defaults)."""
 
     rebalance_threshold_percentage: int = 10
     dampening_percentage: int = 60

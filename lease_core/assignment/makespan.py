@@ -1,7 +1,7 @@
-"""Makespan assignment (ours, DESIGN.md §6): a batch round ends when its slowest slot ends.
+"""Makespan assignment (ours, docs/protocol.md §4.7): a batch round ends when its slowest slot ends.
 
 A worker's load is the sum of its leases' throughput (leases never measured count as the average,
-as in kcl-spec.md §5.3). Up-for-grabs leases are placed largest first on the least-loaded worker
+as in docs/protocol.md §4.2). Up-for-grabs leases are placed largest first on the least-loaded worker
 (LPT). Rebalancing then repeatedly takes the most-loaded worker and makes the single move, or the
 pair swap, with the least-loaded worker that most lowers the larger of their two loads; it stops
 when no move lowers it or when `max_moves_per_round` moves are spent. Every move strictly lowers

@@ -1,4 +1,4 @@
-"""The `lease_assignment_strategy` setting, resolved to a decider (DESIGN.md §6)."""
+"""The `lease_assignment_strategy` setting, resolved to a decider (docs/protocol.md §4)."""
 
 from __future__ import annotations
 

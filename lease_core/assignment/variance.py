@@ -1,6 +1,6 @@
-"""KCL 3.x's VarianceBasedLeaseAssignmentDecider (kcl-spec.md §5.4-5.5), as a pure decider.
+"""KCL 3.x's VarianceBasedLeaseAssignmentDecider (docs/protocol.md §4.3-4.4), as a pure decider.
 
-One `decide` builds the §5.3 view, gives the up-for-grabs leases to the workers with the most
+One `decide` builds the §4.2 view, gives the up-for-grabs leases to the workers with the most
 headroom, then (when the snapshot asks for it) moves throughput away from workers whose metric is
 off the fleet average. The working state of one decision lives in `_VarianceRun`, which nothing
 outside this module sees.
@@ -52,7 +52,7 @@ class _VarianceRun:
         self.throughput_of = dict(view.throughput_by_owner)
         self.values = {worker: dict(metrics) for worker, metrics in view.metric_values.items()}
         self.fleet_average = _fleet_averages(view)
-        # Fixed for the run (§5.4), even though the priority phase changes lease counts.
+        # Fixed for the run (§4.3), even though the priority phase changes lease counts.
         self.target_lease_per_worker = max(len(snapshot.leases) // max(len(snapshot.workers), 1), 1)
         self.rng = random.Random(snapshot.seed)
         self.planned: dict[str, LeaseMove] = {}
@@ -147,7 +147,7 @@ class _VarianceRun:
             self._drain(donor)
 
     def _donors_of_worst_metric(self) -> list[_Donor]:
-        """Donors of the metric whose donors would give away the most throughput (§5.4 step 1)."""
+        """Donors of the metric whose donors would give away the most throughput (§4.3)."""
         best_total, best_donors = -1.0, []
         for metric in sorted(self.fleet_average):
             donors = self._donors_for(metric)
@@ -226,7 +226,7 @@ class _VarianceRun:
 
 
 def _fleet_averages(view: AssignmentView) -> dict[str, float]:
-    """Mean value of each metric over the workers that report it (§5.4).
+    """Mean value of each metric over the workers that report it (§4.3).
 
     Batch adaptation: the synthetic throughput metric `T` averages 100 by construction once every
     lease is placed (a worker at exactly its share of the target throughput reads 100), so 100 is

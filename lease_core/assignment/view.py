@@ -1,4 +1,4 @@
-"""The in-memory view the assignment deciders work on (kcl-spec.md §5.3-5.4).
+"""The in-memory view the assignment deciders work on (docs/protocol.md §4.2-4.3).
 
 Built once per decision from an `AssignmentInput`; it is a value. Deciders that need to move leases
 around while they decide copy the parts they mutate.
@@ -18,7 +18,7 @@ DEFAULT_METRIC_RANGE = 100.0
 
 @dataclass(frozen=True)
 class AssignmentView:
-    """What §5.3 derives from a snapshot.
+    """What §4.2 derives from a snapshot.
 
     lease_throughput: every lease's throughput, the average standing in for leases never measured.
     leases_by_owner / throughput_by_owner: keyed by actual owner (None groups unowned leases); every
@@ -36,7 +36,7 @@ class AssignmentView:
 
 
 def ema(values: Iterable[float], alpha: float) -> float:
-    """Exponential moving average in stored order, skipping intervals without a sample (§5.4)."""
+    """Exponential moving average in stored order, skipping intervals without a sample (§4.3)."""
     average: float | None = None
     for value in values:
         if value == NO_SAMPLE:

@@ -1,4 +1,4 @@
-"""One assignment round of the leader: load, decide, write, remember (kcl-spec.md §5.2, DESIGN.md §4).
+"""One assignment round of the leader: load, decide, write, remember (docs/protocol.md §4.1).
 
 The round's workers are the slots `<app>-worker-0..W-1` (or any listed ids). A lease whose actual
 owner is not an active slot is up for grabs. The decider is chosen by `lease_assignment_strategy`;
@@ -8,8 +8,8 @@ Lost conditions are counted, not raised.
 
 What the leader remembers between rounds is a `RoundSnapshot` in the coordinator-state table: the
 round number and who assigned it, when, every lease's counter, and since when each handoff has been
-in progress. KCL's leader watches counters between its runs to find dead workers (kcl-spec.md §5.2
-step 5); a batch leader compares with the snapshot instead (`judge_leases`):
+in progress. KCL's leader watches counters between its runs to find dead workers (docs/protocol.md
+§4.1); a batch leader compares with the snapshot instead (`judge_leases`):
 - a lease whose actual owner says it is running (`running_workers`) but whose counter has not moved
   since a snapshot older than the failover time is expired, like an unowned one;
 - a handoff always finishes: when its checkpoint owner is not running, has stopped renewing, or has

@@ -1,4 +1,4 @@
-"""The leader lock: one round at a time per application (DESIGN.md §4, kcl-spec.md §6.6).
+"""The leader lock: one round at a time per application (docs/protocol.md §5.4).
 
 The lock is the `Leader` record of the coordinator-state table, with the attributes of the DynamoDB
 lock client that KCL uses, so a KCL 3.x worker and this library read each other's lock:
@@ -12,7 +12,7 @@ restarts the observation.
 
 Every contender of a batch application is a new process (an Airflow try, a `leasectl` command)
 that tries once, so an observation kept in one process's memory never grows old enough: that is
-how a dead round's lock stayed forever, as in KCL issue #1803 (kcl-spec.md §11 item 1). The
+how a dead round's lock stayed forever, as in KCL issue #1803 (awslabs/amazon-kinesis-client). The
 observation is therefore shared: the first contender to see a version writes it, with the wall-
 clock time it saw it, to the `LeaderObservation` record of the same table, and every later
 contender judges expiry from that record (or from its own in-memory observation, whichever is
@@ -79,7 +79,7 @@ DEFAULT_HEARTBEAT_PERIOD_MILLIS = 30_000
 # The holder stops counting itself the holder this fraction of the lease early: the clock skew
 # between machines that the takeover rule tolerates.
 CLOCK_SKEW_MARGIN_FRACTION = 10
-# KCL releases the leader lock after this many consecutive failed leader runs (kcl-spec.md §5.2 step 11).
+# KCL releases the leader lock after this many consecutive failed leader runs (docs/protocol.md §4.1).
 FAILURES_BEFORE_RELEASE = 3
 
 
@@ -391,7 +391,7 @@ def _version_expectation(holder: LockHolder) -> Expectations:
 
 
 class LeadershipFailures:
-    """Consecutive failed leader runs; at the limit the caller releases the lock (kcl-spec.md §5.2 step 11)."""
+    """Consecutive failed leader runs; at the limit the caller releases the lock (docs/protocol.md §4.1)."""
 
     def __init__(self, limit: int = FAILURES_BEFORE_RELEASE) -> None:
         if limit < 1:

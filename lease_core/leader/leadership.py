@@ -1,4 +1,4 @@
-"""Holding the leader lock while writing: the fence of every control-plane writer (DESIGN.md §4).
+"""Holding the leader lock while writing: the fence of every control-plane writer (docs/protocol.md §5.4).
 
 Whoever writes the lease table or the coordinator state for the application as a whole (shard sync
 and cleanup, assignment, `leasectl` commands, the round's steps) does so inside `hold(lock)`: the

@@ -1,6 +1,6 @@
 """Holding a lease while working on it: claim, heartbeat, checkpoint, and noticing the loss.
 
-A worker's view of one lease (kcl-spec.md §2.4, §2.5, §2.7). `HeldLease` keeps the value this
+A worker's view of one lease (docs/protocol.md §2.4-2.5). `HeldLease` keeps the value this
 worker last wrote and serialises every write to it, so its counter is always the latest this worker
 produced. A lost condition, or no successful renewal for a whole lease duration, means the lease is
 lost: every later write raises `LeaseLostError`, and the caller stops reading the shard.
@@ -90,7 +90,7 @@ class HeldLease:
 
     def claim(self) -> bool:
         """The first renewal, storing this attempt's claim token, made even though the lease has no
-        local renewal time yet (§2.5). It fences any other attempt that held the lease. The lease's
+        local renewal time yet (§2.4). It fences any other attempt that held the lease. The lease's
         measurement is written as the holder was given it (`lease_core.metrics.throughput.claimed_measurement`)."""
         with self._lock:
             if self._renewed_at is not None:
@@ -151,7 +151,7 @@ class HeldLease:
     def prepare(
         self, value: ExtendedSequenceNumber, state: bytes | None, losses: frozenset[AgedOutRange] = frozenset()
     ) -> Lease:
-        """Record `value` (and `state`) as this lease's pending checkpoint (§10.3); `losses` are the
+        """Record `value` (and `state`) as this lease's pending checkpoint (§2.6); `losses` are the
         retention losses met before it, kept on the lease until a round report names them."""
         return self._update(lambda lease: lease.with_pending_checkpoint(value, state), "prepare", losses)
 
@@ -161,7 +161,7 @@ class HeldLease:
         record: str | None = None,
         losses: frozenset[AgedOutRange] = frozenset(),
     ) -> Lease:
-        """Checkpoint at `value`, clearing the pending checkpoint (§10.2); `record` is the sink's record
+        """Checkpoint at `value`, clearing the pending checkpoint (§2.5); `record` is the sink's record
         of the committed batches (`Lease.committed_batch`); `losses` as for `prepare`."""
         return self._update(lambda lease: lease.with_checkpoint(value, record), "checkpoint", losses)
 
@@ -179,7 +179,7 @@ class HeldLease:
         with self._lock:
             self._raise_if_lost()
             intended = change(self._lease)
-            # A DynamoDB error propagates and leaves the local value as it was (§2.7 step 5).
+            # A DynamoDB error propagates and leaves the local value as it was (§2.5).
             result = self._store.update_lease(intended, losses)
             if result.applied or _update_recovered(intended, result):
                 self._adopt(result.lease)

@@ -1,14 +1,14 @@
 """A lease's life after shard sync created it: waiting for parents, creating children, cleanup.
 
-kcl-spec.md §3.7 (a child is read only once its parents are finished), §3.8 (child leases are
-created at a parent's SHARD_END) and §8.3 (finished leases, and leases whose shard Kinesis says is
+docs/protocol.md §3.7 (a child is read only once its parents are finished), §3.8 (child leases are
+created at a parent's SHARD_END) and §3.10 (finished leases, and leases whose shard Kinesis says is
 gone, are deleted). The deciders (`blocking_parents`, `unlisted_leases`, `plan_lease_cleanup`) are
 pure functions over a snapshot; the coordinators (`parents_have_finished`, `create_child_leases`,
 `apply_cleanup`) read and write the lease store. Asking Kinesis about single shards is
 `garbage_probe`'s part.
 
 Parent and child ids stored on a lease are bare shard ids; every lookup turns them into lease keys
-through the `LeaseKeyScheme`, which is what makes the same code right in multi-stream mode (§9).
+through the `LeaseKeyScheme`, which is what makes the same code right in multi-stream mode (§7).
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ log = logging.getLogger(__name__)
 # Look-and-create rounds before giving up on child leases that keep changing under the transaction.
 CHILD_CREATION_ATTEMPTS = 3
 
-# A child whose checkpoint is still one of these has not started reading (§8.3).
+# A child whose checkpoint is still one of these has not started reading (§3.10).
 _NOT_STARTED = frozenset({Sentinel.TRIM_HORIZON, Sentinel.AT_TIMESTAMP})
 
 
@@ -166,7 +166,7 @@ def _merge_deferral_reason(store: LeaseStore, parent: Lease, child: ChildShard, 
     return f"merged child {child.shard_id} waits for a lease of its other parent {missing[0]}"
 
 
-# --- §8.3: lease cleanup -------------------------------------------------------------------------
+# --- §3.10: lease cleanup -------------------------------------------------------------------------
 
 
 class CleanupReason(str, enum.Enum):
@@ -305,7 +305,7 @@ def _listed_children(shard_id: str, shards: Iterable[Shard]) -> frozenset[str]:
 def _has_completed(
     lease: Lease, child_ids: frozenset[str], by_key: Mapping[str, Lease], scheme: LeaseKeyScheme
 ) -> bool:
-    """§8.3: every child lease exists and has started reading, and no parent lease of `lease` is left."""
+    """§3.10: every child lease exists and has started reading, and no parent lease of `lease` is left."""
     children = [by_key.get(scheme.lease_key(child_id)) for child_id in child_ids]
     children_started = all(child is not None and child.checkpoint.sentinel not in _NOT_STARTED for child in children)
     parents_gone = not any(scheme.lease_key(parent_id) in by_key for parent_id in lease.parent_shard_ids)

@@ -1,4 +1,4 @@
-"""Lease throughput for batch rounds (kcl-spec.md §7, adapted; DESIGN.md §4).
+"""Lease throughput for batch rounds (docs/protocol.md §6).
 
 KCL's `throughputKBps` is an EMA of the bytes a worker delivered per second. An always-on worker
 delivers what arrives, so at steady state it is the rate at which data arrives on the shard: the

@@ -1,9 +1,9 @@
 """Worker metrics: a slot's own utilization, the KCL `WorkerMetricStats` item, and the leader's view of it.
 
-A Spark slot task is a KCL worker (`<app>-worker-<i>`, DESIGN.md §4). At the end of its task the slot
-appends its utilization for the round to its item in `<app>-WorkerMetricStats` (kcl-spec.md §6.1-6.2).
+A Spark slot task is a KCL worker (`<app>-worker-<i>`, docs/protocol.md §0). At the end of its task the slot
+appends its utilization for the round to its item in `<app>-WorkerMetricStats` (docs/protocol.md §5.1-5.2).
 The leader reads all items and `active_workers` decides which slots take part in assignment, and
-with which metrics (§6.3, §5.6), counting freshness in rounds instead of KCL's 2 x 30 seconds.
+with which metrics (§5.2, §4.5), counting freshness in rounds instead of KCL's 2 x 30 seconds.
 
 The utilization is the slot's own: the CPU time of its process over the data time its reads covered
 (`slot_utilization_percent`), never a host or container figure, which slots sharing a host (every
@@ -27,7 +27,7 @@ NO_SAMPLE = assignment_view.NO_SAMPLE
 DEFAULT_OPERATING_RANGE_MAX = 100.0
 DEFAULT_KEEP = 10  # noOfPersistedMetricsPerWorkerMetrics
 
-# KCL's attribute names (§6.1), and ours: `round` is the round number of the last write. KCL and its
+# KCL's attribute names (§5.1), and ours: `round` is the round number of the last write. KCL and its
 # tooling ignore attributes they do not know, so the item stays readable by them.
 WORKER_ID = "wid"
 LAST_UPDATE = "lut"
@@ -66,7 +66,7 @@ def round_half_up(value: float) -> float:
 
 
 def ema(values: Iterable[float], alpha: float = 0.5) -> float:
-    """The value assignment uses (§6.3): EMA in stored order skipping -1; [50, 60] -> 55; none -> 0."""
+    """The value assignment uses (§4.2): EMA in stored order skipping -1; [50, 60] -> 55; none -> 0."""
     return assignment_view.ema(values, alpha)
 
 
@@ -109,7 +109,7 @@ class WorkerMetricStats:
         return replace(self, last_update_epoch_seconds=now, stats=stats, operating_range=ranges, round=round)
 
     def invalid_reason(self) -> str | None:
-        """Why the leader must not trust this item (§6.3), or None when it is valid."""
+        """Why the leader must not trust this item (§5.2), or None when it is valid."""
         if self.last_update_epoch_seconds is None:
             return f"attribute {LAST_UPDATE!r} is missing"
         if self.is_default_metric_worker:
@@ -119,7 +119,7 @@ class WorkerMetricStats:
         for name, values in self.stats.items():
             if name not in self.operating_range:
                 return f"metric {name!r} has no operating range"
-            if not values:  # KCL never writes an empty list (§6.2); it would carry no load
+            if not values:  # KCL never writes an empty list (§5.2); it would carry no load
                 return f"metric {name!r} has no values"
         for name, bounds in self.operating_range.items():
             if not bounds or bounds[0] == 0:
@@ -244,18 +244,18 @@ class WorkerMetricsStore:
 
     def get_many(self, worker_ids: Iterable[str]) -> dict[str, WorkerMetricStats]:
         """The stored stats of `worker_ids`, by worker, read with one scan instead of one read each
-        (KCL's leader scans the table too, kcl-spec.md §5.2). Only those workers' items are decoded:
+        (KCL's leader scans the table too, docs/protocol.md §4.1). Only those workers' items are decoded:
         an item of any other worker cannot fail the caller."""
         wanted = set(worker_ids)
         records = (record for record in self.table.scan() if record.get(WORKER_ID) in wanted)
         return {stats.worker_id: stats for stats in map(WorkerMetricStats.from_item, records)}
 
     def put(self, stats: WorkerMetricStats) -> None:
-        """Upsert `lut`, `sts`, `opr` and `round`; absent values and attributes of others are left alone (§6.2)."""
+        """Upsert `lut`, `sts`, `opr` and `round`; absent values and attributes of others are left alone (§5.2)."""
         self.table.update(stats.worker_id, stats.to_item())
 
     def delete_if_unchanged(self, worker_id: str, lut: int) -> bool:
-        """Delete the item only if it exists and still has this `lut` (the leader's stale-entry cleanup, §6.3)."""
+        """Delete the item only if it exists and still has this `lut` (the leader's stale-entry cleanup, §5.2)."""
         return self.table.delete(worker_id, expected={LAST_UPDATE: lut})
 
 
@@ -290,7 +290,7 @@ def active_workers(
     """The round's workers for assignment, and a note for every slot whose metrics were not used.
 
     A slot is excluded iff it is missing from the returned loads (invalid or failing fresh metrics,
-    §5.6). Unlike KCL, stale metrics do not exclude: in a batch round a slot that did not run last
+    §4.5). Unlike KCL, stale metrics do not exclude: in a batch round a slot that did not run last
     round carried no load, so its old CPU says nothing and its throughput share is the right signal;
     it takes part as a default-metric worker, noted as "stale". Slots without metrics are
     default-metric workers too (no note).

@@ -1,4 +1,4 @@
-"""The KCL lease: every attribute KCL persists in the lease table (kcl-spec.md §1.1).
+"""The KCL lease: every attribute KCL persists in the lease table (docs/protocol.md §1.1).
 
 `Lease` is an immutable value holding exactly what is stored. What KCL keeps only in memory
 (concurrency token, last counter-increment time, steal marks) belongs to whoever holds the lease,
@@ -42,7 +42,7 @@ class HashKeyRange:
 
 @dataclass(frozen=True)
 class StreamIdentifier:
-    """A multi-stream identifier, serialized `<accountId>:<streamName>:<creationEpoch>` (kcl-spec.md §9)."""
+    """A multi-stream identifier, serialized `<accountId>:<streamName>:<creationEpoch>` (docs/protocol.md §7)."""
 
     account_id: str
     stream_name: str
@@ -273,7 +273,7 @@ class Lease:
         return dataclasses.replace(self, **changes)
 
     def with_checkpoint(self, value: ExtendedSequenceNumber, record: str | None = None) -> Lease:
-        """The lease after a real checkpoint: pending fields cleared and owner switches zeroed (§10.2).
+        """The lease after a real checkpoint: pending fields cleared and owner switches zeroed (§2.5).
 
         `record`: the sink's record of the committed batches (`committed_batch`), None when it keeps none.
         """
@@ -288,7 +288,7 @@ class Lease:
         )
 
     def with_pending_checkpoint(self, value: ExtendedSequenceNumber, state: bytes | None = None) -> Lease:
-        """The lease after preparing a checkpoint: only the pending fields change (§10.3)."""
+        """The lease after preparing a checkpoint: only the pending fields change (§2.6)."""
         self._require_not_backwards(value)
         return self.replace(pending_checkpoint=value, pending_checkpoint_state=state)
 

@@ -1,5 +1,5 @@
 """How a shard's lease is keyed: the bare shard id, or `<stream id>:<shard id>` in multi-stream mode
-(kcl-spec.md §9), and the new lease a shard gets."""
+(docs/protocol.md §7), and the new lease a shard gets."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The prepared batch of the exactly-once protocol (DESIGN.md §5), kept in `pendingCheckpointState`.
+"""The prepared batch of the exactly-once protocol (docs/protocol.md §2.6), kept in `pendingCheckpointState`.
 
 For a lease at committed checkpoint C, a batch is prepared as pending checkpoint P before its output
 is written, and committed after. Whoever finds a pending checkpoint must redo exactly (C, P]. The

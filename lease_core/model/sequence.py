@@ -1,7 +1,7 @@
 """Extended sequence numbers: a Kinesis sequence number plus a KPL sub-sequence number.
 
 A checkpoint is either a decimal sequence number or one of KCL's sentinel names. The total order
-(kcl-spec.md §10.1): SHARD_END is above everything; AT_TIMESTAMP < TRIM_HORIZON < LATEST < every
+(docs/protocol.md §8): SHARD_END is above everything; AT_TIMESTAMP < TRIM_HORIZON < LATEST < every
 real sequence number; real numbers compare numerically, ties broken by the sub-sequence number.
 """
 

@@ -1,4 +1,4 @@
-"""Kinesis streams and shards as values, and the initial position of a new application (kcl-spec.md §3)."""
+"""Kinesis streams and shards as values, and the initial position of a new application (docs/protocol.md §3)."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ class InitialPosition(str, enum.Enum):
 
     @property
     def checkpoint(self) -> ExtendedSequenceNumber:
-        """The sentinel stored in a new lease; the AT_TIMESTAMP time itself is configuration (§1.3)."""
+        """The sentinel stored in a new lease; the AT_TIMESTAMP time itself is configuration (§1.2)."""
         return {"TRIM_HORIZON": TRIM_HORIZON, "LATEST": LATEST, "AT_TIMESTAMP": AT_TIMESTAMP}[self.value]
 
 

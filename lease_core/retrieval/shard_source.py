@@ -1,4 +1,4 @@
-"""Listing a stream's shards from Kinesis (kcl-spec.md §3.2, §9).
+"""Listing a stream's shards from Kinesis (docs/protocol.md §3.2, §7).
 
 `ShardSource` is the seam shard sync lists shards through; `KinesisShardSource` implements it over a
 boto3 Kinesis client. Two listings exist, as in KCL:
@@ -8,7 +8,7 @@ boto3 Kinesis client. Two listings exist, as in KCL:
   initial position and whose answer must tile the whole hash key space, else it is retried.
 
 A listing is never proof that a shard is gone: cleanup asks about one shard at a time
-(`shard_exists`, KCL's garbage check of kcl-spec.md §8.3).
+(`shard_exists`, KCL's garbage check of docs/protocol.md §3.10).
 """
 
 from __future__ import annotations

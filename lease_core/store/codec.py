@@ -1,4 +1,4 @@
-"""Lease <-> DynamoDB item, with KCL's attribute names and types (kcl-spec.md §1.1-1.4).
+"""Lease <-> DynamoDB item, with KCL's attribute names and types (docs/protocol.md §1.1-1.3).
 
 Items are in the low-level DynamoDB format (`{"S": ...}`, `{"N": ...}`, `{"SS": [...]}`, `{"B": ...}`),
 which is what both the boto3 client and the in-memory store hold, so both stores share one codec.
@@ -82,7 +82,7 @@ def throughput_value(kbps: float) -> AttributeValue:
 
 
 def lease_to_item(lease: Lease) -> Item:
-    """The whole item KCL's create path writes (§1.2); pendingCheckpointState is always binary (§1.5)."""
+    """The whole item KCL's create path writes (§1.1); pendingCheckpointState is always binary (§1.1)."""
     item: Item = {
         LEASE_KEY: string_value(lease.lease_key),
         LEASE_COUNTER: number_value(lease.lease_counter),
@@ -158,7 +158,7 @@ def multi_stream_attributes(lease: Lease) -> Item:
 
 
 def is_lease_item(item: Mapping[str, AttributeValue]) -> bool:
-    """KCL 3.5+: an item with an `entityType` other than LEASE is not a lease (§1.4)."""
+    """KCL 3.5+: an item with an `entityType` other than LEASE is not a lease (§1.3)."""
     entity = item.get(ENTITY_TYPE)
     return entity is None or entity.get("S") == LEASE_ENTITY_TYPE
 

@@ -1,6 +1,6 @@
 """The coordinator-state table (`<app>-CoordinatorState`, hash key `key`): small records the leader keeps.
 
-KCL keeps its leader lock and migration state here (kcl-spec.md §6.4); we also keep what a batch
+KCL keeps its leader lock and migration state here (docs/protocol.md §5.3); we also keep what a batch
 leader must remember between rounds (auditor hole counts, former streams, round snapshots).
 Records are plain Python values (`record_table`); each record's owner gives it a type with
 `to_item`/`from_item`. Reads are strongly consistent, and writes can be made conditional on

@@ -249,7 +249,7 @@ class DynamoDBLeaseStore(ConditionalLeaseStore):
     # --- multi-item reads -------------------------------------------------------------------
 
     def scan_segment_count(self) -> int:
-        """§1.8: sized from the table's size, recomputed at most every two hours."""
+        """§1.5: sized from the table's size, recomputed at most every two hours."""
         now = self._monotonic()
         if self._segments is not None and now - self._segments[1] < SEGMENT_COUNT_CACHE_SECONDS:
             return self._segments[0]

@@ -90,7 +90,7 @@ class LeaseScan:
 
 
 class LeaseStore(Protocol):
-    """The lease table operations of kcl-spec.md §2.1, §1.8 and §10."""
+    """The lease table operations of docs/protocol.md §2.1, §1.5 and §2.5-2.6."""
 
     table_name: str
 
@@ -229,13 +229,13 @@ class ConditionalLeaseStore(abc.ABC):
         return self._write(lease_writes.update(lease, losses))
 
     def checkpoint(self, lease: Lease, value: ExtendedSequenceNumber) -> WriteResult:
-        """Commit `value`: clears any prepared checkpoint and zeroes owner switches (§10.2)."""
+        """Commit `value`: clears any prepared checkpoint and zeroes owner switches (§2.5)."""
         return self.update_lease(lease.with_checkpoint(value))
 
     def prepare_checkpoint(
         self, lease: Lease, value: ExtendedSequenceNumber, state: bytes | None = None
     ) -> WriteResult:
-        """Record `value` (and opaque `state`) as pending; the real checkpoint is unchanged (§10.3)."""
+        """Record `value` (and opaque `state`) as pending; the real checkpoint is unchanged (§2.6)."""
         return self.update_lease(lease.with_pending_checkpoint(value, state))
 
     def assign_lease(self, lease: Lease, new_owner: str) -> WriteResult:

@@ -1,4 +1,4 @@
-"""The conditional writes of the KCL lease protocol, as data (kcl-spec.md §2.1-2.3).
+"""The conditional writes of the KCL lease protocol, as data (docs/protocol.md §2.1-2.3).
 
 Each function turns the caller's local copy of a lease into a `LeaseUpdate` (the conditions that
 must hold on the stored item and the SET / REMOVE / ADD actions to apply) or a `LeaseDelete` (the
@@ -143,7 +143,7 @@ def renew(lease: Lease) -> LeaseUpdate:
 
 
 def claim(lease: Lease, token: str) -> LeaseUpdate:
-    """A slot attempt's first renewal (§2.5), which also stores the attempt's `token`.
+    """A slot attempt's first renewal (§2.4), which also stores the attempt's `token`.
 
     Conditional on the counter (and on no handoff) as read, not on any earlier token: the claim
     fences whatever attempt held the lease before, and every later write of this attempt requires
@@ -249,7 +249,7 @@ def reset_checkpoint(lease: Lease, value: ExtendedSequenceNumber) -> LeaseUpdate
     newest record when the next round claims the lease) and owner switches zeroed; owner and handoff are
     untouched; conditional on the counter read, in any direction. The counter moves by 2, not 1,
     because a holder whose write fails takes a stored counter of exactly its own + 1 with its owner for
-    its own renewal whose response was lost (kcl-spec.md §2.4), and would keep the lease; + 2 fences it.
+    its own renewal whose response was lost (docs/protocol.md §2.4), and would keep the lease; + 2 fences it.
     """
     checkpointed = lease.replace(
         checkpoint=value,
@@ -361,7 +361,7 @@ def create_children(parent: Lease, child_shard_ids: frozenset[str], creates: tup
 
 
 def delete_if_unchanged(lease: Lease) -> LeaseDelete:
-    """Cleanup's delete (§8.3): only while the stored lease is the one the cleanup judged.
+    """Cleanup's delete (§3.10): only while the stored lease is the one the cleanup judged.
 
     KCL deletes by key alone; here the judgement is made on a snapshot, so the delete is conditional
     on the snapshot's counter, which every renew, take, assign, evict, checkpoint and reset moves:

@@ -1,4 +1,4 @@
-"""How many segments a parallel scan of the lease table uses (kcl-spec.md §1.8)."""
+"""How many segments a parallel scan of the lease table uses (docs/protocol.md §1.5)."""
 
 from __future__ import annotations
 

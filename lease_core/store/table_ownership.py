@@ -8,7 +8,7 @@ names the lease table `other-CoordinatorState`) or with anything else in the acc
 is refused, named with what does not match, and left untouched, as are the application's others.
 
 A KCL lease table is the application's lease table: KCL 2.x tables lack the owner index (setup adds
-it), and KCL 3.5 keeps items of other entity types in it (kcl-spec.md §1.4).
+it), and KCL 3.5 keeps items of other entity types in it (docs/protocol.md §1.3).
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ OWNER_INDEX_KEYS = (("leaseOwner", "HASH"), ("leaseKey", "RANGE"))
 # The WorkerMetricStats item's attributes and their types: KCL's `wid`, `lut`, `sts`, `opr` and our
 # `round` (lease_core.metrics.worker_metrics; a unit test keeps the two in step).
 WORKER_METRIC_ATTRIBUTES = {"wid": "S", "lut": "N", "sts": "M", "opr": "M", "round": "N"}
-# What KCL writes besides (kcl-spec.md §6.1): `properties`, and in 3.5+ `sup`, `slu`, `entityType`.
+# What KCL writes besides (docs/protocol.md §5.1): `properties`, and in 3.5+ `sup`, `slu`, `entityType`.
 KCL_WORKER_METRIC_ATTRIBUTES = {"properties": "M", "sup": "N", "slu": "N", "entityType": "S"}
 # The coordinator-state records by key: KCL's (`Leader`, `Migration3.0`) and ours
 # (docs/kcl-compatibility.md; a unit test keeps this list in step with the modules that write them).
@@ -112,7 +112,7 @@ def _coordinator_state_item_mismatch(item: Mapping[str, AttributeValue]) -> str 
     if key in COORDINATOR_STATE_KEYS or key.startswith(COORDINATOR_STATE_KEY_PREFIXES):
         return None
     if _string(item, "entityType") == "STREAM" and "streamId" in item:
-        return None  # KCL's stream-info record (kcl-spec.md §6.4), keyed by the stream
+        return None  # KCL's stream-info record (docs/protocol.md §5.3), keyed by the stream
 
     return f"its item {key!r} is not a coordinator-state record (neither KCL's nor this library's)"
 

@@ -1,4 +1,4 @@
-"""The three DynamoDB tables of an application, as KCL 3.0-3.4 lays them out (kcl-spec.md §1.6-1.7, §6).
+"""The three DynamoDB tables of an application, as KCL 3.0-3.4 lays them out (docs/protocol.md §1.4, §5).
 
 - the lease table: hash key `leaseKey` (S) and the GSI `LeaseOwnerToLeaseKeyIndex`
   (`leaseOwner` HASH, `leaseKey` RANGE, KEYS_ONLY);
@@ -232,7 +232,7 @@ class TableAdministrator:
         )
 
     def _wait_until_ready(self, layout: TableLayout) -> dict[str, Any]:
-        """Poll until the table is ACTIVE/UPDATING and its owner index (if any) ACTIVE (§1.6-1.7)."""
+        """Poll until the table is ACTIVE/UPDATING and its owner index (if any) ACTIVE (§1.4)."""
         started = self._monotonic()
         while True:
             description = self.describe(layout.name)

@@ -1,6 +1,6 @@
 """The lease-recovery auditor: a full shard sync only when the leases leave a hash-range hole.
 
-KCL's PeriodicShardSyncManager (kcl-spec.md §3.10) checks every two minutes whether the leases
+KCL's PeriodicShardSyncManager (docs/protocol.md §3.9) checks every two minutes whether the leases
 still being read cover the whole hash key space, and asks for a shard sync only after it has seen
 the same hole a number of times in a row. In rounds, the leader audits once per round, and the hole
 and its count live in the coordinator-state table so that they survive from one round to the next.
@@ -162,7 +162,7 @@ class AuditDecision:
 def decide_audit(
     previous: AuditorRecord | None, hole: HashRangeHole | None, threshold: int, lease_count: int
 ) -> AuditDecision:
-    """§3.10 across rounds: a sync when the stream has no leases, or when the same hole has been seen
+    """§3.9 across rounds: a sync when the stream has no leases, or when the same hole has been seen
     `threshold` audits in a row (KCL's leases_recovery_auditor_inconsistency_confidence_threshold)."""
     if threshold < 1:
         raise ValueError(f"the auditor threshold must be >= 1, got {threshold}")

@@ -1,4 +1,4 @@
-"""KCL's garbage check (kcl-spec.md §8.3) in rounds: asking Kinesis about the shards a listing lacks.
+"""KCL's garbage check (docs/protocol.md §3.10) in rounds: asking Kinesis about the shards a listing lacks.
 
 A shard missing from the full listing is only a candidate: a listing can be partial or stale, and a
 lease deleted on its word would be recreated by the next sync at the initial position, skipping the

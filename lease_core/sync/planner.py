@@ -1,6 +1,6 @@
 """Shard sync planning: which leases a sync creates, decided purely from shards and leases.
 
-KCL's HierarchicalShardSyncer (kcl-spec.md §3.3-3.6): an empty lease table gets a lease for every
+KCL's HierarchicalShardSyncer (docs/protocol.md §3.3-3.6): an empty lease table gets a lease for every
 listed shard at the initial position; a non-empty table gets leases only for open shards without a
 leased ancestor and for at most one level of missing ancestry, so that descendants wait for their
 parents' SHARD_END. Planned leases are ordered parents first (by starting sequence number).
@@ -123,7 +123,7 @@ class _HierarchyPlanner:
         return self._descendant.get(shard_id, False)
 
     def _decide(self, shard_id: str) -> bool:
-        """Steps 4-6 of §3.5, once every listed parent of the shard is decided."""
+        """The descendant test of §3.5, once every listed parent of the shard is decided."""
         parents = self._known_parents(shard_id)
         descendant_parents = {p for p in parents if self._descendant[p] or p in self._should_create}
         if descendant_parents:
@@ -135,7 +135,7 @@ class _HierarchyPlanner:
         return bool(descendant_parents)
 
     def _plan_ancestor(self, parent: str, is_descendant_parent: bool) -> None:
-        """Step 5 of §3.5 for one parent of a descendant."""
+        """§3.5's rule for one parent of a descendant."""
         if parent in self.leased:
             return
         if parent not in self.planned and not (parent in self._should_create or not is_descendant_parent):

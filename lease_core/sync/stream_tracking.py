@@ -1,4 +1,4 @@
-"""Multi-stream mode: which streams to sync, and what becomes of a former stream's leases (kcl-spec.md §9).
+"""Multi-stream mode: which streams to sync, and what becomes of a former stream's leases (docs/protocol.md §7).
 
 In a batch round the configured streams are exactly the tracked ones: each is synced every round.
 Streams that still have leases but are no longer configured are "former" streams; under the

@@ -1,4 +1,4 @@
-"""The round's operators: each is thin over one lease_core step (DESIGN.md §1, §9).
+"""The round's operators: each is thin over one lease_core step (docs/architecture.md, "Components").
 
 Every operator only stores its arguments in `__init__`; `execute` builds clients from the Airflow AWS
 connection (`aws_conn_id`, `aws_default` by default), calls lease_core inside `airflow_outcomes()`
@@ -396,7 +396,7 @@ class KinesisConsumeOperator(SparkSubmitOperator):
                 report_uri = self._report_uri(access, context)
                 earlier = _figures_if_any(report_uri, access)  # an earlier try's, which this one replaces
                 self.application_args = self._arguments(access, context, report_uri)
-                # The executors must run this environment's Python (STACK.md: otherwise the system one).
+                # The executors must run this environment's Python (otherwise Spark's workers run the system one).
                 python = {"PYSPARK_PYTHON": os.environ.get("PYSPARK_PYTHON", sys.executable)}
                 self.env_vars = {**(self.env_vars or {}), **access.spark_env(), **python}
                 self.conf = {**(self.conf or {}), "spark.speculation": "false"}

@@ -1,4 +1,4 @@
-"""One commit protocol for every table format (docs/architecture.md, "Table sinks"): `TableCommitter`
+"""One commit protocol for every table format (docs/architecture.md, "The Iceberg sink"): `TableCommitter`
 implements it once over a few primitives that each format provides (`sinks.table.iceberg`,
 `sinks.table.delta`), as the lease store implements KCL's writes once over its backends' items.
 

@@ -1,4 +1,4 @@
-"""Contenders race for the leader lock on DynamoDB (moto): exactly one wins each race (kcl-spec.md §6.6)."""
+"""Contenders race for the leader lock on DynamoDB (moto): exactly one wins each race (docs/protocol.md §5.4)."""
 
 from __future__ import annotations
 

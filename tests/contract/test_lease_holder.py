@@ -1,4 +1,4 @@
-"""A worker holding a lease: claim, heartbeat, checkpoint, loss (kcl-spec.md §2.4-2.7), on both stores."""
+"""A worker holding a lease: claim, heartbeat, checkpoint, loss (docs/protocol.md §2.4-2.5), on both stores."""
 
 from __future__ import annotations
 

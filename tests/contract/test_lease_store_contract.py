@@ -1,6 +1,6 @@
 """One contract for every LeaseStore: the in-memory store and DynamoDB (moto server over HTTP).
 
-Each test states one behaviour of kcl-spec.md §2.1-2.3 / §10 and must hold for both stores.
+Each test states one behaviour of docs/protocol.md §2.1-2.3 / §2.5 and must hold for both stores.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Interleaved operations by several workers and a leader on one lease, for both stores.
 
-Hypothesis draws the interleaving; an independent oracle (the conditions of kcl-spec.md §2.1,
+Hypothesis draws the interleaving; an independent oracle (the conditions of docs/protocol.md §2.1,
 written out here) says which writes must apply. After every step: the stored lease is exactly
 what an applied write returned (no lost update), the counter never decreases and moves by exactly
 one per applied fencing write, the checkpoint never moves backwards, and a failed write changed

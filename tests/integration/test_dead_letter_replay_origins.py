@@ -108,7 +108,7 @@ def test_two_applications_sharing_a_table_each_replaying_their_dead_letters_land
 def test_a_replay_never_takes_a_former_stream_incarnations_dead_letters_for_this_ones(iceberg_output):
     """`orders` was deleted and created again under its name, and the application set up again over it
     (`leasectl teardown`, `init`): its single-stream lease keys are the same bare shard ids, and the new
-    stream's sequence numbers start over (docs/architecture.md, "a re-created stream"). The former
+    stream's sequence numbers start over (docs/architecture.md, "Reshards"). The former
     stream's dead letter at 503 was replayed; the new stream's at 102 (< 503) is replayed too: each
     incarnation has a pseudo lease of its own."""
     land_batch(iceberg_output, "orders-app", "orders", TRIM_HORIZON, range(501, 506), {503}, 1)

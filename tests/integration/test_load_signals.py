@@ -1,4 +1,4 @@
-"""The figures a round reports for the next assignment measure load (DESIGN.md §4; kcl-spec.md §7).
+"""The figures a round reports for the next assignment measure load (docs/protocol.md §5.2, §6).
 
 A lease's `throughputKBps` is the rate at which data arrives on it, measured over the data time the
 rounds' reads covered, end to end: not how fast a round happened to read it.

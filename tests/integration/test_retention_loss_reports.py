@@ -1,4 +1,4 @@
-"""Retention losses are reported, never silent (DESIGN.md §5), even when the try that met them dies.
+"""Retention losses are reported, never silent (docs/architecture.md, "Exactly once"), even if their try dies.
 
 Both holes were found by the fault campaign (bench/chaos.py):
 1. A loss was known only to the try that read across the gap, in the round report its driver writes

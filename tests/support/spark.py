@@ -2,7 +2,7 @@
 
 `local[2,4]` runs two task threads and lets a failed task be tried up to 4 times: plain `local[2]`
 never retries a task, and the crash tests need Spark's retry. Executors run this venv's Python
-(STACK.md: otherwise workers silently use the system Python) with the repository on their path,
+(otherwise Spark's workers silently use the system Python) with the repository on their path,
 so test transforms in `tests.support` import there too.
 """
 

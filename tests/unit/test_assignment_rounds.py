@@ -1,4 +1,4 @@
-"""Assignment over consecutive batch rounds (DESIGN.md §4, §6): the leader plans, the plan lands, repeat.
+"""Assignment over consecutive batch rounds (docs/protocol.md §4.1): the leader plans, the plan lands, repeat.
 
 The workload is fixed and skewed (Zipf-like throughput, spread round-robin), every round balances,
 and the fake clock only stamps rounds (its time seeds the variance shuffle, as a real leader could).

@@ -1,4 +1,4 @@
-"""Behaviour of the lease codec: KCL's attribute names and types, in both directions (kcl-spec.md §1.1-1.5)."""
+"""Behaviour of the lease codec: KCL's attribute names and types, in both directions (docs/protocol.md §1.1)."""
 
 from __future__ import annotations
 
@@ -169,7 +169,7 @@ def test_an_encoded_lease_never_holds_empty_strings_or_sets(lease: Lease) -> Non
     assert all(value.get("S", "x") != "" and value.get("SS", ["x"]) != [] for value in item.values())
 
 
-# --- (b) decoding items exactly as KCL writes them (§1.10) ----------------------------------------------
+# --- (b) decoding items exactly as KCL writes them (§1.1) ----------------------------------------------
 
 
 def test_a_kcl_2x_item_without_entity_type_or_throughput_decodes() -> None:

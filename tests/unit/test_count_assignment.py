@@ -1,4 +1,4 @@
-"""Behaviour of the count decider, KCL's LEASE_COUNT_BASED (kcl-spec.md §5.7, target rule of §4.3)."""
+"""Behaviour of the count decider, KCL's LEASE_COUNT_BASED (docs/protocol.md §4.6)."""
 
 from __future__ import annotations
 

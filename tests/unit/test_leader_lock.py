@@ -1,4 +1,4 @@
-"""The leader lock: acquire, heartbeat, observed expiry and takeover, release (kcl-spec.md §6.6, DESIGN.md §4)."""
+"""The leader lock: acquire, heartbeat, observed expiry and takeover, release (docs/protocol.md §5.4)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """A lease's life after shard sync: parents block children, SHARD_END creates children, cleanup deletes.
 
-kcl-spec.md §3.7, §3.8 and §8.3; the deciders over snapshots, the coordinators over the in-memory store.
+docs/protocol.md §3.7, §3.8 and §3.10; the deciders over snapshots, the coordinators over the in-memory store.
 """
 
 from __future__ import annotations
@@ -279,7 +279,7 @@ def test_multi_stream_children_get_stream_keys_and_bare_ids_on_the_parent():
     assert stored(store, parent.lease_key).child_shard_ids == {S(1), S(2)}
 
 
-# --- §8.3: cleanup -------------------------------------------------------------------------------
+# --- §3.10: cleanup -------------------------------------------------------------------------------
 
 
 def split_lineage() -> list[Shard]:

@@ -1,4 +1,4 @@
-"""Behaviour of the conditional writes of the lease protocol (kcl-spec.md §2.1-2.3) and their rendering."""
+"""Behaviour of the conditional writes of the lease protocol (docs/protocol.md §2.1-2.3) and their rendering."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Behaviour of the makespan decider (ours, DESIGN.md §6): the round ends with its slowest slot."""
+"""Behaviour of the makespan decider (ours, docs/protocol.md §4.7): the round ends with its slowest slot."""
 
 from __future__ import annotations
 

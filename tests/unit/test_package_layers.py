@@ -14,7 +14,7 @@ import pytest
 REPOSITORY = Path(__file__).resolve().parents[2]
 LEASE_CORE = REPOSITORY / "lease_core"
 
-# Each part of lease_core and the parts it may import (docs/architecture.md, "Where the code lives").
+# Each part of lease_core and the parts it may import (docs/architecture.md, "Where the code of `lease_core` lives").
 # The values, the errors, the configuration and the retry policy are below everything that does I/O.
 BASE = {"model", "errors", "config", "retry", "aws"}
 ALLOWED = {

@@ -1,4 +1,4 @@
-"""Behaviour of the parallel-scan segment count (kcl-spec.md §1.8) and its two-hour cache in the DynamoDB store."""
+"""Behaviour of the parallel-scan segment count (docs/protocol.md §1.5) and its two-hour cache in the DynamoDB store."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Behaviour of extended sequence numbers: the total order of kcl-spec.md §10.1, validation, formatting."""
+"""Behaviour of extended sequence numbers: the total order of docs/protocol.md §8, validation, formatting."""
 
 from __future__ import annotations
 
@@ -120,7 +120,7 @@ extended_sequence_numbers = st.builds(
 
 
 def reference_key(value: ExtendedSequenceNumber) -> tuple[int, int, int]:
-    """An independent statement of §10.1, kept deliberately naive."""
+    """An independent statement of §8, kept deliberately naive."""
     if value.sequence_number == "SHARD_END":
         return (1, 0, 0)
     rank = SENTINEL_REFERENCE.get(value.sequence_number)

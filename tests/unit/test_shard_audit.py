@@ -1,4 +1,4 @@
-"""The lease-recovery auditor: hash-range holes, and a shard sync once a hole persists (kcl-spec.md §3.10)."""
+"""The lease-recovery auditor: hash-range holes, and a shard sync once a hole persists (docs/protocol.md §3.9)."""
 
 from __future__ import annotations
 

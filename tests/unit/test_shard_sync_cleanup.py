@@ -1,7 +1,7 @@
 """The shard-sync step with fakes: a lease goes only when its shard is provably gone, a listing that
 does not cover the hash key space changes nothing, a single-stream application keeps to its stream.
 
-kcl-spec.md §3.2 and §8.3; the in-memory stores, a fake shard source and a fake clock.
+docs/protocol.md §3.2 and §3.10; the in-memory stores, a fake shard source and a fake clock.
 """
 
 from __future__ import annotations

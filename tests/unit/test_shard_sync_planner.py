@@ -1,4 +1,4 @@
-"""ShardSyncPlanner: KCL's lease choices for empty and non-empty lease tables (kcl-spec.md §3.3-3.6)."""
+"""ShardSyncPlanner: KCL's lease choices for empty and non-empty lease tables (docs/protocol.md §3.3-3.6)."""
 
 from __future__ import annotations
 

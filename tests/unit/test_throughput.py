@@ -1,4 +1,4 @@
-"""Lease throughput (kcl-spec.md §7 adapted to rounds): the arrival rate over the data time a round
+"""Lease throughput (docs/protocol.md §6 adapted to rounds): the arrival rate over the data time a round
 covered, EMA across rounds."""
 
 from __future__ import annotations

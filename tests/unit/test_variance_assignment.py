@@ -1,7 +1,7 @@
-"""Behaviour of the variance decider, KCL 3.x's default (kcl-spec.md §5.3-5.6).
+"""Behaviour of the variance decider, KCL 3.x's default (docs/protocol.md §4.2-4.5).
 
 Failing, inactive and invalid workers are filtered out by the coordinator before the decider runs
-(§5.2 step 3), so here a failing worker is simply one that is absent from `workers`.
+(§4.1), so here a failing worker is simply one that is absent from `workers`.
 """
 
 from __future__ import annotations

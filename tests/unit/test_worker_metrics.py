@@ -1,4 +1,4 @@
-"""Worker metrics: a slot's own utilization, the KCL item (kcl-spec.md §6.1-6.3) and the leader's view."""
+"""Worker metrics: a slot's own utilization, the KCL item (docs/protocol.md §5.1-5.2) and the leader's view."""
 
 from __future__ import annotations
 
