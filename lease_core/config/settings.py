@@ -361,9 +361,12 @@ class ConsumerConfig(BaseModel):
     )
     leases_recovery_auditor_inconsistency_confidence_threshold: _AtLeastOne = _setting(
         3,
-        "Consecutive audits that must see the same hash-range hole before a full shard sync runs.",
+        "Consecutive audits that must see the same hash-range hole before it is confirmed (KCL then runs a full "
+        "shard sync).",
         "leasesRecoveryAuditorInconsistencyConfidenceThreshold",
-        batch_note="Counted in rounds (one audit per round) and kept in the coordinator-state table.",
+        batch_note="Counted in rounds and kept in the coordinator-state table. Every round runs a full shard sync "
+        "first and is audited after it, so a confirmed hole is one that sync cannot close; the sync step's "
+        "result reports it (`audits`).",
     )
     multi_stream: bool = _setting(
         False,

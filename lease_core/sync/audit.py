@@ -1,9 +1,11 @@
-"""The lease-recovery auditor: a full shard sync only when the leases leave a hash-range hole.
+"""The lease-recovery auditor: whether the leases still being read leave a hash-range hole.
 
 KCL's PeriodicShardSyncManager (docs/protocol.md §3.9) checks every two minutes whether the leases
 still being read cover the whole hash key space, and asks for a shard sync only after it has seen
-the same hole a number of times in a row. In rounds, the leader audits once per round, and the hole
-and its count live in the coordinator-state table so that they survive from one round to the next.
+the same hole a number of times in a row. In rounds, every round runs a full shard sync, and the
+leader audits the table that sync left, once per round: a hole it confirms is one the sync cannot
+close, reported in the sync step's result. The hole and its count live in the coordinator-state
+table so that they survive from one round to the next.
 
 `find_hash_range_hole`, `fill_missing_hash_ranges` and `decide_audit` are pure; `AuditorState` and
 `ShardSyncAuditor` do the I/O.
