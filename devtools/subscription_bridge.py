@@ -132,6 +132,7 @@ class SubscriptionBridge:
         self._open: list[_Open] = []
         self._lock = threading.Lock()
         self.counts: dict[str, int] = {}
+        self._opened: dict[tuple[str, str], int] = {}  # subscriptions opened by (stream, shard)
 
     def subscribe(
         self, request: dict[str, Any], authorization: Signing
@@ -163,6 +164,7 @@ class SubscriptionBridge:
                 current.message = f"A newer subscription of {consumer_arn} took shard {shard_id} over."
             opened = _Open(consumer_arn, stream, shard_id, now, str(resume_after), authorization)
             self._open.append(opened)
+            self._opened[(stream, shard_id)] = self._opened.get((stream, shard_id), 0) + 1
             self._count("subscriptions")
         iterator = str(answer["ShardIterator"])
         return lambda client_gone: self._events(opened, iterator, client_gone)
@@ -178,6 +180,11 @@ class SubscriptionBridge:
             for opened in ended:
                 opened.ended_by, opened.message = how, f"{how} (injected)"
         return len(ended)
+
+    def opened(self, stream: str, shard_id: str) -> int:
+        """How many subscriptions of the shard were opened so far, by any subscriber."""
+        with self._lock:
+            return self._opened.get((stream, shard_id), 0)
 
     def open_subscriptions(self, stream: str) -> list[tuple[str, str]]:
         """(consumer ARN, shard id) of the stream's open subscriptions."""
