@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 import boto3
 import botocore.config
 import botocore.exceptions
+import urllib3.exceptions
 
 from bench.chaos.schedule import CONSUMER_DEREGISTERED, MODE_SWITCH, SUBSCRIPTION_CUT, ZOMBIE_SUBSCRIPTION, Fault
 from bench.harness import REGION
@@ -231,5 +232,10 @@ class Subscriber:
                 for _ in stream:
                     if self._done():
                         return
-            except (botocore.exceptions.BotoCoreError, botocore.exceptions.ClientError, OSError):
+            except (
+                botocore.exceptions.BotoCoreError,
+                botocore.exceptions.ClientError,
+                urllib3.exceptions.HTTPError,  # its connection cut (a subscription_cut of the same shard)
+                OSError,
+            ):
                 return
