@@ -29,6 +29,10 @@ the null NextShardIterator and the ChildShards; through the proxy, that answer c
 iterator of the proxy's own (and MillisBehindLatest 0) instead, and only the call with it answers no
 records, the null iterator and the ChildShards. Reshard tests run against both behaviours this way.
 
+`serve_subscriptions()` answers SubscribeToShard itself (devtools/subscription_bridge.py), from
+kinesis-mock's GetShardIterator and GetRecords through this proxy's own rewrites (trims, late shard
+ends): kinesis-mock's answer cannot be read by boto3. `subscriptions()` is the bridge, for its faults.
+
 `age_listings()` makes S3 listings report every object as written that much earlier: moto has no
 clock to move, and upkeep that removes only old files (an Iceberg table's orphans) lists them.
 
@@ -46,12 +50,14 @@ import http.client
 import json
 import random
 import re
+import select
 import socket
+import struct
 import sys
 import threading
 import uuid
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -60,6 +66,7 @@ from urllib.parse import parse_qsl, unquote, urlsplit
 from xml.etree import ElementTree
 
 from devtools.emulators import LOOPBACK
+from devtools.subscription_bridge import SubscriptionBridge, SubscriptionRefused, SubscriptionReset
 
 FAULT_KINDS = frozenset({"throttle", "server_error", "drop_response", "drop_request"})
 TRIM_MODES = frozenset({"reject", "skip"})
@@ -89,6 +96,8 @@ NOT_RELAYED = frozenset(
 )
 
 Headers = list[tuple[str, str]]
+# The headers a subscriber's request lends to the bridge's own calls (kinesis-mock requires a signature).
+SIGNING = frozenset({"authorization", "x-amz-date", "x-amz-security-token"})
 
 
 @dataclass(frozen=True)
@@ -151,6 +160,8 @@ class HttpResponse:
     reason: str | None = None
     # What Content-Length announces when it is not the body's length: a HEAD answer has none.
     content_length: int | None = None
+    # An event stream's messages instead of a body (sent chunked), given a test of whether the client left.
+    events: Callable[[Callable[[], bool]], Iterator[bytes]] | None = None
 
 
 @dataclass(frozen=True)
@@ -359,6 +370,7 @@ class FaultProxy:
         self._server = _ProxyServer(self)
         self.endpoint = f"http://{LOOPBACK}:{self._server.server_address[1]}"
         self._thread: threading.Thread | None = None
+        self._bridge: SubscriptionBridge | None = None
 
     def start(self) -> FaultProxy:
         self._thread = threading.Thread(
@@ -406,6 +418,14 @@ class FaultProxy:
         with self._lock:
             self._late_shard_ends = enabled
 
+    def serve_subscriptions(self, **options: Any) -> SubscriptionBridge:
+        """Answer SubscribeToShard from the upstream's polling API (module doc); `options` are the bridge's."""
+        self._bridge = SubscriptionBridge(self._internal_kinesis_call, **options)
+        return self._bridge
+
+    def subscriptions(self) -> SubscriptionBridge | None:
+        return self._bridge
+
     def age_listings(self, by: timedelta) -> None:
         """S3 listings from now on report every object's LastModified `by` earlier (module doc)."""
         with self._lock:
@@ -446,7 +466,36 @@ class FaultProxy:
             return self._get_shard_iterator(request)
         if service is KINESIS and operation == "GetRecords":
             return self._get_records(request)
+        if service is KINESIS and operation == "SubscribeToShard" and self._bridge is not None:
+            return self._subscribe(request, self._bridge)
         return self._forward(request)
+
+    def _subscribe(self, request: HttpRequest, bridge: SubscriptionBridge) -> HttpResponse:
+        try:
+            authorization = tuple((name, value) for name, value in request.headers if name.lower() in SIGNING)
+            events = bridge.subscribe(_json_object(request.body), authorization)
+        except SubscriptionRefused as refused:
+            return error_response(400, KINESIS, refused.error_type, refused.message)
+        headers = [("Content-Type", "application/vnd.amazon.eventstream"), ("x-amzn-RequestId", uuid.uuid4().hex)]
+        return HttpResponse(200, headers, b"", events=events)
+
+    def _internal_kinesis_call(
+        self, operation: str, body: dict[str, Any], signing: Sequence[tuple[str, str]]
+    ) -> tuple[int, dict[str, Any]]:
+        """A Kinesis call of the bridge's, through the proxy's rewrites but none of its drawn faults."""
+        headers = [
+            ("X-Amz-Target", f"Kinesis_20131202.{operation}"),
+            ("Content-Type", KINESIS.content_type),
+            *signing,
+        ]
+        request = HttpRequest("POST", "/", headers, json.dumps(body).encode())
+        if operation == "GetShardIterator":
+            response = self._get_shard_iterator(request)
+        elif operation == "GetRecords":
+            response = self._get_records(request)
+        else:
+            response = self._forward(request)
+        return response.status, _json_object(response.body)
 
     def _get_records(self, request: HttpRequest) -> HttpResponse:
         iterator = str(_json_object(request.body).get("ShardIterator", ""))
@@ -667,6 +716,9 @@ class _ProxyHandler(BaseHTTPRequestHandler):
         if response is None:
             self.close_connection = True
             return
+        if response.events is not None:
+            self._stream_events(response)
+            return
         length = len(response.body) if response.content_length is None else response.content_length
         self.send_response_only(response.status, response.reason)
         for name, value in [*response.headers, ("Content-Length", str(length))]:
@@ -674,6 +726,35 @@ class _ProxyHandler(BaseHTTPRequestHandler):
         self.end_headers()
         if self.command != "HEAD":  # a HEAD answer announces the object's length and sends no body
             self.wfile.write(response.body)
+
+    def _stream_events(self, response: HttpResponse) -> None:
+        """An event stream's answer: HTTP/1.1 chunks, one message each, as they come; a reset fault closes
+        the connection with a TCP reset instead of the body's end."""
+        assert response.events is not None
+        self.send_response_only(response.status, response.reason)
+        for name, value in [*response.headers, ("Transfer-Encoding", "chunked")]:
+            self.send_header(name, value)
+        self.end_headers()
+        try:
+            for message in response.events(self._client_gone):
+                self.wfile.write(b"%x\r\n%b\r\n" % (len(message), message))
+                self.wfile.flush()
+            self.wfile.write(b"0\r\n\r\n")
+        except SubscriptionReset:
+            self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            self.close_connection = True
+        except OSError:  # the subscriber went away
+            self.close_connection = True
+
+    def _client_gone(self) -> bool:
+        """Whether the subscriber closed its connection (it sends nothing while it reads a stream)."""
+        readable, _, _ = select.select([self.connection], [], [], 0)
+        if not readable:
+            return False
+        try:
+            return self.connection.recv(1, socket.MSG_PEEK) == b""
+        except OSError:
+            return True
 
     def _read_body(self) -> bytes:
         """The request body, whole: by Content-Length, or decoded from chunked transfer encoding."""

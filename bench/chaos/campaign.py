@@ -1,6 +1,7 @@
 """The fault campaign: rounds of the real consume job under seeded faults, a drain, a verdict, a table.
 
     .venv/bin/python bench/chaos.py --seed N --minutes M [--faults K] [--sink parquet|iceberg|delta]
+                                    [--retrieval polling|fan_out] [--shard-end alternate|...]
 
 Method. The campaign starts moto and kinesis-mock on loopback, two fault proxies in front of them, a
 stream of 4 shards and a producer thread writing records with unique payloads (40 records/s by
@@ -15,7 +16,11 @@ after the commit, its commit's answer lost, or frozen before it while a retry co
 no process boundary can reach. Closed shards end both ways a Kinesis may end them: in odd rounds as
 kinesis-mock ends them (the null iterator with the last records), in even rounds one call after the
 last records, as the GetRecords documentation describes real Kinesis (the Kinesis proxy rewrites the
-answers: `FaultProxy.end_shards_after_last_records`). Once the time budget (minus a reserve for the
+answers: `FaultProxy.end_shards_after_last_records`), or one way in every round (`--shard-end`).
+With `--retrieval fan_out` the slots read by enhanced fan-out: the Kinesis proxy serves SubscribeToShard
+from kinesis-mock's GetRecords (devtools/subscription_bridge.py), the round's leader registers the
+application's consumer if it is gone (as the DAG's table step does), and the faults of subscriptions
+join the others (`subscription_faults`). Once the time budget (minus a reserve for the
 drain) or the schedule is used up, the faults stop, the producer stops, and clean rounds run until
 every lease is caught up or finished (at most `MAX_DRAIN_ROUNDS`). Then the sink (`--sink`: a
 Parquet dataset, an Iceberg table, a Delta table) is read and compared with what was produced
@@ -78,6 +83,12 @@ STARTUP_SECONDS = 10.0
 MAX_DRAIN_ROUNDS = 12
 DRAIN_WORKERS = 2
 MAX_EXTRA_ROUNDS = 3
+SHARD_ENDS = ("alternate", "with_last_records", "after_last_records")
+SHARD_END_WORDS = {
+    "alternate": "with their last records in odd rounds, one call after them in even rounds",
+    "with_last_records": "with their last records in every round",
+    "after_last_records": "one call after their last records in every round",
+}
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -110,6 +121,21 @@ def build_parser() -> argparse.ArgumentParser:
         help="where the rounds land: a Parquet dataset, an Iceberg table in a SQLite SQL catalog, or a Delta "
         "table in a local folder (default parquet)",
     )
+    parser.add_argument(
+        "--retrieval",
+        choices=("polling", "fan_out"),
+        default="polling",
+        help="how the slots read: GetRecords, or enhanced fan-out through the application's consumer, "
+        "subscriptions served by the Kinesis proxy (devtools/subscription_bridge.py), with the fan-out faults "
+        "(default polling)",
+    )
+    parser.add_argument(
+        "--shard-end",
+        choices=SHARD_ENDS,
+        default="alternate",
+        help="how closed shards end: with their last records (as kinesis-mock ends them), one call after them (as "
+        "Kinesis documents it), or the one in odd rounds and the other in even rounds (default alternate)",
+    )
     parser.add_argument("--keep", action="store_true", help="keep the working directory")
     parser.add_argument("--summary", type=Path, help="also write the result as JSON here")
     return parser
@@ -128,10 +154,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     if arguments.minutes <= 0 or arguments.faults < 1 or arguments.rate <= 0:
         print("bench/chaos.py: --minutes and --rate must be positive, --faults at least 1", file=sys.stderr)
         return 2
-    kinds = arguments.kinds or kinds_for(arguments.sink)
-    foreign = [kind for kind in kinds if kind not in kinds_for(arguments.sink)]
+    possible = kinds_for(arguments.sink, arguments.retrieval)
+    kinds = arguments.kinds or possible
+    foreign = [kind for kind in kinds if kind not in possible]
     if foreign:
-        print(f"bench/chaos.py: a {arguments.sink} sink never meets {', '.join(foreign)}", file=sys.stderr)
+        print(
+            f"bench/chaos.py: a {arguments.sink} sink read by {arguments.retrieval} never meets {', '.join(foreign)}",
+            file=sys.stderr,
+        )
         return 2
     prepare_environment(clear_overrides=True)
     workdir = arguments.workdir or Path(tempfile.mkdtemp(prefix="kinesis-chaos-"))
@@ -145,6 +175,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         workdir,
         kinds,
         arguments.sink,
+        arguments.retrieval,
+        arguments.shard_end,
     )
     try:
         result = campaign.run()
@@ -183,10 +215,14 @@ class Campaign:
         workdir: Path,
         kinds: tuple[str, ...] | None = None,
         sink: str = "parquet",
+        retrieval: str = "polling",
+        shard_end: str = "alternate",
     ) -> None:
+        self.shard_end = shard_end
         self.seed = seed
         self.sink = sink
-        self.kinds = kinds or kinds_for(sink)
+        self.retrieval = retrieval
+        self.kinds = kinds or kinds_for(sink, retrieval)
         self.budget_seconds = budget_seconds
         self.faults = faults
         self.rate = rate
@@ -229,6 +265,12 @@ class Campaign:
             shards[record.shard_id].append(record)
         return {shard: sorted(records, key=lambda r: int(r.sequence_number)) for shard, records in shards.items()}
 
+    def ends_shards_after_last_records(self, round_number: int) -> bool:
+        """Whether closed shards end one call after their last records in this round (`--shard-end`)."""
+        if self.shard_end == "alternate":
+            return round_number % 2 == 0
+        return self.shard_end == "after_last_records"
+
     def elapsed(self) -> float:
         return time.monotonic() - self.started
 
@@ -240,11 +282,12 @@ class Campaign:
         )
         schedule = build_schedule(self.rng, self.faults, expected, self.kinds)
         self._say(
-            f"chaos campaign: seed {self.seed}, {self.faults} faults over {len(schedule.rounds)} planned rounds, "
+            f"chaos campaign: seed {self.seed}, {self.retrieval}, {self.faults} faults over "
+            f"{len(schedule.rounds)} planned rounds, "
             f"budget {self.budget_seconds / 60:.1f} min, workdir {self.workdir}"
         )
         drained, verdict = 0, Verdict()
-        with Stack(self.workdir, self.run_id, APPLICATION, STREAM, self.sink) as stack:
+        with Stack(self.workdir, self.run_id, APPLICATION, STREAM, self.sink, self.retrieval) as stack:
             self.stack = stack
             self.producer = Producer(stack.kinesis(), STREAM, f"seed-{self.seed}", self.rate).start()
             try:
@@ -454,7 +497,8 @@ class CampaignResult:
         ok = sum(result.succeeded for result in campaign.results)
         lines = [
             "",
-            f"chaos campaign seed {campaign.seed}: {len(self.injections)} faults injected in {fault_rounds} rounds, "
+            f"chaos campaign seed {campaign.seed} ({campaign.retrieval}, {campaign.sink}): "
+            f"{len(self.injections)} faults injected in {fault_rounds} rounds, "
             f"then {self.drained} drain round(s); {ok}/{len(campaign.results)} rounds succeeded; "
             f"wall time {self.seconds / 60:.1f} min"
             + (
@@ -462,8 +506,7 @@ class CampaignResult:
                 if self.never_injected
                 else ""
             ),
-            f"closed shards ended with their last records in odd rounds, one call after them in even rounds "
-            f"({self.late_shard_ends} such late ends answered)",
+            f"closed shards ended {SHARD_END_WORDS[campaign.shard_end]} ({self.late_shard_ends} late ends answered)",
             "",
             self.table(),
             "",
@@ -479,10 +522,13 @@ class CampaignResult:
     def to_dict(self) -> dict[str, Any]:
         return {
             "seed": self.campaign.seed,
+            "retrieval": self.campaign.retrieval,
+            "sink": self.campaign.sink,
             "seconds": round(self.seconds, 1),
             "rounds": len(self.campaign.results),
             "drain_rounds": self.drained,
             "injected": self.injected(),
+            "shard_end": self.campaign.shard_end,
             "late_shard_ends": self.late_shard_ends,
             "injections": [
                 {

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from bench.chaos import subscription_faults
 from bench.chaos.commit_faults import (
     ANSWER_AS_CONFLICT,
     ANSWER_LOST,
@@ -33,15 +34,19 @@ from bench.chaos.processes import TrackedProcess
 from bench.chaos.schedule import (
     AIRFLOW_RETRY,
     DRIVER_KILL,
+    FAN_OUT_ONLY,
+    IN_USE_WINDOW,
     LEADER_DEATH,
     MERGE,
     PROXY_FAULTS,
     RESET,
     RETENTION_TRIM,
     SPLIT,
+    SUBSCRIPTION_CUT,
     TABLE_COMMIT,
     TWIN_ATTEMPT,
     WORKER_SIGKILL,
+    ZOMBIE_SUBSCRIPTION,
     Fault,
 )
 from bench.chaos.stack import set_arguments
@@ -106,11 +111,14 @@ def inject(run: RoundRun, fault: Fault) -> Injection | None:
         RESET: reset_during_round,
         RETENTION_TRIM: retention_trim,
         TABLE_COMMIT: table_commit,
+        SUBSCRIPTION_CUT: subscription_faults.subscription_cut,
+        ZOMBIE_SUBSCRIPTION: subscription_faults.zombie_subscription,
+        IN_USE_WINDOW: subscription_faults.in_use_window,
     }
     return actions[fault.kind](run, fault)
 
 
-def _new(run: RoundRun, fault: Fault, detail: str, **evidence: Any) -> Injection:
+def new_injection(run: RoundRun, fault: Fault, detail: str, **evidence: Any) -> Injection:
     return Injection(fault.kind, run.plan.number, fault, round(run.now(), 1), detail, evidence=dict(evidence))
 
 
@@ -130,7 +138,7 @@ def worker_sigkill(run: RoundRun, fault: Fault) -> Injection | None:
     attempt.process.kill([worker])
     attempt.killed.append("worker")
     where = "inside a batch (between its prepare and its commit)" if note.in_batch else "between batches"
-    return _new(
+    return new_injection(
         run,
         fault,
         f"SIGKILL Python worker {worker.pid} of {attempt.label}: slot {note.slot}, task attempt "
@@ -153,7 +161,9 @@ def driver_kill(run: RoundRun, fault: Fault) -> Injection | None:
     what = fault.variant if fault.variant != "python" or python else "jvm (the Python driver had not started)"
     killed = attempt.process.kill(targets)
     attempt.killed.append("driver")
-    return _new(run, fault, f"SIGKILL {what} driver of {attempt.label} (pids {killed})", attempt=attempt.number)
+    return new_injection(
+        run, fault, f"SIGKILL {what} driver of {attempt.label} (pids {killed})", attempt=attempt.number
+    )
 
 
 def twin_attempt(run: RoundRun, fault: Fault) -> Injection:
@@ -162,7 +172,7 @@ def twin_attempt(run: RoundRun, fault: Fault) -> Injection:
 
     beside = [attempt.label for attempt in run.live_main_line()]
     twin = run.start_attempt(TWIN_SAME_OWNER if fault.variant == "same_owner" else TWIN_BY_HAND)
-    return _new(
+    return new_injection(
         run,
         fault,
         f"{twin.label} started beside {', '.join(beside) or 'no running try'}",
@@ -187,7 +197,7 @@ def airflow_retry(run: RoundRun, fault: Fault) -> Injection:
     else:
         how = f"{target.label} had ended (exit {target.process.returncode})"
     retry = run.start_attempt(RETRY)
-    return _new(
+    return new_injection(
         run,
         fault,
         f"{how}; {retry.label} started",
@@ -228,7 +238,7 @@ def leader_death(run: RoundRun, fault: Fault) -> Injection:
     leader.kill(leader.refresh())
     killed_at = time.monotonic()
     leader.wait(10)
-    injection = _new(
+    injection = new_injection(
         run,
         fault,
         f"leader {owner} SIGKILLed {fault.delay:.1f} s after it held the lock ({phase})"
@@ -297,7 +307,7 @@ def reshard(run: RoundRun, fault: Fault) -> Injection | None:
             return None
         parent = _choose(candidates, fault.pick)
         children = split_shard(kinesis, stream, parent.shard_id)
-        return _new(
+        return new_injection(
             run,
             fault,
             f"split {parent.shard_id} -> {', '.join(children)} {when}",
@@ -310,7 +320,7 @@ def reshard(run: RoundRun, fault: Fault) -> Injection | None:
         return None
     left, right = _choose(pairs, fault.pick)
     child = merge_shards(kinesis, stream, left.shard_id, right.shard_id)
-    return _new(
+    return new_injection(
         run,
         fault,
         f"merge {left.shard_id} + {right.shard_id} -> {child} {when}",
@@ -365,7 +375,7 @@ def retention_trim(run: RoundRun, fault: Fault) -> Injection | None:
     assert run.stack.kinesis_proxy is not None
     run.stack.kinesis_proxy.trim(run.stack.stream, shard, before, mode=fault.variant)
     run.campaign.trims[shard] = before
-    return _new(
+    return new_injection(
         run,
         fault,
         f"trim horizon of {shard} moved to …{before[-8:]} ({fault.variant}): {index} unread "
@@ -383,7 +393,9 @@ def proxy_faults_on(run: RoundRun, fault: Fault) -> Injection:
     """30 % of the job's Kinesis and DynamoDB calls throttled, failed, dropped or unanswered, for a window."""
     for proxy in _proxies(run):
         proxy.set_faults(PROXY_RULES)
-    injection = _new(run, fault, f"30 % of calls failing for {fault.duration:.1f} s", before=_failed_calls(run))
+    injection = new_injection(
+        run, fault, f"30 % of calls failing for {fault.duration:.1f} s", before=_failed_calls(run)
+    )
     run.proxy_off_at = run.now() + fault.duration
     run.proxy_injection = injection
     return injection
@@ -436,7 +448,7 @@ def reset_during_round(run: RoundRun, fault: Fault) -> Injection | None:
         run.stack.process_env(),
         run.campaign.workdir / "rounds" / f"round-{run.plan.number:03d}" / f"reset-{len(run.injections) + 1}.log",
     )
-    injection = _new(
+    injection = new_injection(
         run,
         fault,
         f"leasectl reset {lease.lease_key} --to {str(lease.checkpoint)[-12:]}",
@@ -589,7 +601,7 @@ def table_commit(run: RoundRun, fault: Fault) -> Injection | None:
         "(CommitFailedError)",
         STALLED: f"frozen (SIGSTOP) before its commit of transaction version {note.version}",
     }[note.variant]
-    injection = _new(
+    injection = new_injection(
         run,
         fault,
         f"{hooked.label}, Python driver {note.pid}: {what}" + (f"; {retry.label} started" if retry else ""),
@@ -717,6 +729,9 @@ def _held_twice(landed: list[LandedBatch], version: int) -> list[str]:
 
 
 def judge(run: RoundRun, injection: Injection, succeeded: bool) -> None:
+    if injection.kind in FAN_OUT_ONLY:
+        subscription_faults.judge(run, injection, succeeded)
+        return
     judges = {
         WORKER_SIGKILL: _judge_worker_sigkill,
         DRIVER_KILL: _judge_driver_kill,

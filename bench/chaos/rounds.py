@@ -32,10 +32,21 @@ from bench.chaos.commit_faults import driver_environment
 from bench.chaos.injections import Injection, Stall
 from bench.chaos.leader import Taking, describe, finalize, lead, release, take
 from bench.chaos.processes import ConsumeAttempt, TrackedProcess
-from bench.chaos.schedule import ANCHORS, DRIVER_KILL, LEADER_DEATH, TABLE_COMMIT, WORKER_SIGKILL, Fault, RoundPlan
+from bench.chaos.schedule import (
+    ANCHORS,
+    BEFORE_ROUND,
+    DRIVER_KILL,
+    LEADER_DEATH,
+    TABLE_COMMIT,
+    WORKER_SIGKILL,
+    Fault,
+    RoundPlan,
+)
 from bench.chaos.stack import set_arguments
+from bench.chaos.subscription_faults import Subscriber, before_round
 from bench.chaos.transforms import WorkerNote, worker_note
 from bench.harness import REPOSITORY
+from lease_core.application import LeaseApplication
 from lease_core.errors import LeaseCoreError
 from spark_jobs.round_report import MalformedReportError, RoundReport
 
@@ -146,6 +157,10 @@ class RoundRun:
         self.commit_note = self.directory / "commit-fault.json"
         self.hooked: Attempt | None = None
         self.stalled: Stall | None = None
+        # How the round's slots read (a mode switch makes a fan-out campaign's round poll), and the
+        # subscribers the subscription faults started.
+        self.retrieval = self.stack.retrieval
+        self.subscribers: list[Subscriber] = []
 
     @property
     def directory(self) -> Path:
@@ -157,18 +172,28 @@ class RoundRun:
     def run(self) -> RoundResult:
         taking, error = None, None
         assert self.stack.kinesis_proxy is not None
-        # Closed shards end one call after their last records in even rounds (campaign doc).
-        self.stack.kinesis_proxy.end_shards_after_last_records(self.plan.number % 2 == 0)
+        # How closed shards end in this round (campaign doc, `--shard-end`).
+        self.stack.kinesis_proxy.end_shards_after_last_records(
+            self.campaign.ends_shards_after_last_records(self.plan.number)
+        )
         try:
+            for fault in self.plan.faults:
+                if fault.kind in BEFORE_ROUND:
+                    self.injections.append(before_round(self, fault))
             for fault in self.plan.faults:
                 if fault.kind == LEADER_DEATH:
                     self.injections.append(injections.leader_death(self, fault))
             taking = take(self.config, self.owner, give_up_after_seconds=self.campaign.takeover_bound_seconds)
             injections.judge_leader_deaths(self, taking)
+            if self.retrieval == "fan_out":
+                # As the DAG's table step does every round: register the consumer if it is gone.
+                LeaseApplication(self.config).stream_consumers.ensure(self.stack.stream)
             synced, assigned = lead(self.config, self.owner, [self.stack.stream], self.plan.workers)
             self.leading = describe(synced, assigned)
             self.assignment_round = assigned.round_number
-            self._consume([fault for fault in self.plan.faults if fault.kind != LEADER_DEATH])
+            self._consume(
+                [fault for fault in self.plan.faults if fault.kind != LEADER_DEATH and fault.kind not in BEFORE_ROUND]
+            )
             self._finalize()
         except Exception as error_:  # a round that could not run is reported; the campaign goes on
             error = f"{type(error_).__name__}: {error_}"
@@ -308,6 +333,8 @@ class RoundRun:
                 attempt.ended_at = self.now()
         for _, process in self.resets:
             process.stop()
+        for subscriber in self.subscribers:
+            subscriber.stop()
 
     # --- tries -----------------------------------------------------------------------------------
 
@@ -360,7 +387,7 @@ class RoundRun:
             command += ["--round", str(self.assignment_round)]
         if owner is not None:
             command += ["--leader-owner", owner]
-        return command + set_arguments(self.stack.data_plane_settings())
+        return command + set_arguments({**self.stack.data_plane_settings(), "retrieval": self.retrieval})
 
     def live_main_line(self) -> list[Attempt]:
         return [attempt for attempt in self.attempts if attempt.main_line and attempt.process.running]

@@ -29,6 +29,15 @@ PROXY_FAULTS = "proxy_faults"
 RESET = "reset"
 RETENTION_TRIM = "retention_trim"
 TABLE_COMMIT = "table_commit"
+# The faults of enhanced fan-out (bench/chaos/subscription_faults.py).
+SUBSCRIPTION_CUT = "subscription_cut"
+ZOMBIE_SUBSCRIPTION = "zombie_subscription"
+IN_USE_WINDOW = "in_use_window"
+CONSUMER_DEREGISTERED = "consumer_deregistered"
+MODE_SWITCH = "mode_switch"
+SUBSCRIPTION_FAULTS = frozenset({SUBSCRIPTION_CUT, ZOMBIE_SUBSCRIPTION, IN_USE_WINDOW})
+# Faults done before the round's table step (between rounds), not on the round's timeline.
+BEFORE_ROUND = frozenset({CONSUMER_DEREGISTERED, MODE_SWITCH})
 
 # Weights of the draws after the first permutation. A leader death costs a lock takeover (one
 # leader lease duration of waiting), so it is drawn less often. A table commit's fault comes at most
@@ -45,10 +54,17 @@ FAULT_WEIGHTS: dict[str, float] = {
     RESET: 3,
     RETENTION_TRIM: 2,
     TABLE_COMMIT: 6,
+    SUBSCRIPTION_CUT: 4,
+    ZOMBIE_SUBSCRIPTION: 2,
+    IN_USE_WINDOW: 2,
+    CONSUMER_DEREGISTERED: 1,
+    MODE_SWITCH: 1,
 }
 FAULT_KINDS = tuple(FAULT_WEIGHTS)
 # Kinds only some sinks meet: the faults of a Delta table's commit (bench/chaos/commit_faults.py).
 SINK_ONLY: dict[str, frozenset[str]] = {TABLE_COMMIT: frozenset({"delta"})}
+# Kinds only a campaign that reads by enhanced fan-out meets.
+FAN_OUT_ONLY = frozenset({SUBSCRIPTION_CUT, ZOMBIE_SUBSCRIPTION, IN_USE_WINDOW, CONSUMER_DEREGISTERED, MODE_SWITCH})
 
 VARIANTS: dict[str, tuple[str, ...]] = {
     # Which process of the consume job dies: the JVM (the Spark driver), its Python driver, or both.
@@ -61,6 +77,8 @@ VARIANTS: dict[str, tuple[str, ...]] = {
     RETENTION_TRIM: ("reject", "skip"),
     # What the driver's table commit meets (bench/chaos/commit_faults.py).
     TABLE_COMMIT: ("killed_before", "killed_after", "answer_lost", "answer_as_conflict", "stalled"),
+    # How a slot's subscription is cut mid-stream: its connection reset, or an exception event.
+    SUBSCRIPTION_CUT: ("reset", "InternalFailureException", "ResourceInUseException"),
 }
 
 # When a fault fires: `delay` seconds after its anchor. "start": the start of the round's first try
@@ -69,6 +87,7 @@ VARIANTS: dict[str, tuple[str, ...]] = {
 # lost). "batches": the first moment a slot's Python worker has run a batch (kills, the stream and
 # the data plane's calls matter while slots read). "leader": after the dying leader holds the lock.
 # "commit": the first table commit of the round's first try (its driver meets the fault then).
+# "round": before the round's table step, between this round and the one before (`BEFORE_ROUND`).
 ANCHORS: dict[str, str] = {
     WORKER_SIGKILL: "batches",
     DRIVER_KILL: "batches",
@@ -81,6 +100,11 @@ ANCHORS: dict[str, str] = {
     RESET: "batches",
     RETENTION_TRIM: "start",
     TABLE_COMMIT: "commit",
+    SUBSCRIPTION_CUT: "batches",
+    ZOMBIE_SUBSCRIPTION: "batches",
+    IN_USE_WINDOW: "batches",
+    CONSUMER_DEREGISTERED: "round",
+    MODE_SWITCH: "round",
 }
 DELAYS: dict[str, tuple[float, float]] = {
     WORKER_SIGKILL: (0.0, 3.0),
@@ -94,6 +118,11 @@ DELAYS: dict[str, tuple[float, float]] = {
     RESET: (0.0, 4.0),
     RETENTION_TRIM: (0.0, 5.0),
     TABLE_COMMIT: (0.0, 0.0),
+    SUBSCRIPTION_CUT: (0.0, 6.0),
+    ZOMBIE_SUBSCRIPTION: (0.0, 4.0),
+    IN_USE_WINDOW: (0.0, 6.0),
+    CONSUMER_DEREGISTERED: (0.0, 0.0),
+    MODE_SWITCH: (0.0, 0.0),
 }
 PROXY_WINDOW_SECONDS = (4.0, 12.0)
 WORKER_CHOICES = (1, 2, 2, 3)
@@ -103,7 +132,7 @@ TRY_ENDING = frozenset({DRIVER_KILL, AIRFLOW_RETRY, TABLE_COMMIT})
 # At most once per round: a dead leader is met before the round's first step, one faulty window
 # of the proxies is open at a time, and a round's first try commits once. Other kinds may come twice
 # (two worker kills, two splits, ...).
-ONCE_PER_ROUND = frozenset({LEADER_DEATH, PROXY_FAULTS, TABLE_COMMIT})
+ONCE_PER_ROUND = frozenset({LEADER_DEATH, PROXY_FAULTS, TABLE_COMMIT, CONSUMER_DEREGISTERED, MODE_SWITCH})
 
 
 @dataclass(frozen=True)
@@ -149,9 +178,14 @@ def faults_per_round(faults: int, rounds: int) -> float:
     return max(MIN_FAULTS_PER_ROUND, faults / max(1, rounds))
 
 
-def kinds_for(sink: str) -> tuple[str, ...]:
-    """The fault kinds a campaign into `sink` injects by default: every kind the sink can meet."""
-    return tuple(kind for kind in FAULT_KINDS if sink in SINK_ONLY.get(kind, frozenset({sink})))
+def kinds_for(sink: str, retrieval: str = "polling") -> tuple[str, ...]:
+    """The fault kinds a campaign into `sink`, reading by `retrieval`, injects by default: every kind
+    the sink and the mode can meet."""
+    return tuple(
+        kind
+        for kind in FAULT_KINDS
+        if sink in SINK_ONLY.get(kind, frozenset({sink})) and (retrieval == "fan_out" or kind not in FAN_OUT_ONLY)
+    )
 
 
 def build_schedule(
@@ -192,6 +226,11 @@ def build_schedule(
 
 def _fits(kind: str, chosen: list[str]) -> bool:
     if kind in ONCE_PER_ROUND and kind in chosen:
+        return False
+    # A round that switches to polling has no subscription to cut, take over or overlap.
+    if (kind == MODE_SWITCH and SUBSCRIPTION_FAULTS & set(chosen)) or (
+        kind in SUBSCRIPTION_FAULTS and MODE_SWITCH in chosen
+    ):
         return False
     return not (kind in TRY_ENDING and TRY_ENDING & set(chosen))
 

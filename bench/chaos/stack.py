@@ -23,7 +23,9 @@ from bench.harness import REGION
 from devtools.emulators import kinesis_mock, moto_server
 from devtools.fault_proxy import FaultProxy
 from devtools.kinesis_streams import create_stream
+from devtools.subscription_bridge import SubscriptionBridge
 from lease_core import aws
+from lease_core.application import LeaseApplication
 from lease_core.config.settings import ConsumerConfig, load_config
 from lease_core.store.coordinator_state import DynamoDBCoordinatorStateStore
 from lease_core.store.dynamodb_store import DynamoDBLeaseStore
@@ -54,8 +56,17 @@ SETTINGS: dict[str, str] = {
 class Stack:
     """Started with `with`; everything it started is stopped on leaving, whatever happened."""
 
-    def __init__(self, workdir: Path, run_id: str, application: str, stream: str, sink: str = "parquet") -> None:
+    def __init__(
+        self,
+        workdir: Path,
+        run_id: str,
+        application: str,
+        stream: str,
+        sink: str = "parquet",
+        retrieval: str = "polling",
+    ) -> None:
         self.workdir = workdir
+        self.retrieval = retrieval
         self.run_id = run_id
         self.application = application
         self.stream = stream
@@ -85,6 +96,8 @@ class Stack:
         self.dynamodb_endpoint = self._exit.enter_context(moto_server(extra_env={RUN_MARKER: self.run_id})).endpoint
         self.kinesis_endpoint = self._exit.enter_context(kinesis_mock(extra_env={RUN_MARKER: self.run_id})).endpoint
         self.kinesis_proxy = self._exit.enter_context(FaultProxy(self.kinesis_endpoint, seed=1))
+        if self.retrieval == "fan_out":
+            self.kinesis_proxy.serve_subscriptions()
         self.dynamodb_proxy = self._exit.enter_context(FaultProxy(self.dynamodb_endpoint, seed=2))
         create_stream(self.kinesis(), self.stream, INITIAL_SHARDS)
         if self.sink == "iceberg":
@@ -93,12 +106,17 @@ class Stack:
         TableAdministrator(
             self.dynamodb(), self.control_config(), retry_policy=aws.retry_policy(self.control_config())
         ).ensure_tables()
+        if self.retrieval == "fan_out":
+            # As `leasectl --set retrieval=fan_out init` does: the consumer exists before any round, even
+            # one that switches to polling.
+            LeaseApplication(self.control_config()).stream_consumers.ensure(self.stream)
 
     # --- clients and settings of the control plane (straight to the emulators) -------------------
 
     def control_settings(self) -> dict[str, str]:
         return {
             **SETTINGS,
+            "retrieval": self.retrieval,
             "application_name": self.application,
             "aws_endpoint_url_dynamodb": self.dynamodb_endpoint,
             "aws_endpoint_url_kinesis": self.kinesis_endpoint,
@@ -115,6 +133,17 @@ class Stack:
             "aws_endpoint_url_dynamodb": self.dynamodb_proxy.endpoint,
             "aws_endpoint_url_kinesis": self.kinesis_proxy.endpoint,
         }
+
+    def subscription_bridge(self) -> SubscriptionBridge:
+        """The Kinesis proxy's SubscribeToShard (a fan-out campaign's), for the subscription faults."""
+        bridge = None if self.kinesis_proxy is None else self.kinesis_proxy.subscriptions()
+        if bridge is None:
+            raise RuntimeError("subscription faults need a campaign that reads by fan-out (--retrieval fan_out)")
+        return bridge
+
+    def kinesis_proxy_endpoint(self) -> str:
+        assert self.kinesis_proxy is not None
+        return self.kinesis_proxy.endpoint
 
     def dynamodb(self) -> Any:
         return boto3.client("dynamodb", endpoint_url=self.dynamodb_endpoint, region_name=REGION)

@@ -67,3 +67,45 @@ def test_a_short_seeded_fault_campaign_duplicates_and_loses_nothing_and_injects_
     assert result["verdict"].startswith("produced") and " duplicated 0, lost 0," in result["verdict"]
     if sink != "parquet":
         assert re.search(r"landed (\d+) rows \(DuckDB: \1\)", result["verdict"]), result["verdict"]
+
+
+# The fan-out campaign's own kinds, with the reshards they meet (the others are the polling campaign's).
+FAN_OUT_KINDS = "subscription_cut,zombie_subscription,in_use_window,consumer_deregistered,mode_switch,split,merge"
+
+
+@pytest.mark.timeout(480)
+def test_a_short_fan_out_campaign_duplicates_and_loses_nothing_and_injects_every_subscription_fault(tmp_path):
+    """The slots read by enhanced fan-out, subscriptions served by the Kinesis proxy's bridge
+    (devtools/subscription_bridge.py); closed shards end one call after their last records in even rounds."""
+    summary = tmp_path / "summary.json"
+    completed = subprocess.run(
+        [
+            sys.executable,
+            str(REPOSITORY / "bench" / "chaos.py"),
+            "--retrieval",
+            "fan_out",
+            "--kinds",
+            FAN_OUT_KINDS,
+            "--seed",
+            str(SEED),
+            "--minutes",
+            "3",
+            "--faults",
+            "7",
+            "--workdir",
+            str(tmp_path / "campaign"),
+            "--summary",
+            str(summary),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=420,
+        check=False,
+    )
+    print(completed.stdout[-8000:])
+    assert summary.exists(), completed.stderr[-4000:]
+    result = json.loads(summary.read_text())
+    assert result["violations"] == [], "\n".join(result["violations"])
+    assert completed.returncode == 0, completed.stderr[-4000:]
+    assert {kind: count for kind, count in result["injected"].items() if count == 0} == {}, result["table"]
+    assert " duplicated 0, lost 0," in result["verdict"]
