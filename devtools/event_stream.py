@@ -10,6 +10,8 @@ the format too but needs Python 3.12; awscrt's event stream is an RPC client, no
 
 from __future__ import annotations
 
+import select
+import socket
 import struct
 import zlib
 from collections.abc import Mapping
@@ -17,6 +19,29 @@ from collections.abc import Mapping
 STRING_HEADER = 7
 JSON = "application/json"
 MAX_PAYLOAD_BYTES = 24 * 1024 * 1024  # botocore's decoder refuses larger payloads
+# The exceptions SubscribeToShard's event stream models (botocore raises them with their name).
+SUBSCRIPTION_ERRORS = (
+    "ResourceNotFoundException",
+    "ResourceInUseException",
+    "KMSDisabledException",
+    "KMSInvalidStateException",
+    "KMSAccessDeniedException",
+    "KMSNotFoundException",
+    "KMSOptInRequired",
+    "KMSThrottlingException",
+    "InternalFailureException",
+)
+
+
+def client_gone(connection: socket.socket) -> bool:
+    """Whether a subscriber closed its connection (it sends nothing while it reads a stream)."""
+    readable, _, _ = select.select([connection], [], [], 0)
+    if not readable:
+        return False
+    try:
+        return connection.recv(1, socket.MSG_PEEK) == b""
+    except OSError:
+        return True
 
 
 def encode_message(headers: Mapping[str, str], payload: bytes) -> bytes:

@@ -50,7 +50,6 @@ import http.client
 import json
 import random
 import re
-import select
 import socket
 import struct
 import sys
@@ -65,6 +64,7 @@ from typing import Any
 from urllib.parse import parse_qsl, unquote, urlsplit
 from xml.etree import ElementTree
 
+from devtools import event_stream
 from devtools.emulators import LOOPBACK
 from devtools.subscription_bridge import SubscriptionBridge, SubscriptionRefused, SubscriptionReset
 
@@ -736,7 +736,7 @@ class _ProxyHandler(BaseHTTPRequestHandler):
             self.send_header(name, value)
         self.end_headers()
         try:
-            for message in response.events(self._client_gone):
+            for message in response.events(lambda: event_stream.client_gone(self.connection)):
                 self.wfile.write(b"%x\r\n%b\r\n" % (len(message), message))
                 self.wfile.flush()
             self.wfile.write(b"0\r\n\r\n")
@@ -745,16 +745,6 @@ class _ProxyHandler(BaseHTTPRequestHandler):
             self.close_connection = True
         except OSError:  # the subscriber went away
             self.close_connection = True
-
-    def _client_gone(self) -> bool:
-        """Whether the subscriber closed its connection (it sends nothing while it reads a stream)."""
-        readable, _, _ = select.select([self.connection], [], [], 0)
-        if not readable:
-            return False
-        try:
-            return self.connection.recv(1, socket.MSG_PEEK) == b""
-        except OSError:
-            return True
 
     def _read_body(self) -> bytes:
         """The request body, whole: by Content-Length, or decoded from chunked transfer encoding."""

@@ -80,7 +80,6 @@ import os
 import re
 import select
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -119,18 +118,6 @@ FAN_OUT_VIOLATION_KINDS = (
     "consumer_not_active",  # ResourceInUseException: a subscription of a CREATING or DELETING consumer
     "consumers_per_stream",  # LimitExceededException: a 21st consumer
     "consumers_creating",  # LimitExceededException: a 6th consumer in CREATING at once
-)
-# The exceptions SubscribeToShard's event stream models (botocore raises them with their name).
-SUBSCRIPTION_ERRORS = (
-    "ResourceNotFoundException",
-    "ResourceInUseException",
-    "KMSDisabledException",
-    "KMSInvalidStateException",
-    "KMSAccessDeniedException",
-    "KMSNotFoundException",
-    "KMSOptInRequired",
-    "KMSThrottlingException",
-    "InternalFailureException",
 )
 CONSUMER_NAME = re.compile(r"[a-zA-Z0-9_.-]{1,128}")
 CLIENT_CHECK_SECONDS = 0.25  # how often an idle subscription looks whether its client has gone
@@ -1119,8 +1106,10 @@ class _FanOut:
 
     def fail(self, error_type: str, message: str, stream: str | None, shard_id: str | None) -> int:
         """End the open subscriptions (of one stream or shard) with an exception event; how many."""
-        if error_type not in SUBSCRIPTION_ERRORS:
-            raise ValueError(f"botocore models only {SUBSCRIPTION_ERRORS} inside SubscribeToShard's stream")
+        if error_type not in event_stream.SUBSCRIPTION_ERRORS:
+            raise ValueError(
+                f"botocore models only {event_stream.SUBSCRIPTION_ERRORS} inside SubscribeToShard's stream"
+            )
         with self._changed:
             return self._end(
                 lambda subscription: (
@@ -1269,7 +1258,7 @@ class _Handler(BaseHTTPRequestHandler):
             self.send_header("x-amzn-RequestId", "standin")
             self.end_headers()
             self.connection.settimeout(STALLED_WRITE_SECONDS)
-            for message in fan_out.events(subscription, self._client_gone):
+            for message in fan_out.events(subscription, lambda: event_stream.client_gone(self.connection)):
                 self.wfile.write(b"%x\r\n%b\r\n" % (len(message), message))
             self.wfile.write(b"0\r\n\r\n")
             self.connection.settimeout(None)
@@ -1277,16 +1266,6 @@ class _Handler(BaseHTTPRequestHandler):
             self.close_connection = True
         finally:
             fan_out.release(subscription)
-
-    def _client_gone(self) -> bool:
-        """Whether the subscriber closed its connection (it sends nothing while it reads a stream)."""
-        readable, _, _ = select.select([self.connection], [], [], 0)
-        if not readable:
-            return False
-        try:
-            return self.connection.recv(1, socket.MSG_PEEK) == b""
-        except OSError:
-            return True
 
     def _error(self, error: _ApiError) -> None:
         self._send(400, JSON_CONTENT_TYPE, json.dumps({"__type": error.error_type, "message": error.message}).encode())

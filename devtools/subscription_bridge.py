@@ -41,20 +41,6 @@ from typing import Any
 from devtools import event_stream
 
 RESET = "reset"
-# The exception events botocore's model lists in SubscribeToShardEventStream.
-STREAM_ERRORS = frozenset(
-    {
-        "ResourceNotFoundException",
-        "ResourceInUseException",
-        "KMSDisabledException",
-        "KMSInvalidStateException",
-        "KMSAccessDeniedException",
-        "KMSNotFoundException",
-        "KMSOptInRequired",
-        "KMSThrottlingException",
-        "InternalFailureException",
-    }
-)
 CONSUMER_CHECK_SECONDS = 1.0
 
 # (status, JSON answer) of one Kinesis call made through the proxy: operation, request, the subscriber's
@@ -171,8 +157,11 @@ class SubscriptionBridge:
 
     def cut(self, stream: str, shard_id: str | None = None, how: str = RESET) -> int:
         """End the open subscriptions of the stream (or of one shard) mid-stream; how many."""
-        if how != RESET and how not in STREAM_ERRORS:
-            raise ValueError(f"a subscription is cut by {RESET!r} or an exception event of {sorted(STREAM_ERRORS)}")
+        if how != RESET and how not in event_stream.SUBSCRIPTION_ERRORS:
+            raise ValueError(
+                f"a subscription is cut by {RESET!r} or an exception event of "
+                f"{sorted(event_stream.SUBSCRIPTION_ERRORS)}"
+            )
         with self._lock:
             ended = [
                 o for o in self._open if o.ended_by is None and o.stream == stream and shard_id in (None, o.shard_id)
