@@ -13,15 +13,15 @@ Kinesis and DynamoDB really produce:
 - "drop_response": the emulator applies the request, then the client connection closes unanswered,
   so the client cannot tell whether its write happened.
 
-Faults apply only to requests whose X-Amz-Target names Kinesis, DynamoDB or Glue; the operation is
-the part after the dot. Rule draws come from a seeded `random.Random`, so a sequential test sees the
-same faults on every run.
+Faults apply only to requests whose X-Amz-Target names Kinesis, DynamoDB, Glue or CloudWatch; the
+operation is the part after the dot. Rule draws come from a seeded `random.Random`, so a sequential
+test sees the same faults on every run.
 
-Every call is recorded (`calls()`): for Kinesis, DynamoDB and Glue the operation and the resources
-its body names (tables, index, stream, database; a GetRecords or a paged ListShards names its stream
-through the iterator or token an earlier answer handed out), for S3 (REST, no X-Amz-Target) the
-operation that the method, bucket, key and query make (and a DeleteObjects' keys, from its body).
-tests/support/iam_policy.py turns them into IAM requests.
+Every call is recorded (`calls()`): for Kinesis, DynamoDB, Glue and CloudWatch the operation and the
+resources its body names (tables, index, stream, database, metrics namespace; a GetRecords or a
+paged ListShards names its stream through the iterator or token an earlier answer handed out), for
+S3 (REST, no X-Amz-Target) the operation that the method, bucket, key and query make (and a
+DeleteObjects' keys, from its body). tests/support/iam_policy.py turns them into IAM requests.
 
 `end_shards_after_last_records()` makes closed shards end as the GetRecords documentation describes
 real Kinesis, which kinesis-mock does not: kinesis-mock answers a closed shard's last records with
@@ -46,6 +46,7 @@ AT_SEQUENCE_NUMBER `before`.
 from __future__ import annotations
 
 import contextlib
+import gzip
 import http.client
 import json
 import random
@@ -138,7 +139,14 @@ DYNAMODB = ServiceShape(
     "dynamodb",
 )
 GLUE = ServiceShape("application/x-amz-json-1.1", "ThrottlingException", "InternalServiceException", "glue")
-SERVICES_BY_TARGET_PREFIX = {"Kinesis_20131202": KINESIS, "DynamoDB_20120810": DYNAMODB, "AWSGlue": GLUE}
+# CloudWatch as botocore calls it: its JSON 1.0 protocol (the service also takes CBOR and query).
+CLOUDWATCH = ServiceShape("application/x-amz-json-1.0", "ThrottlingException", "InternalServiceFault", "cloudwatch")
+SERVICES_BY_TARGET_PREFIX = {
+    "Kinesis_20131202": KINESIS,
+    "DynamoDB_20120810": DYNAMODB,
+    "AWSGlue": GLUE,
+    "GraniteServiceVersion20100801": CLOUDWATCH,
+}
 # The S3 listings `age_listings` rewrites, and how they spell an object's time.
 S3_LISTINGS = frozenset({"ListObjects", "ListObjectsV2"})
 _LAST_MODIFIED = re.compile(rb"<LastModified>([^<]+)</LastModified>")
@@ -170,13 +178,14 @@ class RecordedCall:
 
     `status` is the HTTP status the client got (None: the connection was closed unanswered).
     JSON services: `tables` (TableName, or the tables of a batch or transaction; a ResourceArn's
-    table; a Glue call's table), `index` (IndexName), `stream` (StreamName/StreamARN, or the stream of
-    the iterator or NextToken; None when the proxy never saw it handed out), `database` (a Glue call's
-    database), `parameters` (the body's top-level names), `transaction` (a TransactWriteItems' parts
-    as (kind, table): Put, Update, Delete, ConditionCheck). S3: `method`, `bucket`, `key` and `query`
-    (name/value pairs, sorted), `conditions` (its If-None-Match and If-Match headers: how a writer
-    asks S3 to refuse a put that would replace what another wrote), `keys` (the objects a
-    DeleteObjects names in its body: S3 authorizes the deletion of each).
+    table; a Glue call's table), `index` (IndexName), `stream` (StreamName/StreamARN, or the stream
+    of the iterator or NextToken; None when the proxy never saw it handed out), `database` (a Glue
+    call's database), `namespace` (a CloudWatch call's Namespace), `parameters` (the body's top-
+    level names), `transaction` (a TransactWriteItems' parts as (kind, table): Put, Update, Delete,
+    ConditionCheck). S3: `method`, `bucket`, `key` and `query` (name/value pairs, sorted),
+    `conditions` (its If-None-Match and If-Match headers: how a writer asks S3 to refuse a put that
+    would replace what another wrote), `keys` (the objects a DeleteObjects names in its body: S3
+    authorizes the deletion of each).
     """
 
     service: str
@@ -194,6 +203,7 @@ class RecordedCall:
     query: tuple[tuple[str, str], ...] = ()
     conditions: tuple[tuple[str, str], ...] = ()
     keys: tuple[str, ...] = ()
+    namespace: str | None = None
 
 
 @dataclass(frozen=True)
@@ -246,6 +256,11 @@ def glue_names(request: dict[str, Any]) -> tuple[str | None, tuple[str, ...]]:
         return request["DatabaseName"], (table,) if isinstance(table, str) else ()
     database = request.get("Name") or _input_name(request.get("DatabaseInput"))
     return (database if isinstance(database, str) else None), ()
+
+
+def _text(request: dict[str, Any], name: str) -> str | None:
+    value = request.get(name)
+    return value if isinstance(value, str) else None
 
 
 def _input_name(value: Any) -> Any:
@@ -308,7 +323,7 @@ def deleted_keys(body: bytes) -> tuple[str, ...]:
 def fault_response(kind: str, service: ServiceShape, request: dict[str, Any]) -> HttpResponse:
     if kind == "server_error":
         return error_response(500, service, service.server_error_type, "Internal service error (injected)")
-    if service is GLUE:
+    if service in (GLUE, CLOUDWATCH):
         return error_response(400, service, service.throttle_type, "Rate exceeded (injected)")
     if service is KINESIS:
         message = (
@@ -461,7 +476,7 @@ class FaultProxy:
             self._forward(request)
             return None
         if fault is not None:
-            return fault_response(fault, service, json.loads(request.body or b"{}"))
+            return fault_response(fault, service, _request_object(request))
         if service is KINESIS and operation == "GetShardIterator":
             return self._get_shard_iterator(request)
         if service is KINESIS and operation == "GetRecords":
@@ -565,7 +580,7 @@ class FaultProxy:
     def _json_call(
         self, request: HttpRequest, service: ServiceShape, operation: str, response: HttpResponse | None
     ) -> RecordedCall:
-        body = _json_object(request.body)
+        body = _request_object(request)
         stream = self._stream_of(body, response) if service is KINESIS else None
         database, glue_tables = glue_names(body) if service is GLUE else (None, ())
         return RecordedCall(
@@ -583,6 +598,9 @@ class FaultProxy:
                 if isinstance(part, dict) and "TableName" in part
             ),
             database=database,
+            namespace=body.get("Namespace")
+            if service is CLOUDWATCH and isinstance(body.get("Namespace"), str)
+            else None,
         )
 
     def _stream_of(self, body: dict[str, Any], response: HttpResponse | None) -> str | None:
@@ -647,6 +665,18 @@ class FaultProxy:
             return HttpResponse(502, [("Content-Type", "text/plain")], f"upstream failed: {error}".encode())
         finally:
             upstream.close()
+
+
+def _request_object(request: HttpRequest) -> dict[str, Any]:
+    """A JSON request's body as a dict (`_json_object`), unzipped when the client compressed it (botocore
+    gzips a large CloudWatch PutMetricData)."""
+    encoding = next((value for name, value in request.headers if name.lower() == "content-encoding"), "")
+    if encoding.strip().lower() != "gzip":
+        return _json_object(request.body)
+    try:
+        return _json_object(gzip.decompress(request.body))
+    except (OSError, EOFError):
+        return {}
 
 
 def _json_object(body: bytes) -> dict[str, Any]:

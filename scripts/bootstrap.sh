@@ -16,17 +16,21 @@ uv sync --frozen --quiet
 # Prove the installed set is consistent.
 uv pip check --quiet --python .venv/bin/python
 
-# kinesis-mock, the Kinesis emulator, pinned by packaging/kinesis-mock/package-lock.json.
+# The Node.js programs, each pinned by its packaging/<name>/package-lock.json: kinesis-mock, the Kinesis
+# emulator, and the StatsD daemon (npm statsd) the metrics tests send Airflow's metrics to. Optional
+# dependencies (statsd's syslog and hashring backends, a native build) are left out.
 if ! command -v node >/dev/null 2>&1; then
-  echo "bootstrap: Node.js is required for kinesis-mock; installing Debian's nodejs and npm" >&2
+  echo "bootstrap: Node.js is required for kinesis-mock and StatsD; installing Debian's nodejs and npm" >&2
   apt-get update -qq && apt-get install -y -qq nodejs npm >/dev/null
 fi
-lock=packaging/kinesis-mock/package-lock.json
-stamp=packaging/kinesis-mock/node_modules/.installed-from-lock
-if [ ! -f "$stamp" ] || ! cmp -s "$lock" "$stamp"; then
-  npm ci --prefix packaging/kinesis-mock --no-audit --no-fund --loglevel=error >/dev/null
-  cp "$lock" "$stamp"
-fi
+for program in kinesis-mock statsd; do
+  lock=packaging/$program/package-lock.json
+  stamp=packaging/$program/node_modules/.installed-from-lock
+  if [ ! -f "$stamp" ] || ! cmp -s "$lock" "$stamp"; then
+    npm ci --prefix "packaging/$program" --omit=optional --no-audit --no-fund --loglevel=error >/dev/null
+    cp "$lock" "$stamp"
+  fi
+done
 
 # Debian's PostgreSQL for the deployment tests (tests/deployment): Airflow's metadata database, a
 # throwaway cluster per test module on 127.0.0.1 (tests/support/postgres_server.py).

@@ -125,6 +125,8 @@ class _Tally:
     unrecorded: set[AgedOutRange] = field(default_factory=set)  # met by a read, not yet written on the lease
     first_arrival_millis: int | None = None  # of the records landed, for the throughput window
     last_arrival_millis: int | None = None
+    # The arrival of the first record of a batch read and being landed; left set when landing it failed.
+    landing_from_millis: int | None = None
     # The lease's committed batches not visible as its round ends: awaiting visibility (making them
     # visible failed; a later round does it) or missing (their staged data was deleted before).
     unpromoted_batch: str | None = None
@@ -185,7 +187,10 @@ class LeaseConsumer:
             log.exception("lease %s failed unexpectedly", start.lease_key)
             outcome, detail = Outcome.FAILED, f"{type(error).__name__}: {error}"
         seconds = self.context.clock() - started
-        throughput, covered = self._report_throughput(outcome) if outcome != Outcome.LOST else (None, None)
+        read_end_millis = self.context.wall_clock_millis()
+        throughput, covered = (
+            self._report_throughput(outcome, read_end_millis) if outcome != Outcome.LOST else (None, None)
+        )
         tally = self._tally
         return LeaseReport(
             lease_key=start.lease_key,
@@ -213,7 +218,24 @@ class LeaseConsumer:
             unpromoted_batch=tally.unpromoted_batch,
             missing_batches=tuple(tally.missing_batches),
             dead_lettered=tally.dead_lettered,
+            landed_through_millis=self._landed_through(outcome, read_end_millis),
+            newest_arrival_millis=tally.last_arrival_millis,
         )
+
+    def _landed_through(self, outcome: str, read_end_millis: int) -> int | None:
+        """The moment before which every record of the shard that arrived is landed (`LeaseReport`): the
+        round's freshness starts from it. A read that caught up, or found the shard's end, leaves nothing
+        behind at its end; a batch that failed to land starts what is left; otherwise the last record
+        landed ends what is landed, or, with nothing landed, the lease's measurement from before the
+        round does (the throughput's boundary, `readThroughMillis`)."""
+        tally = self._tally
+        if outcome == Outcome.CAUGHT_UP or outcome in _NOTHING_LEFT_TO_READ:
+            return read_end_millis
+        if tally.landing_from_millis is not None:
+            return tally.landing_from_millis
+        if tally.last_arrival_millis is not None:
+            return tally.last_arrival_millis
+        return measurement_before_claim(self.held.lease)[1]
 
     # --- the round's work ----------------------------------------------------------------------
 
@@ -253,8 +275,10 @@ class LeaseConsumer:
         if staged is None:
             source = opened.enter_context(closing(self._replay_source(lease, described)))
             records, _ = self._read_until(source, end)
+            self._tally.landing_from_millis = _first_arrival(records)
             staged = self._stage(batch, records)
         self._commit(batch, staged)
+        self._tally.landing_from_millis = None
         return None, source
 
     def _redo_shard_end(self, lease: Lease, described: PendingBatch | None, batch: BatchRange) -> str:
@@ -353,7 +377,9 @@ class LeaseConsumer:
                 self.held.require_held()  # raises: the lease was lost, and what this batch read is not landed
             records, window_closed = _before_arrival(batch.records, budget.stop_at_arrival)
             if records:
+                self._tally.landing_from_millis = _first_arrival(records)
                 self._land(records)
+                self._tally.landing_from_millis = None
             if window_closed:
                 return Outcome.WINDOW_END
             if batch.shard_ended:
@@ -538,7 +564,7 @@ class LeaseConsumer:
             )
         return table, dead_letters
 
-    def _report_throughput(self, outcome: str) -> tuple[float | None, float | None]:
+    def _report_throughput(self, outcome: str, read_end_millis: int) -> tuple[float | None, float | None]:
         """Store the lease's new throughput with a last renewal (§6): the rate at which data arrived
         over the data time this round's read covered (`lease_core.metrics.throughput`), which ends now when
         the read reached the stream's tip and at the last record landed otherwise. It starts from the
@@ -560,7 +586,7 @@ class LeaseConsumer:
             if outcome not in _NOTHING_LEFT_TO_READ:
                 self._renew_quietly(throughput_before, read_through_before)
             return None, None
-        end = self.context.wall_clock_millis() if outcome == Outcome.CAUGHT_UP else tally.last_arrival_millis
+        end = read_end_millis if outcome == Outcome.CAUGHT_UP else tally.last_arrival_millis
         window = covered_window(read_through_before, tally.first_arrival_millis, end)
         if window is None:
             if claimed.measured_before_claim is not None:  # data read, but no window: the measurement stays as it was
@@ -607,6 +633,10 @@ def not_yet_visible(sink: BatchSink, record: str | None) -> str | None:
 
 def _epoch_millis(moment: datetime) -> int:
     return int(moment.timestamp() * 1000)
+
+
+def _first_arrival(records: UserRecords) -> int | None:
+    return _epoch_millis(records[0].approximate_arrival_timestamp) if records else None
 
 
 def _left(limit: int | None, used: int) -> int | None:

@@ -29,6 +29,8 @@ import pydantic
 from lease_core import aws
 from lease_core.application import LeaseApplication
 from lease_core.errors import AccessError, ConfigurationError, LeaseCoreError
+from lease_core.metrics.freshness import Freshness
+from lease_core.metrics.round_metrics import LeaseObservation, RoundObservation, SlotObservation
 from lease_core.model.lease import AgedOutRange
 
 Schema = TypeVar("Schema")
@@ -128,6 +130,13 @@ class LeaseReport:
     unpromoted_batch: str | None = None
     missing_batches: tuple[str, ...] = ()
     dead_lettered: int = 0  # records its processing rejected, set aside in the dead-letter destination
+    # Freshness (docs/metrics.md): every record of the shard that arrived before `landed_through_millis`
+    # (epoch milliseconds) is landed: the moment a caught-up read reached the tip or saw the shard's end,
+    # the arrival of the first record read but not landed, else of the last landed, else the lease's
+    # measurement from before the round (None: never measured). `newest_arrival_millis`: the arrival of
+    # the newest record the round landed on the lease (None: none).
+    landed_through_millis: int | None = None
+    newest_arrival_millis: int | None = None
 
 
 @dataclass(frozen=True)
@@ -414,6 +423,10 @@ class LeaseFigures:
     error: str | None = None
     retryable: bool | None = None  # of a failed lease: whether its error says a retry can succeed
     dead_lettered: int = 0
+    read_calls: int = 0
+    refused_read_calls: int = 0
+    landed_through_millis: int | None = None
+    newest_arrival_millis: int | None = None
 
     @classmethod
     def of(cls, lease: LeaseReport) -> LeaseFigures:
@@ -529,6 +542,59 @@ def history_figures(figures: RoundFigures | None) -> dict[str, Any]:
         if figures
         else [],
     }
+
+
+def round_observation(
+    application: str,
+    summary: Mapping[str, Any],
+    figures: RoundFigures | None,
+    lease_rows: Sequence[Mapping[str, Any]],
+    assignment: Mapping[str, Any],
+) -> RoundObservation:
+    """What the round's metrics are computed from (`lease_core.metrics.round_metrics`): its history entry
+    `summary` (with `succeeded` and the round's freshness), the report's `figures` (None: not read),
+    the per-lease `lease_rows` with their freshness, and the assignment step's result (empty: it did not run)."""
+    freshness = {row["lease_key"]: Freshness.of_row(row) for row in lease_rows}
+    leases = tuple(
+        LeaseObservation(
+            lease.lease_key,
+            lease.shard_id,
+            lease.worker_id,
+            lease.records,
+            lease.bytes,
+            lease.seconds,
+            lease.millis_behind_latest,
+            lease.read_calls,
+            lease.refused_read_calls,
+            lease.dead_lettered,
+            failed=lease.outcome == Outcome.FAILED,
+            lost=lease.outcome == Outcome.LOST,
+            freshness=freshness.get(lease.lease_key, Freshness()),
+        )
+        for lease in (figures.leases if figures else ())
+    )
+    workers = assignment.get("workers")
+    return RoundObservation(
+        application=application,
+        finished_at_millis=summary["finished_at"],
+        idle=not summary["consumed"] and summary.get("error") is None,
+        succeeded=summary["succeeded"],
+        consumed=summary["consumed"],
+        seconds=summary["seconds"],
+        records=summary["records"],
+        bytes=summary["bytes"],
+        dead_lettered=summary["dead_lettered"],
+        lost_leases=summary["lost_leases"],
+        retention_losses=summary["retention_losses"],
+        freshness=Freshness.of_row(summary),
+        total_leases=None
+        if workers is None
+        else sum(row["leases_after"] for row in workers) + len(assignment.get("spillover", [])),
+        workers=None if workers is None else len(workers),
+        moves=None if workers is None else len(assignment.get("moves", [])),
+        leases=leases,
+        slots=tuple(SlotObservation(slot.worker_id, slot.seconds) for slot in figures.slots) if figures else (),
+    )
 
 
 def _publication_lines(publication: Publication | None) -> list[str]:

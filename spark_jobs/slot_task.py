@@ -232,7 +232,10 @@ class SlotTask:
         return None
 
     def _untouched(self, lease: Lease, placement: _Placement, outcome: str, detail: str | None) -> LeaseReport:
+        """A lease this attempt did not read: a finished one holds nothing more to land; any other is
+        landed through where its last measured read ended (`LeaseReport.landed_through_millis`)."""
         checkpoint = str(lease.checkpoint)
+        finished = outcome == Outcome.FINISHED
         return LeaseReport(
             lease.lease_key,
             placement.stream_name,
@@ -242,6 +245,7 @@ class SlotTask:
             checkpoint,
             checkpoint,
             detail=detail,
+            landed_through_millis=self.context.wall_clock_millis() if finished else measurement_before_claim(lease)[1],
         )
 
     def _work_concurrently(

@@ -57,6 +57,12 @@ Tags: TypeAlias = tuple[tuple[str, str], ...]
 LeaseAssignmentStrategy: TypeAlias = Literal["makespan", "variance", "count"]
 LEASE_ASSIGNMENT_STRATEGIES: tuple[str, ...] = get_args(LeaseAssignmentStrategy)
 
+# KCL's metrics levels and dimension names (its MetricsLevel and MetricsUtil), and the word of
+# `metricsEnabledDimensions` that enables every dimension (MetricsScope.METRICS_DIMENSIONS_ALL).
+MetricsLevelName: TypeAlias = Literal["NONE", "SUMMARY", "DETAILED"]
+METRICS_DIMENSIONS: tuple[str, ...] = ("Operation", "ShardId", "StreamId", "WorkerIdentifier")
+ALL_METRICS_DIMENSIONS = "ALL"
+
 
 # --------------------------------------------------------------------------------------------------
 # What pydantic's constraints do not say: checks in words, and rules between settings.
@@ -171,6 +177,26 @@ def _accept_tags(value: object) -> Tags:
     raise ValueError(f"expected a table of string tags with non-empty keys, got {value!r}")
 
 
+def _accept_dimensions(value: object) -> tuple[str, ...]:
+    # A list (TOML, JSON), comma-separated text, or the stored form, a tuple; duplicates once, in order.
+    names = value.split(",") if isinstance(value, str) else value
+    if not isinstance(names, list | tuple) or not all(isinstance(name, str) for name in names):
+        raise ValueError(f"expected a list of dimension names, got {value!r}")
+    names = [name.strip() for name in names if name.strip()]
+    choices = (ALL_METRICS_DIMENSIONS, *METRICS_DIMENSIONS)
+    unknown = [name for name in names if name not in choices]
+    if unknown or not names:
+        problem = f"unknown dimension {unknown[0]!r}" if unknown else "it names no dimension"
+        raise ValueError(f"{problem}; the names are {', '.join(choices)}, got {value!r}")
+    return tuple(dict.fromkeys(names))
+
+
+def _is_cloudwatch_namespace(text: str) -> bool:
+    # CloudWatch's rule: 1-255 of these characters, one not a space, and not AWS's own "AWS/".
+    allowed = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-/#: ")
+    return 0 < len(text) <= 255 and set(text) <= allowed and bool(text.strip()) and not text.startswith("AWS/")
+
+
 def _dump_float(value: float) -> float | str:
     # JSON has no infinity; "inf" is what the float reader accepts back.
     return "inf" if value == math.inf else value
@@ -201,6 +227,19 @@ _EndpointUrl = Annotated[str | None, _Allowed("an http:// or https:// URL", _is_
 _IsoTimestamp = Annotated[
     str | None,
     _Allowed("an ISO 8601 time with a time zone, such as 2026-11-22T10:00:00Z", _is_iso_timestamp),
+]
+_Dimensions = Annotated[
+    tuple[str, ...],
+    PlainValidator(_accept_dimensions, json_schema_input_type=list[str]),
+    PlainSerializer(list),
+    _Allowed("a comma-separated list of " + ", ".join((ALL_METRICS_DIMENSIONS, *METRICS_DIMENSIONS))),
+]
+_Namespace = Annotated[
+    str | None,
+    _Allowed(
+        "1 to 255 characters from A-Z a-z 0-9 . - _ / # : and space, not starting with 'AWS/' (a CloudWatch namespace)",
+        _is_cloudwatch_namespace,
+    ),
 ]
 # Given as a table, a JSON object or k=v pairs; stored as sorted pairs, written back as a table.
 _TagTable = Annotated[Tags, PlainValidator(_accept_tags, json_schema_input_type=dict[str, str]), PlainSerializer(dict)]
@@ -497,6 +536,26 @@ class ConsumerConfig(BaseModel):
         "moves, so it waits longer: Kinesis takes seconds to tens of seconds, more while the stream has "
         "5 consumers in CREATING at once.",
     )
+    metrics_level: MetricsLevelName = _setting(
+        "DETAILED",
+        "Which of the round's metrics go to CloudWatch: NONE, SUMMARY (the most significant) or DETAILED "
+        "(all); each metric's level is in docs/metrics.md.",
+        "metricsLevel",
+        batch_note="Published once per round by its finalize step, at the round's end, instead of every "
+        "metricsBufferTimeMillis; a failure to publish is logged and kept in the round's summary, and never "
+        "fails the round.",
+    )
+    metrics_enabled_dimensions: _Dimensions = _setting(
+        (ALL_METRICS_DIMENSIONS,),
+        "The dimensions the CloudWatch metrics keep, of Operation, ShardId, StreamId, WorkerIdentifier, or "
+        "ALL; Operation is always kept, and values left with the same dimensions are added up.",
+        "metricsEnabledDimensions",
+    )
+    metrics_namespace: _Namespace = _setting(
+        None,
+        "CloudWatch namespace of the metrics; unset means the application name, as in KCL.",
+        "namespace",
+    )
     aws_region: _Region = _setting(
         None,
         "AWS region of every client; unset means boto3's default chain.",
@@ -515,6 +574,12 @@ class ConsumerConfig(BaseModel):
     aws_endpoint_url_s3: _EndpointUrl = _setting(
         None,
         "S3 endpoint of the sink; unset means boto3's resolution (AWS_ENDPOINT_URL_S3, AWS_ENDPOINT_URL).",
+        None,
+    )
+    aws_endpoint_url_cloudwatch: _EndpointUrl = _setting(
+        None,
+        "CloudWatch endpoint of the metrics; unset means boto3's resolution (AWS_ENDPOINT_URL_CLOUDWATCH, "
+        "AWS_ENDPOINT_URL).",
         None,
     )
     dependency_retry_attempts: _AtLeastOne = _setting(
@@ -562,6 +627,11 @@ class ConsumerConfig(BaseModel):
     def stream_consumer_name(self) -> str:
         """The enhanced fan-out consumer's name: `consumer_name`, else the application name (KCL)."""
         return self.consumer_name or self.require_application_name()
+
+    @property
+    def cloudwatch_namespace(self) -> str:
+        """The metrics' namespace: `metrics_namespace`, else the application name (KCL)."""
+        return self.metrics_namespace or self.require_application_name()
 
     @property
     def lease_table(self) -> str:
@@ -627,6 +697,8 @@ def _type_name(spec: FieldInfo) -> str:
         return "str"
     if annotation == Tags:
         return "dict[str, str]"
+    if annotation == tuple[str, ...]:
+        return "list[str]"
     if set(get_args(annotation)) == {str, type(None)}:
         return "str | None"
     return getattr(annotation, "__name__", str(annotation))
@@ -733,6 +805,11 @@ def _read_tags(text: str) -> object:
     return dict(_tag_pair(item) for item in text.split(",") if item.strip())
 
 
+def _read_names(text: str) -> object:
+    # Comma-separated names; a JSON list too, as `to_dict` writes one.
+    return json.loads(text) if text.lstrip().startswith("[") else text
+
+
 def _tag_pair(item: str) -> tuple[str, str]:
     key, sep, value = item.partition("=")
     if not sep:
@@ -747,6 +824,7 @@ _TEXT_READERS: dict[str, Callable[[str], object]] = {
     "str": str,
     "str | None": _read_optional_str,
     "dict[str, str]": _read_tags,
+    "list[str]": _read_names,
 }
 _FIELD_READERS = {row.key: _TEXT_READERS[row.type_name] for row in ConsumerConfig.describe()}
 

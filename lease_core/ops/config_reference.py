@@ -33,6 +33,8 @@ def default_text(key: str) -> str:
         return "true" if value else "false"
     if isinstance(value, dict):
         return ",".join(f"{name}={tag}" for name, tag in value.items()) or "(none)"
+    if isinstance(value, list):
+        return ",".join(value)
     return str(value)
 
 

@@ -21,7 +21,7 @@ from airflow.providers.amazon.aws.hooks.base_aws import AwsBaseHook
 from lease_core.application import LeaseApplication
 from lease_core.config.settings import ConsumerConfig, load_config
 
-SERVICES = ("dynamodb", "kinesis", "s3")
+SERVICES = ("dynamodb", "kinesis", "s3", "cloudwatch")
 
 
 @dataclass(frozen=True)

@@ -40,6 +40,7 @@ from airflow.sdk.exceptions import (
     AirflowTaskTimeout,
 )
 
+from kinesis_lease.airflow_metrics import emit_round_metrics
 from kinesis_lease.aws_connection import AwsAccess, aws_access
 from kinesis_lease.errors import airflow_outcomes
 from kinesis_lease.round_plan import plan_round, stream_names
@@ -48,6 +49,9 @@ from lease_core.leader.assignment_round import AssignmentCoordinator, slot_ids
 from lease_core.leader.leadership import Leadership, hold
 from lease_core.leader.round_history import RoundHistory
 from lease_core.lifecycle.lease_lifecycle import forget_reported_losses
+from lease_core.metrics.cloudwatch import CloudWatchPublisher, MetricsPublication
+from lease_core.metrics.freshness import Freshness, fresh_lease_rows
+from lease_core.metrics.round_metrics import MetricValue, RoundObservation, round_metric_values
 from lease_core.model.lease import Lease
 from lease_core.model.lease_keys import LeaseKeyScheme
 from lease_core.retrieval.pending_work import PendingWork, find_pending_work
@@ -69,6 +73,7 @@ from spark_jobs.round_report import (
     missing_batch_loss,
     read_report,
     report_uri_for,
+    round_observation,
 )
 
 log = logging.getLogger(__name__)
@@ -699,32 +704,83 @@ class FinalizeRoundOperator(_LeaderStep):
         # No figures when the consume step was skipped (nothing to read): the round consumed nothing.
         figures = RoundFigures.from_dict(report, "the consume step's XCom") if report else None
         shard_sync = dict(self.shard_sync or {})
-        summary = round_summary(
-            figures, dict(self.assignment or {}), shard_sync, context["run_id"], self.dag_id, self.leader_owner
-        )
+        assignment = dict(self.assignment or {})
+        summary = round_summary(figures, assignment, shard_sync, context["run_id"], self.dag_id, self.leader_owner)
         summary["error"] = abridged(error)
         totals = figures.totals if figures else None
         losses = records_lost(
             totals.retention_losses if totals else (), shard_sync, totals.missing_batches if totals else ()
+        )
+        corrupt = corrupt_leases(shard_sync)
+        summary["succeeded"] = error is None and (figures is None or figures.succeeded) and not (losses or corrupt)
+        history = RoundHistory(access.app.state_store)
+        rows = self._fresh_rows(summary, figures, history)
+        summary["metrics"] = publish_round_metrics(
+            access, round_observation(access.app.name, summary, figures, rows, assignment)
         )
         with self.leadership(access) as leadership:
             store, state = self.fenced_stores(access, leadership)
             history = RoundHistory(state)
             history.append(summary)
             if figures:
-                history.record_lease_rows(int(summary["round"] or 0), figures.lease_rows())
+                history.record_lease_rows(int(summary["round"] or 0), rows)
                 # Kept now (history, and this task's failure below): the leases need not carry them any more.
                 forget_reported_losses(store, figures.totals.reported_losses())
         for outlet in self.outlets:
             context["outlet_events"][outlet].extra = {
                 key: summary[key] for key in ("round", "records", "bytes", "files", "consumed")
             }
-        corrupt = corrupt_leases(shard_sync)
         if corrupt:
             raise CorruptLeasesSkippedError(corrupt, losses)
         if losses:
             raise RecordsLostError(losses)
         return summary
+
+    @staticmethod
+    def _fresh_rows(
+        summary: dict[str, Any], figures: RoundFigures | None, history: RoundHistory
+    ) -> list[dict[str, Any]]:
+        """The round's per-lease rows with their freshness, and the round's own in `summary`, at its end
+        (`lease_core.metrics.freshness`): carried from the round before, which `history` keeps (a retry of
+        this step finds this round's own entry, which it passes over)."""
+        at = summary["finished_at"]
+        earlier = next(
+            (entry for entry in reversed(history.rounds()) if entry.get("run_id") != summary["run_id"]), None
+        )
+        visible = figures is None or figures.publication is None or figures.publication.error is None
+        if figures is None:
+            rows: list[dict[str, Any]] = []
+            # An idle round's check found no record the output lacks; a failed one says nothing.
+            own = Freshness(landed_through_millis=at) if summary["error"] is None else Freshness()
+        else:
+            rows = fresh_lease_rows(figures.lease_rows(), history.lease_rows()[1], visible, at)
+            own = Freshness.of_leases(Freshness.of_row(row) for row in rows)
+        summary.update(own.carried_from(Freshness.of_row(earlier)).to_dict(at))
+        return rows
+
+
+def publish_round_metrics(access: AwsAccess, observation: RoundObservation) -> dict[str, Any]:
+    """The round's metrics to CloudWatch (KCL's names, `metrics_level`) and to Airflow's metrics backend;
+    what each did, for the round's summary. Never raises: the round's data is landed whatever happens here."""
+    values = round_metric_values(observation)
+    return {
+        "cloudwatch": _to_cloudwatch(access, values, observation.finished_at_millis),
+        "airflow": emit_round_metrics(values, observation.application),
+    }
+
+
+def _to_cloudwatch(access: AwsAccess, values: list[MetricValue], at_millis: int) -> dict[str, Any] | None:
+    config = access.config
+    if config.metrics_level == "NONE":
+        return None
+    try:
+        client = access.client("cloudwatch")
+    except Exception as error:  # no region, say: reported like a failed call, never failing the round
+        log.warning("no CloudWatch client, so the round's metrics were not published: %s", error)
+        return MetricsPublication(
+            config.cloudwatch_namespace, len(values), 0, 0, f"{type(error).__name__}: {error}"
+        ).to_dict()
+    return CloudWatchPublisher.of(client, config, access.app.retry_policy).publish(values, at_millis).to_dict()
 
 
 def corrupt_leases(shard_sync: Mapping[str, Any]) -> tuple[str, ...]:

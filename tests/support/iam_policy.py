@@ -8,12 +8,13 @@ is refused when the policy is loaded, so a policy can never rely on something th
 
 `iam_requests` maps one call a `FaultProxy` recorded to the IAM requests AWS authorizes for it:
 `dynamodb:<Operation>` on the table (or `.../index/<IndexName>`), plus `dynamodb:TagResource` for a
-CreateTable with Tags; `kinesis:<Operation>` on the stream; `glue:<Operation>` on the catalog and on
-each database and table the call names (a table's call names its database as well: AWS authorizes
-a Glue call on every resource in its path); S3 REST operations to their IAM actions on the object or
-the bucket (ListObjects* and HeadBucket are `s3:ListBucket`, with `s3:prefix` when the request has
-one; an object read answered 404 is `s3:ListBucket` on the bucket as well, without which S3 answers
-403; a DeleteObjects is `s3:DeleteObject` on each key it names).
+CreateTable with Tags; `kinesis:<Operation>` on the stream; `cloudwatch:<Operation>` on `*` with its
+`cloudwatch:namespace`; `glue:<Operation>` on the catalog and on each database and table the call
+names (a table's call names its database as well: AWS authorizes a Glue call on every resource in
+its path); S3 REST operations to their IAM actions on the object or the bucket (ListObjects* and
+HeadBucket are `s3:ListBucket`, with `s3:prefix` when the request has one; an object read answered
+404 is `s3:ListBucket` on the bucket as well, without which S3 answers 403; a DeleteObjects is
+`s3:DeleteObject` on each key it names).
 """
 
 from __future__ import annotations
@@ -247,6 +248,10 @@ def iam_requests(call: RecordedCall, region: str, account: str) -> list[IamReque
         return _glue_requests(call, f"arn:aws:glue:{region}:{account}", described)
     if call.service == "s3":
         return _s3_requests(call, described)
+    if call.service == "cloudwatch":
+        # CloudWatch's actions have no resources; PutMetricData's namespace is a condition key.
+        context = {} if call.namespace is None else {"cloudwatch:namespace": call.namespace}
+        return [IamRequest(f"cloudwatch:{call.operation}", "*", context, call=described)]
     raise ValueError(f"no IAM mapping for service {call.service!r}")
 
 

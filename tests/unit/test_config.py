@@ -50,6 +50,8 @@ KCL_DEFAULTS = [
     ("graceful_lease_handoff_timeout_millis", 30000),
     ("leader_lease_duration_millis", 120000),
     ("leader_heartbeat_period_millis", 30000),
+    ("metrics_level", "DETAILED"),
+    ("metrics_enabled_dimensions", ("ALL",)),
 ]
 
 
@@ -139,6 +141,9 @@ COERCIONS = [
     pytest.param("tags", '{"team": "data", "env": "dev"}', (("env", "dev"), ("team", "data")), id="tags-json"),
     pytest.param("tags", "team=data, env=dev", (("env", "dev"), ("team", "data")), id="tags-pairs"),
     pytest.param("tags", "", (), id="tags-empty"),
+    pytest.param("metrics_enabled_dimensions", "Operation, ShardId", ("Operation", "ShardId"), id="dimensions"),
+    pytest.param("metrics_enabled_dimensions", '["WorkerIdentifier"]', ("WorkerIdentifier",), id="dimensions-json"),
+    pytest.param("metrics_enabled_dimensions", "ShardId,ShardId", ("ShardId",), id="dimensions-once"),
 ]
 
 
@@ -176,6 +181,9 @@ BAD_TEXT = [
     pytest.param("tags", "{not json", "JSON object", id="tags-bad-json"),
     pytest.param("tags", '{"team": 1}', "string tags", id="tags-json-non-string"),
     pytest.param("tags", '["team"]', "tag pairs", id="tags-json-array-is-not-pairs"),
+    pytest.param("metrics_enabled_dimensions", "Shard", "unknown dimension 'Shard'", id="dimension-unknown"),
+    pytest.param("metrics_enabled_dimensions", " , ", "names no dimension", id="dimensions-none"),
+    pytest.param("metrics_enabled_dimensions", "[1]", "a list of dimension names", id="dimensions-json-numbers"),
 ]
 
 
@@ -336,6 +344,17 @@ BAD_VALUES = [
         {"billing_mode": 3}, "billing_mode", "one of 'PAY_PER_REQUEST', 'PROVISIONED', got 3", id="int-is-not-a-choice"
     ),
     pytest.param({"tags": {"": "x"}}, "tags", "non-empty keys", id="tags-empty-key"),
+    pytest.param({"metrics_level": "ALL"}, "metrics_level", "one of 'NONE', 'SUMMARY', 'DETAILED'", id="metrics-level"),
+    pytest.param(
+        {"metrics_namespace": "AWS/Kinesis"}, "metrics_namespace", "not starting with 'AWS/'", id="namespace-aws"
+    ),
+    pytest.param({"metrics_namespace": "a|b"}, "metrics_namespace", "(a CloudWatch namespace)", id="namespace-chars"),
+    pytest.param(
+        {"aws_endpoint_url_cloudwatch": "localhost:4566"},
+        "aws_endpoint_url_cloudwatch",
+        "an http:// or https:// URL",
+        id="cloudwatch-endpoint",
+    ),
 ]
 
 
@@ -543,6 +562,9 @@ ROUND_TRIPS = [
             aws_endpoint_url_kinesis="http://127.0.0.1:4567",
             lease_assignment_strategy="makespan",
             consistent_reads=True,
+            metrics_level="SUMMARY",
+            metrics_enabled_dimensions=("Operation", "ShardId"),
+            metrics_namespace="Team/Orders",
         ),
         id="everything-set",
     ),
@@ -553,6 +575,18 @@ ROUND_TRIPS = [
 def test_to_dict_is_json_and_reads_back_unchanged_as_overrides(config: ConsumerConfig) -> None:
     as_json = json.dumps(config.to_dict(), allow_nan=False)
     assert load_config(environ={}, overrides=json.loads(as_json)) == config
+
+
+def test_the_metrics_namespace_is_the_application_name_unless_set() -> None:
+    assert ConsumerConfig(application_name="orders").cloudwatch_namespace == "orders"
+    assert (
+        ConsumerConfig(application_name="orders", metrics_namespace="Team/Orders").cloudwatch_namespace == "Team/Orders"
+    )
+
+
+def test_toml_takes_the_enabled_dimensions_as_a_list(tmp_path: Path) -> None:
+    path = write_toml(tmp_path, 'metrics_enabled_dimensions = ["Operation", "WorkerIdentifier"]\n')
+    assert load_config(path, environ={}).metrics_enabled_dimensions == ("Operation", "WorkerIdentifier")
 
 
 def test_infinity_is_written_as_inf() -> None:

@@ -1,4 +1,4 @@
-"""The operator's documentation matches the code: every setting, DAG param and variable it names exists."""
+"""The operator's documentation matches the code: every setting, DAG param, variable and metric it names exists."""
 
 from __future__ import annotations
 
@@ -10,10 +10,13 @@ from pathlib import Path
 import pytest
 
 from lease_core.config.settings import ConsumerConfig, load_config
+from lease_core.metrics.round_metrics import METRICS
 from lease_core.ops import config_reference
 
 REPOSITORY = Path(__file__).resolve().parents[2]
 CONFIGURATION = REPOSITORY / "docs" / "configuration.md"
+METRICS_DOC = REPOSITORY / "docs" / "metrics.md"
+METRIC_ROW = re.compile(r"^\| `(?P<operation>\w+)` \| `(?P<name>\w+)` \| (?P<rest>.*) \|$")
 DAG_FILE = REPOSITORY / "dags" / "kinesis_lease_pipeline.py"
 SETTING_ROW = re.compile(r"^\| `(?P<key>[a-z0-9_]+)` \| `(?P<default>[^`]*)` \| (?P<kcl>`[^`]+`|\(ours\)) \|")
 PARAM_ROW = re.compile(r"^\| `(?P<param>[a-z_]+)` \| (?P<default>[^|]*) \|")
@@ -81,6 +84,26 @@ def test_the_reference_command_refuses_a_document_without_markers(tmp_path, caps
     other.write_text("# no table here\n", encoding="utf-8")
     assert config_reference.main(["--check", str(other)]) == 2
     assert "markers" in capsys.readouterr().err
+
+
+# --- the metrics ---------------------------------------------------------------------------------
+
+
+def documented_metrics() -> list[tuple[str, ...]]:
+    rows = []
+    for line in METRICS_DOC.read_text(encoding="utf-8").splitlines():
+        match = METRIC_ROW.match(line)
+        if match:
+            rows.append((match["operation"], match["name"], *(cell.strip() for cell in match["rest"].split("|"))))
+    return rows
+
+
+def test_the_metrics_table_lists_every_metric_once_in_order_as_the_code_defines_it():
+    defined = [
+        (m.operation, m.name, m.unit.value, m.level.name, m.scope.value, "KCL" if m.kcl else "", m.meaning)
+        for m in METRICS
+    ]
+    assert documented_metrics() == defined
 
 
 # --- the DAG's params and environment defaults ---------------------------------------------------

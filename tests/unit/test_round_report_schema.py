@@ -55,6 +55,8 @@ CAUGHT_UP = LeaseReport(
     refused_read_calls=1,
     read_reopens=1,
     dead_lettered=3,
+    landed_through_millis=1_795_000_000_000,
+    newest_arrival_millis=1_794_999_990_000,
 )
 FAILED = LeaseReport(
     "shardId-000000000002",
@@ -153,6 +155,10 @@ FIGURES = {
             "error": None,
             "retryable": None,
             "dead_lettered": 3,
+            "read_calls": 4,
+            "refused_read_calls": 1,
+            "landed_through_millis": 1_795_000_000_000,
+            "newest_arrival_millis": 1_794_999_990_000,
         },
         {
             "lease_key": "shardId-000000000002",
@@ -170,6 +176,10 @@ FIGURES = {
             "error": "cannot promote its batch: 503 Slow Down",
             "retryable": True,
             "dead_lettered": 0,
+            "read_calls": 0,
+            "refused_read_calls": 0,
+            "landed_through_millis": None,
+            "newest_arrival_millis": None,
         },
     ],
     "publication": None,

@@ -1,0 +1,68 @@
+"""Freshness: the ages at a round's end, the application's from its leases', and what a round carries from the
+one before."""
+
+from __future__ import annotations
+
+import pytest
+
+from lease_core.metrics.freshness import Freshness, fresh_lease_rows
+
+END = 1_800_000_000_000
+
+
+def test_the_ages_are_measured_from_the_rounds_end_and_never_negative():
+    freshness = Freshness(landed_through_millis=END - 90_000, newest_arrival_millis=END + 5)
+    assert freshness.oldest_unlanded_age_millis(END) == 90_000
+    assert freshness.newest_landed_age_millis(END) == 0  # a Kinesis clock ahead of the host's
+
+
+def test_an_unknown_moment_has_no_age():
+    assert Freshness().oldest_unlanded_age_millis(END) is None
+    assert Freshness().newest_landed_age_millis(END) is None
+
+
+def test_the_application_lacks_nothing_older_than_its_least_advanced_lease_and_holds_its_newest_record():
+    leases = [Freshness(END - 1000, END - 2000), Freshness(END - 50_000, END - 60_000), Freshness(None, None)]
+    assert Freshness.of_leases(leases) == Freshness(END - 50_000, END - 2000)
+    assert Freshness.of_leases([]) == Freshness()
+
+
+def test_a_round_that_says_nothing_carries_the_earlier_rounds_moments():
+    earlier = Freshness(END - 30_000, END - 40_000)
+    assert Freshness().carried_from(earlier) == earlier
+
+
+def test_a_newer_landing_wins_but_the_newest_record_never_goes_back():
+    earlier = Freshness(END - 30_000, END - 40_000)
+    stalled = Freshness(landed_through_millis=END - 35_000, newest_arrival_millis=END - 50_000)
+    assert stalled.carried_from(earlier) == Freshness(END - 35_000, END - 40_000)
+
+
+def test_lease_rows_get_their_ages_and_carry_the_earlier_rounds_newest_record():
+    rows = [
+        {"lease_key": "shardId-1", "landed_through_millis": END - 1000, "newest_arrival_millis": None},
+        {"lease_key": "shardId-2", "landed_through_millis": None, "newest_arrival_millis": None},
+    ]
+    earlier = [{"lease_key": "shardId-1", "landed_through_millis": END - 9000, "newest_arrival_millis": END - 9500}]
+    fresh = fresh_lease_rows(rows, earlier, visible=True, at_millis=END)
+    assert fresh[0] == {
+        "lease_key": "shardId-1",
+        "landed_through_millis": END - 1000,
+        "newest_arrival_millis": END - 9500,
+        "oldest_unlanded_age_millis": 1000,
+        "newest_landed_age_millis": 9500,
+    }
+    assert (fresh[1]["oldest_unlanded_age_millis"], fresh[1]["newest_landed_age_millis"]) == (None, None)
+
+
+def test_a_landing_that_did_not_become_visible_leaves_every_lease_where_the_earlier_round_put_it():
+    rows = [{"lease_key": "shardId-1", "landed_through_millis": END - 10, "newest_arrival_millis": END - 20}]
+    earlier = [{"lease_key": "shardId-1", "landed_through_millis": END - 9000, "newest_arrival_millis": END - 9500}]
+    (fresh,) = fresh_lease_rows(rows, earlier, visible=False, at_millis=END)
+    assert (fresh["landed_through_millis"], fresh["oldest_unlanded_age_millis"]) == (END - 9000, 9000)
+
+
+@pytest.mark.parametrize("value", ["1700000000000", -5, 1.5, True], ids=["text", "negative", "fraction", "boolean"])
+def test_a_moment_that_is_not_epoch_milliseconds_is_refused_naming_its_key(value):
+    with pytest.raises(ValueError, match="landed_through_millis must be epoch milliseconds"):
+        Freshness.of_row({"landed_through_millis": value})
