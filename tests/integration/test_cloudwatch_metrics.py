@@ -1,5 +1,8 @@
 """The round's metrics published to CloudWatch (moto's, on loopback) and read back with GetMetricData: KCL's
-names and dimensions, requests of up to 1,000 values, throttling retried, and a failure reported, never raised."""
+names and dimensions, requests of up to 1,000 values, throttling retried, and a failure reported, never raised.
+
+Each test has a moto server of its own: moto's GetMetricData (5.2.5) ignores the namespace of a query that
+names dimensions, so the values of another test's namespace would be read back with this one's."""
 
 from __future__ import annotations
 
@@ -9,19 +12,14 @@ from typing import Any
 
 import pytest
 
+from devtools.emulators import moto_server
 from devtools.fault_proxy import FaultProxy, FaultRule
 from lease_core import aws
 from lease_core.config.settings import ConsumerConfig
 from lease_core.metrics.cloudwatch import CloudWatchPublisher
-from lease_core.metrics.freshness import Freshness
-from lease_core.metrics.round_metrics import (
-    LeaseObservation,
-    MetricsLevel,
-    RoundObservation,
-    SlotObservation,
-    round_metric_values,
-)
+from lease_core.metrics.round_metrics import MetricsLevel, round_metric_values
 from lease_core.retry import RetryPolicy
+from tests.support.observed_rounds import observed_round
 
 RETRIES = RetryPolicy(attempts=6, base_millis=1, max_millis=20)
 
@@ -29,47 +27,6 @@ RETRIES = RetryPolicy(attempts=6, base_millis=1, max_millis=20)
 def cloudwatch(endpoint: str) -> Any:
     """A client as the application builds one (`lease_core.aws.client`: botocore's own retries off)."""
     return aws.client("cloudwatch", ConsumerConfig(aws_region="us-east-1", aws_endpoint_url_cloudwatch=endpoint))
-
-
-def observed_round(application: str, shards: int, end_millis: int) -> RoundObservation:
-    """A consumed round over `shards` shards: shard i landed i + 1 records and is i seconds behind its tip."""
-    leases = tuple(
-        LeaseObservation(
-            lease_key=f"shardId-{index:012d}",
-            shard_id=f"shardId-{index:012d}",
-            worker_id=f"{application}-worker-{index % 2}",
-            records=index + 1,
-            bytes=100 * (index + 1),
-            seconds=1.5,
-            millis_behind_latest=1000 * index,
-            read_calls=2,
-            refused_read_calls=0,
-            dead_lettered=0,
-            failed=False,
-            lost=False,
-            freshness=Freshness(end_millis - 1000 * index - 500, end_millis - 1000 * index - 700),
-        )
-        for index in range(shards)
-    )
-    return RoundObservation(
-        application=application,
-        finished_at_millis=end_millis,
-        idle=False,
-        succeeded=True,
-        consumed=True,
-        seconds=20.0,
-        records=sum(lease.records for lease in leases),
-        bytes=sum(lease.bytes for lease in leases),
-        dead_lettered=0,
-        lost_leases=0,
-        retention_losses=0,
-        freshness=Freshness.of_leases(lease.freshness for lease in leases),
-        total_leases=shards,
-        workers=2,
-        moves=0,
-        leases=leases,
-        slots=(SlotObservation(f"{application}-worker-0", 18.0), SlotObservation(f"{application}-worker-1", 17.0)),
-    )
 
 
 def now_millis() -> int:
@@ -112,13 +69,19 @@ def every_metric(client: Any, namespace: str) -> list[dict[str, Any]]:
 
 
 @pytest.fixture
-def throttling_proxy(moto_endpoint: str) -> Iterator[FaultProxy]:
-    with FaultProxy(moto_endpoint, seed=3) as proxy:
+def cloudwatch_endpoint() -> Iterator[str]:
+    with moto_server() as server:
+        yield server.endpoint
+
+
+@pytest.fixture
+def throttling_proxy(cloudwatch_endpoint: str) -> Iterator[FaultProxy]:
+    with FaultProxy(cloudwatch_endpoint, seed=3) as proxy:
         yield proxy
 
 
-def test_a_rounds_metrics_read_back_from_cloudwatch_under_kcls_names_and_dimensions(moto_endpoint, unique_name):
-    client = cloudwatch(moto_endpoint)
+def test_a_rounds_metrics_read_back_from_cloudwatch_under_kcls_names_and_dimensions(cloudwatch_endpoint, unique_name):
+    client = cloudwatch(cloudwatch_endpoint)
     publisher = CloudWatchPublisher(client, unique_name, MetricsLevel.DETAILED, ["ALL"], RETRIES)
     published = publisher.publish(round_metric_values(observed_round(unique_name, 4, now_millis())), now_millis())
 
@@ -137,8 +100,8 @@ def test_a_rounds_metrics_read_back_from_cloudwatch_under_kcls_names_and_dimensi
     assert read_back(client, unique_name, "Round", "NewestLandedRecordAge", "Maximum") == [700.0]
 
 
-def test_the_enabled_dimensions_decide_what_cloudwatch_holds_and_what_is_added_up(moto_endpoint, unique_name):
-    client = cloudwatch(moto_endpoint)
+def test_the_enabled_dimensions_decide_what_cloudwatch_holds_and_what_is_added_up(cloudwatch_endpoint, unique_name):
+    client = cloudwatch(cloudwatch_endpoint)
     publisher = CloudWatchPublisher(client, unique_name, MetricsLevel.SUMMARY, ["Operation"], RETRIES)
     publisher.publish(round_metric_values(observed_round(unique_name, 4, now_millis())), now_millis())
 
@@ -150,8 +113,10 @@ def test_the_enabled_dimensions_decide_what_cloudwatch_holds_and_what_is_added_u
     assert read_back(client, unique_name, "ProcessTask", "ReadCalls", "Sum") == []  # DETAILED, not published
 
 
-def test_more_values_than_one_request_holds_go_in_requests_of_a_thousand_and_all_arrive(moto_endpoint, unique_name):
-    client = cloudwatch(moto_endpoint)
+def test_more_values_than_one_request_holds_go_in_requests_of_a_thousand_and_all_arrive(
+    cloudwatch_endpoint, unique_name
+):
+    client = cloudwatch(cloudwatch_endpoint)
     values = round_metric_values(observed_round(unique_name, 250, now_millis()))
     published = CloudWatchPublisher(client, unique_name, MetricsLevel.DETAILED, ["ALL"], RETRIES).publish(
         values, now_millis()
@@ -162,7 +127,7 @@ def test_more_values_than_one_request_holds_go_in_requests_of_a_thousand_and_all
     assert len(every_metric(client, unique_name)) == len(values)
 
 
-def test_throttled_calls_are_retried_until_they_get_through(throttling_proxy, moto_endpoint, unique_name):
+def test_throttled_calls_are_retried_until_they_get_through(throttling_proxy, cloudwatch_endpoint, unique_name):
     throttling_proxy.set_faults([FaultRule("throttle", 0.5, "PutMetricData")])
     client = cloudwatch(throttling_proxy.endpoint)
     values = round_metric_values(observed_round(unique_name, 250, now_millis()))
@@ -172,7 +137,7 @@ def test_throttled_calls_are_retried_until_they_get_through(throttling_proxy, mo
 
     assert throttling_proxy.stats()["throttle:PutMetricData"] > 0
     assert (published.published, published.error) == (len(values), None)
-    assert len(every_metric(cloudwatch(moto_endpoint), unique_name)) == len(values)
+    assert len(every_metric(cloudwatch(cloudwatch_endpoint), unique_name)) == len(values)
 
 
 def test_a_cloudwatch_that_keeps_refusing_is_reported_with_what_was_not_published_and_nothing_is_raised(

@@ -31,3 +31,10 @@ def failing(table: pa.Table) -> pa.Table:
 def row_count(table: pa.Table) -> int:
     """Returns a number instead of a table."""
     return table.num_rows
+
+
+def failing_on_the_first_shard(table: pa.Table) -> pa.Table:
+    """Raises on every batch of the stream's first shard (a shard that stops landing); leaves the others be."""
+    if table.num_rows and table["shard_id"][0].as_py() == "shardId-000000000000":
+        raise ValueError(f"cannot decode {table.num_rows} payloads of shardId-000000000000")
+    return table
