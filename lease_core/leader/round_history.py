@@ -38,7 +38,20 @@ DEFAULT_KEEP = 100
 HISTORY_BUDGET_BYTES = 350_000
 LEASE_ROWS_BUDGET_BYTES = 350_000
 # What the UI shows of a lease's row: what is kept when whole rows do not fit.
-LEASE_ROW_FIELDS = ("lease_key", "worker_id", "outcome", "records", "millis_behind_latest", "error", "dead_lettered")
+# The moments of its freshness too: the next round carries them (lease_core.metrics.freshness).
+LEASE_ROW_FIELDS = (
+    "lease_key",
+    "worker_id",
+    "outcome",
+    "records",
+    "millis_behind_latest",
+    "error",
+    "dead_lettered",
+    "oldest_unlanded_age_millis",
+    "newest_landed_age_millis",
+    "landed_through_millis",
+    "newest_arrival_millis",
+)
 
 
 class RoundHistory:

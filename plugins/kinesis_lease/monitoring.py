@@ -65,7 +65,7 @@ NOT_READ = "(not read)"
 # ... and for the leases whose row did not fit the last round's record (`RoundHistory`): not known.
 NOT_KEPT = "(not kept)"
 NOT_KEPT_ROW: Mapping[str, Any] = {"outcome": NOT_KEPT}
-SORT_FIELDS = ("lease_key", "owner", "throughput_kbps", "lag", "records", "outcome", "lease_counter")
+SORT_FIELDS = ("lease_key", "owner", "throughput_kbps", "lag", "freshness", "records", "outcome", "lease_counter")
 MAX_PAGE = 1000
 # What a round's entry shows, each null when the entry (written by an older release) lacks it.
 ROUND_FIELDS = (
@@ -82,6 +82,10 @@ ROUND_FIELDS = (
     "leases",
     "leases_behind",
     "max_millis_behind_latest",
+    # Freshness at the round's end (docs/metrics.md), and whether the round succeeded.
+    "oldest_unlanded_age_millis",
+    "newest_landed_age_millis",
+    "succeeded",
     "outcomes",
     "lost_leases",
     "failed_leases",
@@ -97,6 +101,7 @@ ROUND_FIELDS = (
     "output",
     "error",
     "failures",
+    "metrics",  # what the round's publication to CloudWatch and Airflow's metrics backend did
 )
 _DIGITS = re.compile(r"(\d+)")
 
@@ -357,8 +362,8 @@ def slot_documents(slots: Any, application: str) -> list[dict[str, Any]] | None:
 
 
 def lease_document(row: LeaseRow, last_round: Mapping[str, Any] | None) -> dict[str, Any]:
-    """A lease's stored state, with what the latest round did to it (records, lag, outcome, the
-    error that stopped it and the records it dead-lettered), if anything."""
+    """A lease's stored state, with what the latest round did to it (records, lag, freshness, outcome,
+    the error that stopped it and the records it dead-lettered), if anything."""
     return {
         **{name: getattr(row, name) for name in _LEASE_ROW_FIELDS},
         "last_round": None if last_round is None else {key: last_round.get(key) for key in _LAST_ROUND_FIELDS},
@@ -367,7 +372,16 @@ def lease_document(row: LeaseRow, last_round: Mapping[str, Any] | None) -> dict[
 
 _LEASE_ROW_FIELDS = tuple(field.name for field in fields(LeaseRow))
 # What a lease shows of its last round's row, each null when the row (an older release's) lacks it.
-_LAST_ROUND_FIELDS = ("records", "millis_behind_latest", "outcome", "worker_id", "error", "dead_lettered")
+_LAST_ROUND_FIELDS = (
+    "records",
+    "millis_behind_latest",
+    "oldest_unlanded_age_millis",
+    "newest_landed_age_millis",
+    "outcome",
+    "worker_id",
+    "error",
+    "dead_lettered",
+)
 
 
 @dataclass(frozen=True)
@@ -443,6 +457,7 @@ _SORT_VALUES: dict[str, Callable[[Mapping[str, Any]], Any]] = {
     "owner": lambda lease: lease["owner"],
     "throughput_kbps": lambda lease: lease["throughput_kbps"],
     "lag": lambda lease: lease["last_round"] and lease["last_round"]["millis_behind_latest"],
+    "freshness": lambda lease: lease["last_round"] and lease["last_round"]["oldest_unlanded_age_millis"],
     "records": lambda lease: lease["last_round"] and lease["last_round"]["records"],
     "outcome": lambda lease: lease["last_round"] and lease["last_round"]["outcome"],
     "lease_counter": lambda lease: lease["lease_counter"],

@@ -156,8 +156,9 @@ def application(moto_endpoint: str, server: AirflowServer) -> str:
 
 def round_entry(number: int, run_id: str, records: int) -> dict[str, Any]:
     """A history entry as the finalize step writes it (`operators.round_summary`); 0 records: idle,
-    and then, as in a real idle round, no round number (nothing was assigned) and no consume time.
-    Round 5 dead-lettered two records; round 1 was written before rounds kept that count."""
+    and then, as in a real idle round, no round number (nothing was assigned), no consume time, and
+    nothing the output lacks (its newest record as the round before left it). Round 5 dead-lettered two
+    records; round 1 was written before rounds kept that count, or their freshness."""
     idle = records == 0
     entry = {
         "round": None if idle else number,
@@ -173,6 +174,8 @@ def round_entry(number: int, run_id: str, records: int) -> dict[str, Any]:
         "leases": 0 if idle else 225,
         "leases_behind": 0 if idle else number,
         "max_millis_behind_latest": None if idle else 1000 * number + 500,
+        "oldest_unlanded_age_millis": 0 if idle else 30_000 * number,
+        "newest_landed_age_millis": 10_000 * number,
         "outcomes": {} if idle else {"caught_up": 223, "failed": 1, "limit": 1},
         "lost_leases": 1 if number == 4 else 0,
         "failed_leases": 1 if number == 2 else 0,
@@ -197,7 +200,7 @@ def round_entry(number: int, run_id: str, records: int) -> dict[str, Any]:
         },
     }
     if number == 1:
-        del entry["dead_lettered"]
+        del entry["dead_lettered"], entry["oldest_unlanded_age_millis"], entry["newest_landed_age_millis"]
     return entry
 
 
@@ -208,6 +211,9 @@ def last_round_rows() -> list[dict[str, Any]]:
             "lease_key": lease_key(index),
             "records": 1234 if index == 0 else 10 * index,
             "millis_behind_latest": 4500 if index == 0 else index,
+            # The failed lease landed nothing: the oldest record its shard lacks is the oldest of all.
+            "oldest_unlanded_age_millis": 200_000 if index == 1 else 1000 + index,
+            "newest_landed_age_millis": 2000 + index,
             "outcome": outcomes.get(index, "caught_up"),
             "worker_id": lease_owner(index),
             "dead_lettered": 2 if index == 0 else 0,
@@ -341,8 +347,8 @@ def test_the_history_charts_show_the_last_rounds_with_the_idle_one_shaded(contex
     frame = open_monitoring(page, server, application)
 
     charts = frame.locator("figure.chart")
-    expect(charts).to_have_count(5)
-    expect(frame.locator("figure.chart canvas")).to_have_count(5)
+    expect(charts).to_have_count(6)
+    expect(frame.locator("figure.chart canvas")).to_have_count(6)
     for figure in charts.all():
         expect(figure).to_have_attribute("data-rounds", "5")
         expect(figure).to_have_attribute("data-idle-rounds", "1")
@@ -378,6 +384,36 @@ def test_the_history_charts_show_the_last_rounds_with_the_idle_one_shaded(contex
     page.mouse.move(box["x"] + box["width"] / 10, box["y"] + box["height"] / 2)
     expect(legend_values(moves).first).to_have_text("round 1 · 2027-01-15 08:00 UTC")
     expect(legend_values(moves).nth(5)).to_have_text("-")
+    page.close()
+
+
+def test_freshness_shows_beside_the_lag_for_the_application_and_each_shard_with_its_history(
+    context, server, application
+):
+    page = context.new_page()
+    frame = open_monitoring(page, server, application)
+
+    expect(frame.locator("#last-round .freshness")).to_have_text(
+        "freshness: oldest record not landed ≤ 2.5 min old · newest landed 50.0 s old"
+    )
+    expect(frame.locator("#rounds thead th").nth(7)).to_have_text("Max lag")
+    expect(frame.locator("#rounds thead th").nth(8)).to_have_text("Freshness")
+    expect(frame.locator("#rounds tr[data-round='5'] td").nth(8)).to_have_text("2.5 min")
+    expect(frame.locator("#rounds tr[data-run-id='manual__r3'] td").nth(8)).to_have_text("0 ms")  # idle: lacks nothing
+    expect(frame.locator("#rounds tr[data-round='1'] td").nth(8)).to_have_text("-")  # kept before freshness was
+    freshness = chart(frame, "freshness")
+    expect(freshness.locator(".u-legend .u-series th")).to_have_text(["Round", "Oldest not landed", "Newest landed"])
+    expect(legend_values(freshness)).to_have_text(["round 5 · 2027-01-15 08:20 UTC", "2.5 min", "50.0 s"])
+    # Per shard, beside its lag: the failed lease's shard is the stalest, first when sorted by it.
+    headers = frame.locator("#leases thead th")
+    expect(headers.nth(6)).to_have_text("Lag")
+    expect(headers.nth(7)).to_have_text("Freshness")
+    headers.nth(7).get_by_role("button").click()
+    expect(headers.nth(7)).to_have_attribute("aria-sort", "descending")
+    first = frame.locator("#leases tbody tr").first
+    expect(first).to_have_attribute("data-lease-key", lease_key(1))
+    expect(first.locator("td").nth(7)).to_have_text("3.3 min")
+    assert_fits(frame.locator("#leases-frame"))
     page.close()
 
 
@@ -420,9 +456,9 @@ def test_each_round_links_to_its_dag_run_and_shows_its_state(context, server, ap
     expect(idle.locator("td").nth(3)).to_have_text("idle")
     expect(idle.locator("td").nth(6)).to_have_text("idle")  # no consume step, no duration
     expect(frame.locator("#rounds tr[data-round='5'] td").nth(2)).to_have_text(utc(finished_at(5)))
-    expect(frame.locator("#rounds thead th").nth(12)).to_have_text("Dead-lettered")
+    expect(frame.locator("#rounds thead th").nth(13)).to_have_text("Dead-lettered")
     for number, dead_lettered in ((5, "2"), (2, "0"), (1, "-")):  # round 1 predates the count
-        expect(frame.locator(f"#rounds tr[data-round='{number}'] td").nth(12)).to_have_text(dead_lettered)
+        expect(frame.locator(f"#rounds tr[data-round='{number}'] td").nth(13)).to_have_text(dead_lettered)
     expect(frame.locator("#rounds tr[data-round='4'] td a")).to_have_count(1)  # linked, though the run is gone
     link = frame.locator("#rounds tr[data-round='2'] td a")
     expect(link).to_have_attribute("href", f"{server.base_url}/dags/{DAG_ID}/runs/manual__r2")
@@ -606,7 +642,7 @@ def test_the_page_follows_airflows_dark_mode(context, server, application):
     expect(frame.locator("html")).to_have_attribute("data-theme", "dark")
     dark = frame.locator("body").evaluate("body => getComputedStyle(body).backgroundColor")
     assert dark != light
-    expect(frame.locator("figure.chart canvas")).to_have_count(5)
+    expect(frame.locator("figure.chart canvas")).to_have_count(6)
     # Switched back in Airflow while the page is open: it follows without a reload.
     page.evaluate("() => { document.documentElement.classList.replace('dark', 'light'); }")
     expect(frame.locator("html")).to_have_attribute("data-theme", "light")
@@ -620,7 +656,7 @@ def test_screenshots_of_the_page_at_1280_px_are_saved(context, server, applicati
     page.evaluate("mode => localStorage.setItem('theme', mode)", mode)
     page.goto(f"{server.base_url}/kinesis-lease/?application={application}")
     expect(page.locator("html")).to_have_attribute("data-theme", mode)
-    expect(page.locator("figure.chart canvas")).to_have_count(5)
+    expect(page.locator("figure.chart canvas")).to_have_count(6)
     expect(page.locator("#leases tbody tr")).to_have_count(100)
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     path = ARTIFACTS / f"monitoring-{mode}.png"

@@ -2,7 +2,8 @@
 
 The real DAG (in-process `dag.test()`, the real operators, the real Spark job through spark-submit
 with `local[2,4]`) and `leasectl teardown` run against the emulators through recording proxies
-(devtools/fault_proxy.py): DynamoDB and S3 -> proxy -> moto, Kinesis -> proxy -> kinesis-mock.
+(devtools/fault_proxy.py): DynamoDB, S3 and CloudWatch (the rounds' metrics) -> proxy -> moto, Kinesis ->
+proxy -> kinesis-mock.
 The AWS connection's endpoints point at the proxies, and the operators hand them on to the Spark
 driver and executors in the configuration, so every call of every process is seen. The run: a live
 round on a 2-shard stream whose lease table is a KCL 2.x one (no owner index), a split, a live
@@ -101,6 +102,9 @@ ICEBERG_TABLE = "orders"
 WAREHOUSE = "warehouse"  # in the bucket: a Glue database without a location of its own is at <warehouse>/<name>.db
 # Both applications decode their records and set the ones the decoder rejects aside.
 DEAD_LETTERING = {"decode": "tests.support.spark_transforms:text_payload", "bad_records": "dead_letter"}
+
+# Actions IAM authorizes on no resource (the policy's Resource is "*"), with the condition key that narrows each.
+WITHOUT_RESOURCES = {"cloudwatch:PutMetricData": "cloudwatch:namespace"}
 
 # Grants the runs cannot use, each with why the policy still needs it.
 ABORTED_UPLOADS = (
@@ -713,7 +717,12 @@ def test_the_operators_the_spark_executors_and_leasectl_all_called_aws_through_t
     operations = Counter((call.service, call.operation) for call in recorded_run.calls)
     print("calls per operation:", json.dumps({f"{s}:{o}": n for (s, o), n in sorted(operations.items())}, indent=1))
     executor_calls = {("dynamodb", "Query"), ("kinesis", "GetRecords"), ("s3", "CompleteMultipartUpload")}
-    operator_calls = {("dynamodb", "CreateTable"), ("kinesis", "ListShards"), ("s3", "GetObject")}
+    operator_calls = {
+        ("dynamodb", "CreateTable"),
+        ("kinesis", "ListShards"),
+        ("s3", "GetObject"),
+        ("cloudwatch", "PutMetricData"),  # the finalize step's metrics, to the connection's endpoint
+    }
     assert executor_calls | operator_calls | {("dynamodb", "DeleteTable")} <= set(operations)
     assert all(call.stream == recorded_run.stream for call in recorded_run.calls if call.service == "kinesis")
 
@@ -836,7 +845,14 @@ def test_the_policy_names_every_action_and_resource_explicitly_with_exactly_its_
     policy = load_policy(POLICY_FILE, dict.fromkeys(PLACEHOLDERS, "x"))  # refuses Deny and anything unmodelled
     assert set(re.findall(r"\$\{(\w+)\}", text)) == set(PLACEHOLDERS)
     assert not [action for statement in policy.statements for action in statement.actions if "*" in action]
-    assert not [resource for statement in policy.statements for resource in statement.resources if resource == "*"]
+    # "*" only for actions that have no resource of their own, narrowed by their condition key instead.
+    unnamed = [statement for statement in policy.statements if "*" in statement.resources]
+    assert all(
+        set(statement.actions) <= set(WITHOUT_RESOURCES)
+        and {WITHOUT_RESOURCES[action] for action in statement.actions}
+        <= {key for keys in statement.conditions.values() for key in keys}
+        for statement in unnamed
+    ), [statement.sid for statement in unnamed]
 
 
 def test_a_deployment_on_each_sink_attaches_the_shared_statements_and_none_of_the_other_sinks():
@@ -1016,6 +1032,11 @@ MAPPING_CASES = [
             ("glue:GetTables", "arn:aws:glue:r:1:table/d/*"),
         ],
         id="glue-table-listing-on-every-table-of-the-database",
+    ),
+    pytest.param(
+        RecordedCall("cloudwatch", "PutMetricData", 200, namespace="orders"),
+        [("cloudwatch:PutMetricData", "*")],
+        id="put-metric-data-on-no-resource",
     ),
     pytest.param(
         RecordedCall("glue", "GetDatabases", 200),

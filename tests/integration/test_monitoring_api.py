@@ -110,11 +110,13 @@ def application(moto_endpoint: str) -> str:
                 "lease_key": "shardId-000",
                 "records": 50,
                 "millis_behind_latest": 1200,
+                "oldest_unlanded_age_millis": 2500,
+                "newest_landed_age_millis": 2600,
                 "outcome": "caught_up",
                 "worker_id": f"{name}-worker-0",
                 "dead_lettered": 2,
             },
-            {  # as an older release wrote it: no dead-letter count
+            {  # as an older release wrote it: no dead-letter count, no freshness
                 "lease_key": "shardId-002",
                 "records": 25,
                 "millis_behind_latest": 0,
@@ -236,7 +238,9 @@ def test_the_overview_shows_each_worker_with_its_load_leases_and_its_cpu_of_the_
     ] == pytest.approx(2 / 3)
 
 
-def test_the_leases_page_shows_each_shards_owner_checkpoint_throughput_and_last_round_lag(server, token, application):
+def test_the_leases_page_shows_each_shards_owner_checkpoint_throughput_and_last_round_lag_and_freshness(
+    server, token, application
+):
     status, page = get(server, f"/api/applications/{application}/leases", token)
     assert status == 200, page
     rows = {
@@ -258,6 +262,8 @@ def test_the_leases_page_shows_each_shards_owner_checkpoint_throughput_and_last_
             {
                 "records": 50,
                 "millis_behind_latest": 1200,
+                "oldest_unlanded_age_millis": 2500,
+                "newest_landed_age_millis": 2600,
                 "outcome": "caught_up",
                 "worker_id": f"{application}-worker-0",
                 "error": None,
@@ -273,6 +279,8 @@ def test_the_leases_page_shows_each_shards_owner_checkpoint_throughput_and_last_
             {
                 "records": 25,
                 "millis_behind_latest": 0,
+                "oldest_unlanded_age_millis": None,
+                "newest_landed_age_millis": None,
                 "outcome": "limit",
                 "worker_id": f"{application}-worker-1",
                 "error": None,

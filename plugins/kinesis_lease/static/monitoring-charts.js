@@ -99,6 +99,17 @@ window.KinesisLeaseCharts = (() => {
         ],
       },
       {
+        // Every round has a freshness, an idle one too: drawn for all of them.
+        key: "freshness", title: "Freshness",
+        note: "at each round's end: how old the oldest record the output lacks can be, and the newest it holds",
+        series: [
+          { label: "Oldest not landed", colour: "red", axis: "millis",
+            values: rounds.map((r) => valueOf(r, "oldest_unlanded_age_millis")), format: format.millis },
+          { label: "Newest landed", colour: "green", axis: "millis",
+            values: rounds.map((r) => valueOf(r, "newest_landed_age_millis")), format: format.millis },
+        ],
+      },
+      {
         key: "balance", title: "Round duration and balance",
         note: "busiest slot over the lower bound max(total / slots, largest lease)",
         series: [

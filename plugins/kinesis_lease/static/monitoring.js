@@ -201,7 +201,17 @@
       ? "nothing to read"
       : `${format.number(round.records)} records, ${format.bytes(round.bytes)}; max lag ${format.millis(round.max_millis_behind_latest)}`;
     nodes.push(element("br"), element("span", `finished ${format.utcLabelled(round.finished_at)} · ${figures}`, "muted"));
+    const freshness = freshnessText(round);
+    if (freshness) nodes.push(element("br"), element("span", freshness, "freshness"));
     return nodes;
+  }
+
+  // The round's freshness at its end (docs/metrics.md); rounds of an older release have none.
+  function freshnessText(round) {
+    const oldest = round.oldest_unlanded_age_millis;
+    const newest = round.newest_landed_age_millis;
+    if ((oldest === null || oldest === undefined) && (newest === null || newest === undefined)) return null;
+    return `freshness: oldest record not landed ≤ ${format.millis(oldest)} old · newest landed ${format.millis(newest)} old`;
   }
 
   function leaseSummaryNodes(summary) {
@@ -353,6 +363,8 @@
       cell(busy(format.number(round.files))),
       cell(busy(format.seconds(round.seconds))),
       cell(busy(format.millis(round.max_millis_behind_latest))),
+      // An idle round has a freshness too: its check found nothing the output lacks.
+      cell(format.millis(round.oldest_unlanded_age_millis)),
       cell(busy(format.number(window.KinesisLeaseCharts.backlogOf(round)))),
       cell(format.number(round.lost_leases)),
       cell(format.number(round.failed_leases)),
@@ -561,6 +573,7 @@
       outcomeCell(last),
       numberCell(last ? format.number(last.records) : "-"),
       numberCell(last ? format.millis(last.millis_behind_latest) : "-"),
+      numberCell(last ? format.millis(last.oldest_unlanded_age_millis) : "-"),
       numberCell(format.number(lease.throughput_kbps, 1)),
       lineageCell(lease),
       numberCell(String(lease.lease_counter)),
@@ -580,7 +593,7 @@
 
   // Sortable headers: a button in each, so the keyboard sorts too; big numbers first on the first click.
   function sortableHeaders() {
-    const descendingFirst = new Set(["throughput_kbps", "lag", "records", "lease_counter"]);
+    const descendingFirst = new Set(["throughput_kbps", "lag", "freshness", "records", "lease_counter"]);
     for (const th of byId("leases").tHead.querySelectorAll("th[data-sort]")) {
       const button = element("button", th.textContent);
       button.type = "button";
@@ -666,6 +679,8 @@
       ...figure("files", busy(format.number(round.files))),
       ...figure("duration", format.seconds(round.seconds)),
       ...figure("max lag", busy(format.millis(round.max_millis_behind_latest))),
+      ...figure("oldest not landed", format.millis(round.oldest_unlanded_age_millis)),
+      ...figure("newest landed", format.millis(round.newest_landed_age_millis)),
       ...figure("lost leases", format.number(round.lost_leases)),
       ...figure("failed leases", format.number(round.failed_leases)),
       ...figure("retention losses", format.number(round.retention_losses)),
