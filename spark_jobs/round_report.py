@@ -69,6 +69,7 @@ class Outcome:
     FAILED = "failed"  # an error stopped it; committed batches stay committed, the rest is retried
 
     PROBLEMS = frozenset({LOST, FAILED})
+    ENDED = frozenset({SHARD_END, FINISHED})  # nothing of the shard is left to land
 
 
 @dataclass(frozen=True)

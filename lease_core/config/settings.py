@@ -539,7 +539,7 @@ class ConsumerConfig(BaseModel):
     metrics_level: MetricsLevelName = _setting(
         "DETAILED",
         "Which of the round's metrics go to CloudWatch: NONE, SUMMARY (the most significant) or DETAILED "
-        "(all); each metric's level is in docs/metrics.md.",
+        "(all); each metric's level is in docs/metrics.md. NONE also sends nothing to Airflow's metrics backend.",
         "metricsLevel",
         batch_note="Published once per round by its finalize step, at the round's end, instead of every "
         "metricsBufferTimeMillis; a failure to publish is logged and kept in the round's summary, and never "

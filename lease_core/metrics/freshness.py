@@ -16,7 +16,7 @@ where the earlier round put them.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -75,17 +75,33 @@ class Freshness:
 
 
 def fresh_lease_rows(
-    rows: Sequence[Mapping[str, Any]], earlier_rows: Sequence[Mapping[str, Any]], visible: bool, at_millis: int
+    rows: Sequence[Mapping[str, Any]],
+    earlier_rows: Sequence[Mapping[str, Any]],
+    visible: bool,
+    at_millis: int,
+    done: Callable[[Mapping[str, Any]], bool] = lambda row: False,
 ) -> list[dict[str, Any]]:
     """A round's per-lease rows with their freshness at `at_millis`, carried from `earlier_rows` (the
     round before's, by lease key). `visible`: whether what the round landed became visible; when not,
-    every lease keeps the earlier round's moments."""
+    every lease keeps the earlier round's moments.
+
+    A lease of `earlier_rows` this round did not report (no slot held it: the assignment could not
+    place it, its slot died before its report, its item could not be read) still lacks what arrived
+    since its moment: it gets a row of its moments alone, so its age keeps growing in this round's
+    figures and the next round carries it on. `done(row)` names the earlier rows of leases with
+    nothing left to land (their shard ended, or the sync deleted them), which are not carried."""
     earlier = {row["lease_key"]: Freshness.of_row(row) for row in earlier_rows if "lease_key" in row}
     fresh = []
     for row in rows:
         own = Freshness.of_row(row) if visible else Freshness()
         freshness = own.carried_from(earlier.get(row["lease_key"], Freshness()))
         fresh.append({**row, **freshness.to_dict(at_millis)})
+    reported = {row["lease_key"] for row in rows}
+    for row in earlier_rows:
+        key = row.get("lease_key")
+        if key is None or key in reported or done(row) or earlier[key] == Freshness():
+            continue
+        fresh.append({"lease_key": key, **earlier[key].to_dict(at_millis)})
     return fresh
 
 

@@ -366,8 +366,14 @@ def lease_document(row: LeaseRow, last_round: Mapping[str, Any] | None) -> dict[
     the error that stopped it and the records it dead-lettered), if anything."""
     return {
         **{name: getattr(row, name) for name in _LEASE_ROW_FIELDS},
-        "last_round": None if last_round is None else {key: last_round.get(key) for key in _LAST_ROUND_FIELDS},
+        "last_round": None if last_round is None else _last_round_document(last_round),
     }
+
+
+def _last_round_document(row: Mapping[str, Any]) -> dict[str, Any]:
+    """What a lease shows of its last round's row. A row without an outcome is a lease the round did not
+    read, kept for its freshness (`lease_core.metrics.freshness.fresh_lease_rows`)."""
+    return {key: row.get(key) for key in _LAST_ROUND_FIELDS} | {"outcome": row.get("outcome") or NOT_READ}
 
 
 _LEASE_ROW_FIELDS = tuple(field.name for field in fields(LeaseRow))

@@ -51,7 +51,13 @@ from lease_core.leader.round_history import RoundHistory
 from lease_core.lifecycle.lease_lifecycle import forget_reported_losses
 from lease_core.metrics.cloudwatch import CloudWatchPublisher, MetricsPublication
 from lease_core.metrics.freshness import Freshness, fresh_lease_rows
-from lease_core.metrics.round_metrics import MetricValue, RoundObservation, round_metric_values
+from lease_core.metrics.round_metrics import (
+    MetricsLevel,
+    MetricValue,
+    RoundObservation,
+    kcl_filtered,
+    round_metric_values,
+)
 from lease_core.model.lease import Lease
 from lease_core.model.lease_keys import LeaseKeyScheme
 from lease_core.retrieval.pending_work import PendingWork, find_pending_work
@@ -66,6 +72,7 @@ from spark_jobs.errors import ReportedError
 from spark_jobs.job_errors import read_job_error
 from spark_jobs.round_publication import stream_incarnations
 from spark_jobs.round_report import (
+    Outcome,
     RetentionLoss,
     RoundFigures,
     abridged,
@@ -714,13 +721,18 @@ class FinalizeRoundOperator(_LeaderStep):
         corrupt = corrupt_leases(shard_sync)
         summary["succeeded"] = error is None and (figures is None or figures.succeeded) and not (losses or corrupt)
         history = RoundHistory(access.app.state_store)
-        rows = self._fresh_rows(summary, figures, history)
-        summary["metrics"] = publish_round_metrics(
-            access, round_observation(access.app.name, summary, figures, rows, assignment)
-        )
+        rows = self._fresh_rows(summary, figures, history, frozenset(shard_sync.get("deleted", ())))
         with self.leadership(access) as leadership:
             store, state = self.fenced_stores(access, leadership)
             history = RoundHistory(state)
+            # Published while the lock is heartbeaten, and once: a try of this step that got as far as
+            # the history had published them, and a second publication would count the round twice.
+            earlier_try = next((entry for entry in history.rounds() if entry.get("run_id") == summary["run_id"]), None)
+            if earlier_try is None:
+                observation = round_observation(access.app.name, summary, figures, rows, assignment)
+                summary["metrics"] = publish_round_metrics(access, observation)
+            else:
+                summary["metrics"] = earlier_try.get("metrics")
             history.append(summary)
             if figures:
                 history.record_lease_rows(int(summary["round"] or 0), rows)
@@ -738,11 +750,12 @@ class FinalizeRoundOperator(_LeaderStep):
 
     @staticmethod
     def _fresh_rows(
-        summary: dict[str, Any], figures: RoundFigures | None, history: RoundHistory
+        summary: dict[str, Any], figures: RoundFigures | None, history: RoundHistory, deleted: frozenset[str]
     ) -> list[dict[str, Any]]:
         """The round's per-lease rows with their freshness, and the round's own in `summary`, at its end
         (`lease_core.metrics.freshness`): carried from the round before, which `history` keeps (a retry of
-        this step finds this round's own entry, which it passes over)."""
+        this step finds this round's own entry, which it passes over). Leases the round did not read are
+        carried too, unless they had ended or the sync `deleted` them."""
         at = summary["finished_at"]
         earlier = next(
             (entry for entry in reversed(history.rounds()) if entry.get("run_id") != summary["run_id"]), None
@@ -753,7 +766,13 @@ class FinalizeRoundOperator(_LeaderStep):
             # An idle round's check found no record the output lacks; a failed one says nothing.
             own = Freshness(landed_through_millis=at) if summary["error"] is None else Freshness()
         else:
-            rows = fresh_lease_rows(figures.lease_rows(), history.lease_rows()[1], visible, at)
+            rows = fresh_lease_rows(
+                figures.lease_rows(),
+                history.lease_rows()[1],
+                visible,
+                at,
+                done=lambda row: row.get("outcome") in Outcome.ENDED or row["lease_key"] in deleted,
+            )
             own = Freshness.of_leases(Freshness.of_row(row) for row in rows)
         summary.update(own.carried_from(Freshness.of_row(earlier)).to_dict(at))
         return rows
@@ -761,7 +780,10 @@ class FinalizeRoundOperator(_LeaderStep):
 
 def publish_round_metrics(access: AwsAccess, observation: RoundObservation) -> dict[str, Any]:
     """The round's metrics to CloudWatch (KCL's names, `metrics_level`) and to Airflow's metrics backend;
-    what each did, for the round's summary. Never raises: the round's data is landed whatever happens here."""
+    what each did, for the round's summary. Never raises: the round's data is landed whatever happens here.
+    `metrics_level = NONE` publishes nothing to either (a backfill's replay must not trip live alarms)."""
+    if access.config.metrics_level == "NONE":
+        return {"cloudwatch": None, "airflow": None}
     values = round_metric_values(observation)
     return {
         "cloudwatch": _to_cloudwatch(access, values, observation.finished_at_millis),
@@ -771,15 +793,13 @@ def publish_round_metrics(access: AwsAccess, observation: RoundObservation) -> d
 
 def _to_cloudwatch(access: AwsAccess, values: list[MetricValue], at_millis: int) -> dict[str, Any] | None:
     config = access.config
-    if config.metrics_level == "NONE":
-        return None
     try:
         client = access.client("cloudwatch")
     except Exception as error:  # no region, say: reported like a failed call, never failing the round
         log.warning("no CloudWatch client, so the round's metrics were not published: %s", error)
-        return MetricsPublication(
-            config.cloudwatch_namespace, len(values), 0, 0, f"{type(error).__name__}: {error}"
-        ).to_dict()
+        kept = kcl_filtered(values, MetricsLevel[config.metrics_level], config.metrics_enabled_dimensions)
+        problem = f"{type(error).__name__}: {error}"
+        return MetricsPublication(config.cloudwatch_namespace, len(kept), 0, 0, problem).to_dict()
     return CloudWatchPublisher.of(client, config, access.app.retry_policy).publish(values, at_millis).to_dict()
 
 

@@ -62,6 +62,49 @@ def test_a_landing_that_did_not_become_visible_leaves_every_lease_where_the_earl
     assert (fresh["landed_through_millis"], fresh["oldest_unlanded_age_millis"]) == (END - 9000, 9000)
 
 
+UNREAD_EARLIER = [
+    {"lease_key": "shardId-1", "outcome": "caught_up", "landed_through_millis": END - 1000},
+    {"lease_key": "shardId-2", "outcome": "limit", "landed_through_millis": END - 600_000},
+    {"lease_key": "shardId-3", "outcome": "shard_end", "landed_through_millis": END - 900_000},
+    {"lease_key": "shardId-4", "outcome": "caught_up", "landed_through_millis": END - 700_000},
+]
+
+
+def test_a_lease_the_round_did_not_read_keeps_its_moment_so_its_age_and_the_applications_keep_growing():
+    rows = [{"lease_key": "shardId-1", "landed_through_millis": END - 500, "newest_arrival_millis": END - 600}]
+    done = {"shardId-3", "shardId-4"}  # ended (shard_end), and deleted by the sync
+    fresh = fresh_lease_rows(rows, UNREAD_EARLIER, True, END + 300_000, done=lambda row: row["lease_key"] in done)
+    assert [row["lease_key"] for row in fresh] == ["shardId-1", "shardId-2"]
+    assert fresh[1] == {
+        "lease_key": "shardId-2",  # no outcome: the page shows it as not read
+        "landed_through_millis": END - 600_000,
+        "newest_arrival_millis": None,
+        "oldest_unlanded_age_millis": 900_000,
+        "newest_landed_age_millis": None,
+    }
+    assert Freshness.of_leases(Freshness.of_row(row) for row in fresh).oldest_unlanded_age_millis(END + 300_000) == (
+        900_000
+    )
+
+
+def test_an_unread_lease_is_carried_round_after_round_until_it_is_read_again():
+    at = END
+    rows = [{"lease_key": "shardId-1", "landed_through_millis": END - 1000}]
+    earlier = UNREAD_EARLIER[:2]
+    for _ in range(3):
+        at += 300_000
+        earlier = fresh_lease_rows(rows, earlier, True, at)
+    assert earlier[1]["oldest_unlanded_age_millis"] == at - (END - 600_000)
+    read_again = [{"lease_key": "shardId-2", "landed_through_millis": at - 10}]
+    assert fresh_lease_rows(read_again, earlier, True, at)[0] == {
+        "lease_key": "shardId-2",
+        "landed_through_millis": at - 10,
+        "newest_arrival_millis": None,
+        "oldest_unlanded_age_millis": 10,
+        "newest_landed_age_millis": None,
+    }
+
+
 @pytest.mark.parametrize("value", ["1700000000000", -5, 1.5, True], ids=["text", "negative", "fraction", "boolean"])
 def test_a_moment_that_is_not_epoch_milliseconds_is_refused_naming_its_key(value):
     with pytest.raises(ValueError, match="landed_through_millis must be epoch milliseconds"):

@@ -152,6 +152,18 @@ def test_leases_are_sorted_and_filtered_before_they_are_paged(query, expected):
     assert keys(page) == [f"shardId-{number}" for number in expected]
 
 
+def test_a_lease_the_last_round_did_not_read_shows_as_not_read_with_the_freshness_carried_for_it():
+    carried = {"lease_key": "shardId-1", "landed_through_millis": 5, "oldest_unlanded_age_millis": 900_000}
+    page = leases_document(reads([("shardId-1", None)], rows=[carried], last_round=3), LeaseQuery())
+    (lease,) = page["leases"]
+    assert lease["last_round"]["outcome"] == NOT_READ
+    assert lease["last_round"]["oldest_unlanded_age_millis"] == 900_000
+    assert page["outcomes"] == [NOT_READ]
+    assert keys(
+        leases_document(reads([("shardId-1", None)], rows=[carried], last_round=3), LeaseQuery(outcome=NOT_READ))
+    ) == ["shardId-1"]
+
+
 def test_a_page_names_the_owners_and_outcomes_its_filters_can_take_and_the_filtered_count():
     page = leases_document(LAGGING, LeaseQuery(outcome="limit", limit=1))
     assert page["owners"] == ["w-0", "w-1", "(unassigned)"]

@@ -543,6 +543,7 @@
 
   function outcomeCell(last) {
     if (!last) return cell("-", "Not read in the last round");
+    if (last.outcome === "(not read)") return cell(last.outcome, "Not read in the last round: its freshness is carried from the round that last read it");
     if (!last.worker_id) return cell(last.outcome ?? "-", "The last round's row of this lease was not kept (too many leases)");
     const td = cell(null, `Read by ${last.worker_id ?? "-"} in the last round`);
     td.append(element("span", last.outcome ?? "-", BAD_OUTCOMES.has(last.outcome) ? "outcome bad" : "outcome"));
