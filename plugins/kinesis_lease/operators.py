@@ -85,6 +85,9 @@ from spark_jobs.round_report import (
 
 log = logging.getLogger(__name__)
 
+# In the sync step's `pending_work`: when its idle check began (epoch milliseconds).
+CHECKED_AT = "checked_at_millis"
+
 # The consume step's XCom when it fails: {"error": text, "figures": the report's figures or None}.
 FAILED_ROUND_KEY = "failed_round"
 
@@ -230,6 +233,9 @@ class ShardSyncOperator(_LeaderStep):
             # The sync's own view of the table (its scan plus its writes): the audit needs no second scan.
             audits = self._audit(access, names, store, state, source, report.leases)
             leases = report.leases if report.leases is not None else store.list_leases()
+            # Nothing that arrived before the check began is unread when it finds none: an idle
+            # round's freshness (the finalize step's) is measured from this moment.
+            checked_at = int(time.time() * 1000)
             work = find_pending_work(
                 leases,
                 names,
@@ -238,7 +244,8 @@ class ShardSyncOperator(_LeaderStep):
                 closed_lease_keys=report.closed_lease_keys,
                 awaiting_visibility=awaiting,
             )
-        return {**report.to_dict(), "audits": audits, "pending_work": work.to_dict()}
+        pending_work = {**work.to_dict(), CHECKED_AT: checked_at}
+        return {**report.to_dict(), "audits": audits, "pending_work": pending_work}
 
     def _awaiting_visibility(
         self, access: AwsAccess, names: Sequence[str]
@@ -721,7 +728,7 @@ class FinalizeRoundOperator(_LeaderStep):
         corrupt = corrupt_leases(shard_sync)
         summary["succeeded"] = error is None and (figures is None or figures.succeeded) and not (losses or corrupt)
         history = RoundHistory(access.app.state_store)
-        rows = self._fresh_rows(summary, figures, history, frozenset(shard_sync.get("deleted", ())))
+        rows = self._fresh_rows(summary, figures, history, shard_sync)
         with self.leadership(access) as leadership:
             store, state = self.fenced_stores(access, leadership)
             history = RoundHistory(state)
@@ -750,12 +757,13 @@ class FinalizeRoundOperator(_LeaderStep):
 
     @staticmethod
     def _fresh_rows(
-        summary: dict[str, Any], figures: RoundFigures | None, history: RoundHistory, deleted: frozenset[str]
+        summary: dict[str, Any], figures: RoundFigures | None, history: RoundHistory, shard_sync: Mapping[str, Any]
     ) -> list[dict[str, Any]]:
         """The round's per-lease rows with their freshness, and the round's own in `summary`, at its end
         (`lease_core.metrics.freshness`): carried from the round before, which `history` keeps (a retry of
         this step finds this round's own entry, which it passes over). Leases the round did not read are
-        carried too, unless they had ended or the sync `deleted` them."""
+        carried too, unless they had ended or the sync deleted them."""
+        deleted = frozenset(shard_sync.get("deleted", ()))
         at = summary["finished_at"]
         earlier = next(
             (entry for entry in reversed(history.rounds()) if entry.get("run_id") != summary["run_id"]), None
@@ -763,8 +771,10 @@ class FinalizeRoundOperator(_LeaderStep):
         visible = figures is None or figures.publication is None or figures.publication.error is None
         if figures is None:
             rows: list[dict[str, Any]] = []
-            # An idle round's check found no record the output lacks; a failed one says nothing.
-            own = Freshness(landed_through_millis=at) if summary["error"] is None else Freshness()
+            # An idle round's check found no record the output lacks (of those that arrived before it
+            # began); a failed one says nothing.
+            checked_at = (shard_sync.get("pending_work") or {}).get(CHECKED_AT, at)
+            own = Freshness(landed_through_millis=checked_at) if summary["error"] is None else Freshness()
         else:
             rows = fresh_lease_rows(
                 figures.lease_rows(),
