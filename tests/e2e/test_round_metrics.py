@@ -187,6 +187,7 @@ def test_a_round_on_the_standin_publishes_its_figures_to_cloudwatch_under_kcls_n
         wanted = {key: value.format(application=stream_name) for key, value in dimensions.items()}
         assert (name, tuple(sorted(wanted.items()))) in present, f"the KCL dashboard's {name} {wanted} is missing"
 
+    daemon.settle()
     counters, gauges = daemon.counters(), daemon.gauges()
     named = f"airflow.kinesis_lease.{{}}.{stream_name}"
     for shard in SHARDS:

@@ -67,10 +67,12 @@ def test_a_backend_that_fails_is_reported_in_the_summary_and_never_raised(unique
         def incr(cls, *args: Any, **kwargs: Any) -> None:
             raise OSError("Network is unreachable")
 
-    stats.initialize(factory=RefusingBackend, export_legacy_names=False)
     values = round_metric_values(observed_round(unique_name, 2, END))
-
-    sent = emit_round_metrics(values, unique_name)
+    stats.initialize(factory=RefusingBackend, export_legacy_names=False)
+    try:
+        sent = emit_round_metrics(values, unique_name)
+    finally:
+        stats.initialize(factory=NoStatsLogger, export_legacy_names=True)
 
     assert sent["values"] == len(values) and sent["sent"] < len(values)
     assert sent["error"] == "OSError: Network is unreachable"

@@ -49,6 +49,18 @@ class StatsdDaemon:
     def timers(self) -> dict[str, list[float]]:
         return {name: value for name, value in self._dump("timers").items() if isinstance(value, list)}
 
+    def settle(self, timeout: float = 10.0) -> None:
+        """Wait until the daemon has handled every datagram sent to it so far: a marker sent after them
+        arrives in the same receive queue behind them, and shows once they are counted."""
+        marker = f"settled_{time.monotonic_ns()}"
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sender:
+            sender.sendto(f"{marker}:1|c".encode(), (LOOPBACK, self.port))
+        deadline = time.monotonic() + timeout
+        while marker not in self.counters():
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"the StatsD daemon did not count {marker} within {timeout} s")
+            time.sleep(0.02)
+
     def ask(self, command: str) -> str:
         """The management interface's answer to `command`, up to its END line (or the one line of `health`)."""
         with socket.create_connection((LOOPBACK, self.management_port), timeout=5) as connection:
@@ -138,4 +150,5 @@ def airflow_metrics_to(daemon: StatsdDaemon, legacy_names: bool = True) -> Itera
         try:
             yield
         finally:
+            daemon.settle()
             stats.initialize(factory=NoStatsLogger, export_legacy_names=True)
