@@ -21,15 +21,12 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from enum import Enum, IntEnum
 
+from lease_core.config.settings import ALL_METRICS_DIMENSIONS, METRICS_DIMENSIONS
 from lease_core.metrics.freshness import Freshness
 
-# KCL's dimension names (MetricsUtil) and the word that enables them all (MetricsScope.METRICS_DIMENSIONS_ALL).
-OPERATION = "Operation"
-SHARD_ID = "ShardId"
-STREAM_ID = "StreamId"
-WORKER_IDENTIFIER = "WorkerIdentifier"
-DIMENSIONS = (OPERATION, SHARD_ID, STREAM_ID, WORKER_IDENTIFIER)
-ALL_DIMENSIONS = "ALL"
+# KCL's dimension names (MetricsUtil) and the word that enables them all, as the settings name them.
+OPERATION, SHARD_ID, STREAM_ID, WORKER_IDENTIFIER = METRICS_DIMENSIONS
+ALL_DIMENSIONS = ALL_METRICS_DIMENSIONS
 
 
 class MetricsLevel(IntEnum):
