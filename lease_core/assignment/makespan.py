@@ -5,7 +5,10 @@ as in docs/protocol.md §4.2). Up-for-grabs leases are placed largest first on t
 (LPT). Rebalancing then repeatedly takes the most-loaded worker and makes the single move, or the
 pair swap, with the least-loaded worker that most lowers the larger of their two loads; it stops
 when no move lowers it or when `max_moves_per_round` moves are spent. Every move strictly lowers
-the sum of squared loads, so the loop cannot cycle, and a lease never moves without a gain.
+the sum of squared loads, so the loop cannot cycle, and a lease never moves without a gain. The
+rebalance is kept only if it lowers the busiest load by `rebalance_min_effect_percentage` of it or
+more: less than that is what measurement noise alone produces, and acting on it moves leases every
+round.
 
 Unlike KCL's deciders the limits are strict: a worker never takes a lease that would put it above
 `max_throughput_per_host_kbps` or `max_leases_for_worker`; such leases spill over.
@@ -104,6 +107,20 @@ class _Loads:
     # --- rebalancing -------------------------------------------------------------------------------
 
     def rebalance(self) -> None:
+        """Rebalance, then keep the result only if it lowers the busiest load by at least the floor.
+
+        Measured throughput is noisy: re-solving every round would trade leases between slots whose
+        loads only look different, each move costing a handoff for no real gain. A real change of load
+        (a shard that doubles) lowers the busiest load by far more than noise can.
+        """
+        before = (dict(self.owner_of), dict(self.load), {worker: list(pairs) for worker, pairs in self.held.items()})
+        busiest = max(self.load.values(), default=0.0)
+        self._rebalance_steps()
+        floor = self.settings.rebalance_min_effect_percentage / 100
+        if busiest <= 0 or busiest - max(self.load.values()) < floor * busiest:
+            self.owner_of, self.load, self.held = before
+
+    def _rebalance_steps(self) -> None:
         budget = self.settings.max_moves_per_round
         moved = 0
         while len(self.load) > 1 and (budget is None or moved < budget):

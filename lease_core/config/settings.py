@@ -183,6 +183,7 @@ _PositiveInt = Annotated[int, Field(gt=0)]
 _NonNegativeInt = Annotated[int, Field(ge=0)]
 _AtLeastOne = Annotated[int, Field(ge=1)]
 _Percentage = Annotated[int, Field(ge=1, le=100)]
+_PercentageOrZero = Annotated[int, Field(ge=0, le=100)]
 _MAX_APPLICATION_NAME = 255 - len(WORKER_METRICS_TABLE_SUFFIX)  # room for the derived tables' suffixes
 _ApplicationName = Annotated[
     str | None,
@@ -399,6 +400,17 @@ class ConsumerConfig(BaseModel):
         0,
         "Most leases the makespan strategy may move while rebalancing in one round; 0 means no budget.",
         None,
+    )
+    rebalance_min_effect_percentage: _PercentageOrZero = _setting(
+        8,
+        "Smallest expected effect of a rebalance, in percent of the load it relieves, for it to be made at "
+        "all (makespan: of the busiest slot's load; variance: of the fleet-average metric); 0 turns the "
+        "floor off.",
+        None,
+        batch_note="KCL's open PR #1814 skips a variance rebalance whose expected CPU effect is under 1 "
+        "point. Here the floor is relative and also applies to makespan, so that +/-5 % measurement noise "
+        "moves no lease once the assignment has converged; 5 still let makespan reshuffle a converged "
+        "fleet now and then (bench/assignment_stability.py).",
     )
     rebalance_threshold_percentage: _Percentage = _setting(
         10,

@@ -103,6 +103,7 @@ def settings_of(config: ConsumerConfig) -> AssignmentSettings:
         max_throughput_per_host_kbps=config.max_throughput_per_host_kbps,
         max_leases_for_worker=config.max_leases_for_worker,
         worker_metrics_ema_alpha=config.worker_metrics_ema_alpha,
+        rebalance_min_effect_percentage=config.rebalance_min_effect_percentage,
         max_moves_per_round=config.makespan_max_moves_per_round or None,
     )
 
