@@ -35,6 +35,8 @@ from lease_core.assignment.view import build_view
 from lease_core.config.settings import ConsumerConfig
 from lease_core.metrics.worker_metrics import CPU_METRIC, WorkerMetricsStore, active_workers
 from lease_core.model.lease import Lease
+from lease_core.retrieval.pending_work import probe_unmeasured_leases
+from lease_core.retrieval.record_source import Retrieval
 from lease_core.store.coordinator_state import CoordinatorStateStore, update_record
 from lease_core.store.lease_store import LeaseStore, WriteResult
 from lease_core.store.record_table import Record, whole_number
@@ -45,6 +47,56 @@ ROUND_KEY = "AssignmentRound"
 # Compressed, the keys' common prefixes cost next to nothing (~6.5 bytes a lease).
 COUNTERS = "leaseCountersZ"
 FORMER_COUNTERS = "leaseCounters"  # the former format, a map: still read
+
+
+# The shard sync's load probes of leases with no throughput yet (`retrieval.pending_work`), as
+# zlib-compressed JSON for the same reason as the counters; the round's assignment reads them.
+LOAD_PROBES_KEY = "LoadProbes"
+PROBES = "probesZ"
+
+
+def probe_load(
+    leases: Sequence[Lease],
+    stream_names: Sequence[str],
+    retrieval: Retrieval,
+    config: ConsumerConfig,
+    state: CoordinatorStateStore,
+    clock_millis: Callable[[], int] = lambda: int(time.time() * 1000),
+) -> dict[str, float]:
+    """The shard sync's second look, in a round with work: probe the leases with no throughput yet
+    and keep what the probes say for the round's assignment. Returns the probes kept."""
+    probes = probe_unmeasured_leases(leases, stream_names, retrieval, config, clock_millis)
+    record_load_probes(state, probes, clock_millis())
+    return probes
+
+
+def record_load_probes(state: CoordinatorStateStore, probes: Mapping[str, float], now_millis: int) -> None:
+    """Keep the round's probes for its assignment, replacing the last round's; no probes where none
+    were kept costs no write."""
+
+    def change(record: Record | None) -> Record | None:
+        if not probes and not load_probes_of(record):
+            return None
+        return {"probedAt": now_millis, PROBES: _compressed(probes)}
+
+    update_record(state, LOAD_PROBES_KEY, change)
+
+
+def load_probes_of(record: Record | None) -> dict[str, float]:
+    if record is None or PROBES not in record:
+        return {}
+    return {key: float(value) for key, value in json.loads(zlib.decompress(record[PROBES])).items()}
+
+
+def with_load_probes(leases: Sequence[Lease], probes: Mapping[str, float]) -> list[Lease]:
+    """The leases as the decider should see them: one with no throughput yet carries its probe's
+    figure, if it has one (the others get the average, docs/protocol.md §4.2)."""
+    return [
+        lease.replace(throughput_kbps=probes[lease.lease_key])
+        if lease.throughput_kbps is None and lease.lease_key in probes
+        else lease
+        for lease in leases
+    ]
 
 
 def current_round(state: CoordinatorStateStore) -> int:
@@ -195,8 +247,8 @@ class RoundSnapshot:
         return RoundSnapshot(round_number, now_millis, round_owner, counters, handoffs)
 
 
-def _compressed(counters: Mapping[str, int]) -> bytes:
-    return zlib.compress(json.dumps(dict(counters), separators=(",", ":"), sort_keys=True).encode(), 9)
+def _compressed(values: Mapping[str, float]) -> bytes:
+    return zlib.compress(json.dumps(dict(values), separators=(",", ":"), sort_keys=True).encode(), 9)
 
 
 def _lease_counters_of(item: Record) -> dict[str, int]:
@@ -296,8 +348,9 @@ class AssignmentCoordinator:
             self.config.failover_time_millis,
             self.config.graceful_lease_handoff_timeout_millis,
         )
+        probes = load_probes_of(self.state.get(LOAD_PROBES_KEY))
         snapshot = AssignmentInput(
-            leases=tuple(leases),
+            leases=tuple(with_load_probes(leases, probes)),
             workers=tuple(workers),
             up_for_grabs=up_for_grabs(leases, active, judgement.expired | judgement.finish_handoff),
             balance=balances_in_round(

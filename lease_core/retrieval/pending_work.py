@@ -30,12 +30,16 @@ from typing import Any
 
 from lease_core.config.settings import ConsumerConfig, parse_iso_timestamp
 from lease_core.errors import LeaseCoreError
+from lease_core.metrics.throughput import probed_throughput_kbps
 from lease_core.model.lease import Lease, StreamIdentifier
 from lease_core.model.sequence import AT_TIMESTAMP, LATEST
-from lease_core.retrieval.record_source import ReadLimits, ReadStart, Retrieval, ShardToRead
+from lease_core.retrieval.kinesis_records import KinesisRecord
+from lease_core.retrieval.record_source import ReadBatch, ReadLimits, ReadStart, Retrieval, ShardToRead
 
 # Reads in flight at once: the check's wall time at 1,000 idle leases is ~1,000 round trips.
 CHECK_THREADS = 16
+# Kinesis serves 5 GetRecords a second per shard: a probe takes one call's share of the read budget.
+PROBE_CALLS_PER_SECOND = 5
 
 
 @dataclass(frozen=True)
@@ -123,6 +127,69 @@ def find_pending_work(
         return None
 
     return _first_with_work(open_leases, work_in_shard, threads)
+
+
+def probe_unmeasured_leases(
+    leases: Sequence[Lease],
+    stream_names: Sequence[str],
+    retrieval: Retrieval,
+    config: ConsumerConfig,
+    clock_millis: Callable[[], int],
+    threads: int = CHECK_THREADS,
+) -> dict[str, float]:
+    """The load signal, in KB/s, of each open lease of the round's streams with no throughput yet,
+    from one page of it read where the lease stands (`metrics.throughput.probed_throughput_kbps`).
+
+    The page is at most a fifth of a second of the shard's read budget (`shard_read_limit_kbps`),
+    as one of Kinesis' five calls a second would be, so the round's reader finds the shard's burst
+    all but whole. A lease whose page was throttled, refused or failed, or says nothing, is left
+    out: the assignment then gives it the average, as it does without a probe.
+    """
+    unmeasured = [
+        lease
+        for lease in leases
+        if _of_streams(lease, stream_names) and not lease.is_at_shard_end and lease.throughput_kbps is None
+    ]
+    limits = ReadLimits(max_bytes=max(1, int(config.shard_read_limit_kbps * 1024 / PROBE_CALLS_PER_SECOND)))
+    timestamp = config.initial_position_timestamp
+    at_timestamp = None if timestamp is None else parse_iso_timestamp(timestamp)
+
+    def probe(lease: Lease) -> float | None:
+        stream, shard = _stream_and_shard(lease, stream_names)
+        start = ReadStart(lease.checkpoint, at_timestamp=at_timestamp, latest_since=lease.latest_since)
+        try:
+            reader = retrieval.open(ShardToRead(stream, shard), start)
+        except ValueError:  # a start it cannot read (AT_TIMESTAMP without its timestamp): no signal
+            return None
+        try:
+            page = reader.read(limits)
+        except LeaseCoreError:  # refused, the shard gone: the round reports it; here, no signal
+            return None
+        finally:
+            reader.close()
+        if page.stopped_by == "throttled":
+            return None
+        first, last = (
+            (_arrival_millis(page.records[0]), _arrival_millis(page.records[-1])) if page.records else (None, None)
+        )
+        behind = 0 if page.shard_ended else page.millis_behind_latest  # a closed shard's page holds all of it
+        return probed_throughput_kbps(page.bytes, first, last, behind, clock_millis())
+
+    with ThreadPoolExecutor(max_workers=threads) as pool:
+        signals = dict(zip((lease.lease_key for lease in unmeasured), pool.map(probe, unmeasured)))
+    return {key: kbps for key, kbps in signals.items() if kbps is not None}
+
+
+def _signal_of(page: ReadBatch, now_millis: int) -> float | None:
+    first, last = (
+        (_arrival_millis(page.records[0]), _arrival_millis(page.records[-1])) if page.records else (None, None)
+    )
+    behind = 0 if page.shard_ended else page.millis_behind_latest  # a closed shard's page holds all of it
+    return probed_throughput_kbps(page.bytes, first, last, behind, now_millis)
+
+
+def _arrival_millis(record: KinesisRecord) -> int:
+    return int(record.approximate_arrival_timestamp.timestamp() * 1000)
 
 
 def _finished_with_batches_waiting(

@@ -44,7 +44,7 @@ from kinesis_lease.aws_connection import AwsAccess, aws_access
 from kinesis_lease.errors import airflow_outcomes
 from kinesis_lease.round_plan import plan_round, stream_names
 from lease_core.errors import CorruptLeasesSkippedError, LeaseCoreError, RecordsLostError
-from lease_core.leader.assignment_round import AssignmentCoordinator, slot_ids
+from lease_core.leader.assignment_round import AssignmentCoordinator, probe_load, slot_ids
 from lease_core.leader.leadership import Leadership, hold
 from lease_core.leader.round_history import RoundHistory
 from lease_core.lifecycle.lease_lifecycle import forget_reported_losses
@@ -226,6 +226,8 @@ class ShardSyncOperator(_LeaderStep):
                 closed_lease_keys=report.closed_lease_keys,
                 awaiting_visibility=awaiting,
             )
+            if not work.idle:  # a round with work: what its assignment should know of leases never measured
+                probe_load(leases, names, access.app.idle_check_retrieval, access.config, state)
         return {**report.to_dict(), "audits": audits, "pending_work": work.to_dict()}
 
     def _awaiting_visibility(
