@@ -393,8 +393,9 @@ class ConsumerConfig(BaseModel):
         "leaseAssignmentStrategy",
         batch_note="KCL's default is variance. Here it is makespan, chosen by measurement "
         "(bench/balance_pipeline.py): a round ends when its slowest slot does, makespan brings the busiest "
-        "slot to the lower bound from the second round on and rebalances every round, while variance and "
-        "count left two hot shards on one slot (1.83x the bound) in every round.",
+        "slot to the lower bound and rebalances every round, while count left two hot shards on one slot "
+        "(1.83x the bound) in every round, and so did variance until the load probe placed new leases by "
+        "what waits on them (docs/performance.md).",
     )
     makespan_max_moves_per_round: _NonNegativeInt = _setting(
         0,
