@@ -134,6 +134,19 @@ NOISE_FLOOR = [
 ]
 
 
+# a's first lease doubled; the others carry a percent or two of noise. Two moves restore the balance.
+DOUBLED_AMID_NOISE = held("a", 6, 1.02, 0.98, 1.01, 0.99) + held("b", 2, 2.03, 1, 0.97, 1.01)
+DOUBLED_AMID_NOISE += held("c", 2.01, 1.99, 1.02, 0.98, 1.0)
+NOISE_FLOOR += [
+    pytest.param(snapshot(DOUBLED_AMID_NOISE, ABC, balance=True), 2, id="after-a-real-change-the-noise-is-not-chased"),
+    pytest.param(
+        snapshot(DOUBLED_AMID_NOISE, ABC, balance=True, rebalance_min_effect_percentage=0),
+        4,
+        id="floor-zero-chases-the-noise-after-a-real-change",
+    ),
+]
+
+
 @pytest.mark.parametrize(("snap", "expected_moves"), NOISE_FLOOR)
 def test_rebalance_is_made_only_when_it_lowers_the_busiest_load_by_the_floor(
     snap: AssignmentInput, expected_moves: int
