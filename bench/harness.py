@@ -25,7 +25,7 @@ from devtools.local_spark import loopback_session
 from devtools.stream_records import landed_records
 from lease_core import aws
 from lease_core.config.settings import ConsumerConfig
-from lease_core.leader.assignment_round import AssignmentCoordinator, AssignmentReport, probe_load, slot_ids
+from lease_core.leader.assignment_round import AssignmentCoordinator, AssignmentReport, slot_ids
 from lease_core.metrics.worker_metrics import DynamoDBWorkerMetricsStore
 from lease_core.retrieval.pending_work import find_pending_work
 from lease_core.retrieval.polling.polling_retrieval import idle_check_retrieval
@@ -33,7 +33,7 @@ from lease_core.retrieval.shard_source import KinesisShardSource
 from lease_core.store.coordinator_state import DynamoDBCoordinatorStateStore
 from lease_core.store.dynamodb_store import DynamoDBLeaseStore
 from lease_core.store.tables import TableAdministrator
-from lease_core.sync.step import sync_streams
+from lease_core.sync.step import probe_load, sync_streams
 from spark_jobs.consume_job import run_round
 from spark_jobs.consume_spec import ConsumeSpec
 from spark_jobs.round_report import RoundReport

@@ -22,9 +22,7 @@ its round number.
 
 from __future__ import annotations
 
-import json
 import time
-import zlib
 from collections import Counter, defaultdict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
@@ -35,57 +33,16 @@ from lease_core.assignment.view import build_view
 from lease_core.config.settings import ConsumerConfig
 from lease_core.metrics.worker_metrics import CPU_METRIC, WorkerMetricsStore, active_workers
 from lease_core.model.lease import Lease
-from lease_core.retrieval.pending_work import probe_unmeasured_leases
-from lease_core.retrieval.record_source import Retrieval
+from lease_core.store.compressed_json import compress_map, decompress_map
 from lease_core.store.coordinator_state import CoordinatorStateStore, update_record
 from lease_core.store.lease_store import LeaseStore, WriteResult
+from lease_core.store.load_probes import LOAD_PROBES_KEY, load_probes_of
 from lease_core.store.record_table import Record, whole_number
 
 ROUND_KEY = "AssignmentRound"
-# Every lease's counter, as zlib-compressed JSON: as a map, 10,000 multi-stream keys (~57 bytes each)
-# would pass DynamoDB's 400 KB item limit, and every KB of the record is a write unit each round.
-# Compressed, the keys' common prefixes cost next to nothing (~6.5 bytes a lease).
+# Every lease's counter, compressed (store/compressed_json.py says why).
 COUNTERS = "leaseCountersZ"
 FORMER_COUNTERS = "leaseCounters"  # the former format, a map: still read
-
-
-# The shard sync's load probes of leases with no throughput yet (`retrieval.pending_work`), as
-# zlib-compressed JSON for the same reason as the counters; the round's assignment reads them.
-LOAD_PROBES_KEY = "LoadProbes"
-PROBES = "probesZ"
-
-
-def probe_load(
-    leases: Sequence[Lease],
-    stream_names: Sequence[str],
-    retrieval: Retrieval,
-    config: ConsumerConfig,
-    state: CoordinatorStateStore,
-    clock_millis: Callable[[], int] = lambda: int(time.time() * 1000),
-) -> dict[str, float]:
-    """The shard sync's second look, in a round with work: probe the leases with no throughput yet
-    and keep what the probes say for the round's assignment. Returns the probes kept."""
-    probes = probe_unmeasured_leases(leases, stream_names, retrieval, config, clock_millis)
-    record_load_probes(state, probes, clock_millis())
-    return probes
-
-
-def record_load_probes(state: CoordinatorStateStore, probes: Mapping[str, float], now_millis: int) -> None:
-    """Keep the round's probes for its assignment, replacing the last round's; no probes where none
-    were kept costs no write."""
-
-    def change(record: Record | None) -> Record | None:
-        if not probes and not load_probes_of(record):
-            return None
-        return {"probedAt": now_millis, PROBES: _compressed(probes)}
-
-    update_record(state, LOAD_PROBES_KEY, change)
-
-
-def load_probes_of(record: Record | None) -> dict[str, float]:
-    if record is None or PROBES not in record:
-        return {}
-    return {key: float(value) for key, value in json.loads(zlib.decompress(record[PROBES])).items()}
 
 
 def with_load_probes(leases: Sequence[Lease], probes: Mapping[str, float]) -> list[Lease]:
@@ -211,7 +168,7 @@ class RoundSnapshot:
         item: Record = {
             "round": self.round_number,
             "assignedAt": self.assigned_at_millis,
-            COUNTERS: _compressed(self.lease_counters),
+            COUNTERS: compress_map(self.lease_counters),
             "handoffs": {
                 key: {
                     "leaseOwner": seen.lease_owner,
@@ -247,13 +204,9 @@ class RoundSnapshot:
         return RoundSnapshot(round_number, now_millis, round_owner, counters, handoffs)
 
 
-def _compressed(values: Mapping[str, float]) -> bytes:
-    return zlib.compress(json.dumps(dict(values), separators=(",", ":"), sort_keys=True).encode(), 9)
-
-
 def _lease_counters_of(item: Record) -> dict[str, int]:
     if COUNTERS in item:
-        return {key: int(value) for key, value in json.loads(zlib.decompress(item[COUNTERS])).items()}
+        return {key: int(value) for key, value in decompress_map(bytes(item[COUNTERS])).items()}
     return {key: int(value) for key, value in item.get(FORMER_COUNTERS, {}).items()}
 
 

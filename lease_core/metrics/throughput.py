@@ -113,32 +113,3 @@ def ema_throughput(previous_kbps: float | None, batch_kbps: float, alpha: float 
     if previous_kbps is None:
         return batch_kbps
     return alpha * batch_kbps + (1 - alpha) * previous_kbps
-
-
-def probed_throughput_kbps(
-    page_bytes: int,
-    first_arrival_millis: int | None,
-    last_arrival_millis: int | None,
-    millis_behind_latest: int | None,
-    now_millis: int,
-) -> float | None:
-    """What a round reading a never-measured lease now would measure, estimated from one page of it
-    (the leader's load probe, docs/protocol.md §6): its backlog over the data time from the first
-    record to now. The backlog is the page itself when the page reached the tip; otherwise the page
-    plus MillisBehindLatest at the page's own arrival rate. None when the page cannot say: no
-    MillisBehindLatest, or behind the tip with records that all arrived in one instant (no rate).
-    """
-    if page_bytes < 0:
-        raise ValueError(f"page_bytes must be >= 0, got {page_bytes}")
-    if millis_behind_latest is None:
-        return None
-    if first_arrival_millis is None or last_arrival_millis is None:
-        return 0.0 if millis_behind_latest == 0 else None
-    backlog = float(page_bytes)
-    if millis_behind_latest > 0:
-        span = last_arrival_millis - first_arrival_millis
-        if span <= 0:
-            return None
-        backlog += page_bytes / span * millis_behind_latest
-    window = covered_window(None, first_arrival_millis, now_millis)
-    return None if window is None else backlog / 1024 / window.seconds

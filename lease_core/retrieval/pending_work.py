@@ -30,7 +30,6 @@ from typing import Any
 
 from lease_core.config.settings import ConsumerConfig, parse_iso_timestamp
 from lease_core.errors import LeaseCoreError
-from lease_core.metrics.throughput import probed_throughput_kbps
 from lease_core.model.lease import Lease, StreamIdentifier
 from lease_core.model.sequence import AT_TIMESTAMP, LATEST
 from lease_core.retrieval.kinesis_records import KinesisRecord
@@ -138,7 +137,7 @@ def probe_unmeasured_leases(
     threads: int = CHECK_THREADS,
 ) -> dict[str, float]:
     """The load signal, in KB/s, of each open lease of the round's streams with no throughput yet,
-    from one page of it read where the lease stands (`metrics.throughput.probed_throughput_kbps`).
+    from one page of it read where the lease stands (`probed_throughput_kbps`).
 
     The page is at most a fifth of a second of the shard's read budget (`shard_read_limit_kbps`),
     as one of Kinesis' five calls a second would be, so the round's reader finds the shard's burst
@@ -167,13 +166,7 @@ def probe_unmeasured_leases(
             return None
         finally:
             reader.close()
-        if page.stopped_by == "throttled":
-            return None
-        first, last = (
-            (_arrival_millis(page.records[0]), _arrival_millis(page.records[-1])) if page.records else (None, None)
-        )
-        behind = 0 if page.shard_ended else page.millis_behind_latest  # a closed shard's page holds all of it
-        return probed_throughput_kbps(page.bytes, first, last, behind, clock_millis())
+        return None if page.stopped_by == "throttled" else _signal_of(page, clock_millis())
 
     with ThreadPoolExecutor(max_workers=threads) as pool:
         signals = dict(zip((lease.lease_key for lease in unmeasured), pool.map(probe, unmeasured)))
@@ -186,6 +179,36 @@ def _signal_of(page: ReadBatch, now_millis: int) -> float | None:
     )
     behind = 0 if page.shard_ended else page.millis_behind_latest  # a closed shard's page holds all of it
     return probed_throughput_kbps(page.bytes, first, last, behind, now_millis)
+
+
+def probed_throughput_kbps(
+    page_bytes: int,
+    first_arrival_millis: int | None,
+    last_arrival_millis: int | None,
+    millis_behind_latest: int | None,
+    now_millis: int,
+) -> float | None:
+    """What a round reading a never-measured lease now would measure, estimated from one page of it
+    (docs/protocol.md §6): its backlog over the data time from the first record to now. The backlog
+    is the page itself when the page reached the tip; otherwise the page plus MillisBehindLatest at
+    the page's own arrival rate. None when the page cannot say: no MillisBehindLatest, or behind the
+    tip with records that all arrived in one instant (no rate).
+    """
+    if page_bytes < 0:
+        raise ValueError(f"page_bytes must be >= 0, got {page_bytes}")
+    if millis_behind_latest is None:
+        return None
+    if first_arrival_millis is None or last_arrival_millis is None:
+        return 0.0 if millis_behind_latest == 0 else None
+    backlog = float(page_bytes)
+    if millis_behind_latest > 0:
+        span = last_arrival_millis - first_arrival_millis
+        if span <= 0:
+            return None
+        backlog += page_bytes / span * millis_behind_latest
+    # The window `metrics.throughput.covered_window` gives a lease never measured: first arrival to now.
+    seconds = (now_millis - first_arrival_millis) / 1000
+    return backlog / 1024 / seconds if seconds > 0 else None
 
 
 def _arrival_millis(record: KinesisRecord) -> int:

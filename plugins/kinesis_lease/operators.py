@@ -44,7 +44,7 @@ from kinesis_lease.aws_connection import AwsAccess, aws_access
 from kinesis_lease.errors import airflow_outcomes
 from kinesis_lease.round_plan import plan_round, stream_names
 from lease_core.errors import CorruptLeasesSkippedError, LeaseCoreError, RecordsLostError
-from lease_core.leader.assignment_round import AssignmentCoordinator, probe_load, slot_ids
+from lease_core.leader.assignment_round import AssignmentCoordinator, slot_ids
 from lease_core.leader.leadership import Leadership, hold
 from lease_core.leader.round_history import RoundHistory
 from lease_core.lifecycle.lease_lifecycle import forget_reported_losses
@@ -55,7 +55,7 @@ from lease_core.retrieval.shard_source import KinesisShardSource
 from lease_core.store.coordinator_state import CoordinatorStateStore
 from lease_core.store.lease_store import LeaseStore
 from lease_core.sync.audit import ShardSyncAuditor
-from lease_core.sync.step import is_multi_stream, sync_streams
+from lease_core.sync.step import is_multi_stream, probe_load, sync_streams
 from sinks import open_round_sink, open_sink
 from sinks.batch_sink import BatchSink
 from spark_jobs.errors import ReportedError

@@ -5,19 +5,12 @@ from __future__ import annotations
 import pytest
 
 from lease_core.config.settings import ConsumerConfig
-from lease_core.leader.assignment_round import (
-    LOAD_PROBES_KEY,
-    ROUND_KEY,
-    AssignmentCoordinator,
-    RoundSnapshot,
-    load_probes_of,
-    record_load_probes,
-    slot_ids,
-)
+from lease_core.leader.assignment_round import ROUND_KEY, AssignmentCoordinator, RoundSnapshot, slot_ids
 from lease_core.metrics.worker_metrics import InMemoryWorkerMetricsStore, WorkerMetricStats
 from lease_core.model.lease import Lease
 from lease_core.store.coordinator_state import InMemoryCoordinatorStateStore
 from lease_core.store.lease_store import WriteResult
+from lease_core.store.load_probes import LOAD_PROBES_KEY, load_probes_of, record_load_probes
 from lease_core.store.memory_store import InMemoryLeaseStore
 
 SLOTS = slot_ids("app", 2)
