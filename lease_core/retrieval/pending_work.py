@@ -39,6 +39,8 @@ from lease_core.retrieval.record_source import ReadBatch, ReadLimits, ReadStart,
 CHECK_THREADS = 16
 # Kinesis serves 5 GetRecords a second per shard: a probe takes one call's share of the read budget.
 PROBE_CALLS_PER_SECOND = 5
+# A shard takes at most 1 MiB/s of writes: no page arrived faster.
+SHARD_WRITE_BYTES_PER_SECOND = 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -137,7 +139,7 @@ def probe_unmeasured_leases(
     threads: int = CHECK_THREADS,
 ) -> dict[str, float]:
     """The load signal, in KB/s, of each open lease of the round's streams with no throughput yet,
-    from one page of it read where the lease stands (`probed_throughput_kbps`).
+    from one page of it read where the lease stands (`estimated_backlog`, `probed_throughputs`).
 
     The page is at most a fifth of a second of the shard's read budget (`shard_read_limit_kbps`),
     as one of Kinesis' five calls a second would be, so the round's reader finds the shard's burst
@@ -153,7 +155,7 @@ def probe_unmeasured_leases(
     timestamp = config.initial_position_timestamp
     at_timestamp = None if timestamp is None else parse_iso_timestamp(timestamp)
 
-    def probe(lease: Lease) -> float | None:
+    def probe(lease: Lease) -> Backlog | None:
         stream, shard = _stream_and_shard(lease, stream_names)
         start = ReadStart(lease.checkpoint, at_timestamp=at_timestamp, latest_since=lease.latest_since)
         try:
@@ -166,49 +168,63 @@ def probe_unmeasured_leases(
             return None
         finally:
             reader.close()
-        return None if page.stopped_by == "throttled" else _signal_of(page, clock_millis())
+        return None if page.stopped_by == "throttled" else _backlog_of(page)
 
     with ThreadPoolExecutor(max_workers=threads) as pool:
-        signals = dict(zip((lease.lease_key for lease in unmeasured), pool.map(probe, unmeasured)))
-    return {key: kbps for key, kbps in signals.items() if kbps is not None}
-
-
-def _signal_of(page: ReadBatch, now_millis: int) -> float | None:
-    first, last = (
-        (_arrival_millis(page.records[0]), _arrival_millis(page.records[-1])) if page.records else (None, None)
+        backlogs = dict(zip((lease.lease_key for lease in unmeasured), pool.map(probe, unmeasured)))
+    return probed_throughputs(
+        {key: backlog for key, backlog in backlogs.items() if backlog is not None}, clock_millis()
     )
+
+
+@dataclass(frozen=True)
+class Backlog:
+    """What one page says waits on a lease: bytes, and the arrival of the first of them (None: nothing)."""
+
+    bytes: float
+    first_arrival_millis: int | None
+
+
+def _backlog_of(page: ReadBatch) -> Backlog | None:
+    records = page.records
+    first, last = (_arrival_millis(records[0]), _arrival_millis(records[-1])) if records else (None, None)
     behind = 0 if page.shard_ended else page.millis_behind_latest  # a closed shard's page holds all of it
-    return probed_throughput_kbps(page.bytes, first, last, behind, now_millis)
+    return estimated_backlog(page.bytes, first, last, behind)
 
 
-def probed_throughput_kbps(
-    page_bytes: int,
-    first_arrival_millis: int | None,
-    last_arrival_millis: int | None,
-    millis_behind_latest: int | None,
-    now_millis: int,
-) -> float | None:
-    """What a round reading a never-measured lease now would measure, estimated from one page of it
-    (docs/protocol.md §6): its backlog over the data time from the first record to now. The backlog
-    is the page itself when the page reached the tip; otherwise the page plus MillisBehindLatest at
-    the page's own arrival rate. None when the page cannot say: no MillisBehindLatest, or behind the
-    tip with records that all arrived in one instant (no rate).
-    """
+def estimated_backlog(
+    page_bytes: int, first_arrival_millis: int | None, last_arrival_millis: int | None, millis_behind_latest: int | None
+) -> Backlog | None:
+    """The bytes waiting on a lease, from one page read where it stands (docs/protocol.md §6): the page
+    itself when it reached the tip (MillisBehindLatest 0); otherwise the page plus MillisBehindLatest
+    at the page's arrival rate, which no shard exceeds beyond its write limit (so a page that arrived
+    in one instant still has a rate). None when the page cannot say: no MillisBehindLatest, or empty
+    behind the tip."""
     if page_bytes < 0:
         raise ValueError(f"page_bytes must be >= 0, got {page_bytes}")
     if millis_behind_latest is None:
         return None
     if first_arrival_millis is None or last_arrival_millis is None:
-        return 0.0 if millis_behind_latest == 0 else None
-    backlog = float(page_bytes)
-    if millis_behind_latest > 0:
-        span = last_arrival_millis - first_arrival_millis
-        if span <= 0:
-            return None
-        backlog += page_bytes / span * millis_behind_latest
-    # The window `metrics.throughput.covered_window` gives a lease never measured: first arrival to now.
-    seconds = (now_millis - first_arrival_millis) / 1000
-    return backlog / 1024 / seconds if seconds > 0 else None
+        return Backlog(0.0, None) if millis_behind_latest == 0 else None
+    span_seconds = max((last_arrival_millis - first_arrival_millis) / 1000, page_bytes / SHARD_WRITE_BYTES_PER_SECOND)
+    rest = page_bytes / span_seconds * millis_behind_latest / 1000 if span_seconds > 0 else 0.0
+    return Backlog(page_bytes + rest, first_arrival_millis)
+
+
+def probed_throughputs(backlogs: Mapping[str, Backlog], now_millis: int) -> dict[str, float]:
+    """KB/s per lease: each backlog over one window for all, from the earliest first arrival to now.
+
+    One window, not each lease's own: the probed leases are read in the same round, so their work
+    there is their backlog, and a window per lease would weigh a shard whose data came a second
+    earlier as lighter. A lease whose round then measures its own window moves on from this figure.
+    """
+    arrivals = [
+        backlog.first_arrival_millis for backlog in backlogs.values() if backlog.first_arrival_millis is not None
+    ]
+    seconds = (now_millis - min(arrivals)) / 1000 if arrivals else 0.0
+    if seconds <= 0:
+        return {key: 0.0 for key, backlog in backlogs.items() if backlog.bytes == 0}
+    return {key: backlog.bytes / 1024 / seconds for key, backlog in backlogs.items()}
 
 
 def _arrival_millis(record: KinesisRecord) -> int:
