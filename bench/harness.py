@@ -27,11 +27,13 @@ from lease_core import aws
 from lease_core.config.settings import ConsumerConfig
 from lease_core.leader.assignment_round import AssignmentCoordinator, AssignmentReport, slot_ids
 from lease_core.metrics.worker_metrics import DynamoDBWorkerMetricsStore
+from lease_core.retrieval.pending_work import find_pending_work
+from lease_core.retrieval.polling.polling_retrieval import idle_check_retrieval
 from lease_core.retrieval.shard_source import KinesisShardSource
 from lease_core.store.coordinator_state import DynamoDBCoordinatorStateStore
 from lease_core.store.dynamodb_store import DynamoDBLeaseStore
 from lease_core.store.tables import TableAdministrator
-from lease_core.sync.step import sync_streams
+from lease_core.sync.step import probe_load, sync_streams
 from spark_jobs.consume_job import run_round
 from spark_jobs.consume_spec import ConsumeSpec
 from spark_jobs.round_report import RoundReport
@@ -157,14 +159,22 @@ class Application:
         self.state = DynamoDBCoordinatorStateStore(dynamodb, self.config.coordinator_state_table, policy)
         self.metrics = DynamoDBWorkerMetricsStore(dynamodb, self.config.worker_metrics_table, retry_policy=policy)
         self.source = KinesisShardSource(aws.client("kinesis", self.config), retry_policy=policy)
+        self.idle_check_retrieval = idle_check_retrieval(aws.client("kinesis", self.config), policy)
 
     @property
     def name(self) -> str:
         return self.config.require_application_name()
 
+    def sync_and_look(self) -> None:
+        """The DAG's sync step: shard sync, the idle check over its leases and, with work, the load probe."""
+        sync_streams((self.stream,), self.config, self.store, self.source, self.state)
+        leases, streams = self.store.list_leases(), (self.stream,)
+        if not find_pending_work(leases, streams, self.idle_check_retrieval, self.config).idle:
+            probe_load(leases, streams, self.idle_check_retrieval, self.config, self.state)
+
     def round(self, spark: Any, workers: int) -> RoundTimes:
         """Shard sync, assignment and the consume step, each timed; a failed round stops the run."""
-        sync_seconds, _ = timed(lambda: sync_streams((self.stream,), self.config, self.store, self.source, self.state))
+        sync_seconds, _ = timed(self.sync_and_look)
         coordinator = AssignmentCoordinator(self.store, self.metrics, self.state, self.config)
         assign_seconds, assignment = timed(lambda: coordinator.run(slot_ids(self.name, workers)))
         spec = ConsumeSpec(

@@ -48,6 +48,8 @@ class AssignmentSettings:
     max_throughput_per_host_kbps: float = float("inf")
     max_leases_for_worker: int = 2147483647
     worker_metrics_ema_alpha: float = 0.5
+    # makespan and variance: a rebalance expected to relieve less than this percentage is not made.
+    rebalance_min_effect_percentage: float = 8.0
     # makespan only: how many leases one round may move while rebalancing (None: no budget).
     max_moves_per_round: int | None = None
 

@@ -5,7 +5,10 @@ as in docs/protocol.md §4.2). Up-for-grabs leases are placed largest first on t
 (LPT). Rebalancing then repeatedly takes the most-loaded worker and makes the single move, or the
 pair swap, with the least-loaded worker that most lowers the larger of their two loads; it stops
 when no move lowers it or when `max_moves_per_round` moves are spent. Every move strictly lowers
-the sum of squared loads, so the loop cannot cycle, and a lease never moves without a gain.
+the sum of squared loads, so the loop cannot cycle, and a lease never moves without a gain. The
+rebalance is made only if it lowers the busiest load by `rebalance_min_effect_percentage` of it or
+more (less is what measurement noise alone produces, and acting on it moves leases every round),
+and stops once what is left to gain is under a quarter of that.
 
 Unlike KCL's deciders the limits are strict: a worker never takes a lease that would put it above
 `max_throughput_per_host_kbps` or `max_leases_for_worker`; such leases spill over.
@@ -104,10 +107,36 @@ class _Loads:
     # --- rebalancing -------------------------------------------------------------------------------
 
     def rebalance(self) -> None:
+        """Rebalance if that lowers the busiest load by at least the floor, and stop as soon as what
+        is left to gain is under a quarter of it.
+
+        Measured throughput is noisy: re-solving every round would trade leases between slots whose
+        loads only look different, each move costing a handoff for no real gain. A real change of load
+        (a shard that doubles) lowers the busiest load by far more than noise can; the steps that
+        would follow it only chase the noise, and the next round would not take them either.
+        """
+        before = self._copy()
+        busiest = max(self.load.values(), default=0.0)
+        self._rebalance_steps(until=0.0)
+        floor = self.settings.rebalance_min_effect_percentage / 100 * busiest
+        best = max(self.load.values(), default=0.0)
+        self.owner_of, self.load, self.held = before
+        if busiest > 0 and busiest - best >= floor:
+            # The steps are deterministic: the same ones again, up to the first good-enough state.
+            self._rebalance_steps(until=best + floor / 4)
+
+    def _copy(self) -> tuple[dict[str, str | None], dict[str, float], dict[str, list[tuple[float, str]]]]:
+        return dict(self.owner_of), dict(self.load), {worker: list(pairs) for worker, pairs in self.held.items()}
+
+    def _rebalance_steps(self, until: float) -> None:
+        """Steps from the busiest to the idlest slot until the busiest load is at most `until`, no
+        step helps, or the move budget is spent."""
         budget = self.settings.max_moves_per_round
         moved = 0
         while len(self.load) > 1 and (budget is None or moved < budget):
             donor = max(self.load, key=lambda worker: (self.load[worker], worker))
+            if self.load[donor] <= until:
+                return
             receiver = min(self.load, key=lambda worker: (self.load[worker], worker))
             room = None if budget is None else budget - moved
             step = self._best_step(donor, receiver, room)

@@ -28,6 +28,15 @@ class _Donor:
     throughput_to_take: float
 
 
+@dataclass(frozen=True)
+class _WorkingState:
+    planned: dict[str, LeaseMove]
+    owner_of: dict[str, str | None]
+    leases_of: dict[str | None, set[str]]
+    throughput_of: dict[str | None, float]
+    values: dict[str, dict[str, float]]
+
+
 class VarianceAssignment:
     """The default strategy (`variance`): worker-utilization aware, throughput when CPU is missing."""
 
@@ -143,18 +152,61 @@ class _VarianceRun:
             self._assign(lease_key, worker_id, "unassigned")
 
     def balance(self) -> None:
-        for donor in self._donors_of_worst_metric():
-            self._drain(donor)
+        """Drain the donors of the worst metric; undo it all if its expected effect is under the floor.
 
-    def _donors_of_worst_metric(self) -> list[_Donor]:
-        """Donors of the metric whose donors would give away the most throughput (§4.3)."""
-        best_total, best_donors = -1.0, []
+        The floor is KCL PR #1814's answer to leases moving back and forth under normal jitter: a
+        rebalance that would lower no donor's metric by `rebalance_min_effect_percentage` of the fleet
+        average is not worth its handoffs. A donor's metric is expected to fall in proportion to the
+        throughput it gives away (the extrapolation of §4.3 run backwards). A donor above its operating
+        range is overloaded, not jittering: it sheds whatever the floor says.
+        """
+        metric, donors = self._donors_of_worst_metric()
+        before = self._working_state()
+        for donor in donors:
+            self._drain(donor)
+        if donors and not self._overloaded(metric, donors):
+            falls = [self._expected_fall(metric, donor.worker_id, before) for donor in donors]
+            if max(falls) < self.settings.rebalance_min_effect_percentage:
+                self._restore(before)
+
+    def _working_state(self) -> _WorkingState:
+        """Copies of what balancing changes, so that a rebalance under the floor can be undone."""
+        return _WorkingState(
+            dict(self.planned),
+            dict(self.owner_of),
+            {owner: set(keys) for owner, keys in self.leases_of.items()},
+            dict(self.throughput_of),
+            {worker: dict(metrics) for worker, metrics in self.values.items()},
+        )
+
+    def _restore(self, state: _WorkingState) -> None:
+        self.planned, self.owner_of, self.leases_of = state.planned, state.owner_of, state.leases_of
+        self.throughput_of, self.values = state.throughput_of, state.values
+
+    def _overloaded(self, metric: str, donors: list[_Donor]) -> bool:
+        # The synthetic T's range is 100, its average: "above range" there only means "above average".
+        return metric != THROUGHPUT_METRIC and any(
+            self.values[donor.worker_id][metric] > self._range_max(donor.worker_id, metric) for donor in donors
+        )
+
+    def _expected_fall(self, metric: str, worker_id: str, before: _WorkingState) -> float:
+        """How far the donor's metric should fall, in percent of the fleet average: in proportion to
+        the share of its throughput it gave away."""
+        average, throughput = self.fleet_average[metric], before.throughput_of[worker_id]
+        if average <= 0 or throughput <= 0:
+            return 0.0
+        given = throughput - self.throughput_of[worker_id]
+        return before.values[worker_id][metric] * given / throughput / average * 100
+
+    def _donors_of_worst_metric(self) -> tuple[str, list[_Donor]]:
+        """The metric whose donors would give away the most throughput, and those donors (§4.3)."""
+        best_total, best_metric, best_donors = -1.0, "", []
         for metric in sorted(self.fleet_average):
             donors = self._donors_for(metric)
             total = sum(donor.throughput_to_take for donor in donors)
             if total > best_total:
-                best_total, best_donors = total, donors
-        return sorted(best_donors, key=lambda donor: (-donor.throughput_to_take, donor.worker_id))
+                best_total, best_metric, best_donors = total, metric, donors
+        return best_metric, sorted(best_donors, key=lambda donor: (-donor.throughput_to_take, donor.worker_id))
 
     def _donors_for(self, metric: str) -> list[_Donor]:
         average = self.fleet_average[metric]
@@ -193,11 +245,12 @@ class _VarianceRun:
 
     def _select_leases(self, donor: _Donor) -> list[str]:
         throughput = self.view.lease_throughput
-        keys = sorted(self.leases_of[donor.worker_id] - self.snapshot.blocked_on_handoff)
+        # A lease with no throughput relieves nobody; KCL PR #1814: picking one moved it every run.
+        keys = sorted(
+            key for key in self.leases_of[donor.worker_id] - self.snapshot.blocked_on_handoff if throughput[key] > 0
+        )
         if not keys:
             return []
-        if self.throughput_of[donor.worker_id] == 0:
-            return keys[:1]
         self.rng.shuffle(keys)
         selected, remaining = [], donor.throughput_to_take
         for key in keys:

@@ -22,9 +22,7 @@ its round number.
 
 from __future__ import annotations
 
-import json
 import time
-import zlib
 from collections import Counter, defaultdict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
@@ -35,16 +33,27 @@ from lease_core.assignment.view import build_view
 from lease_core.config.settings import ConsumerConfig
 from lease_core.metrics.worker_metrics import CPU_METRIC, WorkerMetricsStore, active_workers
 from lease_core.model.lease import Lease
+from lease_core.store.compressed_json import compress_map, decompress_map
 from lease_core.store.coordinator_state import CoordinatorStateStore, update_record
 from lease_core.store.lease_store import LeaseStore, WriteResult
+from lease_core.store.load_probes import LOAD_PROBES_KEY, load_probes_of
 from lease_core.store.record_table import Record, whole_number
 
 ROUND_KEY = "AssignmentRound"
-# Every lease's counter, as zlib-compressed JSON: as a map, 10,000 multi-stream keys (~57 bytes each)
-# would pass DynamoDB's 400 KB item limit, and every KB of the record is a write unit each round.
-# Compressed, the keys' common prefixes cost next to nothing (~6.5 bytes a lease).
+# Every lease's counter, compressed (store/compressed_json.py says why).
 COUNTERS = "leaseCountersZ"
 FORMER_COUNTERS = "leaseCounters"  # the former format, a map: still read
+
+
+def with_load_probes(leases: Sequence[Lease], probes: Mapping[str, float]) -> list[Lease]:
+    """The leases as the decider should see them: one with no throughput yet carries its probe's
+    figure, if it has one (the others get the average, docs/protocol.md §4.2)."""
+    return [
+        lease.replace(throughput_kbps=probes[lease.lease_key])
+        if lease.throughput_kbps is None and lease.lease_key in probes
+        else lease
+        for lease in leases
+    ]
 
 
 def current_round(state: CoordinatorStateStore) -> int:
@@ -103,6 +112,7 @@ def settings_of(config: ConsumerConfig) -> AssignmentSettings:
         max_throughput_per_host_kbps=config.max_throughput_per_host_kbps,
         max_leases_for_worker=config.max_leases_for_worker,
         worker_metrics_ema_alpha=config.worker_metrics_ema_alpha,
+        rebalance_min_effect_percentage=config.rebalance_min_effect_percentage,
         max_moves_per_round=config.makespan_max_moves_per_round or None,
     )
 
@@ -158,7 +168,7 @@ class RoundSnapshot:
         item: Record = {
             "round": self.round_number,
             "assignedAt": self.assigned_at_millis,
-            COUNTERS: _compressed(self.lease_counters),
+            COUNTERS: compress_map(self.lease_counters),
             "handoffs": {
                 key: {
                     "leaseOwner": seen.lease_owner,
@@ -194,13 +204,9 @@ class RoundSnapshot:
         return RoundSnapshot(round_number, now_millis, round_owner, counters, handoffs)
 
 
-def _compressed(counters: Mapping[str, int]) -> bytes:
-    return zlib.compress(json.dumps(dict(counters), separators=(",", ":"), sort_keys=True).encode(), 9)
-
-
 def _lease_counters_of(item: Record) -> dict[str, int]:
     if COUNTERS in item:
-        return {key: int(value) for key, value in json.loads(zlib.decompress(item[COUNTERS])).items()}
+        return {key: int(value) for key, value in decompress_map(bytes(item[COUNTERS])).items()}
     return {key: int(value) for key, value in item.get(FORMER_COUNTERS, {}).items()}
 
 
@@ -295,8 +301,9 @@ class AssignmentCoordinator:
             self.config.failover_time_millis,
             self.config.graceful_lease_handoff_timeout_millis,
         )
+        probes = load_probes_of(self.state.get(LOAD_PROBES_KEY))
         snapshot = AssignmentInput(
-            leases=tuple(leases),
+            leases=tuple(with_load_probes(leases, probes)),
             workers=tuple(workers),
             up_for_grabs=up_for_grabs(leases, active, judgement.expired | judgement.finish_handoff),
             balance=balances_in_round(

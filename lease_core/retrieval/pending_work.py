@@ -32,10 +32,15 @@ from lease_core.config.settings import ConsumerConfig, parse_iso_timestamp
 from lease_core.errors import LeaseCoreError
 from lease_core.model.lease import Lease, StreamIdentifier
 from lease_core.model.sequence import AT_TIMESTAMP, LATEST
-from lease_core.retrieval.record_source import ReadLimits, ReadStart, Retrieval, ShardToRead
+from lease_core.retrieval.kinesis_records import KinesisRecord
+from lease_core.retrieval.record_source import ReadBatch, ReadLimits, ReadStart, Retrieval, ShardToRead
 
 # Reads in flight at once: the check's wall time at 1,000 idle leases is ~1,000 round trips.
 CHECK_THREADS = 16
+# Kinesis serves 5 GetRecords a second per shard: a probe takes one call's share of the read budget.
+PROBE_CALLS_PER_SECOND = 5
+# A shard takes at most 1 MiB/s of writes: no page arrived faster.
+SHARD_WRITE_BYTES_PER_SECOND = 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -123,6 +128,107 @@ def find_pending_work(
         return None
 
     return _first_with_work(open_leases, work_in_shard, threads)
+
+
+def probe_unmeasured_leases(
+    leases: Sequence[Lease],
+    stream_names: Sequence[str],
+    retrieval: Retrieval,
+    config: ConsumerConfig,
+    clock_millis: Callable[[], int],
+    threads: int = CHECK_THREADS,
+) -> dict[str, float]:
+    """The load signal, in KB/s, of each open lease of the round's streams with no throughput yet,
+    from one page of it read where the lease stands (`estimated_backlog`, `probed_throughputs`).
+
+    The page is at most a fifth of a second of the shard's read budget (`shard_read_limit_kbps`),
+    as one of Kinesis' five calls a second would be, so the round's reader finds the shard's burst
+    all but whole. A lease whose page was throttled, refused or failed, or says nothing, is left
+    out: the assignment then gives it the average, as it does without a probe.
+    """
+    unmeasured = [
+        lease
+        for lease in leases
+        if _of_streams(lease, stream_names) and not lease.is_at_shard_end and lease.throughput_kbps is None
+    ]
+    limits = ReadLimits(max_bytes=max(1, int(config.shard_read_limit_kbps * 1024 / PROBE_CALLS_PER_SECOND)))
+    timestamp = config.initial_position_timestamp
+    at_timestamp = None if timestamp is None else parse_iso_timestamp(timestamp)
+
+    def probe(lease: Lease) -> Backlog | None:
+        stream, shard = _stream_and_shard(lease, stream_names)
+        start = ReadStart(lease.checkpoint, at_timestamp=at_timestamp, latest_since=lease.latest_since)
+        try:
+            reader = retrieval.open(ShardToRead(stream, shard), start)
+        except ValueError:  # a start it cannot read (AT_TIMESTAMP without its timestamp): no signal
+            return None
+        try:
+            page = reader.read(limits)
+        except LeaseCoreError:  # refused, the shard gone: the round reports it; here, no signal
+            return None
+        finally:
+            reader.close()
+        return None if page.stopped_by == "throttled" else _backlog_of(page)
+
+    with ThreadPoolExecutor(max_workers=threads) as pool:
+        backlogs = dict(zip((lease.lease_key for lease in unmeasured), pool.map(probe, unmeasured)))
+    return probed_throughputs(
+        {key: backlog for key, backlog in backlogs.items() if backlog is not None}, clock_millis()
+    )
+
+
+@dataclass(frozen=True)
+class Backlog:
+    """What one page says waits on a lease: bytes, and the arrival of the first of them (None: nothing)."""
+
+    bytes: float
+    first_arrival_millis: int | None
+
+
+def _backlog_of(page: ReadBatch) -> Backlog | None:
+    records = page.records
+    first, last = (_arrival_millis(records[0]), _arrival_millis(records[-1])) if records else (None, None)
+    behind = 0 if page.shard_ended else page.millis_behind_latest  # a closed shard's page holds all of it
+    return estimated_backlog(page.bytes, first, last, behind)
+
+
+def estimated_backlog(
+    page_bytes: int, first_arrival_millis: int | None, last_arrival_millis: int | None, millis_behind_latest: int | None
+) -> Backlog | None:
+    """The bytes waiting on a lease, from one page read where it stands (docs/protocol.md §6): the page
+    itself when it reached the tip (MillisBehindLatest 0); otherwise the page plus MillisBehindLatest
+    at the page's arrival rate, which no shard exceeds beyond its write limit (so a page that arrived
+    in one instant still has a rate). None when the page cannot say: no MillisBehindLatest, or empty
+    behind the tip."""
+    if page_bytes < 0:
+        raise ValueError(f"page_bytes must be >= 0, got {page_bytes}")
+    if millis_behind_latest is None:
+        return None
+    if first_arrival_millis is None or last_arrival_millis is None:
+        return Backlog(0.0, None) if millis_behind_latest == 0 else None
+    span_seconds = max((last_arrival_millis - first_arrival_millis) / 1000, page_bytes / SHARD_WRITE_BYTES_PER_SECOND)
+    rest = page_bytes / span_seconds * millis_behind_latest / 1000 if span_seconds > 0 else 0.0
+    return Backlog(page_bytes + rest, first_arrival_millis)
+
+
+def probed_throughputs(backlogs: Mapping[str, Backlog], now_millis: int) -> dict[str, float]:
+    """KB/s per lease: each backlog over one window for all, from the earliest first arrival to now.
+
+    One window, not each lease's own: the probed leases are read in the same round, so their work
+    there is their backlog, and a window per lease would weigh a shard whose data came a second
+    earlier as lighter. A lease whose round then measures its own window moves on from this figure.
+    """
+    arrivals = [
+        backlog.first_arrival_millis for backlog in backlogs.values() if backlog.first_arrival_millis is not None
+    ]
+    seconds = (now_millis - min(arrivals)) / 1000 if arrivals else 0.0
+    if seconds <= 0:
+        return {key: 0.0 for key, backlog in backlogs.items() if backlog.bytes == 0}
+    return {key: backlog.bytes / 1024 / seconds for key, backlog in backlogs.items()}
+
+
+def _arrival_millis(record: KinesisRecord) -> int:
+    return int(record.approximate_arrival_timestamp.timestamp() * 1000)
 
 
 def _finished_with_batches_waiting(

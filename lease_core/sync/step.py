@@ -31,9 +31,12 @@ from lease_core.lifecycle.lease_lifecycle import (
 from lease_core.model.lease import Lease, StreamIdentifier
 from lease_core.model.lease_keys import LeaseKeyScheme
 from lease_core.model.shards import InitialPositionInStream, Shard, StreamDescription
+from lease_core.retrieval.pending_work import probe_unmeasured_leases
+from lease_core.retrieval.record_source import Retrieval
 from lease_core.retrieval.shard_source import ShardSource
 from lease_core.store.coordinator_state import CoordinatorStateStore
 from lease_core.store.lease_store import LeaseScan, LeaseStore
+from lease_core.store.load_probes import record_load_probes
 from lease_core.sync.consumed_stream import ConsumedStream, remember_consumed_stream
 from lease_core.sync.garbage_probe import GarbageProbe
 from lease_core.sync.stream_tracking import FormerStreamsCleaner, FormerStreamsOutcome, stream_exists_via
@@ -272,3 +275,18 @@ def sync_streams(
         leases=_with_changes(snapshot, deleted=deleted).leases,
         corrupt=snapshot.corrupt,
     )
+
+
+def probe_load(
+    leases: Sequence[Lease],
+    stream_names: Sequence[str],
+    retrieval: Retrieval,
+    config: ConsumerConfig,
+    state: CoordinatorStateStore,
+    clock_millis: Callable[[], int] = lambda: int(time.time() * 1000),
+) -> dict[str, float]:
+    """The sync step's second look, in a round with work: probe the leases with no throughput yet
+    and keep what the probes say for the round's assignment (docs/protocol.md §6). Returns them."""
+    probes = probe_unmeasured_leases(leases, stream_names, retrieval, config, clock_millis)
+    record_load_probes(state, probes, clock_millis())
+    return probes

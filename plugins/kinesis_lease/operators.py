@@ -65,7 +65,7 @@ from lease_core.retrieval.shard_source import KinesisShardSource
 from lease_core.store.coordinator_state import CoordinatorStateStore
 from lease_core.store.lease_store import LeaseStore
 from lease_core.sync.audit import ShardSyncAuditor
-from lease_core.sync.step import is_multi_stream, sync_streams
+from lease_core.sync.step import is_multi_stream, probe_load, sync_streams
 from sinks import open_round_sink, open_sink
 from sinks.batch_sink import BatchSink
 from spark_jobs.errors import ReportedError
@@ -244,6 +244,8 @@ class ShardSyncOperator(_LeaderStep):
                 closed_lease_keys=report.closed_lease_keys,
                 awaiting_visibility=awaiting,
             )
+            if not work.idle:  # a round with work: what its assignment should know of leases never measured
+                probe_load(leases, names, access.app.idle_check_retrieval, access.config, state)
         pending_work = {**work.to_dict(), CHECKED_AT: checked_at}
         return {**report.to_dict(), "audits": audits, "pending_work": pending_work}
 

@@ -10,6 +10,7 @@ from lease_core.metrics.worker_metrics import InMemoryWorkerMetricsStore, Worker
 from lease_core.model.lease import Lease
 from lease_core.store.coordinator_state import InMemoryCoordinatorStateStore
 from lease_core.store.lease_store import WriteResult
+from lease_core.store.load_probes import LOAD_PROBES_KEY, load_probes_of, record_load_probes
 from lease_core.store.memory_store import InMemoryLeaseStore
 
 SLOTS = slot_ids("app", 2)
@@ -239,3 +240,44 @@ def test_an_older_rounds_snapshot_never_replaces_a_newer_one():
     run.store.scan_leases = scan_then_newer_round
     assert run.run(SLOTS).round_number == 1
     assert state.get(ROUND_KEY)["round"] == 5
+
+
+# Four new shards, one as busy as the other three together: by count, two slots get two leases each.
+SKEWED_PROBES = {"shardId-0": 60.0, "shardId-1": 20.0, "shardId-2": 20.0, "shardId-3": 20.0}
+
+
+@pytest.mark.parametrize(
+    ("probes", "busiest_kbps"),
+    [
+        pytest.param(SKEWED_PROBES, 60.0, id="probed-hot-shard-gets-a-slot-of-its-own"),
+        pytest.param({}, 80.0, id="no-probe-every-new-lease-weighs-the-same"),
+        pytest.param({"shardId-0": 60.0}, 80.0, id="unprobed-leases-get-the-average-of-the-probed"),
+    ],
+)
+def test_the_first_round_places_never_measured_leases_by_their_load_probes(probes, busiest_kbps):
+    store, state = InMemoryLeaseStore(), InMemoryCoordinatorStateStore()
+    leases(store, 4)
+    record_load_probes(state, probes, 900)
+    coordinator(store, state=state).run(SLOTS)
+    load = {slot: sum(SKEWED_PROBES[key] for key, owner in owners(store).items() if owner == slot) for slot in SLOTS}
+    assert max(load.values()) == busiest_kbps
+
+
+def test_a_measured_throughput_wins_over_a_probe():
+    store, state = InMemoryLeaseStore(), InMemoryCoordinatorStateStore()
+    for key, kbps in (("shardId-0", 10.0), ("shardId-1", 10.0), ("shardId-2", 10.0)):
+        store.create_lease_if_not_exists(Lease(key, throughput_kbps=kbps))
+    record_load_probes(state, {"shardId-0": 1_000.0}, 900)
+    report = coordinator(store, state=state).run(SLOTS)
+    assert sorted(row.leases_after for row in report.workers) == [1, 2]
+
+
+def test_probes_replace_the_last_rounds_and_none_over_none_costs_no_write():
+    state = InMemoryCoordinatorStateStore()
+    record_load_probes(state, {}, 900)
+    assert state.get(LOAD_PROBES_KEY) is None
+    record_load_probes(state, {"shardId-0": 5.0}, 900)
+    record_load_probes(state, {"shardId-1": 7.5}, 1_900)
+    assert load_probes_of(state.get(LOAD_PROBES_KEY)) == {"shardId-1": 7.5}
+    record_load_probes(state, {}, 2_900)
+    assert load_probes_of(state.get(LOAD_PROBES_KEY)) == {}

@@ -243,6 +243,12 @@ BAD_VALUES = [
         id="threshold-over-100",
     ),
     pytest.param(
+        {"rebalance_min_effect_percentage": -1},
+        "rebalance_min_effect_percentage",
+        "between 0 and 100, got -1",
+        id="effect-floor-negative",
+    ),
+    pytest.param(
         {"max_throughput_per_host_kbps": 0.0}, "max_throughput_per_host_kbps", "greater than 0", id="throughput-zero"
     ),
     pytest.param(

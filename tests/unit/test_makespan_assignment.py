@@ -103,3 +103,57 @@ def test_plan(snap: AssignmentInput, expected_loads: dict[str, float], expected_
     assert loads_after(snap, plan) == expected_loads
     assert plan.spillover == expected_spillover
     assert single_owner_violations(snap, plan) == []
+
+
+# Slot a's leases were (3, 1, 1, 1) and b's (2, 2, 1, 1): 6 each. Measurement noise shifts them by a
+# few percent; a real change doubles a-0.
+NOISE_FLOOR = [
+    pytest.param(
+        snapshot(held("a", 3.1, 1.04, 1.02, 0.98) + held("b", 1.9, 1.96, 0.97, 0.96), AB, balance=True),
+        0,
+        id="noise-of-a-few-percent-moves-nothing",
+    ),
+    pytest.param(
+        snapshot(
+            held("a", 3.1, 1.04, 1.02, 0.98) + held("b", 1.9, 1.96, 0.97, 0.96),
+            AB,
+            balance=True,
+            rebalance_min_effect_percentage=0,
+        ),
+        4,
+        id="floor-zero-trades-leases-over-noise",
+    ),
+    pytest.param(
+        snapshot(held("a", 6, 1, 1, 1) + held("b", 2, 2, 1, 1), AB, balance=True), 1, id="doubled-lease-rebalanced"
+    ),
+    pytest.param(
+        snapshot(held("a", 6, 1, 1, 1) + held("b", 2, 2, 1, 1), AB, balance=True, rebalance_min_effect_percentage=12),
+        0,
+        id="gain-under-a-higher-floor-moves-nothing",
+    ),
+]
+
+
+# a's first lease doubled; the others carry a percent or two of noise. Two moves restore the balance.
+DOUBLED_AMID_NOISE = held("a", 6, 1.02, 0.98, 1.01, 0.99) + held("b", 2, 2.03, 1, 0.97, 1.01)
+DOUBLED_AMID_NOISE += held("c", 2.01, 1.99, 1.02, 0.98, 1.0)
+NOISE_FLOOR += [
+    pytest.param(snapshot(DOUBLED_AMID_NOISE, ABC, balance=True), 2, id="after-a-real-change-the-noise-is-not-chased"),
+    pytest.param(
+        snapshot(DOUBLED_AMID_NOISE, ABC, balance=True, rebalance_min_effect_percentage=0),
+        4,
+        id="floor-zero-chases-the-noise-after-a-real-change",
+    ),
+]
+
+
+@pytest.mark.parametrize(("snap", "expected_moves"), NOISE_FLOOR)
+def test_rebalance_is_made_only_when_it_lowers_the_busiest_load_by_the_floor(
+    snap: AssignmentInput, expected_moves: int
+) -> None:
+    assert len(MakespanAssignment().decide(snap).moves) == expected_moves
+
+
+def test_up_for_grabs_leases_are_placed_whatever_the_floor() -> None:
+    snap = snapshot([*held("a", 1), lease("u", None, 1)], AB, up_for_grabs=("u",), rebalance_min_effect_percentage=100)
+    assert [(move.lease_key, move.to_owner) for move in MakespanAssignment().decide(snap).moves] == [("u", "b")]

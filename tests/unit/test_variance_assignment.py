@@ -175,3 +175,55 @@ def test_view_of_an_idle_fleet_has_zero_share_not_nan() -> None:
     view = build_view(snapshot([lease("x", "a")], [default_worker("a")]))
     assert view.target_average_throughput == 0.0
     assert view.metric_values == {"a": {"T": 0.0}}
+
+
+# Two CPU workers around a 50 % average: a at 56 is above the +-10 % band; each lease is 1 KB/s, so
+# one lease is 1/20 of a's throughput and is expected to lower a by 2.8 points, 5.6 % of the average.
+def jittered(**settings: object) -> AssignmentInput:
+    return snapshot(
+        held("a", *[1.0] * 20) + held("b", *[1.0] * 20),
+        [cpu_worker("a", 56), cpu_worker("b", 44)],
+        balance=True,
+        **settings,
+    )
+
+
+# a doubled one lease (10 KB/s beside ten of 1) and reads 80 % against b's 40 %.
+DOUBLED = snapshot(
+    held("a", 10.0, *[1.0] * 10) + held("b", *[1.0] * 10), [cpu_worker("a", 80), cpu_worker("b", 40)], balance=True
+)
+ZERO_THROUGHPUT = snapshot(
+    held("a", 0.0, 0.0, 0.0),
+    [cpu_worker("a", 80), cpu_worker("b", 20)],
+    balance=True,
+    rebalance_min_effect_percentage=0,
+)
+
+EFFECT_FLOOR = [
+    pytest.param(jittered(), 0, id="jitter-over-the-band-under-the-floor-moves-nothing"),
+    pytest.param(jittered(rebalance_min_effect_percentage=0), 1, id="floor-zero-acts-on-jitter-as-kcl-does"),
+    pytest.param(DOUBLED, 2, id="doubled-lease-rebalanced-in-one-balancing-run"),
+    pytest.param(near_average(range_a=80.0), 1, id="donor-above-its-operating-range-sheds-under-the-floor"),
+    pytest.param(ZERO_THROUGHPUT, 0, id="zero-throughput-leases-never-picked"),
+]
+
+
+@pytest.mark.parametrize(("snap", "expected_moves"), EFFECT_FLOOR)
+def test_rebalance_is_made_only_when_a_donor_is_expected_to_fall_by_the_floor(
+    snap: AssignmentInput, expected_moves: int
+) -> None:
+    plan = VarianceAssignment().decide(snap)
+    assert len(plan.moves) == expected_moves
+    assert single_owner_violations(snap, plan) == []
+
+
+def test_zero_throughput_leases_are_not_picked_though_they_always_fit_the_excess() -> None:
+    # a must shed 1.5 KB/s: one 1 KB/s lease, and (in KCL) any number of its 0 KB/s leases besides.
+    snap = snapshot(
+        held("a", 0.0, 0.0, 0.0, 0.0, *[1.0] * 10) + held("b", *[1.0] * 10),
+        [cpu_worker("a", 80), cpu_worker("b", 40)],
+        balance=True,
+    )
+    moved = [move.lease_key for move in VarianceAssignment().decide(snap).moves]
+    assert len(moved) == 1
+    assert {item.lease_key: item.throughput_kbps for item in snap.leases}[moved[0]] == 1.0
