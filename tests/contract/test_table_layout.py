@@ -1,0 +1,148 @@
+"""The table layout of an application is read from its tables, as KCL 3.0-3.4 and KCL 3.5 write them (moto).
+
+Each application's tables are written item by item as KCL writes them (docs/kcl-compatibility.md,
+"Table layouts"): KCL 3.5's single-table lease table holds leases, worker metrics, the leader lock and
+the table-migration state, each tagged by `entityType`; KCL 3.0-3.4 keep the last three in
+`<app>-WorkerMetricStats` and `<app>-CoordinatorState`.
+"""
+
+from __future__ import annotations
+
+import boto3
+import pytest
+
+from lease_core.errors import LayoutConflictError
+from lease_core.model.sequence import LATEST
+from lease_core.store.codec import Item
+from lease_core.store.table_layout import SEPARATE, SINGLE, detect_layout
+from tests.support.stores import FAST_RETRIES, dynamodb_store, fast_config, put_raw_item
+
+LEASE: Item = {
+    "leaseKey": {"S": "shardId-000000000008"},
+    "leaseCounter": {"N": "0"},
+    "ownerSwitchesSinceCheckpoint": {"N": "0"},
+    "checkpoint": {"S": "LATEST"},
+    "checkpointSubSequenceNumber": {"N": "0"},
+    "parentShardId": {"SS": ["shardId-000000000006", "shardId-000000000007"]},
+    "startingHashKey": {"S": "0"},
+    "endingHashKey": {"S": "399"},
+    "entityType": {"S": "LEASE"},
+}
+WORKER_METRIC_STATS: Item = {
+    "leaseKey": {"S": "worker-1"},
+    "lut": {"N": "1700000000"},
+    "sts": {"M": {"C": {"L": [{"N": "12.5"}, {"N": "-1"}]}}},
+    "opr": {"M": {"C": {"L": [{"N": "100"}]}}},
+    "sup": {"N": "1"},
+    "slu": {"N": "1700000000"},
+    "entityType": {"S": "WORKER_METRIC_STATS"},
+}
+LEADER_LOCK: Item = {
+    "leaseKey": {"S": "Leader"},
+    "ownerName": {"S": "worker-1"},
+    "leaseDuration": {"S": "120000"},
+    "recordVersionNumber": {"S": "5b9c8e4e-0a51-4a0e-9d55-2b1f6f1b6f35"},
+    "entityType": {"S": "LEADER"},
+}
+TABLE_MIGRATION: Item = {
+    "leaseKey": {"S": "TableMigration3.5"},
+    "tm": {"S": "COMPLETE"},
+    "mb": {"S": "worker-1"},
+    "mts": {"N": "1700000000000"},
+    "entityType": {"S": "TABLE_MIGRATION"},
+}
+
+
+@pytest.fixture
+def client(moto_endpoint):
+    return boto3.client("dynamodb", endpoint_url=moto_endpoint, region_name="us-east-1")
+
+
+def kcl_lease_table(client, table_name: str, *items: Item) -> None:
+    """The lease table as KCL creates it (hash key `leaseKey`), filled item by item."""
+    client.create_table(
+        TableName=table_name,
+        KeySchema=[{"AttributeName": "leaseKey", "KeyType": "HASH"}],
+        AttributeDefinitions=[{"AttributeName": "leaseKey", "AttributeType": "S"}],
+        BillingMode="PAY_PER_REQUEST",
+    )
+    for item in items:
+        client.put_item(TableName=table_name, Item=item)
+
+
+def kcl_separate_table(client, table_name: str, hash_key: str, item: Item) -> None:
+    client.create_table(
+        TableName=table_name,
+        KeySchema=[{"AttributeName": hash_key, "KeyType": "HASH"}],
+        AttributeDefinitions=[{"AttributeName": hash_key, "AttributeType": "S"}],
+        BillingMode="PAY_PER_REQUEST",
+    )
+    client.put_item(TableName=table_name, Item=item)
+
+
+def detect(client, name: str):
+    config = fast_config(name)
+    return detect_layout(
+        client, config.lease_table, (config.worker_metrics_table, config.coordinator_state_table), FAST_RETRIES
+    )
+
+
+def test_a_kcl_3_5_single_table_application_is_detected_as_single(client, unique_name):
+    kcl_lease_table(client, unique_name, LEASE, WORKER_METRIC_STATS, LEADER_LOCK, TABLE_MIGRATION)
+    assert detect(client, unique_name).layout == SINGLE
+
+
+def test_a_kcl_3_0_application_with_its_three_tables_is_detected_as_separate(client, unique_name):
+    kcl_lease_table(client, unique_name, LEASE)
+    worker_metrics = {key: value for key, value in WORKER_METRIC_STATS.items() if key not in ("leaseKey", "entityType")}
+    kcl_separate_table(client, f"{unique_name}-WorkerMetricStats", "wid", {"wid": {"S": "worker-1"}, **worker_metrics})
+    leader = {key: value for key, value in LEADER_LOCK.items() if key not in ("leaseKey", "entityType")}
+    kcl_separate_table(client, f"{unique_name}-CoordinatorState", "key", {"key": {"S": "Leader"}, **leader})
+    decision = detect(client, unique_name)
+    assert decision.layout == SEPARATE
+    assert f"{unique_name}-WorkerMetricStats" in decision.reason
+
+
+def test_the_tables_this_project_creates_are_detected_as_separate(moto_endpoint, client, unique_name):
+    dynamodb_store(moto_endpoint, unique_name)
+    assert detect(client, unique_name).layout == SEPARATE
+
+
+def test_a_new_application_gets_kcl_3_5_single_table_layout(client, unique_name):
+    decision = detect(client, unique_name)
+    assert decision.layout == SINGLE
+    assert "new application" in decision.reason
+
+
+def test_a_lease_table_holding_only_leases_is_detected_as_single(client, unique_name):
+    kcl_lease_table(client, unique_name, LEASE)
+    assert detect(client, unique_name).layout == SINGLE
+
+
+def test_an_untagged_leader_lock_in_the_lease_table_makes_it_single(client, unique_name):
+    untagged = {key: value for key, value in LEADER_LOCK.items() if key != "entityType"}
+    kcl_lease_table(client, unique_name, LEASE, untagged)
+    assert detect(client, unique_name).layout == SINGLE
+
+
+def test_single_table_items_next_to_a_separate_table_are_refused_naming_both(client, unique_name):
+    kcl_lease_table(client, unique_name, LEASE, WORKER_METRIC_STATS)
+    kcl_separate_table(client, f"{unique_name}-CoordinatorState", "key", {"key": {"S": "Leader"}})
+    with pytest.raises(LayoutConflictError) as raised:
+        detect(client, unique_name)
+    message = str(raised.value)
+    assert repr(unique_name) in message
+    assert repr(f"{unique_name}-CoordinatorState") in message
+    assert f"{unique_name}-WorkerMetricStats" not in message
+
+
+def test_the_lease_store_reads_only_the_leases_of_a_kcl_3_5_single_table_lease_table(moto_endpoint, unique_name):
+    store = dynamodb_store(moto_endpoint, unique_name)
+    untagged_leader = {key: value for key, value in LEADER_LOCK.items() if key != "entityType"}
+    for item in (LEASE, WORKER_METRIC_STATS, untagged_leader, TABLE_MIGRATION):
+        put_raw_item(store, item)
+    leases = store.list_leases()
+    assert [lease.lease_key for lease in leases] == ["shardId-000000000008"]
+    assert leases[0].checkpoint == LATEST
+    assert store.get_lease("Leader", consistent=True) is None
+    assert store.get_lease("TableMigration3.5", consistent=True) is None
