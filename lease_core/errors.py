@@ -104,9 +104,9 @@ class ForeignTableError(LeaseCoreError):
 
 @dataclass(eq=False, repr=False)
 class LayoutConflictError(LeaseCoreError):
-    """The application's tables hold both table layouts at once (docs/kcl-compatibility.md, "Table
-    layouts"): its lease table holds KCL 3.5 single-table items while the separate worker-metrics or
-    coordinator-state table exists too. Not retryable: which layout is the application's cannot be told.
+    """The application's tables hold both table layouts at once (docs/protocol.md §1.7): its lease
+    table holds KCL 3.5 single-table items while the separate worker-metrics or coordinator-state
+    table exists too. Not retryable: which layout is the application's cannot be told.
     """
 
     lease_table: str

@@ -158,11 +158,9 @@ def multi_stream_attributes(lease: Lease) -> Item:
 
 
 # KCL 3.5's entity types for the items of the lease table that are not leases.
-WORKER_METRIC_STATS_ENTITY_TYPE = "WORKER_METRIC_STATS"
 LEADER_ENTITY_TYPE = "LEADER"
 CLIENT_VERSION_MIGRATION_ENTITY_TYPE = "CLIENT_VERSION_MIGRATION"
 TABLE_MIGRATION_ENTITY_TYPE = "TABLE_MIGRATION"
-STREAM_ENTITY_TYPE = "STREAM"
 # Coordinator-state records written before KCL tagged them are known by their key.
 LEGACY_COORDINATOR_STATE_KEYS: Mapping[str, str] = {
     "Leader": LEADER_ENTITY_TYPE,
@@ -182,7 +180,7 @@ def entity_type(item: Mapping[str, AttributeValue]) -> str:
 
 
 def is_lease_item(item: Mapping[str, AttributeValue]) -> bool:
-    """KCL 3.5+: an item of another entity type is not a lease (§1.3), nor is an untagged
+    """KCL 3.5+: an item of another entity type is not a lease (§1.6), nor is an untagged
     coordinator-state record under its well-known key."""
     return entity_type(item) == LEASE_ENTITY_TYPE
 

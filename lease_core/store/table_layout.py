@@ -1,4 +1,4 @@
-"""Which table layout an application's DynamoDB tables use (docs/kcl-compatibility.md, "Table layouts").
+"""Which table layout an application's DynamoDB tables use (docs/protocol.md §1.7).
 
 KCL 3.0-3.4 keep worker metrics and coordinator state in two tables of their own next to the lease
 table (`separate`); KCL 3.5 keeps them in the lease table itself, each item tagged by `entityType`

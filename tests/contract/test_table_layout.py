@@ -1,8 +1,8 @@
 """The table layout of an application is read from its tables, as KCL 3.0-3.4 and KCL 3.5 write them (moto).
 
-Each application's tables are written item by item as KCL writes them (docs/kcl-compatibility.md,
-"Table layouts"): KCL 3.5's single-table lease table holds leases, worker metrics, the leader lock and
-the table-migration state, each tagged by `entityType`; KCL 3.0-3.4 keep the last three in
+Each application's tables are written item by item as KCL writes them (docs/protocol.md §1.7):
+KCL 3.5's single-table lease table holds leases, worker metrics, the leader lock and the
+table-migration state, each tagged by `entityType`; KCL 3.0-3.4 keep the last three in
 `<app>-WorkerMetricStats` and `<app>-CoordinatorState`.
 """
 
