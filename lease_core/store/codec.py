@@ -158,6 +158,8 @@ def multi_stream_attributes(lease: Lease) -> Item:
 
 
 # KCL 3.5's entity types for the items of the lease table that are not leases.
+WORKER_METRIC_STATS_ENTITY_TYPE = "WORKER_METRIC_STATS"
+STREAM_ENTITY_TYPE = "STREAM"
 LEADER_ENTITY_TYPE = "LEADER"
 CLIENT_VERSION_MIGRATION_ENTITY_TYPE = "CLIENT_VERSION_MIGRATION"
 TABLE_MIGRATION_ENTITY_TYPE = "TABLE_MIGRATION"

@@ -2,10 +2,11 @@
 
 KCL 3.0-3.4 keep worker metrics and coordinator state in two tables of their own next to the lease
 table (`separate`); KCL 3.5 keeps them in the lease table itself, each item tagged by `entityType`
-(`single`), and makes that the default of a new application. An existing application's layout is
-read from its tables, never configured: an application whose lease table holds KCL 3.5 items of
-another entity type is `single`, one with either of the two separate tables is `separate`, and one
-with both is refused, since reading one layout would miss what was written to the other.
+(`single`), and makes that the default of a new application (`lease_table_layout`). An existing
+application's layout is read from its tables, whatever the setting says: an application whose lease
+table holds KCL 3.5 items of another entity type is `single`, one with either of the two separate
+tables is `separate`, and one with both is refused, since reading one layout would miss what was
+written to the other. Only an application whose tables show neither gets the configured layout.
 
 `decide_layout` is pure (an item's entity type is `codec.entity_type`); `detect_layout` does the DynamoDB reads.
 """
@@ -26,8 +27,6 @@ from lease_core.store.codec import ENTITY_TYPE, LEASE_ENTITY_TYPE, LEASE_KEY, en
 TableLayoutName: TypeAlias = Literal["separate", "single"]
 SEPARATE: TableLayoutName = "separate"
 SINGLE: TableLayoutName = "single"
-# KCL 3.5's layout for an application that has no tables yet.
-NEW_APPLICATION_LAYOUT: TableLayoutName = SINGLE
 
 
 @dataclass(frozen=True)
@@ -47,8 +46,11 @@ class LayoutDecision:
     reason: str
 
 
-def decide_layout(found: TablesFound, lease_table: str, separate_tables: tuple[str, str]) -> LayoutDecision:
-    """The application's layout from what its tables hold; raises LayoutConflictError when they hold both."""
+def decide_layout(
+    found: TablesFound, lease_table: str, separate_tables: tuple[str, str], configured: TableLayoutName
+) -> LayoutDecision:
+    """The application's layout from what its tables hold, `configured` when they show none; raises
+    LayoutConflictError when they hold both."""
     exists = (found.worker_metrics_table, found.coordinator_state_table)
     separate_found = [name for name, found_it in zip(separate_tables, exists, strict=True) if found_it]
     if found.non_lease_items and separate_found:
@@ -59,14 +61,15 @@ def decide_layout(found: TablesFound, lease_table: str, separate_tables: tuple[s
         return LayoutDecision(SEPARATE, f"table(s) {', '.join(repr(name) for name in separate_found)} exist")
     if found.lease_table:
         # A lease table with nothing but leases: KCL 2.x, or KCL 3.5 before its first worker reported.
-        return LayoutDecision(NEW_APPLICATION_LAYOUT, f"lease table {lease_table!r} holds only leases")
-    return LayoutDecision(NEW_APPLICATION_LAYOUT, "a new application gets KCL 3.5's layout")
+        return LayoutDecision(configured, f"lease table {lease_table!r} holds only leases: lease_table_layout")
+    return LayoutDecision(configured, "a new application: lease_table_layout")
 
 
 def detect_layout(
     client: Any,
     lease_table: str,
     separate_tables: tuple[str, str],
+    configured: TableLayoutName,
     retry_policy: RetryPolicy | None = None,
 ) -> LayoutDecision:
     """Read which tables exist and whether the lease table holds non-lease items, then decide."""
@@ -79,7 +82,7 @@ def detect_layout(
         coordinator_state_table=_exists(client, caller, coordinator_state_table),
         non_lease_items=lease_table_exists and _holds_non_lease_items(client, caller, lease_table),
     )
-    return decide_layout(found, lease_table, separate_tables)
+    return decide_layout(found, lease_table, separate_tables, configured)
 
 
 def _exists(client: Any, caller: AwsCaller, table_name: str) -> bool:

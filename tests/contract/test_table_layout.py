@@ -13,44 +13,16 @@ import pytest
 
 from lease_core.errors import LayoutConflictError
 from lease_core.model.sequence import LATEST
-from lease_core.store.codec import Item
-from lease_core.store.table_layout import SEPARATE, SINGLE, detect_layout
+from lease_core.store.table_layout import SEPARATE, SINGLE, TableLayoutName, detect_layout
+from tests.support.kcl_tables import (
+    LEADER_LOCK,
+    LEASE,
+    TABLE_MIGRATION,
+    WORKER_METRIC_STATS,
+    kcl_lease_table,
+    kcl_separate_table,
+)
 from tests.support.stores import FAST_RETRIES, dynamodb_store, fast_config, put_raw_item
-
-LEASE: Item = {
-    "leaseKey": {"S": "shardId-000000000008"},
-    "leaseCounter": {"N": "0"},
-    "ownerSwitchesSinceCheckpoint": {"N": "0"},
-    "checkpoint": {"S": "LATEST"},
-    "checkpointSubSequenceNumber": {"N": "0"},
-    "parentShardId": {"SS": ["shardId-000000000006", "shardId-000000000007"]},
-    "startingHashKey": {"S": "0"},
-    "endingHashKey": {"S": "399"},
-    "entityType": {"S": "LEASE"},
-}
-WORKER_METRIC_STATS: Item = {
-    "leaseKey": {"S": "worker-1"},
-    "lut": {"N": "1700000000"},
-    "sts": {"M": {"C": {"L": [{"N": "12.5"}, {"N": "-1"}]}}},
-    "opr": {"M": {"C": {"L": [{"N": "100"}]}}},
-    "sup": {"N": "1"},
-    "slu": {"N": "1700000000"},
-    "entityType": {"S": "WORKER_METRIC_STATS"},
-}
-LEADER_LOCK: Item = {
-    "leaseKey": {"S": "Leader"},
-    "ownerName": {"S": "worker-1"},
-    "leaseDuration": {"S": "120000"},
-    "recordVersionNumber": {"S": "5b9c8e4e-0a51-4a0e-9d55-2b1f6f1b6f35"},
-    "entityType": {"S": "LEADER"},
-}
-TABLE_MIGRATION: Item = {
-    "leaseKey": {"S": "TableMigration3.5"},
-    "tm": {"S": "COMPLETE"},
-    "mb": {"S": "worker-1"},
-    "mts": {"N": "1700000000000"},
-    "entityType": {"S": "TABLE_MIGRATION"},
-}
 
 
 @pytest.fixture
@@ -58,33 +30,10 @@ def client(moto_endpoint):
     return boto3.client("dynamodb", endpoint_url=moto_endpoint, region_name="us-east-1")
 
 
-def kcl_lease_table(client, table_name: str, *items: Item) -> None:
-    """The lease table as KCL creates it (hash key `leaseKey`), filled item by item."""
-    client.create_table(
-        TableName=table_name,
-        KeySchema=[{"AttributeName": "leaseKey", "KeyType": "HASH"}],
-        AttributeDefinitions=[{"AttributeName": "leaseKey", "AttributeType": "S"}],
-        BillingMode="PAY_PER_REQUEST",
-    )
-    for item in items:
-        client.put_item(TableName=table_name, Item=item)
-
-
-def kcl_separate_table(client, table_name: str, hash_key: str, item: Item) -> None:
-    client.create_table(
-        TableName=table_name,
-        KeySchema=[{"AttributeName": hash_key, "KeyType": "HASH"}],
-        AttributeDefinitions=[{"AttributeName": hash_key, "AttributeType": "S"}],
-        BillingMode="PAY_PER_REQUEST",
-    )
-    client.put_item(TableName=table_name, Item=item)
-
-
-def detect(client, name: str):
+def detect(client, name: str, configured: TableLayoutName = SINGLE):
     config = fast_config(name)
-    return detect_layout(
-        client, config.lease_table, (config.worker_metrics_table, config.coordinator_state_table), FAST_RETRIES
-    )
+    separate_tables = (config.worker_metrics_table, config.coordinator_state_table)
+    return detect_layout(client, config.lease_table, separate_tables, configured, FAST_RETRIES)
 
 
 def test_a_kcl_3_5_single_table_application_is_detected_as_single(client, unique_name):
@@ -114,9 +63,19 @@ def test_a_new_application_gets_kcl_3_5_single_table_layout(client, unique_name)
     assert "new application" in decision.reason
 
 
-def test_a_lease_table_holding_only_leases_is_detected_as_single(client, unique_name):
+def test_a_new_application_configured_separate_gets_the_separate_layout(client, unique_name):
+    assert detect(client, unique_name, configured=SEPARATE).layout == SEPARATE
+
+
+def test_a_lease_table_holding_only_leases_gets_the_configured_layout(client, unique_name):
     kcl_lease_table(client, unique_name, LEASE)
     assert detect(client, unique_name).layout == SINGLE
+    assert detect(client, unique_name, configured=SEPARATE).layout == SEPARATE
+
+
+def test_an_existing_layout_is_followed_whatever_the_setting_says(client, unique_name):
+    kcl_lease_table(client, unique_name, LEASE, WORKER_METRIC_STATS)
+    assert detect(client, unique_name, configured=SEPARATE).layout == SINGLE
 
 
 def test_an_untagged_leader_lock_in_the_lease_table_makes_it_single(client, unique_name):
