@@ -23,10 +23,14 @@ from lease_core.aws import AwsCaller, error_code
 from lease_core.errors import LayoutConflictError
 from lease_core.retry import RetryPolicy
 from lease_core.store.codec import ENTITY_TYPE, LEASE_ENTITY_TYPE, LEASE_KEY, entity_type
+from lease_core.store.record_table import RecordTable, text
 
 TableLayoutName: TypeAlias = Literal["separate", "single"]
 SEPARATE: TableLayoutName = "separate"
 SINGLE: TableLayoutName = "single"
+# KCL 3.5's table-migration record and its status attribute.
+TABLE_MIGRATION_KEY = "TableMigration3.5"
+TABLE_MIGRATION_STATUS = "tm"
 
 
 @dataclass(frozen=True)
@@ -113,3 +117,15 @@ def _holds_non_lease_items(client: Any, caller: AwsCaller, table_name: str) -> b
         if "LastEvaluatedKey" not in page:
             return False
         arguments["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+
+
+def table_migration_status(state: RecordTable) -> str | None:
+    """KCL 3.5's table-migration status (the `tm` of its `TableMigration3.5` record, e.g.
+    `TABLE_MIGRATION_STATUS_COMPLETE`), or None when no migration was started."""
+    record = state.get(TABLE_MIGRATION_KEY)
+    return None if record is None else text(record, TABLE_MIGRATION_STATUS, "?")
+
+
+def layout_document(decision: LayoutDecision, table_migration: str | None) -> dict[str, str | None]:
+    """The layout as `leasectl status --json` and the monitoring page show it."""
+    return {"layout": decision.layout, "reason": decision.reason, "table_migration": table_migration}

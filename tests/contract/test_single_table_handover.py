@@ -9,6 +9,7 @@ tagged as KCL 3.5 reads it, so KCL finds its table as it left it plus items it k
 
 from __future__ import annotations
 
+import json
 from decimal import Decimal
 
 import boto3
@@ -19,6 +20,7 @@ from lease_core.metrics.worker_metrics import publish_worker_metrics
 from lease_core.store.coordinator_state import update_record
 from lease_core.store.table_layout import SINGLE
 from tests.support.kcl_tables import LEADER_LOCK, LEASE, TABLE_MIGRATION, WORKER_METRIC_STATS, kcl_lease_table
+from tests.support.leasectl import run_leasectl
 from tests.support.stores import fast_config
 
 # KCL 3.5's entity types (EntityType.java): an item tagged otherwise would be read by KCL as a lease.
@@ -93,3 +95,15 @@ def test_the_lease_store_still_sees_only_the_lease(kcl_application):
     assert [lease.lease_key for lease in kcl_application.lease_store.list_leases()] == ["shardId-000000000008"]
     assert kcl_application.state_store.get("shardId-000000000008") is None
     assert kcl_application.worker_metrics.get("shardId-000000000008") is None
+
+
+def test_leasectl_status_shows_the_single_layout_and_kcl_s_migration_state(moto_endpoint, client, unique_name):
+    kcl_lease_table(client, unique_name, LEASE, WORKER_METRIC_STATS, LEADER_LOCK, TABLE_MIGRATION)
+    result = run_leasectl("--app", unique_name, "status", dynamodb=moto_endpoint)
+    assert result.returncode == 0, result.stderr
+    assert "Table layout: single (lease table" in result.stdout
+    assert "table migration: TABLE_MIGRATION_STATUS_COMPLETE" in result.stdout
+    document = json.loads(run_leasectl("--app", unique_name, "status", "--json", dynamodb=moto_endpoint).stdout)
+    assert document["table_layout"]["layout"] == "single"
+    assert document["table_layout"]["table_migration"] == "TABLE_MIGRATION_STATUS_COMPLETE"
+    assert document["lease_count"] == 1

@@ -37,7 +37,7 @@ LEADER_LOCK: Item = {
 }
 TABLE_MIGRATION: Item = {
     "leaseKey": {"S": "TableMigration3.5"},
-    "tm": {"S": "COMPLETE"},
+    "tm": {"S": "TABLE_MIGRATION_STATUS_COMPLETE"},
     "mb": {"S": "worker-1"},
     "mts": {"N": "1700000000000"},
     "entityType": {"S": "TABLE_MIGRATION"},
