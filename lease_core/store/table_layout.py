@@ -31,6 +31,9 @@ SINGLE: TableLayoutName = "single"
 # KCL 3.5's table-migration record and its status attribute.
 TABLE_MIGRATION_KEY = "TableMigration3.5"
 TABLE_MIGRATION_STATUS = "tm"
+# The coordinator-state keys a single-layout lease table comes to hold: this project's round counter
+# (after its first assignment), the leader lock (while a leader holds it), KCL 3.5's table migration.
+PROBED_KEYS = ("AssignmentRound", "Leader", TABLE_MIGRATION_KEY)
 
 
 @dataclass(frozen=True)
@@ -76,17 +79,46 @@ def detect_layout(
     configured: TableLayoutName,
     retry_policy: RetryPolicy | None = None,
 ) -> LayoutDecision:
-    """Read which tables exist and whether the lease table holds non-lease items, then decide."""
+    """Read which tables exist and whether the lease table holds non-lease items, then decide.
+
+    The lease table is first probed at the coordinator-state keys every single-layout application
+    comes to hold (`PROBED_KEYS`): a few reads, so that every process of a round can afford them.
+    Only when none is there and no separate table exists either is the lease table scanned (up to
+    the first non-lease item): then nothing else can tell a KCL 3.5 application whose lock is
+    released and whose workers wrote only metrics from a lease table of nothing but leases. Next to a
+    separate table a lease table is not scanned, so a conflict is found only through those keys.
+    """
     caller = AwsCaller("dynamodb", retry_policy or RetryPolicy())
     worker_metrics_table, coordinator_state_table = separate_tables
     lease_table_exists = _exists(client, caller, lease_table)
-    found = TablesFound(
-        lease_table=lease_table_exists,
-        worker_metrics_table=_exists(client, caller, worker_metrics_table),
-        coordinator_state_table=_exists(client, caller, coordinator_state_table),
-        non_lease_items=lease_table_exists and _holds_non_lease_items(client, caller, lease_table),
-    )
+    worker_metrics_exists = _exists(client, caller, worker_metrics_table)
+    coordinator_state_exists = _exists(client, caller, coordinator_state_table)
+    non_lease_items = lease_table_exists and _holds_probed_key(client, caller, lease_table)
+    if lease_table_exists and not non_lease_items and not (worker_metrics_exists or coordinator_state_exists):
+        non_lease_items = _holds_non_lease_items(client, caller, lease_table)
+    found = TablesFound(lease_table_exists, worker_metrics_exists, coordinator_state_exists, non_lease_items)
     return decide_layout(found, lease_table, separate_tables, configured)
+
+
+def _holds_probed_key(client: Any, caller: AwsCaller, table_name: str) -> bool:
+    """Whether any of `PROBED_KEYS` is a non-lease item of the lease table (strongly consistent reads)."""
+    for key in PROBED_KEYS:
+        response = caller.call(
+            "GetItem",
+            partial(
+                client.get_item,
+                TableName=table_name,
+                Key={LEASE_KEY: {"S": key}},
+                ProjectionExpression="#key, #entity",
+                ExpressionAttributeNames={"#key": LEASE_KEY, "#entity": ENTITY_TYPE},
+                ConsistentRead=True,
+            ),
+            table_name,
+        )
+        item = response.get("Item")
+        if item is not None and entity_type(item) != LEASE_ENTITY_TYPE:
+            return True
+    return False
 
 
 def _exists(client: Any, caller: AwsCaller, table_name: str) -> bool:

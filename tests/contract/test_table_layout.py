@@ -14,6 +14,7 @@ import pytest
 from lease_core.errors import LayoutConflictError
 from lease_core.model.sequence import LATEST
 from lease_core.store.table_layout import SEPARATE, SINGLE, TableLayoutName, detect_layout
+from tests.support.faults import FaultInjectingClient
 from tests.support.kcl_tables import (
     LEADER_LOCK,
     LEASE,
@@ -85,7 +86,7 @@ def test_an_untagged_leader_lock_in_the_lease_table_makes_it_single(client, uniq
 
 
 def test_single_table_items_next_to_a_separate_table_are_refused_naming_both(client, unique_name):
-    kcl_lease_table(client, unique_name, LEASE, WORKER_METRIC_STATS)
+    kcl_lease_table(client, unique_name, LEASE, WORKER_METRIC_STATS, LEADER_LOCK)
     kcl_separate_table(client, f"{unique_name}-CoordinatorState", "key", {"key": {"S": "Leader"}})
     with pytest.raises(LayoutConflictError) as raised:
         detect(client, unique_name)
@@ -105,3 +106,25 @@ def test_the_lease_store_reads_only_the_leases_of_a_kcl_3_5_single_table_lease_t
     assert leases[0].checkpoint == LATEST
     assert store.get_lease("Leader", consistent=True) is None
     assert store.get_lease("TableMigration3.5", consistent=True) is None
+
+
+def test_a_separate_layout_is_detected_without_scanning_the_lease_table(moto_endpoint, client, unique_name):
+    dynamodb_store(moto_endpoint, unique_name)
+    counting = FaultInjectingClient(client, lambda method, number: None)
+    assert detect(counting, unique_name).layout == SEPARATE
+    assert counting.calls.get("scan", 0) == 0
+
+
+def test_a_single_layout_holding_the_round_counter_is_detected_without_scanning(client, unique_name):
+    round_counter = {"leaseKey": {"S": "AssignmentRound"}, "round": {"N": "3"}, "entityType": {"S": "LEADER"}}
+    kcl_lease_table(client, unique_name, LEASE, round_counter)
+    counting = FaultInjectingClient(client, lambda method, number: None)
+    assert detect(counting, unique_name, configured=SEPARATE).layout == SINGLE
+    assert counting.calls.get("scan", 0) == 0
+
+
+def test_a_kcl_3_5_lease_table_with_only_worker_metrics_beside_its_leases_is_found_by_a_scan(client, unique_name):
+    kcl_lease_table(client, unique_name, LEASE, WORKER_METRIC_STATS)
+    counting = FaultInjectingClient(client, lambda method, number: None)
+    assert detect(counting, unique_name, configured=SEPARATE).layout == SINGLE
+    assert counting.calls["scan"] >= 1
