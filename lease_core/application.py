@@ -21,15 +21,19 @@ from lease_core import aws
 from lease_core.config.settings import ConsumerConfig
 from lease_core.leader.assignment_round import current_round
 from lease_core.leader.leader_lock import LeaderLock
-from lease_core.metrics.worker_metrics import DynamoDBWorkerMetricsStore
+from lease_core.metrics.worker_metrics import DynamoDBWorkerMetricsStore, WorkerMetricsStore
 from lease_core.retrieval.fanout.fanout_retrieval import FanOutRetrieval
 from lease_core.retrieval.fanout.stream_consumers import StreamConsumers
 from lease_core.retrieval.polling.polling_retrieval import PollingRetrieval, idle_check_retrieval
 from lease_core.retrieval.record_source import Retrieval
 from lease_core.retrieval.shard_source import KinesisShardSource
 from lease_core.retry import RetryPolicy
-from lease_core.store.coordinator_state import DynamoDBCoordinatorStateStore
+from lease_core.store.codec import LEASE_KEY
+from lease_core.store.coordinator_state import CoordinatorStateStore, DynamoDBCoordinatorStateStore
 from lease_core.store.dynamodb_store import DynamoDBLeaseStore
+from lease_core.store.lease_table_records import coordinator_state_records, worker_metrics_records
+from lease_core.store.record_table import DynamoDBRecordTable
+from lease_core.store.table_layout import SINGLE, LayoutDecision
 from lease_core.store.tables import TableAdministrator
 
 
@@ -72,16 +76,31 @@ class LeaseApplication:
         )
 
     @functools.cached_property
-    def state_store(self) -> DynamoDBCoordinatorStateStore:
+    def table_layout(self) -> LayoutDecision:
+        """The application's table layout, read from its tables once (docs/protocol.md §1.7)."""
+        return self.tables.layout()
+
+    @functools.cached_property
+    def state_store(self) -> CoordinatorStateStore:
         return self.state_store_with(self.retry_policy)
 
-    def state_store_with(self, retry_policy: RetryPolicy) -> DynamoDBCoordinatorStateStore:
+    def state_store_with(self, retry_policy: RetryPolicy) -> CoordinatorStateStore:
+        """The coordinator-state records: `<app>-CoordinatorState`, or the lease table's in the single layout."""
+        if self.table_layout.layout == SINGLE:
+            lease_table = DynamoDBRecordTable(self.client("dynamodb"), self.config.lease_table, LEASE_KEY, retry_policy)
+            return coordinator_state_records(lease_table)
         return DynamoDBCoordinatorStateStore(
             self.client("dynamodb"), self.config.coordinator_state_table, retry_policy=retry_policy
         )
 
     @functools.cached_property
-    def worker_metrics(self) -> DynamoDBWorkerMetricsStore:
+    def worker_metrics(self) -> WorkerMetricsStore:
+        """The worker metrics: `<app>-WorkerMetricStats`, or the lease table's in the single layout."""
+        if self.table_layout.layout == SINGLE:
+            lease_table = DynamoDBRecordTable(
+                self.client("dynamodb"), self.config.lease_table, LEASE_KEY, self.retry_policy
+            )
+            return WorkerMetricsStore(worker_metrics_records(lease_table))
         return DynamoDBWorkerMetricsStore(
             self.client("dynamodb"), self.config.worker_metrics_table, retry_policy=self.retry_policy
         )

@@ -103,6 +103,24 @@ class ForeignTableError(LeaseCoreError):
 
 
 @dataclass(eq=False, repr=False)
+class LayoutConflictError(LeaseCoreError):
+    """The application's tables hold both table layouts at once (docs/protocol.md §1.7): its lease
+    table holds KCL 3.5 single-table items while the separate worker-metrics or coordinator-state
+    table exists too. Not retryable: which layout is the application's cannot be told.
+    """
+
+    lease_table: str
+    separate_tables: tuple[str, ...]
+
+    def __str__(self) -> str:
+        return (
+            f"lease table {self.lease_table!r} holds KCL 3.5 single-table items (worker metrics or coordinator "
+            f"state) while the separate table(s) {', '.join(repr(name) for name in self.separate_tables)} exist "
+            "too; an application uses one layout at a time: delete the tables of the layout it no longer uses"
+        )
+
+
+@dataclass(eq=False, repr=False)
 class DependencyError(LeaseCoreError):
     """An AWS call failed for a reason that may go away: transport errors, 5xx answers."""
 

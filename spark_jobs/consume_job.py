@@ -42,6 +42,7 @@ from lease_core.lifecycle.parent_watch import closing_lease_keys
 from lease_core.model.lease import Lease
 from lease_core.model.lease_keys import LeaseKeyScheme
 from lease_core.ops.command_line import EXIT_FAILED, EXIT_OK, EXIT_USAGE, ArgumentParser, UsageError
+from lease_core.store.table_layout import SEPARATE
 from lease_core.sync.step import is_multi_stream, require_matching_lease_mode
 from sinks import open_round_sink, sink_configuration
 from sinks.batch_sink import RoundIdentity
@@ -369,7 +370,10 @@ def check_prerequisites(
 ) -> None:
     """Fail before Spark starts, with an error naming what is missing."""
     config = app.config
-    for table in (config.lease_table, config.worker_metrics_table, config.coordinator_state_table):
+    tables = [config.lease_table]
+    if app.table_layout.layout == SEPARATE:
+        tables += [config.worker_metrics_table, config.coordinator_state_table]
+    for table in tables:
         if app.tables.describe(table) is None:
             raise TableNotFoundError(table, "run `leasectl init` (or the DAG's ensure-tables step) first")
     for stream in streams:

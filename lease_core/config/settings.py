@@ -284,6 +284,14 @@ class ConsumerConfig(BaseModel):
         "Name of the DynamoDB lease table; unset means the application name, as in KCL.",
         "tableName",
     )
+    lease_table_layout: Literal["separate", "single"] = _setting(
+        "separate",
+        "Where a new application keeps its worker metrics and coordinator state: `separate` in "
+        "`<app>-WorkerMetricStats` and `<app>-CoordinatorState` (KCL 3.0-3.4), `single` in the lease table, "
+        "tagged by `entityType` (KCL 3.5's default for a new application). An existing application's layout "
+        "is read from its tables and followed whatever this says (docs/protocol.md §1.7).",
+        None,
+    )
     failover_time_millis: _PositiveInt = _setting(
         10000,
         "Lease duration: a lease whose counter has not moved for this long is considered expired.",

@@ -62,6 +62,8 @@ from lease_core.ops.lease_repair import LeaseRepair
 from lease_core.ops.status import consumed_stream_names, render_status, status_report
 from lease_core.store.coordinator_state import CoordinatorStateStore
 from lease_core.store.lease_store import LeaseStore
+from lease_core.store.table_layout import SEPARATE, SINGLE, LayoutDecision, layout_document, table_migration_status
+from lease_core.store.table_ownership import ROLE_NAMES
 from lease_core.store.tables import TEARDOWN
 from lease_core.sync.step import ShardSyncReport, sync_streams
 
@@ -346,10 +348,16 @@ def run_status(arguments: argparse.Namespace, app: LeaseApplication) -> int:
     scan = app.lease_store.scan_leases()
     report = status_report(config.lease_table, scan)
     consumers = app.stream_consumers.describe_streams(consumed_stream_names(scan.leases, app.state_store))
+    layout = layout_document(app.table_layout, table_migration_status(app.state_store))
     if arguments.json:
-        print(json.dumps({**report.to_dict(), "stream_consumers": [c.to_dict() for c in consumers]}, indent=2))
+        document = {**report.to_dict(), "table_layout": layout, "stream_consumers": [c.to_dict() for c in consumers]}
+        print(json.dumps(document, indent=2))
     else:
         print(render_status(report))
+        print(
+            f"Table layout: {layout['layout']} ({layout['reason']}); "
+            f"table migration: {layout['table_migration'] or 'none'}"
+        )
         if consumers or config.retrieval == "fan_out":
             print("\n" + render_stream_consumers(consumers))
     return _exit_status(report.corrupt_items)
@@ -576,8 +584,17 @@ def run_teardown(arguments: argparse.Namespace, app: LeaseApplication) -> int:
     administrator = app.tables
     deleted: list[str] = []
     # Every table is checked to be the application's own before the lock is taken: the lock is
-    # written to the coordinator-state table, which may be another application's.
-    if config.coordinator_state_table in administrator.verify_tables(TEARDOWN, items=True):
+    # written to the coordinator-state table, which may be another application's. Without that table
+    # (the single layout) the lock is in the lease table. The layout is not detected here: teardown is
+    # also the way out of an application whose tables hold both.
+    existing = administrator.verify_tables(TEARDOWN, items=True)
+    lock_table, lock_role = config.coordinator_state_table, "coordinator_state"
+    if lock_table not in existing:
+        lock_table, lock_role = config.lease_table, "lease"
+    # The lock and the consumers' records are read where the lock is, in either case.
+    layout = SEPARATE if lock_role == "coordinator_state" else SINGLE
+    app.table_layout = LayoutDecision(layout, f"teardown takes the lock in {lock_table!r}")
+    if lock_table in existing:
         # Under the lock, so never beside a round; the lock's own table goes last, once the others
         # are gone (the lock is never released: nobody can take it before that table is deleted).
         lock = _leader_lock(app, "teardown")
@@ -592,7 +609,7 @@ def run_teardown(arguments: argparse.Namespace, app: LeaseApplication) -> int:
                     )
                 leadership.ensure_held()
                 deleted += administrator.delete_tables(
-                    roles=("lease", "worker_metrics"), before_delete=leadership.ensure_held
+                    roles=tuple(role for role in ROLE_NAMES if role != lock_role), before_delete=leadership.ensure_held
                 )
         except LeaseCoreError:
             release_quietly(lock)  # a refused teardown (deletion protection, ...) must not block every round

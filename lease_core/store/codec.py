@@ -157,10 +157,34 @@ def multi_stream_attributes(lease: Lease) -> Item:
     return {STREAM_NAME: string_value(lease.stream_name), SHARD_ID: string_value(lease.shard_id)}
 
 
+# KCL 3.5's entity types for the items of the lease table that are not leases.
+WORKER_METRIC_STATS_ENTITY_TYPE = "WORKER_METRIC_STATS"
+STREAM_ENTITY_TYPE = "STREAM"
+LEADER_ENTITY_TYPE = "LEADER"
+CLIENT_VERSION_MIGRATION_ENTITY_TYPE = "CLIENT_VERSION_MIGRATION"
+TABLE_MIGRATION_ENTITY_TYPE = "TABLE_MIGRATION"
+# Coordinator-state records written before KCL tagged them are known by their key.
+LEGACY_COORDINATOR_STATE_KEYS: Mapping[str, str] = {
+    "Leader": LEADER_ENTITY_TYPE,
+    "Migration3.0": CLIENT_VERSION_MIGRATION_ENTITY_TYPE,
+    "TableMigration3.5": TABLE_MIGRATION_ENTITY_TYPE,
+}
+
+
+def entity_type(item: Mapping[str, AttributeValue]) -> str:
+    """The entity type of a lease-table item: its `entityType`, else its well-known coordinator-state
+    key's, else LEASE (KCL before 3.5 tags nothing)."""
+    tagged = item.get(ENTITY_TYPE)
+    if tagged is not None:
+        return str(tagged.get("S", ""))
+    key = item.get(LEASE_KEY, {}).get("S")
+    return LEGACY_COORDINATOR_STATE_KEYS.get(key, LEASE_ENTITY_TYPE) if isinstance(key, str) else LEASE_ENTITY_TYPE
+
+
 def is_lease_item(item: Mapping[str, AttributeValue]) -> bool:
-    """KCL 3.5+: an item with an `entityType` other than LEASE is not a lease (§1.3)."""
-    entity = item.get(ENTITY_TYPE)
-    return entity is None or entity.get("S") == LEASE_ENTITY_TYPE
+    """KCL 3.5+: an item of another entity type is not a lease (§1.6), nor is an untagged
+    coordinator-state record under its well-known key."""
+    return entity_type(item) == LEASE_ENTITY_TYPE
 
 
 def lease_from_item(item: Mapping[str, AttributeValue]) -> Lease:

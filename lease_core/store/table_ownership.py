@@ -8,7 +8,8 @@ names the lease table `other-CoordinatorState`) or with anything else in the acc
 is refused, named with what does not match, and left untouched, as are the application's others.
 
 A KCL lease table is the application's lease table: KCL 2.x tables lack the owner index (setup adds
-it), and KCL 3.5 keeps items of other entity types in it (docs/protocol.md §1.3).
+it), and in the single layout (docs/protocol.md §1.7) KCL 3.5 and this project keep worker metrics and
+coordinator state in it, each item checked as the worker-metrics or coordinator-state item it is.
 """
 
 from __future__ import annotations
@@ -17,8 +18,16 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from lease_core.errors import CorruptLeaseError
-from lease_core.store.codec import AttributeValue, is_lease_item, lease_from_item
+from lease_core.store.codec import (
+    LEASE_ENTITY_TYPE,
+    LEASE_KEY,
+    WORKER_METRIC_STATS_ENTITY_TYPE,
+    AttributeValue,
+    entity_type,
+    lease_from_item,
+)
 from lease_core.store.dynamodb_store import OWNER_INDEX_NAME
+from lease_core.store.lease_table_records import COORDINATOR_STATE_ENTITY_TYPES
 
 ROLE_NAMES = {
     "lease": "lease table",
@@ -81,8 +90,13 @@ def item_mismatch(role: str, item: Mapping[str, AttributeValue]) -> str | None:
 
 
 def _lease_item_mismatch(item: Mapping[str, AttributeValue]) -> str | None:
-    if not is_lease_item(item):
-        return None  # a KCL 3.5 item of another entity type: KCL's table, so the application's
+    kind = entity_type(item)
+    if kind == WORKER_METRIC_STATS_ENTITY_TYPE:
+        return _worker_metrics_item_mismatch(_keyed_as(item, "wid"))
+    if kind in COORDINATOR_STATE_ENTITY_TYPES:
+        return _coordinator_state_item_mismatch(_keyed_as(item, "key"))
+    if kind != LEASE_ENTITY_TYPE:
+        return None  # an entity type of a KCL newer than this project: KCL's table, so the application's
     try:
         lease_from_item(item)
     except CorruptLeaseError as error:
@@ -115,6 +129,12 @@ def _coordinator_state_item_mismatch(item: Mapping[str, AttributeValue]) -> str 
         return None  # KCL's stream-info record (docs/protocol.md §5.3), keyed by the stream
 
     return f"its item {key!r} is not a coordinator-state record (neither KCL's nor this library's)"
+
+
+def _keyed_as(item: Mapping[str, AttributeValue], hash_key: str) -> dict[str, AttributeValue]:
+    """A lease-table item of the single layout as its own table would hold it: keyed by `hash_key`."""
+    keyed = {name: value for name, value in item.items() if name != LEASE_KEY}
+    return {**keyed, hash_key: item[LEASE_KEY]} if LEASE_KEY in item else keyed
 
 
 def _string(item: Mapping[str, AttributeValue], name: str) -> str:

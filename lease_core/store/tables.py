@@ -1,9 +1,10 @@
-"""The three DynamoDB tables of an application, as KCL 3.0-3.4 lays them out (docs/protocol.md §1.4, §5).
+"""The DynamoDB tables of an application, as KCL lays them out (docs/protocol.md §1.4, §1.7, §5).
 
 - the lease table: hash key `leaseKey` (S) and the GSI `LeaseOwnerToLeaseKeyIndex`
   (`leaseOwner` HASH, `leaseKey` RANGE, KEYS_ONLY);
-- `<app>-WorkerMetricStats`: hash key `wid` (S);
-- `<app>-CoordinatorState`: hash key `key` (S).
+- in the `separate` layout (KCL 3.0-3.4) also `<app>-WorkerMetricStats`: hash key `wid` (S), and
+  `<app>-CoordinatorState`: hash key `key` (S). In the `single` layout (KCL 3.5) their items live in
+  the lease table, and setup creates only it.
 
 Creation is idempotent and safe under concurrent creators: an existing table is kept, losing a
 creation race counts as success, and every caller waits for ACTIVE. Billing mode, deletion
@@ -28,6 +29,7 @@ from lease_core.config.settings import ConsumerConfig
 from lease_core.errors import ForeignTableError, TableNotReadyError, TableProtectedError
 from lease_core.retry import RetryPolicy
 from lease_core.store.dynamodb_store import OWNER_INDEX_NAME
+from lease_core.store.table_layout import SINGLE, LayoutDecision, detect_layout
 from lease_core.store.table_ownership import ROLE_NAMES, SAMPLE_ITEMS, item_mismatch, schema_mismatch
 
 READY_STATUSES = frozenset({"ACTIVE", "UPDATING"})
@@ -74,7 +76,8 @@ class TableAdministrator:
     ) -> None:
         self.client = client
         self.config = config
-        self._caller = AwsCaller("dynamodb", retry_policy or RetryPolicy())
+        self._retry_policy = retry_policy or RetryPolicy()
+        self._caller = AwsCaller("dynamodb", self._retry_policy)
         self._sleep = sleep
         self._monotonic = monotonic
 
@@ -122,12 +125,23 @@ class TableAdministrator:
 
     # --- creating ---------------------------------------------------------------------------
 
+    def layout(self) -> LayoutDecision:
+        """The application's table layout, read from its tables (`table_layout`)."""
+        separate_tables = (self.config.worker_metrics_table, self.config.coordinator_state_table)
+        return detect_layout(
+            self.client, self.config.lease_table, separate_tables, self.config.lease_table_layout, self._retry_policy
+        )
+
     def ensure_tables(self) -> list[TableReport]:
-        """Create whatever is missing, add a missing owner index, and wait until all are ready.
-        An existing table of another schema is refused before anything is created or changed."""
+        """Create whatever the application's layout lacks, add a missing owner index, and wait until all
+        are ready. An existing table of another schema, or tables of both layouts, are refused before
+        anything is created or changed."""
         existing = self.verify_tables(SETUP)
+        single = self.layout().layout == SINGLE
         reports = []
         for layout in application_tables(self.config):
+            if single and layout.role != "lease":
+                continue
             created = layout.name not in existing and self._create(layout)
             description = self._wait_until_ready(layout)
             if layout.owner_index and not _has_owner_index(description):

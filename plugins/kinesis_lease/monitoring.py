@@ -56,6 +56,7 @@ from lease_core.ops.status import (
     status_report,
 )
 from lease_core.store.lease_store import LeaseScan
+from lease_core.store.table_layout import SINGLE, layout_document, table_migration_status
 
 ROUNDS_SHOWN = 100
 # The lock is only read: the name never writes, it is what LeaderLock requires of a contender.
@@ -121,6 +122,7 @@ class ApplicationReads:
     read_at_millis: int = 0
     last_round_left_out: int = 0  # rows of the last round that did not fit its record (round_history)
     stream_consumers: tuple[StreamConsumerState, ...] = ()  # the application's fan-out consumers
+    table_layout: Mapping[str, str | None] = field(default_factory=dict)  # `table_layout.layout_document`
 
     @cached_property
     def report(self) -> StatusReport:
@@ -160,10 +162,22 @@ def read_application(app: LeaseApplication, now_millis: Callable[[], int] = wall
         now_millis(),
         left_out,
         tuple(consumers),
+        layout_document(app.table_layout, table_migration_status(app.state_store)),
     )
 
 
 # --- the overview -------------------------------------------------------------------------------
+
+
+def _tables(config: ConsumerConfig, layout: str | None) -> dict[str, str]:
+    """The application's tables by role; in the single layout all three roles are the lease table's."""
+    if layout == SINGLE:
+        return dict.fromkeys(("lease", "worker_metrics", "coordinator_state"), config.lease_table)
+    return {
+        "lease": config.lease_table,
+        "worker_metrics": config.worker_metrics_table,
+        "coordinator_state": config.coordinator_state_table,
+    }
 
 
 @dataclass(frozen=True)
@@ -187,11 +201,8 @@ def application_document(reads: ApplicationReads, runs: RunLinks | None = None) 
     application = config.require_application_name()
     return {
         "application": application,
-        "tables": {
-            "lease": config.lease_table,
-            "worker_metrics": config.worker_metrics_table,
-            "coordinator_state": config.coordinator_state_table,
-        },
+        "tables": _tables(config, reads.table_layout.get("layout")),
+        "table_layout": dict(reads.table_layout),
         "now_millis": reads.read_at_millis,
         "leader": leader_document(reads, runs or RunLinks()),
         "summary": {

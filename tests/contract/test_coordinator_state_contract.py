@@ -1,4 +1,5 @@
-"""One contract for the coordinator-state store: in memory and on DynamoDB (moto)."""
+"""One contract for the coordinator-state store: in memory and on DynamoDB (moto), in its own table
+(`<app>-CoordinatorState`) and in the lease table (KCL 3.5's single-table layout, docs/protocol.md §1.7)."""
 
 from __future__ import annotations
 
@@ -15,19 +16,25 @@ from lease_core.store.coordinator_state import (
     decide_and_record,
     update_record,
 )
+from lease_core.store.lease_table_records import coordinator_state_records
+from lease_core.store.record_table import DynamoDBRecordTable, InMemoryRecordTable
 from lease_core.store.tables import TableAdministrator
 from tests.support.faults import AnswerLostClient
 from tests.support.stores import FAST_RETRIES, fast_config
 
 
-@pytest.fixture(params=["memory", "dynamodb"])
+@pytest.fixture(params=["memory", "dynamodb", "memory lease table", "dynamodb lease table"])
 def state(request, unique_name):
     if request.param == "memory":
         return InMemoryCoordinatorStateStore()
+    if request.param == "memory lease table":
+        return coordinator_state_records(InMemoryRecordTable("in-memory-leases", "leaseKey"))
     endpoint = request.getfixturevalue("moto_endpoint")
     client = boto3.client("dynamodb", endpoint_url=endpoint, region_name="us-east-1")
     config = fast_config(unique_name)
     TableAdministrator(client, config, retry_policy=FAST_RETRIES).ensure_tables()
+    if request.param == "dynamodb lease table":
+        return coordinator_state_records(DynamoDBRecordTable(client, config.lease_table, "leaseKey", FAST_RETRIES))
     return DynamoDBCoordinatorStateStore(client, config.coordinator_state_table, retry_policy=FAST_RETRIES)
 
 

@@ -1,20 +1,33 @@
-"""One contract for the worker-metrics store: in memory and on DynamoDB (moto, `<app>-WorkerMetricStats`)."""
+"""One contract for the worker-metrics store: in memory and on DynamoDB (moto), in its own table
+(`<app>-WorkerMetricStats`) and in the lease table (KCL 3.5's single-table layout, docs/protocol.md §1.7)."""
 
 from __future__ import annotations
 
 import pytest
 
 from lease_core.errors import TableNotFoundError
-from lease_core.metrics.worker_metrics import DynamoDBWorkerMetricsStore, InMemoryWorkerMetricsStore, WorkerMetricStats
+from lease_core.metrics.worker_metrics import (
+    DynamoDBWorkerMetricsStore,
+    InMemoryWorkerMetricsStore,
+    WorkerMetricsStore,
+    WorkerMetricStats,
+)
+from lease_core.store.lease_table_records import worker_metrics_records
+from lease_core.store.record_table import DynamoDBRecordTable, InMemoryRecordTable
 from tests.support.faults import FaultInjectingClient, client_error
 from tests.support.stores import FAST_RETRIES, dynamodb_store
 
 
-@pytest.fixture(params=["memory", "dynamodb"])
+@pytest.fixture(params=["memory", "dynamodb", "memory lease table", "dynamodb lease table"])
 def store(request, unique_name):
     if request.param == "memory":
         return InMemoryWorkerMetricsStore()
+    if request.param == "memory lease table":
+        return WorkerMetricsStore(worker_metrics_records(InMemoryRecordTable("in-memory-leases", "leaseKey")))
     lease_store = dynamodb_store(request.getfixturevalue("moto_endpoint"), unique_name)
+    if request.param == "dynamodb lease table":
+        lease_table = DynamoDBRecordTable(lease_store.client, unique_name, "leaseKey", FAST_RETRIES)
+        return WorkerMetricsStore(worker_metrics_records(lease_table))
     return DynamoDBWorkerMetricsStore(lease_store.client, f"{unique_name}-WorkerMetricStats", retry_policy=FAST_RETRIES)
 
 

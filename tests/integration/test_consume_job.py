@@ -113,6 +113,32 @@ def test_several_rounds_land_every_record_exactly_once(spark, pipeline):
     assert all(lease.pending_checkpoint is None for lease in leases.values())
 
 
+def test_in_kcl_3_5_s_single_table_layout_rounds_land_every_record_exactly_once_with_one_table(
+    spark, unique_name, kinesis_endpoint, moto_endpoint, tmp_path
+):
+    pipeline = pipeline_on_new_stream(
+        unique_name,
+        3,
+        kinesis_endpoint,
+        moto_endpoint,
+        tmp_path,
+        initial_position_in_stream="TRIM_HORIZON",
+        lease_table_layout="single",
+    )
+    for produced in (300, 200):
+        pipeline.produce(produced, hot_keys=2)
+        report = pipeline.round(spark, workers=2)
+        assert report.succeeded, report.summary()
+    assert_exactly_once(pipeline)
+    tables = pipeline.dynamodb.list_tables()["TableNames"]
+    assert [name for name in tables if name.startswith(unique_name)] == [unique_name]
+    items = pipeline.dynamodb.scan(TableName=unique_name, ConsistentRead=True)["Items"]
+    kinds = {item["leaseKey"]["S"]: item.get("entityType", {}).get("S") for item in items}
+    assert {kinds[slot] for slot in slot_ids(unique_name, 2)} == {"WORKER_METRIC_STATS"}
+    assert kinds["AssignmentRound"] == "LEADER"
+    assert len(pipeline.leases()) == 3
+
+
 def test_the_round_report_and_the_tables_carry_what_the_next_assignment_needs(spark, pipeline):
     pipeline.produce(300, hot_keys=2)
     report = pipeline.round(spark, workers=2)

@@ -315,6 +315,8 @@ def test_the_overview_shows_the_running_leader_and_the_rounds_newest_first_with_
         "worker_metrics": f"{application}-WorkerMetricStats",
         "coordinator_state": f"{application}-CoordinatorState",
     }
+    assert overview["table_layout"]["layout"] == "separate"
+    assert overview["table_layout"]["table_migration"] is None
 
 
 def test_before_leases_report_throughput_the_load_follows_lease_counts(server, token, moto_endpoint, unique_name):

@@ -13,6 +13,7 @@ from kinesis_lease.operators import EnsureLeaseTablesOperator
 
 from lease_core.errors import ForeignTableError, StreamNotFoundError
 from lease_core.store.tables import TableAdministrator
+from tests.support.kcl_tables import LEASE, TABLE_MIGRATION, WORKER_METRIC_STATS
 from tests.support.leasectl import run_leasectl
 from tests.support.stores import FAST_RETRIES, fast_config
 
@@ -166,6 +167,26 @@ def test_teardown_deletes_a_kcl_2x_lease_table_alone(moto_endpoint, dynamodb_cli
     result = leasectl(moto_endpoint, unique_name, "teardown", "--yes")
     assert (result.returncode, result.stdout.split()) == (0, ["deleted", unique_name]), result.stderr
     assert table_names(dynamodb_client, unique_name) == set()
+
+
+def test_teardown_deletes_a_kcl_3_5_single_table_lease_table_under_the_lock_in_it(
+    moto_endpoint, dynamodb_client, unique_name
+):
+    create_table(dynamodb_client, unique_name, "leaseKey", items=[LEASE, WORKER_METRIC_STATS, TABLE_MIGRATION])
+    result = leasectl(moto_endpoint, unique_name, "teardown", "--yes")
+    assert (result.returncode, result.stdout.split()) == (0, ["deleted", unique_name]), result.stderr
+    assert table_names(dynamodb_client, unique_name) == set()
+
+
+def test_teardown_refuses_a_lease_table_whose_worker_metrics_item_is_not_kcl_s(
+    moto_endpoint, dynamodb_client, unique_name
+):
+    foreign = {**WORKER_METRIC_STATS, "price": {"N": "3"}}
+    create_table(dynamodb_client, unique_name, "leaseKey", items=[LEASE, foreign])
+    result = leasectl(moto_endpoint, unique_name, "teardown", "--yes")
+    assert result.returncode == 1
+    assert "'worker-1' is not a worker-metrics item: attribute 'price' is not one of KCL's" in result.stderr
+    assert table_names(dynamodb_client, unique_name) == {unique_name}
 
 
 # --- init and ensure_tables --------------------------------------------------------------------------

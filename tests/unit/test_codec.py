@@ -318,6 +318,11 @@ def test_only_items_without_entity_type_or_with_lease_are_leases(entity_type: st
     assert is_lease_item(item) is is_lease
 
 
+@pytest.mark.parametrize("key", ["Leader", "Migration3.0", "TableMigration3.5"])
+def test_an_untagged_coordinator_state_record_under_its_well_known_key_is_not_a_lease(key: str) -> None:
+    assert not is_lease_item({"leaseKey": {"S": key}, "ownerName": {"S": "worker-1"}})
+
+
 # --- (d) corrupt items ---------------------------------------------------------------------------------
 
 GOOD_ITEM: Item = {

@@ -633,11 +633,21 @@
 
   // --- the page -------------------------------------------------------------------------------------
 
+  // The tables, and where worker metrics and coordinator state live: the lease table itself in KCL 3.5's single layout.
+  function tablesText(tables, layout) {
+    const migration = layout.table_migration ? `; table migration: ${layout.table_migration}` : "";
+    if (layout.layout === "single") {
+      return `Tables: ${tables.lease} (leases, worker metrics and coordinator state: single-table layout${migration})`;
+    }
+    return (
+      `Tables: ${tables.lease} (leases), ${tables.worker_metrics} (worker metrics), ` +
+      `${tables.coordinator_state} (coordinator state)${migration}`
+    );
+  }
+
   function renderOverview(overview) {
     byId("application-name").textContent = overview.application;
-    const tables = overview.tables;
-    byId("tables").textContent =
-      `Tables: ${tables.lease} (leases), ${tables.worker_metrics} (worker metrics), ${tables.coordinator_state} (coordinator state)`;
+    byId("tables").textContent = tablesText(overview.tables, overview.table_layout || {});
     const rounds = overview.rounds || [];
     byId("leader").textContent = leaderText(overview.leader, rounds);
     byId("last-round").replaceChildren(...lastRoundNodes(rounds[0]));

@@ -1,0 +1,163 @@
+"""Which table layout an application's DynamoDB tables use (docs/protocol.md §1.7).
+
+KCL 3.0-3.4 keep worker metrics and coordinator state in two tables of their own next to the lease
+table (`separate`); KCL 3.5 keeps them in the lease table itself, each item tagged by `entityType`
+(`single`), and makes that the default of a new application (`lease_table_layout`). An existing
+application's layout is read from its tables, whatever the setting says: an application whose lease
+table holds KCL 3.5 items of another entity type is `single`, one with either of the two separate
+tables is `separate`, and one with both is refused, since reading one layout would miss what was
+written to the other. Only an application whose tables show neither gets the configured layout.
+
+`decide_layout` is pure (an item's entity type is `codec.entity_type`); `detect_layout` does the DynamoDB reads.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import partial
+from typing import Any, Literal, TypeAlias
+
+import botocore.exceptions
+
+from lease_core.aws import AwsCaller, error_code
+from lease_core.errors import LayoutConflictError
+from lease_core.retry import RetryPolicy
+from lease_core.store.codec import ENTITY_TYPE, LEASE_ENTITY_TYPE, LEASE_KEY, entity_type
+from lease_core.store.record_table import RecordTable, text
+
+TableLayoutName: TypeAlias = Literal["separate", "single"]
+SEPARATE: TableLayoutName = "separate"
+SINGLE: TableLayoutName = "single"
+# KCL 3.5's table-migration record and its status attribute.
+TABLE_MIGRATION_KEY = "TableMigration3.5"
+TABLE_MIGRATION_STATUS = "tm"
+# The coordinator-state keys a single-layout lease table comes to hold: this project's round counter
+# (after its first assignment), the leader lock (while a leader holds it), KCL 3.5's table migration.
+PROBED_KEYS = ("AssignmentRound", "Leader", TABLE_MIGRATION_KEY)
+
+
+@dataclass(frozen=True)
+class TablesFound:
+    """What the layout is decided from: which tables exist and whether the lease table holds items
+    of KCL 3.5's other entity types."""
+
+    lease_table: bool
+    worker_metrics_table: bool
+    coordinator_state_table: bool
+    non_lease_items: bool
+
+
+@dataclass(frozen=True)
+class LayoutDecision:
+    layout: TableLayoutName
+    reason: str
+
+
+def decide_layout(
+    found: TablesFound, lease_table: str, separate_tables: tuple[str, str], configured: TableLayoutName
+) -> LayoutDecision:
+    """The application's layout from what its tables hold, `configured` when they show none; raises
+    LayoutConflictError when they hold both."""
+    exists = (found.worker_metrics_table, found.coordinator_state_table)
+    separate_found = [name for name, found_it in zip(separate_tables, exists, strict=True) if found_it]
+    if found.non_lease_items and separate_found:
+        raise LayoutConflictError(lease_table, tuple(separate_found))
+    if found.non_lease_items:
+        return LayoutDecision(SINGLE, f"lease table {lease_table!r} holds worker metrics or coordinator state")
+    if separate_found:
+        return LayoutDecision(SEPARATE, f"table(s) {', '.join(repr(name) for name in separate_found)} exist")
+    if found.lease_table:
+        # A lease table with nothing but leases: KCL 2.x, or KCL 3.5 before its first worker reported.
+        return LayoutDecision(configured, f"lease table {lease_table!r} holds only leases: lease_table_layout")
+    return LayoutDecision(configured, "a new application: lease_table_layout")
+
+
+def detect_layout(
+    client: Any,
+    lease_table: str,
+    separate_tables: tuple[str, str],
+    configured: TableLayoutName,
+    retry_policy: RetryPolicy | None = None,
+) -> LayoutDecision:
+    """Read which tables exist and whether the lease table holds non-lease items, then decide.
+
+    The lease table is first probed at the coordinator-state keys every single-layout application
+    comes to hold (`PROBED_KEYS`): a few reads, so that every process of a round can afford them.
+    Only when none is there and no separate table exists either is the lease table scanned (up to
+    the first non-lease item): then nothing else can tell a KCL 3.5 application whose lock is
+    released and whose workers wrote only metrics from a lease table of nothing but leases. Next to a
+    separate table a lease table is not scanned, so a conflict is found only through those keys.
+    """
+    caller = AwsCaller("dynamodb", retry_policy or RetryPolicy())
+    worker_metrics_table, coordinator_state_table = separate_tables
+    lease_table_exists = _exists(client, caller, lease_table)
+    worker_metrics_exists = _exists(client, caller, worker_metrics_table)
+    coordinator_state_exists = _exists(client, caller, coordinator_state_table)
+    non_lease_items = lease_table_exists and _holds_probed_key(client, caller, lease_table)
+    if lease_table_exists and not non_lease_items and not (worker_metrics_exists or coordinator_state_exists):
+        non_lease_items = _holds_non_lease_items(client, caller, lease_table)
+    found = TablesFound(lease_table_exists, worker_metrics_exists, coordinator_state_exists, non_lease_items)
+    return decide_layout(found, lease_table, separate_tables, configured)
+
+
+def _holds_probed_key(client: Any, caller: AwsCaller, table_name: str) -> bool:
+    """Whether any of `PROBED_KEYS` is a non-lease item of the lease table (strongly consistent reads)."""
+    for key in PROBED_KEYS:
+        response = caller.call(
+            "GetItem",
+            partial(
+                client.get_item,
+                TableName=table_name,
+                Key={LEASE_KEY: {"S": key}},
+                ProjectionExpression="#key, #entity",
+                ExpressionAttributeNames={"#key": LEASE_KEY, "#entity": ENTITY_TYPE},
+                ConsistentRead=True,
+            ),
+            table_name,
+        )
+        item = response.get("Item")
+        if item is not None and entity_type(item) != LEASE_ENTITY_TYPE:
+            return True
+    return False
+
+
+def _exists(client: Any, caller: AwsCaller, table_name: str) -> bool:
+    def describe() -> bool:
+        try:
+            client.describe_table(TableName=table_name)
+        except botocore.exceptions.ClientError as error:
+            if error_code(error) == "ResourceNotFoundException":
+                return False
+            raise
+        return True
+
+    return caller.call("DescribeTable", describe)
+
+
+def _holds_non_lease_items(client: Any, caller: AwsCaller, table_name: str) -> bool:
+    """Whether any item is not a lease: scans keys and entity types only, and stops at the first found."""
+    arguments: dict[str, Any] = {
+        "TableName": table_name,
+        "ProjectionExpression": "#key, #entity",
+        "ExpressionAttributeNames": {"#key": LEASE_KEY, "#entity": ENTITY_TYPE},
+        "ConsistentRead": True,
+    }
+    while True:
+        page = caller.call("Scan", partial(client.scan, **arguments), table_name)
+        if any(entity_type(item) != LEASE_ENTITY_TYPE for item in page.get("Items", [])):
+            return True
+        if "LastEvaluatedKey" not in page:
+            return False
+        arguments["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+
+
+def table_migration_status(state: RecordTable) -> str | None:
+    """KCL 3.5's table-migration status (the `tm` of its `TableMigration3.5` record, e.g.
+    `TABLE_MIGRATION_STATUS_COMPLETE`), or None when no migration was started."""
+    record = state.get(TABLE_MIGRATION_KEY)
+    return None if record is None else text(record, TABLE_MIGRATION_STATUS, "?")
+
+
+def layout_document(decision: LayoutDecision, table_migration: str | None) -> dict[str, str | None]:
+    """The layout as `leasectl status --json` and the monitoring page show it."""
+    return {"layout": decision.layout, "reason": decision.reason, "table_migration": table_migration}
