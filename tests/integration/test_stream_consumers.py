@@ -31,7 +31,7 @@ from lease_core.retrieval.fanout.stream_consumers import StreamConsumers
 from tests.support.leasectl import run_leasectl
 from tests.support.stores import FAST_RETRIES, fast_config
 
-STREAMS = [StreamSpec(f"s-{name}", records_per_shard=1) for name in range(12)]
+STREAMS = [StreamSpec(f"s-{name}", records_per_shard=1) for name in range(14)]
 LIFECYCLE = FanOutLimits(activation_seconds=0.3, deletion_seconds=0.2, subscribe_calls_per_second=None)
 STUCK = FanOutLimits(activation_seconds=600, subscribe_calls_per_second=None)
 
@@ -260,6 +260,39 @@ def test_a_consumer_recreated_by_hand_is_not_ours_and_teardown_leaves_it_while_d
     assert [name for name, _ in consumers_on(kinesis, "s-5")] == [unique_name]
 
 
+class RegisteredBeforeTheClaim:
+    """The coordinator-state table, with someone else registering the consumer name on `stream` just
+    before the application's claim lands: between its look (no consumer of the name) and its claim."""
+
+    def __init__(self, state: Any, kinesis: Any, stream: str, consumer_name: str) -> None:
+        self._state = state
+        self._register: Callable[[], object] | None = lambda: kinesis.register_stream_consumer(
+            StreamARN=stream_arn(stream), ConsumerName=consumer_name
+        )
+
+    def put(self, key: str, attributes: Any, expected: Any = None) -> bool:
+        register, self._register = self._register, None
+        if register is not None and "consumerARN" not in attributes and attributes.get("nameFree") is False:
+            register()
+        return bool(self._state.put(key, attributes, expected))
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._state, name)
+
+
+def test_a_consumer_registered_by_someone_else_between_the_application_s_look_and_its_claim_is_refused(
+    moto_endpoint, standin, unique_name
+):
+    app = application(moto_endpoint, standin.endpoint, unique_name)
+    kinesis = app.client("kinesis")
+    state = RegisteredBeforeTheClaim(app.state_store, kinesis, "s-12", unique_name)
+    consumers = StreamConsumers(kinesis, state, unique_name, stream_arn, retry_policy=FAST_RETRIES, poll_seconds=0.05)
+    with pytest.raises(ForeignStreamConsumerError, match="had it when this application, having claimed the name"):
+        consumers.ensure("s-12")
+    assert consumers_of(app).describe("s-12").ours is False
+    assert [name for name, _ in consumers_on(kinesis, "s-12")] == [unique_name]
+
+
 # --- Kinesis' limits and a consumer that does not become ACTIVE ------------------------------------
 
 
@@ -325,6 +358,30 @@ def test_a_consumer_deregistered_by_hand_is_registered_again_and_a_slot_finds_th
     assert second.ours and second.consumer_arn != first.consumer_arn
     assert slot.arn("s-9") == first.consumer_arn  # what the slot looked up, until Kinesis refuses it
     assert slot.refresh("s-9", first.consumer_arn) == second.consumer_arn
+
+
+def test_a_consumer_deregistered_by_hand_is_registered_again_as_the_application_s_own_with_a_clock_ahead_of_kinesis(
+    moto_endpoint, standin, unique_name
+):
+    # The fan-out campaign's finding: Kinesis' clock (kinesis-mock's) ran seconds behind the host's, so
+    # the re-registered consumer was created "before" the claim and refused as another application's.
+    app = application(moto_endpoint, standin.endpoint, unique_name)
+    kinesis = app.client("kinesis")
+    ahead = StreamConsumers(
+        kinesis,
+        app.state_store,
+        unique_name,
+        stream_arn,
+        retry_policy=FAST_RETRIES,
+        poll_seconds=0.05,
+        wall_clock_millis=lambda: int(time.time() * 1000) + 10_000,
+    )
+    first = ahead.ensure("s-13")
+    kinesis.deregister_stream_consumer(ConsumerARN=first.consumer_arn)
+    until(gone(kinesis, "s-13", unique_name))
+    second = ahead.ensure("s-13")
+    assert second.ours and second.status == "ACTIVE" and second.consumer_arn != first.consumer_arn
+    assert consumers_of(app).arn("s-13") == second.consumer_arn
 
 
 class OverlappingDescribes:

@@ -3,12 +3,13 @@ against the application's ownership record (lease_core.retrieval.fanout.stream_c
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from lease_core.retrieval.fanout.stream_consumers import (
     CLAIM_FRESH_MILLIS,
     CLAIM_REGISTERS_WITHIN_MILLIS,
-    CLOCK_TOLERANCE_MILLIS,
     Consumer,
     Ownership,
     Step,
@@ -26,7 +27,9 @@ def consumer(status: str = "ACTIVE", arn: str = ARN, created: int = CLAIMED + 10
     return Consumer(name, arn, status, created)
 
 
-CLAIM = Ownership("orders", NAME, STREAM_ARN, CLAIMED, version="v1")
+CLAIM = Ownership("orders", NAME, STREAM_ARN, CLAIMED, version="v1", name_free=True)
+# Claimed, and Kinesis not yet asked since: a consumer found now was there when the name was claimed.
+UNCHECKED = Ownership("orders", NAME, STREAM_ARN, CLAIMED, version="v0")
 OWNED = Ownership("orders", NAME, STREAM_ARN, CLAIMED, ARN, CLAIMED + 1000, version="v2")
 
 
@@ -35,16 +38,20 @@ OWNED = Ownership("orders", NAME, STREAM_ARN, CLAIMED, ARN, CLAIMED + 1000, vers
     [
         pytest.param(None, None, Step.CLAIM, id="nothing-yet-claim-first"),
         pytest.param(None, consumer(), Step.FOREIGN, id="a-consumer-without-our-record-is-foreign"),
-        pytest.param(CLAIM, None, Step.REGISTER, id="our-claim-and-no-consumer-register"),
+        pytest.param(UNCHECKED, None, Step.MARK_FREE, id="our-claim-and-no-consumer-since-mark-the-name-free"),
+        pytest.param(CLAIM, None, Step.REGISTER, id="our-name-free-claim-and-no-consumer-register"),
         pytest.param(CLAIM, consumer("CREATING"), Step.RECORD, id="created-under-our-claim-record-it"),
         pytest.param(
             CLAIM,
-            consumer(created=CLAIMED - CLOCK_TOLERANCE_MILLIS + 1),
+            consumer(created=CLAIMED - 60_000),
             Step.RECORD,
-            id="created-just-before-the-claim-within-clock-tolerance",
+            id="created-under-our-claim-by-a-kinesis-clock-a-minute-behind-ours",
         ),
         pytest.param(
-            CLAIM, consumer(created=CLAIMED - CLOCK_TOLERANCE_MILLIS - 1), Step.FOREIGN, id="older-than-the-claim"
+            UNCHECKED,
+            consumer(created=CLAIMED + 1000),
+            Step.FOREIGN,
+            id="there-when-we-claimed-before-the-name-was-free",
         ),
         pytest.param(
             CLAIM,
@@ -79,14 +86,14 @@ def test_what_ensure_does_next_follows_from_the_record_and_the_consumer(record, 
         pytest.param(CLAIM_FRESH_MILLIS, Step.REGISTER, id="fresh-claim-register-under-it"),
         # Its holder died before registering: a consumer registered under it now could be created past
         # its window, and then be judged foreign, registered and billed but never used.
-        pytest.param(CLAIM_FRESH_MILLIS + 1, Step.CLAIM, id="stale-claim-claimed-afresh-first"),
+        pytest.param(CLAIM_FRESH_MILLIS + 1, Step.MARK_FREE, id="stale-claim-marked-name-free-afresh-first"),
     ],
 )
-def test_an_unfinished_claim_is_registered_under_only_while_fresh(claim_age, step):
+def test_an_unfinished_claim_is_registered_under_only_while_its_name_free_mark_is_fresh(claim_age, step):
     assert decide(CLAIM, None, NAME, CLAIMED + claim_age) is step
 
 
-def test_a_record_reads_back_as_it_was_written():
-    stored = {**OWNED.to_record(), "key": "StreamConsumer:orders"}
-    read = Ownership.from_record(stored)
-    assert read == Ownership("orders", NAME, STREAM_ARN, CLAIMED, ARN, CLAIMED + 1000, version=stored["version"])
+@pytest.mark.parametrize("record", [OWNED, CLAIM, UNCHECKED], ids=["owned", "name-free-claim", "unchecked-claim"])
+def test_a_record_reads_back_as_it_was_written(record):
+    stored = {**record.to_record(), "key": "StreamConsumer:orders"}
+    assert Ownership.from_record(stored) == dataclasses.replace(record, version=stored["version"])

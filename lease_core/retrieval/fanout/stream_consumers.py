@@ -10,22 +10,31 @@ Ownership. Kinesis does not say who registered a consumer, and a consumer name i
 name by default, which another application may also use. So the application writes its own proof,
 one record per stream in its coordinator-state table: key `StreamConsumer:<stream name>`, with the
 consumer's name, the stream's ARN, the consumer's ARN and creation time (an ARN ends with the
-creation time on Kinesis, not on moto: both are compared), `claimedAtMillis` and a `version` every
-write replaces (each write is conditional on the version read). The record is written as a claim
-(no consumer ARN yet) BEFORE registering, so that whoever finds a consumer of the name can tell:
+creation time on Kinesis, not on moto: both are compared), `claimedAtMillis`, `nameFree` and a
+`version` every write replaces (each write is conditional on the version read). The record is
+written as a claim (no consumer ARN yet) BEFORE registering, and the claim is marked `nameFree` once
+DescribeStreamConsumer, asked after the claim was written, answered that no consumer has the name.
+Whoever finds a consumer of the name can then tell, without comparing the application's clock with
+Kinesis' (a host's clock may be seconds or minutes off Kinesis'):
 
-- claim, consumer created after the claim (within minutes, `CLAIM_REGISTERS_WITHIN_MILLIS`): ours,
-  being created (by us or by an overlapping table step, whose registration answered
-  ResourceInUseException): record its ARN and wait for ACTIVE;
+- a claim marked `nameFree`, and a consumer created within minutes of it
+  (`CLAIM_REGISTERS_WITHIN_MILLIS`): ours, being created (by us, by an overlapping table step whose
+  registration answered ResourceInUseException, or by a killed try of this step): record its ARN and
+  wait for ACTIVE;
+- a claim not marked `nameFree`, and a consumer of the name: it was there when the application
+  claimed the name (registered by someone else between the application's look and its claim);
 - no record, or a record naming another ARN, and a consumer of the name: another application's, or
   one re-created by hand. `ForeignStreamConsumerError` names it; it is never used nor deregistered;
 - a record whose consumer is gone (deregistered by hand): registered again under a fresh claim, and
   slots holding the old ARN find the new one with `refresh`;
-- a claim left unfinished (its holder died, or its registration failed) and no consumer: registered
-  under it only while it is fresh (`CLAIM_FRESH_MILLIS`), else claimed afresh first.
+- a claim and no consumer: marked `nameFree` (stamped anew), then registered under while that mark
+  is fresh (`CLAIM_FRESH_MILLIS`): a claim left unfinished (its holder died, or its registration
+  failed) is marked again before anything registers under it.
 
 The decision is `decide`, pure over the record and DescribeStreamConsumer's answer; `ensure` loads,
 decides and applies until the consumer is ACTIVE, at most `activation_timeout_seconds` of waiting.
+It reads the record BEFORE asking Kinesis: an answer "no consumer of the name" is then about a
+moment after the claim it read was written, which is what `nameFree` says.
 Every Kinesis call goes through `AwsCaller` with the application's retry policy, except that
 RegisterStreamConsumer's refusals (the consumer exists, a limit) are answers here, not failures to
 retry: a stream's 20 consumers (`StreamConsumerError`) or 5 consumers in CREATING at once
@@ -61,22 +70,21 @@ STREAM_ARN = "streamARN"
 CONSUMER_ARN = "consumerARN"
 CONSUMER_CREATED = "consumerCreationEpochMillis"
 CLAIMED_AT = "claimedAtMillis"
+NAME_FREE = "nameFree"
 VERSION = "version"
 
 ACTIVE, CREATING, DELETING = "ACTIVE", "CREATING", "DELETING"
 # Kinesis' limits per stream (RegisterStreamConsumer answers LimitExceededException beyond them).
 MAX_CONSUMERS_PER_STREAM = 20
 MAX_CREATING_CONSUMERS = 5
-# A consumer's creation time is Kinesis' clock, a claim's ours: a consumer created this much before
-# the claim still counts as created under it (one created by someone else in that window would be
-# taken for ours; nothing narrower is known without Kinesis saying who registered it).
-CLOCK_TOLERANCE_MILLIS = 5_000
-# A claim registers its consumer within seconds of being written (a registration refused for a limit
-# removes it). A consumer of the name created this long after an unfinished claim was not created
-# under it: that claim's holder died before registering, and someone else registered the name since.
+# A claim registers its consumer within seconds of being marked `nameFree` (a registration refused for
+# a limit removes it). A consumer of the name created this long after an unfinished claim was not
+# created under it: that claim's holder died before registering, and someone else registered the name
+# since. The consumer's creation time is Kinesis' clock, the claim's ours: this bound is the one place
+# they meet, and the margin over `CLAIM_FRESH_MILLIS` (5 minutes) is what a clock skew may take.
 CLAIM_REGISTERS_WITHIN_MILLIS = 10 * 60_000
-# An unfinished claim older than this is claimed afresh before registering (not registered under):
-# a consumer registered under it could be created past `CLAIM_REGISTERS_WITHIN_MILLIS` and judged foreign.
+# A claim marked `nameFree` longer ago than this is marked again before registering (not registered
+# under): a consumer registered under it could be created past `CLAIM_REGISTERS_WITHIN_MILLIS`.
 CLAIM_FRESH_MILLIS = CLAIM_REGISTERS_WITHIN_MILLIS // 2
 # How often a consumer in CREATING (or DELETING) is described again: KCL's retryBackoffMillis.
 POLL_SECONDS = 1.0
@@ -122,7 +130,9 @@ class Consumer:
 
 @dataclass(frozen=True)
 class Ownership:
-    """The application's record of its consumer on one stream; a claim until `consumer_arn` is set."""
+    """The application's record of its consumer on one stream; a claim until `consumer_arn` is set.
+    `name_free`: Kinesis answered, after the claim was written, that no consumer has the name
+    (`claimed_at_millis` is then when that was recorded)."""
 
     stream_name: str
     consumer_name: str
@@ -131,6 +141,7 @@ class Ownership:
     consumer_arn: str | None = None
     consumer_created_millis: int | None = None
     version: str | None = None
+    name_free: bool = False
 
     @classmethod
     def from_record(cls, record: Mapping[str, Any]) -> Ownership:
@@ -147,6 +158,7 @@ class Ownership:
             consumer_arn=text(CONSUMER_ARN),
             consumer_created_millis=None if created is None else int(created),
             version=text(VERSION),
+            name_free=record.get(NAME_FREE) is True,
         )
 
     def to_record(self) -> dict[str, Any]:
@@ -161,23 +173,25 @@ class Ownership:
             record[CONSUMER_ARN] = self.consumer_arn
         if self.consumer_created_millis is not None:
             record[CONSUMER_CREATED] = self.consumer_created_millis
+        if self.consumer_arn is None:
+            record[NAME_FREE] = self.name_free
         return record
 
     def names(self, consumer: Consumer) -> bool:
         """Whether this record proves `consumer` the application's own."""
         if self.consumer_name != consumer.name:
             return False
-        if self.consumer_arn is None:  # a claim: what was created under it, not long after
-            earliest = self.claimed_at_millis - CLOCK_TOLERANCE_MILLIS
-            return earliest <= consumer.created_millis <= self.claimed_at_millis + CLAIM_REGISTERS_WITHIN_MILLIS
+        if self.consumer_arn is None:  # a claim: what was created once the name was free under it, not long after
+            return self.name_free and consumer.created_millis <= self.claimed_at_millis + CLAIM_REGISTERS_WITHIN_MILLIS
         return self.consumer_arn == consumer.arn and self.consumer_created_millis in (None, consumer.created_millis)
 
 
 class Step(enum.Enum):
     USE = "use"  # ours and ACTIVE
     WAIT = "wait"  # ours in CREATING, or a consumer of the name in DELETING: describe again shortly
-    CLAIM = "claim"  # no consumer of the name: claim it (afresh over a record whose consumer is gone, or a stale claim)
-    REGISTER = "register"  # our fresh claim stands and no consumer of the name exists yet
+    CLAIM = "claim"  # no consumer of the name and no claim: claim it (afresh over a record whose consumer is gone)
+    MARK_FREE = "mark_free"  # our claim stands and no consumer of the name exists since: say so, stamped now
+    REGISTER = "register"  # our claim was marked name-free lately and no consumer of the name exists yet
     RECORD = "record"  # a consumer was created under our claim: record its ARN
     FOREIGN = "foreign"  # a consumer of the name the record does not name
     RENAMED = "renamed"  # the record is of a consumer under another name
@@ -185,19 +199,18 @@ class Step(enum.Enum):
 
 def decide(record: Ownership | None, consumer: Consumer | None, consumer_name: str, now_millis: int) -> Step:
     """What `ensure` does next at `now_millis`, from the application's record and the consumer Kinesis
-    has under the name. A claim left unfinished long ago (its holder died before registering) is
-    claimed afresh first: what is registered under it must be created within its window to be ours."""
+    has under the name, asked after the record was read. A claim is marked name-free before anything
+    registers under it, and again when that mark is old (its holder died before registering): what is
+    registered under it must be created within its window to be ours."""
     if record is not None and record.consumer_name != consumer_name:
         return Step.RENAMED
     if consumer is not None and consumer.status == DELETING:
         return Step.WAIT  # gone shortly, then there is nothing to judge
     if consumer is None:
-        fresh_claim = (
-            record is not None
-            and record.consumer_arn is None
-            and now_millis - record.claimed_at_millis <= CLAIM_FRESH_MILLIS
-        )
-        return Step.REGISTER if fresh_claim else Step.CLAIM
+        if record is None or record.consumer_arn is not None:
+            return Step.CLAIM
+        fresh = record.name_free and now_millis - record.claimed_at_millis <= CLAIM_FRESH_MILLIS
+        return Step.REGISTER if fresh else Step.MARK_FREE
     if record is None or not record.names(consumer):
         return Step.FOREIGN
     if record.consumer_arn is None:
@@ -300,6 +313,10 @@ class StreamConsumers:
             claim = Ownership(stream_name, self.consumer_name, stream_arn, self._now_millis())
             expected = {self._state.hash_key: None} if record is None else {VERSION: record.version}
             self._state.put(key, claim.to_record(), expected=expected)  # lost: a racer claimed, look again
+        elif step is Step.MARK_FREE:
+            assert record is not None
+            free = Ownership(stream_name, self.consumer_name, stream_arn, self._now_millis(), name_free=True)
+            self._state.put(key, free.to_record(), expected={VERSION: record.version})  # lost: look again
         elif step is Step.REGISTER:
             assert record is not None
             if self._register(stream_arn) == "limit":
@@ -543,8 +560,14 @@ class StreamConsumers:
         assert consumer is not None
         if record is None:
             whose = "this application has no record of registering it"
+        elif record.consumer_arn is None and not record.name_free:
+            whose = "Kinesis had it when this application, having claimed the name, looked for it"
         elif record.consumer_arn is None:
-            whose = "it was created before this application claimed the name"
+            whose = (
+                f"it was created {_iso(consumer.created_millis)}, more than "
+                f"{CLAIM_REGISTERS_WITHIN_MILLIS // 60_000} minutes after this application's unfinished registration "
+                f"({_iso(record.claimed_at_millis)})"
+            )
         else:
             whose = (
                 f"this application registered {record.consumer_arn} (created {_iso(record.consumer_created_millis)})"
