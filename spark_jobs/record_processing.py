@@ -1,0 +1,139 @@
+"""How a round turns records into rows: one typed set of options, defined once here.
+
+The DAG's plan (`kinesis_lease.round_plan`) checks a run's params with `RecordProcessing.from_options`,
+the consume operator passes the result to the job as command-line flags (`to_arguments`), and the
+job's parser declares those flags from the same fields (`add_arguments`) and checks them the same
+way (`from_arguments`). A new option is a new field here, with its flag's help in its metadata.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+from lease_core.errors import ConfigurationError
+from lease_core.ops.command_line import UsageError
+from spark_jobs.dead_letters import BAD_RECORD_ACTIONS, DEFAULT_MAX_SHARE, WHOLESALE_MIN_REJECTED, BadRecordPolicy
+
+
+def _user_function(value: Any) -> str | None:
+    """A user's function (transform, decoder), `package.module:function`, imported where the job runs."""
+    if value is None or (isinstance(value, str) and not value.strip()):
+        return None
+    text = str(value).strip()
+    module, _, function = text.partition(":")
+    names_ok = all(part.isidentifier() for part in module.split(".")) and function.isidentifier()
+    if not (isinstance(value, str) and names_ok):
+        raise ValueError(f"must be of the form 'package.module:function', got {value!r}")
+    return text
+
+
+def _bad_record_action(value: Any) -> str:
+    action = value or "fail"
+    if action not in BAD_RECORD_ACTIONS:
+        raise ValueError(f"must be one of {', '.join(BAD_RECORD_ACTIONS)}, got {action!r}")
+    return str(action)
+
+
+def _share(value: Any) -> float:
+    """A share of a batch: a number above 0 and at most 1 (a flag's text, or a param's number)."""
+    if value is None or value == "":
+        return DEFAULT_MAX_SHARE
+    try:
+        share = float(value) if isinstance(value, str) else value
+    except ValueError:
+        share = None
+    if isinstance(share, bool) or not isinstance(share, int | float) or not 0 < share <= 1:
+        raise ValueError(f"must be a number above 0 and at most 1, got {value!r}")
+    return float(share)
+
+
+def _option(parse: Callable[[Any], Any], metavar: str, help: str) -> dict[str, Any]:
+    return {"parse": parse, "metavar": metavar, "help": help}
+
+
+@dataclass(frozen=True)
+class RecordProcessing:
+    transform: str | None = field(
+        default=None,
+        metadata=_option(
+            _user_function,
+            "MODULE:FUNCTION",
+            "a function pyarrow.Table -> pyarrow.Table applied to each batch before it is written",
+        ),
+    )
+    decode: str | None = field(
+        default=None,
+        metadata=_option(
+            _user_function,
+            "MODULE:FUNCTION",
+            "a function (payload bytes, record) -> row (a mapping) or None, applied to each record "
+            "before the transform",
+        ),
+    )
+    bad_records: str = field(
+        default="fail",
+        metadata=_option(
+            _bad_record_action,
+            "{" + ",".join(BAD_RECORD_ACTIONS) + "}",
+            "what a record the decoder rejects does: fail its lease (the default), or go to the dead-letter "
+            "destination beside the output (the rest of its batch lands)",
+        ),
+    )
+    dead_letter_max_share: float = field(
+        default=DEFAULT_MAX_SHARE,
+        metadata=_option(
+            _share,
+            "SHARE",
+            "with --bad-records dead_letter: a batch with more of its records rejected than this share (and at "
+            f"least {WHOLESALE_MIN_REJECTED}) fails its lease instead (the processing fails, not a few records)",
+        ),
+    )
+
+    @classmethod
+    def from_options(cls, values: Mapping[str, Any]) -> RecordProcessing:
+        """The options from `values` (a run's params, or the job's flags by option name), each checked;
+        `ConfigurationError` naming the first option that is wrong. Keys that are no option are ignored."""
+        parsed: dict[str, Any] = {}
+        for option in fields(cls):
+            try:
+                parsed[option.name] = option.metadata["parse"](values.get(option.name))
+            except ValueError as error:
+                raise ConfigurationError(option.name, str(error)) from None
+        if parsed["bad_records"] == "dead_letter" and parsed["decode"] is None:
+            needs = "dead_letter needs a decoder (decode): it rejects records one by one"
+            raise ConfigurationError("bad_records", needs)
+        return cls(**parsed)
+
+    @property
+    def bad_record_policy(self) -> BadRecordPolicy:
+        return BadRecordPolicy(self.bad_records, self.dead_letter_max_share)  # type: ignore[arg-type]  # checked
+
+    def to_arguments(self) -> list[str]:
+        """The job's flags for these options; a default is left out."""
+        arguments: list[str] = []
+        for option in fields(self):
+            value = getattr(self, option.name)
+            if value != option.default:
+                arguments += [_flag(option.name), str(value)]
+        return arguments
+
+    @classmethod
+    def add_arguments(cls, parser: argparse.ArgumentParser) -> None:
+        """One flag per option (`--bad-records` for `bad_records`), taken as text: `from_arguments` checks it."""
+        for option in fields(cls):
+            parser.add_argument(_flag(option.name), metavar=option.metadata["metavar"], help=option.metadata["help"])
+
+    @classmethod
+    def from_arguments(cls, arguments: argparse.Namespace) -> RecordProcessing:
+        """The options from the job's parsed flags; `UsageError` naming the flag that is wrong."""
+        try:
+            return cls.from_options(vars(arguments))
+        except ConfigurationError as error:
+            raise UsageError(f"{_flag(error.key)}: {error.problem}") from None
+
+
+def _flag(name: str) -> str:
+    return "--" + name.replace("_", "-")
