@@ -1,9 +1,12 @@
 """How a round turns records into rows: one typed set of options, defined once here.
 
-The DAG's plan (`kinesis_lease.round_plan`) checks a run's params with `RecordProcessing.from_options`,
-the consume operator passes the result to the job as command-line flags (`to_arguments`), and the
-job's parser declares those flags from the same fields (`add_arguments`) and checks them the same
-way (`from_arguments`). A new option is a new field here, with its flag's help in its metadata.
+The options travel as one object. A pipeline takes them as keywords (`kinesis_lease.pipeline`) and
+offers each on the trigger form (`trigger_params`); the DAG's plan (`kinesis_lease.round_plan`) checks
+a run's params with `from_options` and keeps the result, serialized once, as the plan's `processing`;
+the consume step and the idle check read it back (`from_options` again, the same checks) and hand it to
+the job as command-line flags (`to_arguments`); the job's parser declares those flags from the same
+fields (`add_arguments`) and checks them the same way (`from_arguments`). A new option is a new field
+here: its check, its flag's help and its trigger-form field in its metadata, nothing anywhere else.
 """
 
 from __future__ import annotations
@@ -50,18 +53,32 @@ def _share(value: Any) -> float:
     return float(share)
 
 
-def _option(parse: Callable[[Any], Any], metavar: str, help: str) -> dict[str, Any]:
-    return {"parse": parse, "metavar": metavar, "help": help}
+def _option(parse: Callable[[Any], Any], metavar: str, help: str, form: Mapping[str, Any]) -> dict[str, Any]:
+    """A field's metadata: its check (a value in, the option's value out, `ValueError` naming what is
+    wrong), its flag's metavar and help, and its trigger-form field (Airflow `Param` keywords: a JSON
+    Schema and a description)."""
+    return {"parse": parse, "metavar": metavar, "help": help, "form": form}
+
+
+FUNCTION_SPEC = r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*$"
 
 
 @dataclass(frozen=True)
 class RecordProcessing:
+    """The round's record-processing options, each checked (`from_options`): build it from there."""
+
     transform: str | None = field(
         default=None,
         metadata=_option(
             _user_function,
             "MODULE:FUNCTION",
             "a function pyarrow.Table -> pyarrow.Table applied to each batch before it is written",
+            {
+                "type": ["null", "string"],
+                "pattern": FUNCTION_SPEC,
+                "description": "Your batch transform, package.module:function (an Arrow table of the records in, "
+                "one out), importable where Spark runs; none: the records as they are.",
+            },
         ),
     )
     decode: str | None = field(
@@ -71,6 +88,12 @@ class RecordProcessing:
             "MODULE:FUNCTION",
             "a function (payload bytes, record) -> row (a mapping) or None, applied to each record "
             "before the transform",
+            {
+                "type": ["null", "string"],
+                "pattern": FUNCTION_SPEC,
+                "description": "Your per-record decoder, package.module:function (payload bytes and the record "
+                "in, a row out), importable where Spark runs; none: the records as they are.",
+            },
         ),
     )
     bad_records: str = field(
@@ -80,6 +103,11 @@ class RecordProcessing:
             "{" + ",".join(BAD_RECORD_ACTIONS) + "}",
             "what a record the decoder rejects does: fail its lease (the default), or go to the dead-letter "
             "destination beside the output (the rest of its batch lands)",
+            {
+                "enum": list(BAD_RECORD_ACTIONS),
+                "description": "What a record your decoder rejects does: fail its lease (loud; nothing moves until "
+                "it is fixed), or dead_letter: set it aside beside the output with its error, and land the rest.",
+            },
         ),
     )
     dead_letter_max_share: float = field(
@@ -89,6 +117,13 @@ class RecordProcessing:
             "SHARE",
             "with --bad-records dead_letter: a batch with more of its records rejected than this share (and at "
             f"least {WHOLESALE_MIN_REJECTED}) fails its lease instead (the processing fails, not a few records)",
+            {
+                "type": "number",
+                "exclusiveMinimum": 0,
+                "maximum": 1,
+                "description": "With dead_letter: a batch with more of its records rejected than this share (and at "
+                f"least {WHOLESALE_MIN_REJECTED}) fails its lease instead: the processing fails, not a few records.",
+            },
         ),
     )
 
@@ -106,6 +141,20 @@ class RecordProcessing:
             needs = "dead_letter needs a decoder (decode): it rejects records one by one"
             raise ConfigurationError("bad_records", needs)
         return cls(**parsed)
+
+    @classmethod
+    def option_names(cls) -> tuple[str, ...]:
+        return tuple(option.name for option in fields(cls))
+
+    def to_dict(self) -> dict[str, Any]:
+        """The options as plain values (JSON): what the round's plan carries to its steps."""
+        return {option.name: getattr(self, option.name) for option in fields(self)}
+
+    def trigger_params(self) -> dict[str, dict[str, Any]]:
+        """Each option's trigger-form field, `Param` keywords with these options' values as defaults."""
+        return {
+            option.name: {"default": getattr(self, option.name), **option.metadata["form"]} for option in fields(self)
+        }
 
     @property
     def bad_record_policy(self) -> BadRecordPolicy:

@@ -32,6 +32,7 @@ from lease_core.sync.step import ShardSyncReport, sync_streams
 from spark_jobs.consume_job import run_round
 from spark_jobs.consume_spec import ConsumeSpec
 from spark_jobs.lease_consumer import LeaseBudget
+from spark_jobs.record_processing import RecordProcessing
 from spark_jobs.round_report import RoundReport
 from tests.support.stores import FAST_RETRIES, fast_config
 
@@ -109,7 +110,7 @@ class ConsumerPipeline:
             output_uri=self.output_uri,
             round_number=round_number,
             budget=budget or LeaseBudget(),
-            transform=transform,
+            processing=RecordProcessing(transform=transform),
             settings=settings,
         )
 
