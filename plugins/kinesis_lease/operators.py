@@ -325,15 +325,20 @@ class IdleCheckOperator(BaseOperator):
     def execute(self, context: Any) -> dict[str, Any]:
         with airflow_outcomes():
             work = PendingWork.from_dict(self.pending_work, "the sync_shards XCom's pending_work")
-            processing = RecordProcessing.from_options(self.processing or {})
+            if work.idle:
+                self._check_user_functions(RecordProcessing.from_options(self.processing or {}))
         if work.idle:
-            if SparkSubmitHook(conn_id=self.spark_conn_id)._connection["deploy_mode"] != "cluster":
-                with tempfile.TemporaryDirectory(prefix="kinesis-idle-") as folder:
-                    reported = check_user_functions(processing, self.py_files, None, str(Path(folder) / "error.json"))
-                if reported is not None:
-                    raise reported
             raise AirflowSkipException(f"{work.summary()}; the assignment and the consume step are skipped")
         return work.to_dict()
+
+    def _check_user_functions(self, processing: RecordProcessing) -> None:
+        """The consume step's check before it submits the job; none when the driver runs elsewhere."""
+        if SparkSubmitHook(conn_id=self.spark_conn_id)._connection["deploy_mode"] == "cluster":
+            return
+        with tempfile.TemporaryDirectory(prefix="kinesis-idle-") as folder:
+            reported = check_user_functions(processing, self.py_files, None, str(Path(folder) / "error.json"))
+        if reported is not None:
+            raise reported
 
 
 class KinesisConsumeOperator(SparkSubmitOperator):
