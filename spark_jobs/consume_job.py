@@ -291,14 +291,7 @@ def prepare_round(arguments: argparse.Namespace, config: ConsumerConfig) -> Cons
     """Check everything checkable on the driver, then build the spec the slots receive."""
     app = LeaseApplication.from_config(config)
     processing = RecordProcessing.from_arguments(arguments)
-    check_prerequisites(
-        app,
-        arguments.streams,
-        arguments.output_uri,
-        processing.transform,
-        processing.decode,
-        processing.bad_record_policy.dead_letters,
-    )
+    check_prerequisites(app, arguments.streams, arguments.output_uri, processing)
     check_lease_mode(app, arguments.streams, arguments.workers)
     if arguments.report_uri:  # before the round commits anything it could then not report
         try:
@@ -332,9 +325,7 @@ def check_prerequisites(
     app: LeaseApplication,
     streams: Sequence[str],
     output_uri: str,
-    transform: str | None,
-    decode: str | None = None,
-    dead_letters: bool = False,
+    processing: RecordProcessing,
 ) -> None:
     """Fail before Spark starts, with an error naming what is missing."""
     config = app.config
@@ -343,9 +334,10 @@ def check_prerequisites(
             raise TableNotFoundError(table, "run `leasectl init` (or the DAG's ensure-tables step) first")
     for stream in streams:
         app.shard_source.stream_identifier(stream)  # raises StreamNotFoundError / StreamNotActiveError
-    decoder = load_decoder(decode)
+    decoder = load_decoder(processing.decode, processing.decode_options)
     decoded = RECORD_SCHEMA if decoder is None else decoder.columns()
-    sink = open_round_sink(output_uri, config=config, dead_letters=dead_letters)
+    sink = open_round_sink(output_uri, config=config, dead_letters=processing.bad_record_policy.dead_letters)
+    transform = processing.transform
     sink.check_writable(batch_columns(transform, load_transform(transform), decoded))
 
 

@@ -12,13 +12,15 @@ here: its check, its flag's help and its trigger-form field in its metadata, not
 from __future__ import annotations
 
 import argparse
+import json
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import MISSING, dataclass, field, fields
 from typing import Any
 
 from lease_core.errors import ConfigurationError
 from lease_core.ops.command_line import UsageError
 from spark_jobs.dead_letters import BAD_RECORD_ACTIONS, DEFAULT_MAX_SHARE, WHOLESALE_MIN_REJECTED, BadRecordPolicy
+from spark_jobs.decode import BUILT_IN_DECODERS, built_in_decoder
 
 
 def _user_function(value: Any) -> str | None:
@@ -31,6 +33,32 @@ def _user_function(value: Any) -> str | None:
     if not (isinstance(value, str) and names_ok):
         raise ValueError(f"must be of the form 'package.module:function', got {value!r}")
     return text
+
+
+def _decoder(value: Any) -> str | None:
+    """A built-in decoder's name (`spark_jobs.decode.BUILT_IN_DECODERS`), or the user's function."""
+    if isinstance(value, str) and value.strip() in BUILT_IN_DECODERS:
+        return value.strip()
+    try:
+        return _user_function(value)
+    except ValueError:
+        built_in = ", ".join(BUILT_IN_DECODERS)
+        problem = f"must be a built-in decoder ({built_in}) or 'package.module:function', got {value!r}"
+        raise ValueError(problem) from None
+
+
+def _decoder_options(value: Any) -> dict[str, Any]:
+    """A built-in decoder's options: a mapping (a flag's text: a JSON object); checked by the decoder."""
+    if value is None or value == "":
+        return {}
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except json.JSONDecodeError as error:
+            raise ValueError(f"must be a JSON object, got {value!r} ({error})") from None
+    if not isinstance(value, Mapping):
+        raise ValueError(f"must be a mapping of option names to values, got {value!r}")
+    return dict(value)
 
 
 def _bad_record_action(value: Any) -> str:
@@ -84,15 +112,28 @@ class RecordProcessing:
     decode: str | None = field(
         default=None,
         metadata=_option(
-            _user_function,
-            "MODULE:FUNCTION",
-            "a function (payload bytes, record) -> row (a mapping) or None, applied to each record "
-            "before the transform",
+            _decoder,
+            "{" + ",".join(BUILT_IN_DECODERS) + "}|MODULE:FUNCTION",
+            "a built-in decoder by name, or a function (payload bytes, record) -> row (a mapping) or None, "
+            "applied to each record before the transform",
             {
                 "type": ["null", "string"],
-                "pattern": FUNCTION_SPEC,
-                "description": "Your per-record decoder, package.module:function (payload bytes and the record "
-                "in, a row out), importable where Spark runs; none: the records as they are.",
+                "pattern": f"^(?:{'|'.join(BUILT_IN_DECODERS)})$|{FUNCTION_SPEC}",
+                "description": f"A built-in decoder ({', '.join(BUILT_IN_DECODERS)}), or your per-record decoder, "
+                "package.module:function (payload bytes and the record in, a row out), importable where Spark "
+                "runs; none: the records as they are.",
+            },
+        ),
+    )
+    decode_options: dict[str, Any] = field(
+        default_factory=dict,
+        metadata=_option(
+            _decoder_options,
+            "JSON",
+            "the built-in decoder's options, a JSON object (docs/decoders.md)",
+            {
+                "type": "object",
+                "description": "The built-in decoder's options (docs/decoders.md): for json, its schema.",
             },
         ),
     )
@@ -137,6 +178,7 @@ class RecordProcessing:
                 parsed[option.name] = option.metadata["parse"](values.get(option.name))
             except ValueError as error:
                 raise ConfigurationError(option.name, str(error)) from None
+        parsed["decode_options"] = _checked_decoder_options(parsed["decode"], parsed["decode_options"])
         if parsed["bad_records"] == "dead_letter" and parsed["decode"] is None:
             needs = "dead_letter needs a decoder (decode): it rejects records one by one"
             raise ConfigurationError("bad_records", needs)
@@ -165,8 +207,9 @@ class RecordProcessing:
         arguments: list[str] = []
         for option in fields(self):
             value = getattr(self, option.name)
-            if value != option.default:
-                arguments += [_flag(option.name), str(value)]
+            default = option.default_factory() if option.default is MISSING else option.default  # type: ignore[operator]
+            if value != default:
+                arguments += [_flag(option.name), json.dumps(value) if isinstance(value, Mapping) else str(value)]
         return arguments
 
     @classmethod
@@ -182,6 +225,18 @@ class RecordProcessing:
             return cls.from_options(vars(arguments))
         except ConfigurationError as error:
             raise UsageError(f"{_flag(error.key)}: {error.problem}") from None
+
+
+def _checked_decoder_options(decode: str | None, options: dict[str, Any]) -> dict[str, Any]:
+    """A built-in decoder's options as it reads them back; a user's decoder takes none."""
+    if decode not in BUILT_IN_DECODERS:
+        if options:
+            raise ConfigurationError("decode_options", f"are for a built-in decoder, not {decode!r}")
+        return {}
+    try:
+        return built_in_decoder(decode, options).options()
+    except ValueError as error:
+        raise ConfigurationError("decode_options", str(error)) from None
 
 
 def _flag(name: str) -> str:

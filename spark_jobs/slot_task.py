@@ -109,7 +109,7 @@ class SlotTask:
             ),
             transform_spec=spec.processing.transform,
             transform=load_transform(spec.processing.transform),
-            decoder=load_decoder(spec.processing.decode),
+            decoder=load_decoder(spec.processing.decode, spec.processing.decode_options),
             bad_records=spec.processing.bad_record_policy,
             application=self.config.require_application_name(),
             stream_incarnations=spec.stream_incarnations,

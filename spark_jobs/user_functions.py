@@ -35,7 +35,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         write_job_error(arguments.error_file, error)
         return 2
     try:
-        load_decoder(processing.decode)
+        load_decoder(processing.decode, processing.decode_options)
         load_transform(processing.transform)
     except FunctionLoadError as error:
         write_job_error(arguments.error_file, error)

@@ -98,8 +98,14 @@ class ConsumerPipeline:
         return coordinator.run(slot_ids(self.application_name, workers))
 
     def spec(
-        self, workers: int, round_number: int, budget: LeaseBudget | None = None, transform: str | None = None
+        self,
+        workers: int,
+        round_number: int,
+        budget: LeaseBudget | None = None,
+        transform: str | None = None,
+        processing: RecordProcessing | None = None,
     ) -> ConsumeSpec:
+        """The round's spec; `processing` (its record processing) or just a `transform`."""
         settings = self.config.with_overrides(
             aws_endpoint_url_kinesis=self.data_plane_kinesis or self.kinesis_endpoint,
             aws_endpoint_url_dynamodb=self.data_plane_dynamodb or self.dynamodb_endpoint,
@@ -110,7 +116,7 @@ class ConsumerPipeline:
             output_uri=self.output_uri,
             round_number=round_number,
             budget=budget or LeaseBudget(),
-            processing=RecordProcessing(transform=transform),
+            processing=processing or RecordProcessing(transform=transform),
             settings=settings,
         )
 

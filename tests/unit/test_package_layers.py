@@ -167,7 +167,7 @@ SPARK_JOBS_ALLOWED = {
     },
     "consume_spec": {"errors", "lease_consumer", "record_processing"},
     # The round's record-processing options, defined once: checked, as flags, on the trigger form.
-    "record_processing": {"errors", "dead_letters"},
+    "record_processing": {"errors", "dead_letters", "decode"},
     "lease_consumer": {"errors", "round_report", "transform", "decode", "dead_letters"},
     # What a record the decoder rejects does: fail the batch, or set it aside as a dead letter.
     "dead_letters": {"errors", "decode"},
@@ -179,6 +179,8 @@ SPARK_JOBS_ALLOWED = {
     "transform": {"errors"},
     # The per-record decode hook: loads the user's function as the transform does.
     "decode": {"errors", "transform"},
+    # The built-in json decoder: the batch's payloads through pyarrow's JSON reader.
+    "json_decoder": {"errors", "decode"},
     "errors": set(),
 }
 SPARK_JOBS_MODULES = sorted(path for path in SPARK_JOBS.rglob("*.py") if path != SPARK_JOBS / "__init__.py")

@@ -30,7 +30,11 @@ def test_default_options_give_the_job_no_flags():
 @pytest.mark.parametrize(
     ("values", "option", "complaint"),
     [
-        ({"decode": "orders.decode"}, "decode", "must be of the form 'package.module:function', got 'orders.decode'"),
+        (
+            {"decode": "orders.decode"},
+            "decode",
+            "must be a built-in decoder \\(json\\) or 'package.module:function', got 'orders.decode'",
+        ),
         ({"transform": 3}, "transform", "got 3"),
         ({"bad_records": "skip"}, "bad_records", "must be one of fail, dead_letter, got 'skip'"),
         ({"dead_letter_max_share": "half"}, "dead_letter_max_share", "above 0 and at most 1, got 'half'"),
