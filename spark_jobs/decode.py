@@ -90,7 +90,10 @@ class BuiltInDecoder(RecordDecoder, Protocol):
 # The decoders chosen by name (`decode = "json"`): the module and class of each, imported when chosen.
 # Each class has `from_options(options)` (its `decode_options`; `ValueError` naming what is wrong) and
 # `options()` (them again as JSON values, what the round's options carry).
-BUILT_IN_DECODERS = {"json": "spark_jobs.json_decoder:JsonDecoder"}
+BUILT_IN_DECODERS = {
+    "json": "spark_jobs.json_decoder:JsonDecoder",
+    "cloudwatch_logs": "spark_jobs.cloudwatch_logs_decoder:CloudWatchLogsDecoder",
+}
 
 
 @dataclass(frozen=True)

@@ -102,6 +102,57 @@ def parse_schema(value: Any) -> pa.Schema | None:
 
 
 @dataclass(frozen=True)
+class JsonLines:
+    """Payloads read as one JSON object each: the rows of those the reader took, `rows` (the index
+    of each row's payload), and why each other payload was refused (by index)."""
+
+    table: pa.Table
+    rows: list[int]
+    rejected: dict[int, str]
+
+
+def read_json_lines(payloads: Sequence[bytes], parse: pa_json.ParseOptions, decoder: str) -> JsonLines:
+    """The payloads through pyarrow's JSON reader in one parse, one payload a line. A payload it
+    refuses is found by the row its error names, set aside with that error, and the rest read again.
+    `TransformError` (naming `decoder`) when the reader fails without naming a row."""
+    # An empty payload would be a blank line, which the reader skips: the rows after it would shift.
+    rows = [index for index, payload in enumerate(payloads) if payload.strip()]
+    rejected = dict.fromkeys(set(range(len(payloads))) - set(rows), "is empty, not a JSON object")
+    while True:
+        try:
+            return JsonLines(_read([payloads[index] for index in rows], parse), rows, rejected)
+        except pa.ArrowInvalid as error:
+            found = _ROW.search(str(error))
+            if found is None or int(found.group(1)) >= len(rows):
+                raise TransformError(decoder, f"could not parse the batch ({error})", DECODER) from error
+            # The row is the batch's, not the record's: the reason names the record instead.
+            rejected[rows.pop(int(found.group(1)))] = _ROW.sub("", str(error).removeprefix("JSON parse error: "))
+
+
+def _read(payloads: list[bytes], parse: pa_json.ParseOptions) -> pa.Table:
+    if not payloads:
+        return (parse.explicit_schema or pa.schema([])).empty_table()
+    text = b"\n".join(payload.replace(b"\n", b" ").replace(b"\r", b" ") for payload in payloads)
+    options = pa_json.ReadOptions(use_threads=False, block_size=len(text) + 1)  # one block: rows count from 0
+    return pa_json.read_json(pa.py_buffer(text), read_options=options, parse_options=parse)
+
+
+def positions_of(records: Sequence[KinesisRecord], rows: Sequence[int]) -> pa.Table:
+    """The position columns of `records[row]` for each of `rows` (a record's repeated for each of its rows)."""
+    return records_table(records).select(list(POSITION_COLUMNS)).take(pa.array(rows, pa.int64()))
+
+
+def rejected_records(
+    records: Sequence[KinesisRecord], reasons: Mapping[int, str], stream_name: str, shard_id: str
+) -> tuple[RejectedRecord, ...]:
+    """The records refused (by index), in order, each with its reason naming it."""
+    return tuple(
+        RejectedRecord(records[index], f"the payload of {record_name(records[index], stream_name, shard_id)} {why}")
+        for index, why in sorted(reasons.items())
+    )
+
+
+@dataclass(frozen=True)
 class JsonDecoder:
     schema: pa.Schema | None = None  # the decoded columns; None: inferred per batch
     spec: str = NAME
@@ -132,20 +183,12 @@ class JsonDecoder:
         return decoded.table
 
     def decode_batch(self, records: Sequence[KinesisRecord], stream_name: str, shard_id: str) -> DecodedBatch:
-        # An empty payload would be a blank line, which the reader skips: the rows after it would shift.
-        rows = [index for index, record in enumerate(records) if record.data.strip()]
-        rejected = dict.fromkeys(set(range(len(records))) - set(rows), "is empty, not a JSON object")
-        while True:
-            try:
-                decoded = self._read([records[index].data for index in rows])
-                break
-            except pa.ArrowInvalid as error:
-                found = _ROW.search(str(error))
-                if found is None or int(found.group(1)) >= len(rows):
-                    raise TransformError(self.spec, f"could not parse the batch ({error})", DECODER) from error
-                # The row is the batch's, not the record's: the reason names the record instead.
-                reason = _ROW.sub("", str(error).removeprefix("JSON parse error: "))
-                rejected[rows.pop(int(found.group(1)))] = reason
+        parse = pa_json.ParseOptions(
+            explicit_schema=None if self.schema is None else _nullable(self.schema),
+            unexpected_field_behavior="infer" if self.schema is None else "ignore",
+        )
+        read = read_json_lines([record.data for record in records], parse, self.spec)
+        decoded, rows, rejected = read.table, read.rows, read.rejected
         missing = self._missing_required(decoded)
         for position in missing:
             rejected[rows[position]] = f"misses the required field {missing[position]!r}"
@@ -158,26 +201,10 @@ class JsonDecoder:
         if clashes:
             problem = f"decodes a field named {clashes[0]!r}, which the batch has as a column already"
             raise TransformError(self.spec, problem, DECODER)
-        table = records_table(records).select(list(POSITION_COLUMNS)).take(pa.array(rows, pa.int64()))
+        table = positions_of(records, rows)
         for field in decoded.schema:
             table = table.append_column(field, decoded.column(field.name))
-        refused = tuple(
-            RejectedRecord(records[index], f"the payload of {record_name(records[index], stream_name, shard_id)} {why}")
-            for index, why in sorted(rejected.items())
-        )
-        return DecodedBatch(table, refused)
-
-    def _read(self, payloads: list[bytes]) -> pa.Table:
-        """The payloads' rows: one parse of them all, one per line."""
-        if not payloads:
-            return _nullable(self.schema or pa.schema([])).empty_table()
-        text = b"\n".join(payload.replace(b"\n", b" ").replace(b"\r", b" ") for payload in payloads)
-        options = pa_json.ReadOptions(use_threads=False, block_size=len(text) + 1)  # one block: rows count from 0
-        parse = pa_json.ParseOptions(
-            explicit_schema=None if self.schema is None else _nullable(self.schema),
-            unexpected_field_behavior="infer" if self.schema is None else "ignore",
-        )
-        return pa_json.read_json(pa.py_buffer(text), read_options=options, parse_options=parse)
+        return DecodedBatch(table, rejected_records(records, rejected, stream_name, shard_id))
 
     def _missing_required(self, decoded: pa.Table) -> dict[int, str]:
         """Rows (by position) null in a field the schema requires, with that field: the reader reads

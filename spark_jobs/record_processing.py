@@ -133,7 +133,8 @@ class RecordProcessing:
             "the built-in decoder's options, a JSON object (docs/decoders.md)",
             {
                 "type": "object",
-                "description": "The built-in decoder's options (docs/decoders.md): for json, its schema.",
+                "description": "The built-in decoder's options (docs/decoders.md): for json, its schema; "
+                "cloudwatch_logs takes none.",
             },
         ),
     )

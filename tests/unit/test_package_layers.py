@@ -181,6 +181,8 @@ SPARK_JOBS_ALLOWED = {
     "decode": {"errors", "transform"},
     # The built-in json decoder: the batch's payloads through pyarrow's JSON reader.
     "json_decoder": {"errors", "decode"},
+    # The built-in cloudwatch_logs decoder: gunzipped envelopes through the json decoder's reader.
+    "cloudwatch_logs_decoder": {"errors", "decode", "json_decoder"},
     "errors": set(),
 }
 SPARK_JOBS_MODULES = sorted(path for path in SPARK_JOBS.rglob("*.py") if path != SPARK_JOBS / "__init__.py")
