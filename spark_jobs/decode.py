@@ -93,6 +93,7 @@ class BuiltInDecoder(RecordDecoder, Protocol):
 BUILT_IN_DECODERS = {
     "json": "spark_jobs.json_decoder:JsonDecoder",
     "cloudwatch_logs": "spark_jobs.cloudwatch_logs_decoder:CloudWatchLogsDecoder",
+    "dynamodb": "spark_jobs.dynamodb_decoder:DynamoDbDecoder",
 }
 
 

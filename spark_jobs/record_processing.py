@@ -134,7 +134,7 @@ class RecordProcessing:
             {
                 "type": "object",
                 "description": "The built-in decoder's options (docs/decoders.md): for json, its schema; "
-                "cloudwatch_logs takes none.",
+                "cloudwatch_logs and dynamodb take none.",
             },
         ),
     )

@@ -1,4 +1,4 @@
-"""The built-in json decoder through the consume job (a real local SparkSession, kinesis-mock, moto):
+"""The built-in json and dynamodb decoders through the consume job (a real local SparkSession, kinesis-mock, moto):
 JSON records land as typed columns in an Iceberg table and a Delta table, the records that do not fit
 land in the dead letters with their reason, and a redo lands nothing twice."""
 
@@ -15,6 +15,7 @@ from sinks.dead_lettering import dead_letter_uri
 from sinks.table.iceberg import IcebergSink
 from spark_jobs.record_processing import RecordProcessing
 from tests.integration.test_consume_job_delta import delta_pipeline  # noqa: F401  # the fixture
+from tests.support.dynamodb_changes import change_record
 from tests.support.pipeline import ConsumerPipeline
 
 ORDER = {
@@ -69,3 +70,25 @@ def test_json_records_land_as_typed_columns_once_and_the_bad_ones_in_the_dead_le
     assert any("Column(/amount) changed from number to string" in reason for reason in reasons), reasons
     assert any("misses the required field 'order_id'" in reason for reason in reasons), reasons
     assert any(reason.endswith("Missing a name for object member.") for reason in reasons), reasons
+
+
+def test_dynamodb_change_records_land_in_a_delta_table_as_rows_with_their_images_once(spark, request):
+    delta: ConsumerPipeline = request.getfixturevalue("delta_pipeline")
+    keys = [{"order_id": {"S": f"o-{n}"}} for n in range(12)]
+    payloads = [change_record("INSERT", key, new_image={**key, "price": {"N": str(n)}}) for n, key in enumerate(keys)]
+    payloads += [change_record("REMOVE", key, old_image=key) for key in keys[:4]]
+    entries = [{"Data": payload, "PartitionKey": f"key-{n}"} for n, payload in enumerate(payloads)]
+    put_entries(delta.kinesis, delta.streams[0], entries)
+    processing = RecordProcessing.from_options({"decode": "dynamodb"})
+
+    first = delta.round(spark, workers=2, processing=processing)
+    assert first.succeeded, first.summary()
+    again = delta.round(spark, workers=2, processing=processing)
+    assert again.succeeded, again.summary()
+
+    landed = rows(delta.output_uri, delta.application_name)
+    assert sorted((row["event_name"], json.loads(row["keys"])["order_id"]["S"]) for row in landed) == sorted(
+        [("INSERT", f"o-{n}") for n in range(12)] + [("REMOVE", f"o-{n}") for n in range(4)]
+    )
+    inserted = next(row for row in landed if row["event_name"] == "INSERT" and '"o-7"' in row["keys"])
+    assert json.loads(inserted["new_image"])["price"] == {"N": "7"}

@@ -183,6 +183,8 @@ SPARK_JOBS_ALLOWED = {
     "json_decoder": {"errors", "decode"},
     # The built-in cloudwatch_logs decoder: gunzipped envelopes through the json decoder's reader.
     "cloudwatch_logs_decoder": {"errors", "decode", "json_decoder"},
+    # The built-in dynamodb decoder: Kinesis Data Streams for DynamoDB change records, through the same reader.
+    "dynamodb_decoder": {"errors", "decode", "json_decoder"},
     "errors": set(),
 }
 SPARK_JOBS_MODULES = sorted(path for path in SPARK_JOBS.rglob("*.py") if path != SPARK_JOBS / "__init__.py")
