@@ -48,10 +48,10 @@ from sinks import open_round_sink, sink_configuration
 from sinks.batch_sink import RoundIdentity
 from sinks.record_columns import RECORD_SCHEMA
 from spark_jobs.consume_spec import ConsumeSpec, settings_for_executors
-from spark_jobs.dead_letters import BAD_RECORD_ACTIONS, DEFAULT_MAX_SHARE, WHOLESALE_MIN_REJECTED, BadRecordPolicy
 from spark_jobs.decode import load_decoder
 from spark_jobs.job_errors import write_job_error
 from spark_jobs.lease_consumer import LeaseBudget
+from spark_jobs.record_processing import RecordProcessing
 from spark_jobs.round_publication import publish_committed_batches, stream_incarnations
 from spark_jobs.round_report import (
     Publication,
@@ -129,32 +129,7 @@ def build_parser() -> argparse.ArgumentParser:
         default=ConsumeSpec.__dataclass_fields__["slot_buffer_bytes"].default,
         help="record bytes a slot batches in memory at once, shared by the leases it reads at once",
     )
-    parser.add_argument(
-        "--transform",
-        metavar="MODULE:FUNCTION",
-        help="a function pyarrow.Table -> pyarrow.Table applied to each batch before it is written",
-    )
-    parser.add_argument(
-        "--decode",
-        metavar="MODULE:FUNCTION",
-        help="a function (payload bytes, record) -> row (a mapping) or None, applied to each record "
-        "before the transform",
-    )
-    parser.add_argument(
-        "--bad-records",
-        choices=BAD_RECORD_ACTIONS,
-        default="fail",
-        help="what a record the decoder rejects does: fail its lease (the default), or go to the dead-letter "
-        "destination beside the output (the rest of its batch lands)",
-    )
-    parser.add_argument(
-        "--dead-letter-max-share",
-        type=_share,
-        default=DEFAULT_MAX_SHARE,
-        metavar="SHARE",
-        help="with --bad-records dead_letter: a batch with more of its records rejected than this share (and "
-        f"at least {WHOLESALE_MIN_REJECTED}) fails its lease instead (the processing fails, not a few records)",
-    )
+    RecordProcessing.add_arguments(parser)  # --transform, --decode, --bad-records, ...
     parser.add_argument(
         "--round",
         type=_positive_int,
@@ -196,13 +171,6 @@ def _positive_float(text: str) -> float:
     value = float(text)
     if not value > 0:
         raise argparse.ArgumentTypeError(f"must be greater than 0, got {text}")
-    return value
-
-
-def _share(text: str) -> float:
-    value = float(text)
-    if not 0 < value <= 1:
-        raise argparse.ArgumentTypeError(f"must be above 0 and at most 1, got {text}")
     return value
 
 
@@ -309,8 +277,6 @@ def _load(arguments: argparse.Namespace) -> ConsumerConfig:
             parse_iso_timestamp(arguments.stop_at_arrival)
         except ValueError as error:
             raise UsageError(f"--stop-at-arrival: {error}") from None
-    if arguments.bad_records == "dead_letter" and not arguments.decode:
-        raise UsageError("--bad-records dead_letter needs --decode: records are rejected one by one by a decoder")
     if arguments.leader_record_version and not arguments.leader_owner:
         raise UsageError("--leader-record-version needs --leader-owner")
     return config
@@ -325,10 +291,8 @@ def _leadership(arguments: argparse.Namespace) -> HandedOverLock | None:
 def prepare_round(arguments: argparse.Namespace, config: ConsumerConfig) -> ConsumeSpec:
     """Check everything checkable on the driver, then build the spec the slots receive."""
     app = LeaseApplication.from_config(config)
-    bad_records = BadRecordPolicy(arguments.bad_records, arguments.dead_letter_max_share)
-    check_prerequisites(
-        app, arguments.streams, arguments.output_uri, arguments.transform, arguments.decode, bad_records.dead_letters
-    )
+    processing = RecordProcessing.from_arguments(arguments)
+    check_prerequisites(app, arguments.streams, arguments.output_uri, processing)
     check_lease_mode(app, arguments.streams, arguments.workers)
     if arguments.report_uri:  # before the round commits anything it could then not report
         try:
@@ -353,9 +317,7 @@ def prepare_round(arguments: argparse.Namespace, config: ConsumerConfig) -> Cons
         lease_threads=arguments.lease_threads,
         busy_leases=arguments.busy_leases,
         slot_buffer_bytes=arguments.slot_buffer_bytes,
-        transform=arguments.transform,
-        decode=arguments.decode,
-        bad_records=bad_records,
+        processing=processing,
         settings=settings_for_executors(config),
     )
 
@@ -364,9 +326,7 @@ def check_prerequisites(
     app: LeaseApplication,
     streams: Sequence[str],
     output_uri: str,
-    transform: str | None,
-    decode: str | None = None,
-    dead_letters: bool = False,
+    processing: RecordProcessing,
 ) -> None:
     """Fail before Spark starts, with an error naming what is missing."""
     config = app.config
@@ -378,9 +338,10 @@ def check_prerequisites(
             raise TableNotFoundError(table, "run `leasectl init` (or the DAG's ensure-tables step) first")
     for stream in streams:
         app.shard_source.stream_identifier(stream)  # raises StreamNotFoundError / StreamNotActiveError
-    decoder = load_decoder(decode)
+    decoder = load_decoder(processing.decode, processing.decode_options)
     decoded = RECORD_SCHEMA if decoder is None else decoder.columns()
-    sink = open_round_sink(output_uri, config=config, dead_letters=dead_letters)
+    sink = open_round_sink(output_uri, config=config, dead_letters=processing.bad_record_policy.dead_letters)
+    transform = processing.transform
     sink.check_writable(batch_columns(transform, load_transform(transform), decoded))
 
 
@@ -552,7 +513,7 @@ def publish(
         sink = open_round_sink(
             spec.output_uri,
             config=spec.config,
-            dead_letters=spec.bad_records.dead_letters,
+            dead_letters=spec.processing.bad_record_policy.dead_letters,
             configuration=spec.sink_configuration,
             streams=spec.stream_incarnations,
         )

@@ -14,8 +14,8 @@ from typing import Any
 
 from lease_core.config.settings import ConsumerConfig, load_config, parse_iso_timestamp
 from lease_core.sync.step import is_multi_stream
-from spark_jobs.dead_letters import BadRecordPolicy
 from spark_jobs.lease_consumer import LeaseBudget
+from spark_jobs.record_processing import RecordProcessing
 
 # boto3's endpoint variables, most specific first. The driver resolves them into the configuration
 # so that executors on other machines (a Spark cluster) reach the same endpoints as the driver.
@@ -50,9 +50,7 @@ class ConsumeSpec:
     # its way to a file: the peak RSS a slot adds is about 2.7 x max(this, N x 1 MiB) + 160 MiB (a catch-up of
     # 64 shards: 850 MiB at 256 MiB, 330 at 64; docs/performance.md, "Memory").
     slot_buffer_bytes: int = 256 * 1024 * 1024
-    transform: str | None = None
-    decode: str | None = None  # the per-record decode hook's spec (`spark_jobs.decode`)
-    bad_records: BadRecordPolicy = field(default_factory=BadRecordPolicy)  # records the decoder rejects
+    processing: RecordProcessing = field(default_factory=RecordProcessing)  # how records become rows
     settings: Mapping[str, Any] = field(default_factory=dict)
     # Whether every slot of the round runs at once (enough task slots), and the leases of closed shards
     # the round's slots hold (the driver's look at round start): then slots out of work wait for those

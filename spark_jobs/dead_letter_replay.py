@@ -41,7 +41,7 @@ from sinks.errors import SinkError
 from sinks.parquet import ParquetSink
 from sinks.record_columns import RECORD_SCHEMA
 from sinks.table.committer import TableCommitter
-from spark_jobs.decode import DECODER, Decoder, load_decoder
+from spark_jobs.decode import DECODER, RecordDecoder, load_decoder
 from spark_jobs.errors import TransformError
 from spark_jobs.transform import Transform, load_transform, transformed
 
@@ -144,7 +144,7 @@ def dead_letter_groups(
 class Processing:
     """The fixed decoder, then the pipeline's transform when it has one: what a round would do."""
 
-    decoder: Decoder
+    decoder: RecordDecoder
     transform_spec: str | None = None
     transform: Transform | None = None
 

@@ -20,10 +20,11 @@ instead: `Decoder.decode_batch` tells them apart from the rows.
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, Protocol
 
 import pyarrow as pa
 
@@ -67,6 +68,33 @@ class DecodedBatch:
     table: pa.Table
     rejected: tuple[RejectedRecord, ...]
     left_out: int = 0
+
+
+class RecordDecoder(Protocol):
+    """What the slots call a decoder: the user's function (`Decoder`) or a built-in one (`BUILT_IN_DECODERS`)."""
+
+    @property
+    def spec(self) -> str: ...  # how the round names it: `package.module:function`, or a built-in's name
+
+    def decode_batch(self, records: Sequence[KinesisRecord], stream_name: str, shard_id: str) -> DecodedBatch: ...
+
+    def table(self, records: Sequence[KinesisRecord], stream_name: str, shard_id: str) -> pa.Table: ...
+
+    def columns(self) -> pa.Schema | None: ...
+
+
+class BuiltInDecoder(RecordDecoder, Protocol):
+    def options(self) -> dict[str, Any]: ...  # its options as JSON values, which `from_options` reads back
+
+
+# The decoders chosen by name (`decode = "json"`): the module and class of each, imported when chosen.
+# Each class has `from_options(options)` (its `decode_options`; `ValueError` naming what is wrong) and
+# `options()` (them again as JSON values, what the round's options carry).
+BUILT_IN_DECODERS = {
+    "json": "spark_jobs.json_decoder:JsonDecoder",
+    "cloudwatch_logs": "spark_jobs.cloudwatch_logs_decoder:CloudWatchLogsDecoder",
+    "dynamodb": "spark_jobs.dynamodb_decoder:DynamoDbDecoder",
+}
 
 
 @dataclass(frozen=True)
@@ -131,14 +159,14 @@ class Decoder:
         except Exception as error:
             raise TransformError(
                 self.spec,
-                f"raised {type(error).__name__}: {error} on {_record_name(record, stream_name, shard_id)}",
+                f"raised {type(error).__name__}: {error} on {record_name(record, stream_name, shard_id)}",
                 DECODER,
             ) from error
         if row is not None and not isinstance(row, Mapping):
             raise TransformError(
                 self.spec,
                 f"returned an object of type {type(row).__name__!r}, not a mapping or None, "
-                f"for {_record_name(record, stream_name, shard_id)}",
+                f"for {record_name(record, stream_name, shard_id)}",
                 DECODER,
             )
         return row
@@ -158,7 +186,7 @@ class Decoder:
                 try:
                     self._build([row])
                 except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError) as misfit:
-                    name = _record_name(record, stream_name, shard_id)
+                    name = record_name(record, stream_name, shard_id)
                     misfits.append(
                         RejectedRecord(record, f"decoded a row that does not fit its schema ({misfit}) from {name}")
                     )
@@ -184,8 +212,21 @@ class Decoder:
         return pa.table({name: [row.get(name) for row in rows] for name in names})
 
 
-def load_decoder(spec: str | None) -> Decoder | None:
-    """The decoder named by `spec` ("package.module:function"), or None when there is no spec."""
+def built_in_decoder(name: str, options: Mapping[str, Any] | None) -> BuiltInDecoder:
+    """The built-in decoder `name` with its `options`; `ValueError` naming the option that is wrong."""
+    module, _, name_of_class = BUILT_IN_DECODERS[name].partition(":")
+    decoder: BuiltInDecoder = getattr(importlib.import_module(module), name_of_class).from_options(options or {})
+    return decoder
+
+
+def load_decoder(spec: str | None, options: Mapping[str, Any] | None = None) -> RecordDecoder | None:
+    """The decoder named by `spec`: a built-in's name (`BUILT_IN_DECODERS`) with its `options`, or the
+    user's "package.module:function"; None when there is no spec."""
+    if spec in BUILT_IN_DECODERS:
+        try:
+            return built_in_decoder(spec, options)
+        except ValueError as error:
+            raise FunctionLoadError(spec, str(error), DECODER) from None
     function = load_function(spec, DECODER)
     if spec is None or function is None:
         return None
@@ -200,5 +241,5 @@ def load_decoder(spec: str | None) -> Decoder | None:
     return Decoder(spec, function, schema)
 
 
-def _record_name(record: KinesisRecord, stream_name: str, shard_id: str) -> str:
+def record_name(record: KinesisRecord, stream_name: str, shard_id: str) -> str:
     return f"record {record.sequence_number}/{record.sub_sequence_number} of {stream_name}/{shard_id}"

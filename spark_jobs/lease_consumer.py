@@ -54,7 +54,7 @@ from sinks.dead_lettering import DeadLetteringSink
 from sinks.errors import SinkError
 from sinks.record_columns import records_table
 from spark_jobs.dead_letters import BadRecordPolicy, dead_letter_table
-from spark_jobs.decode import Decoder
+from spark_jobs.decode import RecordDecoder
 from spark_jobs.round_report import LeaseReport, Outcome, RetentionLoss
 from spark_jobs.transform import Transform, transformed
 
@@ -101,7 +101,7 @@ class LeaseContext:
     # Held around the CPU-heavy steps (a call for records and its parsing, building and staging a file): the
     # slot's lanes, shared by every lease it reads at once (`spark_jobs.slot_task`).
     busy_gate: AbstractContextManager[Any] = field(default_factory=nullcontext)
-    decoder: Decoder | None = None  # the per-record decode hook, before the transform
+    decoder: RecordDecoder | None = None  # the per-record decode hook, before the transform
     bad_records: BadRecordPolicy = field(default_factory=BadRecordPolicy)  # what a record the decoder rejects does
     application: str = ""  # whose dead letters these are
     # The streams' ARNs and creation times (`ConsumeSpec.stream_incarnations`), which dead letters keep.

@@ -70,6 +70,7 @@ from sinks import open_round_sink, open_sink
 from sinks.batch_sink import BatchSink
 from spark_jobs.errors import ReportedError
 from spark_jobs.job_errors import read_job_error
+from spark_jobs.record_processing import RecordProcessing
 from spark_jobs.round_publication import stream_incarnations
 from spark_jobs.round_report import (
     Outcome,
@@ -319,21 +320,46 @@ class IdleCheckOperator(BaseOperator):
     nothing to read (`lease_core.retrieval.pending_work`): an idle round scans the lease table once.
 
     `pending_work` is the sync's answer in its XCom. Clearing this task alone re-reads that answer;
-    clearing `sync_shards` looks at the streams again.
+    clearing `sync_shards` looks at the streams again. Before it skips, it checks what the consume step
+    would have checked before submitting the job: that the round's decoder and transform (`processing`,
+    the plan's) load (`check_user_functions`, with `py_files` and the Spark connection `spark_conn_id`'s
+    deploy mode), so that a wrong one fails the round on a quiet stream too, not first when records come.
     """
 
-    template_fields: Sequence[str] = ("pending_work",)
+    template_fields: Sequence[str] = ("pending_work", "processing")
 
-    def __init__(self, *, pending_work: Any, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        *,
+        pending_work: Any,
+        processing: Any = None,
+        py_files: str | None = None,
+        spark_conn_id: str = "spark_default",
+        **kwargs: Any,
+    ) -> None:
         super().__init__(**kwargs)
         self.pending_work = pending_work
+        self.processing = processing
+        self.py_files = py_files
+        self.spark_conn_id = spark_conn_id
 
     def execute(self, context: Any) -> dict[str, Any]:
         with airflow_outcomes():
             work = PendingWork.from_dict(self.pending_work, "the sync_shards XCom's pending_work")
+            if work.idle:
+                self._check_user_functions(RecordProcessing.from_options(self.processing or {}))
         if work.idle:
             raise AirflowSkipException(f"{work.summary()}; the assignment and the consume step are skipped")
         return work.to_dict()
+
+    def _check_user_functions(self, processing: RecordProcessing) -> None:
+        """The consume step's check before it submits the job; none when the driver runs elsewhere."""
+        if SparkSubmitHook(conn_id=self.spark_conn_id)._connection["deploy_mode"] == "cluster":
+            return
+        with tempfile.TemporaryDirectory(prefix="kinesis-idle-") as folder:
+            reported = check_user_functions(processing, self.py_files, None, str(Path(folder) / "error.json"))
+        if reported is not None:
+            raise reported
 
 
 class KinesisConsumeOperator(SparkSubmitOperator):
@@ -358,10 +384,7 @@ class KinesisConsumeOperator(SparkSubmitOperator):
         "leader_owner",
         "round_number",
         "report_uri",
-        "transform",
-        "decode",
-        "bad_records",
-        "dead_letter_max_share",
+        "processing",
     )
 
     def __init__(
@@ -376,18 +399,14 @@ class KinesisConsumeOperator(SparkSubmitOperator):
         report_uri: str | None = None,
         limits: Any = None,
         stop_at_arrival: Any = None,
-        transform: str | None = None,
-        decode: str | None = None,
-        bad_records: str | None = None,
-        dead_letter_max_share: Any = None,
+        processing: Any = None,
         aws_conn_id: str | None = "aws_default",
         **kwargs: Any,
     ) -> None:
-        """`transform`: the user's batch transform, `package.module:function`; `decode`: the user's
-        per-record decoder (`spark_jobs.decode`). Both must be importable where the job's driver and
-        executors run: installed there, or shipped with the job (`py_files`). `bad_records`: `fail` or
-        `dead_letter`, what a record the decoder rejects does, with `dead_letter_max_share`
-        (`spark_jobs.dead_letters`)."""
+        """`processing`: how the job turns records into rows, the options of `RecordProcessing` by name
+        (the round plan's `processing`; none: the records as they are). A decoder or transform it names
+        must be importable where the job's driver and executors run: installed there, or shipped with
+        the job (`py_files`)."""
         kwargs.setdefault("application", CONSUME_JOB)
         kwargs.setdefault("conf", {"spark.speculation": "false"})
         super().__init__(**kwargs)
@@ -400,10 +419,7 @@ class KinesisConsumeOperator(SparkSubmitOperator):
         self.leader_owner = leader_owner
         self.round_number = round_number
         self.report_uri = report_uri
-        self.transform = transform
-        self.decode = decode
-        self.bad_records = bad_records
-        self.dead_letter_max_share = dead_letter_max_share
+        self.processing = processing
         self.aws_conn_id = aws_conn_id
 
     def execute(self, context: Any) -> dict[str, Any]:  # type: ignore[override]  # XCom: the round's figures
@@ -414,6 +430,7 @@ class KinesisConsumeOperator(SparkSubmitOperator):
             with airflow_outcomes():
                 access = aws_access(self.aws_conn_id, dict(self.settings))
                 self._access = access  # for the lineage, asked for after the step
+                self._processing = RecordProcessing.from_options(self.processing or {})
                 report_uri = self._report_uri(access, context)
                 earlier = _figures_if_any(report_uri, access)  # an earlier try's, which this one replaces
                 self.application_args = self._arguments(access, context, report_uri)
@@ -459,8 +476,9 @@ class KinesisConsumeOperator(SparkSubmitOperator):
         self.application_args = [*(self.application_args or []), "--error-file", error_file]
         # The provider resolves the deploy mode (argument or connection) into a hook's connection; the
         # submission builds its own hook (after adding its OpenLineage settings to the configuration).
-        if (self.decode or self.transform) and self._get_hook()._connection["deploy_mode"] != "cluster":
-            reported = check_user_functions(self.decode, self.transform, self.py_files, self.env_vars, error_file)
+        functions = self._processing.decode or self._processing.transform
+        if functions and self._get_hook()._connection["deploy_mode"] != "cluster":
+            reported = check_user_functions(self._processing, self.py_files, self.env_vars, error_file)
             if reported is not None:
                 raise reported
         try:
@@ -524,14 +542,7 @@ class KinesisConsumeOperator(SparkSubmitOperator):
             arguments += [f"--{key.replace('_', '-')}", str(value)]
         if self.stop_at_arrival:
             arguments += ["--stop-at-arrival", str(self.stop_at_arrival)]
-        if self.transform:
-            arguments += ["--transform", str(self.transform)]
-        if self.decode:
-            arguments += ["--decode", str(self.decode)]
-        if self.bad_records:
-            arguments += ["--bad-records", str(self.bad_records)]
-        if self.dead_letter_max_share not in (None, ""):
-            arguments += ["--dead-letter-max-share", str(self.dead_letter_max_share)]
+        arguments += self._processing.to_arguments()
         # The run's settings, plus what the connection resolved (endpoints, region): the driver
         # may run where the connection does not exist (a cluster), so it gets plain values.
         settings = dict(self.settings)
@@ -576,8 +587,7 @@ _CONNECTION_SETTINGS = ("aws_region", "aws_endpoint_url_dynamodb", "aws_endpoint
 
 
 def check_user_functions(
-    decode: str | None,
-    transform: str | None,
+    processing: RecordProcessing,
     py_files: str | None,
     env_vars: Mapping[str, str] | None,
     error_file: str,
@@ -585,15 +595,17 @@ def check_user_functions(
     """The error loading the decoder or the transform raises in a driver started here: spark-submit's
     Python (`PYSPARK_DRIVER_PYTHON`, else `PYSPARK_PYTHON`), its environment, and `py_files` first on
     its path (a .py file's folder, a .zip or .egg itself), as `spark_jobs.user_functions` finds it.
-    None when both load, or when the check could not be made (the job checks them again anyway)."""
+    None when both load (or there are none), or when the check could not be made (the job checks them
+    again anyway)."""
+    if processing.decode is None and processing.transform is None:
+        return None
     environment = {**os.environ, **(env_vars or {})}
     python = environment.get("PYSPARK_DRIVER_PYTHON") or environment.get("PYSPARK_PYTHON") or sys.executable
     shipped = [
         str(Path(name).parent) if name.endswith(".py") else name for name in (py_files or "").split(",") if name.strip()
     ]
     environment["PYTHONPATH"] = os.pathsep.join(filter(None, [*shipped, environment.get("PYTHONPATH")]))
-    command = [python, "-m", "spark_jobs.user_functions", "--error-file", error_file]
-    command += [*(["--decode", decode] if decode else []), *(["--transform", transform] if transform else [])]
+    command = [python, "-m", "spark_jobs.user_functions", "--error-file", error_file, *processing.to_arguments()]
     try:
         checked = subprocess.run(command, env=environment, capture_output=True, text=True, timeout=120, check=False)
     except (OSError, subprocess.TimeoutExpired) as error:

@@ -52,14 +52,13 @@ from kinesis_lease.plugin import PIPELINE_TAG
 from kinesis_lease.round_plan import plan_round
 from lease_core.config.settings import LEASE_ASSIGNMENT_STRATEGIES, ConsumerConfig
 from lease_core.errors import ConfigurationError
-from spark_jobs.dead_letters import BAD_RECORD_ACTIONS, DEFAULT_MAX_SHARE, WHOLESALE_MIN_REJECTED
+from spark_jobs.record_processing import RecordProcessing
 
 INITIAL_POSITIONS = ("LATEST", "TRIM_HORIZON", "AT_TIMESTAMP")
 DEFAULT_SCHEDULE = "*/5 * * * *"
+
+
 # A user's function as the trigger form takes it: `package.module:function`.
-FUNCTION_SPEC = r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*$"
-
-
 @dataclass(frozen=True)
 class Pipeline:
     """What a pipeline consumes, how, and where it lands: the round's values, checked on creation."""
@@ -71,12 +70,9 @@ class Pipeline:
     initial_position: str = "LATEST"
     at_timestamp: str | None = None
     lease_assignment_strategy: str = LEASE_ASSIGNMENT_STRATEGIES[0]
-    transform: str | None = None
-    decode: str | None = None
-    # What a record the decoder rejects does: "fail" its lease, or "dead_letter" it beside the output
-    # (`spark_jobs.dead_letters`); a batch with more than `dead_letter_max_share` rejected still fails.
-    bad_records: str = "fail"
-    dead_letter_max_share: float = DEFAULT_MAX_SHARE
+    # How records become rows (transform, decode, bad_records, ...): given to `kinesis_pipeline` and
+    # `kinesis_round` as keywords of their own (`Pipeline.of`).
+    processing: RecordProcessing = field(default_factory=RecordProcessing)
     settings: Mapping[str, Any] = field(default_factory=dict)
     max_records_per_lease: int | None = None
     max_bytes_per_lease: int | None = None
@@ -94,6 +90,13 @@ class Pipeline:
         ConsumerConfig(**dict(self.settings))  # ConfigurationError naming a bad key
         plan_round(self.round_params())  # ConfigurationError naming a bad param
 
+    @classmethod
+    def of(cls, **values: Any) -> Pipeline:
+        """The pipeline from its keywords, the record-processing options (`RecordProcessing`) among them;
+        `ConfigurationError` naming the first option that is wrong."""
+        options = {name: values.pop(name) for name in RecordProcessing.option_names() if name in values}
+        return cls(**values, processing=RecordProcessing.from_options(options))
+
     def round_params(self) -> dict[str, Any]:
         """The round's params (`kinesis_lease.round_plan`), as a live run of this pipeline has them."""
         return {
@@ -107,10 +110,7 @@ class Pipeline:
             "max_records_per_lease": self.max_records_per_lease,
             "max_bytes_per_lease": self.max_bytes_per_lease,
             "max_seconds_per_lease": self.max_seconds_per_lease,
-            "transform": self.transform,
-            "decode": self.decode,
-            "bad_records": self.bad_records,
-            "dead_letter_max_share": self.dead_letter_max_share,
+            **self.processing.to_dict(),
             "mode": "live",
             "start": None,
             "end": None,
@@ -183,42 +183,7 @@ class Pipeline:
                 exclusiveMinimum=0,
                 description="Reading time per lease per round.",
             ),
-            "transform": Param(
-                self.transform,
-                type=["null", "string"],
-                pattern=FUNCTION_SPEC,
-                description=(
-                    "Your batch transform, package.module:function (an Arrow table of the records in, one "
-                    "out), importable where Spark runs; none: the records as they are."
-                ),
-            ),
-            "decode": Param(
-                self.decode,
-                type=["null", "string"],
-                pattern=FUNCTION_SPEC,
-                description=(
-                    "Your per-record decoder, package.module:function (payload bytes and the record in, a row "
-                    "out), importable where Spark runs; none: the records as they are."
-                ),
-            ),
-            "bad_records": Param(
-                self.bad_records,
-                enum=list(BAD_RECORD_ACTIONS),
-                description=(
-                    "What a record your decoder rejects does: fail its lease (loud; nothing moves until it is "
-                    "fixed), or dead_letter: set it aside beside the output with its error, and land the rest."
-                ),
-            ),
-            "dead_letter_max_share": Param(
-                self.dead_letter_max_share,
-                type="number",
-                exclusiveMinimum=0,
-                maximum=1,
-                description=(
-                    "With dead_letter: a batch with more of its records rejected than this share (and at least "
-                    f"{WHOLESALE_MIN_REJECTED}) fails its lease instead: the processing fails, not a few records."
-                ),
-            ),
+            **{name: Param(**form) for name, form in self.processing.trigger_params().items()},
             "mode": Param(
                 "live",
                 enum=["live", "backfill"],
@@ -249,7 +214,7 @@ def kinesis_pipeline(
     manual runs and backfills. `pipeline`: the other fields of `Pipeline` (num_workers, transform,
     settings, initial_position, limits, connections). `output_asset`: the asset the consume step
     updates (default: one named after the DAG), whose events carry the round's figures."""
-    values = Pipeline(streams=list(streams), application_name=application_name, output_uri=output_uri, **pipeline)
+    values = Pipeline.of(streams=list(streams), application_name=application_name, output_uri=output_uri, **pipeline)
     with DAG(
         dag_id=dag_id,
         description=f"Kinesis {', '.join(values.streams)} to {values.output_uri}, exactly once, in rounds",
@@ -273,7 +238,7 @@ def kinesis_round(group_id: str = "kinesis_round", *, output_asset: Asset | None
     the pipeline's values fixed. Give the DAG `max_active_runs=1` and `render_template_as_native_obj=True`
     (the round's steps pass lists and mappings through templates); the leader lock keeps two rounds of
     one application apart in any case."""
-    values = Pipeline(**pipeline)
+    values = Pipeline.of(**pipeline)
     with TaskGroup(group_id=group_id) as group:
         asset = output_asset or Asset(name=f"{group_id}_output", uri=f"kinesis-lease://{group_id}/output")
         _round_tasks(values, values.round_params(), asset, prefix=f"{group.group_id}.")
@@ -311,7 +276,11 @@ def _round_tasks(values: Pipeline, round_params: Any, output: Asset, *, prefix: 
         task_id="assign_leases", num_workers="{{ " + plan + "['num_workers'] }}", **steps
     )
     check_idle = IdleCheckOperator(
-        task_id="check_idle", pending_work="{{ " + pull("sync_shards") + "['pending_work'] }}"
+        task_id="check_idle",
+        pending_work="{{ " + pull("sync_shards") + "['pending_work'] }}",
+        processing="{{ " + plan + "['processing'] }}",
+        py_files=values.py_files,
+        spark_conn_id=values.spark_conn_id,
     )
     consume = KinesisConsumeOperator(
         task_id="consume",
@@ -322,10 +291,7 @@ def _round_tasks(values: Pipeline, round_params: Any, output: Asset, *, prefix: 
         output_uri="{{ " + plan + "['output_uri'] }}",
         limits="{{ " + plan + "['limits'] }}",
         stop_at_arrival="{{ " + plan + "['stop_at_arrival'] }}",
-        transform="{{ " + plan + "['transform'] }}",
-        decode="{{ " + plan + "['decode'] }}",
-        bad_records="{{ " + plan + "['bad_records'] }}",
-        dead_letter_max_share="{{ " + plan + "['dead_letter_max_share'] }}",
+        processing="{{ " + plan + "['processing'] }}",
         py_files=values.py_files,
         round_number="{{ " + pull("assign_leases") + "['round_number'] }}",
         outlets=[output],

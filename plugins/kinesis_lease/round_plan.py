@@ -25,7 +25,7 @@ from lease_core.errors import ConfigurationError
 from sinks import backfill_uri, check_sink_uri
 from sinks.dead_lettering import dead_letter_uri
 from sinks.errors import SinkError
-from spark_jobs.dead_letters import BAD_RECORD_ACTIONS, DEFAULT_MAX_SHARE
+from spark_jobs.record_processing import RecordProcessing
 
 MODES = ("live", "backfill")
 # Params that are configuration keys of the consumer, passed through under the same name.
@@ -44,10 +44,7 @@ class RoundPlan:
     settings: dict[str, Any]
     stop_at_arrival: str | None = None
     limits: dict[str, Any] = field(default_factory=dict)
-    transform: str | None = None
-    decode: str | None = None
-    bad_records: str = "fail"
-    dead_letter_max_share: float = DEFAULT_MAX_SHARE
+    processing: RecordProcessing = field(default_factory=RecordProcessing)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -73,9 +70,7 @@ def plan_round(params: Mapping[str, Any], pipeline_settings: Mapping[str, Any] |
         for key in ("max_records_per_lease", "max_bytes_per_lease", "max_seconds_per_lease")
         if params.get(key) is not None
     }
-    transform = _user_function(params, "transform")
-    decode = _user_function(params, "decode")
-    processing = {"transform": transform, "decode": decode, **_bad_records(params, decode, output_uri)}
+    processing = _processing(params, output_uri)
     workers = params.get("num_workers")
     if not isinstance(workers, int) or isinstance(workers, bool) or workers < 1:
         raise ConfigurationError("num_workers", f"must be an integer of at least 1, got {workers!r}")
@@ -89,7 +84,7 @@ def plan_round(params: Mapping[str, Any], pipeline_settings: Mapping[str, Any] |
             {**settings, "application_name": application},
             None,
             limits,
-            **processing,
+            processing,
         )
     start, end = _window(params)
     window = _window_name(start, end)
@@ -114,7 +109,7 @@ def plan_round(params: Mapping[str, Any], pipeline_settings: Mapping[str, Any] |
         settings,
         end.isoformat(),
         limits,
-        **processing,
+        processing,
     )
 
 
@@ -141,37 +136,16 @@ def _application_name(params: Mapping[str, Any]) -> str:
     return name
 
 
-def _user_function(params: Mapping[str, Any], key: str) -> str | None:
-    """The spec of a user's function (the transform, the decoder), `package.module:function`:
-    imported by the job, where it runs."""
-    value = params.get(key)
-    if value is None or (isinstance(value, str) and not value.strip()):
-        return None
-    module, _, function = str(value).strip().partition(":")
-    if not (
-        isinstance(value, str) and all(part.isidentifier() for part in module.split(".")) and function.isidentifier()
-    ):
-        raise ConfigurationError(key, f"must be of the form 'package.module:function', got {value!r}")
-    return value.strip()
-
-
-def _bad_records(params: Mapping[str, Any], decode: str | None, output_uri: str) -> dict[str, Any]:
-    """What a record the decoder rejects does (`spark_jobs.dead_letters`), checked."""
-    action = params.get("bad_records") or "fail"
-    if action not in BAD_RECORD_ACTIONS:
-        raise ConfigurationError("bad_records", f"must be one of {', '.join(BAD_RECORD_ACTIONS)}, got {action!r}")
-    if action == "dead_letter" and decode is None:
-        raise ConfigurationError("bad_records", "dead_letter needs a decoder (decode): it rejects records one by one")
-    if action == "dead_letter":
+def _processing(params: Mapping[str, Any], output_uri: str) -> RecordProcessing:
+    """How the round turns records into rows (`spark_jobs.record_processing`), checked, with the dead
+    letters' place beside the output when records are set aside there."""
+    processing = RecordProcessing.from_options(params)
+    if processing.bad_records == "dead_letter":
         try:
             dead_letter_uri(output_uri)
         except SinkError as error:
             raise ConfigurationError("bad_records", f"{error.problem}, got output_uri {output_uri!r}") from None
-    share = params.get("dead_letter_max_share")
-    share = DEFAULT_MAX_SHARE if share is None else share
-    if isinstance(share, bool) or not isinstance(share, int | float) or not 0 < share <= 1:
-        raise ConfigurationError("dead_letter_max_share", f"must be a number above 0 and at most 1, got {share!r}")
-    return {"bad_records": action, "dead_letter_max_share": float(share)}
+    return processing
 
 
 def _output_uri(params: Mapping[str, Any]) -> str:

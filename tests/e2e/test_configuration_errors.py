@@ -137,3 +137,41 @@ def test_a_pipeline_set_up_wrong_fails_its_consume_step_once_at_once_naming_the_
     assert f"{name}: {complaint}" in str(error) and "Cannot execute" not in str(error), str(error)
     entry = RoundHistory(ledger.state).rounds()[-1]
     assert entry["run_id"] == run.run_id and f"{name}: {complaint}" in entry["error"], entry["error"]
+
+
+def test_a_decoder_that_cannot_be_loaded_fails_a_round_of_a_quiet_stream_once_naming_it(
+    dag: Any,
+    airflow_run_environment: None,
+    users_code: Path,
+    unique_name: str,
+    kinesis_endpoint: str,
+    moto_endpoint: str,
+    tmp_path: Path,
+) -> None:
+    create_stream(kinesis_client(kinesis_endpoint), unique_name, 1)
+    conf = {
+        "streams": [unique_name],
+        "application_name": unique_name,
+        "num_workers": 1,
+        "initial_position": "TRIM_HORIZON",
+        "output_uri": str(tmp_path / "lake"),
+        "mode": "live",
+        "decode": "my_company.events:decod",
+        "transform": None,
+    }
+    check_idle = dag.get_task("check_idle")
+    raised: list[BaseException] = []
+    callbacks = check_idle.on_failure_callback
+    check_idle.on_failure_callback = [lambda context: raised.append(context["exception"])]
+    try:
+        run = dag.test(run_conf=conf)
+    finally:
+        check_idle.on_failure_callback = callbacks
+
+    tries = {ti.task_id: ti for ti in run.get_task_instances()}
+    assert (tries["check_idle"].state, tries["check_idle"].try_number) == ("failed", 1), "failed once, not retried"
+    assert tries["consume"].state == "upstream_failed"
+    assert tries["release_leadership"].state == "success"
+    [error] = raised
+    complaint = "decoder 'my_company.events:decod' cannot be loaded: module 'my_company.events' has no attribute"
+    assert f"FunctionLoadError: {complaint}" in str(error), str(error)

@@ -152,3 +152,54 @@ def test_a_rounds_lineage_names_the_streams_it_read_and_the_dataset_it_landed_in
     assert sorted(record.sequence_number for record in ledger.landed()) == sorted(
         record.sequence_number for record in ledger.produced
     )
+
+
+JSON_PIPELINE_DAG_FILE = '''
+"""A pipeline whose records are JSON orders, decoded by the built-in json decoder with their schema."""
+from airflow.sdk import DAG
+from kinesis_lease.pipeline import kinesis_pipeline
+
+orders: DAG = kinesis_pipeline(
+    "{dag_id}",
+    streams=["{stream}"],
+    application_name="{stream}",
+    output_uri="{lake}",
+    schedule=None,
+    num_workers=1,
+    initial_position="TRIM_HORIZON",
+    decode="json",
+    decode_options={{"schema": {{
+        "type": "object",
+        "properties": {{"order_id": {{"type": "string"}}, "amount": {{"type": "number"}}}},
+        "required": ["order_id"],
+    }}}},
+    bad_records="dead_letter",
+)
+'''
+
+
+def test_a_pipeline_declared_with_the_json_decoder_lands_typed_columns_and_dead_letters_the_rest(
+    airflow_run_environment, unique_name, kinesis_endpoint, moto_endpoint, tmp_path, monkeypatch
+):
+    import pyarrow.dataset as ds
+
+    from devtools.kinesis_streams import put_entries
+    from sinks.dead_lettering import dead_letter_uri
+
+    create_stream(kinesis_client(kinesis_endpoint), unique_name, 1)
+    lake = tmp_path / "lake"
+    payloads = [json.dumps({"order_id": f"o-{n}", "amount": n / 2}).encode() for n in range(12)]
+    payloads.append(b'{"amount": "no order"}')
+    put_entries(kinesis_client(kinesis_endpoint), unique_name, [{"Data": p, "PartitionKey": "k"} for p in payloads])
+    dag_id = f"{unique_name.replace('-', '_')}_json"
+    text = JSON_PIPELINE_DAG_FILE.format(dag_id=dag_id, stream=unique_name, lake=lake)
+    dag = users_dag_file(tmp_path / "dags", "json_orders", text, monkeypatch).orders
+
+    states = run_round(dag, {})
+
+    assert states["consume"] == "success" and states["finalize_round"] == "success", states
+    landed = ds.dataset(lake, format="parquet", partitioning="hive").to_table(columns=["order_id", "amount"])
+    assert sorted(landed.column("order_id").to_pylist()) == sorted(f"o-{n}" for n in range(12))
+    assert str(landed.schema.field("amount").type) == "double"
+    dead = ds.dataset(dead_letter_uri(str(lake)), format="parquet", partitioning="hive").to_table()
+    assert dead.num_rows == 1 and "Column(/amount) changed from number to string" in dead.column("error")[0].as_py()

@@ -53,18 +53,16 @@ CASES = [
     pytest.param(
         {"--bad-records": "dead_letter"},
         EXIT_USAGE,
-        "--bad-records dead_letter needs --decode",
+        "--bad-records: dead_letter needs a decoder (decode)",
         id="dead-letters-no-decoder",
     ),
     pytest.param(
         {"--bad-records": "skip"},
         EXIT_USAGE,
-        "argument --bad-records: invalid choice: 'skip'",
+        "--bad-records: must be one of fail, dead_letter, got 'skip'",
         id="unknown-bad-records",
     ),
-    pytest.param(
-        {"--dead-letter-max-share": "2"}, EXIT_USAGE, "must be above 0 and at most 1, got 2", id="share-above-one"
-    ),
+    pytest.param({"--dead-letter-max-share": "2"}, EXIT_USAGE, "above 0 and at most 1, got '2'", id="share-above-one"),
     pytest.param({"--round": "0"}, EXIT_USAGE, "argument --round: must be at least 1, got 0", id="round-zero"),
     pytest.param(
         {"--report-uri": "hdfs://namenode/round.json"},

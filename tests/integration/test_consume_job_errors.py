@@ -17,6 +17,7 @@ from kinesis_lease.operators import check_user_functions
 from devtools.fault_proxy import FaultProxy, FaultRule
 from lease_core.leader.leader_lock import LeaderLock
 from spark_jobs.job_errors import read_job_error
+from spark_jobs.record_processing import RecordProcessing
 from tests.support.consume_job_process import submit_consume_job
 from tests.support.pipeline import ConsumerPipeline, pipeline_on_new_stream
 
@@ -125,11 +126,13 @@ def test_the_step_loads_the_functions_as_a_driver_started_on_its_machine_would_w
         (code / "users_functions.py").unlink()
     error_file = str(tmp_path / "error.json")
 
-    assert check_user_functions("users_functions:decode", None, py_files, {}, error_file) is None
-    refused = check_user_functions("users_functions:NAME", "users_functions:clean", py_files, {}, error_file)
+    decoding = RecordProcessing(decode="users_functions:decode")
+    assert check_user_functions(decoding, py_files, {}, error_file) is None
+    wrong = RecordProcessing(decode="users_functions:NAME", transform="users_functions:clean")
+    refused = check_user_functions(wrong, py_files, {}, error_file)
 
     assert refused is not None and refused.kind == "FunctionLoadError" and not refused.retryable
     assert (
         str(refused) == "decoder 'users_functions:NAME' cannot be loaded: 'NAME' is not callable (it is of type 'str')"
     )
-    assert check_user_functions("users_functions:decode", None, None, {}, error_file) is not None, "not shipped"
+    assert check_user_functions(decoding, None, {}, error_file) is not None, "not shipped"

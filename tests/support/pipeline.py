@@ -36,6 +36,7 @@ from lease_core.sync.step import ShardSyncReport, sync_streams
 from spark_jobs.consume_job import run_round
 from spark_jobs.consume_spec import ConsumeSpec
 from spark_jobs.lease_consumer import LeaseBudget
+from spark_jobs.record_processing import RecordProcessing
 from spark_jobs.round_report import RoundReport
 from tests.support.stores import FAST_RETRIES, fast_config
 
@@ -109,8 +110,14 @@ class ConsumerPipeline:
         return coordinator.run(slot_ids(self.application_name, workers))
 
     def spec(
-        self, workers: int, round_number: int, budget: LeaseBudget | None = None, transform: str | None = None
+        self,
+        workers: int,
+        round_number: int,
+        budget: LeaseBudget | None = None,
+        transform: str | None = None,
+        processing: RecordProcessing | None = None,
     ) -> ConsumeSpec:
+        """The round's spec; `processing` (its record processing) or just a `transform`."""
         settings = self.config.with_overrides(
             aws_endpoint_url_kinesis=self.data_plane_kinesis or self.kinesis_endpoint,
             aws_endpoint_url_dynamodb=self.data_plane_dynamodb or self.dynamodb_endpoint,
@@ -121,7 +128,7 @@ class ConsumerPipeline:
             output_uri=self.output_uri,
             round_number=round_number,
             budget=budget or LeaseBudget(),
-            transform=transform,
+            processing=processing or RecordProcessing(transform=transform),
             settings=settings,
         )
 

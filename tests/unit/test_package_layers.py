@@ -148,11 +148,12 @@ SPARK_JOBS_ALLOWED = {
         "dead_letters",
         "slot_memory",
         "job_errors",
+        "record_processing",
     },
     # The error that stops the driver without a round, written for the consume step, which reads it.
     "job_errors": {"errors"},
     # The consume step's check, before it submits the job, that the decoder and the transform load.
-    "user_functions": {"errors", "decode", "transform", "job_errors"},
+    "user_functions": {"errors", "decode", "transform", "job_errors", "record_processing"},
     "round_publication": {"errors", "round_report"},
     "leasectl": {"errors", "dead_letter_replay"},
     "slot_task": {
@@ -164,7 +165,9 @@ SPARK_JOBS_ALLOWED = {
         "decode",
         "slot_memory",
     },
-    "consume_spec": {"errors", "lease_consumer", "dead_letters"},
+    "consume_spec": {"errors", "lease_consumer", "record_processing"},
+    # The round's record-processing options, defined once: checked, as flags, on the trigger form.
+    "record_processing": {"errors", "dead_letters", "decode"},
     "lease_consumer": {"errors", "round_report", "transform", "decode", "dead_letters"},
     # What a record the decoder rejects does: fail the batch, or set it aside as a dead letter.
     "dead_letters": {"errors", "decode"},
@@ -176,6 +179,12 @@ SPARK_JOBS_ALLOWED = {
     "transform": {"errors"},
     # The per-record decode hook: loads the user's function as the transform does.
     "decode": {"errors", "transform"},
+    # The built-in json decoder: the batch's payloads through pyarrow's JSON reader.
+    "json_decoder": {"errors", "decode"},
+    # The built-in cloudwatch_logs decoder: gunzipped envelopes through the json decoder's reader.
+    "cloudwatch_logs_decoder": {"errors", "decode", "json_decoder"},
+    # The built-in dynamodb decoder: Kinesis Data Streams for DynamoDB change records, through the same reader.
+    "dynamodb_decoder": {"errors", "decode", "json_decoder"},
     "errors": set(),
 }
 SPARK_JOBS_MODULES = sorted(path for path in SPARK_JOBS.rglob("*.py") if path != SPARK_JOBS / "__init__.py")

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from kinesis_lease.round_plan import RoundPlan, plan_round
 
 from lease_core.config.settings import ConsumerConfig
 from lease_core.errors import ConfigurationError
+from spark_jobs.record_processing import RecordProcessing
 
 START, END = "2026-11-20T00:00:00Z", "2026-11-21T00:00:00Z"
 
@@ -204,6 +207,12 @@ def test_a_plan_refuses_a_bad_record_policy_it_cannot_apply_naming_the_param(par
 
 
 def test_a_plan_fails_on_bad_records_unless_told_to_dead_letter_them():
-    assert (live().bad_records, live().dead_letter_max_share) == ("fail", 0.1)
-    chosen = live(bad_records="dead_letter", decode="users.orders:decode", dead_letter_max_share=0.25)
+    assert (live().processing.bad_records, live().processing.dead_letter_max_share) == ("fail", 0.1)
+    chosen = live(bad_records="dead_letter", decode="users.orders:decode", dead_letter_max_share=0.25).processing
     assert (chosen.bad_records, chosen.dead_letter_max_share) == ("dead_letter", 0.25)
+
+
+def test_a_plan_carries_its_record_processing_as_one_json_object_its_steps_read_back():
+    plan = live(decode="users.orders:decode", bad_records="dead_letter", transform="users.orders:clean")
+    carried = json.loads(json.dumps(plan.to_dict()))["processing"]
+    assert RecordProcessing.from_options(carried) == plan.processing

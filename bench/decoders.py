@@ -1,0 +1,213 @@
+"""Benchmark: the built-in decoders' CPU per MiB of payload, against a per-record Python loop.
+
+Method. For each built-in decoder, --records payloads as its producers write them (in this process,
+with the tests' record builders): `json`, orders of ~200 bytes with a nested object, decoded with a
+JSON Schema; `cloudwatch_logs`, gzip'd subscription envelopes of 1 to 5 log events; `dynamodb`, change
+records of Kinesis Data Streams for DynamoDB with new and old images. They are cut into batches of
+--batch records, the size of a slot's batch of small records. Each batch goes through:
+1. The decoder: `decode_batch` of the built-in decoder (`spark_jobs.decode.load_decoder`), which
+   makes the batch's table (position columns and decoded columns) and the rejected records.
+2. The loop: what a user's decoder does for the same rows, written plainly, one record at a time:
+   `json.loads` (after `gzip.decompress` for CloudWatch Logs; one row per log event), the row as a
+   dict of the same columns, then `pyarrow.Table.from_pylist` with the same schema and the position
+   columns (what `spark_jobs.decode.Decoder` does with a user's function).
+The two run interleaved --repeats times (after one batch of each, untimed: the libraries' first
+imports, pandas' among them, are not decoding) and the least CPU (this process's, `time.process_time`) of
+each is kept. MiB/CPU s = payload MiB (as the stream carries it: gzip'd for CloudWatch Logs) / CPU
+seconds. Goal: the decoder >= 2x the loop for every decoder.
+
+    .venv/bin/python bench/decoders.py [--records 40000] [--batch 2000] [--repeats 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import time
+from collections.abc import Callable, Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+import pyarrow as pa
+
+from lease_core.retrieval.kinesis_records import KinesisRecord
+from sinks.record_columns import POSITION_COLUMNS, POSITION_SCHEMA
+from spark_jobs.cloudwatch_logs_decoder import LOG_EVENT_SCHEMA
+from spark_jobs.decode import load_decoder
+from spark_jobs.dynamodb_decoder import CHANGE_SCHEMA
+from spark_jobs.json_decoder import json_schema_to_arrow
+from tests.support.cloudwatch_logs import data_message, log_events
+from tests.support.dynamodb_changes import change_record
+
+ARRIVAL = datetime(2026, 11, 29, 1, 0, tzinfo=UTC)
+ORDER = {
+    "type": "object",
+    "properties": {
+        "order_id": {"type": "string"},
+        "amount": {"type": "number"},
+        "quantity": {"type": "integer"},
+        "currency": {"type": "string"},
+        "placed_at": {"type": "string", "format": "date-time"},
+        "customer": {"type": "object", "properties": {"id": {"type": "integer"}, "country": {"type": "string"}}},
+    },
+    "required": ["order_id"],
+}
+ORDER_SCHEMA = json_schema_to_arrow(ORDER)
+Row = dict[str, Any]
+Decode = Callable[[list[KinesisRecord]], pa.Table]
+
+
+def orders(count: int) -> list[bytes]:
+    return [
+        json.dumps(
+            {
+                "order_id": f"order-{n:08d}",
+                "amount": n * 0.25,
+                "quantity": n % 7,
+                "currency": "EUR",
+                "placed_at": "2026-11-29T01:00:00Z",
+                "customer": {"id": n % 1000, "country": "PT"},
+                "note": "x" * (n % 40),
+            }
+        ).encode()
+        for n in range(count)
+    ]
+
+
+def subscription_records(count: int) -> list[bytes]:
+    return [
+        data_message(f"/app/{n % 5}", f"i-{n}", log_events(f"/app/{n % 5}", n * 10, 1 + n % 5)) for n in range(count)
+    ]
+
+
+def changes(count: int) -> list[bytes]:
+    out = []
+    for n in range(count):
+        key = {"order_id": {"S": f"order-{n:08d}"}}
+        image = {**key, "price": {"N": str(n)}, "status": {"S": "placed"}, "tags": {"SS": ["a", "b"]}}
+        out.append(change_record("MODIFY", key, new_image=image, old_image={**image, "status": {"S": "new"}}))
+    return out
+
+
+def order_row(payload: bytes) -> list[Row]:
+    order = json.loads(payload)
+    row = {name: order.get(name) for name in ORDER_SCHEMA.names}
+    placed = row["placed_at"]
+    row["placed_at"] = None if placed is None else datetime.fromisoformat(placed)
+    return [row]
+
+
+def log_event_rows(payload: bytes) -> list[Row]:
+    envelope = json.loads(gzip.decompress(payload))
+    if envelope["messageType"] != "DATA_MESSAGE":
+        return []
+    shared = {
+        "owner": envelope["owner"],
+        "log_group": envelope["logGroup"],
+        "log_stream": envelope["logStream"],
+        "subscription_filters": envelope["subscriptionFilters"],
+    }
+    return [
+        {
+            **shared,
+            "id": event["id"],
+            "timestamp": datetime.fromtimestamp(event["timestamp"] / 1000, UTC),
+            "message": event["message"],
+        }
+        for event in envelope["logEvents"]
+    ]
+
+
+def change_row(payload: bytes) -> list[Row]:
+    record = json.loads(payload)
+    change = record["dynamodb"]
+    images = {
+        name: change.get(field)
+        for name, field in (("keys", "Keys"), ("new_image", "NewImage"), ("old_image", "OldImage"))
+    }
+    return [
+        {
+            "event_id": record["eventID"],
+            "event_name": record["eventName"],
+            "table_name": record["tableName"],
+            "aws_region": record["awsRegion"],
+            "user_identity_type": (record.get("userIdentity") or {}).get("type"),
+            "approximate_creation_time": datetime.fromtimestamp(change["ApproximateCreationDateTime"] / 1000, UTC),
+            "size_bytes": change["SizeBytes"],
+            **{name: None if image is None else json.dumps(image) for name, image in images.items()},
+        }
+    ]
+
+
+def per_record_loop(rows_of: Callable[[bytes], list[Row]], schema: pa.Schema) -> Decode:
+    full = pa.schema([*POSITION_SCHEMA, *schema])
+
+    def decode(records: list[KinesisRecord]) -> pa.Table:
+        rows: list[Row] = []
+        for record in records:
+            position = {name: getattr(record, name) for name in POSITION_COLUMNS}
+            rows.extend({**position, **row} for row in rows_of(record.data))
+        return pa.Table.from_pylist(rows, schema=full)
+
+    return decode
+
+
+def batches(payloads: Sequence[bytes], size: int) -> list[list[KinesisRecord]]:
+    records = [KinesisRecord(str(10**20 + n), 0, f"key-{n}", ARRIVAL, payload) for n, payload in enumerate(payloads)]
+    return [records[start : start + size] for start in range(0, len(records), size)]
+
+
+def cpu_seconds(decode: Decode, work: list[list[KinesisRecord]]) -> tuple[float, int]:
+    started = time.process_time()
+    rows = sum(decode(batch).num_rows for batch in work)
+    return time.process_time() - started, rows
+
+
+def built_in_decoder(name: str, options: dict[str, Any]) -> Decode:
+    decoder = load_decoder(name, options)
+    assert decoder is not None
+
+    def decode(batch: list[KinesisRecord]) -> pa.Table:
+        decoded = decoder.decode_batch(batch, "bench", "shardId-000000000000")
+        assert not decoded.rejected, decoded.rejected[0].error
+        return decoded.table
+
+    return decode
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--records", type=int, default=40_000)
+    parser.add_argument("--batch", type=int, default=2_000)
+    parser.add_argument("--repeats", type=int, default=3)
+    arguments = parser.parse_args()
+    cases = {
+        "json": (orders, {"schema": ORDER}, per_record_loop(order_row, ORDER_SCHEMA)),
+        "cloudwatch_logs": (subscription_records, {}, per_record_loop(log_event_rows, LOG_EVENT_SCHEMA)),
+        "dynamodb": (changes, {}, per_record_loop(change_row, CHANGE_SCHEMA)),
+    }
+    print(f"{arguments.records} records a decoder, batches of {arguments.batch}, least CPU of {arguments.repeats}")
+    print("| Decoder | Payload MiB | Rows | Decoder MiB/CPU s | Loop MiB/CPU s | Decoder / loop |")
+    print("|---|---:|---:|---:|---:|---:|")
+    for name, (make, options, loop) in cases.items():
+        payloads = make(arguments.records)
+        mib = sum(map(len, payloads)) / 2**20
+        work = batches(payloads, arguments.batch)
+        built_in = built_in_decoder(name, options)
+        built_in(work[0]), loop(work[0])  # the imports a first call makes
+        best_decoder = best_loop = float("inf")
+        for _ in range(arguments.repeats):
+            seconds, rows = cpu_seconds(built_in, work)
+            best_decoder = min(best_decoder, seconds)
+            seconds, loop_rows = cpu_seconds(loop, work)
+            best_loop = min(best_loop, seconds)
+            assert rows == loop_rows, (name, rows, loop_rows)
+        print(
+            f"| `{name}` | {mib:.1f} | {rows} | {mib / best_decoder:.1f} | {mib / best_loop:.1f} "
+            f"| {best_loop / best_decoder:.1f}x |"
+        )
+
+
+if __name__ == "__main__":
+    main()

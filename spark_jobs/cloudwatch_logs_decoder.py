@@ -1,0 +1,121 @@
+"""The built-in `cloudwatch_logs` decoder: CloudWatch Logs subscription records, one row per log event.
+
+A subscription filter writes each Kinesis record as a gzip'd JSON envelope: `messageType`, `owner`,
+`logGroup`, `logStream`, `subscriptionFilters` and the `logEvents` (`id`, `timestamp` in epoch
+milliseconds, `message`). A `DATA_MESSAGE` record becomes one row per log event, with the columns
+`owner`, `log_group`, `log_stream`, `subscription_filters`, `id`, `timestamp` (UTC, milliseconds) and
+`message`, after its record's position columns: the rows of one record share its sequence and
+sub-sequence number, so the batch, its checkpoint and its dead letters stay keyed by record, and a
+redo of the batch decodes the same rows. A `CONTROL_MESSAGE` record (CloudWatch Logs checking that it
+can write to the stream) is left out and counted (`DecodedBatch.left_out`), never dead-lettered. A
+record that is not gzip, not an envelope, or of another message type is rejected with that reason.
+
+The records are gunzipped one by one (zlib, in C), then parsed at once by pyarrow's JSON reader, and
+the events are flattened with Arrow's list kernels: no Python loop per event or field.
+"""
+
+from __future__ import annotations
+
+import gzip
+import zlib
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.json as pa_json
+
+from lease_core.retrieval.kinesis_records import KinesisRecord
+from sinks.record_columns import POSITION_SCHEMA
+from spark_jobs.decode import DECODER, DecodedBatch
+from spark_jobs.errors import TransformError
+from spark_jobs.json_decoder import positions_of, read_json_lines, rejected_records
+
+NAME = "cloudwatch_logs"
+DATA_MESSAGE, CONTROL_MESSAGE = "DATA_MESSAGE", "CONTROL_MESSAGE"
+ENVELOPE = pa.schema(
+    [
+        ("messageType", pa.string()),
+        ("owner", pa.string()),
+        ("logGroup", pa.string()),
+        ("logStream", pa.string()),
+        ("subscriptionFilters", pa.list_(pa.string())),
+        ("logEvents", pa.list_(pa.struct([("id", pa.string()), ("timestamp", pa.int64()), ("message", pa.string())]))),
+    ]
+)
+LOG_EVENT_SCHEMA = pa.schema(
+    [
+        ("owner", pa.string()),
+        ("log_group", pa.string()),
+        ("log_stream", pa.string()),
+        ("subscription_filters", pa.list_(pa.string())),
+        ("id", pa.string()),
+        ("timestamp", pa.timestamp("ms", tz="UTC")),
+        ("message", pa.string()),
+    ]
+)
+_ENVELOPE_COLUMNS = {"owner": "owner", "log_group": "logGroup", "log_stream": "logStream"}
+
+
+@dataclass(frozen=True)
+class CloudWatchLogsDecoder:
+    spec: str = NAME
+
+    @classmethod
+    def from_options(cls, options: Mapping[str, Any]) -> CloudWatchLogsDecoder:
+        if options:
+            raise ValueError(f"the cloudwatch_logs decoder takes no options, got {sorted(options)}")
+        return cls()
+
+    def options(self) -> dict[str, Any]:
+        return {}
+
+    def columns(self) -> pa.Schema:
+        return pa.schema([*POSITION_SCHEMA, *LOG_EVENT_SCHEMA])
+
+    def table(self, records: Sequence[KinesisRecord], stream_name: str, shard_id: str) -> pa.Table:
+        decoded = self.decode_batch(records, stream_name, shard_id)
+        if decoded.rejected:
+            raise TransformError(self.spec, decoded.rejected[0].error, DECODER)
+        return decoded.table
+
+    def decode_batch(self, records: Sequence[KinesisRecord], stream_name: str, shard_id: str) -> DecodedBatch:
+        rejected: dict[int, str] = {}
+        documents: list[bytes] = []
+        for index, record in enumerate(records):
+            try:
+                documents.append(gzip.decompress(record.data))
+            except (OSError, EOFError, zlib.error) as error:
+                rejected[index] = f"is not gzip data ({error})"
+                documents.append(b"")  # rejected as empty by the reader too: the reason above stays
+        parse = pa_json.ParseOptions(explicit_schema=ENVELOPE, unexpected_field_behavior="ignore")
+        read = read_json_lines(documents, parse, self.spec)
+        envelopes, rows = read.table, read.rows
+        rejected = {**read.rejected, **rejected}
+        kinds = envelopes.column("messageType")
+        control = pc.fill_null(pc.equal(kinds, CONTROL_MESSAGE), False)
+        data = pc.fill_null(pc.equal(kinds, DATA_MESSAGE), False)
+        for position in pc.indices_nonzero(pc.invert(pc.or_(control, data))).to_pylist():
+            rejected[rows[position]] = (
+                f"has messageType {kinds[position].as_py()!r}, not {DATA_MESSAGE} or {CONTROL_MESSAGE}"
+            )
+        envelopes = envelopes.filter(data)
+        data_rows = pa.array(rows, pa.int64()).filter(data)
+        events = envelopes.column("logEvents")
+        parents = pc.list_parent_indices(events)  # each event's envelope, among the data envelopes
+        flat = pc.list_flatten(events)
+        columns = {name: envelopes.column(field).take(parents) for name, field in _ENVELOPE_COLUMNS.items()}
+        columns["subscription_filters"] = envelopes.column("subscriptionFilters").take(parents)
+        columns["id"] = pc.struct_field(flat, "id")
+        columns["timestamp"] = pc.struct_field(flat, "timestamp").cast(pa.timestamp("ms", tz="UTC"))
+        columns["message"] = pc.struct_field(flat, "message")
+        table = positions_of(records, data_rows.take(parents).to_pylist())
+        for field in LOG_EVENT_SCHEMA:
+            table = table.append_column(field, pa.chunked_array(_chunks(columns[field.name]), field.type))
+        left_out = int(pc.sum(control).as_py() or 0)
+        return DecodedBatch(table, rejected_records(records, rejected, stream_name, shard_id), left_out)
+
+
+def _chunks(column: pa.Array | pa.ChunkedArray) -> list[pa.Array]:
+    return list(column.chunks) if isinstance(column, pa.ChunkedArray) else [column]
