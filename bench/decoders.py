@@ -33,10 +33,10 @@ import pyarrow as pa
 
 from lease_core.retrieval.kinesis_records import KinesisRecord
 from sinks.record_columns import POSITION_COLUMNS, POSITION_SCHEMA
-from spark_jobs.cloudwatch_logs_decoder import LOG_EVENT_SCHEMA
 from spark_jobs.decode import load_decoder
-from spark_jobs.dynamodb_decoder import CHANGE_SCHEMA
-from spark_jobs.json_decoder import json_schema_to_arrow
+from spark_jobs.decoders.cloudwatch_logs import LOG_EVENT_SCHEMA
+from spark_jobs.decoders.dynamodb_changes import CHANGE_SCHEMA
+from spark_jobs.decoders.json_objects import json_schema_to_arrow
 from tests.support.cloudwatch_logs import data_message, log_events
 from tests.support.dynamodb_changes import change_record
 

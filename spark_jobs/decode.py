@@ -78,8 +78,6 @@ class RecordDecoder(Protocol):
 
     def decode_batch(self, records: Sequence[KinesisRecord], stream_name: str, shard_id: str) -> DecodedBatch: ...
 
-    def table(self, records: Sequence[KinesisRecord], stream_name: str, shard_id: str) -> pa.Table: ...
-
     def columns(self) -> pa.Schema | None: ...
 
 
@@ -91,9 +89,9 @@ class BuiltInDecoder(RecordDecoder, Protocol):
 # Each class has `from_options(options)` (its `decode_options`; `ValueError` naming what is wrong) and
 # `options()` (them again as JSON values, what the round's options carry).
 BUILT_IN_DECODERS = {
-    "json": "spark_jobs.json_decoder:JsonDecoder",
-    "cloudwatch_logs": "spark_jobs.cloudwatch_logs_decoder:CloudWatchLogsDecoder",
-    "dynamodb": "spark_jobs.dynamodb_decoder:DynamoDbDecoder",
+    "json": "spark_jobs.decoders.json_objects:JsonDecoder",
+    "cloudwatch_logs": "spark_jobs.decoders.cloudwatch_logs:CloudWatchLogsDecoder",
+    "dynamodb": "spark_jobs.decoders.dynamodb_changes:DynamoDbDecoder",
 }
 
 

@@ -11,8 +11,8 @@ import pytest
 from lease_core.errors import ConfigurationError
 from lease_core.retrieval.kinesis_records import KinesisRecord
 from spark_jobs.decode import load_decoder
+from spark_jobs.decoders.json_objects import JsonDecoder, json_schema_to_arrow
 from spark_jobs.errors import FunctionLoadError
-from spark_jobs.json_decoder import JsonDecoder, json_schema_to_arrow
 from spark_jobs.record_processing import RecordProcessing
 
 ARRIVAL = datetime(2026, 11, 29, 1, 0, tzinfo=UTC)

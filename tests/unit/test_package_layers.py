@@ -179,12 +179,8 @@ SPARK_JOBS_ALLOWED = {
     "transform": {"errors"},
     # The per-record decode hook: loads the user's function as the transform does.
     "decode": {"errors", "transform"},
-    # The built-in json decoder: the batch's payloads through pyarrow's JSON reader.
-    "json_decoder": {"errors", "decode"},
-    # The built-in cloudwatch_logs decoder: gunzipped envelopes through the json decoder's reader.
-    "cloudwatch_logs_decoder": {"errors", "decode", "json_decoder"},
-    # The built-in dynamodb decoder: Kinesis Data Streams for DynamoDB change records, through the same reader.
-    "dynamodb_decoder": {"errors", "decode", "json_decoder"},
+    # The built-in decoders, one module each (json's reader serves cloudwatch_logs and dynamodb too).
+    "decoders": {"errors", "decode"},
     "errors": set(),
 }
 SPARK_JOBS_MODULES = sorted(path for path in SPARK_JOBS.rglob("*.py") if path != SPARK_JOBS / "__init__.py")

@@ -30,9 +30,8 @@ import pyarrow.json as pa_json
 
 from lease_core.retrieval.kinesis_records import KinesisRecord
 from sinks.record_columns import POSITION_SCHEMA
-from spark_jobs.decode import DECODER, DecodedBatch
-from spark_jobs.errors import TransformError
-from spark_jobs.json_decoder import positions_of, read_json_lines, rejected_records
+from spark_jobs.decode import DecodedBatch
+from spark_jobs.decoders.json_objects import positions_of, read_json_lines, rejected_records
 
 NAME = "dynamodb"
 EVENT_NAMES = ("INSERT", "MODIFY", "REMOVE")
@@ -109,12 +108,6 @@ class DynamoDbDecoder:
 
     def columns(self) -> pa.Schema:
         return pa.schema([*POSITION_SCHEMA, *CHANGE_SCHEMA])
-
-    def table(self, records: Sequence[KinesisRecord], stream_name: str, shard_id: str) -> pa.Table:
-        decoded = self.decode_batch(records, stream_name, shard_id)
-        if decoded.rejected:
-            raise TransformError(self.spec, decoded.rejected[0].error, DECODER)
-        return decoded.table
 
     def decode_batch(self, records: Sequence[KinesisRecord], stream_name: str, shard_id: str) -> DecodedBatch:
         parse = pa_json.ParseOptions(explicit_schema=_FIXED, unexpected_field_behavior="ignore")

@@ -176,12 +176,6 @@ class JsonDecoder:
             return None
         return pa.schema([*POSITION_SCHEMA, *self.schema])
 
-    def table(self, records: Sequence[KinesisRecord], stream_name: str, shard_id: str) -> pa.Table:
-        decoded = self.decode_batch(records, stream_name, shard_id)
-        if decoded.rejected:
-            raise TransformError(self.spec, decoded.rejected[0].error, DECODER)
-        return decoded.table
-
     def decode_batch(self, records: Sequence[KinesisRecord], stream_name: str, shard_id: str) -> DecodedBatch:
         parse = pa_json.ParseOptions(
             explicit_schema=None if self.schema is None else _nullable(self.schema),

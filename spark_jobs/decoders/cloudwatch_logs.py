@@ -28,9 +28,8 @@ import pyarrow.json as pa_json
 
 from lease_core.retrieval.kinesis_records import KinesisRecord
 from sinks.record_columns import POSITION_SCHEMA
-from spark_jobs.decode import DECODER, DecodedBatch
-from spark_jobs.errors import TransformError
-from spark_jobs.json_decoder import positions_of, read_json_lines, rejected_records
+from spark_jobs.decode import DecodedBatch
+from spark_jobs.decoders.json_objects import positions_of, read_json_lines, rejected_records
 
 NAME = "cloudwatch_logs"
 DATA_MESSAGE, CONTROL_MESSAGE = "DATA_MESSAGE", "CONTROL_MESSAGE"
@@ -73,12 +72,6 @@ class CloudWatchLogsDecoder:
 
     def columns(self) -> pa.Schema:
         return pa.schema([*POSITION_SCHEMA, *LOG_EVENT_SCHEMA])
-
-    def table(self, records: Sequence[KinesisRecord], stream_name: str, shard_id: str) -> pa.Table:
-        decoded = self.decode_batch(records, stream_name, shard_id)
-        if decoded.rejected:
-            raise TransformError(self.spec, decoded.rejected[0].error, DECODER)
-        return decoded.table
 
     def decode_batch(self, records: Sequence[KinesisRecord], stream_name: str, shard_id: str) -> DecodedBatch:
         rejected: dict[int, str] = {}

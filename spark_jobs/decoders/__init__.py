@@ -1,0 +1,1 @@
+"""The built-in decoders, one module each, chosen by name (`spark_jobs.decode.BUILT_IN_DECODERS`)."""
