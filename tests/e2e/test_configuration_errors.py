@@ -115,13 +115,7 @@ def test_a_pipeline_set_up_wrong_fails_its_consume_step_once_at_once_naming_the_
     }
     complaint = complaint.replace("{tmp}", str(tmp_path))
     consume = dag.get_task("consume")
-    raised: list[BaseException] = []
-    callbacks = consume.on_failure_callback
-    consume.on_failure_callback = [lambda context: raised.append(context["exception"])]
-    try:
-        run = dag.test(run_conf=conf)
-    finally:
-        consume.on_failure_callback = callbacks
+    run, raised = run_catching_failures(dag, "consume", conf)
 
     tries = {ti.task_id: ti for ti in run.get_task_instances()}
     consumed = tries["consume"]
@@ -159,14 +153,7 @@ def test_a_decoder_that_cannot_be_loaded_fails_a_round_of_a_quiet_stream_once_na
         "decode": "my_company.events:decod",
         "transform": None,
     }
-    check_idle = dag.get_task("check_idle")
-    raised: list[BaseException] = []
-    callbacks = check_idle.on_failure_callback
-    check_idle.on_failure_callback = [lambda context: raised.append(context["exception"])]
-    try:
-        run = dag.test(run_conf=conf)
-    finally:
-        check_idle.on_failure_callback = callbacks
+    run, raised = run_catching_failures(dag, "check_idle", conf)
 
     tries = {ti.task_id: ti for ti in run.get_task_instances()}
     assert (tries["check_idle"].state, tries["check_idle"].try_number) == ("failed", 1), "failed once, not retried"
@@ -175,3 +162,15 @@ def test_a_decoder_that_cannot_be_loaded_fails_a_round_of_a_quiet_stream_once_na
     [error] = raised
     complaint = "decoder 'my_company.events:decod' cannot be loaded: module 'my_company.events' has no attribute"
     assert f"FunctionLoadError: {complaint}" in str(error), str(error)
+
+
+def run_catching_failures(dag: Any, task_id: str, conf: dict[str, Any]) -> tuple[Any, list[BaseException]]:
+    """A DAG run of `conf`, and the exceptions the task `task_id` failed with in it."""
+    task = dag.get_task(task_id)
+    raised: list[BaseException] = []
+    callbacks = task.on_failure_callback
+    task.on_failure_callback = [lambda context: raised.append(context["exception"])]
+    try:
+        return dag.test(run_conf=conf), raised
+    finally:
+        task.on_failure_callback = callbacks
