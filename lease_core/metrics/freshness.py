@@ -105,6 +105,29 @@ def fresh_lease_rows(
     return fresh
 
 
+def ages_at_newest_round(row: Mapping[str, Any], newest_round: Mapping[str, Any] | None) -> dict[str, int | None]:
+    """A lease row's two ages at the end of the newest round the history keeps, which may have come
+    after the row's own (an idle round, or one whose job died before its report, records no rows).
+    The newest round's own `landed_through` bounds every lease's from below (it is the least of
+    them, and an idle round's check found nothing older unread), so the lease's moment is the later
+    of the two. A row without moments (an older release's) keeps the ages it was stored with."""
+    own = Freshness.of_row(row)
+    stored = {
+        "oldest_unlanded_age_millis": row.get("oldest_unlanded_age_millis"),
+        "newest_landed_age_millis": row.get("newest_landed_age_millis"),
+    }
+    at = newest_round.get("finished_at") if newest_round else None
+    if own == Freshness() or not isinstance(at, int):
+        return stored
+    floor = Freshness.of_row(newest_round).landed_through_millis
+    through = [moment for moment in (own.landed_through_millis, floor) if moment is not None]
+    fresh = Freshness(max(through, default=None), own.newest_arrival_millis)
+    return {
+        "oldest_unlanded_age_millis": fresh.oldest_unlanded_age_millis(at),
+        "newest_landed_age_millis": fresh.newest_landed_age_millis(at),
+    }
+
+
 def _moment(row: Mapping[str, Any], key: str) -> int | None:
     value = row.get(key)
     if value is None:

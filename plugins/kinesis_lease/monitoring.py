@@ -45,6 +45,7 @@ from lease_core.application import LeaseApplication
 from lease_core.config.settings import ConsumerConfig
 from lease_core.leader.leader_lock import LockHolder, SharedObservation, wall_clock_millis
 from lease_core.leader.round_history import RoundHistory
+from lease_core.metrics.freshness import ages_at_newest_round
 from lease_core.metrics.worker_metrics import CPU_METRIC, NO_SAMPLE, WorkerMetricStats
 from lease_core.model.stream_consumer import StreamConsumerState
 from lease_core.ops.status import (
@@ -134,7 +135,8 @@ class ApplicationReads:
         rows = {row["lease_key"]: row for row in self.last_round_leases if "lease_key" in row}
         # Without its row, a lease was not read, unless rows were left out: then it is not known.
         missing = NOT_KEPT_ROW if self.last_round_left_out else None
-        documents = [lease_document(row, rows.get(row.lease_key, missing)) for row in self.report.leases]
+        newest = self.rounds[-1] if self.rounds else None
+        documents = [lease_document(row, rows.get(row.lease_key, missing), newest) for row in self.report.leases]
         return tuple(sorted(documents, key=lambda document: natural_key(document["lease_key"])))
 
 
@@ -372,19 +374,26 @@ def slot_documents(slots: Any, application: str) -> list[dict[str, Any]] | None:
 # --- the leases ---------------------------------------------------------------------------------
 
 
-def lease_document(row: LeaseRow, last_round: Mapping[str, Any] | None) -> dict[str, Any]:
-    """A lease's stored state, with what the latest round did to it (records, lag, freshness, outcome,
-    the error that stopped it and the records it dead-lettered), if anything."""
+def lease_document(
+    row: LeaseRow, last_round: Mapping[str, Any] | None, newest_round: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
+    """A lease's stored state, with what the latest round did to it (records, lag, outcome, the error
+    that stopped it and the records it dead-lettered), if anything, and its freshness at the end of
+    the newest round (`newest_round`, the history's last entry)."""
     return {
         **{name: getattr(row, name) for name in _LEASE_ROW_FIELDS},
-        "last_round": None if last_round is None else _last_round_document(last_round),
+        "last_round": None if last_round is None else _last_round_document(last_round, newest_round),
     }
 
 
-def _last_round_document(row: Mapping[str, Any]) -> dict[str, Any]:
+def _last_round_document(row: Mapping[str, Any], newest_round: Mapping[str, Any] | None) -> dict[str, Any]:
     """What a lease shows of its last round's row. A row without an outcome is a lease the round did not
     read, kept for its freshness (`lease_core.metrics.freshness.fresh_lease_rows`)."""
-    return {key: row.get(key) for key in _LAST_ROUND_FIELDS} | {"outcome": row.get("outcome") or NOT_READ}
+    return (
+        {key: row.get(key) for key in _LAST_ROUND_FIELDS}
+        | ages_at_newest_round(row, newest_round)
+        | {"outcome": row.get("outcome") or NOT_READ}
+    )
 
 
 _LEASE_ROW_FIELDS = tuple(field.name for field in fields(LeaseRow))

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from lease_core.metrics.freshness import Freshness, fresh_lease_rows
+from lease_core.metrics.freshness import Freshness, ages_at_newest_round, fresh_lease_rows
 
 END = 1_800_000_000_000
 
@@ -103,6 +103,43 @@ def test_an_unread_lease_is_carried_round_after_round_until_it_is_read_again():
         "oldest_unlanded_age_millis": 10,
         "newest_landed_age_millis": None,
     }
+
+
+ROW = {
+    "lease_key": "shardId-1",
+    "landed_through_millis": END - 60_000,
+    "newest_arrival_millis": END - 70_000,
+    "oldest_unlanded_age_millis": 60_000,  # at END, the end of the row's own round
+    "newest_landed_age_millis": 70_000,
+}
+
+
+@pytest.mark.parametrize(
+    ("newest_round", "ages"),
+    [
+        pytest.param({"finished_at": END, "landed_through_millis": END - 90_000}, (60_000, 70_000), id="its-own-round"),
+        pytest.param(
+            {"finished_at": END + 300_000, "landed_through_millis": END + 290_000},
+            (10_000, 370_000),
+            id="an-idle-round-after-lacks-nothing-older-than-its-check",
+        ),
+        pytest.param(
+            {"finished_at": END + 300_000, "landed_through_millis": END - 90_000},
+            (360_000, 370_000),
+            id="a-round-that-reported-nothing-ages-it",
+        ),
+        pytest.param(None, (60_000, 70_000), id="no-history"),
+    ],
+)
+def test_a_leases_ages_are_those_at_the_end_of_the_newest_round(newest_round, ages):
+    aged = ages_at_newest_round(ROW, newest_round)
+    assert (aged["oldest_unlanded_age_millis"], aged["newest_landed_age_millis"]) == ages
+
+
+def test_a_row_without_moments_keeps_the_ages_it_was_stored_with():
+    row = {"lease_key": "shardId-1", "oldest_unlanded_age_millis": 5, "newest_landed_age_millis": 6}
+    newest = {"finished_at": END, "landed_through_millis": END}
+    assert ages_at_newest_round(row, newest) == {"oldest_unlanded_age_millis": 5, "newest_landed_age_millis": 6}
 
 
 @pytest.mark.parametrize("value", ["1700000000000", -5, 1.5, True], ids=["text", "negative", "fraction", "boolean"])
