@@ -27,8 +27,9 @@ from __future__ import annotations
 
 import uuid
 from collections import defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import pyarrow as pa
 
@@ -41,8 +42,8 @@ from sinks.errors import SinkError
 from sinks.parquet import ParquetSink
 from sinks.record_columns import RECORD_SCHEMA
 from sinks.table.committer import TableCommitter
-from spark_jobs.decode import DECODER, RecordDecoder, load_decoder
-from spark_jobs.errors import TransformError
+from spark_jobs.decode import BUILT_IN_DECODERS, DECODER, RecordDecoder, load_decoder
+from spark_jobs.errors import FunctionLoadError, TransformError
 from spark_jobs.transform import Transform, load_transform, transformed
 
 REPLAY_LEASE_SUFFIX = ":dead-letters"
@@ -149,9 +150,11 @@ class Processing:
     transform: Transform | None = None
 
     @classmethod
-    def load(cls, decode: str, transform: str | None = None) -> Processing:
-        """`TransformError` when either cannot be loaded."""
-        decoder = load_decoder(decode)
+    def load(cls, decode: str, transform: str | None = None, options: Mapping[str, Any] | None = None) -> Processing:
+        """`TransformError` when either cannot be loaded; `options`: a built-in decoder's `decode_options`."""
+        if options and decode not in BUILT_IN_DECODERS:
+            raise FunctionLoadError(decode, "takes no decode_options: they are for a built-in decoder", DECODER)
+        decoder = load_decoder(decode, options)
         assert decoder is not None  # a spec was given
         return cls(decoder, transform, load_transform(transform))
 

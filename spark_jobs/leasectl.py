@@ -74,7 +74,7 @@ def open_landed(output_uri: str, config: ConsumerConfig, lookup: StreamLookup) -
 
 def run_replay_dead_letters(arguments: argparse.Namespace, app: LeaseApplication) -> int:
     try:
-        processing = Processing.load(arguments.decode, arguments.transform)
+        processing = Processing.load(arguments.decode, arguments.transform, arguments.decode_options)
         replay = DeadLetterReplay.open(arguments.output_uri, app.config, processing)
     except TransformError as error:
         raise UsageError(str(error)) from None

@@ -263,9 +263,26 @@ def _add_replay_parser(commands: argparse._SubParsersAction[ArgumentParser]) -> 
     replay.add_argument(
         "--decode", required=True, metavar="MODULE:FUNCTION", help="the fixed decoder (the pipeline's decode)"
     )
+    replay.add_argument(
+        "--decode-options",
+        type=_json_object,
+        default={},
+        metavar="JSON",
+        help="a built-in decoder's options, as the pipeline's decode_options (a JSON object)",
+    )
     replay.add_argument("--transform", metavar="MODULE:FUNCTION", help="the pipeline's transform, if it has one")
     replay.add_argument("--stream", metavar="NAME", help="replay this stream's dead letters only")
     replay.add_argument("--dry-run", action="store_true", help="decode and report, land nothing")
+
+
+def _json_object(text: str) -> dict[str, object]:
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise argparse.ArgumentTypeError(f"not JSON ({error})") from None
+    if not isinstance(value, dict):
+        raise argparse.ArgumentTypeError(f"must be a JSON object, got {type(value).__name__}")
+    return value
 
 
 # A command whose work is above lease_core, as the installed `leasectl` passes it in (`main`).

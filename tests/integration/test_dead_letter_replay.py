@@ -304,6 +304,38 @@ def test_leasectl_refuses_a_decoder_it_cannot_load_as_a_usage_error(tmp_path, ca
     ) in capsys.readouterr().err
 
 
+@pytest.mark.parametrize(
+    ("decode", "options", "complaint"),
+    [
+        pytest.param(
+            "json",
+            '{"schema": 5}',
+            "decoder 'json' cannot be loaded: schema must be a JSON Schema document or a pyarrow.Schema, got 5",
+            id="a-built-in-decoder-gets-them-and-names-what-is-wrong",
+        ),
+        pytest.param(
+            f"{DECODERS}:amounts",
+            '{"schema": {}}',
+            f"decoder '{DECODERS}:amounts' cannot be loaded: takes no decode_options",
+            id="a-decoder-of-yours-takes-none",
+        ),
+        pytest.param("json", "[1]", "--decode-options: must be a JSON object, got list", id="not-an-object"),
+        pytest.param("json", "{", "--decode-options: not JSON", id="not-json"),
+    ],
+)
+def test_leasectl_hands_decode_options_to_a_built_in_decoder_and_refuses_wrong_ones_as_a_usage_error(
+    decode, options, complaint, tmp_path, capsys
+):
+    command = ("replay-dead-letters", "--output-uri", str(tmp_path / "lake"), "--decode", decode)
+    try:
+        status = leasectl.main(["--app", "orders-app", *command, "--decode-options", options])
+    except SystemExit as exit:  # argparse refuses the value itself
+        status = exit.code
+
+    assert status == 2
+    assert complaint in capsys.readouterr().err
+
+
 def test_verify_takes_a_replays_batches_for_no_leases_and_finds_the_table_and_the_checkpoints_in_agreement(
     moto_endpoint, unique_name, tmp_path, monkeypatch, capsys
 ):
