@@ -56,6 +56,7 @@ COORDINATOR_STATE_KEYS = frozenset(
         "LastRoundLeases",
         "ConsumedStream",
         "FormerStreams",
+        "LoadProbes",
     }
 )
 COORDINATOR_STATE_KEY_PREFIXES = ("ShardSyncAuditor:", "GarbageLeaseCleanup:", "StreamConsumer:")

@@ -287,6 +287,10 @@ def probe_load(
 ) -> dict[str, float]:
     """The sync step's second look, in a round with work: probe the leases with no throughput yet
     and keep what the probes say for the round's assignment (docs/protocol.md §6). Returns them."""
-    probes = probe_unmeasured_leases(leases, stream_names, retrieval, config, clock_millis)
+    try:
+        probes = probe_unmeasured_leases(leases, stream_names, retrieval, config, clock_millis)
+    except Exception as error:  # a hint for the assignment, never a reason to fail the round
+        log.warning("the load probe failed, so new leases keep the average as their load: %r", error, exc_info=True)
+        return {}
     record_load_probes(state, probes, clock_millis())
     return probes

@@ -5,7 +5,13 @@ from __future__ import annotations
 
 import pytest
 
+from lease_core.config.settings import ConsumerConfig
+from lease_core.model.lease import Lease
+from lease_core.model.sequence import TRIM_HORIZON
 from lease_core.retrieval.pending_work import Backlog, estimated_backlog, probed_throughputs
+from lease_core.store.coordinator_state import InMemoryCoordinatorStateStore
+from lease_core.store.load_probes import LOAD_PROBES_KEY
+from lease_core.sync.step import probe_load
 
 MIB = 1024 * 1024
 
@@ -55,3 +61,21 @@ def test_probed_leases_weigh_their_backlog_over_one_window(
     backlogs: dict[str, Backlog], expected: dict[str, float]
 ) -> None:
     assert probed_throughputs(backlogs, now_millis=11_000) == expected
+
+
+class UnreachableKinesis:
+    """A retrieval whose every read fails the way a bug or a reset connection would."""
+
+    def open(self, *_: object, **__: object) -> None:
+        raise ConnectionResetError("connection reset by peer")
+
+
+def test_a_probe_that_fails_leaves_the_round_to_the_average_and_writes_nothing(caplog) -> None:
+    state = InMemoryCoordinatorStateStore()
+    lease = Lease("shardId-000000000001", checkpoint=TRIM_HORIZON)
+
+    probes = probe_load([lease], ["orders"], UnreachableKinesis(), ConsumerConfig(application_name="app"), state)
+
+    assert probes == {}
+    assert state.get(LOAD_PROBES_KEY) is None
+    assert "the load probe failed" in caplog.text and "connection reset by peer" in caplog.text

@@ -8,6 +8,7 @@ from lease_core.leader import assignment_round, leader_lock, round_history
 from lease_core.metrics.worker_metrics import WorkerMetricStats
 from lease_core.model.lease import Lease
 from lease_core.retrieval.fanout import stream_consumers
+from lease_core.store import load_probes
 from lease_core.store.codec import lease_to_item
 from lease_core.store.record_table import to_attribute_values
 from lease_core.store.table_ownership import (
@@ -182,6 +183,7 @@ def test_the_worker_metrics_shape_is_the_one_the_worker_metrics_store_writes():
         round_history.LAST_ROUND_KEY,
         consumed_stream.RECORD_KEY,
         stream_tracking.FORMER_STREAMS_KEY,
+        load_probes.LOAD_PROBES_KEY,
         audit.RECORD_KEY_PREFIX + "orders",
         garbage_probe.RECORD_KEY_PREFIX + "orders",
         stream_consumers.RECORD_KEY_PREFIX + "orders",
