@@ -34,9 +34,11 @@ from spark_jobs.errors import TransformError
 
 NAME = "json"
 _ROW = re.compile(r" in row (\d+)$")
-# JSON Schema's types, and the string formats with an Arrow type of their own.
+# JSON Schema's types, and the string formats with an Arrow type of their own. Not `date`: Arrow's
+# JSON reader takes a date32 column from JSON numbers (days), so an ISO date string would be refused
+# and a number taken for a date; a `date` string stays a string.
 _SCALARS = {"string": pa.string(), "integer": pa.int64(), "number": pa.float64(), "boolean": pa.bool_()}
-_FORMATS = {"date-time": pa.timestamp("us", tz="UTC"), "date": pa.date32()}
+_FORMATS = {"date-time": pa.timestamp("us", tz="UTC")}
 
 
 def json_schema_to_arrow(document: Mapping[str, Any], where: str = "schema") -> pa.Schema:

@@ -51,6 +51,16 @@ def test_a_json_schema_document_gives_typed_columns_nested_objects_as_structs_an
     )
 
 
+def test_a_date_string_stays_a_string_as_arrows_reader_would_take_a_date_column_from_numbers_only():
+    schema = {"type": "object", "properties": {"due": {"type": "string", "format": "date"}}}
+    decoded = JsonDecoder.from_options({"schema": schema}).decode_batch(
+        records(b'{"due": "2026-11-29"}'), "orders", "shardId-0"
+    )
+    assert decoded.rejected == ()
+    assert decoded.table.column("due").type == pa.string()
+    assert decoded.table.column("due").to_pylist() == ["2026-11-29"]
+
+
 def test_records_decoded_with_a_schema_have_its_columns_after_the_positions_and_ignore_other_fields():
     decoder = JsonDecoder.from_options({"schema": ORDER_SCHEMA})
     batch = records(
