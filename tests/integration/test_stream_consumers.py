@@ -31,7 +31,7 @@ from lease_core.retrieval.fanout.stream_consumers import StreamConsumers
 from tests.support.leasectl import run_leasectl
 from tests.support.stores import FAST_RETRIES, fast_config
 
-STREAMS = [StreamSpec(f"s-{name}", records_per_shard=1) for name in range(14)]
+STREAMS = [StreamSpec(f"s-{name}", records_per_shard=1) for name in range(15)]
 LIFECYCLE = FanOutLimits(activation_seconds=0.3, deletion_seconds=0.2, subscribe_calls_per_second=None)
 STUCK = FanOutLimits(activation_seconds=600, subscribe_calls_per_second=None)
 
@@ -291,6 +291,41 @@ def test_a_consumer_registered_by_someone_else_between_the_application_s_look_an
         consumers.ensure("s-12")
     assert consumers_of(app).describe("s-12").ours is False
     assert [name for name, _ in consumers_on(kinesis, "s-12")] == [unique_name]
+
+
+class SiblingInsideDescribe:
+    """A boto3 Kinesis client whose `nth` DescribeStreamConsumer first lets `sibling` run whole: a slow
+    describe (throttled and retried, say) during which another table step does all its work."""
+
+    def __init__(self, client: Any, nth: int, sibling: Callable[[], object]) -> None:
+        self._client = client
+        self._nth = nth
+        self._sibling = sibling
+        self.describes = 0
+
+    def describe_stream_consumer(self, **arguments: Any) -> Any:
+        self.describes += 1
+        if self.describes == self._nth:
+            self._sibling()
+        return self._client.describe_stream_consumer(**arguments)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._client, name)
+
+
+def test_a_step_whose_slow_describe_spans_a_sibling_s_whole_registration_uses_the_consumer_not_refuses_it(
+    moto_endpoint, standin, unique_name
+):
+    app = application(moto_endpoint, standin.endpoint, unique_name)
+    sibling: list[str] = []
+    # This step's first look finds nothing and claims; its second look read the unmarked claim, and
+    # while its describe is on the way the sibling marks the claim, registers and records the consumer.
+    kinesis = SiblingInsideDescribe(
+        app.client("kinesis"), 2, lambda: sibling.append(consumers_of(app).ensure("s-14").consumer_arn)
+    )
+    this = consumers_of(app, kinesis).ensure("s-14")
+    assert this.ours and this.consumer_arn == sibling[0]
+    assert consumers_on(app.client("kinesis"), "s-14") == [(unique_name, "ACTIVE")]
 
 
 # --- Kinesis' limits and a consumer that does not become ACTIVE ------------------------------------

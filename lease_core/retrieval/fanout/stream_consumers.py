@@ -288,8 +288,12 @@ class StreamConsumers:
                     self._arns[stream_name] = consumer.arn
                 return self._state_of(stream_name, record, consumer)
             if step in (Step.FOREIGN, Step.RENAMED):
-                raise self._refusal(step, stream_name, record, consumer)
-            if step is Step.WAIT:
+                # The verdict rests on the record as read before Kinesis answered: another step may
+                # have marked, registered and recorded the consumer since. Only an unchanged record
+                # makes the consumer foreign; a changed one is looked at again.
+                if self._version_of(self._ownership(stream_name)) == self._version_of(record):
+                    raise self._refusal(step, stream_name, record, consumer)
+            elif step is Step.WAIT:
                 assert consumer is not None
                 if self._monotonic() >= deadline:
                     raise self._not_ready(stream_name, consumer, f"still {consumer.status} after {self._timeout:g} s")
@@ -303,7 +307,8 @@ class StreamConsumers:
                     f"its registration changed under each of {MAX_STEPS} attempts (another table step or "
                     "`leasectl init` registering it at the same time, or the stream not ACTIVE); try again",
                 )
-            self._apply(step, stream_name, stream_arn, record, consumer)
+            if step not in (Step.FOREIGN, Step.RENAMED):
+                self._apply(step, stream_name, stream_arn, record, consumer)
 
     def _apply(
         self, step: Step, stream_name: str, stream_arn: str, record: Ownership | None, consumer: Consumer | None
@@ -484,6 +489,10 @@ class StreamConsumers:
             Ownership.from_record(r) for r in self._state.scan() if str(r.get(key, "")).startswith(RECORD_KEY_PREFIX)
         ]
         return sorted(records, key=lambda record: record.stream_name)
+
+    @staticmethod
+    def _version_of(record: Ownership | None) -> str | None:
+        return None if record is None else record.version
 
     def _describe(self, stream_arn: str, consumer_name: str | None = None) -> Consumer | None:
         """DescribeStreamConsumer by stream and name; None when Kinesis has no consumer of the name."""
