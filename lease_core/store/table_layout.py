@@ -6,7 +6,9 @@ table (`separate`); KCL 3.5 keeps them in the lease table itself, each item tagg
 application's layout is read from its tables, whatever the setting says: an application whose lease
 table holds KCL 3.5 items of another entity type is `single`, one with either of the two separate
 tables is `separate`, and one with both is refused, since reading one layout would miss what was
-written to the other. Only an application whose tables show neither gets the configured layout.
+written to the other; except that, as in KCL 3.5, a lease table whose `TableMigration3.5` record says
+COMPLETE is `single` whatever else exists (KCL's migration leaves the two old tables in place). Only
+an application whose tables show neither gets the configured layout.
 
 `decide_layout` is pure (an item's entity type is `codec.entity_type`); `detect_layout` does the DynamoDB reads.
 """
@@ -31,6 +33,7 @@ SINGLE: TableLayoutName = "single"
 # KCL 3.5's table-migration record and its status attribute.
 TABLE_MIGRATION_KEY = "TableMigration3.5"
 TABLE_MIGRATION_STATUS = "tm"
+MIGRATION_COMPLETE = "TABLE_MIGRATION_STATUS_COMPLETE"
 # The coordinator-state keys a single-layout lease table comes to hold: this project's round counter
 # (after its first assignment), the leader lock (while a leader holds it), KCL 3.5's table migration.
 PROBED_KEYS = ("AssignmentRound", "Leader", TABLE_MIGRATION_KEY)
@@ -45,6 +48,9 @@ class TablesFound:
     worker_metrics_table: bool
     coordinator_state_table: bool
     non_lease_items: bool
+    # The lease table's `TableMigration3.5` says COMPLETE: KCL 3.5 migrated the application to one
+    # table, and keeps (never deletes) the two tables it used before.
+    migration_complete: bool = False
 
 
 @dataclass(frozen=True)
@@ -60,6 +66,9 @@ def decide_layout(
     LayoutConflictError when they hold both."""
     exists = (found.worker_metrics_table, found.coordinator_state_table)
     separate_found = [name for name, found_it in zip(separate_tables, exists, strict=True) if found_it]
+    if found.migration_complete:  # KCL 3.5's own rule: one table, whatever else is left
+        left = f"; {', '.join(repr(name) for name in separate_found)} left from before it" if separate_found else ""
+        return LayoutDecision(SINGLE, f"KCL 3.5's table migration is complete in {lease_table!r}{left}")
     if found.non_lease_items and separate_found:
         raise LayoutConflictError(lease_table, tuple(separate_found))
     if found.non_lease_items:
@@ -93,15 +102,27 @@ def detect_layout(
     lease_table_exists = _exists(client, caller, lease_table)
     worker_metrics_exists = _exists(client, caller, worker_metrics_table)
     coordinator_state_exists = _exists(client, caller, coordinator_state_table)
-    non_lease_items = lease_table_exists and _holds_probed_key(client, caller, lease_table)
+    probed = _probed_items(client, caller, lease_table) if lease_table_exists else {}
+    non_lease_items = bool(probed)
     if lease_table_exists and not non_lease_items and not (worker_metrics_exists or coordinator_state_exists):
         non_lease_items = _holds_non_lease_items(client, caller, lease_table)
-    found = TablesFound(lease_table_exists, worker_metrics_exists, coordinator_state_exists, non_lease_items)
+    migration = probed.get(TABLE_MIGRATION_KEY, {}).get(TABLE_MIGRATION_STATUS, {}).get("S")
+    found = TablesFound(
+        lease_table_exists,
+        worker_metrics_exists,
+        coordinator_state_exists,
+        non_lease_items,
+        migration == MIGRATION_COMPLETE,
+    )
     return decide_layout(found, lease_table, separate_tables, configured)
 
 
-def _holds_probed_key(client: Any, caller: AwsCaller, table_name: str) -> bool:
-    """Whether any of `PROBED_KEYS` is a non-lease item of the lease table (strongly consistent reads)."""
+_PROBED_NAMES = {"#key": LEASE_KEY, "#entity": ENTITY_TYPE, "#migration": TABLE_MIGRATION_STATUS}
+
+
+def _probed_items(client: Any, caller: AwsCaller, table_name: str) -> dict[str, dict[str, Any]]:
+    """The non-lease items of the lease table at `PROBED_KEYS`, by key (strongly consistent reads)."""
+    found = {}
     for key in PROBED_KEYS:
         response = caller.call(
             "GetItem",
@@ -109,16 +130,16 @@ def _holds_probed_key(client: Any, caller: AwsCaller, table_name: str) -> bool:
                 client.get_item,
                 TableName=table_name,
                 Key={LEASE_KEY: {"S": key}},
-                ProjectionExpression="#key, #entity",
-                ExpressionAttributeNames={"#key": LEASE_KEY, "#entity": ENTITY_TYPE},
+                ProjectionExpression="#key, #entity, #migration",
+                ExpressionAttributeNames=_PROBED_NAMES,
                 ConsistentRead=True,
             ),
             table_name,
         )
         item = response.get("Item")
         if item is not None and entity_type(item) != LEASE_ENTITY_TYPE:
-            return True
-    return False
+            found[key] = item
+    return found
 
 
 def _exists(client: Any, caller: AwsCaller, table_name: str) -> bool:

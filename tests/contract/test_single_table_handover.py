@@ -101,7 +101,7 @@ def test_leasectl_status_shows_the_single_layout_and_kcl_s_migration_state(moto_
     kcl_lease_table(client, unique_name, LEASE, WORKER_METRIC_STATS, LEADER_LOCK, TABLE_MIGRATION)
     result = run_leasectl("--app", unique_name, "status", dynamodb=moto_endpoint)
     assert result.returncode == 0, result.stderr
-    assert "Table layout: single (lease table" in result.stdout
+    assert "Table layout: single (KCL 3.5's table migration is complete in" in result.stdout
     assert "table migration: TABLE_MIGRATION_STATUS_COMPLETE" in result.stdout
     document = json.loads(run_leasectl("--app", unique_name, "status", "--json", dynamodb=moto_endpoint).stdout)
     assert document["table_layout"]["layout"] == "single"

@@ -96,6 +96,27 @@ def test_single_table_items_next_to_a_separate_table_are_refused_naming_both(cli
     assert f"{unique_name}-WorkerMetricStats" not in message
 
 
+def test_a_kcl_3_5_application_that_migrated_is_single_though_kcl_left_its_two_old_tables(client, unique_name):
+    # KCL's migration writes COMPLETE to both tables in one transaction and deletes neither old table.
+    kcl_lease_table(client, unique_name, LEASE, WORKER_METRIC_STATS, LEADER_LOCK, TABLE_MIGRATION)
+    migration = {key: value for key, value in TABLE_MIGRATION.items() if key not in ("leaseKey", "entityType")}
+    legacy_state = {"key": {"S": "TableMigration3.5"}, **migration}
+    kcl_separate_table(client, f"{unique_name}-CoordinatorState", "key", legacy_state)
+    kcl_separate_table(client, f"{unique_name}-WorkerMetricStats", "wid", {"wid": {"S": "worker-1"}})
+    decision = detect(client, unique_name, configured=SEPARATE)
+    assert decision.layout == SINGLE
+    assert "table migration is complete" in decision.reason
+    assert repr(f"{unique_name}-CoordinatorState") in decision.reason
+
+
+def test_a_migration_not_complete_beside_the_old_tables_is_still_refused(client, unique_name):
+    pending = {**TABLE_MIGRATION, "tm": {"S": "TABLE_MIGRATION_STATUS_PENDING"}}
+    kcl_lease_table(client, unique_name, LEASE, WORKER_METRIC_STATS, pending)
+    kcl_separate_table(client, f"{unique_name}-CoordinatorState", "key", {"key": {"S": "Leader"}})
+    with pytest.raises(LayoutConflictError):
+        detect(client, unique_name)
+
+
 def test_the_lease_store_reads_only_the_leases_of_a_kcl_3_5_single_table_lease_table(moto_endpoint, unique_name):
     store = dynamodb_store(moto_endpoint, unique_name)
     untagged_leader = {key: value for key, value in LEADER_LOCK.items() if key != "entityType"}
