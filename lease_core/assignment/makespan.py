@@ -108,12 +108,14 @@ class _Loads:
 
     def rebalance(self) -> None:
         """Rebalance if that lowers the busiest load by at least the floor, and stop as soon as what
-        is left to gain is under a quarter of it.
+        is left to gain is under a quarter of it; or, while a slot holds no lease, as far as it helps.
 
         Measured throughput is noisy: re-solving every round would trade leases between slots whose
         loads only look different, each move costing a handoff for no real gain. A real change of load
         (a shard that doubles) lowers the busiest load by far more than noise can; the steps that
-        would follow it only chase the noise, and the next round would not take them either.
+        would follow it only chase the noise, and the next round would not take them either. A slot
+        with no lease is no noise: one added to W >= 12 slots lowers the busiest load by less than
+        the default floor, and would otherwise stay empty round after round.
         """
         before = self._copy()
         busiest = max(self.load.values(), default=0.0)
@@ -121,9 +123,10 @@ class _Loads:
         floor = self.settings.rebalance_min_effect_percentage / 100 * busiest
         best = max(self.load.values(), default=0.0)
         self.owner_of, self.load, self.held = before
-        if busiest > 0 and busiest - best >= floor:
+        empty_slot = any(not self.held.get(worker) for worker in self.load)
+        if busiest > 0 and (empty_slot or busiest - best >= floor):
             # The steps are deterministic: the same ones again, up to the first good-enough state.
-            self._rebalance_steps(until=best + floor / 4)
+            self._rebalance_steps(until=best if empty_slot else best + floor / 4)
 
     def _copy(self) -> tuple[dict[str, str | None], dict[str, float], dict[str, list[tuple[float, str]]]]:
         return dict(self.owner_of), dict(self.load), {worker: list(pairs) for worker, pairs in self.held.items()}

@@ -157,3 +157,13 @@ def test_rebalance_is_made_only_when_it_lowers_the_busiest_load_by_the_floor(
 def test_up_for_grabs_leases_are_placed_whatever_the_floor() -> None:
     snap = snapshot([*held("a", 1), lease("u", None, 1)], AB, up_for_grabs=("u",), rebalance_min_effect_percentage=100)
     assert [(move.lease_key, move.to_owner) for move in MakespanAssignment().decide(snap).moves] == [("u", "b")]
+
+
+def test_a_slot_added_to_many_gets_leases_though_it_lowers_the_busiest_load_by_less_than_the_floor() -> None:
+    # 12 slots of 20 equal leases and a 13th, new: the busiest can fall from 20 to 19, 5 % < the 8 % floor.
+    slots = [f"w{index:02d}" for index in range(12)]
+    leases = [item for slot in slots for item in held(slot, *[1.0] * 20)]
+    snap = snapshot(leases, [default_worker(slot) for slot in [*slots, "w12"]], balance=True)
+    loads = loads_after(snap, MakespanAssignment().decide(snap))
+    assert loads["w12"] > 0
+    assert max(loads.values()) == 19
