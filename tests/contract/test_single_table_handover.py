@@ -49,8 +49,9 @@ def raw_items(client, table_name: str) -> dict[str, dict]:
 def test_a_kcl_3_5_application_is_followed_in_its_single_table_layout(kcl_application, client, unique_name):
     kcl_application.tables.ensure_tables()
     assert kcl_application.table_layout.layout == SINGLE
-    assert client.list_tables()["TableNames"].count(f"{unique_name}-CoordinatorState") == 0
-    assert client.list_tables()["TableNames"].count(f"{unique_name}-WorkerMetricStats") == 0
+    tables = [name for page in client.get_paginator("list_tables").paginate() for name in page["TableNames"]]
+    assert f"{unique_name}-CoordinatorState" not in tables
+    assert f"{unique_name}-WorkerMetricStats" not in tables
 
 
 def test_a_kcl_worker_s_metrics_in_the_lease_table_are_read(kcl_application):
