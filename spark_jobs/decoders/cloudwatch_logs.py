@@ -18,17 +18,17 @@ from __future__ import annotations
 
 import gzip
 import zlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import ClassVar
 
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.json as pa_json
 
 from lease_core.retrieval.kinesis_records import KinesisRecord
-from sinks.record_columns import POSITION_SCHEMA
 from spark_jobs.decode import DecodedBatch
+from spark_jobs.decoders.fixed_envelope import FixedEnvelopeDecoder
 from spark_jobs.decoders.json_objects import positions_of, read_json_lines, rejected_records
 
 NAME = "cloudwatch_logs"
@@ -58,20 +58,9 @@ _ENVELOPE_COLUMNS = {"owner": "owner", "log_group": "logGroup", "log_stream": "l
 
 
 @dataclass(frozen=True)
-class CloudWatchLogsDecoder:
+class CloudWatchLogsDecoder(FixedEnvelopeDecoder):
     spec: str = NAME
-
-    @classmethod
-    def from_options(cls, options: Mapping[str, Any]) -> CloudWatchLogsDecoder:
-        if options:
-            raise ValueError(f"the cloudwatch_logs decoder takes no options, got {sorted(options)}")
-        return cls()
-
-    def options(self) -> dict[str, Any]:
-        return {}
-
-    def columns(self) -> pa.Schema:
-        return pa.schema([*POSITION_SCHEMA, *LOG_EVENT_SCHEMA])
+    ENVELOPE_SCHEMA: ClassVar[pa.Schema] = LOG_EVENT_SCHEMA
 
     def decode_batch(self, records: Sequence[KinesisRecord], stream_name: str, shard_id: str) -> DecodedBatch:
         rejected: dict[int, str] = {}

@@ -19,9 +19,9 @@ by msgspec (`msgspec.Raw`).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import ClassVar
 
 import msgspec
 import pyarrow as pa
@@ -29,8 +29,8 @@ import pyarrow.compute as pc
 import pyarrow.json as pa_json
 
 from lease_core.retrieval.kinesis_records import KinesisRecord
-from sinks.record_columns import POSITION_SCHEMA
 from spark_jobs.decode import DecodedBatch
+from spark_jobs.decoders.fixed_envelope import FixedEnvelopeDecoder
 from spark_jobs.decoders.json_objects import positions_of, read_json_lines, rejected_records
 
 NAME = "dynamodb"
@@ -94,20 +94,9 @@ _IMAGES = {"keys": "Keys", "new_image": "NewImage", "old_image": "OldImage"}
 
 
 @dataclass(frozen=True)
-class DynamoDbDecoder:
+class DynamoDbDecoder(FixedEnvelopeDecoder):
     spec: str = NAME
-
-    @classmethod
-    def from_options(cls, options: Mapping[str, Any]) -> DynamoDbDecoder:
-        if options:
-            raise ValueError(f"the dynamodb decoder takes no options, got {sorted(options)}")
-        return cls()
-
-    def options(self) -> dict[str, Any]:
-        return {}
-
-    def columns(self) -> pa.Schema:
-        return pa.schema([*POSITION_SCHEMA, *CHANGE_SCHEMA])
+    ENVELOPE_SCHEMA: ClassVar[pa.Schema] = CHANGE_SCHEMA
 
     def decode_batch(self, records: Sequence[KinesisRecord], stream_name: str, shard_id: str) -> DecodedBatch:
         parse = pa_json.ParseOptions(explicit_schema=_FIXED, unexpected_field_behavior="ignore")
