@@ -21,9 +21,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from deltalake import DeltaTable
 from pyiceberg.catalog import load_catalog
 
+from tests.support.delta_tables import delta_rows
 from tests.support.installed_package import REPOSITORY, PipVenv
 from tests.support.readme_walkthrough import ReadmeShell, walkthrough_blocks
 
@@ -84,10 +84,10 @@ def test_the_readmes_walkthrough_runs_as_written_from_the_pip_installed_wheel(sh
     assert {"data", "explicit_hash_key"}.isdisjoint(clicks.column_names), "a decoded table has no payload columns"
     dead = lake.load_table("web.clicks_dead_letters").scan().to_arrow()
     assert sorted(dead.column("data").to_pylist()) == [b"\x00\x01garbage", b"click 7000 /home"]
-    orders = DeltaTable(str(trial / "lake" / "orders")).to_pyarrow_table()
+    orders = delta_rows(str(trial / "lake" / "orders"))
     assert sorted(orders.column("order_id").to_pylist()) == ORDERS, "each order once, across the split"
     [backfill] = (trial / "lake" / "orders-backfill").iterdir()
-    window = DeltaTable(str(backfill)).to_pyarrow_table()
+    window = delta_rows(str(backfill))
     assert sorted(window.column("order_id").to_pylist()) == ORDERS[:20], "the window's orders, once"
     page = MonitoringApi(shell)
     assert page.get("applications")["pipelines"] == [

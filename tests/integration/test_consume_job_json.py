@@ -8,13 +8,13 @@ import json
 from typing import Any
 
 import pytest
-from deltalake import DeltaTable
 
 from devtools.kinesis_streams import put_entries
 from sinks.dead_lettering import dead_letter_uri
 from sinks.table.iceberg import IcebergSink
 from spark_jobs.record_processing import RecordProcessing
 from tests.integration.test_consume_job_delta import delta_pipeline  # noqa: F401  # the fixture
+from tests.support.delta_tables import delta_rows
 from tests.support.dynamodb_changes import change_record
 from tests.support.pipeline import ConsumerPipeline
 
@@ -44,7 +44,7 @@ def produce_orders(pipeline: ConsumerPipeline) -> set[str]:
 
 def rows(output_uri: str, application: str) -> list[dict[str, Any]]:
     if output_uri.startswith("delta:"):
-        return DeltaTable(output_uri.removeprefix("delta:")).to_pyarrow_table().to_pylist()
+        return delta_rows(output_uri.removeprefix("delta:")).to_pylist()
     table = IcebergSink(output_uri, application).table(refresh=True)
     return [] if table is None else table.scan().to_arrow().to_pylist()
 
