@@ -9,6 +9,7 @@ once, ARNs without a timestamp); the coordinator-state table is on moto."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import threading
 import time
@@ -17,6 +18,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import boto3
+import botocore.exceptions
 import pytest
 from airflow.sdk.exceptions import AirflowFailException
 from kinesis_lease.aws_connection import AwsAccess
@@ -31,7 +33,7 @@ from lease_core.retrieval.fanout.stream_consumers import StreamConsumers
 from tests.support.leasectl import run_leasectl
 from tests.support.stores import FAST_RETRIES, fast_config
 
-STREAMS = [StreamSpec(f"s-{name}", records_per_shard=1) for name in range(15)]
+STREAMS = [StreamSpec(f"s-{name}", records_per_shard=1) for name in range(17)]
 LIFECYCLE = FanOutLimits(activation_seconds=0.3, deletion_seconds=0.2, subscribe_calls_per_second=None)
 STUCK = FanOutLimits(activation_seconds=600, subscribe_calls_per_second=None)
 
@@ -200,6 +202,77 @@ def test_a_step_retried_long_after_its_killed_try_claimed_registers_a_consumer_i
     retried = consumers_of(app).ensure("s-10")
     assert (retried.ours, retried.status) == (True, "ACTIVE")
     assert consumers_of(app).arn("s-10") == retried.consumer_arn
+
+
+def test_a_consumer_the_application_registered_is_its_own_with_a_clock_eleven_minutes_behind_kinesis(
+    moto_endpoint, standin, unique_name
+):
+    # Kinesis' creation time falls past the claim's window on the host's clock; the registration's own
+    # answer names the consumer, so nothing is judged by the clocks.
+    app = application(moto_endpoint, standin.endpoint, unique_name)
+    behind = StreamConsumers(
+        app.client("kinesis"),
+        app.state_store,
+        unique_name,
+        stream_arn,
+        retry_policy=FAST_RETRIES,
+        poll_seconds=0.05,
+        wall_clock_millis=lambda: int(time.time() * 1000) - 11 * 60_000,
+    )
+    registered = behind.ensure("s-15")
+    assert (registered.ours, registered.status) == (True, "ACTIVE")
+    assert consumers_of(app).arn("s-15") == registered.consumer_arn
+
+
+class InUseRegistrations:
+    """A boto3 Kinesis client whose RegisterStreamConsumer registers, then answers ResourceInUseException
+    as if an overlapping step's registration had come first, and whose DescribeStreamConsumer does not
+    show that consumer for the `lag` calls after the first registration; `events` is the order of the
+    calls and the pauses."""
+
+    def __init__(self, client: Any, lag: int) -> None:
+        self._client = client
+        self._lag = lag
+        self._hidden = 0
+        self.events: list[str] = []
+
+    def register_stream_consumer(self, **arguments: Any) -> Any:
+        self.events.append("register")
+        self._hidden, self._lag = self._lag, 0
+        with contextlib.suppress(botocore.exceptions.ClientError):
+            self._client.register_stream_consumer(**arguments)
+        error = {"Error": {"Code": "ResourceInUseException", "Message": "consumer exists"}}
+        raise botocore.exceptions.ClientError(error, "RegisterStreamConsumer")
+
+    def describe_stream_consumer(self, **arguments: Any) -> Any:
+        self.events.append("describe")
+        if self._hidden > 0:
+            self._hidden -= 1
+            error = {"Error": {"Code": "ResourceNotFoundException", "Message": "no such consumer"}}
+            raise botocore.exceptions.ClientError(error, "DescribeStreamConsumer")
+        return self._client.describe_stream_consumer(**arguments)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._client, name)
+
+
+def test_a_registration_answered_in_use_pauses_before_kinesis_is_asked_again(moto_endpoint, standin, unique_name):
+    app = application(moto_endpoint, standin.endpoint, unique_name)
+    kinesis = InUseRegistrations(app.client("kinesis"), lag=3)
+    steps = StreamConsumers(
+        kinesis,
+        app.state_store,
+        unique_name,
+        stream_arn,
+        retry_policy=FAST_RETRIES,
+        poll_seconds=0.05,
+        sleep=lambda seconds: (kinesis.events.append("pause"), time.sleep(seconds)),
+    )
+    found = steps.ensure("s-16")
+    assert (found.ours, found.status) == (True, "ACTIVE")
+    answered_in_use = [n for n, event in enumerate(kinesis.events) if event == "register"]
+    assert len(answered_in_use) >= 2, kinesis.events  # the lagging describes made it register again
+    assert all(kinesis.events[n + 1] == "pause" for n in answered_in_use), kinesis.events
 
 
 def test_the_composition_root_builds_the_consumers_and_registers_on_moto(moto_endpoint, unique_name):

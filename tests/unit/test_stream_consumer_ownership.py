@@ -30,6 +30,8 @@ def consumer(status: str = "ACTIVE", arn: str = ARN, created: int = CLAIMED + 10
 CLAIM = Ownership("orders", NAME, STREAM_ARN, CLAIMED, version="v1", name_free=True)
 # Claimed, and Kinesis not yet asked since: a consumer found now was there when the name was claimed.
 UNCHECKED = Ownership("orders", NAME, STREAM_ARN, CLAIMED, version="v0")
+# A claim written by a version of the project before `nameFree` existed (the attribute absent).
+LEGACY = Ownership("orders", NAME, STREAM_ARN, CLAIMED, version="v-old", name_free=None)
 OWNED = Ownership("orders", NAME, STREAM_ARN, CLAIMED, ARN, CLAIMED + 1000, version="v2")
 
 
@@ -59,6 +61,12 @@ OWNED = Ownership("orders", NAME, STREAM_ARN, CLAIMED, ARN, CLAIMED + 1000, vers
             Step.FOREIGN,
             id="created-long-after-an-unfinished-claim-by-someone-else",
         ),
+        pytest.param(LEGACY, consumer(created=CLAIMED + 1000), Step.RECORD, id="created-under-an-older-versions-claim"),
+        pytest.param(
+            LEGACY, consumer(created=CLAIMED - 4000), Step.RECORD, id="older-versions-claim-keeps-its-5-s-tolerance"
+        ),
+        pytest.param(LEGACY, consumer(created=CLAIMED - 6000), Step.FOREIGN, id="there-before-an-older-versions-claim"),
+        pytest.param(LEGACY, None, Step.MARK_FREE, id="an-older-versions-claim-and-no-consumer-mark-the-name-free"),
         pytest.param(OWNED, consumer(), Step.USE, id="ours-and-active"),
         pytest.param(OWNED, consumer("CREATING"), Step.WAIT, id="ours-and-creating"),
         pytest.param(OWNED, consumer("DELETING"), Step.WAIT, id="being-deleted-wait-until-gone"),
@@ -97,3 +105,10 @@ def test_an_unfinished_claim_is_registered_under_only_while_its_name_free_mark_i
 def test_a_record_reads_back_as_it_was_written(record):
     stored = {**record.to_record(), "key": "StreamConsumer:orders"}
     assert Ownership.from_record(stored) == dataclasses.replace(record, version=stored["version"])
+
+
+def test_a_claim_without_the_name_free_attribute_reads_as_an_older_versions_and_is_written_back_marked_or_not():
+    stored = {**CLAIM.to_record(), "key": "StreamConsumer:orders"}
+    del stored["nameFree"]
+    assert Ownership.from_record(stored).name_free is None
+    assert LEGACY.to_record()["nameFree"] is False

@@ -20,7 +20,10 @@ Kinesis' (a host's clock may be seconds or minutes off Kinesis'):
 - a claim marked `nameFree`, and a consumer created within minutes of it
   (`CLAIM_REGISTERS_WITHIN_MILLIS`): ours, being created (by us, by an overlapping table step whose
   registration answered ResourceInUseException, or by a killed try of this step): record its ARN and
-  wait for ACTIVE;
+  wait for ACTIVE. A registration that Kinesis accepted records the consumer of its own answer at
+  once, whatever the clocks say: only the consumers found, not registered, are judged by the window;
+- a claim written by a version of this project before `nameFree` (the attribute absent): judged as
+  that version judged it, a consumer created from 5 s before the claim to the window after it;
 - a claim not marked `nameFree`, and a consumer of the name: it was there when the application
   claimed the name (registered by someone else between the application's look and its claim);
 - no record, or a record naming another ARN, and a consumer of the name: another application's, or
@@ -86,6 +89,9 @@ CLAIM_REGISTERS_WITHIN_MILLIS = 10 * 60_000
 # A claim marked `nameFree` longer ago than this is marked again before registering (not registered
 # under): a consumer registered under it could be created past `CLAIM_REGISTERS_WITHIN_MILLIS`.
 CLAIM_FRESH_MILLIS = CLAIM_REGISTERS_WITHIN_MILLIS // 2
+# A claim written before `nameFree` existed: the versions that wrote it took a consumer created from
+# this long before the claim (the host's clock against Kinesis') to the window after it as theirs.
+LEGACY_CLAIM_CLOCK_TOLERANCE_MILLIS = 5_000
 # How often a consumer in CREATING (or DELETING) is described again: KCL's retryBackoffMillis.
 POLL_SECONDS = 1.0
 # Writes and registrations one `ensure` may try: overlapping table steps make it go round again.
@@ -132,7 +138,8 @@ class Consumer:
 class Ownership:
     """The application's record of its consumer on one stream; a claim until `consumer_arn` is set.
     `name_free`: Kinesis answered, after the claim was written, that no consumer has the name
-    (`claimed_at_millis` is then when that was recorded)."""
+    (`claimed_at_millis` is then when that was recorded); None for a claim written by a version of
+    this project before the mark existed."""
 
     stream_name: str
     consumer_name: str
@@ -141,7 +148,7 @@ class Ownership:
     consumer_arn: str | None = None
     consumer_created_millis: int | None = None
     version: str | None = None
-    name_free: bool = False
+    name_free: bool | None = False
 
     @classmethod
     def from_record(cls, record: Mapping[str, Any]) -> Ownership:
@@ -150,15 +157,20 @@ class Ownership:
             return value if isinstance(value, str) else None
 
         created = record.get(CONSUMER_CREATED)
+        consumer_arn = text(CONSUMER_ARN)
+        if NAME_FREE in record:
+            name_free: bool | None = record[NAME_FREE] is True
+        else:  # a claim without the attribute was written before it existed
+            name_free = None if consumer_arn is None else False
         return cls(
             stream_name=text(STREAM_NAME) or str(record.get("key", "")).removeprefix(RECORD_KEY_PREFIX),
             consumer_name=text(CONSUMER_NAME) or "",
             stream_arn=text(STREAM_ARN) or "",
             claimed_at_millis=int(record.get(CLAIMED_AT, 0)),
-            consumer_arn=text(CONSUMER_ARN),
+            consumer_arn=consumer_arn,
             consumer_created_millis=None if created is None else int(created),
             version=text(VERSION),
-            name_free=record.get(NAME_FREE) is True,
+            name_free=name_free,
         )
 
     def to_record(self) -> dict[str, Any]:
@@ -174,15 +186,18 @@ class Ownership:
         if self.consumer_created_millis is not None:
             record[CONSUMER_CREATED] = self.consumer_created_millis
         if self.consumer_arn is None:
-            record[NAME_FREE] = self.name_free
+            record[NAME_FREE] = self.name_free is True
         return record
 
     def names(self, consumer: Consumer) -> bool:
         """Whether this record proves `consumer` the application's own."""
         if self.consumer_name != consumer.name:
             return False
+        latest = self.claimed_at_millis + CLAIM_REGISTERS_WITHIN_MILLIS
+        if self.consumer_arn is None and self.name_free is None:  # a claim of a version before the mark
+            return self.claimed_at_millis - LEGACY_CLAIM_CLOCK_TOLERANCE_MILLIS <= consumer.created_millis <= latest
         if self.consumer_arn is None:  # a claim: what was created once the name was free under it, not long after
-            return self.name_free and consumer.created_millis <= self.claimed_at_millis + CLAIM_REGISTERS_WITHIN_MILLIS
+            return self.name_free is True and consumer.created_millis <= latest
         return self.consumer_arn == consumer.arn and self.consumer_created_millis in (None, consumer.created_millis)
 
 
@@ -229,7 +244,7 @@ class Deregistration:
     note: str
 
 
-RegisterAnswer = Literal["registered", "exists", "limit"]
+RegisterRefusal = Literal["exists", "limit"]
 
 
 class StreamConsumers:
@@ -324,19 +339,24 @@ class StreamConsumers:
             self._state.put(key, free.to_record(), expected={VERSION: record.version})  # lost: look again
         elif step is Step.REGISTER:
             assert record is not None
-            if self._register(stream_arn) == "limit":
+            answer = self._register(stream_arn)
+            if isinstance(answer, Consumer):
+                # Registered under this claim by this very call: ours, whatever Kinesis' clock says.
+                self._record(stream_name, stream_arn, record, answer)  # lost: a racer changed it, look again
+            elif answer == "exists":
+                self._sleep(self._poll)  # an overlapping registration's consumer: Kinesis shows it shortly
+            else:
                 self._refuse_at_limit(stream_name, stream_arn, record)
         elif step is Step.RECORD:
             assert record is not None and consumer is not None
-            owned = Ownership(
-                stream_name,
-                self.consumer_name,
-                stream_arn,
-                record.claimed_at_millis,
-                consumer.arn,
-                consumer.created_millis,
-            )
-            self._state.put(key, owned.to_record(), expected={VERSION: record.version})
+            self._record(stream_name, stream_arn, record, consumer)
+
+    def _record(self, stream_name: str, stream_arn: str, claim: Ownership, consumer: Consumer) -> None:
+        """Record `consumer` as the one registered under `claim`, if the claim is still as read."""
+        owned = Ownership(
+            stream_name, self.consumer_name, stream_arn, claim.claimed_at_millis, consumer.arn, consumer.created_millis
+        )
+        self._state.put(record_key(stream_name), owned.to_record(), expected={VERSION: claim.version})
 
     def _refuse_at_limit(self, stream_name: str, stream_arn: str, claim: Ownership) -> None:
         """After LimitExceededException: which of Kinesis' limits the stream is at (or none: the call's own rate)."""
@@ -509,20 +529,23 @@ class StreamConsumers:
 
         return self._caller.call("DescribeStreamConsumer", call)
 
-    def _register(self, stream_arn: str) -> RegisterAnswer:
-        def call() -> RegisterAnswer:
+    def _register(self, stream_arn: str) -> Consumer | RegisterRefusal:
+        """The consumer registered (RegisterStreamConsumer's answer), or why Kinesis refused."""
+
+        def call() -> Consumer | RegisterRefusal:
             try:
-                self._kinesis.register_stream_consumer(StreamARN=stream_arn, ConsumerName=self.consumer_name)
+                answer = self._kinesis.register_stream_consumer(StreamARN=stream_arn, ConsumerName=self.consumer_name)
             except botocore.exceptions.ClientError as error:
                 if error_code(error) == "ResourceInUseException":  # it exists: an overlapping registration's
                     return "exists"
                 if error_code(error) == "LimitExceededException":  # a limit: which one is looked up
                     return "limit"
                 raise
-            return "registered"
+            return Consumer.from_api(answer["Consumer"])
 
         answer = self._caller.call("RegisterStreamConsumer", call)
-        log.info("RegisterStreamConsumer %s on %s: %s", self.consumer_name, stream_arn, answer)
+        said = answer.arn if isinstance(answer, Consumer) else answer
+        log.info("RegisterStreamConsumer %s on %s: %s", self.consumer_name, stream_arn, said)
         return answer
 
     def _list(self, stream_arn: str) -> list[Consumer]:
