@@ -238,7 +238,7 @@ class _VarianceRun:
             candidate = self._pop()
             if candidate is None:
                 return
-            if self._would_exceed(candidate, self.view.lease_throughput[lease_key]):
+            if self._would_exceed(candidate, self.view.lease_throughput[lease_key], donor.worker_id):
                 # KCL quirk kept: the popped candidate is not put back, so it gets nothing more this run.
                 return
             self._assign(lease_key, candidate, "balance")
@@ -262,12 +262,20 @@ class _VarianceRun:
             selected = [min(keys, key=lambda key: (throughput[key], key))]
         return selected
 
-    def _would_exceed(self, worker_id: str, throughput: float) -> bool:
-        return any(
-            value + self._metric_increase(metric, throughput)
-            > min(self.fleet_average[metric], self._range_max(worker_id, metric))
-            for metric, value in self.values[worker_id].items()
-        )
+    def _would_exceed(self, worker_id: str, throughput: float, donor_id: str) -> bool:
+        """Whether the candidate would end above what it may take on: its operating range, and, as in
+        KCL, the fleet average; or, past the average (batch adaptation), the effect floor below the
+        donor's value. A batch slot holds few leases, each often a sizable share of its load: KCL's
+        cap then refuses every move, even off a slot that a doubled shard put far above the rest. A
+        receiver ending at least the floor below where the donor stood lowers the higher of the two,
+        and the move back would not pass the same test."""
+        donor, floor = self.values[donor_id], self.settings.rebalance_min_effect_percentage / 100
+        for metric, value in self.values[worker_id].items():
+            average = self.fleet_average[metric]
+            allowed = max(average, donor.get(metric, average) - floor * average)
+            if value + self._metric_increase(metric, throughput) > min(allowed, self._range_max(worker_id, metric)):
+                return True
+        return False
 
     def plan(self) -> AssignmentPlan:
         moves = tuple(

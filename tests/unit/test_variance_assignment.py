@@ -192,6 +192,19 @@ def jittered(**settings: object) -> AssignmentInput:
 DOUBLED = snapshot(
     held("a", 10.0, *[1.0] * 10) + held("b", *[1.0] * 10), [cpu_worker("a", 80), cpu_worker("b", 40)], balance=True
 )
+
+
+# Few large leases per slot, as in a batch: a's 10 KB/s lease doubled and a reads 90 % against about
+# 50 %; its smallest lease would lift the coolest slot 29 points, past the 60.5 % average (KCL's cap)
+# but still more than the effect floor below a.
+def coarse(a_cpu: float) -> AssignmentInput:
+    return snapshot(
+        held("a", 20.0, 10.0, 10.0) + held("b", 6.0, 6.0, 6.0) + held("c", 6.0, 6.0, 6.0) + held("d", 6.0, 6.0, 6.0),
+        [cpu_worker("a", a_cpu), cpu_worker("b", 50), cpu_worker("c", 50), cpu_worker("d", 52)],
+        balance=True,
+    )
+
+
 ZERO_THROUGHPUT = snapshot(
     held("a", 0.0, 0.0, 0.0),
     [cpu_worker("a", 80), cpu_worker("b", 20)],
@@ -205,6 +218,8 @@ EFFECT_FLOOR = [
     pytest.param(DOUBLED, 2, id="doubled-lease-rebalanced-in-one-balancing-run"),
     pytest.param(near_average(range_a=80.0), 1, id="donor-above-its-operating-range-sheds-under-the-floor"),
     pytest.param(ZERO_THROUGHPUT, 0, id="zero-throughput-leases-never-picked"),
+    pytest.param(coarse(90), 1, id="few-large-leases-one-moves-past-the-average-while-under-the-donor-by-the-floor"),
+    pytest.param(coarse(75), 0, id="few-large-leases-a-move-that-would-not-lower-the-higher-of-the-two-is-refused"),
 ]
 
 
