@@ -497,6 +497,13 @@ class ConsumerConfig(BaseModel):
         "Number of values kept per metric in a worker-metrics item.",
         "noOfPersistedMetricsPerWorkerMetrics",
     )
+    stale_worker_metrics_entry_cleanup_duration_millis: _PositiveInt = _setting(
+        86_400_000,
+        "A worker-metrics item of a worker that is not one of the round's slots and was last updated "
+        "longer ago than this is deleted by the round's assignment (conditional on its update time).",
+        "staleWorkerMetricsEntryCleanupDuration",
+        batch_note="The round's own slots are never deleted, however long ago their last round ran.",
+    )
     graceful_lease_handoff_enabled: bool = _setting(
         True,
         "Whether a lease moved by balancing is handed over at a checkpoint instead of taken.",

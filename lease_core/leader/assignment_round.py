@@ -22,6 +22,7 @@ its round number.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections import Counter, defaultdict
 from collections.abc import Callable, Mapping, Sequence
@@ -31,6 +32,7 @@ from lease_core.assignment.decision import AssignmentInput, AssignmentPlan, Assi
 from lease_core.assignment.strategies import balances_in_round, decider_for
 from lease_core.assignment.view import build_view
 from lease_core.config.settings import ConsumerConfig
+from lease_core.errors import LeaseCoreError
 from lease_core.metrics.worker_metrics import CPU_METRIC, WorkerMetricsStore, active_workers
 from lease_core.model.lease import Lease
 from lease_core.store.compressed_json import compress_map, decompress_map
@@ -38,6 +40,8 @@ from lease_core.store.coordinator_state import CoordinatorStateStore, update_rec
 from lease_core.store.lease_store import LeaseStore, WriteResult
 from lease_core.store.load_probes import LOAD_PROBES_KEY, load_probes_of
 from lease_core.store.record_table import Record, whole_number
+
+log = logging.getLogger(__name__)
 
 ROUND_KEY = "AssignmentRound"
 # Every lease's counter, compressed (store/compressed_json.py says why).
@@ -99,6 +103,9 @@ class AssignmentReport:
     excluded_workers: Mapping[str, str]
     # Items of the lease table that are not readable leases, each with its bad attribute: not assigned.
     corrupt_leases: tuple[str, ...] = ()
+    # Workers (not slots of this round) whose metrics items had not been updated for
+    # `stale_worker_metrics_entry_cleanup_duration_millis`, deleted by this round.
+    deleted_worker_metrics: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, object]:
         return asdict(self)
@@ -290,7 +297,8 @@ class AssignmentCoordinator:
         round_number = previous.round_number if retry else previous.round_number + 1
         scan = self.store.scan_leases()
         leases = list(scan.leases)
-        stored = self.metrics.get_many(worker_ids)
+        stale_before = (self.clock_millis() - self.config.stale_worker_metrics_entry_cleanup_duration_millis) // 1000
+        stored, stale = self.metrics.read_for_round(worker_ids, stale_before)
         workers, notes = active_workers(worker_ids, stored, round_number)
         active = {worker.worker_id for worker in workers}
         judgement = judge_leases(
@@ -320,6 +328,7 @@ class AssignmentCoordinator:
         written += self._finish_handoffs(judgement.finish_handoff - planned, by_key, active)
         moves = tuple(move for move, _ in written)
         self._remember(previous, round_number, round_owner, leases_after_writes(leases, written))
+        deleted = self._delete_stale_worker_metrics(stale)
         return AssignmentReport(
             strategy=self.config.lease_assignment_strategy,
             round_number=round_number,
@@ -330,7 +339,25 @@ class AssignmentCoordinator:
             lost_conditions=sum(not move.applied for move in moves),
             excluded_workers={worker: notes[worker] for worker in worker_ids if worker not in active},
             corrupt_leases=tuple(str(error) for error in scan.corrupt),
+            deleted_worker_metrics=deleted,
         )
+
+    def _delete_stale_worker_metrics(self, stale: Mapping[str, int]) -> tuple[str, ...]:
+        """Delete the worker-metrics items `read_for_round` found stale, each only if its `lut` is still
+        the one read (a zombie slot that wrote since keeps its item), as KCL's leader does (§5.2).
+        A worker whose item goes publishes again at the end of its next task. Housekeeping: a delete
+        that fails (throttled past its retries, refused by a role without DeleteItem on the table) is
+        logged and left to the next round, never a reason to fail this one."""
+        deleted: list[str] = []
+        for worker, lut in sorted(stale.items()):
+            try:
+                if self.metrics.delete_if_unchanged(worker, lut):
+                    deleted.append(worker)
+            except LeaseCoreError as error:
+                log.warning("could not delete the stale worker metrics of %s: %s", worker, error)
+        if deleted:
+            log.info("deleted stale worker metrics (stale_worker_metrics_entry_cleanup_duration_millis): %s", deleted)
+        return tuple(deleted)
 
     def _write(
         self,

@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from decimal import ROUND_HALF_UP, Decimal
-from typing import Any
+from typing import Any, TypeGuard
 
 from lease_core.assignment import view as assignment_view
 from lease_core.assignment.decision import THROUGHPUT_METRIC, WorkerLoad
@@ -242,13 +242,25 @@ class WorkerMetricsStore:
     def list_all(self) -> list[WorkerMetricStats]:
         return [WorkerMetricStats.from_item(record) for record in self.table.scan()]
 
-    def get_many(self, worker_ids: Iterable[str]) -> dict[str, WorkerMetricStats]:
-        """The stored stats of `worker_ids`, by worker, read with one scan instead of one read each
-        (KCL's leader scans the table too, docs/protocol.md §4.1). Only those workers' items are decoded:
-        an item of any other worker cannot fail the caller."""
+    def read_for_round(
+        self, worker_ids: Iterable[str], stale_before_epoch_seconds: int
+    ) -> tuple[dict[str, WorkerMetricStats], dict[str, int]]:
+        """One scan for a round's assignment (KCL's leader scans the table too, docs/protocol.md §4.1):
+        the stored stats of `worker_ids`, by worker (only those are decoded: an item of any other
+        worker cannot fail the round), and, by worker, the `lut` of every other worker's item last
+        updated before `stale_before_epoch_seconds`, which KCL's leader deletes (§5.2). An item
+        without a readable `wid` and `lut` is never judged stale: nothing says when it was written."""
         wanted = set(worker_ids)
-        records = (record for record in self.table.scan() if record.get(WORKER_ID) in wanted)
-        return {stats.worker_id: stats for stats in map(WorkerMetricStats.from_item, records)}
+        stored: dict[str, WorkerMetricStats] = {}
+        stale: dict[str, int] = {}
+        for record in self.table.scan():
+            worker_id, updated = record.get(WORKER_ID), record.get(LAST_UPDATE)
+            if worker_id in wanted:
+                stats = WorkerMetricStats.from_item(record)
+                stored[stats.worker_id] = stats
+            elif isinstance(worker_id, str) and _is_integer(updated) and updated < stale_before_epoch_seconds:
+                stale[worker_id] = int(updated)
+        return stored, stale
 
     def put(self, stats: WorkerMetricStats) -> None:
         """Upsert `lut`, `sts`, `opr` and `round`; absent values and attributes of others are left alone (§5.2)."""
@@ -257,6 +269,10 @@ class WorkerMetricsStore:
     def delete_if_unchanged(self, worker_id: str, lut: int) -> bool:
         """Delete the item only if it exists and still has this `lut` (the leader's stale-entry cleanup, §5.2)."""
         return self.table.delete(worker_id, expected={LAST_UPDATE: lut})
+
+
+def _is_integer(value: object) -> TypeGuard[int | Decimal]:
+    return isinstance(value, int | Decimal) and not isinstance(value, bool) and value == int(value)
 
 
 class InMemoryWorkerMetricsStore(WorkerMetricsStore):

@@ -123,3 +123,14 @@ def test_a_missing_table_is_reported_by_name(moto_endpoint, unique_name):
     store = DynamoDBWorkerMetricsStore(lease_store.client, f"{unique_name}-Missing", retry_policy=FAST_RETRIES)
     with pytest.raises(TableNotFoundError):
         store.list_all()
+
+
+def test_a_rounds_read_gives_its_slots_stats_and_the_other_workers_last_updated_before_the_bound(store):
+    store.put(cpu("app-worker-0", lut=100))  # a slot of the round, however old
+    store.put(cpu("app-worker-5", lut=199))  # a slot of an earlier, wider round, stale
+    store.put(cpu("app-worker-6", lut=200))  # written at the bound: not before it
+    store.put(WorkerMetricStats("kcl-host-a", 150))  # a KCL worker sharing the table, stale
+    raw_put(store, {"wid": "by-hand", "lut": "yesterday"})  # unreadable: not judged, and fails nothing
+    stored, stale = store.read_for_round(["app-worker-0", "app-worker-1"], stale_before_epoch_seconds=200)
+    assert stored == {"app-worker-0": cpu("app-worker-0", lut=100)}
+    assert stale == {"app-worker-5": 199, "kcl-host-a": 150}

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from lease_core.config.settings import ConsumerConfig
+from lease_core.errors import AccessError
 from lease_core.leader.assignment_round import ROUND_KEY, AssignmentCoordinator, RoundSnapshot, slot_ids
 from lease_core.metrics.worker_metrics import InMemoryWorkerMetricsStore, WorkerMetricStats
 from lease_core.model.lease import Lease
@@ -61,6 +62,59 @@ def test_a_slot_with_failing_metrics_is_excluded_and_loses_its_leases():
     report = coordinator(store, metrics).run(SLOTS)
     assert set(owners(store).values()) == {SLOTS[0]}
     assert SLOTS[1] in report.excluded_workers
+
+
+DAY_MILLIS = 86_400_000
+
+
+class SlotWritingAfterTheScan(InMemoryWorkerMetricsStore):
+    """Worker metrics in which `writer` publishes again between the round's read and its deletes."""
+
+    def __init__(self, writer: str) -> None:
+        super().__init__()
+        self.writer = writer
+
+    def read_for_round(self, worker_ids, stale_before_epoch_seconds):
+        read = super().read_for_round(worker_ids, stale_before_epoch_seconds)
+        self.put(WorkerMetricStats(self.writer, 3 * DAY_MILLIS // 1000, {"C": (10.0,)}, {"C": (100.0,)}, round=9))
+        return read
+
+
+def test_worker_metrics_of_workers_outside_the_round_idle_for_the_cleanup_duration_are_deleted_unless_rewritten():
+    metrics = SlotWritingAfterTheScan(writer="app-worker-4")
+    now_seconds = 2 * DAY_MILLIS // 1000
+    metrics.put(WorkerMetricStats(SLOTS[0], 1, {"C": (10.0,)}, {"C": (100.0,)}, round=1))  # this round's: kept
+    metrics.put(WorkerMetricStats("app-worker-3", now_seconds - DAY_MILLIS // 1000 - 1, round=1))  # stale: deleted
+    metrics.put(WorkerMetricStats("app-worker-4", 5, round=1))  # stale when read, then written again: kept
+    metrics.put(WorkerMetricStats("app-worker-5", now_seconds - 60, round=1))  # a minute old: kept
+    config = ConsumerConfig(application_name="app")
+    run = AssignmentCoordinator(
+        InMemoryLeaseStore(), metrics, InMemoryCoordinatorStateStore(), config, lambda: now_seconds * 1000
+    )
+    report = run.run(SLOTS)
+    assert report.deleted_worker_metrics == ("app-worker-3",)
+    assert sorted(stats.worker_id for stats in metrics.list_all()) == [SLOTS[0], "app-worker-4", "app-worker-5"]
+
+
+class RefusingDeletes(InMemoryWorkerMetricsStore):
+    """Worker metrics on a table whose role may not DeleteItem."""
+
+    def delete_if_unchanged(self, worker_id, lut):
+        raise AccessError("dynamodb", "DeleteItem", "AccessDeniedException: not authorized")
+
+
+def test_a_refused_delete_of_stale_worker_metrics_is_logged_and_the_round_goes_on(caplog):
+    metrics = RefusingDeletes()
+    metrics.put(WorkerMetricStats("app-worker-3", 1, round=1))
+    store = InMemoryLeaseStore()
+    leases(store, 2)
+    run = AssignmentCoordinator(
+        store, metrics, InMemoryCoordinatorStateStore(), ConsumerConfig(application_name="app"), lambda: 2 * DAY_MILLIS
+    )
+    report = run.run(SLOTS)
+    assert report.deleted_worker_metrics == () and len(report.moves) == 2
+    assert metrics.get("app-worker-3") is not None
+    assert "could not delete the stale worker metrics of app-worker-3" in caplog.text
 
 
 def test_the_round_number_and_lease_counters_are_remembered():
