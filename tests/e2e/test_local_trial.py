@@ -145,6 +145,24 @@ def test_a_trial_serves_a_stream_from_up_to_down_and_stops_exactly_its_processes
     assert after.returncode == 1 and "no local trial runs" in after.stdout
 
 
+def test_two_ups_at_once_start_one_trial_and_the_second_finds_it_running(trial):
+    command = [str(trial.bin / "kinesis-lease"), "local", "up", "--kinesis", "moto"]
+    command += ["--state-dir", str(trial.state_dir)]
+    environment, pipe = outside_environment({}), subprocess.PIPE
+    both = [
+        subprocess.Popen(command, cwd=trial.folder, env=environment, stdout=pipe, stderr=pipe, text=True)
+        for _ in range(2)
+    ]
+    outputs = [process.communicate(timeout=120) for process in both]
+    assert [process.returncode for process in both] == [0, 0], outputs
+    assert sorted("already running" in stdout for stdout, _ in outputs) == [False, True], outputs
+    assert exported(outputs[0][0]) == exported(outputs[1][0])
+    [moto] = trial.state()["services"]
+    down = trial.run("down")
+    assert down.returncode == 0 and "stopped moto" in down.stdout
+    assert not running(moto["pid"])
+
+
 def test_without_kinesis_mock_kinesis_is_motos_which_serves_records_and_refuses_to_reshard(trial):
     up = trial.run("up", "--kinesis", "moto")
     assert up.returncode == 0, up.stderr

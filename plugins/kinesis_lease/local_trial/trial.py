@@ -7,17 +7,21 @@ moto's own, in the same process, which refuses to reshard (`emulators`). `down` 
 processes the state names, and only while they are still the ones it started: a PID whose process has
 another start time or command line (the trial's processes ended, and the PID was reused) is left alone.
 Nothing outside the state folder is touched; the emulators keep their data in memory only, so a
-stopped trial's streams and tables are gone.
+stopped trial's streams and tables are gone. `up` and `down` hold an exclusive lock on `state.lock`
+in the state folder while they look and act: two `up`s at once (two terminals, a script and a user)
+start one trial, the second finding it running, instead of two whose first nobody could stop.
 """
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import shutil
 import subprocess
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -40,6 +44,7 @@ from kinesis_lease.local_trial.environment import Endpoints
 
 DEFAULT_STATE_DIR = Path("~/.kinesis-lease/local")
 STATE_FILE = "state.json"
+LOCK_FILE = "state.lock"
 # Where `up` looks for kinesis-mock unless told: a folder npm installed it into.
 KINESIS_MOCK_FOLDER = "kinesis-mock"
 # (Not KINESIS_LEASE_*: those are the consumer settings, and an unknown one is refused as a typo.)
@@ -132,18 +137,30 @@ class LocalTrial:
     def state(self) -> TrialState | None:
         return TrialState.from_json(self.state_file.read_text()) if self.state_file.exists() else None
 
+    @contextmanager
+    def _locked(self) -> Iterator[None]:
+        """Hold the state folder's lock (another `up` or `down` waits for it); the kernel releases it
+        when this process ends, however it ends."""
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        with (self.state_dir / LOCK_FILE).open("a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            yield
+
     def up(self, kinesis: str = "auto", kinesis_mock: Path | None = None) -> tuple[TrialState, bool]:
         """The running trial, started unless it ran already (then False); a trial whose processes are not
         all running any more is stopped (what of it is still ours) and started anew."""
+        with self._locked():
+            return self._up(kinesis, kinesis_mock)
+
+    def _up(self, kinesis: str, kinesis_mock: Path | None) -> tuple[TrialState, bool]:
         former = self.state()
         if former is not None:
             if former.running():
                 return former, False
-            self.down()
+            self._down()
         if not moto_available():
             raise TrialError(MISSING_MOTO)
         home = self._kinesis_mock_home(kinesis, kinesis_mock)
-        self.state_dir.mkdir(parents=True, exist_ok=True)
         started: list[Service] = []
         try:
             port = free_port()
@@ -163,6 +180,12 @@ class LocalTrial:
 
     def down(self) -> Stopped | None:
         """Stop the recorded processes that are still the trial's, and forget the state; None if none."""
+        if not self.state_dir.exists():  # nothing ever started here: nothing to create either
+            return None
+        with self._locked():
+            return self._down()
+
+    def _down(self) -> Stopped | None:
         state = self.state()
         if state is None:
             return None
