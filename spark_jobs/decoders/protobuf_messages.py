@@ -29,7 +29,7 @@ from typing import Any
 import protarrow  # type: ignore[import-untyped]  # no type information
 import pyarrow as pa
 import pyarrow.compute as pc
-from google.protobuf import descriptor_pb2, descriptor_pool, json_format, message_factory
+from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 from google.protobuf.descriptor import Descriptor
 from google.protobuf.message import DecodeError, Message
 
@@ -107,8 +107,14 @@ def _descriptor_set(definition: str) -> descriptor_pb2.FileDescriptorSet:
         command += [f"--descriptor_set_out={out}", "--include_imports", _FILE_NAME]
         compiled = subprocess.run(command, capture_output=True, text=True, check=False, cwd=directory)
         if compiled.returncode != 0:
-            raise ProtoCompileError(f"protoc refuses it: {compiled.stderr.strip() or compiled.stdout.strip()}")
+            raise ProtoCompileError(f"protoc refuses it: {_protoc_errors(compiled.stderr + compiled.stdout)}")
         return descriptor_pb2.FileDescriptorSet.FromString(out.read_bytes())
+
+
+def _protoc_errors(output: str) -> str:
+    """protoc's errors, which name the file, without the warnings (a missing syntax) it logs first."""
+    errors = [line for line in output.splitlines() if line.startswith(f"{_FILE_NAME}:")]
+    return "; ".join(errors) if errors else output.strip()
 
 
 def _isolated_file(file: descriptor_pb2.FileDescriptorProto, isolated: str) -> descriptor_pb2.FileDescriptorProto:
@@ -233,16 +239,6 @@ def _varint(payload: bytes) -> tuple[int, int]:
         if byte < 0x80:
             return value, position + 1
     raise ValueError("does not start with a message index (an unsigned varint)")
-
-
-def read_messages_per_record(message_class: type[Message], payloads: Sequence[bytes]) -> pa.Table:
-    """The straightforward way, for the benchmark: each payload parsed and made a dict, then one table
-    of the dicts. Only for messages whose JSON mapping is their Arrow value (no well-known types)."""
-    rows = [
-        json_format.MessageToDict(message_class.FromString(payload), preserving_proto_field_name=True)
-        for payload in payloads
-    ]
-    return pa.Table.from_pylist(rows, schema=arrow_schema(message_class))
 
 
 @dataclass(frozen=True)
