@@ -58,18 +58,18 @@ class ProtoCompileError(ValueError):
 @dataclass(frozen=True)
 class ProtoSchema:
     """A compiled .proto file: each message it defines (nested ones too) by its full name as the file
-    writes it, and the top-level ones in the order of the file."""
+    writes it, the top-level ones in the order of the file, and every one in the order of the Glue
+    Schema Registry's message index: sorted by full name (AWS's `MessageIndexFinder`)."""
 
     messages: Mapping[str, type[Message]]
     top_level: tuple[str, ...]
+    gsr_order: tuple[str, ...]
 
     def gsr_message(self, index: int) -> str:
-        """The message a Glue Schema Registry payload's message index names: the index into every
-        message of the file, nested ones included, sorted by full name (AWS's `MessageIndexFinder`)."""
-        names = sorted(self.messages)
-        if not 0 <= index < len(names):
-            raise ValueError(f"has message index {index}, but the schema defines {len(names)} messages")
-        return names[index]
+        """The message a Glue Schema Registry payload's message index names."""
+        if not 0 <= index < len(self.gsr_order):
+            raise ValueError(f"has message index {index}, but the schema defines {len(self.gsr_order)} messages")
+        return self.gsr_order[index]
 
 
 @functools.cache
@@ -78,22 +78,36 @@ def compile_proto(definition: str) -> ProtoSchema:
     Cached per text: a text's messages are loaded into the default pool once per process."""
     files = _descriptor_set(definition)
     isolated = f"_isolated_{hashlib.sha256(definition.encode()).hexdigest()[:16]}"
-    pool = descriptor_pool.Default()
     own: descriptor_pb2.FileDescriptorProto | None = None
     for file in files.file:
         if file.name.startswith(_WELL_KNOWN):
-            importlib.import_module(file.name.removesuffix(".proto").replace("/", ".") + "_pb2")
+            _load_well_known(file)
         else:
             own = file
     assert own is not None and own.name == _FILE_NAME  # protoc was given that one file
-    loaded = pool.AddSerializedFile(_isolated_file(own, isolated).SerializeToString())
+    # Adding the same file again (another thread compiling the same text) gives the file added first.
+    loaded = descriptor_pool.Default().AddSerializedFile(_isolated_file(own, isolated).SerializeToString())
     prefix = f"{isolated}."
     messages = {
         descriptor.full_name.removeprefix(prefix): message_factory.GetMessageClass(descriptor)
         for descriptor in _all_messages(loaded.message_types_by_name.values())
     }
     top_level = tuple(descriptor.full_name.removeprefix(prefix) for descriptor in loaded.message_types_by_name.values())
-    return ProtoSchema(messages, top_level)
+    return ProtoSchema(messages, top_level, tuple(sorted(messages)))
+
+
+def _load_well_known(file: descriptor_pb2.FileDescriptorProto) -> None:
+    """A well-known type's file into the default pool, by importing protobuf's module of it, so that
+    it is the very file the module has (and later imports of the module find no other); the few
+    without a module (protoc's language features) from protoc's own."""
+    try:
+        importlib.import_module(file.name.removesuffix(".proto").replace("/", ".") + "_pb2")
+    except ModuleNotFoundError:
+        pool = descriptor_pool.Default()
+        try:
+            pool.FindFileByName(file.name)
+        except KeyError:
+            pool.AddSerializedFile(file.SerializeToString())
 
 
 def _descriptor_set(definition: str) -> descriptor_pb2.FileDescriptorSet:
@@ -201,8 +215,9 @@ def read_gsr_protobuf(schema_definition: str, payloads: Sequence[bytes]) -> Json
     """Glue Schema Registry Protobuf payloads (what follows the registry's header) of a schema version
     whose SchemaDefinition is `schema_definition`: each a message index (an unsigned varint) then the
     message's bytes. The rows of every message the payloads hold, in the payloads' order; when they
-    hold more than one message type, the columns are all of theirs (a row's others null).
-    `ProtoCompileError` when the definition does not compile."""
+    hold more than one message type, the columns are all of theirs (a row's others null), and the
+    payloads of a message whose field has another type than a same-named field of a message before
+    it are rejected, naming both. `ProtoCompileError` when the definition does not compile."""
     schema = compile_proto(schema_definition)
     by_message: dict[str, list[int]] = {}
     bodies: dict[int, memoryview] = {}
@@ -216,16 +231,18 @@ def read_gsr_protobuf(schema_definition: str, payloads: Sequence[bytes]) -> Json
             continue
         by_message.setdefault(name, []).append(index)
         bodies[index] = memoryview(payload)[length:]
-    tables: list[pa.Table] = []
+    table = pa.table({})
     rows: list[int] = []
     for name, indices in by_message.items():
         read = read_messages(schema.messages[name], [bodies[index] for index in indices])
-        tables.append(read.table)
-        rows += [indices[row] for row in read.rows]
         rejected.update((indices[position], why) for position, why in read.rejected.items())
-    if not tables:
-        return JsonLines(arrow_schema(schema.messages[schema.top_level[0]]).empty_table(), [], rejected)
-    table = pa.concat_tables(tables, promote_options="default")
+        try:
+            table = pa.concat_tables([table, read.table], promote_options="default") if rows else read.table
+        except (pa.ArrowInvalid, pa.ArrowTypeError) as error:
+            conflict = f"holds a {name} message, whose columns conflict with the batch's other messages' ({error})"
+            rejected.update((indices[row], conflict) for row in read.rows)
+            continue
+        rows += [indices[row] for row in read.rows]
     order = pc.sort_indices(pa.array(rows, pa.int64()))  # back in the payloads' order
     return JsonLines(table.take(order), sorted(rows), rejected)
 

@@ -230,3 +230,23 @@ def test_wrong_options_are_refused_when_the_round_is_planned_and_when_loaded_nam
     assert raised.value.key == "decode_options"
     with pytest.raises(FunctionLoadError, match=complaint):
         load_decoder("protobuf", options)
+
+
+def test_gsr_payloads_of_messages_whose_same_named_fields_differ_in_type_reject_the_later_message_naming_it():
+    definition = 'syntax = "proto3"; message A { string id = 1; } message B { int64 id = 1; }'
+    read = read_gsr_protobuf(definition, [b"\x00\x0a\x01x", b"\x01\x08\x05", b"\x00\x0a\x01y"])
+    assert read.rows == [0, 2] and read.table.to_pylist() == [{"id": "x"}, {"id": "y"}]
+    assert list(read.rejected) == [1]
+    assert read.rejected[1].startswith("holds a B message, whose columns conflict with the batch's other messages'")
+
+
+def test_a_file_may_import_a_well_known_file_that_protobuf_has_no_python_module_of():
+    definition = 'edition = "2023"; import "google/protobuf/java_features.proto"; message Ping { int32 n = 1; }'
+    read = read_gsr_protobuf(definition, [b"\x00\x08\x07"])
+    assert read.table.to_pylist() == [{"n": 7}]
+
+
+def test_an_empty_batch_decodes_to_no_rows_with_the_messages_columns():
+    decoder = ProtobufDecoder.from_options({"schema": SHOP, "message": "shop.Refund"})
+    decoded = decoder.decode_batch([], "refunds", "shard-0")
+    assert decoded.table.num_rows == 0 and decoded.table.schema == decoder.columns()
