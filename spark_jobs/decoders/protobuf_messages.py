@@ -6,7 +6,7 @@ well-known types it bundles) into a FileDescriptorSet, once per text per process
 loaded into protobuf's default descriptor pool under a package of their own (`_isolated`): two texts
 may define the same message names, and protarrow recognizes the well-known types (Timestamp, the
 wrappers, ...) only as the default pool's descriptors. Each payload is parsed by upb (`FromString`),
-and the parsed messages become Arrow columns at once by protarrow: no Python loop per field.
+and the batch's messages become Arrow columns column by column (protarrow), not a dict per record.
 
 A Glue Schema Registry Protobuf payload names which message of its .proto it holds by an index
 before the message's bytes (docs/decoders.md, "Protobuf in the Glue Schema Registry").
@@ -138,19 +138,15 @@ def _isolated_file(file: descriptor_pb2.FileDescriptorProto, isolated: str) -> d
     renamed.name = f"{isolated}/{file.name}"
     renamed.package = f"{isolated}.{file.package}" if file.package else isolated
     own_types = {f".{name}" for name in _type_names(file.message_type, file.enum_type, file.package)}
-    references = [field for message in _all_message_protos(renamed.message_type) for field in message.field]
-    references += [field for message in _all_message_protos(renamed.message_type) for field in message.extension]
-    references += list(renamed.extension)
-    for field in references:
-        if field.type_name in own_types:
-            field.type_name = f".{isolated}{field.type_name}"
-        if field.extendee in own_types:
-            field.extendee = f".{isolated}{field.extendee}"
-    for method in (method for service in renamed.service for method in service.method):
-        method.input_type = f".{isolated}{method.input_type}" if method.input_type in own_types else method.input_type
-        method.output_type = (
-            f".{isolated}{method.output_type}" if method.output_type in own_types else method.output_type
-        )
+    messages = list(_all_message_protos(renamed.message_type))
+    fields = [*renamed.extension, *(field for message in messages for field in [*message.field, *message.extension])]
+    methods = [method for service in renamed.service for method in service.method]
+    references = [(field, name) for field in fields for name in ("type_name", "extendee")]
+    references += [(method, name) for method in methods for name in ("input_type", "output_type")]
+    for holder, attribute in references:
+        # Only a reference that is there: setting an absent one, even to "", would make it present.
+        if getattr(holder, attribute) in own_types:
+            setattr(holder, attribute, f".{isolated}{getattr(holder, attribute)}")
     return renamed
 
 
@@ -217,7 +213,7 @@ def read_gsr_protobuf(schema_definition: str, payloads: Sequence[bytes]) -> Json
     message's bytes. The rows of every message the payloads hold, in the payloads' order; when they
     hold more than one message type, the columns are all of theirs (a row's others null), and the
     payloads of a message whose field has another type than a same-named field of a message before
-    it are rejected, naming both. `ProtoCompileError` when the definition does not compile."""
+    it are rejected, naming it. `ProtoCompileError` when the definition does not compile."""
     schema = compile_proto(schema_definition)
     by_message: dict[str, list[int]] = {}
     bodies: dict[int, memoryview] = {}

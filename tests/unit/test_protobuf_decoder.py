@@ -250,3 +250,21 @@ def test_an_empty_batch_decodes_to_no_rows_with_the_messages_columns():
     decoder = ProtobufDecoder.from_options({"schema": SHOP, "message": "shop.Refund"})
     decoded = decoder.decode_batch([], "refunds", "shard-0")
     assert decoded.table.num_rows == 0 and decoded.table.schema == decoder.columns()
+
+
+def test_a_proto2_file_with_extensions_custom_options_and_a_service_decodes_its_own_types():
+    definition = """
+    syntax = "proto2";
+    package svc;
+    import "google/protobuf/descriptor.proto";
+    extend google.protobuf.FieldOptions { optional Tag tag = 50001; }
+    message Tag { optional string v = 1; extensions 100 to 200; }
+    message Request { optional Tag t = 1 [(tag) = {v: "x"}]; optional Kind k = 2 [default = B]; }
+    extend Tag { optional Request back = 100; }
+    enum Kind { A = 0; B = 1; }
+    service Calls { rpc Call(Request) returns (Tag); }
+    """
+    request = compile_proto(definition).messages["svc.Request"]
+    decoder = ProtobufDecoder.from_options({"schema": definition, "message": "svc.Request"})
+    decoded = decoder.decode_batch(records(request(t={"v": "q"}, k=0).SerializeToString()), "s", "shard-0")
+    assert decoded.table.select(["t", "k"]).to_pylist() == [{"t": {"v": "q"}, "k": "A"}]
