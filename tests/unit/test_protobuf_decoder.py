@@ -147,6 +147,11 @@ def test_gsr_payloads_name_their_message_by_the_index_of_its_full_name_among_the
     ]
 
 
+def test_gsr_message_indices_are_those_of_the_example_in_aws_message_index_finder():
+    schema = compile_proto('syntax = "proto3"; message B { message C {} message A { message D {} } }')
+    assert [schema.gsr_message(index) for index in range(4)] == ["B", "B.A", "B.A.D", "B.C"]
+
+
 def test_a_gsr_payload_of_a_nested_message_decodes_as_that_message():
     line = messages()["shop.Order.Line"](sku="tea", quantity=3)
     read = read_gsr_protobuf(SHOP, [gsr_framed(line)])
