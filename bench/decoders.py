@@ -3,12 +3,14 @@
 Method. For each built-in decoder, --records payloads as its producers write them (in this process,
 with the tests' record builders): `json`, orders of ~200 bytes with a nested object, decoded with a
 JSON Schema; `cloudwatch_logs`, gzip'd subscription envelopes of 1 to 5 log events; `dynamodb`, change
-records of Kinesis Data Streams for DynamoDB with new and old images. They are cut into batches of
---batch records, the size of a slot's batch of small records. Each batch goes through:
+records of Kinesis Data Streams for DynamoDB with new and old images; `protobuf`, the same orders as
+Protobuf messages (~80 bytes: a nested message, an enum, a repeated string, a map). They are cut into
+batches of --batch records, the size of a slot's batch of small records. Each batch goes through:
 1. The decoder: `decode_batch` of the built-in decoder (`spark_jobs.decode.load_decoder`), which
    makes the batch's table (position columns and decoded columns) and the rejected records.
 2. The loop: what a user's decoder does for the same rows, written plainly, one record at a time:
-   `json.loads` (after `gzip.decompress` for CloudWatch Logs; one row per log event), the row as a
+   `json.loads` (after `gzip.decompress` for CloudWatch Logs; one row per log event; for Protobuf,
+   `FromString` then `json_format.MessageToDict`, fields with no presence printed), the row as a
    dict of the same columns, then `pyarrow.Table.from_pylist` with the same schema and the position
    columns (what `spark_jobs.decode.Decoder` does with a user's function).
 The two run interleaved --repeats times (after one batch of each, untimed: the libraries' first
@@ -30,6 +32,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pyarrow as pa
+from google.protobuf import json_format
 
 from lease_core.retrieval.kinesis_records import KinesisRecord
 from sinks.record_columns import POSITION_COLUMNS, POSITION_SCHEMA
@@ -37,6 +40,7 @@ from spark_jobs.decode import load_decoder
 from spark_jobs.decoders.cloudwatch_logs import LOG_EVENT_SCHEMA
 from spark_jobs.decoders.dynamodb_changes import CHANGE_SCHEMA
 from spark_jobs.decoders.json_objects import json_schema_to_arrow
+from spark_jobs.decoders.protobuf_messages import arrow_schema, compile_proto
 from tests.support.cloudwatch_logs import data_message, log_events
 from tests.support.dynamodb_changes import change_record
 
@@ -54,6 +58,25 @@ ORDER = {
     "required": ["order_id"],
 }
 ORDER_SCHEMA = json_schema_to_arrow(ORDER)
+# The orders as Protobuf: no 64-bit integers, bytes or well-known types, whose JSON mapping (strings,
+# base64, RFC 3339 text) is not their Arrow value, so that the loop's rows fit the same schema.
+ORDER_PROTO = """
+syntax = "proto3";
+package bench;
+message Order {
+  enum Currency { CURRENCY_UNSPECIFIED = 0; EUR = 1; USD = 2; }
+  message Customer { int32 id = 1; string country = 2; }
+  string order_id = 1;
+  double amount = 2;
+  int32 quantity = 3;
+  Currency currency = 4;
+  Customer customer = 5;
+  string note = 6;
+  repeated string tags = 7;
+  map<string, int32> counts = 8;
+}
+"""
+ORDER_MESSAGE = compile_proto(ORDER_PROTO).messages["bench.Order"]
 Row = dict[str, Any]
 Decode = Callable[[list[KinesisRecord]], pa.Table]
 
@@ -71,6 +94,22 @@ def orders(count: int) -> list[bytes]:
                 "note": "x" * (n % 40),
             }
         ).encode()
+        for n in range(count)
+    ]
+
+
+def protobuf_orders(count: int) -> list[bytes]:
+    return [
+        ORDER_MESSAGE(
+            order_id=f"order-{n:08d}",
+            amount=n * 0.25,
+            quantity=n % 7,
+            currency=1,
+            customer={"id": n % 1000, "country": "PT"},
+            note="x" * (n % 40),
+            tags=["gift"] * (n % 3),
+            counts={"items": n % 5},
+        ).SerializeToString()
         for n in range(count)
     ]
 
@@ -96,6 +135,13 @@ def order_row(payload: bytes) -> list[Row]:
     placed = row["placed_at"]
     row["placed_at"] = None if placed is None else datetime.fromisoformat(placed)
     return [row]
+
+
+def protobuf_order_row(payload: bytes) -> list[Row]:
+    message = ORDER_MESSAGE.FromString(payload)
+    return [
+        json_format.MessageToDict(message, preserving_proto_field_name=True, always_print_fields_with_no_presence=True)
+    ]
 
 
 def log_event_rows(payload: bytes) -> list[Row]:
@@ -182,10 +228,15 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=2_000)
     parser.add_argument("--repeats", type=int, default=3)
     arguments = parser.parse_args()
-    cases = {
+    cases: dict[str, tuple[Callable[[int], list[bytes]], dict[str, Any], Decode]] = {
         "json": (orders, {"schema": ORDER}, per_record_loop(order_row, ORDER_SCHEMA)),
         "cloudwatch_logs": (subscription_records, {}, per_record_loop(log_event_rows, LOG_EVENT_SCHEMA)),
         "dynamodb": (changes, {}, per_record_loop(change_row, CHANGE_SCHEMA)),
+        "protobuf": (
+            protobuf_orders,
+            {"schema": ORDER_PROTO, "message": "bench.Order"},
+            per_record_loop(protobuf_order_row, arrow_schema(ORDER_MESSAGE)),
+        ),
     }
     print(f"{arguments.records} records a decoder, batches of {arguments.batch}, least CPU of {arguments.repeats}")
     print("| Decoder | Payload MiB | Rows | Decoder MiB/CPU s | Loop MiB/CPU s | Decoder / loop |")

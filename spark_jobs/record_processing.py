@@ -134,7 +134,8 @@ class RecordProcessing:
             {
                 "type": "object",
                 "description": "The built-in decoder's options (docs/decoders.md): for json, its schema; "
-                "cloudwatch_logs and dynamodb take none.",
+                "for protobuf, its schema or schema_file (the .proto file) and message; cloudwatch_logs and dynamodb "
+                "take none.",
             },
         ),
     )

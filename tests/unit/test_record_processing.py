@@ -33,7 +33,7 @@ def test_default_options_give_the_job_no_flags():
         (
             {"decode": "orders.decode"},
             "decode",
-            "must be a built-in decoder \\(json, cloudwatch_logs, dynamodb\\) or 'package.module:function', "
+            "must be a built-in decoder \\(json, cloudwatch_logs, dynamodb, protobuf\\) or 'package.module:function', "
             "got 'orders.decode'",
         ),
         ({"transform": 3}, "transform", "got 3"),
