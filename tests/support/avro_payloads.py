@@ -1,0 +1,29 @@
+"""Avro payloads as producers write them: one binary datum (no container), and framed the way the
+AWS Glue Schema Registry serializer frames it (docs/decoders.md, "glue_schema_registry")."""
+
+from __future__ import annotations
+
+import io
+import zlib
+from collections.abc import Mapping
+from typing import Any
+from uuid import UUID
+
+import fastavro
+
+GSR_HEADER_VERSION = 3
+GSR_NO_COMPRESSION, GSR_ZLIB = 0, 5
+
+
+def avro_datum(schema: Mapping[str, Any], value: Mapping[str, Any]) -> bytes:
+    out = io.BytesIO()
+    fastavro.schemaless_writer(out, fastavro.parse_schema(dict(schema)), dict(value))
+    return out.getvalue()
+
+
+def gsr_framed(schema_version_id: str, data: bytes, compress: bool = False) -> bytes:
+    """The serializer's bytes: header version byte 3, compression byte (0 none, 5 zlib), the schema
+    version id's 16 bytes (most significant first), then the data, zlib'd when compressing."""
+    compression = GSR_ZLIB if compress else GSR_NO_COMPRESSION
+    body = zlib.compress(data) if compress else data
+    return bytes([GSR_HEADER_VERSION, compression]) + UUID(schema_version_id).bytes + body
