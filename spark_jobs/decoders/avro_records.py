@@ -1,8 +1,9 @@
 """The built-in `avro` decoder: each record's payload is one Avro binary datum of a record schema.
 
 Chosen with `decode = "avro"` and exactly one of the options `schema` (the writer schema, as JSON
-text or a JSON object) or `schema_file` (a path to it, readable where the job runs). The top record's
-fields are the columns (docs/decoders.md, "avro", has the Avro to Arrow types).
+text or a JSON object) or `schema_file` (a path to it, read where the job decodes, the first time it
+does: the machine that checks the pipeline may not have it). The top record's
+fields are the columns (docs/decoders.md, "`avro`", has the Avro to Arrow types).
 
 The batch is decoded by fastavro's reader in one pass (its loop is Cython): the payloads are framed as
 one in-memory object-container block, each datum followed by a marker of random bytes (the schema

@@ -1,9 +1,10 @@
 """Avro payloads as producers write them: one binary datum (no container), and framed the way the
-AWS Glue Schema Registry serializer frames it (docs/decoders.md, "glue_schema_registry")."""
+AWS Glue Schema Registry serializer frames it (docs/decoders.md, "`glue_schema_registry`")."""
 
 from __future__ import annotations
 
 import io
+import json
 import zlib
 from collections.abc import Mapping
 from typing import Any
@@ -27,3 +28,24 @@ def gsr_framed(schema_version_id: str, data: bytes, compress: bool = False) -> b
     compression = GSR_ZLIB if compress else GSR_NO_COMPRESSION
     body = zlib.compress(data) if compress else data
     return bytes([GSR_HEADER_VERSION, compression]) + UUID(schema_version_id).bytes + body
+
+
+def registered_versions(glue: Any, registry: str, schema: str, definitions: list[Mapping[str, Any]]) -> list[str]:
+    """A registry with a schema of `definitions` (Avro, in order) as its versions 1, 2, ..., made
+    through Glue's API as a producer's registration does; the versions' ids."""
+    glue.create_registry(RegistryName=registry)
+    first, *later = [json.dumps(definition) for definition in definitions]
+    created = glue.create_schema(
+        RegistryId={"RegistryName": registry},
+        SchemaName=schema,
+        DataFormat="AVRO",
+        Compatibility="BACKWARD",
+        SchemaDefinition=first,
+    )
+    ids = [created["SchemaVersionId"]]
+    for definition in later:
+        registered = glue.register_schema_version(
+            SchemaId={"RegistryName": registry, "SchemaName": schema}, SchemaDefinition=definition
+        )
+        ids.append(registered["SchemaVersionId"])
+    return ids
