@@ -7,10 +7,13 @@ import io
 import json
 import zlib
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 from uuid import UUID
 
 import fastavro
+
+from spark_jobs.decoders.glue_schema_registry import SchemaVersion
 
 GSR_HEADER_VERSION = 3
 GSR_NO_COMPRESSION, GSR_ZLIB = 0, 5
@@ -49,3 +52,17 @@ def registered_versions(glue: Any, registry: str, schema: str, definitions: list
         )
         ids.append(registered["SchemaVersionId"])
     return ids
+
+
+@dataclass(frozen=True)
+class VersionTable:
+    """Schema versions held in the process, looked up as Glue's are: where Glue is not what is tested."""
+
+    versions: tuple[SchemaVersion, ...]
+
+    def by_id(self, version_id: str) -> SchemaVersion | None:
+        return next((version for version in self.versions if version.version_id == version_id), None)
+
+    def by_number(self, schema_arn: str, version_number: int) -> SchemaVersion | None:
+        matches = (v for v in self.versions if (v.schema_arn, v.version_number) == (schema_arn, version_number))
+        return next(matches, None)

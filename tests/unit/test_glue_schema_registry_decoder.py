@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import zlib
-from dataclasses import dataclass
 from datetime import UTC, datetime
 
 import pyarrow as pa
@@ -18,7 +17,7 @@ from lease_core.retrieval.kinesis_records import KinesisRecord
 from spark_jobs.decode import load_decoder
 from spark_jobs.decoders.glue_schema_registry import GlueSchemaRegistryDecoder, SchemaVersion, merged_columns
 from spark_jobs.errors import FunctionLoadError, TransformError
-from tests.support.avro_payloads import avro_datum, gsr_framed
+from tests.support.avro_payloads import VersionTable, avro_datum, gsr_framed
 
 ARRIVAL = datetime(2026, 11, 29, 1, 0, tzinfo=UTC)
 ORDERS = "arn:aws:glue:us-east-1:123456789012:schema/shop/orders"
@@ -58,20 +57,6 @@ ID_1, ID_2, ID_3 = (
     "33333333-3333-3333-3333-333333333333",
 )
 UNKNOWN = "99999999-9999-9999-9999-999999999999"
-
-
-@dataclass(frozen=True)
-class VersionTable:
-    """Schema versions held in the test, looked up as Glue's would be."""
-
-    versions: tuple[SchemaVersion, ...]
-
-    def by_id(self, version_id: str) -> SchemaVersion | None:
-        return next((version for version in self.versions if version.version_id == version_id), None)
-
-    def by_number(self, schema_arn: str, version_number: int) -> SchemaVersion | None:
-        matches = (v for v in self.versions if (v.schema_arn, v.version_number) == (schema_arn, version_number))
-        return next(matches, None)
 
 
 def avro_version(version_id: str, number: int, definition: dict, schema_arn: str = ORDERS) -> SchemaVersion:
