@@ -3,12 +3,17 @@
 Method. For each built-in decoder, --records payloads as its producers write them (in this process,
 with the tests' record builders): `json`, orders of ~200 bytes with a nested object, decoded with a
 JSON Schema; `cloudwatch_logs`, gzip'd subscription envelopes of 1 to 5 log events; `dynamodb`, change
-records of Kinesis Data Streams for DynamoDB with new and old images. They are cut into batches of
+records of Kinesis Data Streams for DynamoDB with new and old images; `avro`, the same orders as Avro
+binary datums (a timestamp-millis, a nested record, an optional string); `glue_schema_registry`, those
+datums framed by the Glue Schema Registry serializer (half of them zlib'd), their schema version
+looked up in the process (no Glue: its lookups are once per process). They are cut into batches of
 --batch records, the size of a slot's batch of small records. Each batch goes through:
 1. The decoder: `decode_batch` of the built-in decoder (`spark_jobs.decode.load_decoder`), which
    makes the batch's table (position columns and decoded columns) and the rejected records.
 2. The loop: what a user's decoder does for the same rows, written plainly, one record at a time:
-   `json.loads` (after `gzip.decompress` for CloudWatch Logs; one row per log event), the row as a
+   `json.loads` (after `gzip.decompress` for CloudWatch Logs; one row per log event), for Avro
+   `fastavro.schemaless_reader` with the parsed schema (after reading the registry's header and
+   inflating for the Glue Schema Registry, its schema found in a dict by version id), the row as a
    dict of the same columns, then `pyarrow.Table.from_pylist` with the same schema and the position
    columns (what `spark_jobs.decode.Decoder` does with a user's function).
 The two run interleaved --repeats times (after one batch of each, untimed: the libraries' first
@@ -23,20 +28,27 @@ from __future__ import annotations
 
 import argparse
 import gzip
+import io
 import json
 import time
+import zlib
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from typing import Any
+from uuid import UUID
 
+import fastavro
 import pyarrow as pa
 
 from lease_core.retrieval.kinesis_records import KinesisRecord
 from sinks.record_columns import POSITION_COLUMNS, POSITION_SCHEMA
-from spark_jobs.decode import load_decoder
+from spark_jobs.decode import RecordDecoder, load_decoder
+from spark_jobs.decoders.avro_records import avro_schema
 from spark_jobs.decoders.cloudwatch_logs import LOG_EVENT_SCHEMA
 from spark_jobs.decoders.dynamodb_changes import CHANGE_SCHEMA
+from spark_jobs.decoders.glue_schema_registry import GlueSchemaRegistryDecoder, SchemaVersion
 from spark_jobs.decoders.json_objects import json_schema_to_arrow
+from tests.support.avro_payloads import VersionTable, avro_datum, gsr_framed
 from tests.support.cloudwatch_logs import data_message, log_events
 from tests.support.dynamodb_changes import change_record
 
@@ -54,6 +66,35 @@ ORDER = {
     "required": ["order_id"],
 }
 ORDER_SCHEMA = json_schema_to_arrow(ORDER)
+AVRO_ORDER = {
+    "type": "record",
+    "name": "Order",
+    "fields": [
+        {"name": "order_id", "type": "string"},
+        {"name": "amount", "type": "double"},
+        {"name": "quantity", "type": "int"},
+        {"name": "currency", "type": "string"},
+        {"name": "placed_at", "type": {"type": "long", "logicalType": "timestamp-millis"}},
+        {
+            "name": "customer",
+            "type": {
+                "type": "record",
+                "name": "Customer",
+                "fields": [{"name": "id", "type": "long"}, {"name": "country", "type": "string"}],
+            },
+        },
+        {"name": "note", "type": ["null", "string"], "default": None},
+    ],
+}
+AVRO_ORDER_SCHEMA = avro_schema(AVRO_ORDER).arrow
+PARSED_AVRO_ORDER = fastavro.parse_schema(AVRO_ORDER)
+ORDER_VERSION = SchemaVersion(
+    "5f0e2c1a-0000-4000-8000-000000000001",
+    "arn:aws:glue:us-east-1:123456789012:schema/shop/orders",
+    1,
+    "AVRO",
+    json.dumps(AVRO_ORDER),
+)
 Row = dict[str, Any]
 Decode = Callable[[list[KinesisRecord]], pa.Table]
 
@@ -73,6 +114,26 @@ def orders(count: int) -> list[bytes]:
         ).encode()
         for n in range(count)
     ]
+
+
+def avro_order(n: int) -> dict[str, Any]:
+    return {
+        "order_id": f"order-{n:08d}",
+        "amount": n * 0.25,
+        "quantity": n % 7,
+        "currency": "EUR",
+        "placed_at": datetime(2026, 11, 29, 1, 0, tzinfo=UTC),
+        "customer": {"id": n % 1000, "country": "PT"},
+        "note": "x" * (n % 40) if n % 3 else None,
+    }
+
+
+def avro_orders(count: int) -> list[bytes]:
+    return [avro_datum(AVRO_ORDER, avro_order(n)) for n in range(count)]
+
+
+def gsr_orders(count: int) -> list[bytes]:
+    return [gsr_framed(ORDER_VERSION.version_id, payload, n % 2 == 0) for n, payload in enumerate(avro_orders(count))]
 
 
 def subscription_records(count: int) -> list[bytes]:
@@ -140,6 +201,23 @@ def change_row(payload: bytes) -> list[Row]:
     ]
 
 
+def avro_order_row(payload: bytes, schema: Any = PARSED_AVRO_ORDER) -> list[Row]:
+    datum = fastavro.schemaless_reader(io.BytesIO(payload), schema)
+    assert isinstance(datum, dict)  # a record schema's
+    return [datum]
+
+
+def gsr_order_row(payload: bytes) -> list[Row]:
+    if payload[0] != 3 or payload[1] not in (0, 5):
+        raise ValueError("not framed by the Glue Schema Registry serializer")
+    schema = GSR_SCHEMAS[str(UUID(bytes=payload[2:18]))]
+    data = zlib.decompress(payload[18:]) if payload[1] == 5 else payload[18:]
+    return avro_order_row(data, schema)
+
+
+GSR_SCHEMAS = {ORDER_VERSION.version_id: PARSED_AVRO_ORDER}  # the loop's registry: parsed once, by version id
+
+
 def per_record_loop(rows_of: Callable[[bytes], list[Row]], schema: pa.Schema) -> Decode:
     full = pa.schema([*POSITION_SCHEMA, *schema])
 
@@ -164,10 +242,13 @@ def cpu_seconds(decode: Decode, work: list[list[KinesisRecord]]) -> tuple[float,
     return time.process_time() - started, rows
 
 
-def built_in_decoder(name: str, options: dict[str, Any]) -> Decode:
+def built_in_decoder(name: str, options: dict[str, Any]) -> RecordDecoder:
     decoder = load_decoder(name, options)
     assert decoder is not None
+    return decoder
 
+
+def decoding(decoder: RecordDecoder) -> Decode:
     def decode(batch: list[KinesisRecord]) -> pa.Table:
         decoded = decoder.decode_batch(batch, "bench", "shardId-000000000000")
         assert not decoded.rejected, decoded.rejected[0].error
@@ -183,18 +264,32 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     arguments = parser.parse_args()
     cases = {
-        "json": (orders, {"schema": ORDER}, per_record_loop(order_row, ORDER_SCHEMA)),
-        "cloudwatch_logs": (subscription_records, {}, per_record_loop(log_event_rows, LOG_EVENT_SCHEMA)),
-        "dynamodb": (changes, {}, per_record_loop(change_row, CHANGE_SCHEMA)),
+        "json": (orders, built_in_decoder("json", {"schema": ORDER}), per_record_loop(order_row, ORDER_SCHEMA)),
+        "cloudwatch_logs": (
+            subscription_records,
+            built_in_decoder("cloudwatch_logs", {}),
+            per_record_loop(log_event_rows, LOG_EVENT_SCHEMA),
+        ),
+        "dynamodb": (changes, built_in_decoder("dynamodb", {}), per_record_loop(change_row, CHANGE_SCHEMA)),
+        "avro": (
+            avro_orders,
+            built_in_decoder("avro", {"schema": AVRO_ORDER}),
+            per_record_loop(avro_order_row, AVRO_ORDER_SCHEMA),
+        ),
+        "glue_schema_registry": (
+            gsr_orders,
+            GlueSchemaRegistryDecoder(registry=VersionTable((ORDER_VERSION,))),
+            per_record_loop(gsr_order_row, AVRO_ORDER_SCHEMA),
+        ),
     }
     print(f"{arguments.records} records a decoder, batches of {arguments.batch}, least CPU of {arguments.repeats}")
     print("| Decoder | Payload MiB | Rows | Decoder MiB/CPU s | Loop MiB/CPU s | Decoder / loop |")
     print("|---|---:|---:|---:|---:|---:|")
-    for name, (make, options, loop) in cases.items():
+    for name, (make, decoder, loop) in cases.items():
         payloads = make(arguments.records)
         mib = sum(map(len, payloads)) / 2**20
         work = batches(payloads, arguments.batch)
-        built_in = built_in_decoder(name, options)
+        built_in = decoding(decoder)
         built_in(work[0]), loop(work[0])  # the imports a first call makes
         best_decoder = best_loop = float("inf")
         for _ in range(arguments.repeats):

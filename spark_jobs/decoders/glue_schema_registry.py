@@ -127,28 +127,21 @@ def process_registry(endpoint_url: str | None) -> GlueSchemaRegistry:
     return GlueSchemaRegistry(endpoint_url)
 
 
-@dataclass(frozen=True)
-class Framed:
-    """A payload's header read: its schema version id and its data (decompressed)."""
-
-    version_id: str
-    data: bytes
-
-
-def unframed(payload: bytes) -> Framed | str:
-    """The payload's version id and data, or why its header is not the serializer's."""
+def unframed(payload: bytes) -> tuple[bytes, bytes] | str:
+    """The 16 bytes of the payload's version id and its data (inflated), or why its header is not the
+    serializer's. The id stays bytes: a batch's records share a few, made UUIDs once each."""
     if len(payload) < HEADER_SIZE:
         return f"is too short for a Glue Schema Registry header ({len(payload)} bytes, the header is {HEADER_SIZE})"
     if payload[0] != HEADER_VERSION:
         return f"has header version byte {payload[0]}, not {HEADER_VERSION}: not the Glue Schema Registry serializer's"
     compression = payload[1]
-    version_id = str(UUID(bytes=payload[2:HEADER_SIZE]))
+    version_id = payload[2:HEADER_SIZE]
     if compression == NO_COMPRESSION:
-        return Framed(version_id, payload[HEADER_SIZE:])
+        return version_id, payload[HEADER_SIZE:]
     if compression != ZLIB_COMPRESSION:
         return f"has compression byte {compression}, neither {NO_COMPRESSION} (none) nor {ZLIB_COMPRESSION} (zlib)"
     try:
-        return Framed(version_id, zlib.decompress(payload[HEADER_SIZE:]))
+        return version_id, zlib.decompress(payload[HEADER_SIZE:])
     except zlib.error as error:
         return f"has compression byte {ZLIB_COMPRESSION} (zlib) but its data is not zlib data ({error})"
 
@@ -289,27 +282,28 @@ class GlueSchemaRegistryDecoder:
     def decode_batch(self, records: Sequence[KinesisRecord], stream_name: str, shard_id: str) -> DecodedBatch:
         registry = self.registry or process_registry(self.endpoint_url)
         rejected: dict[int, str] = {}
-        by_version: dict[str, list[tuple[int, bytes]]] = defaultdict(list)
+        by_version: dict[bytes, list[tuple[int, bytes]]] = defaultdict(list)
         for index, record in enumerate(records):
             framed = unframed(record.data)
             if isinstance(framed, str):
                 rejected[index] = framed
             else:
-                by_version[framed.version_id].append((index, framed.data))
-        versions: dict[str, SchemaVersion] = {}
-        for version_id, payloads in by_version.items():
+                by_version[framed[0]].append((index, framed[1]))
+        versions: dict[bytes, SchemaVersion] = {}
+        for id_bytes, payloads in by_version.items():
+            version_id = str(UUID(bytes=id_bytes))
             version = registry.by_id(version_id)
             if version is None:
                 unknown = f"has schema version {version_id}, which is not in the registry"
                 rejected.update((index, unknown) for index, _ in payloads)
             else:
-                versions[version_id] = version
+                versions[id_bytes] = version
         columns = self._batch_columns(registry, list(versions.values()))
         tables: list[pa.Table] = []
         rows: list[int] = []
-        for version_id, version in versions.items():
-            indices = [index for index, _ in by_version[version_id]]
-            read = read_payloads(version, [data for _, data in by_version[version_id]])
+        for id_bytes, version in versions.items():
+            indices = [index for index, _ in by_version[id_bytes]]
+            read = read_payloads(version, [data for _, data in by_version[id_bytes]])
             rejected.update((indices[at], why) for at, why in read.rejected.items())
             rows.extend(indices[at] for at in read.rows)
             tables.append(aligned(read.table, columns))
