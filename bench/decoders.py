@@ -7,7 +7,8 @@ records of Kinesis Data Streams for DynamoDB with new and old images; `avro`, th
 binary datums (a timestamp-millis, a nested record, an optional string); `glue_schema_registry`, those
 datums framed by the Glue Schema Registry serializer (half of them zlib'd), their schema version
 looked up in the process (no Glue: its lookups are once per process). They are cut into batches of
---batch records, the size of a slot's batch of small records. Each batch goes through:
+--batch records, the size of a slot's batch of small records, each a batch's columns (`UserRecords`) as a
+slot hands them to its decoder. Each batch goes through:
 1. The decoder: `decode_batch` of the built-in decoder (`spark_jobs.decode.load_decoder`), which
    makes the batch's table (position columns and decoded columns) and the rejected records.
 2. The loop: what a user's decoder does for the same rows, written plainly, one record at a time:
@@ -40,7 +41,7 @@ from uuid import UUID
 import fastavro
 import pyarrow as pa
 
-from lease_core.retrieval.kinesis_records import KinesisRecord
+from lease_core.retrieval.kinesis_records import KinesisRecord, UserRecords
 from sinks.record_columns import POSITION_COLUMNS, POSITION_SCHEMA
 from spark_jobs.decode import RecordDecoder, load_decoder
 from spark_jobs.decoders.avro_records import avro_schema
@@ -96,7 +97,7 @@ ORDER_VERSION = SchemaVersion(
     json.dumps(AVRO_ORDER),
 )
 Row = dict[str, Any]
-Decode = Callable[[list[KinesisRecord]], pa.Table]
+Decode = Callable[[UserRecords], pa.Table]
 
 
 def orders(count: int) -> list[bytes]:
@@ -221,7 +222,7 @@ GSR_SCHEMAS = {ORDER_VERSION.version_id: PARSED_AVRO_ORDER}  # the loop's regist
 def per_record_loop(rows_of: Callable[[bytes], list[Row]], schema: pa.Schema) -> Decode:
     full = pa.schema([*POSITION_SCHEMA, *schema])
 
-    def decode(records: list[KinesisRecord]) -> pa.Table:
+    def decode(records: UserRecords) -> pa.Table:
         rows: list[Row] = []
         for record in records:
             position = {name: getattr(record, name) for name in POSITION_COLUMNS}
@@ -231,12 +232,13 @@ def per_record_loop(rows_of: Callable[[bytes], list[Row]], schema: pa.Schema) ->
     return decode
 
 
-def batches(payloads: Sequence[bytes], size: int) -> list[list[KinesisRecord]]:
+def batches(payloads: Sequence[bytes], size: int) -> list[UserRecords]:
+    """The payloads as records, in batches as a slot hands them to its decoder: columns (`UserRecords`)."""
     records = [KinesisRecord(str(10**20 + n), 0, f"key-{n}", ARRIVAL, payload) for n, payload in enumerate(payloads)]
-    return [records[start : start + size] for start in range(0, len(records), size)]
+    return [UserRecords.of(records[start : start + size]) for start in range(0, len(records), size)]
 
 
-def cpu_seconds(decode: Decode, work: list[list[KinesisRecord]]) -> tuple[float, int]:
+def cpu_seconds(decode: Decode, work: list[UserRecords]) -> tuple[float, int]:
     started = time.process_time()
     rows = sum(decode(batch).num_rows for batch in work)
     return time.process_time() - started, rows
@@ -249,7 +251,7 @@ def built_in_decoder(name: str, options: dict[str, Any]) -> RecordDecoder:
 
 
 def decoding(decoder: RecordDecoder) -> Decode:
-    def decode(batch: list[KinesisRecord]) -> pa.Table:
+    def decode(batch: UserRecords) -> pa.Table:
         decoded = decoder.decode_batch(batch, "bench", "shardId-000000000000")
         assert not decoded.rejected, decoded.rejected[0].error
         return decoded.table

@@ -35,7 +35,7 @@ import pyarrow as pa
 from lease_core.retrieval.kinesis_records import KinesisRecord
 from sinks.record_columns import BATCH_COLUMNS, POSITION_COLUMNS, POSITION_SCHEMA
 from spark_jobs.decode import DECODER, DecodedBatch
-from spark_jobs.decoders.json_objects import positions_of, rejected_records
+from spark_jobs.decoders.json_objects import payloads_of, positions_of, rejected_records
 from spark_jobs.errors import TransformError
 
 NAME = "avro"
@@ -285,7 +285,7 @@ class AvroDecoder:
         return pa.schema([*POSITION_SCHEMA, *self._checked_schema().arrow])
 
     def decode_batch(self, records: Sequence[KinesisRecord], stream_name: str, shard_id: str) -> DecodedBatch:
-        read = read_avro(self._checked_schema(), [record.data for record in records])
+        read = read_avro(self._checked_schema(), payloads_of(records))
         return DecodedBatch(rows_table(records, read), rejected_records(records, read.rejected, stream_name, shard_id))
 
     def _checked_schema(self) -> AvroSchema:

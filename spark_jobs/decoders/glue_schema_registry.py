@@ -41,7 +41,13 @@ from lease_core.retrieval.kinesis_records import KinesisRecord
 from sinks.record_columns import BATCH_COLUMNS, POSITION_COLUMNS
 from spark_jobs.decode import DECODER, DecodedBatch
 from spark_jobs.decoders.avro_records import AvroSchema, avro_schema, read_avro
-from spark_jobs.decoders.json_objects import json_schema_to_arrow, positions_of, read_json_lines, rejected_records
+from spark_jobs.decoders.json_objects import (
+    json_schema_to_arrow,
+    payloads_of,
+    positions_of,
+    read_json_lines,
+    rejected_records,
+)
 from spark_jobs.errors import TransformError
 
 NAME = "glue_schema_registry"
@@ -283,8 +289,8 @@ class GlueSchemaRegistryDecoder:
         registry = self.registry or process_registry(self.endpoint_url)
         rejected: dict[int, str] = {}
         by_version: dict[bytes, list[tuple[int, bytes]]] = defaultdict(list)
-        for index, record in enumerate(records):
-            framed = unframed(record.data)
+        for index, payload in enumerate(payloads_of(records)):
+            framed = unframed(payload)
             if isinstance(framed, str):
                 rejected[index] = framed
             else:
