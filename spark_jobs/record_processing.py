@@ -133,7 +133,8 @@ class RecordProcessing:
             "the built-in decoder's options, a JSON object (docs/decoders.md)",
             {
                 "type": "object",
-                "description": "The built-in decoder's options (docs/decoders.md): for json, its schema; "
+                "description": "The built-in decoder's options (docs/decoders.md): for json, its schema; for avro, "
+                "its schema or schema_file; for glue_schema_registry, its endpoint_url (optional); "
                 "cloudwatch_logs and dynamodb take none.",
             },
         ),
