@@ -92,8 +92,8 @@ BUILT_IN_DECODERS = {
     "json": "spark_jobs.decoders.json_objects:JsonDecoder",
     "cloudwatch_logs": "spark_jobs.decoders.cloudwatch_logs:CloudWatchLogsDecoder",
     "dynamodb": "spark_jobs.decoders.dynamodb_changes:DynamoDbDecoder",
-    "glue_schema_registry": "spark_jobs.decoders.glue_schema_registry:GlueSchemaRegistryDecoder",
     "avro": "spark_jobs.decoders.avro_records:AvroDecoder",
+    "glue_schema_registry": "spark_jobs.decoders.glue_schema_registry:GlueSchemaRegistryDecoder",
 }
 
 
