@@ -11,7 +11,7 @@ from uuid import UUID
 import pyarrow as pa
 import pytest
 
-from lease_core.retrieval.kinesis_records import KinesisRecord
+from lease_core.retrieval.kinesis_records import KinesisRecord, UserRecords
 from spark_jobs.decode import load_decoder
 from spark_jobs.decoders.avro_records import AvroDecoder, avro_schema
 from spark_jobs.errors import FunctionLoadError, TransformError
@@ -207,3 +207,12 @@ def test_the_options_round_trip_through_the_rounds_record_processing():
 def test_options_that_are_wrong_fail_loading_naming_the_option(options, problem):
     with pytest.raises(FunctionLoadError, match=problem):
         load_decoder("avro", options)
+
+
+def test_a_batch_as_a_slot_hands_it_over_in_columns_decodes_as_the_same_records_one_by_one_do():
+    batch = records(order(0), b"\x01", order(2))
+    decoder = AvroDecoder.from_options({"schema": ORDER})
+    as_columns = decoder.decode_batch(UserRecords.of(batch), "orders", "shardId-0")
+    one_by_one = decoder.decode_batch(batch, "orders", "shardId-0")
+    assert as_columns.table.equals(one_by_one.table)
+    assert [rejected.error for rejected in as_columns.rejected] == [rejected.error for rejected in one_by_one.rejected]

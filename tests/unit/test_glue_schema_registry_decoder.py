@@ -13,7 +13,7 @@ from datetime import UTC, datetime
 import pyarrow as pa
 import pytest
 
-from lease_core.retrieval.kinesis_records import KinesisRecord
+from lease_core.retrieval.kinesis_records import KinesisRecord, UserRecords
 from spark_jobs.decode import load_decoder
 from spark_jobs.decoders.glue_schema_registry import GlueSchemaRegistryDecoder, SchemaVersion, merged_columns
 from spark_jobs.errors import FunctionLoadError, TransformError
@@ -186,3 +186,12 @@ def test_zlib_framing_is_the_serializers_default_deflater_output():
     framed = order_v1(5, compress=True)
     assert framed[:2] == b"\x03\x05"
     assert zlib.decompress(framed[18:]) == avro_datum(V1, {"order_id": "o-5", "customer": {"id": 5}})
+
+
+def test_a_batch_as_a_slot_hands_it_over_in_columns_decodes_as_the_same_records_one_by_one_do():
+    batch = records(order_v1(0), b"\x03", order_v2(2, compress=True))
+    decoder = GlueSchemaRegistryDecoder(registry=REGISTRY)
+    as_columns = decoder.decode_batch(UserRecords.of(batch), "orders", "shardId-0")
+    one_by_one = decoder.decode_batch(batch, "orders", "shardId-0")
+    assert as_columns.table.equals(one_by_one.table)
+    assert [rejected.error for rejected in as_columns.rejected] == [rejected.error for rejected in one_by_one.rejected]
