@@ -3,14 +3,20 @@
 Method. For each built-in decoder, --records payloads as its producers write them (in this process,
 with the tests' record builders): `json`, orders of ~200 bytes with a nested object, decoded with a
 JSON Schema; `cloudwatch_logs`, gzip'd subscription envelopes of 1 to 5 log events; `dynamodb`, change
-records of Kinesis Data Streams for DynamoDB with new and old images; `protobuf`, the same orders as
-Protobuf messages (~80 bytes: a nested message, an enum, a repeated string, a map). They are cut into
-batches of --batch records, the size of a slot's batch of small records. Each batch goes through:
+records of Kinesis Data Streams for DynamoDB with new and old images; `avro`, the same orders as Avro
+binary datums (a timestamp-millis, a nested record, an optional string); `glue_schema_registry`, those
+datums framed by the Glue Schema Registry serializer (half of them zlib'd), their schema version
+looked up in the process (no Glue: its lookups are once per process); `protobuf`, the same orders as
+Protobuf messages (~80 bytes: a nested message, an enum, a repeated string, a map). They are cut into batches of
+--batch records, the size of a slot's batch of small records, each a batch's columns (`UserRecords`) as a
+slot hands them to its decoder. Each batch goes through:
 1. The decoder: `decode_batch` of the built-in decoder (`spark_jobs.decode.load_decoder`), which
    makes the batch's table (position columns and decoded columns) and the rejected records.
 2. The loop: what a user's decoder does for the same rows, written plainly, one record at a time:
-   `json.loads` (after `gzip.decompress` for CloudWatch Logs; one row per log event; for Protobuf,
-   `FromString` then `json_format.MessageToDict`, fields with no presence printed), the row as a
+   `json.loads` (after `gzip.decompress` for CloudWatch Logs; one row per log event), for Avro
+   `fastavro.schemaless_reader` with the parsed schema (after reading the registry's header and
+   inflating for the Glue Schema Registry, its schema found in a dict by version id); for Protobuf
+   `FromString` then `json_format.MessageToDict` (fields with no presence printed); the row as a
    dict of the same columns, then `pyarrow.Table.from_pylist` with the same schema and the position
    columns (what `spark_jobs.decode.Decoder` does with a user's function).
 The two run interleaved --repeats times (after one batch of each, untimed: the libraries' first
@@ -25,22 +31,29 @@ from __future__ import annotations
 
 import argparse
 import gzip
+import io
 import json
 import time
+import zlib
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from typing import Any
+from uuid import UUID
 
+import fastavro
 import pyarrow as pa
 from google.protobuf import json_format
 
-from lease_core.retrieval.kinesis_records import KinesisRecord
+from lease_core.retrieval.kinesis_records import KinesisRecord, UserRecords
 from sinks.record_columns import POSITION_COLUMNS, POSITION_SCHEMA
-from spark_jobs.decode import load_decoder
+from spark_jobs.decode import RecordDecoder, load_decoder
+from spark_jobs.decoders.avro_records import avro_schema
 from spark_jobs.decoders.cloudwatch_logs import LOG_EVENT_SCHEMA
 from spark_jobs.decoders.dynamodb_changes import CHANGE_SCHEMA
+from spark_jobs.decoders.glue_schema_registry import GlueSchemaRegistryDecoder, SchemaVersion
 from spark_jobs.decoders.json_objects import json_schema_to_arrow
 from spark_jobs.decoders.protobuf_messages import arrow_schema, compile_proto
+from tests.support.avro_payloads import VersionTable, avro_datum, gsr_framed
 from tests.support.cloudwatch_logs import data_message, log_events
 from tests.support.dynamodb_changes import change_record
 
@@ -58,6 +71,35 @@ ORDER = {
     "required": ["order_id"],
 }
 ORDER_SCHEMA = json_schema_to_arrow(ORDER)
+AVRO_ORDER = {
+    "type": "record",
+    "name": "Order",
+    "fields": [
+        {"name": "order_id", "type": "string"},
+        {"name": "amount", "type": "double"},
+        {"name": "quantity", "type": "int"},
+        {"name": "currency", "type": "string"},
+        {"name": "placed_at", "type": {"type": "long", "logicalType": "timestamp-millis"}},
+        {
+            "name": "customer",
+            "type": {
+                "type": "record",
+                "name": "Customer",
+                "fields": [{"name": "id", "type": "long"}, {"name": "country", "type": "string"}],
+            },
+        },
+        {"name": "note", "type": ["null", "string"], "default": None},
+    ],
+}
+AVRO_ORDER_SCHEMA = avro_schema(AVRO_ORDER).arrow
+PARSED_AVRO_ORDER = fastavro.parse_schema(AVRO_ORDER)
+ORDER_VERSION = SchemaVersion(
+    "5f0e2c1a-0000-4000-8000-000000000001",
+    "arn:aws:glue:us-east-1:123456789012:schema/shop/orders",
+    1,
+    "AVRO",
+    json.dumps(AVRO_ORDER),
+)
 # The orders as Protobuf: no 64-bit integers, bytes or well-known types, whose JSON mapping (strings,
 # base64, RFC 3339 text) is not their Arrow value, so that the loop's rows fit the same schema.
 ORDER_PROTO = """
@@ -78,7 +120,7 @@ message Order {
 """
 ORDER_MESSAGE = compile_proto(ORDER_PROTO).messages["bench.Order"]
 Row = dict[str, Any]
-Decode = Callable[[list[KinesisRecord]], pa.Table]
+Decode = Callable[[UserRecords], pa.Table]
 
 
 def orders(count: int) -> list[bytes]:
@@ -96,6 +138,26 @@ def orders(count: int) -> list[bytes]:
         ).encode()
         for n in range(count)
     ]
+
+
+def avro_order(n: int) -> dict[str, Any]:
+    return {
+        "order_id": f"order-{n:08d}",
+        "amount": n * 0.25,
+        "quantity": n % 7,
+        "currency": "EUR",
+        "placed_at": datetime(2026, 11, 29, 1, 0, tzinfo=UTC),
+        "customer": {"id": n % 1000, "country": "PT"},
+        "note": "x" * (n % 40) if n % 3 else None,
+    }
+
+
+def avro_orders(count: int) -> list[bytes]:
+    return [avro_datum(AVRO_ORDER, avro_order(n)) for n in range(count)]
+
+
+def gsr_orders(count: int) -> list[bytes]:
+    return [gsr_framed(ORDER_VERSION.version_id, payload, n % 2 == 0) for n, payload in enumerate(avro_orders(count))]
 
 
 def protobuf_orders(count: int) -> list[bytes]:
@@ -186,10 +248,27 @@ def change_row(payload: bytes) -> list[Row]:
     ]
 
 
+def avro_order_row(payload: bytes, schema: Any = PARSED_AVRO_ORDER) -> list[Row]:
+    datum = fastavro.schemaless_reader(io.BytesIO(payload), schema)
+    assert isinstance(datum, dict)  # a record schema's
+    return [datum]
+
+
+def gsr_order_row(payload: bytes) -> list[Row]:
+    if payload[0] != 3 or payload[1] not in (0, 5):
+        raise ValueError("not framed by the Glue Schema Registry serializer")
+    schema = GSR_SCHEMAS[str(UUID(bytes=payload[2:18]))]
+    data = zlib.decompress(payload[18:]) if payload[1] == 5 else payload[18:]
+    return avro_order_row(data, schema)
+
+
+GSR_SCHEMAS = {ORDER_VERSION.version_id: PARSED_AVRO_ORDER}  # the loop's registry: parsed once, by version id
+
+
 def per_record_loop(rows_of: Callable[[bytes], list[Row]], schema: pa.Schema) -> Decode:
     full = pa.schema([*POSITION_SCHEMA, *schema])
 
-    def decode(records: list[KinesisRecord]) -> pa.Table:
+    def decode(records: UserRecords) -> pa.Table:
         rows: list[Row] = []
         for record in records:
             position = {name: getattr(record, name) for name in POSITION_COLUMNS}
@@ -199,22 +278,26 @@ def per_record_loop(rows_of: Callable[[bytes], list[Row]], schema: pa.Schema) ->
     return decode
 
 
-def batches(payloads: Sequence[bytes], size: int) -> list[list[KinesisRecord]]:
+def batches(payloads: Sequence[bytes], size: int) -> list[UserRecords]:
+    """The payloads as records, in batches as a slot hands them to its decoder: columns (`UserRecords`)."""
     records = [KinesisRecord(str(10**20 + n), 0, f"key-{n}", ARRIVAL, payload) for n, payload in enumerate(payloads)]
-    return [records[start : start + size] for start in range(0, len(records), size)]
+    return [UserRecords.of(records[start : start + size]) for start in range(0, len(records), size)]
 
 
-def cpu_seconds(decode: Decode, work: list[list[KinesisRecord]]) -> tuple[float, int]:
+def cpu_seconds(decode: Decode, work: list[UserRecords]) -> tuple[float, int]:
     started = time.process_time()
     rows = sum(decode(batch).num_rows for batch in work)
     return time.process_time() - started, rows
 
 
-def built_in_decoder(name: str, options: dict[str, Any]) -> Decode:
+def built_in_decoder(name: str, options: dict[str, Any]) -> RecordDecoder:
     decoder = load_decoder(name, options)
     assert decoder is not None
+    return decoder
 
-    def decode(batch: list[KinesisRecord]) -> pa.Table:
+
+def decoding(decoder: RecordDecoder) -> Decode:
+    def decode(batch: UserRecords) -> pa.Table:
         decoded = decoder.decode_batch(batch, "bench", "shardId-000000000000")
         assert not decoded.rejected, decoded.rejected[0].error
         return decoded.table
@@ -228,24 +311,38 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=2_000)
     parser.add_argument("--repeats", type=int, default=3)
     arguments = parser.parse_args()
-    cases: dict[str, tuple[Callable[[int], list[bytes]], dict[str, Any], Decode]] = {
-        "json": (orders, {"schema": ORDER}, per_record_loop(order_row, ORDER_SCHEMA)),
-        "cloudwatch_logs": (subscription_records, {}, per_record_loop(log_event_rows, LOG_EVENT_SCHEMA)),
-        "dynamodb": (changes, {}, per_record_loop(change_row, CHANGE_SCHEMA)),
+    cases = {
+        "json": (orders, built_in_decoder("json", {"schema": ORDER}), per_record_loop(order_row, ORDER_SCHEMA)),
+        "cloudwatch_logs": (
+            subscription_records,
+            built_in_decoder("cloudwatch_logs", {}),
+            per_record_loop(log_event_rows, LOG_EVENT_SCHEMA),
+        ),
+        "dynamodb": (changes, built_in_decoder("dynamodb", {}), per_record_loop(change_row, CHANGE_SCHEMA)),
+        "avro": (
+            avro_orders,
+            built_in_decoder("avro", {"schema": AVRO_ORDER}),
+            per_record_loop(avro_order_row, AVRO_ORDER_SCHEMA),
+        ),
         "protobuf": (
             protobuf_orders,
-            {"schema": ORDER_PROTO, "message": "bench.Order"},
+            built_in_decoder("protobuf", {"schema": ORDER_PROTO, "message": "bench.Order"}),
             per_record_loop(protobuf_order_row, arrow_schema(ORDER_MESSAGE)),
+        ),
+        "glue_schema_registry": (
+            gsr_orders,
+            GlueSchemaRegistryDecoder(registry=VersionTable((ORDER_VERSION,))),
+            per_record_loop(gsr_order_row, AVRO_ORDER_SCHEMA),
         ),
     }
     print(f"{arguments.records} records a decoder, batches of {arguments.batch}, least CPU of {arguments.repeats}")
     print("| Decoder | Payload MiB | Rows | Decoder MiB/CPU s | Loop MiB/CPU s | Decoder / loop |")
     print("|---|---:|---:|---:|---:|---:|")
-    for name, (make, options, loop) in cases.items():
+    for name, (make, decoder, loop) in cases.items():
         payloads = make(arguments.records)
         mib = sum(map(len, payloads)) / 2**20
         work = batches(payloads, arguments.batch)
-        built_in = built_in_decoder(name, options)
+        built_in = decoding(decoder)
         built_in(work[0]), loop(work[0])  # the imports a first call makes
         best_decoder = best_loop = float("inf")
         for _ in range(arguments.repeats):

@@ -92,7 +92,9 @@ BUILT_IN_DECODERS = {
     "json": "spark_jobs.decoders.json_objects:JsonDecoder",
     "cloudwatch_logs": "spark_jobs.decoders.cloudwatch_logs:CloudWatchLogsDecoder",
     "dynamodb": "spark_jobs.decoders.dynamodb_changes:DynamoDbDecoder",
+    "avro": "spark_jobs.decoders.avro_records:AvroDecoder",
     "protobuf": "spark_jobs.decoders.protobuf_messages:ProtobufDecoder",
+    "glue_schema_registry": "spark_jobs.decoders.glue_schema_registry:GlueSchemaRegistryDecoder",
 }
 
 

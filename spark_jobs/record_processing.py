@@ -133,9 +133,9 @@ class RecordProcessing:
             "the built-in decoder's options, a JSON object (docs/decoders.md)",
             {
                 "type": "object",
-                "description": "The built-in decoder's options (docs/decoders.md): for json, its schema; "
-                "for protobuf, its schema or schema_file (the .proto file) and message; cloudwatch_logs and dynamodb "
-                "take none.",
+                "description": "The built-in decoder's options (docs/decoders.md): for json, its schema; for avro, "
+                "its schema or schema_file; for protobuf, its schema or schema_file (the .proto file) and message; "
+                "for glue_schema_registry, its endpoint_url (optional); cloudwatch_logs and dynamodb take none.",
             },
         ),
     )

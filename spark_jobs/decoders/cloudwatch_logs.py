@@ -29,7 +29,7 @@ import pyarrow.json as pa_json
 from lease_core.retrieval.kinesis_records import KinesisRecord
 from spark_jobs.decode import DecodedBatch
 from spark_jobs.decoders.fixed_envelope import FixedEnvelopeDecoder
-from spark_jobs.decoders.json_objects import positions_of, read_json_lines, rejected_records
+from spark_jobs.decoders.json_objects import payloads_of, positions_of, read_json_lines, rejected_records
 
 NAME = "cloudwatch_logs"
 DATA_MESSAGE, CONTROL_MESSAGE = "DATA_MESSAGE", "CONTROL_MESSAGE"
@@ -65,9 +65,9 @@ class CloudWatchLogsDecoder(FixedEnvelopeDecoder):
     def decode_batch(self, records: Sequence[KinesisRecord], stream_name: str, shard_id: str) -> DecodedBatch:
         rejected: dict[int, str] = {}
         documents: list[bytes] = []
-        for index, record in enumerate(records):
+        for index, payload in enumerate(payloads_of(records)):
             try:
-                documents.append(gzip.decompress(record.data))
+                documents.append(gzip.decompress(payload))
             except (OSError, EOFError, zlib.error) as error:
                 rejected[index] = f"is not gzip data ({error})"
                 documents.append(b"")  # rejected as empty by the reader too: the reason above stays

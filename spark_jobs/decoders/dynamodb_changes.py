@@ -31,7 +31,7 @@ import pyarrow.json as pa_json
 from lease_core.retrieval.kinesis_records import KinesisRecord
 from spark_jobs.decode import DecodedBatch
 from spark_jobs.decoders.fixed_envelope import FixedEnvelopeDecoder
-from spark_jobs.decoders.json_objects import positions_of, read_json_lines, rejected_records
+from spark_jobs.decoders.json_objects import payloads_of, positions_of, read_json_lines, rejected_records
 
 NAME = "dynamodb"
 EVENT_NAMES = ("INSERT", "MODIFY", "REMOVE")
@@ -100,7 +100,8 @@ class DynamoDbDecoder(FixedEnvelopeDecoder):
 
     def decode_batch(self, records: Sequence[KinesisRecord], stream_name: str, shard_id: str) -> DecodedBatch:
         parse = pa_json.ParseOptions(explicit_schema=_FIXED, unexpected_field_behavior="ignore")
-        read = read_json_lines([record.data for record in records], parse, self.spec)
+        payloads = payloads_of(records)
+        read = read_json_lines(payloads, parse, self.spec)
         changes, rows, rejected = read.table, read.rows, read.rejected
         source = pc.fill_null(pc.equal(changes.column("eventSource"), "aws:dynamodb"), False)
         known = pc.fill_null(pc.is_in(changes.column("eventName"), pa.array(EVENT_NAMES)), False)
@@ -120,7 +121,7 @@ class DynamoDbDecoder(FixedEnvelopeDecoder):
         columns["user_identity_type"] = pc.struct_field(changes.column("userIdentity"), "type")
         columns["approximate_creation_time"] = _creation_time(change)
         columns["size_bytes"] = pc.struct_field(change, "SizeBytes")
-        columns.update(_image_texts([records[index].data for index in kept_rows]))
+        columns.update(_image_texts([payloads[index] for index in kept_rows]))
         table = positions_of(records, kept_rows)
         for field in CHANGE_SCHEMA:
             table = table.append_column(field, columns[field.name])

@@ -27,7 +27,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.json as pa_json
 
-from lease_core.retrieval.kinesis_records import KinesisRecord
+from lease_core.retrieval.kinesis_records import KinesisRecord, UserRecords
 from sinks.record_columns import BATCH_COLUMNS, POSITION_COLUMNS, POSITION_SCHEMA, records_table
 from spark_jobs.decode import DECODER, DecodedBatch, RejectedRecord, record_name
 from spark_jobs.errors import TransformError
@@ -139,6 +139,14 @@ def _read(payloads: list[bytes], parse: pa_json.ParseOptions) -> pa.Table:
     return pa_json.read_json(pa.py_buffer(text), read_options=options, parse_options=parse)
 
 
+def payloads_of(records: Sequence[KinesisRecord]) -> list[bytes]:
+    """The records' payloads: a read's (`UserRecords`, what the slots hand a decoder) from its data
+    column at once, without a `KinesisRecord` per record; other records' one by one."""
+    if isinstance(records, UserRecords):
+        return records.table.column("data").to_pylist()
+    return [record.data for record in records]
+
+
 def positions_of(records: Sequence[KinesisRecord], rows: Sequence[int]) -> pa.Table:
     """The position columns of `records[row]` for each of `rows` (a record's repeated for each of its rows)."""
     return records_table(records).select(list(POSITION_COLUMNS)).take(pa.array(rows, pa.int64()))
@@ -183,7 +191,7 @@ class JsonDecoder:
             explicit_schema=None if self.schema is None else _nullable(self.schema),
             unexpected_field_behavior="infer" if self.schema is None else "ignore",
         )
-        read = read_json_lines([record.data for record in records], parse, self.spec)
+        read = read_json_lines(payloads_of(records), parse, self.spec)
         decoded, rows, rejected = read.table, read.rows, read.rejected
         missing = self._missing_required(decoded)
         for position in missing:

@@ -36,7 +36,7 @@ from google.protobuf.message import DecodeError, Message
 from lease_core.retrieval.kinesis_records import KinesisRecord
 from sinks.record_columns import BATCH_COLUMNS, POSITION_COLUMNS, POSITION_SCHEMA
 from spark_jobs.decode import DecodedBatch
-from spark_jobs.decoders.json_objects import JsonLines, positions_of, rejected_records
+from spark_jobs.decoders.json_objects import JsonLines, payloads_of, positions_of, rejected_records
 
 NAME = "protobuf"
 _OPTIONS = ("schema", "schema_file", "message")
@@ -293,7 +293,7 @@ class ProtobufDecoder:
         return pa.schema([*POSITION_SCHEMA, *arrow_schema(self._message_class())])
 
     def decode_batch(self, records: Sequence[KinesisRecord], stream_name: str, shard_id: str) -> DecodedBatch:
-        read = read_messages(self._message_class(), [record.data for record in records])
+        read = read_messages(self._message_class(), payloads_of(records))
         table = positions_of(records, read.rows)
         for field in read.table.schema:
             table = table.append_column(field, read.table.column(field.name))

@@ -33,8 +33,8 @@ def test_default_options_give_the_job_no_flags():
         (
             {"decode": "orders.decode"},
             "decode",
-            "must be a built-in decoder \\(json, cloudwatch_logs, dynamodb, protobuf\\) or 'package.module:function', "
-            "got 'orders.decode'",
+            "must be a built-in decoder \\(json, cloudwatch_logs, dynamodb, avro, protobuf, glue_schema_registry\\) "
+            "or 'package.module:function', got 'orders.decode'",
         ),
         ({"transform": 3}, "transform", "got 3"),
         ({"bad_records": "skip"}, "bad_records", "must be one of fail, dead_letter, got 'skip'"),

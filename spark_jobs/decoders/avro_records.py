@@ -1,0 +1,303 @@
+"""The built-in `avro` decoder: each record's payload is one Avro binary datum of a record schema.
+
+Chosen with `decode = "avro"` and exactly one of the options `schema` (the writer schema, as JSON
+text or a JSON object) or `schema_file` (a path to it, read where the job decodes, the first time it
+does: the machine that checks the pipeline may not have it). The top record's
+fields are the columns (docs/decoders.md, "`avro`", has the Avro to Arrow types).
+
+The batch is decoded by fastavro's reader in one pass (its loop is Cython): the payloads are framed as
+one in-memory object-container block, each datum followed by a marker of random bytes (the schema
+read gets a last field of that `fixed` type). A payload that is not a datum of the schema either
+fails the reader, or reads past or short of its own end, so that the marker read after it is not the
+marker: either way the payloads before it decoded exactly. It is set aside with the reason and the
+rest are framed again from the next one: each payload is decoded once, a bad one costs a reframe.
+The rows become Arrow columns by pyarrow's conversion, in C++.
+
+Logical types that are numbers or strings on the wire (timestamps, dates, times, uuid) are read as
+those (the schema read has their `logicalType` taken off): Arrow takes the numbers as its own
+timestamps, dates and times, without a Python object per value.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import secrets
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+import fastavro
+import pyarrow as pa
+
+from lease_core.retrieval.kinesis_records import KinesisRecord
+from sinks.record_columns import BATCH_COLUMNS, POSITION_COLUMNS, POSITION_SCHEMA
+from spark_jobs.decode import DECODER, DecodedBatch
+from spark_jobs.decoders.json_objects import payloads_of, positions_of, rejected_records
+from spark_jobs.errors import TransformError
+
+NAME = "avro"
+_MARKER = "kinesis_lease_datum_end"  # the field read after each datum; a schema's own field of this name is refused
+_MARKER_SIZE = 16
+_PRIMITIVES = {
+    "null": pa.null(),
+    "boolean": pa.bool_(),
+    "int": pa.int32(),
+    "long": pa.int64(),
+    "float": pa.float32(),
+    "double": pa.float64(),
+    "bytes": pa.binary(),
+    "string": pa.string(),
+}
+# The logical types read as their wire type, and the Arrow type that takes that wire value as it is.
+_WIRE_LOGICAL = {
+    "timestamp-millis": pa.timestamp("ms", tz="UTC"),
+    "timestamp-micros": pa.timestamp("us", tz="UTC"),
+    "local-timestamp-millis": pa.timestamp("ms"),
+    "local-timestamp-micros": pa.timestamp("us"),
+    "date": pa.date32(),
+    "time-millis": pa.time32("ms"),
+    "time-micros": pa.time64("us"),
+    "uuid": pa.string(),
+}
+# fastavro's errors for a datum that does not decode (an enum or union index out of range among them).
+DATUM_ERRORS = (EOFError, ValueError, IndexError, KeyError, OverflowError, TypeError, MemoryError)
+
+
+@dataclass(frozen=True)
+class AvroSchema:
+    """A record schema: the Arrow schema of its fields, and the schema fastavro reads them with
+    (logical types on the wire taken off)."""
+
+    arrow: pa.Schema
+    wire: dict[str, Any]
+
+
+def avro_schema(definition: str | Mapping[str, Any], where: str = "schema") -> AvroSchema:
+    """The schema of a record's Avro definition (JSON text or its document); `ValueError` naming the
+    part that is wrong (`where` is the path to it)."""
+    document = _document(definition, where)
+    if not isinstance(document, dict) or document.get("type") != "record":
+        raise ValueError(f"{where} must be an Avro record schema, got {document!r}")
+    named: dict[str, pa.DataType | None] = {}  # the named types seen, None while their own fields are read
+    arrow = _arrow_type(document, where, named, namespace="")
+    if any(field.name == _MARKER for field in arrow):
+        raise ValueError(f"{where} has a field named {_MARKER!r}, which the decoder reserves")
+    try:
+        fastavro.parse_schema(document)
+    except (fastavro.schema.SchemaParseException, ValueError, TypeError, KeyError) as error:
+        raise ValueError(f"{where} is not a valid Avro schema ({error})") from None
+    return AvroSchema(pa.schema(list(arrow)), _wire(document))
+
+
+def _document(definition: str | Mapping[str, Any], where: str) -> Any:
+    if isinstance(definition, Mapping):
+        return dict(definition)
+    try:
+        return json.loads(definition)
+    except (json.JSONDecodeError, TypeError) as error:
+        raise ValueError(f"{where} must be an Avro schema as JSON text or a JSON object ({error})") from None
+
+
+def _arrow_type(node: Any, where: str, named: dict[str, pa.DataType | None], namespace: str) -> pa.DataType:
+    """`node`'s Arrow type: records structs, arrays lists, maps maps, a union with null its other
+    branch (every column is nullable), enums strings, fixed and bytes binary."""
+    if isinstance(node, str):
+        if node in _PRIMITIVES:
+            return _PRIMITIVES[node]
+        full = node if "." in node or not namespace else f"{namespace}.{node}"
+        for name in (full, node):
+            if name in named:
+                if named[name] is None:
+                    raise ValueError(f"{where} refers to {node!r} inside itself: a recursive type has no column type")
+                return named[name]
+        raise ValueError(f"{where} refers to the type {node!r}, which the schema does not define before")
+    if isinstance(node, list):
+        branches = [branch for branch in node if branch != "null"]
+        if len(branches) != 1:
+            raise ValueError(f"{where} is a union of {node!r}: only a union of null and one type has a column type")
+        return _arrow_type(branches[0], where, named, namespace)
+    if not isinstance(node, Mapping):
+        raise ValueError(f"{where} must be an Avro type, got {node!r}")
+    kind = node.get("type")
+    logical = node.get("logicalType")
+    if logical in _WIRE_LOGICAL:
+        return _WIRE_LOGICAL[logical]
+    if logical == "decimal":
+        return pa.decimal128(int(node["precision"]), int(node.get("scale", 0)))
+    if kind in ("record", "error", "enum", "fixed"):
+        name = str(node.get("name"))
+        namespace = str(node.get("namespace", namespace) if "." not in name else name.rpartition(".")[0])
+        full = name if "." in name or not namespace else f"{namespace}.{name}"
+        named[full] = None
+        if kind in ("record", "error"):
+            fields = node.get("fields")
+            if not isinstance(fields, list):
+                raise ValueError(f"{where} is a record without a list of 'fields'")
+            arrow: pa.DataType = pa.struct(
+                [
+                    pa.field(field["name"], _arrow_type(field["type"], f"{where}.{field['name']}", named, namespace))
+                    for field in fields
+                ]
+            )
+        else:
+            arrow = pa.string() if kind == "enum" else pa.binary()
+        named[full] = arrow
+        return arrow
+    if kind == "array":
+        return pa.list_(_arrow_type(node.get("items"), f"{where}[]", named, namespace))
+    if kind == "map":
+        return pa.map_(pa.string(), _arrow_type(node.get("values"), f"{where}{{}}", named, namespace))
+    return _arrow_type(kind, where, named, namespace)
+
+
+def _wire(node: Any) -> Any:
+    """The schema as fastavro reads it without converting: the logical types of `_WIRE_LOGICAL` off."""
+    if isinstance(node, list):
+        return [_wire(branch) for branch in node]
+    if not isinstance(node, Mapping):
+        return node
+    wire = {key: _wire(value) for key, value in node.items()}
+    if wire.get("logicalType") in _WIRE_LOGICAL:
+        del wire["logicalType"]
+    if "fields" in wire:
+        wire["fields"] = [{**field, "type": _wire(field["type"])} for field in node["fields"]]
+    return wire
+
+
+@dataclass(frozen=True)
+class AvroRows:
+    """Payloads decoded as datums of one schema: the table of those that decoded, `rows` (the index
+    of each row's payload), and why each other payload was refused (by index)."""
+
+    table: pa.Table
+    rows: list[int]
+    rejected: dict[int, str]
+
+
+def read_avro(schema: AvroSchema, payloads: Sequence[bytes]) -> AvroRows:
+    """The payloads decoded as datums of `schema` in one pass of fastavro's reader; a payload that is
+    not one is set aside with the reason and the payloads after it read on."""
+    marker = secrets.token_bytes(_MARKER_SIZE)  # no payload holds it but by a chance of 2^-128
+    framed = {**schema.wire, "fields": [*schema.wire["fields"], _marker_field()]}
+    header = _container_header(framed)
+    decoded: list[dict[str, Any]] = []
+    rows: list[int] = []
+    rejected: dict[int, str] = {}
+    pending = list(range(len(payloads)))
+    while pending:
+        block = [datum for index in pending for datum in (payloads[index], marker)]
+        read: list[Any] = []  # dicts: the schema is a record
+        error: Exception | None = None
+        try:
+            read.extend(fastavro.reader(io.BytesIO(_container(header, block, len(pending)))))
+        except DATUM_ERRORS as raised:  # the datum after the last one read
+            error = raised
+        whole = next((n for n, row in enumerate(read) if row.pop(_MARKER) != marker), len(read))
+        decoded.extend(read[:whole])
+        rows.extend(pending[:whole])
+        if whole < len(read):
+            rejected[pending[whole]] = "is not a datum of its Avro schema (it does not end where the payload does)"
+        elif error is not None:
+            rejected[pending[whole]] = f"is not a datum of its Avro schema ({type(error).__name__}: {error})"
+        pending = pending[whole + 1 :]
+    # One struct array of all rows: pyarrow converts it in one call (faster than `Table.from_pylist`).
+    table = pa.Table.from_struct_array(pa.array(decoded, pa.struct(list(schema.arrow))))
+    return AvroRows(table, rows, rejected)
+
+
+def _marker_field() -> dict[str, Any]:
+    return {"name": _MARKER, "type": {"type": "fixed", "name": _MARKER, "size": _MARKER_SIZE}}
+
+
+def _container_header(schema: Mapping[str, Any]) -> bytes:
+    """An object container's header, with the null codec and a sync marker of zeros."""
+    metadata = {"avro.schema": json.dumps(schema).encode(), "avro.codec": b"null"}
+    entries = b"".join(_long(len(key)) + key.encode() + _long(len(value)) + value for key, value in metadata.items())
+    return b"Obj\x01" + _long(len(metadata)) + entries + _long(0) + bytes(16)
+
+
+def _container(header: bytes, datums: list[bytes], count: int) -> bytes:
+    body = b"".join(datums)
+    return b"".join((header, _long(count), _long(len(body)), body, bytes(16)))
+
+
+def _long(value: int) -> bytes:
+    """Avro's zig-zag varint of a long."""
+    number = (value << 1) ^ (value >> 63)
+    out = bytearray()
+    while number > 0x7F:
+        out.append((number & 0x7F) | 0x80)
+        number >>= 7
+    out.append(number)
+    return bytes(out)
+
+
+@dataclass(frozen=True)
+class AvroDecoder:
+    """`schema`: the writer schema's JSON text; or `schema_file`: a path to it, read where the job
+    decodes (the first time it does), not where the pipeline is checked."""
+
+    schema_text: str | None = None
+    schema_file: str | None = None
+    spec: str = NAME
+
+    @classmethod
+    def from_options(cls, options: Mapping[str, Any]) -> AvroDecoder:
+        unknown = sorted(set(options) - {"schema", "schema_file"})
+        if unknown:
+            raise ValueError(f"the avro decoder has no option {unknown[0]!r} (it takes: schema, schema_file)")
+        if ("schema" in options) == ("schema_file" in options):
+            raise ValueError("the avro decoder takes exactly one of the options schema and schema_file")
+        if "schema_file" in options:
+            path = options["schema_file"]
+            if not isinstance(path, str) or not path.strip():
+                raise ValueError(f"schema_file must be the path of a file holding the Avro schema, got {path!r}")
+            return cls(schema_file=path)
+        given = options["schema"]
+        decoder = cls(schema_text=given if isinstance(given, str) else json.dumps(given))
+        decoder.schema  # noqa: B018  # checked now, named by the option
+        return decoder
+
+    def options(self) -> dict[str, Any]:
+        return {"schema": self.schema_text} if self.schema_file is None else {"schema_file": self.schema_file}
+
+    @cached_property
+    def schema(self) -> AvroSchema:
+        """The writer schema; `ValueError` naming the option when it is not a record schema whose
+        fields can be columns, or its file cannot be read."""
+        where = "schema" if self.schema_file is None else f"schema_file {self.schema_file!r}"
+        definition = self.schema_text
+        if self.schema_file is not None:
+            try:
+                definition = Path(self.schema_file).read_text()
+            except (OSError, UnicodeDecodeError) as error:
+                raise ValueError(f"{where} cannot be read ({error})") from None
+        schema = avro_schema(definition or "", where)
+        clashes = sorted(set(schema.arrow.names) & {*POSITION_COLUMNS, *BATCH_COLUMNS})
+        if clashes:
+            raise ValueError(f"{where} has a field named {clashes[0]!r}, which the batch has as a column already")
+        return schema
+
+    def columns(self) -> pa.Schema:
+        return pa.schema([*POSITION_SCHEMA, *self._checked_schema().arrow])
+
+    def decode_batch(self, records: Sequence[KinesisRecord], stream_name: str, shard_id: str) -> DecodedBatch:
+        read = read_avro(self._checked_schema(), payloads_of(records))
+        return DecodedBatch(rows_table(records, read), rejected_records(records, read.rejected, stream_name, shard_id))
+
+    def _checked_schema(self) -> AvroSchema:
+        try:
+            return self.schema
+        except ValueError as error:
+            raise TransformError(self.spec, str(error), DECODER) from None
+
+
+def rows_table(records: Sequence[KinesisRecord], decoded: AvroRows) -> pa.Table:
+    """The batch's table: each decoded row's record's positions, then its columns."""
+    table = positions_of(records, decoded.rows)
+    for field in decoded.table.schema:
+        table = table.append_column(field, decoded.table.column(field.name))
+    return table
