@@ -176,7 +176,12 @@ def _columns(data_format: str, definition: str) -> pa.Schema:
         schema = json_schema_to_arrow(json.loads(definition))
         return pa.schema([column.with_nullable(True) for column in schema])
     if data_format == "PROTOBUF":
-        return _read_protobuf(definition, []).table.schema
+        protobuf = importlib.import_module("spark_jobs.decoders.protobuf_messages")  # protoc's: when needed
+        try:
+            columns: pa.Schema = protobuf.gsr_protobuf_columns(definition)
+        except protobuf.ProtoCompileError as error:
+            raise ValueError(str(error)) from None
+        return columns
     raise ValueError(f"has data format {data_format!r}, not AVRO, JSON or PROTOBUF")
 
 

@@ -59,11 +59,14 @@ class ProtoCompileError(ValueError):
 class ProtoSchema:
     """A compiled .proto file: each message it defines (nested ones too) by its full name as the file
     writes it, the top-level ones in the order of the file, and every one in the order of the Glue
-    Schema Registry's message index: sorted by full name (AWS's `MessageIndexFinder`)."""
+    Schema Registry's message index: sorted by full name (AWS's `MessageIndexFinder`). Its record
+    messages (`roots`) are the top-level ones no message of the file has a field of: a file's other
+    messages (an order's address) are parts of records, not records."""
 
     messages: Mapping[str, type[Message]]
     top_level: tuple[str, ...]
     gsr_order: tuple[str, ...]
+    roots: tuple[str, ...] = ()
 
     def gsr_message(self, index: int) -> str:
         """The message a Glue Schema Registry payload's message index names."""
@@ -93,7 +96,14 @@ def compile_proto(definition: str) -> ProtoSchema:
         for descriptor in _all_messages(loaded.message_types_by_name.values())
     }
     top_level = tuple(descriptor.full_name.removeprefix(prefix) for descriptor in loaded.message_types_by_name.values())
-    return ProtoSchema(messages, top_level, tuple(sorted(messages)))
+    fields_of = {
+        field.message_type.full_name.removeprefix(prefix)
+        for descriptor in _all_messages(loaded.message_types_by_name.values())
+        for field in descriptor.fields
+        if field.message_type is not None
+    }
+    roots = tuple(name for name in top_level if name not in fields_of)
+    return ProtoSchema(messages, top_level, tuple(sorted(messages)), roots)
 
 
 def _load_well_known(file: descriptor_pb2.FileDescriptorProto) -> None:
@@ -207,13 +217,32 @@ def read_messages(message_class: type[Message], payloads: Sequence[bytes | memor
     return JsonLines(table, rows, rejected)
 
 
+def gsr_protobuf_columns(schema_definition: str) -> pa.Schema:
+    """The columns of a Glue Schema Registry Protobuf schema version: its record messages' (`roots`),
+    one column per field name, in the file's order. `ProtoCompileError` when the definition does not
+    compile, has no record message, or two record messages give a field name two types."""
+    schema = compile_proto(schema_definition)
+    if not schema.roots:
+        raise ProtoCompileError("defines no record message (each top-level message is a field of another)")
+    columns: dict[str, tuple[pa.Field, str]] = {}
+    for root in schema.roots:
+        for column in arrow_schema(schema.messages[root]):
+            seen = columns.setdefault(column.name, (column, root))
+            if seen[0].type != column.type:
+                raise ProtoCompileError(
+                    f"field {column.name!r} is {seen[0].type} in message {seen[1]} and {column.type} in message {root}"
+                )
+    return pa.schema([column for column, _ in columns.values()])
+
+
 def read_gsr_protobuf(schema_definition: str, payloads: Sequence[bytes]) -> JsonLines:
     """Glue Schema Registry Protobuf payloads (what follows the registry's header) of a schema version
     whose SchemaDefinition is `schema_definition`: each a message index (an unsigned varint) then the
-    message's bytes. The rows of every message the payloads hold, in the payloads' order; when they
-    hold more than one message type, the columns are all of theirs (a row's others null), and the
-    payloads of a message whose field has another type than a same-named field of a message before
-    it are rejected, naming it. `ProtoCompileError` when the definition does not compile."""
+    message's bytes. The rows of every record message the payloads hold, in the payloads' order, with
+    the version's columns (`gsr_protobuf_columns`: a row of one record message has the others' fields
+    null); a payload holding a message that the record messages have as a field is rejected, naming
+    it. `ProtoCompileError` as `gsr_protobuf_columns`."""
+    columns = gsr_protobuf_columns(schema_definition)
     schema = compile_proto(schema_definition)
     by_message: dict[str, list[int]] = {}
     bodies: dict[int, memoryview] = {}
@@ -225,22 +254,25 @@ def read_gsr_protobuf(schema_definition: str, payloads: Sequence[bytes]) -> Json
         except ValueError as error:
             rejected[index] = str(error)
             continue
+        if name not in schema.roots:
+            records = ", ".join(schema.roots)
+            rejected[index] = f"holds a {name} message, which is a part of the schema's records ({records}), not one"
+            continue
         by_message.setdefault(name, []).append(index)
         bodies[index] = memoryview(payload)[length:]
-    table = pa.table({})
+    tables = [columns.empty_table()]
     rows: list[int] = []
     for name, indices in by_message.items():
         read = read_messages(schema.messages[name], [bodies[index] for index in indices])
         rejected.update((indices[position], why) for position, why in read.rejected.items())
-        try:
-            table = pa.concat_tables([table, read.table], promote_options="default") if rows else read.table
-        except (pa.ArrowInvalid, pa.ArrowTypeError) as error:
-            conflict = f"holds a {name} message, whose columns conflict with the batch's other messages' ({error})"
-            rejected.update((indices[row], conflict) for row in read.rows)
-            continue
+        table = read.table
+        for column in columns:
+            if column.name not in table.column_names:  # another record message's field
+                table = table.append_column(column, pa.nulls(table.num_rows, column.type))
+        tables.append(table.select(columns.names))
         rows += [indices[row] for row in read.rows]
     order = pc.sort_indices(pa.array(rows, pa.int64()))  # back in the payloads' order
-    return JsonLines(table.take(order), sorted(rows), rejected)
+    return JsonLines(pa.concat_tables(tables).take(order), sorted(rows), rejected)
 
 
 def _varint(payload: bytes) -> tuple[int, int]:

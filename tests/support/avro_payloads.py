@@ -12,6 +12,8 @@ from typing import Any
 from uuid import UUID
 
 import fastavro
+from google.protobuf.internal.encoder import _VarintBytes
+from google.protobuf.message import Message
 
 from spark_jobs.decoders.glue_schema_registry import SchemaVersion
 
@@ -25,6 +27,19 @@ def avro_datum(schema: Mapping[str, Any], value: Mapping[str, Any]) -> bytes:
     return out.getvalue()
 
 
+def gsr_protobuf_data(message: Message) -> bytes:
+    """A Protobuf message as the serializer writes it after the header (AWS's
+    ProtobufWireFormatEncoder): its index among the file's messages sorted by full name
+    (`writeUInt32NoTag`), then the message."""
+    file = message.DESCRIPTOR.file
+    names = sorted(_message_names(file.message_types_by_name.values()))
+    return _VarintBytes(names.index(message.DESCRIPTOR.full_name)) + message.SerializeToString()
+
+
+def _message_names(descriptors: Any) -> list[str]:
+    return [name for d in descriptors for name in (d.full_name, *_message_names(d.nested_types))]
+
+
 def gsr_framed(schema_version_id: str, data: bytes, compress: bool = False) -> bytes:
     """The serializer's bytes: header version byte 3, compression byte (0 none, 5 zlib), the schema
     version id's 16 bytes (most significant first), then the data, zlib'd when compressing."""
@@ -33,15 +48,18 @@ def gsr_framed(schema_version_id: str, data: bytes, compress: bool = False) -> b
     return bytes([GSR_HEADER_VERSION, compression]) + UUID(schema_version_id).bytes + body
 
 
-def registered_versions(glue: Any, registry: str, schema: str, definitions: list[Mapping[str, Any]]) -> list[str]:
-    """A registry with a schema of `definitions` (Avro, in order) as its versions 1, 2, ..., made
-    through Glue's API as a producer's registration does; the versions' ids."""
+def registered_versions(
+    glue: Any, registry: str, schema: str, definitions: list[Mapping[str, Any]] | list[str], data_format: str = "AVRO"
+) -> list[str]:
+    """A registry with a schema of `definitions` (in order: Avro schemas as objects, or texts, a
+    .proto file's for PROTOBUF) as its versions 1, 2, ..., made through Glue's API as a producer's
+    registration does; the versions' ids."""
     glue.create_registry(RegistryName=registry)
-    first, *later = [json.dumps(definition) for definition in definitions]
+    first, *later = [text if isinstance(text, str) else json.dumps(text) for text in definitions]
     created = glue.create_schema(
         RegistryId={"RegistryName": registry},
         SchemaName=schema,
-        DataFormat="AVRO",
+        DataFormat=data_format,
         Compatibility="BACKWARD",
         SchemaDefinition=first,
     )

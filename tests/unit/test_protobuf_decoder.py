@@ -20,6 +20,7 @@ from spark_jobs.decoders.protobuf_messages import (
     ProtobufDecoder,
     ProtoCompileError,
     compile_proto,
+    gsr_protobuf_columns,
     read_gsr_protobuf,
 )
 from spark_jobs.errors import FunctionLoadError
@@ -152,10 +153,32 @@ def test_gsr_message_indices_are_those_of_the_example_in_aws_message_index_finde
     assert [schema.gsr_message(index) for index in range(4)] == ["B", "B.A", "B.A.D", "B.C"]
 
 
-def test_a_gsr_payload_of_a_nested_message_decodes_as_that_message():
+def test_a_gsr_payload_of_a_message_the_records_have_as_a_field_is_rejected_naming_it():
     line = messages()["shop.Order.Line"](sku="tea", quantity=3)
-    read = read_gsr_protobuf(SHOP, [gsr_framed(line)])
-    assert read.table.to_pylist() == [{"sku": "tea", "quantity": 3}]
+    read = read_gsr_protobuf(SHOP, [gsr_framed(an_order()), gsr_framed(line)])
+    assert read.rows == [0] and read.table.column("order_id").to_pylist() == ["o-1"]
+    assert read.rejected == {
+        1: "holds a shop.Order.Line message, which is a part of the schema's records (shop.Order, shop.Refund), not one"
+    }
+
+
+@pytest.mark.parametrize(
+    ("definition", "columns"),
+    [
+        pytest.param(
+            SHOP,
+            ["order_id", "placed_at", "status", "lines", "tags", "card", "cash_cents", "discount", "notes", "cents"],
+            id="two-records-one-column-per-field-name",
+        ),
+        pytest.param(
+            'syntax = "proto3"; message Address { string city = 1; } message Person { Address home = 1; }',
+            ["home"],
+            id="a-top-level-message-another-has-as-a-field-is-not-a-record",
+        ),
+    ],
+)
+def test_a_gsr_protobuf_versions_columns_are_its_record_messages_fields(definition, columns):
+    assert gsr_protobuf_columns(definition).names == columns
 
 
 @pytest.mark.parametrize(
@@ -237,12 +260,10 @@ def test_wrong_options_are_refused_when_the_round_is_planned_and_when_loaded_nam
         load_decoder("protobuf", options)
 
 
-def test_gsr_payloads_of_messages_whose_same_named_fields_differ_in_type_reject_the_later_message_naming_it():
+def test_a_gsr_protobuf_version_whose_records_give_a_field_two_types_is_refused_naming_both():
     definition = 'syntax = "proto3"; message A { string id = 1; } message B { int64 id = 1; }'
-    read = read_gsr_protobuf(definition, [b"\x00\x0a\x01x", b"\x01\x08\x05", b"\x00\x0a\x01y"])
-    assert read.rows == [0, 2] and read.table.to_pylist() == [{"id": "x"}, {"id": "y"}]
-    assert list(read.rejected) == [1]
-    assert read.rejected[1].startswith("holds a B message, whose columns conflict with the batch's other messages'")
+    with pytest.raises(ProtoCompileError, match="field 'id' is string in message A and int64 in message B"):
+        read_gsr_protobuf(definition, [b"\x00\x0a\x01x"])
 
 
 def test_a_file_may_import_a_well_known_file_that_protobuf_has_no_python_module_of():
