@@ -5,21 +5,24 @@ of an object (its `properties`, `required`) or a `pyarrow.Schema`; given one, ev
 those columns (other fields are ignored, a field absent is null) and a record whose value does not fit
 its field is rejected, naming the field. Without one, each batch's columns are inferred from its
 records, so a field first seen in a later batch becomes a new column (null in earlier rows, as the
-sink evolves the table); within a batch, a record whose field's type conflicts with the type the
-records before it gave that field is rejected, naming the field. Nested objects are structs, arrays
-lists.
+sink evolves the table), and a field's type is settled so as not to depend on the values a batch
+happens to hold (`settled_type`): every number is float64, a string stays a string, a field with no
+value yet is left out. Within a batch, a record whose field's type conflicts with the type the records
+before it gave that field is rejected, naming the field; so is a record with a field named like a
+column the batch has already. Nested objects are structs, arrays lists.
 
 The batch's payloads are parsed at once by pyarrow's JSON reader (Arrow in, Arrow out): a payload's
 line breaks are blanks (JSON allows none inside strings), and the payloads are joined one per line.
-A record the reader refuses is found by the row its error names, set aside with that error, and the
-rest parsed again: bad records cost a parse each, good batches one parse in all.
+A part of the batch the reader refuses is halved until each half is read or is one payload, set
+aside with the reader's error (`read_json_lines`): good batches cost one parse, bad records a few
+parses of ever smaller parts, never one of the whole batch each.
 """
 
 from __future__ import annotations
 
 import base64
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -113,27 +116,81 @@ class JsonLines:
     rejected: dict[int, str]
 
 
-def read_json_lines(payloads: Sequence[bytes], parse: pa_json.ParseOptions, decoder: str) -> JsonLines:
-    """The payloads through pyarrow's JSON reader in one parse, one payload a line. A payload it
-    refuses is found by the row its error names, set aside with that error, and the rest read again.
-    `TransformError` (naming `decoder`) when the reader fails without naming a row."""
+# How payloads are read: `read_payloads` (one parse, one payload a line), or a stand-in that counts the parses.
+PayloadReader = Callable[[list[bytes], pa_json.ParseOptions], pa.Table]
+
+
+def read_json_lines(
+    payloads: Sequence[bytes], parse: pa_json.ParseOptions, decoder: str, read: PayloadReader | None = None
+) -> JsonLines:
+    """The payloads through pyarrow's JSON reader, one payload a line: one parse when the reader takes
+    them all. A part it refuses is halved until each half is read or is one payload, refused with the
+    reader's error (whether or not the error names a row): k bad payloads among n cost at most
+    log2(n) + 1 reads of each payload, not k reads of them all. Halves read apart are joined with
+    their types promoted as one parse would (an integer column and a float one make a float one);
+    halves whose inferred types conflict (a field a number in one, a string in the other) are read
+    again together, and the first payload whose field conflicts with the payloads before it is
+    refused, naming the field. `TransformError` (naming `decoder`) only when payloads that are each
+    read alone fail together without a row named."""
     # An empty payload would be a blank line, which the reader skips: the rows after it would shift.
     rows = [index for index, payload in enumerate(payloads) if payload.strip()]
     rejected = dict.fromkeys(set(range(len(payloads))) - set(rows), "is empty, not a JSON object")
-    while True:
+    reader = _PartReader(payloads, parse, decoder, read or read_payloads, rejected)
+    rows, table = reader.part(rows)
+    return JsonLines(reader.in_one_parse(rows) if table is None else table, rows, rejected)
+
+
+@dataclass(frozen=True)
+class _PartReader:
+    payloads: Sequence[bytes]
+    parse: pa_json.ParseOptions
+    decoder: str
+    read: PayloadReader
+    rejected: dict[int, str]  # filled in as payloads are refused
+
+    def part(self, rows: list[int]) -> tuple[list[int], pa.Table | None]:
+        """The rows (payload indexes) the reader takes alone, and their table; None when their inferred
+        types conflict, so that only reading them together says which to refuse (`in_one_parse`)."""
         try:
-            return JsonLines(_read([payloads[index] for index in rows], parse), rows, rejected)
+            return rows, self._read(rows)
         except pa.ArrowInvalid as error:
-            found = _ROW.search(str(error))
-            if found is None or int(found.group(1)) >= len(rows):
-                raise TransformError(decoder, f"could not parse the batch ({error})", DECODER) from error
-            # The row is the batch's, not the record's: the reason names the record instead.
-            rejected[rows.pop(int(found.group(1)))] = _ROW.sub("", str(error).removeprefix("JSON parse error: "))
+            if len(rows) == 1:
+                self.rejected[rows[0]] = _reason(error)
+                return [], self._read([])
+        middle = len(rows) // 2
+        (first, first_table), (second, second_table) = self.part(rows[:middle]), self.part(rows[middle:])
+        if first_table is None or second_table is None:
+            return first + second, None
+        try:
+            return first + second, pa.concat_tables([first_table, second_table], promote_options="permissive")
+        except (pa.ArrowInvalid, pa.ArrowTypeError):
+            return first + second, None
+
+    def in_one_parse(self, rows: list[int]) -> pa.Table:
+        """The rows read together, each row the reader's error names (a field whose type conflicts with
+        the rows before it) refused and the rest read again: a parse per conflicting payload."""
+        while True:
+            try:
+                return self._read(rows)
+            except pa.ArrowInvalid as error:
+                found = _ROW.search(str(error))
+                if found is None or int(found.group(1)) >= len(rows):
+                    raise TransformError(self.decoder, f"could not parse the batch ({error})", DECODER) from error
+                self.rejected[rows.pop(int(found.group(1)))] = _reason(error)
+
+    def _read(self, rows: list[int]) -> pa.Table:
+        if not rows:
+            return (self.parse.explicit_schema or pa.schema([])).empty_table()
+        return self.read([self.payloads[index] for index in rows], self.parse)
 
 
-def _read(payloads: list[bytes], parse: pa_json.ParseOptions) -> pa.Table:
-    if not payloads:
-        return (parse.explicit_schema or pa.schema([])).empty_table()
+def _reason(error: pa.ArrowInvalid) -> str:
+    # The row is the part's, not the record's: the reason names the record instead.
+    return _ROW.sub("", str(error).removeprefix("JSON parse error: "))
+
+
+def read_payloads(payloads: list[bytes], parse: pa_json.ParseOptions) -> pa.Table:
+    """The payloads in one parse of pyarrow's JSON reader, one payload a line."""
     text = b"\n".join(payload.replace(b"\n", b" ").replace(b"\r", b" ") for payload in payloads)
     options = pa_json.ReadOptions(use_threads=False, block_size=len(text) + 1)  # one block: rows count from 0
     return pa_json.read_json(pa.py_buffer(text), read_options=options, parse_options=parse)
@@ -183,35 +240,123 @@ class JsonDecoder:
             explicit_schema=None if self.schema is None else _nullable(self.schema),
             unexpected_field_behavior="infer" if self.schema is None else "ignore",
         )
-        read = read_json_lines([record.data for record in records], parse, self.spec)
+        payloads = [record.data for record in records]
+        read = read_json_lines(payloads, parse, self.spec)
         decoded, rows, rejected = read.table, read.rows, read.rejected
-        missing = self._missing_required(decoded)
-        for position in missing:
-            rejected[rows[position]] = f"misses the required field {missing[position]!r}"
-        if missing:
-            decoded = decoded.filter(pa.array([position not in missing for position in range(decoded.num_rows)]))
-            rows = [index for position, index in enumerate(rows) if position not in missing]
-        if self.schema is not None:
-            decoded = decoded.cast(self.schema)
-        clashes = sorted(set(decoded.column_names) & {*POSITION_COLUMNS, *BATCH_COLUMNS})
-        if clashes:
-            problem = f"decodes a field named {clashes[0]!r}, which the batch has as a column already"
-            raise TransformError(self.spec, problem, DECODER)
+        if self.schema is None:
+            decoded = _strings_as_written(decoded, [payloads[index] for index in rows], self.spec)
+        misfits = self._missing_required(decoded) if self.schema is not None else _unsettled_rows(decoded)
+        for position, why in misfits.items():
+            rejected[rows[position]] = why
+        if misfits:
+            decoded = decoded.filter(pa.array([position not in misfits for position in range(decoded.num_rows)]))
+            rows = [index for position, index in enumerate(rows) if position not in misfits]
+        settled = self.schema or settled_schema(decoded.schema)
+        decoded = decoded.select(settled.names).cast(settled)
         table = positions_of(records, rows)
         for field in decoded.schema:
             table = table.append_column(field, decoded.column(field.name))
         return DecodedBatch(table, rejected_records(records, rejected, stream_name, shard_id))
 
     def _missing_required(self, decoded: pa.Table) -> dict[int, str]:
-        """Rows (by position) null in a field the schema requires, with that field: the reader reads
+        """Rows (by position) null in a field the schema requires, with why: the reader reads
         every field as nullable, since it names no row for a required field that is absent."""
         missing: dict[int, str] = {}
         for field in self.schema or ():
             if not field.nullable:
                 nulls = pc.indices_nonzero(pc.is_null(decoded.column(field.name))).to_pylist()
-                missing.update((position, field.name) for position in nulls if position not in missing)
+                why = f"misses the required field {field.name!r}"
+                missing.update((position, why) for position in nulls if position not in missing)
         return missing
 
 
 def _nullable(schema: pa.Schema) -> pa.Schema:
     return pa.schema([field.with_nullable(True) for field in schema])
+
+
+# Inferred types, settled so that every batch gives a field the same column type whatever values it
+# happens to hold (docs/decoders.md, "Without a schema"): the sinks add a batch's new columns to the
+# table, but refuse a column whose type changed (Iceberg cannot promote a long to a double).
+
+
+def settled_type(inferred: pa.DataType) -> pa.DataType | None:
+    """The type a field the reader inferred as `inferred` lands as; None: left out (no value yet).
+    JSON has one number type: a float64 column, whether this batch's values had fractions or not.
+    A string the reader took for a timestamp stays the string (`_strings_as_written`)."""
+    if pa.types.is_null(inferred):
+        return None
+    if pa.types.is_integer(inferred):
+        return pa.float64()
+    if pa.types.is_timestamp(inferred):
+        return pa.string()
+    if pa.types.is_struct(inferred):
+        fields = [field.with_type(kept) for field in inferred if (kept := settled_type(field.type)) is not None]
+        return pa.struct(fields) if fields else None
+    if pa.types.is_list(inferred):
+        element = settled_type(inferred.value_type)
+        return None if element is None else pa.list_(inferred.value_field.with_type(element))
+    return inferred
+
+
+def settled_schema(inferred: pa.Schema) -> pa.Schema:
+    """The batch's columns as they land: each field's `settled_type`, a field without one, or named like
+    a column the batch has already (its records are rejected, `_unsettled_rows`), left out."""
+    taken = {*POSITION_COLUMNS, *BATCH_COLUMNS}
+    return pa.schema(
+        [
+            field.with_type(kept)
+            for field in inferred
+            if field.name not in taken and (kept := settled_type(field.type)) is not None
+        ]
+    )
+
+
+def _strings_as_written(decoded: pa.Table, payloads: list[bytes], decoder: str) -> pa.Table:
+    """The payloads read again, with the fields the reader took for timestamps read as strings: only
+    some strings look like timestamps to it, and a field's type must not depend on which a batch has."""
+    wanted = pa.schema([field.with_type(_timestamps_as_strings(field.type)) for field in decoded.schema])
+    if wanted == decoded.schema:
+        return decoded
+    read = read_json_lines(payloads, pa_json.ParseOptions(explicit_schema=wanted), decoder)
+    if read.rejected:  # the payloads were read with the types asked for, which only widen
+        raise TransformError(decoder, f"could not read the batch again ({next(iter(read.rejected.values()))})", DECODER)
+    return read.table
+
+
+def _timestamps_as_strings(inferred: pa.DataType) -> pa.DataType:
+    if pa.types.is_timestamp(inferred):
+        return pa.string()
+    if pa.types.is_struct(inferred):
+        return pa.struct([field.with_type(_timestamps_as_strings(field.type)) for field in inferred])
+    if pa.types.is_list(inferred):
+        return pa.list_(inferred.value_field.with_type(_timestamps_as_strings(inferred.value_type)))
+    return inferred
+
+
+def _unsettled_rows(decoded: pa.Table) -> dict[int, str]:
+    """Rows (by position) whose values cannot land in their settled columns, with why: a value for a
+    field named like a column the batch has already, or an integer beyond 2**53 (a float64 holds it
+    only rounded)."""
+    unsettled: dict[int, str] = {}
+    for field in decoded.schema:
+        if field.name in {*POSITION_COLUMNS, *BATCH_COLUMNS}:
+            why = f"has a field named {field.name!r}, which the batch has as a column already"
+            for position in pc.indices_nonzero(pc.is_valid(decoded.column(field.name))).to_pylist():
+                unsettled.setdefault(position, why)
+            continue
+        kept = settled_type(field.type)
+        if kept is None or _casts(decoded.column(field.name), kept):
+            continue
+        why = f"has an integer in field {field.name!r} beyond 2**53, which its float64 column holds only rounded"
+        for position in range(decoded.num_rows):  # only when the column fails: find its rows
+            if not _casts(decoded.column(field.name).slice(position, 1), kept):
+                unsettled.setdefault(position, why)
+    return unsettled
+
+
+def _casts(column: pa.ChunkedArray, wanted: pa.DataType) -> bool:
+    try:
+        column.cast(wanted)
+    except pa.ArrowInvalid:
+        return False
+    return True
