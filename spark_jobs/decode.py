@@ -114,8 +114,8 @@ class Decoder:
 
     def decode_batch(self, records: Sequence[KinesisRecord], stream_name: str, shard_id: str) -> DecodedBatch:
         """The batch's rows and the records the decoder rejected, each with its error. A failure of
-        the batch as a whole (a decoded column that clashes with the batch's, rows whose inferred
-        types conflict although each one alone is fine) raises `TransformError`."""
+        the batch as a whole (rows whose inferred types conflict although each one alone is fine)
+        raises `TransformError`."""
         kept: list[KinesisRecord] = []
         rows: list[Mapping[str, Any]] = []
         rejected: list[RejectedRecord] = []
@@ -170,6 +170,15 @@ class Decoder:
                 f"for {record_name(record, stream_name, shard_id)}",
                 DECODER,
             )
+        # A schema declares none of the batch's columns (`load_decoder`), and its rows keep only its own.
+        clashes = sorted(set(row or ()) & {*POSITION_COLUMNS, *BATCH_COLUMNS}) if self.schema is None else []
+        if clashes:
+            raise TransformError(
+                self.spec,
+                f"decodes a column named {clashes[0]!r}, which the batch has already, "
+                f"for {record_name(record, stream_name, shard_id)}",
+                DECODER,
+            )
         return row
 
     def _rows_table(
@@ -199,11 +208,6 @@ class Decoder:
                 table = self._build(fitting)
             except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError) as rest:  # the others conflict too
                 raise TransformError(self.spec, f"decoded rows that do not fit one table ({rest})", DECODER) from rest
-        clashes = sorted(set(table.column_names) & {*POSITION_COLUMNS, *BATCH_COLUMNS})
-        if clashes:
-            raise TransformError(
-                self.spec, f"decodes a column named {clashes[0]!r}, which the batch has already", DECODER
-            )
         return table, misfits
 
     def _build(self, rows: list[Mapping[str, Any]]) -> pa.Table:

@@ -132,6 +132,7 @@ class _Tally:
     unpromoted_batch: str | None = None
     missing_batches: list[str] = field(default_factory=list)
     dead_lettered: int = 0
+    left_out: int = 0  # records the decoder left out on purpose, of the batches staged
 
     def count_landed(self, records: UserRecords) -> None:
         self.records += len(records)
@@ -218,6 +219,7 @@ class LeaseConsumer:
             unpromoted_batch=tally.unpromoted_batch,
             missing_batches=tuple(tally.missing_batches),
             dead_lettered=tally.dead_lettered,
+            left_out=tally.left_out,
             landed_through_millis=self._landed_through(outcome, read_end_millis),
             newest_arrival_millis=tally.last_arrival_millis,
         )
@@ -529,7 +531,7 @@ class LeaseConsumer:
             )
             batch = replace(batch, start=held, first=records.position(0))
         with self.context.busy_gate:
-            table, dead_letters = self._tables(batch, records)
+            table, dead_letters, left_out = self._tables(batch, records)
             # The lease may have been lost while the batch was read: a zombie need not even stage.
             self.held.require_held()
             sink, attempt = self.context.sink, self.held.claim_token
@@ -543,18 +545,20 @@ class LeaseConsumer:
                 self._tally.files += 1
         self._tally.count_landed(records)
         self._tally.dead_lettered += staged.dead_letters
+        self._tally.left_out += left_out
         return staged if staged.token is not None else None
 
-    def _tables(self, batch: BatchRange, records: UserRecords) -> tuple[pa.Table, pa.Table | None]:
+    def _tables(self, batch: BatchRange, records: UserRecords) -> tuple[pa.Table, pa.Table | None, int]:
         """The batch as staged: the records (or what the decoder makes of them), through the user
-        transform if there is one; and the records the decoder rejected, as dead letters (None: none)."""
-        decoder, dead_letters = self.context.decoder, None
+        transform if there is one; the records the decoder rejected, as dead letters (None: none); and
+        how many it left out on purpose."""
+        decoder, dead_letters, left_out = self.context.decoder, None, 0
         if decoder is None:
             table = records_table(records)
         else:
             decoded = decoder.decode_batch(records, self.stream_name, self.shard_id)
             rejected = self.context.bad_records.set_aside(decoded.rejected, len(records), decoder.spec)
-            table = decoded.table
+            table, left_out = decoded.table, decoded.left_out
             if rejected:
                 incarnation = self.context.stream_incarnations.get(self.stream_name)
                 dead_letters = dead_letter_table(rejected, batch, decoder.spec, self.context.application, incarnation)
@@ -562,7 +566,7 @@ class LeaseConsumer:
             table = transformed(
                 table, self.stream_name, self.shard_id, self.context.transform_spec, self.context.transform
             )
-        return table, dead_letters
+        return table, dead_letters, left_out
 
     def _report_throughput(self, outcome: str, read_end_millis: int) -> tuple[float | None, float | None]:
         """Store the lease's new throughput with a last renewal (§6): the rate at which data arrived

@@ -131,6 +131,9 @@ class LeaseReport:
     unpromoted_batch: str | None = None
     missing_batches: tuple[str, ...] = ()
     dead_lettered: int = 0  # records its processing rejected, set aside in the dead-letter destination
+    # Records its decoder left out on purpose: no row, not rejected (a CloudWatch Logs control message,
+    # a decoder's None); counted in `records`.
+    left_out: int = 0
     # Freshness (docs/metrics.md): every record of the shard that arrived before `landed_through_millis`
     # (epoch milliseconds) is landed: the moment a caught-up read reached the tip or saw the shard's end,
     # the arrival of the first record read but not landed, else of the last landed, else the lease's
@@ -175,6 +178,7 @@ class RoundTotals:
     unpromoted_batches: tuple[str, ...] = ()
     missing_batches: tuple[str, ...] = ()
     dead_lettered: int = 0
+    left_out: int = 0
 
     @classmethod
     def of(cls, slots: Sequence[SlotReport], recorded_losses: Sequence[RetentionLoss] = ()) -> RoundTotals:
@@ -205,6 +209,7 @@ class RoundTotals:
                 sorted(f"{lease.lease_key}: {batch}" for lease in leases for batch in lease.missing_batches)
             ),
             dead_lettered=sum(lease.dead_lettered for lease in leases),
+            left_out=sum(lease.left_out for lease in leases),
         )
 
     def reported_losses(self) -> list[tuple[str, AgedOutRange]]:
@@ -374,6 +379,10 @@ class RoundReport:
                 lines.append(
                     f"  DEAD-LETTERED: {lease.lease_key}: {lease.dead_lettered} record(s) its processing rejected"
                 )
+            if lease.left_out:
+                lines.append(
+                    f"  LEFT OUT: {lease.lease_key}: {lease.left_out} record(s) its decoder left out on purpose"
+                )
         for batch in self.totals.unpromoted_batches:
             lines.append(f"  NOT VISIBLE YET: {batch}: committed and staged; the next round makes it visible")
         lines.extend(_publication_lines(self.publication))
@@ -424,6 +433,7 @@ class LeaseFigures:
     error: str | None = None
     retryable: bool | None = None  # of a failed lease: whether its error says a retry can succeed
     dead_lettered: int = 0
+    left_out: int = 0
     read_calls: int = 0
     refused_read_calls: int = 0
     landed_through_millis: int | None = None

@@ -19,6 +19,7 @@ import importlib.util
 import json
 import logging
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -335,13 +336,17 @@ class IdleCheckOperator(BaseOperator):
         processing: Any = None,
         py_files: str | None = None,
         spark_conn_id: str = "spark_default",
+        conf: Mapping[str, Any] | None = None,
         **kwargs: Any,
     ) -> None:
+        """`py_files`, `spark_conn_id` and `conf`: the consume step's, which say where and with which
+        Python (`spark.pyspark.driver.python`) its driver starts."""
         super().__init__(**kwargs)
         self.pending_work = pending_work
         self.processing = processing
         self.py_files = py_files
         self.spark_conn_id = spark_conn_id
+        self.conf = conf
 
     def execute(self, context: Any) -> dict[str, Any]:
         with airflow_outcomes():
@@ -357,7 +362,9 @@ class IdleCheckOperator(BaseOperator):
         if SparkSubmitHook(conn_id=self.spark_conn_id)._connection["deploy_mode"] == "cluster":
             return
         with tempfile.TemporaryDirectory(prefix="kinesis-idle-") as folder:
-            reported = check_user_functions(processing, self.py_files, None, str(Path(folder) / "error.json"))
+            reported = check_user_functions(
+                processing, self.py_files, None, str(Path(folder) / "error.json"), self.conf
+            )
         if reported is not None:
             raise reported
 
@@ -478,7 +485,7 @@ class KinesisConsumeOperator(SparkSubmitOperator):
         # submission builds its own hook (after adding its OpenLineage settings to the configuration).
         functions = self._processing.decode or self._processing.transform
         if functions and self._get_hook()._connection["deploy_mode"] != "cluster":
-            reported = check_user_functions(self._processing, self.py_files, self.env_vars, error_file)
+            reported = check_user_functions(self._processing, self.py_files, self.env_vars, error_file, self.conf)
             if reported is not None:
                 raise reported
         try:
@@ -591,16 +598,18 @@ def check_user_functions(
     py_files: str | None,
     env_vars: Mapping[str, str] | None,
     error_file: str,
+    conf: Mapping[str, Any] | None = None,
 ) -> ReportedError | None:
-    """The error loading the decoder or the transform raises in a driver started here: spark-submit's
-    Python (`PYSPARK_DRIVER_PYTHON`, else `PYSPARK_PYTHON`), its environment, and `py_files` first on
-    its path (a .py file's folder, a .zip or .egg itself), as `spark_jobs.user_functions` finds it.
-    None when both load (or there are none), or when the check could not be made (the job checks them
-    again anyway)."""
+    """The error loading the decoder or the transform raises in a driver started here: the Python
+    spark-submit starts it with (`driver_python`, from the step's Spark `conf` and environment), its
+    environment, and `py_files` first on its path (a .py file's folder, a .zip or .egg itself), as
+    `spark_jobs.user_functions` finds it. None when both load (or there are none), or when the check
+    could not be made, logged (that Python cannot be run, or cannot run the check: the job checks
+    them again anyway)."""
     if processing.decode is None and processing.transform is None:
         return None
     environment = {**os.environ, **(env_vars or {})}
-    python = environment.get("PYSPARK_DRIVER_PYTHON") or environment.get("PYSPARK_PYTHON") or sys.executable
+    python = driver_python(conf, environment)
     shipped = [
         str(Path(name).parent) if name.endswith(".py") else name for name in (py_files or "").split(",") if name.strip()
     ]
@@ -609,15 +618,50 @@ def check_user_functions(
     try:
         checked = subprocess.run(command, env=environment, capture_output=True, text=True, timeout=120, check=False)
     except (OSError, subprocess.TimeoutExpired) as error:
-        log.warning("the decoder and the transform could not be checked before the job (%s)", error)
+        log.warning("the decoder and the transform could not be checked before the job with %s (%s)", python, error)
         return None
     if checked.returncode == 0:
         return None
     reported = read_job_error(error_file)
     if reported is None:
-        log.warning("the decoder and the transform could not be checked before the job: %s", checked.stderr[-2000:])
+        log.warning(
+            "the decoder and the transform could not be checked before the job with %s: %s",
+            python,
+            checked.stderr[-2000:],
+        )
     Path(error_file).unlink(missing_ok=True)  # the job's own report goes there next
     return reported
+
+
+# What names the Python of a driver spark-submit starts, the first set wins (Spark's PythonRunner): its
+# settings (the step's `conf` over spark-defaults.conf), then its environment.
+_DRIVER_PYTHON_SETTINGS = ("spark.pyspark.driver.python", "spark.pyspark.python")
+_DRIVER_PYTHON_VARIABLES = ("PYSPARK_DRIVER_PYTHON", "PYSPARK_PYTHON")
+
+
+def driver_python(conf: Mapping[str, Any] | None, environment: Mapping[str, str]) -> str:
+    """The Python spark-submit starts a driver on this machine with, picked as Spark picks it; this
+    Python when nothing names one (the consume step then names it, `PYSPARK_PYTHON`)."""
+    settings = {**_spark_defaults(environment), **{name: str(value) for name, value in (conf or {}).items()}}
+    named = [settings.get(name) for name in _DRIVER_PYTHON_SETTINGS]
+    named += [environment.get(name) for name in _DRIVER_PYTHON_VARIABLES]
+    return next((python for python in named if python), sys.executable)
+
+
+def _spark_defaults(environment: Mapping[str, str]) -> dict[str, str]:
+    """spark-defaults.conf's settings, from SPARK_CONF_DIR (else SPARK_HOME/conf): a Java properties
+    file of "name value" (or "name=value") lines, # comments."""
+    folder = environment.get("SPARK_CONF_DIR") or (
+        str(Path(environment["SPARK_HOME"]) / "conf") if environment.get("SPARK_HOME") else None
+    )
+    path = Path(folder, "spark-defaults.conf") if folder else None
+    if path is None or not path.is_file():
+        return {}
+    lines = (_PROPERTY.match(line) for line in path.read_text().splitlines())
+    return {found["name"]: found["value"].strip() for found in lines if found is not None}
+
+
+_PROPERTY = re.compile(r"\s*(?P<name>[^\s=:#!][^\s=:]*)\s*[=:\s]\s*(?P<value>.*)")
 
 
 def _setting_text(value: Any) -> str:

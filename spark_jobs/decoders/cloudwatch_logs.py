@@ -7,7 +7,8 @@ milliseconds, `message`). A `DATA_MESSAGE` record becomes one row per log event,
 `message`, after its record's position columns: the rows of one record share its sequence and
 sub-sequence number, so the batch, its checkpoint and its dead letters stay keyed by record, and a
 redo of the batch decodes the same rows. A `CONTROL_MESSAGE` record (CloudWatch Logs checking that it
-can write to the stream) is left out and counted (`DecodedBatch.left_out`), never dead-lettered. A
+can write to the stream), and a `DATA_MESSAGE` without log events, have no rows: they are left out and
+counted (`DecodedBatch.left_out`, the round report's `left_out`), never dead-lettered. A
 record that is not gzip, not an envelope, or of another message type is rejected with that reason.
 
 The records are gunzipped one by one (zlib, in C), then parsed at once by pyarrow's JSON reader, and
@@ -95,7 +96,9 @@ class CloudWatchLogsDecoder(FixedEnvelopeDecoder):
         table = positions_of(records, data_rows.take(parents).to_pylist())
         for field in LOG_EVENT_SCHEMA:
             table = table.append_column(field, pa.chunked_array(_chunks(columns[field.name]), field.type))
-        left_out = int(pc.sum(control).as_py() or 0)
+        # A data message without events has no row either: left out, as a control message is.
+        eventless = pc.fill_null(pc.equal(pc.list_value_length(events), 0), True)
+        left_out = int(pc.sum(control).as_py() or 0) + int(pc.sum(eventless).as_py() or 0)
         return DecodedBatch(table, rejected_records(records, rejected, stream_name, shard_id), left_out)
 
 

@@ -27,7 +27,7 @@ from sinks.dead_lettering import DeadLetteringSink, split_record
 from spark_jobs.dead_letters import BadRecordPolicy, dead_letter_table
 from spark_jobs.decode import Decoder, RecordContext, RejectedRecord
 from spark_jobs.lease_consumer import LeaseBudget, LeaseConsumer, LeaseContext
-from spark_jobs.round_report import LeaseReport, Outcome
+from spark_jobs.round_report import LeaseReport, Outcome, RoundTotals, SlotReport
 from tests.support.sinks_under_test import (
     APPLICATION,
     STREAM,
@@ -45,14 +45,15 @@ START = ExtendedSequenceNumber("100")
 DEAD_LETTER = "dead_letter"
 
 
-def decoder_rejecting(*bad: int) -> Decoder:
-    """A JSON-ish decoder of the shard's "payload N" records that raises on the records numbered `bad`."""
+def decoder_rejecting(*bad: int, leaving_out: tuple[int, ...] = ()) -> Decoder:
+    """A JSON-ish decoder of the shard's "payload N" records that raises on the records numbered `bad`
+    and leaves out (returns None for) those numbered `leaving_out`."""
 
-    def decode(data: bytes, record: RecordContext) -> Mapping[str, object]:
+    def decode(data: bytes, record: RecordContext) -> Mapping[str, object] | None:
         number = int(data.split()[-1])
         if number in bad:
             raise ValueError(f"malformed order {number}")
-        return {"order": number}
+        return None if number in leaving_out else {"order": number}
 
     return Decoder("users.orders:decode", decode, pa.schema([pa.field("order", pa.int64())]))
 
@@ -123,6 +124,21 @@ def test_a_rejected_record_is_set_aside_with_its_error_and_the_rest_of_its_batch
     again = a_round(store, 2, lambda: round_sink(under), shard, decoder_rejecting(102), BadRecordPolicy(DEAD_LETTER))
     assert (again.records, again.dead_lettered) == (0, 0)
     assert under.visible_sequence_numbers() == ["101", "103", "104"] and len(dead_letters(under)) == 1
+
+
+def test_records_the_decoder_leaves_out_on_purpose_are_counted_in_the_leases_report_not_dead_lettered(
+    sink_under_test: SinkUnderTest,
+):
+    under, store = sink_under_test, owned_store()
+    decoder = decoder_rejecting(102, leaving_out=(101, 103))
+
+    report = a_round(
+        store, 1, lambda: round_sink(under), InMemoryShard(range(100, 105)), decoder, BadRecordPolicy(DEAD_LETTER)
+    )
+
+    assert (report.outcome, report.records, report.dead_lettered, report.left_out) == (Outcome.CAUGHT_UP, 4, 1, 2)
+    assert under.visible_sequence_numbers() == ["104"] and len(dead_letters(under)) == 1
+    assert RoundTotals.of([SlotReport(SLOT, 1, 0.0, -1, (report,))]).left_out == 2
 
 
 def test_a_dead_letter_keeps_the_record_as_it_arrived_and_the_batch_it_came_from(sink_under_test: SinkUnderTest):

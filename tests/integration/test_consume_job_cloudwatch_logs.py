@@ -1,6 +1,6 @@
 """CloudWatch Logs subscription records through the consume job (a real local SparkSession,
 kinesis-mock, moto) into an Iceberg table: one row per log event, exactly once across a slot task
-killed in the middle of a batch and a second round, control messages left out."""
+killed in the middle of a batch and a second round, control messages left out and counted."""
 
 from __future__ import annotations
 
@@ -43,6 +43,8 @@ def test_a_cloudwatch_logs_stream_lands_one_row_per_log_event_exactly_once_acros
 
     assert control(spark_control_dir, "crashed", pipeline, victim).exists()
     assert report.succeeded and again.succeeded, report.summary()
+    assert (report.totals.left_out, again.totals.left_out) == (24, 6), "each control message left out, counted once"
+    assert "LEFT OUT: " in report.summary()
     table = IcebergSink(pipeline.output_uri, pipeline.application_name).table(refresh=True)
     assert table is not None
     rows = table.scan().to_arrow()

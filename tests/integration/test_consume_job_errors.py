@@ -7,6 +7,9 @@ from __future__ import annotations
 
 import json
 import shutil
+import subprocess
+import sys
+import sysconfig
 from pathlib import Path
 
 import pytest
@@ -136,3 +139,63 @@ def test_the_step_loads_the_functions_as_a_driver_started_on_its_machine_would_w
         str(refused) == "decoder 'users_functions:NAME' cannot be loaded: 'NAME' is not callable (it is of type 'str')"
     )
     assert check_user_functions(decoding, None, {}, error_file) is not None, "not shipped"
+
+
+@pytest.fixture(scope="module")
+def driver_only_python(tmp_path_factory) -> str:
+    """A second Python (a venv of this one's interpreter) that has the project, and a module
+    `driver_only_functions` this Python lacks: a driver's Python as `spark.pyspark.driver.python` names it."""
+    root = tmp_path_factory.mktemp("driver-python")
+    code = root / "code"
+    code.mkdir()
+    (code / "driver_only_functions.py").write_text("def decode(data, record):\n    return {}\n")
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(root / "venv")], check=True)
+    python = root / "venv" / "bin" / "python"
+    purelib = subprocess.run(
+        [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
+    ours = sysconfig.get_paths()["purelib"]  # with the project's editable install
+    (Path(purelib) / "driver.pth").write_text(f"import site; site.addsitedir({ours!r})\n{code}\n")
+    return str(python)
+
+
+@pytest.mark.parametrize(
+    ("conf", "variables"),
+    [
+        ({"spark.pyspark.driver.python": "DRIVER"}, {"PYSPARK_DRIVER_PYTHON": sys.executable}),
+        ({"spark.pyspark.python": "DRIVER"}, {"PYSPARK_PYTHON": sys.executable}),
+        ({}, {"PYSPARK_DRIVER_PYTHON": "DRIVER", "PYSPARK_PYTHON": sys.executable}),
+        ({}, {"SPARK_CONF_DIR": "CONF", "PYSPARK_DRIVER_PYTHON": sys.executable}),
+    ],
+    ids=["the driver's setting", "the Python setting", "the driver's variable", "spark-defaults.conf"],
+)
+def test_the_step_loads_the_functions_with_the_python_spark_starts_the_driver_with(
+    driver_only_python, conf, variables, tmp_path
+):
+    (tmp_path / "spark-defaults.conf").write_text(
+        f"# the driver's\nspark.pyspark.driver.python  {driver_only_python}\n"
+    )
+    named = {"DRIVER": driver_only_python, "CONF": str(tmp_path)}
+    conf = {name: named.get(value, value) for name, value in conf.items()}
+    variables = {name: named.get(value, value) for name, value in variables.items()}
+    decoding = RecordProcessing(decode="driver_only_functions:decode")
+    error_file = str(tmp_path / "error.json")
+
+    assert check_user_functions(decoding, None, {}, error_file) is not None, "this Python lacks the module"
+    assert check_user_functions(decoding, None, variables, error_file, conf) is None
+
+
+def test_a_driver_python_that_cannot_run_the_check_skips_it_with_a_logged_reason(tmp_path, caplog):
+    """A Python without the project (or none at that path) cannot say whether the functions load: the
+    job checks them when it starts; the step does not fail on a verdict it could not reach."""
+    bare = tmp_path / "bare"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(bare)], check=True)
+    decoding = RecordProcessing(decode="nowhere_functions:decode")
+    for python in (str(bare / "bin" / "python"), str(tmp_path / "no-python")):
+        caplog.clear()
+        conf = {"spark.pyspark.driver.python": python}
+        assert check_user_functions(decoding, None, {}, str(tmp_path / "error.json"), conf) is None
+        assert f"could not be checked before the job with {python}" in caplog.text

@@ -1,6 +1,6 @@
 """The built-in json and dynamodb decoders through the consume job (a real local SparkSession, kinesis-mock, moto):
 JSON records land as typed columns in an Iceberg table and a Delta table, the records that do not fit
-land in the dead letters with their reason, and a redo lands nothing twice."""
+land in the dead letters with their reason, and a second round lands its new records beside the first's, none twice."""
 
 from __future__ import annotations
 
@@ -32,14 +32,20 @@ PROCESSING = RecordProcessing.from_options(
 )
 
 
-def produce_orders(pipeline: ConsumerPipeline) -> set[str]:
-    """Twenty orders, and three records that are no order: not JSON, an amount that is text, no order_id."""
-    orders = [{"order_id": f"o-{n}", "amount": n * 1.5, "customer": {"id": n % 3}} for n in range(20)]
-    payloads = [json.dumps(order).encode() for order in orders]
-    payloads += [b"{not json", json.dumps({"order_id": "bad", "amount": "lots"}).encode(), b'{"amount": 1}']
+def order(n: int) -> dict[str, Any]:
+    return {"order_id": f"o-{n}", "amount": n * 1.5, "customer": {"id": n % 3}}
+
+
+def produce_orders(pipeline: ConsumerPipeline, numbers: range, bad: bool) -> list[dict[str, Any]]:
+    """The orders numbered `numbers`, and (`bad`) three records that are no order: not JSON, an amount
+    that is text, no order_id."""
+    orders = [order(n) for n in numbers]
+    payloads = [json.dumps(one).encode() for one in orders]
+    if bad:
+        payloads += [b"{not json", json.dumps({"order_id": "bad", "amount": "lots"}).encode(), b'{"amount": 1}']
     entries = [{"Data": payload, "PartitionKey": f"key-{n}"} for n, payload in enumerate(payloads)]
     put_entries(pipeline.kinesis, pipeline.streams[0], entries)
-    return {order["order_id"] for order in orders}
+    return orders
 
 
 def rows(output_uri: str, application: str) -> list[dict[str, Any]]:
@@ -54,16 +60,19 @@ def test_json_records_land_as_typed_columns_once_and_the_bad_ones_in_the_dead_le
     spark, request, sink
 ):
     pipeline: ConsumerPipeline = request.getfixturevalue("table_pipeline" if sink == "iceberg" else "delta_pipeline")
-    orders = produce_orders(pipeline)
+    first = produce_orders(pipeline, range(20), bad=True)
 
     report = pipeline.round(spark, workers=2, processing=PROCESSING)
+    second = produce_orders(pipeline, range(20, 30), bad=False)
     again = pipeline.round(spark, workers=2, processing=PROCESSING)
 
     assert report.succeeded and again.succeeded, report.summary()
+    assert (report.totals.records, again.totals.records) == (23, 10), "the second round reads only its new records"
     landed = rows(pipeline.output_uri, pipeline.application_name)
-    assert sorted(row["order_id"] for row in landed) == sorted(orders), "each order once"
-    one = next(row for row in landed if row["order_id"] == "o-4")
-    assert (one["amount"], one["customer"]) == (6.0, {"id": 1})
+    columns = ("order_id", "amount", "customer")
+    assert sorted(tuple(row[name] for name in columns) for row in landed) == sorted(
+        tuple(one[name] for name in columns) for one in first + second
+    ), "each order of both rounds once, as it was sent"
     dead = rows(dead_letter_uri(pipeline.output_uri), pipeline.application_name)
     reasons = sorted(row["error"] for row in dead)
     assert len(reasons) == 3 and {row["processing"] for row in dead} == {"json"}

@@ -6,6 +6,7 @@ import gzip
 from datetime import UTC, datetime
 
 import pyarrow as pa
+import pytest
 
 from lease_core.retrieval.kinesis_records import KinesisRecord
 from spark_jobs.decode import load_decoder
@@ -40,9 +41,15 @@ def test_each_log_event_is_a_row_keyed_by_its_records_position_with_the_envelope
     assert table.schema.field("timestamp").type == pa.timestamp("ms", tz="UTC")
 
 
-def test_a_control_message_is_left_out_and_counted_never_rejected():
-    batch = decoded(control_message(), data_message("/app/web", "i-1", log_events("/app/web", 0, 2)))
+@pytest.mark.parametrize(
+    "payload",
+    [control_message(), data_message("/app/web", "i-0", [])],
+    ids=["a control message", "a data message without log events"],
+)
+def test_a_record_without_log_events_is_left_out_and_counted_never_rejected(payload):
+    batch = decoded(payload, data_message("/app/web", "i-1", log_events("/app/web", 0, 2)))
     assert (batch.table.num_rows, batch.left_out, batch.rejected) == (2, 1, ())
+    assert batch.table.column("sequence_number").to_pylist() == ["101", "101"]
 
 
 def test_records_that_are_not_subscription_envelopes_are_rejected_with_the_reason():
@@ -58,4 +65,22 @@ def test_records_that_are_not_subscription_envelopes_are_rejected_with_the_reaso
 
 def test_a_redo_of_a_batch_decodes_the_same_rows():
     payloads = [data_message("/g", f"s-{n}", log_events("/g", n * 10, n + 1)) for n in range(4)]
-    assert decoded(*payloads).table.equals(decoded(*payloads).table)
+    expected = [
+        {
+            "sequence_number": str(100 + n),
+            "sub_sequence_number": 0,
+            "partition_key": f"key-{n}",
+            "approximate_arrival_timestamp": ARRIVAL,
+            "owner": "123456789012",
+            "log_group": "/g",
+            "log_stream": f"s-{n}",
+            "subscription_filters": ["to-kinesis"],
+            "id": event["id"],
+            "timestamp": datetime.fromtimestamp(int(event["timestamp"]) / 1000, UTC),
+            "message": event["message"],
+        }
+        for n in range(4)
+        for event in log_events("/g", n * 10, n + 1)
+    ]
+    for attempt in (decoded(*payloads), decoded(*payloads)):
+        assert attempt.table.to_pylist() == expected

@@ -107,7 +107,11 @@ def test_a_decoder_without_a_schema_has_its_columns_inferred_and_sees_the_record
             r"decoded a row that does not fit its schema \(.*\) from record 9/0 of orders/shardId-000000000001",
         ),
         ("users_decoders:not_a_row", b"x", r"returned an object of type 'list', not a mapping or None, for record 8/0"),
-        ("users_decoders:clashing", b"x", r"decodes a column named 'partition_key', which the batch has already"),
+        (
+            "users_decoders:clashing",
+            b"x",
+            r"decodes a column named 'partition_key', which the batch has already, for record 8/0",
+        ),
     ],
     ids=["it raises", "its row does not fit its schema", "it returns no row", "its column clashes"],
 )
@@ -121,6 +125,21 @@ def test_a_record_the_decoder_cannot_handle_fails_the_batch_naming_the_record(sp
             "shardId-000000000001",
         )
     assert raised.value.retryable is False, "the same record fails the same way again"
+
+
+def test_a_row_with_a_column_the_batch_has_rejects_its_record_and_the_rest_of_the_batch_decodes():
+    decoder = load_decoder("users_decoders:sparse")
+    assert decoder is not None
+    payloads = [b'{"a": 1}', b'{"a": 2, "shard_id": "mine"}', b'{"a": 3}']
+    decoded = decoder.decode_batch([record(n, payload) for n, payload in enumerate(payloads)], "orders", "shardId-0")
+    assert decoded.table.select(["sequence_number", "a"]).to_pylist() == [
+        {"sequence_number": "0", "a": 1},
+        {"sequence_number": "2", "a": 3},
+    ]
+    [rejected] = decoded.rejected
+    assert rejected.error == (
+        "decodes a column named 'shard_id', which the batch has already, for record 1/0 of orders/shardId-0"
+    )
 
 
 @pytest.mark.parametrize(

@@ -6,6 +6,7 @@ import json
 from datetime import UTC, datetime
 
 import pyarrow as pa
+import pytest
 
 from lease_core.retrieval.kinesis_records import KinesisRecord
 from spark_jobs.decode import load_decoder
@@ -44,13 +45,26 @@ def test_inserts_modifies_and_removes_are_rows_with_their_keys_and_images_in_dyn
     assert table.schema.field("size_bytes").type == pa.int64()
 
 
-def test_a_creation_time_in_microseconds_is_read_as_microseconds():
-    record = json.loads(change_record("INSERT", KEY, new_image=KEY, created_millis=1764378000123456))
-    record["dynamodb"]["ApproximateCreationDateTimePrecision"] = "MICROSECOND"
+@pytest.mark.parametrize(
+    ("precision", "created", "microsecond"),
+    [
+        (None, 1764378000123, 123000),
+        ("MILLISECOND", 1764378000123, 123000),
+        ("MICROSECOND", 1764378000123456, 123456),
+    ],
+    ids=["absent: milliseconds, as before the option existed", "milliseconds", "microseconds"],
+)
+def test_the_creation_time_is_read_in_the_precision_the_record_names_milliseconds_when_it_names_none(
+    precision, created, microsecond
+):
+    record = json.loads(change_record("INSERT", KEY, new_image=KEY, created_millis=created))
+    if precision is not None:
+        record["dynamodb"]["ApproximateCreationDateTimePrecision"] = precision
     batch = decoded(json.dumps(record).encode())
-    assert batch.table.column("approximate_creation_time")[0].as_py() == datetime(
-        2025, 11, 29, 1, 0, 0, 123456, tzinfo=UTC
-    )
+    assert batch.rejected == ()
+    assert batch.table.column("approximate_creation_time").to_pylist() == [
+        datetime(2025, 11, 29, 1, 0, 0, microsecond, tzinfo=UTC)
+    ]
 
 
 def test_records_that_are_not_dynamodb_changes_are_rejected_with_the_reason():

@@ -55,6 +55,7 @@ CAUGHT_UP = LeaseReport(
     refused_read_calls=1,
     read_reopens=1,
     dead_lettered=3,
+    left_out=5,
     landed_through_millis=1_795_000_000_000,
     newest_arrival_millis=1_794_999_990_000,
 )
@@ -116,6 +117,7 @@ FIGURES = {
         "unpromoted_batches": ["shardId-000000000002: stream_name=orders/shard_id=shardId-000000000002/b.parquet"],
         "missing_batches": [],
         "dead_lettered": 3,
+        "left_out": 5,
     },
     "slot_failures": ["slot 3: executor lost"],
     "slots": [
@@ -155,6 +157,7 @@ FIGURES = {
             "error": None,
             "retryable": None,
             "dead_lettered": 3,
+            "left_out": 5,
             "read_calls": 4,
             "refused_read_calls": 1,
             "landed_through_millis": 1_795_000_000_000,
@@ -176,6 +179,7 @@ FIGURES = {
             "error": "cannot promote its batch: 503 Slow Down",
             "retryable": True,
             "dead_lettered": 0,
+            "left_out": 0,
             "read_calls": 0,
             "refused_read_calls": 0,
             "landed_through_millis": None,
