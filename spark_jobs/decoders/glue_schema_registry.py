@@ -163,13 +163,14 @@ class ReadPayloads:
     rejected: dict[int, str]
 
 
-def version_columns(version: SchemaVersion) -> pa.Schema:
-    """The columns of a schema version's records; `ValueError` when its schema has none."""
-    return _columns(version.data_format, version.definition)
+def version_columns(version: SchemaVersion, messages: frozenset[str] = frozenset()) -> pa.Schema:
+    """The columns of a schema version's records (for Protobuf, of the records of `messages`, the
+    full names of the file's messages the batch's records hold); `ValueError` when its schema has none."""
+    return _columns(version.data_format, version.definition, messages if version.data_format == "PROTOBUF" else None)
 
 
 @functools.cache
-def _columns(data_format: str, definition: str) -> pa.Schema:
+def _columns(data_format: str, definition: str, messages: frozenset[str] | None) -> pa.Schema:
     if data_format == "AVRO":
         return _avro_schema(definition).arrow
     if data_format == "JSON":
@@ -178,7 +179,7 @@ def _columns(data_format: str, definition: str) -> pa.Schema:
     if data_format == "PROTOBUF":
         protobuf = importlib.import_module("spark_jobs.decoders.protobuf_messages")  # protoc's: when needed
         try:
-            columns: pa.Schema = protobuf.gsr_protobuf_columns(definition)
+            columns: pa.Schema = protobuf.gsr_protobuf_columns(definition, messages or ())
         except protobuf.ProtoCompileError as error:
             raise ValueError(str(error)) from None
         return columns
@@ -200,6 +201,15 @@ def read_payloads(version: SchemaVersion, payloads: Sequence[bytes]) -> ReadPayl
     else:
         read = _read_protobuf(version.definition, payloads)
     return ReadPayloads(read.table, list(read.rows), dict(read.rejected))
+
+
+def _protobuf_messages(definition: str, payloads: Sequence[bytes]) -> frozenset[str]:
+    protobuf = importlib.import_module("spark_jobs.decoders.protobuf_messages")
+    try:
+        names: frozenset[str] = protobuf.gsr_message_names(definition, payloads)
+    except protobuf.ProtoCompileError:
+        return frozenset()  # `version_columns` refuses the definition, naming why
+    return names
 
 
 def _read_protobuf(definition: str, payloads: Sequence[bytes]) -> Any:
@@ -239,6 +249,8 @@ def _note_first_seen(path: str, column_type: pa.DataType, number: int, first_see
             _note_first_seen(f"{path}.{inner.name}", inner.type, number, first_seen)
     elif pa.types.is_list(column_type):
         _note_first_seen(f"{path}[]", column_type.value_type, number, first_seen)
+    elif pa.types.is_map(column_type):
+        _note_first_seen(f"{path}{{}}", column_type.item_type, number, first_seen)
 
 
 def _merged_type(
@@ -250,6 +262,8 @@ def _merged_type(
         return pa.struct(_merged_fields(list(ours), list(theirs), f"{path}.", number, first_seen))
     if pa.types.is_list(ours) and pa.types.is_list(theirs):
         return pa.list_(_merged_type(f"{path}[]", ours.value_type, theirs.value_type, number, first_seen))
+    if pa.types.is_map(ours) and pa.types.is_map(theirs) and ours.key_type == theirs.key_type:
+        return pa.map_(ours.key_type, _merged_type(f"{path}{{}}", ours.item_type, theirs.item_type, number, first_seen))
     raise ValueError(
         f"field {path!r} is {ours} in version {first_seen.get(path, number)} and {theirs} in version {number}"
     )
@@ -309,7 +323,14 @@ class GlueSchemaRegistryDecoder:
                 rejected.update((index, unknown) for index, _ in payloads)
             else:
                 versions[id_bytes] = version
-        columns = self._batch_columns(registry, list(versions.values()))
+        versions = self._of_one_schema(versions, by_version, rejected)
+        messages = frozenset(
+            name
+            for id_bytes, version in versions.items()
+            if version.data_format == "PROTOBUF"
+            for name in _protobuf_messages(version.definition, [data for _, data in by_version[id_bytes]])
+        )
+        columns = self._batch_columns(registry, list(versions.values()), messages)
         tables: list[pa.Table] = []
         rows: list[int] = []
         for id_bytes, version in versions.items():
@@ -325,25 +346,52 @@ class GlueSchemaRegistryDecoder:
             table = table.append_column(column, decoded.column(column.name).take(in_order))
         return DecodedBatch(table, rejected_records(records, rejected, stream_name, shard_id))
 
-    def _batch_columns(self, registry: SchemaVersions, versions: list[SchemaVersion]) -> pa.Schema:
-        """The merge of versions 1 to N of the batch's one schema; `TransformError` when the batch has
-        records of two schemas, or a field's type changes between two versions."""
+    @staticmethod
+    def _of_one_schema(
+        versions: dict[bytes, SchemaVersion],
+        by_version: Mapping[bytes, list[tuple[int, bytes]]],
+        rejected: dict[int, str],
+    ) -> dict[bytes, SchemaVersion]:
+        """The versions of the schema of the batch's first record whose version is known: a table
+        takes one schema, and that choice is the same on every redo of the batch. The records of
+        other schemas are rejected, naming both."""
+        first = {id_bytes: min(index for index, _ in by_version[id_bytes]) for id_bytes in versions}
+        if not first:
+            return versions
+        chosen = versions[min(first, key=first.__getitem__)].schema_arn
+        for id_bytes, version in versions.items():
+            if version.schema_arn != chosen:
+                why = f"is of schema {version.schema_arn}, the batch's records of {chosen}: a table takes one schema"
+                rejected.update((index, why) for index, _ in by_version[id_bytes])
+        return {id_bytes: version for id_bytes, version in versions.items() if version.schema_arn == chosen}
+
+    def _batch_columns(
+        self, registry: SchemaVersions, versions: list[SchemaVersion], messages: frozenset[str]
+    ) -> pa.Schema:
+        """The merge of versions 1 to N of the batch's schema (for Protobuf, of the messages its records
+        hold); `TransformError` when a field's type changes between two versions, or when a version
+        up to N is not in the registry (deleted: without it, what the batch's columns are would depend
+        on what a process fetched before)."""
         if not versions:
             return pa.schema([])
-        schemas = sorted({version.schema_arn for version in versions})
-        if len(schemas) > 1:
-            problem = f"the batch has records of two schemas, {schemas[0]} and {schemas[1]}: a table takes one"
-            raise TransformError(self.spec, problem, DECODER)
+        schema_arn = versions[0].schema_arn
         newest = max(version.version_number for version in versions)
-        history = [registry.by_number(schemas[0], number) for number in range(1, newest + 1)]
+        history = [registry.by_number(schema_arn, number) for number in range(1, newest + 1)]
+        missing = [number for number, version in enumerate(history, start=1) if version is None]
+        if missing:
+            problem = (
+                f"schema {schema_arn} has no version {missing[0]} in the registry, which the batch's columns "
+                f"(versions 1 to {newest}) are made of: a version the stream's records may use was deleted"
+            )
+            raise TransformError(self.spec, problem, DECODER)
         try:
             merged = merged_columns(
-                [(version.version_number, version_columns(version)) for version in history if version is not None]
+                [(version.version_number, version_columns(version, messages)) for version in history if version]
             )
         except ValueError as error:
-            raise TransformError(self.spec, f"schema {schemas[0]}: {error}", DECODER) from None
+            raise TransformError(self.spec, f"schema {schema_arn}: {error}", DECODER) from None
         clashes = sorted(set(merged.names) & {*POSITION_COLUMNS, *BATCH_COLUMNS})
         if clashes:
-            problem = f"schema {schemas[0]} has a field named {clashes[0]!r}, which the batch has as a column already"
+            problem = f"schema {schema_arn} has a field named {clashes[0]!r}, which the batch has as a column already"
             raise TransformError(self.spec, problem, DECODER)
         return merged

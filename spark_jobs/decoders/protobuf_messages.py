@@ -20,7 +20,7 @@ import importlib
 import subprocess
 import sys
 import tempfile
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -59,14 +59,11 @@ class ProtoCompileError(ValueError):
 class ProtoSchema:
     """A compiled .proto file: each message it defines (nested ones too) by its full name as the file
     writes it, the top-level ones in the order of the file, and every one in the order of the Glue
-    Schema Registry's message index: sorted by full name (AWS's `MessageIndexFinder`). Its record
-    messages (`roots`) are the top-level ones no message of the file has a field of: a file's other
-    messages (an order's address) are parts of records, not records."""
+    Schema Registry's message index: sorted by full name (AWS's `MessageIndexFinder`)."""
 
     messages: Mapping[str, type[Message]]
     top_level: tuple[str, ...]
     gsr_order: tuple[str, ...]
-    roots: tuple[str, ...] = ()
 
     def gsr_message(self, index: int) -> str:
         """The message a Glue Schema Registry payload's message index names."""
@@ -96,14 +93,7 @@ def compile_proto(definition: str) -> ProtoSchema:
         for descriptor in _all_messages(loaded.message_types_by_name.values())
     }
     top_level = tuple(descriptor.full_name.removeprefix(prefix) for descriptor in loaded.message_types_by_name.values())
-    fields_of = {
-        field.message_type.full_name.removeprefix(prefix)
-        for descriptor in _all_messages(loaded.message_types_by_name.values())
-        for field in descriptor.fields
-        if field.message_type is not None
-    }
-    roots = tuple(name for name in top_level if name not in fields_of)
-    return ProtoSchema(messages, top_level, tuple(sorted(messages)), roots)
+    return ProtoSchema(messages, top_level, tuple(sorted(messages)))
 
 
 def _load_well_known(file: descriptor_pb2.FileDescriptorProto) -> None:
@@ -213,24 +203,57 @@ def read_messages(message_class: type[Message], payloads: Sequence[bytes | memor
             rejected[index] = f"is not a {message_name(message_class)} message ({why})"
         else:
             rows.append(index)
-    table = protarrow.messages_to_table(parsed, message_class, ARROW_CONFIG).cast(arrow_schema(message_class))
-    return JsonLines(table, rows, rejected)
+    try:
+        table = _messages_table(parsed, message_class)
+    except _CONVERSION_ERRORS:  # a value with no Arrow form (a Timestamp past year 9999): find its messages
+        kept = []
+        for message, index in zip(parsed, rows, strict=True):
+            try:
+                _messages_table([message], message_class)
+            except _CONVERSION_ERRORS as error:
+                rejected[index] = f"is a {message_name(message_class)} message with a value Arrow cannot hold ({error})"
+            else:
+                kept.append((message, index))
+        parsed, rows = [message for message, _ in kept], [index for _, index in kept]
+        table = _messages_table(parsed, message_class)
+    return JsonLines(table, rows, dict(sorted(rejected.items())))
 
 
-def gsr_protobuf_columns(schema_definition: str) -> pa.Schema:
-    """The columns of a Glue Schema Registry Protobuf schema version: its record messages' (`roots`),
-    one column per field name, in the file's order. `ProtoCompileError` when the definition does not
-    compile, has no record message, or two record messages give a field name two types."""
+# What converting a parsed message to Arrow raises for a value out of Arrow's range.
+_CONVERSION_ERRORS = (ValueError, OverflowError, pa.ArrowInvalid, pa.ArrowTypeError)
+
+
+def _messages_table(messages: Sequence[Message], message_class: type[Message]) -> pa.Table:
+    return protarrow.messages_to_table(messages, message_class, ARROW_CONFIG).cast(arrow_schema(message_class))
+
+
+def gsr_message_names(schema_definition: str, payloads: Sequence[bytes]) -> frozenset[str]:
+    """The messages of the file that Glue Schema Registry Protobuf payloads name by their message
+    index (those whose index does not name one left out). `ProtoCompileError` when the definition
+    does not compile."""
     schema = compile_proto(schema_definition)
-    if not schema.roots:
-        raise ProtoCompileError("defines no record message (each top-level message is a field of another)")
+    names = set()
+    for payload in payloads:
+        try:
+            names.add(schema.gsr_message(_varint(payload)[0]))
+        except ValueError:
+            continue
+    return frozenset(names)
+
+
+def gsr_protobuf_columns(schema_definition: str, messages: Iterable[str]) -> pa.Schema:
+    """The columns of the records of `messages` (full names) of a Glue Schema Registry Protobuf schema
+    version: one column per field name, in the order of the messages' names then of their fields;
+    a name the file does not define gives none (an older version's). `ProtoCompileError` when the
+    definition does not compile, or two of the messages give a field name two types."""
+    schema = compile_proto(schema_definition)
     columns: dict[str, tuple[pa.Field, str]] = {}
-    for root in schema.roots:
-        for column in arrow_schema(schema.messages[root]):
-            seen = columns.setdefault(column.name, (column, root))
+    for name in sorted(set(messages) & set(schema.messages)):
+        for column in arrow_schema(schema.messages[name]):
+            seen = columns.setdefault(column.name, (column, name))
             if seen[0].type != column.type:
                 raise ProtoCompileError(
-                    f"field {column.name!r} is {seen[0].type} in message {seen[1]} and {column.type} in message {root}"
+                    f"field {column.name!r} is {seen[0].type} in message {seen[1]} and {column.type} in message {name}"
                 )
     return pa.schema([column for column, _ in columns.values()])
 
@@ -238,11 +261,10 @@ def gsr_protobuf_columns(schema_definition: str) -> pa.Schema:
 def read_gsr_protobuf(schema_definition: str, payloads: Sequence[bytes]) -> JsonLines:
     """Glue Schema Registry Protobuf payloads (what follows the registry's header) of a schema version
     whose SchemaDefinition is `schema_definition`: each a message index (an unsigned varint) then the
-    message's bytes. The rows of every record message the payloads hold, in the payloads' order, with
-    the version's columns (`gsr_protobuf_columns`: a row of one record message has the others' fields
-    null); a payload holding a message that the record messages have as a field is rejected, naming
-    it. `ProtoCompileError` as `gsr_protobuf_columns`."""
-    columns = gsr_protobuf_columns(schema_definition)
+    message's bytes. The rows of every message the payloads hold, in the payloads' order, with the
+    columns of those messages (`gsr_protobuf_columns`: a row of one message has the others' fields
+    null). `ProtoCompileError` as `gsr_protobuf_columns`."""
+    columns = gsr_protobuf_columns(schema_definition, gsr_message_names(schema_definition, payloads))
     schema = compile_proto(schema_definition)
     by_message: dict[str, list[int]] = {}
     bodies: dict[int, memoryview] = {}
@@ -253,10 +275,6 @@ def read_gsr_protobuf(schema_definition: str, payloads: Sequence[bytes]) -> Json
             name = schema.gsr_message(message_index)
         except ValueError as error:
             rejected[index] = str(error)
-            continue
-        if name not in schema.roots:
-            records = ", ".join(schema.roots)
-            rejected[index] = f"holds a {name} message, which is a part of the schema's records ({records}), not one"
             continue
         by_message.setdefault(name, []).append(index)
         bodies[index] = memoryview(payload)[length:]

@@ -164,13 +164,33 @@ def test_a_nested_fields_type_change_names_the_nested_field():
         merged_columns([(1, first), (4, later)])
 
 
-def test_records_of_two_schemas_in_one_batch_refuse_it_naming_both():
+@pytest.mark.parametrize("first", ["orders", "refunds"])
+def test_records_of_a_schema_other_than_the_first_records_are_rejected_naming_both(first):
     other = "arn:aws:glue:us-east-1:123456789012:schema/shop/refunds"
     registry = VersionTable((*REGISTRY.versions, avro_version(ID_3, 1, V1, schema_arn=other)))
-    with pytest.raises(TransformError, match=f"records of two schemas, {ORDERS} and {other}"):
-        decoded(
-            order_v1(0), gsr_framed(ID_3, avro_datum(V1, {"order_id": "r", "customer": {"id": 1}})), registry=registry
-        )
+    refund = gsr_framed(ID_3, avro_datum(V1, {"order_id": "r", "customer": {"id": 1}}))
+    payloads = (order_v1(0), refund, order_v1(1)) if first == "orders" else (refund, order_v1(0), order_v1(1))
+    batch = decoded(*payloads, registry=registry)
+    kept, stray = (ORDERS, other) if first == "orders" else (other, ORDERS)
+    assert batch.table.num_rows == len(payloads) - len(batch.rejected) and batch.table.num_rows >= 1
+    assert all(f"is of schema {stray}, the batch's records of {kept}" in r.error for r in batch.rejected)
+
+
+def test_a_batch_whose_schema_lacks_a_version_up_to_its_newest_is_refused_naming_it():
+    registry = VersionTable((avro_version(ID_2, 2, V2),))  # version 1 deleted from the registry
+    with pytest.raises(TransformError, match=f"schema {ORDERS} has no version 1 in the registry"):
+        decoded(order_v2(0), registry=registry)
+
+
+def test_a_new_optional_field_inside_a_maps_values_is_merged_like_a_structs():
+    line = pa.struct([("sku", pa.string())])
+    wider = pa.struct([("sku", pa.string()), ("qty", pa.int64())])
+    first = pa.schema([("lines", pa.map_(pa.string(), line))])
+    later = pa.schema([("lines", pa.map_(pa.string(), wider))])
+    assert merged_columns([(1, first), (2, later)]) == pa.schema([("lines", pa.map_(pa.string(), wider))])
+    changed = pa.schema([("lines", pa.map_(pa.string(), pa.struct([("sku", pa.int64())])))])
+    with pytest.raises(ValueError, match=r"field 'lines\{\}\.sku' is string in version 1 and int64 in version 2"):
+        merged_columns([(1, first), (2, changed)])
 
 
 def test_the_endpoint_option_round_trips_and_wrong_options_fail_loading_naming_them():

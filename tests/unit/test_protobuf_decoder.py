@@ -153,32 +153,46 @@ def test_gsr_message_indices_are_those_of_the_example_in_aws_message_index_finde
     assert [schema.gsr_message(index) for index in range(4)] == ["B", "B.A", "B.A.D", "B.C"]
 
 
-def test_a_gsr_payload_of_a_message_the_records_have_as_a_field_is_rejected_naming_it():
+def test_a_gsr_payload_of_a_nested_message_decodes_as_that_message():
     line = messages()["shop.Order.Line"](sku="tea", quantity=3)
-    read = read_gsr_protobuf(SHOP, [gsr_framed(an_order()), gsr_framed(line)])
-    assert read.rows == [0] and read.table.column("order_id").to_pylist() == ["o-1"]
-    assert read.rejected == {
-        1: "holds a shop.Order.Line message, which is a part of the schema's records (shop.Order, shop.Refund), not one"
-    }
+    read = read_gsr_protobuf(SHOP, [gsr_framed(line)])
+    assert read.table.to_pylist() == [{"sku": "tea", "quantity": 3}]
+
+
+ENVELOPED = 'syntax = "proto3"; message Event { string id = 1; } message Envelope { Event event = 1; int32 n = 2; }'
 
 
 @pytest.mark.parametrize(
-    ("definition", "columns"),
+    ("definition", "messages", "columns"),
     [
         pytest.param(
             SHOP,
+            {"shop.Refund", "shop.Order"},
             ["order_id", "placed_at", "status", "lines", "tags", "card", "cash_cents", "discount", "notes", "cents"],
-            id="two-records-one-column-per-field-name",
+            id="the-messages-by-name-then-their-fields-one-column-per-name",
         ),
-        pytest.param(
-            'syntax = "proto3"; message Address { string city = 1; } message Person { Address home = 1; }',
-            ["home"],
-            id="a-top-level-message-another-has-as-a-field-is-not-a-record",
-        ),
+        pytest.param(ENVELOPED, {"Event"}, ["id"], id="a-message-another-has-as-a-field-is-a-record-when-written"),
+        pytest.param(SHOP, {"shop.Gone"}, [], id="a-message-an-older-version-lacks-gives-none"),
     ],
 )
-def test_a_gsr_protobuf_versions_columns_are_its_record_messages_fields(definition, columns):
-    assert gsr_protobuf_columns(definition).names == columns
+def test_a_gsr_protobuf_versions_columns_are_those_of_the_messages_its_records_hold(definition, messages, columns):
+    assert gsr_protobuf_columns(definition, messages).names == columns
+
+
+def test_gsr_records_of_a_message_another_has_as_a_field_decode_as_that_message():
+    event = compile_proto(ENVELOPED).messages["Event"](id="e-1")
+    read = read_gsr_protobuf(ENVELOPED, [b"\x01" + event.SerializeToString()])  # Envelope 0, Event 1
+    assert read.table.to_pylist() == [{"id": "e-1"}] and read.rejected == {}
+
+
+def test_a_message_with_a_value_arrow_cannot_hold_is_rejected_alone():
+    decoder = ProtobufDecoder.from_options({"schema": SHOP, "message": "shop.Order"})
+    far = an_order()
+    far.placed_at.seconds = 2**62  # past year 9999: no Arrow timestamp
+    decoded = decoder.decode_batch(records(an_order().SerializeToString(), far.SerializeToString()), "o", "shard-0")
+    assert decoded.table.column("sequence_number").to_pylist() == ["100"]
+    [rejection] = decoded.rejected
+    assert rejection.record.sequence_number == "101" and "a value Arrow cannot hold" in rejection.error
 
 
 @pytest.mark.parametrize(
@@ -260,10 +274,10 @@ def test_wrong_options_are_refused_when_the_round_is_planned_and_when_loaded_nam
         load_decoder("protobuf", options)
 
 
-def test_a_gsr_protobuf_version_whose_records_give_a_field_two_types_is_refused_naming_both():
+def test_gsr_records_of_two_messages_giving_a_field_two_types_are_refused_naming_both():
     definition = 'syntax = "proto3"; message A { string id = 1; } message B { int64 id = 1; }'
     with pytest.raises(ProtoCompileError, match="field 'id' is string in message A and int64 in message B"):
-        read_gsr_protobuf(definition, [b"\x00\x0a\x01x"])
+        read_gsr_protobuf(definition, [b"\x00\x0a\x01x", b"\x01\x08\x05"])
 
 
 def test_a_file_may_import_a_well_known_file_that_protobuf_has_no_python_module_of():
