@@ -611,11 +611,11 @@ def run_teardown(arguments: argparse.Namespace, app: LeaseApplication) -> int:
     # The lock and the consumers' records are read where the lock is, in either case.
     layout = SEPARATE if lock_role == "coordinator_state" else SINGLE
     app.table_layout = LayoutDecision(layout, f"teardown takes the lock in {lock_table!r}")
-    if lock_table in existing:
-        # Under the lock, so never beside a round; the lock's own table goes last, once the others
-        # are gone (the lock is never released: nobody can take it before that table is deleted).
-        lock = _leader_lock(app, "teardown")
-        try:
+    lock = _leader_lock(app, "teardown") if lock_table in existing else None
+    try:
+        if lock is not None:
+            # Under the lock, so never beside a round; the lock's own table goes last, once the others
+            # are gone (the lock is never released: nobody can take it before that table is deleted).
             with hold(lock, "leasectl teardown", acquire=True, release=False) as leadership:
                 # The consumers first: their records, which prove them ours, are in the coordinator-state table.
                 for outcome in app.stream_consumers.deregister_recorded():
@@ -628,11 +628,13 @@ def run_teardown(arguments: argparse.Namespace, app: LeaseApplication) -> int:
                 deleted += administrator.delete_tables(
                     roles=tuple(role for role in ROLE_NAMES if role != lock_role), before_delete=leadership.ensure_held
                 )
-        except LeaseCoreError:
-            release_quietly(lock)  # a refused teardown (deletion protection, ...) must not block every round
-            raise
-    # Without a coordinator-state table no round can hold the lock (or run: its first step recreates it).
-    deleted += administrator.delete_tables()
+        # Without the lock's table no round can hold the lock (or run: its first step recreates it).
+        deleted += administrator.delete_tables()
+    except LeaseCoreError:
+        if lock is not None:
+            # A refused teardown (deletion protection of the lock's own table, ...) must not block every round.
+            release_quietly(lock)
+        raise
     for name in deleted:
         print(f"deleted  {name}")
     if not deleted:

@@ -11,18 +11,21 @@ from lease_core.model.sequence import ExtendedSequenceNumber
 from tests.support.leasectl import run_leasectl
 from tests.support.stores import dynamodb_store
 
+# For the tests about the three tables of the separate layout (the default is KCL 3.5's single table).
+SEPARATE_LAYOUT = {"KINESIS_LEASE_LEASE_TABLE_LAYOUT": "separate"}
+
 
 def leasectl(*arguments: str, endpoint: str | None = None, **environment: str):
     return run_leasectl(*arguments, dynamodb=endpoint, **environment)
 
 
 def test_init_creates_the_three_tables_and_a_second_init_finds_them(moto_endpoint, dynamodb_client, unique_name):
-    first = leasectl("--app", unique_name, "init", endpoint=moto_endpoint)
+    first = leasectl("--app", unique_name, "init", endpoint=moto_endpoint, **SEPARATE_LAYOUT)
     assert first.returncode == 0, first.stderr
     assert first.stdout.split("\n")[0].split() == ["created", unique_name, "(lease,", "ACTIVE)"]
     for name in (unique_name, f"{unique_name}-WorkerMetricStats", f"{unique_name}-CoordinatorState"):
         assert dynamodb_client.describe_table(TableName=name)["Table"]["TableStatus"] == "ACTIVE"
-    second = leasectl("--app", unique_name, "init", endpoint=moto_endpoint)
+    second = leasectl("--app", unique_name, "init", endpoint=moto_endpoint, **SEPARATE_LAYOUT)
     assert second.returncode == 0 and second.stdout.count("exists") == 3
 
 
@@ -89,7 +92,7 @@ def test_endpoints_come_from_the_generic_variable_or_from_configuration(moto_end
 
 
 def test_teardown_needs_yes_and_then_deletes_every_table(moto_endpoint, dynamodb_client, unique_name):
-    leasectl("--app", unique_name, "init", endpoint=moto_endpoint)
+    leasectl("--app", unique_name, "init", endpoint=moto_endpoint, **SEPARATE_LAYOUT)
     refused = leasectl("--app", unique_name, "teardown", endpoint=moto_endpoint)
     assert refused.returncode == 2 and "--yes" in refused.stderr
     done = leasectl("--app", unique_name, "teardown", "--yes", endpoint=moto_endpoint)
