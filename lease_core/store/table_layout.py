@@ -204,6 +204,22 @@ def table_migration_status(state: RecordTable) -> str | None:
     return None if record is None else text(record, TABLE_MIGRATION_STATUS, "?")
 
 
-def layout_document(decision: LayoutDecision, table_migration: str | None) -> dict[str, str | None]:
+# What `leasectl status` and the monitoring page show instead of a layout when the tables hold both.
+CONFLICT = "conflict"
+
+
+def layout_document(decision: LayoutDecision, table_migration: str | None) -> dict[str, Any]:
     """The layout as `leasectl status --json` and the monitoring page show it."""
     return {"layout": decision.layout, "reason": decision.reason, "table_migration": table_migration}
+
+
+def conflict_document(conflict: LayoutConflictError) -> dict[str, Any]:
+    """Tables holding both layouts, as status and the monitoring page show them: what was found where,
+    so that an operator can delete the tables of the layout the application no longer uses."""
+    return {
+        "layout": CONFLICT,
+        "reason": str(conflict),
+        "table_migration": None,
+        "lease_table": conflict.lease_table,
+        "separate_tables": list(conflict.separate_tables),
+    }

@@ -25,6 +25,7 @@ from lease_core.model.lease import Lease
 from lease_core.model.sequence import ExtendedSequenceNumber
 from lease_core.store.coordinator_state import CoordinatorStateStore
 from tests.support.airflow_server import REPO, AirflowServer, airflow_api_server, http_get, http_json
+from tests.support.kcl_tables import LEADER_LOCK
 from tests.support.stores import (
     dynamodb_state_store,
     dynamodb_store,
@@ -531,6 +532,24 @@ def test_a_slot_that_holds_no_lease_shows_no_cpu_even_with_metrics_of_the_last_r
         (f"{unique_name}-worker-0", 1, 100.0),
         (f"{unique_name}-worker-1", 0, None),
     ]
+
+
+def test_tables_holding_both_layouts_show_the_conflict_naming_them_beside_the_leases(
+    server, token, moto_endpoint, unique_name
+):
+    store = dynamodb_store(moto_endpoint, unique_name, layout="separate")
+    assert store.create_lease_if_not_exists(Lease("shardId-0"))
+    put_raw_item(store, LEADER_LOCK)  # a KCL 3.5 leader's lock in the lease table
+    status, overview = get(server, f"/api/applications/{unique_name}", token)
+    assert status == 200
+    layout = overview["table_layout"]
+    assert (layout["layout"], layout["lease_table"]) == ("conflict", unique_name)
+    assert layout["separate_tables"] == [f"{unique_name}-WorkerMetricStats", f"{unique_name}-CoordinatorState"]
+    assert f"lease table {unique_name!r}" in layout["reason"]
+    assert overview["summary"]["lease_count"] == 1
+    # Where the worker metrics and rounds are kept cannot be told: none are read.
+    assert [(w["worker_id"], w["cpu_percent"]) for w in overview["workers"]] == [("(unassigned)", None)]
+    assert overview["rounds"] == []
 
 
 def test_corrupt_lease_items_are_named_with_their_attribute(server, token, moto_endpoint, unique_name):
