@@ -24,13 +24,12 @@ from devtools.emulators import KINESIS_MOCK_HOME
 from devtools.local_spark import loopback_session
 from devtools.stream_records import landed_records
 from lease_core import aws
+from lease_core.application import LeaseApplication
 from lease_core.config.settings import ConsumerConfig
 from lease_core.leader.assignment_round import AssignmentCoordinator, AssignmentReport, slot_ids
-from lease_core.metrics.worker_metrics import DynamoDBWorkerMetricsStore
 from lease_core.retrieval.pending_work import find_pending_work
 from lease_core.retrieval.polling.polling_retrieval import idle_check_retrieval
 from lease_core.retrieval.shard_source import KinesisShardSource
-from lease_core.store.coordinator_state import DynamoDBCoordinatorStateStore
 from lease_core.store.dynamodb_store import DynamoDBLeaseStore
 from lease_core.store.tables import TableAdministrator
 from lease_core.sync.step import probe_load, sync_streams
@@ -156,8 +155,9 @@ class Application:
         dynamodb = aws.client("dynamodb", self.config)
         TableAdministrator(dynamodb, self.config, retry_policy=policy).ensure_tables()
         self.store = DynamoDBLeaseStore(dynamodb, self.config.lease_table, retry_policy=policy)
-        self.state = DynamoDBCoordinatorStateStore(dynamodb, self.config.coordinator_state_table, policy)
-        self.metrics = DynamoDBWorkerMetricsStore(dynamodb, self.config.worker_metrics_table, retry_policy=policy)
+        application = LeaseApplication(self.config)  # state and metrics in whichever table layout it has
+        self.state = application.state_store_with(policy)
+        self.metrics = application.worker_metrics
         self.source = KinesisShardSource(aws.client("kinesis", self.config), retry_policy=policy)
         self.idle_check_retrieval = idle_check_retrieval(aws.client("kinesis", self.config), policy)
 

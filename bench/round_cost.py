@@ -265,8 +265,8 @@ def _consume_step(
     """The consume job's `run_round` on the shared session, its executors pointed at the proxies."""
     if spark is None:
         return None
+    from lease_core.application import LeaseApplication
     from lease_core.leader.assignment_round import current_round
-    from lease_core.store.coordinator_state import DynamoDBCoordinatorStateStore
     from spark_jobs.consume_job import run_round
     from spark_jobs.consume_spec import ConsumeSpec
 
@@ -274,9 +274,7 @@ def _consume_step(
     output = tempfile.mkdtemp(prefix="round-cost-sink-")
 
     def run() -> str:
-        state = DynamoDBCoordinatorStateStore(
-            boto3.client("dynamodb", endpoint_url=dynamodb, region_name=REGION), config.coordinator_state_table
-        )
+        state = LeaseApplication(config).state_store
         spec = ConsumeSpec(
             streams=tuple(streams),
             num_workers=workers,

@@ -19,6 +19,7 @@ import boto3
 
 from lease_core import aws
 from lease_core.config.settings import ConsumerConfig
+from lease_core.errors import LayoutConflictError
 from lease_core.leader.assignment_round import current_round
 from lease_core.leader.leader_lock import LeaderLock
 from lease_core.metrics.worker_metrics import DynamoDBWorkerMetricsStore, WorkerMetricsStore
@@ -33,7 +34,13 @@ from lease_core.store.coordinator_state import CoordinatorStateStore, DynamoDBCo
 from lease_core.store.dynamodb_store import DynamoDBLeaseStore
 from lease_core.store.lease_table_records import coordinator_state_records, worker_metrics_records
 from lease_core.store.record_table import DynamoDBRecordTable
-from lease_core.store.table_layout import SINGLE, LayoutDecision
+from lease_core.store.table_layout import (
+    SINGLE,
+    LayoutDecision,
+    conflict_document,
+    layout_document,
+    table_migration_status,
+)
 from lease_core.store.tables import TableAdministrator
 
 
@@ -79,6 +86,16 @@ class LeaseApplication:
     def table_layout(self) -> LayoutDecision:
         """The application's table layout, read from its tables once (docs/protocol.md §1.7)."""
         return self.tables.layout()
+
+    def layout_document(self) -> dict[str, Any]:
+        """The layout as `leasectl status` and the monitoring page show it. Tables that hold both layouts
+        are shown as a conflict (`table_layout.conflict_document`), not raised: an operator must see
+        them to act, while every round still refuses to run (`table_layout` raises)."""
+        try:
+            decision = self.table_layout
+        except LayoutConflictError as conflict:
+            return conflict_document(conflict)
+        return layout_document(decision, table_migration_status(self.state_store))
 
     @functools.cached_property
     def state_store(self) -> CoordinatorStateStore:

@@ -13,14 +13,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from lease_core import aws
+from lease_core.application import LeaseApplication
 from lease_core.config.settings import ConsumerConfig
 from lease_core.leader.assignment_round import AssignmentCoordinator, AssignmentReport, slot_ids
 from lease_core.leader.leader_lock import LeaderLock
 from lease_core.leader.leadership import hold
 from lease_core.lifecycle.lease_lifecycle import forget_reported_losses
-from lease_core.metrics.worker_metrics import DynamoDBWorkerMetricsStore
 from lease_core.retrieval.shard_source import KinesisShardSource
-from lease_core.store.coordinator_state import DynamoDBCoordinatorStateStore
 from lease_core.store.dynamodb_store import DynamoDBLeaseStore
 from lease_core.sync.step import ShardSyncReport, sync_streams
 from spark_jobs.round_report import RoundReport
@@ -33,9 +32,7 @@ class LockNeverFreed(RuntimeError):
 
 
 def leader_lock(config: ConsumerConfig, owner: str) -> LeaderLock:
-    state = DynamoDBCoordinatorStateStore(
-        aws.client("dynamodb", config), config.coordinator_state_table, aws.retry_policy(config)
-    )
+    state = LeaseApplication(config).state_store
     return LeaderLock(state, owner, config.leader_lease_duration_millis, config.leader_heartbeat_period_millis)
 
 
@@ -47,10 +44,9 @@ def lead(
     with hold(leader_lock(config, owner), "chaos leader", acquire=False, release=False) as leadership:
         policy = leadership.retry_policy(aws.retry_policy(config))
         store = leadership.lease_store(DynamoDBLeaseStore(dynamodb, config.lease_table, retry_policy=policy))
-        state = leadership.state_store(DynamoDBCoordinatorStateStore(dynamodb, config.coordinator_state_table, policy))
-        metrics = DynamoDBWorkerMetricsStore(
-            dynamodb, config.worker_metrics_table, retry_policy=aws.retry_policy(config)
-        )
+        application = LeaseApplication(config)
+        state = leadership.state_store(application.state_store_with(policy))
+        metrics = application.worker_metrics
         source = KinesisShardSource(aws.client("kinesis", config), retry_policy=aws.retry_policy(config))
         synced = sync_streams(streams, config, store, source, state)
         assigned = AssignmentCoordinator(store, metrics, state, config).run(

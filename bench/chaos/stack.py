@@ -27,7 +27,7 @@ from devtools.subscription_bridge import SubscriptionBridge
 from lease_core import aws
 from lease_core.application import LeaseApplication
 from lease_core.config.settings import ConsumerConfig, load_config
-from lease_core.store.coordinator_state import DynamoDBCoordinatorStateStore
+from lease_core.store.coordinator_state import CoordinatorStateStore
 from lease_core.store.dynamodb_store import DynamoDBLeaseStore
 from lease_core.store.tables import TableAdministrator
 from sinks.table.iceberg import load_configured_catalog
@@ -157,9 +157,9 @@ class Stack:
             self.dynamodb(), config.lease_table, retry_policy=aws.retry_policy(config), consistent_reads=True
         )
 
-    def state_store(self) -> DynamoDBCoordinatorStateStore:
-        config = self.control_config()
-        return DynamoDBCoordinatorStateStore(self.dynamodb(), config.coordinator_state_table, aws.retry_policy(config))
+    def state_store(self) -> CoordinatorStateStore:
+        """The coordinator-state records, in whichever table layout the application has."""
+        return LeaseApplication(self.control_config()).state_store
 
     def catalog_environment(self) -> dict[str, str]:
         """The Iceberg catalog's configuration, as pyiceberg reads it from the environment (none for Parquet)."""

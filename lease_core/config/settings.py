@@ -285,11 +285,12 @@ class ConsumerConfig(BaseModel):
         "tableName",
     )
     lease_table_layout: Literal["separate", "single"] = _setting(
-        "separate",
-        "Where a new application keeps its worker metrics and coordinator state: `separate` in "
-        "`<app>-WorkerMetricStats` and `<app>-CoordinatorState` (KCL 3.0-3.4), `single` in the lease table, "
-        "tagged by `entityType` (KCL 3.5's default for a new application). An existing application's layout "
-        "is read from its tables and followed whatever this says (docs/protocol.md §1.7).",
+        "single",
+        "Where a new application keeps its worker metrics and coordinator state: `single` in the lease table, "
+        "tagged by `entityType` (KCL 3.5's default for a new application), or `separate` in "
+        "`<app>-WorkerMetricStats` and `<app>-CoordinatorState` (KCL 3.0-3.4). Setup records a new "
+        "application's layout; an existing application's layout is read from its tables and followed "
+        "whatever this says (docs/protocol.md §1.7).",
         None,
     )
     failover_time_millis: _PositiveInt = _setting(

@@ -62,7 +62,7 @@ from lease_core.ops.lease_repair import LeaseRepair
 from lease_core.ops.status import consumed_stream_names, render_status, status_report
 from lease_core.store.coordinator_state import CoordinatorStateStore
 from lease_core.store.lease_store import LeaseStore
-from lease_core.store.table_layout import SEPARATE, SINGLE, LayoutDecision, layout_document, table_migration_status
+from lease_core.store.table_layout import CONFLICT, SEPARATE, SINGLE, LayoutDecision
 from lease_core.store.table_ownership import ROLE_NAMES
 from lease_core.store.tables import TEARDOWN
 from lease_core.sync.step import ShardSyncReport, sync_streams
@@ -364,8 +364,12 @@ def run_status(arguments: argparse.Namespace, app: LeaseApplication) -> int:
     config = app.config
     scan = app.lease_store.scan_leases()
     report = status_report(config.lease_table, scan)
-    consumers = app.stream_consumers.describe_streams(consumed_stream_names(scan.leases, app.state_store))
-    layout = layout_document(app.table_layout, table_migration_status(app.state_store))
+    layout = app.layout_document()
+    conflict = layout["layout"] == CONFLICT
+    # In a conflict the coordinator-state records cannot be told where to read: the leases are shown alone.
+    consumers = (
+        [] if conflict else app.stream_consumers.describe_streams(consumed_stream_names(scan.leases, app.state_store))
+    )
     if arguments.json:
         document = {**report.to_dict(), "table_layout": layout, "stream_consumers": [c.to_dict() for c in consumers]}
         print(json.dumps(document, indent=2))
@@ -375,8 +379,11 @@ def run_status(arguments: argparse.Namespace, app: LeaseApplication) -> int:
             f"Table layout: {layout['layout']} ({layout['reason']}); "
             f"table migration: {layout['table_migration'] or 'none'}"
         )
-        if consumers or config.retrieval == "fan_out":
+        if consumers or (config.retrieval == "fan_out" and not conflict):
             print("\n" + render_stream_consumers(consumers))
+    if conflict:
+        print(f"leasectl: rounds refuse to run: {layout['reason']}", file=sys.stderr)
+        return EXIT_FAILED
     return _exit_status(report.corrupt_items)
 
 
@@ -611,11 +618,11 @@ def run_teardown(arguments: argparse.Namespace, app: LeaseApplication) -> int:
     # The lock and the consumers' records are read where the lock is, in either case.
     layout = SEPARATE if lock_role == "coordinator_state" else SINGLE
     app.table_layout = LayoutDecision(layout, f"teardown takes the lock in {lock_table!r}")
-    if lock_table in existing:
-        # Under the lock, so never beside a round; the lock's own table goes last, once the others
-        # are gone (the lock is never released: nobody can take it before that table is deleted).
-        lock = _leader_lock(app, "teardown")
-        try:
+    lock = _leader_lock(app, "teardown") if lock_table in existing else None
+    try:
+        if lock is not None:
+            # Under the lock, so never beside a round; the lock's own table goes last, once the others
+            # are gone (the lock is never released: nobody can take it before that table is deleted).
             with hold(lock, "leasectl teardown", acquire=True, release=False) as leadership:
                 # The consumers first: their records, which prove them ours, are in the coordinator-state table.
                 for outcome in app.stream_consumers.deregister_recorded():
@@ -628,11 +635,13 @@ def run_teardown(arguments: argparse.Namespace, app: LeaseApplication) -> int:
                 deleted += administrator.delete_tables(
                     roles=tuple(role for role in ROLE_NAMES if role != lock_role), before_delete=leadership.ensure_held
                 )
-        except LeaseCoreError:
-            release_quietly(lock)  # a refused teardown (deletion protection, ...) must not block every round
-            raise
-    # Without a coordinator-state table no round can hold the lock (or run: its first step recreates it).
-    deleted += administrator.delete_tables()
+        # Without the lock's table no round can hold the lock (or run: its first step recreates it).
+        deleted += administrator.delete_tables()
+    except LeaseCoreError:
+        if lock is not None:
+            # A refused teardown (deletion protection of the lock's own table, ...) must not block every round.
+            release_quietly(lock)
+        raise
     for name in deleted:
         print(f"deleted  {name}")
     if not deleted:

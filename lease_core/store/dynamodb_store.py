@@ -18,12 +18,14 @@ from lease_core.store import codec
 from lease_core.store.codec import Item
 from lease_core.store.lease_store import ConditionalLeaseStore, ItemWrite
 from lease_core.store.lease_writes import (
+    AttributeAbsentOrEquals,
     AttributeEquals,
     AttributeExists,
     Condition,
     LeaseDelete,
     LeaseTransaction,
     LeaseUpdate,
+    guarded,
 )
 from lease_core.store.scan_segments import SEGMENT_COUNT_CACHE_SECONDS, scan_segment_count
 
@@ -59,6 +61,9 @@ class _Placeholders:
                 clauses.append(f"{self.name(condition.name)} = {self.value(condition.value)}")
             elif isinstance(condition, AttributeExists):
                 clauses.append(f"attribute_exists({self.name(condition.name)})")
+            elif isinstance(condition, AttributeAbsentOrEquals):
+                name = self.name(condition.name)
+                clauses.append(f"(attribute_not_exists({name}) OR {name} = {self.value(condition.value)})")
             else:
                 clauses.append(f"attribute_not_exists({self.name(condition.name)})")
         return " AND ".join(clauses)
@@ -77,7 +82,7 @@ class _Placeholders:
 def render_update(update: LeaseUpdate) -> dict[str, Any]:
     """UpdateItem arguments for `update`; every name and value goes through a placeholder."""
     placeholders = _Placeholders()
-    condition = placeholders.condition(update.conditions)
+    condition = placeholders.condition(guarded(update.conditions))
     name, value = placeholders.name, placeholders.value
     clauses = []
     if update.set_attributes:
@@ -96,7 +101,7 @@ def render_update(update: LeaseUpdate) -> dict[str, Any]:
 def render_delete(delete: LeaseDelete) -> dict[str, Any]:
     """DeleteItem arguments for `delete`; every name and value goes through a placeholder."""
     placeholders = _Placeholders()
-    return placeholders.arguments(delete.lease_key, placeholders.condition(delete.conditions))
+    return placeholders.arguments(delete.lease_key, placeholders.condition(guarded(delete.conditions)))
 
 
 class DynamoDBLeaseStore(ConditionalLeaseStore):
@@ -167,9 +172,6 @@ class DynamoDBLeaseStore(ConditionalLeaseStore):
             return written
 
         return self._conditionally("UpdateItem", update_item)
-
-    def _delete_item(self, lease_key: str) -> None:
-        self._call("DeleteItem", lambda: self.client.delete_item(TableName=self.table_name, Key=self._key(lease_key)))
 
     def _delete_item_if(self, delete: LeaseDelete) -> ItemWrite:
         arguments = render_delete(delete)

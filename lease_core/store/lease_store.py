@@ -151,9 +151,6 @@ class ConditionalLeaseStore(abc.ABC):
         """Apply `update`: applied with the item after, or not with the item that failed the condition."""
 
     @abc.abstractmethod
-    def _delete_item(self, lease_key: str) -> None: ...
-
-    @abc.abstractmethod
     def _delete_item_if(self, delete: LeaseDelete) -> ItemWrite:
         """Apply `delete`: applied (no item), or not with the item that failed the condition."""
 
@@ -279,8 +276,10 @@ class ConditionalLeaseStore(abc.ABC):
             return RepairResult(problem, WriteResult(applied, repaired if applied else None, write.retried), dropped)
 
     def delete_lease(self, lease_key: str) -> None:
-        """KCL's deleteLease: unconditional, by key; deleting a missing lease succeeds."""
-        self._delete_item(lease_key)
+        """KCL's deleteLease: by key, with no condition but that the item is a lease (`IS_LEASE`: in the
+        single layout a worker's metrics or a coordinator-state record may have any key); deleting a
+        missing lease succeeds."""
+        self._delete_item_if(LeaseDelete(lease_key, ()))
 
     def delete_lease_if_unchanged(self, lease: Lease) -> WriteResult:
         """Delete `lease` only while it is stored as in `lease` (`lease_writes.delete_if_unchanged`).
@@ -296,14 +295,18 @@ class ConditionalLeaseStore(abc.ABC):
         applied, conflicts = self._transact_items(transaction)
         return TransactionResult(
             applied,
-            tuple(
-                (key, None if item is None else codec.lease_from_item(item)) for key, item in sorted(conflicts.items())
-            ),
+            tuple((key, _stored_lease(item)) for key, item in sorted(conflicts.items())),
         )
 
 
 def _result(write: ItemWrite) -> WriteResult:
-    return WriteResult(write.applied, None if write.item is None else codec.lease_from_item(write.item), write.retried)
+    return WriteResult(write.applied, _stored_lease(write.item), write.retried)
+
+
+def _stored_lease(item: Item | None) -> Lease | None:
+    """The lease a lost condition found, or None: no item, or one that is not a lease (another entity
+    type's, which the write's `IS_LEASE` condition kept it from changing, docs/protocol.md §1.6)."""
+    return None if item is None or not codec.is_lease_item(item) else codec.lease_from_item(item)
 
 
 def _decodes_to(item: Item | None, lease: Lease) -> bool:

@@ -14,8 +14,10 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from lease_core.store.codec import (
+    CHECKPOINT,
     ENTITY_TYPE,
     LEADER_ENTITY_TYPE,
+    LEASE_COUNTER,
     LEASE_ENTITY_TYPE,
     LEASE_KEY,
     LEGACY_COORDINATOR_STATE_KEYS,
@@ -24,6 +26,9 @@ from lease_core.store.codec import (
 )
 from lease_core.store.record_table import Expectations, Record, RecordTable
 
+# What a lease item always has and no other item of the lease table has: KCL writes a lease's counter
+# and checkpoint with the lease (docs/protocol.md §1.1), and no other entity type carries them.
+NOT_A_LEASE: Expectations = {LEASE_COUNTER: None, CHECKPOINT: None}
 COORDINATOR_STATE_ENTITY_TYPES = frozenset({*LEGACY_COORDINATOR_STATE_KEYS.values(), STREAM_ENTITY_TYPE})
 WORKER_METRICS_ENTITY_TYPES = frozenset({WORKER_METRIC_STATS_ENTITY_TYPE})
 
@@ -73,8 +78,14 @@ class LeaseTableRecords:
     def put(self, key: str, attributes: Mapping[str, Any], expected: Expectations | None = None) -> bool:
         return self._table.put(key, self._stored(key, attributes), self._expectations(expected))
 
-    def update(self, key: str, attributes: Mapping[str, Any]) -> None:
-        self._table.update(key, self._stored(key, attributes))
+    def update(self, key: str, attributes: Mapping[str, Any], expected: Expectations | None = None) -> bool:
+        if self._table.update(key, self._stored(key, attributes), self._expectations(expected)):
+            return True
+        if expected is None:  # only the guard can have failed
+            raise ValueError(
+                f"{self._table.table_name!r} holds a lease under {key!r}: the record {key!r} was not written over it"
+            )
+        return False
 
     def delete(self, key: str, expected: Expectations | None = None) -> bool:
         return self._table.delete(key, self._expectations(expected))
@@ -90,11 +101,11 @@ class LeaseTableRecords:
         stored = {name: value for name, value in attributes.items() if name != self.hash_key}
         return {**stored, ENTITY_TYPE: self._tag(key)}
 
-    def _expectations(self, expected: Expectations | None) -> Expectations | None:
-        """The owner's expectations on its hash key are the lease table's on `leaseKey`."""
-        if expected is None:
-            return None
-        return {LEASE_KEY if name == self.hash_key else name: value for name, value in expected.items()}
+    def _expectations(self, expected: Expectations | None) -> Expectations:
+        """The owner's expectations on its hash key are the lease table's on `leaseKey`; and whatever is
+        stored under the key is no lease (`NOT_A_LEASE`), so that no record is ever written over one."""
+        renamed = {LEASE_KEY if name == self.hash_key else name: value for name, value in (expected or {}).items()}
+        return {**renamed, **NOT_A_LEASE}
 
 
 def coordinator_state_records(table: RecordTable) -> LeaseTableRecords:

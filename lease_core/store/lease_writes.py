@@ -36,7 +36,22 @@ class AttributeAbsent:
     name: str
 
 
-Condition = AttributeEquals | AttributeExists | AttributeAbsent
+@dataclass(frozen=True)
+class AttributeAbsentOrEquals:
+    name: str
+    value: AttributeValue
+
+
+Condition = AttributeEquals | AttributeExists | AttributeAbsent | AttributeAbsentOrEquals
+# Every lease update and delete holds only on a lease: in KCL 3.5's single-table layout the lease table
+# also holds worker metrics and coordinator state (docs/protocol.md §1.6), which a write under the same
+# `leaseKey` must never change. KCL tags leases `LEASE` or not at all.
+IS_LEASE = AttributeAbsentOrEquals(codec.ENTITY_TYPE, codec.string_value(codec.LEASE_ENTITY_TYPE))
+
+
+def guarded(conditions: tuple[Condition, ...]) -> tuple[Condition, ...]:
+    """`conditions` and `IS_LEASE`: what a store checks for a lease update or delete."""
+    return (*conditions, IS_LEASE)
 
 
 @dataclass(frozen=True)

@@ -16,11 +16,13 @@ from lease_core.store.codec import AttributeValue, Item
 from lease_core.store.lease_store import ConditionalLeaseStore, ItemWrite
 from lease_core.store.lease_writes import (
     AttributeAbsent,
+    AttributeAbsentOrEquals,
     AttributeExists,
     Condition,
     LeaseDelete,
     LeaseTransaction,
     LeaseUpdate,
+    guarded,
 )
 
 
@@ -75,14 +77,10 @@ class InMemoryLeaseStore(ConditionalLeaseStore):
             _apply(update, item)
             return ItemWrite(True, copy.deepcopy(item))
 
-    def _delete_item(self, lease_key: str) -> None:
-        with self._lock:
-            self._items.pop(lease_key, None)
-
     def _delete_item_if(self, delete: LeaseDelete) -> ItemWrite:
         with self._lock:
             item = self._items.get(delete.lease_key)
-            if item is None or not all(_holds(condition, item) for condition in delete.conditions):
+            if item is None or not all(_holds(condition, item) for condition in guarded(delete.conditions)):
                 return ItemWrite(False, copy.deepcopy(item))
             del self._items[delete.lease_key]
             return ItemWrite(True, None)
@@ -109,7 +107,7 @@ class InMemoryLeaseStore(ConditionalLeaseStore):
 
 
 def _allows(update: LeaseUpdate, item: Item | None) -> bool:
-    return item is not None and all(_holds(condition, item) for condition in update.conditions)
+    return item is not None and all(_holds(condition, item) for condition in guarded(update.conditions))
 
 
 def _apply(update: LeaseUpdate, item: Item) -> None:
@@ -135,6 +133,8 @@ def _holds(condition: Condition, item: Item) -> bool:
         return condition.name in item
     if isinstance(condition, AttributeAbsent):
         return condition.name not in item
+    if isinstance(condition, AttributeAbsentOrEquals):
+        return condition.name not in item or values_equal(item[condition.name], condition.value)
     return values_equal(item.get(condition.name), condition.value)
 
 

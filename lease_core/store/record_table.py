@@ -78,8 +78,9 @@ class RecordTable(Protocol):
         """Write the whole record; with `expected`, only if the stored record matches."""
         ...
 
-    def update(self, key: str, attributes: Mapping[str, Any]) -> None:
-        """Set these attributes, creating the record if absent; its other attributes are left alone."""
+    def update(self, key: str, attributes: Mapping[str, Any], expected: Expectations | None = None) -> bool:
+        """Set these attributes, creating the record if absent; its other attributes are left alone.
+        With `expected`, only if the stored record (or its absence) matches."""
         ...
 
     def delete(self, key: str, expected: Expectations | None = None) -> bool: ...
@@ -112,10 +113,13 @@ class InMemoryRecordTable:
             self._items[key] = item
             return True
 
-    def update(self, key: str, attributes: Mapping[str, Any]) -> None:
+    def update(self, key: str, attributes: Mapping[str, Any], expected: Expectations | None = None) -> bool:
         item = to_attribute_values({**attributes, self.hash_key: key})
         with self._lock:
+            if not _matches(self._items.get(key), expected):
+                return False
             self._items[key] = {**copy.deepcopy(self._items.get(key, {})), **item}
+            return True
 
     def delete(self, key: str, expected: Expectations | None = None) -> bool:
         with self._lock:
@@ -182,22 +186,27 @@ class DynamoDBRecordTable:
             "PutItem", lambda extra: self.client.put_item(TableName=self.table_name, Item=item, **extra), expected
         )
 
-    def update(self, key: str, attributes: Mapping[str, Any]) -> None:
+    def update(self, key: str, attributes: Mapping[str, Any], expected: Expectations | None = None) -> bool:
         values = to_attribute_values({name: value for name, value in attributes.items() if name != self.hash_key})
         if not values:  # "SET" with nothing is invalid: create the bare record unless it exists
-            self.put(key, {}, expected={self.hash_key: None})
-            return
+            self.put(key, {}, expected={**(expected or {}), self.hash_key: None})
+            return True
+        condition = _condition_arguments(expected)
         names = {f"#a{index}": name for index, name in enumerate(values)}
-        assignments = ", ".join(f"#a{index} = :v{index}" for index in range(len(values)))
-        self._call(
+        names.update(condition.pop("ExpressionAttributeNames", {}))
+        update_values = {f":a{index}": value for index, value in enumerate(values.values())}
+        update_values.update(condition.pop("ExpressionAttributeValues", {}))
+        return self._conditional(
             "UpdateItem",
-            lambda: self.client.update_item(
+            lambda extra: self.client.update_item(
                 TableName=self.table_name,
                 Key=self._key(key),
-                UpdateExpression=f"SET {assignments}",
+                UpdateExpression="SET " + ", ".join(f"#a{index} = :a{index}" for index in range(len(values))),
                 ExpressionAttributeNames=names,
-                ExpressionAttributeValues={f":v{index}": value for index, value in enumerate(values.values())},
+                ExpressionAttributeValues=update_values,
+                **condition,
             ),
+            None,
         )
 
     def delete(self, key: str, expected: Expectations | None = None) -> bool:

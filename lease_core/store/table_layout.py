@@ -8,7 +8,8 @@ table holds KCL 3.5 items of another entity type is `single`, one with either of
 tables is `separate`, and one with both is refused, since reading one layout would miss what was
 written to the other; except that, as in KCL 3.5, a lease table whose `TableMigration3.5` record says
 COMPLETE is `single` whatever else exists (KCL's migration leaves the two old tables in place). Only
-an application whose tables show neither gets the configured layout.
+an application whose tables show neither gets the configured layout, and setup records it (`TableLayout`)
+so that every process, whatever its own setting, follows the first setup's choice.
 
 `decide_layout` is pure (an item's entity type is `codec.entity_type`); `detect_layout` does the DynamoDB reads.
 """
@@ -34,9 +35,14 @@ SINGLE: TableLayoutName = "single"
 TABLE_MIGRATION_KEY = "TableMigration3.5"
 TABLE_MIGRATION_STATUS = "tm"
 MIGRATION_COMPLETE = "TABLE_MIGRATION_STATUS_COMPLETE"
-# The coordinator-state keys a single-layout lease table comes to hold: this project's round counter
-# (after its first assignment), the leader lock (while a leader holds it), KCL 3.5's table migration.
-PROBED_KEYS = ("AssignmentRound", "Leader", TABLE_MIGRATION_KEY)
+# The layout a new application's setup chose (docs/protocol.md §1.7), a coordinator-state record in the
+# lease table: `layout` = single for good, or separate while setup creates the two separate tables.
+LAYOUT_RECORD_KEY = "TableLayout"
+LAYOUT_ATTRIBUTE = "layout"
+# The coordinator-state keys a single-layout lease table comes to hold: the layout setup recorded, this
+# project's round counter (after its first assignment), the leader lock (while a leader holds it), KCL
+# 3.5's table migration.
+PROBED_KEYS = (LAYOUT_RECORD_KEY, "AssignmentRound", "Leader", TABLE_MIGRATION_KEY)
 
 
 @dataclass(frozen=True)
@@ -51,12 +57,18 @@ class TablesFound:
     # The lease table's `TableMigration3.5` says COMPLETE: KCL 3.5 migrated the application to one
     # table, and keeps (never deletes) the two tables it used before.
     migration_complete: bool = False
+    # The lease table's `TableLayout` record says `separate`: a setup is creating the separate tables.
+    separate_setup_under_way: bool = False
 
 
 @dataclass(frozen=True)
 class LayoutDecision:
     layout: TableLayoutName
     reason: str
+    # The tables showed no layout: `lease_table_layout` decided, and setup has yet to record it.
+    from_setting: bool = False
+    # A setup recorded `separate` and has yet to finish creating the separate tables.
+    separate_setup_under_way: bool = False
 
 
 def decide_layout(
@@ -69,6 +81,9 @@ def decide_layout(
     if found.migration_complete:  # KCL 3.5's own rule: one table, whatever else is left
         left = f"; {', '.join(repr(name) for name in separate_found)} left from before it" if separate_found else ""
         return LayoutDecision(SINGLE, f"KCL 3.5's table migration is complete in {lease_table!r}{left}")
+    if found.separate_setup_under_way and not found.non_lease_items:
+        reason = f"lease table {lease_table!r} records the separate layout its setup chose"
+        return LayoutDecision(SEPARATE, reason, separate_setup_under_way=True)
     if found.non_lease_items and separate_found:
         raise LayoutConflictError(lease_table, tuple(separate_found))
     if found.non_lease_items:
@@ -77,8 +92,10 @@ def decide_layout(
         return LayoutDecision(SEPARATE, f"table(s) {', '.join(repr(name) for name in separate_found)} exist")
     if found.lease_table:
         # A lease table with nothing but leases: KCL 2.x, or KCL 3.5 before its first worker reported.
-        return LayoutDecision(configured, f"lease table {lease_table!r} holds only leases: lease_table_layout")
-    return LayoutDecision(configured, "a new application: lease_table_layout")
+        return LayoutDecision(
+            configured, f"lease table {lease_table!r} holds only leases: lease_table_layout", from_setting=True
+        )
+    return LayoutDecision(configured, "a new application: lease_table_layout", from_setting=True)
 
 
 def detect_layout(
@@ -103,8 +120,10 @@ def detect_layout(
     worker_metrics_exists = _exists(client, caller, worker_metrics_table)
     coordinator_state_exists = _exists(client, caller, coordinator_state_table)
     probed = _probed_items(client, caller, lease_table) if lease_table_exists else {}
-    non_lease_items = bool(probed)
-    if lease_table_exists and not non_lease_items and not (worker_metrics_exists or coordinator_state_exists):
+    recorded = probed.get(LAYOUT_RECORD_KEY, {}).get(LAYOUT_ATTRIBUTE, {}).get("S")
+    separate_setup_under_way = recorded == SEPARATE
+    non_lease_items = any(key != LAYOUT_RECORD_KEY or not separate_setup_under_way for key in probed)
+    if lease_table_exists and not probed and not (worker_metrics_exists or coordinator_state_exists):
         non_lease_items = _holds_non_lease_items(client, caller, lease_table)
     migration = probed.get(TABLE_MIGRATION_KEY, {}).get(TABLE_MIGRATION_STATUS, {}).get("S")
     found = TablesFound(
@@ -113,11 +132,17 @@ def detect_layout(
         coordinator_state_exists,
         non_lease_items,
         migration == MIGRATION_COMPLETE,
+        separate_setup_under_way,
     )
     return decide_layout(found, lease_table, separate_tables, configured)
 
 
-_PROBED_NAMES = {"#key": LEASE_KEY, "#entity": ENTITY_TYPE, "#migration": TABLE_MIGRATION_STATUS}
+_PROBED_NAMES = {
+    "#key": LEASE_KEY,
+    "#entity": ENTITY_TYPE,
+    "#migration": TABLE_MIGRATION_STATUS,
+    "#layout": LAYOUT_ATTRIBUTE,
+}
 
 
 def _probed_items(client: Any, caller: AwsCaller, table_name: str) -> dict[str, dict[str, Any]]:
@@ -130,7 +155,7 @@ def _probed_items(client: Any, caller: AwsCaller, table_name: str) -> dict[str, 
                 client.get_item,
                 TableName=table_name,
                 Key={LEASE_KEY: {"S": key}},
-                ProjectionExpression="#key, #entity, #migration",
+                ProjectionExpression="#key, #entity, #migration, #layout",
                 ExpressionAttributeNames=_PROBED_NAMES,
                 ConsistentRead=True,
             ),
@@ -179,6 +204,22 @@ def table_migration_status(state: RecordTable) -> str | None:
     return None if record is None else text(record, TABLE_MIGRATION_STATUS, "?")
 
 
-def layout_document(decision: LayoutDecision, table_migration: str | None) -> dict[str, str | None]:
+# What `leasectl status` and the monitoring page show instead of a layout when the tables hold both.
+CONFLICT = "conflict"
+
+
+def layout_document(decision: LayoutDecision, table_migration: str | None) -> dict[str, Any]:
     """The layout as `leasectl status --json` and the monitoring page show it."""
     return {"layout": decision.layout, "reason": decision.reason, "table_migration": table_migration}
+
+
+def conflict_document(conflict: LayoutConflictError) -> dict[str, Any]:
+    """Tables holding both layouts, as status and the monitoring page show them: what was found where,
+    so that an operator can delete the tables of the layout the application no longer uses."""
+    return {
+        "layout": CONFLICT,
+        "reason": str(conflict),
+        "table_migration": None,
+        "lease_table": conflict.lease_table,
+        "separate_tables": list(conflict.separate_tables),
+    }

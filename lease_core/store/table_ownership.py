@@ -57,6 +57,7 @@ COORDINATOR_STATE_KEYS = frozenset(
         "ConsumedStream",
         "FormerStreams",
         "LoadProbes",
+        "TableLayout",
     }
 )
 COORDINATOR_STATE_KEY_PREFIXES = ("ShardSyncAuditor:", "GarbageLeaseCleanup:", "StreamConsumer:")

@@ -7,7 +7,10 @@
   the lease table, and setup creates only it.
 
 Creation is idempotent and safe under concurrent creators: an existing table is kept, losing a
-creation race counts as success, and every caller waits for ACTIVE. Billing mode, deletion
+creation race counts as success, and every caller waits for ACTIVE. A new application's layout is
+recorded at setup in the lease table's `TableLayout` record, written only if absent, so that
+concurrent setups with different `lease_table_layout` settings all end with the first one's layout
+(docs/protocol.md §1.7). Billing mode, deletion
 protection, point-in-time recovery and tags apply to all three tables alike.
 
 Setup and teardown act only on tables that are the application's own (`table_ownership`): every
@@ -18,6 +21,7 @@ they were.
 from __future__ import annotations
 
 import time
+import uuid
 from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from typing import Any
@@ -28,12 +32,25 @@ from lease_core.aws import AwsCaller, error_code
 from lease_core.config.settings import ConsumerConfig
 from lease_core.errors import ForeignTableError, TableNotReadyError, TableProtectedError
 from lease_core.retry import RetryPolicy
+from lease_core.store.codec import LEASE_KEY
 from lease_core.store.dynamodb_store import OWNER_INDEX_NAME
-from lease_core.store.table_layout import SINGLE, LayoutDecision, detect_layout
+from lease_core.store.lease_table_records import LeaseTableRecords, coordinator_state_records
+from lease_core.store.record_table import DynamoDBRecordTable
+from lease_core.store.table_layout import (
+    LAYOUT_ATTRIBUTE,
+    LAYOUT_RECORD_KEY,
+    SEPARATE,
+    SINGLE,
+    LayoutDecision,
+    TableLayoutName,
+    detect_layout,
+)
 from lease_core.store.table_ownership import ROLE_NAMES, SAMPLE_ITEMS, item_mismatch, schema_mismatch
 
 READY_STATUSES = frozenset({"ACTIVE", "UPDATING"})
 SETUP = "table setup"
+# The `TableLayout` record's token of the setup that wrote it: only that setup withdraws it.
+SETUP_TOKEN_ATTRIBUTE = "setupToken"
 TEARDOWN = "teardown"
 
 
@@ -134,23 +151,60 @@ class TableAdministrator:
 
     def ensure_tables(self) -> list[TableReport]:
         """Create whatever the application's layout lacks, add a missing owner index, and wait until all
-        are ready. An existing table of another schema, or tables of both layouts, are refused before
-        anything is created or changed."""
+        are ready; a layout the tables do not show yet is recorded first (`_record_layout`). An existing
+        table of another schema, or tables of both layouts, are refused before anything is created or
+        changed."""
         existing = self.verify_tables(SETUP)
-        single = self.layout().layout == SINGLE
-        reports = []
-        for layout in application_tables(self.config):
-            if single and layout.role != "lease":
-                continue
-            created = layout.name not in existing and self._create(layout)
-            description = self._wait_until_ready(layout)
-            if layout.owner_index and not _has_owner_index(description):
-                self._add_owner_index(layout, description)
-                description = self._wait_until_ready(layout)
-            if self.config.lease_table_pitr_enabled:
-                self._enable_pitr(layout.name)
-            reports.append(TableReport(layout.role, layout.name, created, description["TableStatus"]))
+        decision = self.layout()
+        lease_table, *separate_tables = application_tables(self.config)
+        reports = [self._ensure(lease_table, existing)]
+        if decision.from_setting:
+            decision = self._record_layout(decision.layout)
+        if decision.layout == SINGLE:
+            return reports
+        reports += [self._ensure(layout, existing) for layout in separate_tables]
+        if decision.separate_setup_under_way:
+            # The separate tables are ready: from now on they mark the layout, and the lease table holds
+            # nothing but leases, as KCL 3.0-3.4 expect.
+            self._lease_table_records().delete(LAYOUT_RECORD_KEY, expected={LAYOUT_ATTRIBUTE: SEPARATE})
         return reports
+
+    def _ensure(self, layout: TableLayout, existing: Collection[str]) -> TableReport:
+        created = layout.name not in existing and self._create(layout)
+        description = self._wait_until_ready(layout)
+        if layout.owner_index and not _has_owner_index(description):
+            self._add_owner_index(layout, description)
+            description = self._wait_until_ready(layout)
+        if self.config.lease_table_pitr_enabled:
+            self._enable_pitr(layout.name)
+        return TableReport(layout.role, layout.name, created, description["TableStatus"])
+
+    def _record_layout(self, configured: TableLayoutName) -> LayoutDecision:
+        """Record the layout of an application whose tables show none, unless another setup recorded one
+        first, and return the layout every process now reads from the tables.
+
+        The record is written only if absent, so of concurrent setups the first write wins and the others
+        follow it. `separate` stays recorded until its tables are ready. A setup that found the
+        application new before this one recorded `single` may have created the separate tables and
+        removed its record already: its tables came first, so this record is withdrawn.
+        """
+        records = self._lease_table_records()
+        token = str(uuid.uuid4())
+        record = {LAYOUT_ATTRIBUTE: configured, SETUP_TOKEN_ATTRIBUTE: token}
+        written = records.put(LAYOUT_RECORD_KEY, record, expected={records.hash_key: None})
+        # A retried put whose first answer was lost finds its own record: it was written all the same.
+        written = written or (records.get(LAYOUT_RECORD_KEY) or {}).get(SETUP_TOKEN_ATTRIBUTE) == token
+        if written and configured == SINGLE and self._separate_tables_exist():
+            records.delete(LAYOUT_RECORD_KEY, expected={SETUP_TOKEN_ATTRIBUTE: token})
+        return self.layout()
+
+    def _lease_table_records(self) -> LeaseTableRecords:
+        table = DynamoDBRecordTable(self.client, self.config.lease_table, LEASE_KEY, self._retry_policy)
+        return coordinator_state_records(table)
+
+    def _separate_tables_exist(self) -> bool:
+        names = (self.config.worker_metrics_table, self.config.coordinator_state_table)
+        return any(self.describe(name) is not None for name in names)
 
     def _create(self, layout: TableLayout) -> bool:
         def create() -> bool:

@@ -57,7 +57,7 @@ from lease_core.ops.status import (
     status_report,
 )
 from lease_core.store.lease_store import LeaseScan
-from lease_core.store.table_layout import SINGLE, layout_document, table_migration_status
+from lease_core.store.table_layout import CONFLICT, SINGLE
 
 ROUNDS_SHOWN = 100
 # The lock is only read: the name never writes, it is what LeaderLock requires of a contender.
@@ -123,7 +123,7 @@ class ApplicationReads:
     read_at_millis: int = 0
     last_round_left_out: int = 0  # rows of the last round that did not fit its record (round_history)
     stream_consumers: tuple[StreamConsumerState, ...] = ()  # the application's fan-out consumers
-    table_layout: Mapping[str, str | None] = field(default_factory=dict)  # `table_layout.layout_document`
+    table_layout: Mapping[str, Any] = field(default_factory=dict)  # `LeaseApplication.layout_document`
 
     @cached_property
     def report(self) -> StatusReport:
@@ -141,11 +141,15 @@ class ApplicationReads:
 
 
 def read_application(app: LeaseApplication, now_millis: Callable[[], int] = wall_clock_millis) -> ApplicationReads:
-    """Read the application's tables; a missing table raises `TableNotFoundError` naming it."""
+    """Read the application's tables; a missing table raises `TableNotFoundError` naming it. Tables that
+    hold both layouts show their leases and the conflict alone: where the rest is kept cannot be told."""
     config = app.config
+    scan = app.lease_store.scan_leases()  # first, so an application without tables is reported by its lease table
+    layout = app.layout_document()
+    if layout["layout"] == CONFLICT:
+        return ApplicationReads(config, scan, (), None, (), None, (), read_at_millis=now_millis(), table_layout=layout)
     lock = app.leader_lock(MONITOR_OWNER)
     history = RoundHistory(app.state_store)
-    scan = app.lease_store.scan_leases()  # first, so an application without tables is reported by its lease table
     worker_metrics = tuple(app.worker_metrics.list_all())
     leader = lock.holder()
     observation = lock.observation() if leader is not None and leader.heartbeat_at_millis is None else None
@@ -164,7 +168,7 @@ def read_application(app: LeaseApplication, now_millis: Callable[[], int] = wall
         now_millis(),
         left_out,
         tuple(consumers),
-        layout_document(app.table_layout, table_migration_status(app.state_store)),
+        layout,
     )
 
 

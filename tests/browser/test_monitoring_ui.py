@@ -27,14 +27,19 @@ from devtools.kinesis_streams import create_stream
 from lease_core.application import LeaseApplication
 from lease_core.leader.leader_lock import LeaderLock
 from lease_core.leader.round_history import RoundHistory
-from lease_core.metrics.worker_metrics import DynamoDBWorkerMetricsStore, publish_worker_metrics
+from lease_core.metrics.worker_metrics import publish_worker_metrics
 from lease_core.model.lease import Lease
 from lease_core.model.sequence import ExtendedSequenceNumber
-from lease_core.store.coordinator_state import DynamoDBCoordinatorStateStore
 from lease_core.store.dynamodb_store import DynamoDBLeaseStore
 from lease_core.sync.step import sync_streams
 from tests.support.airflow_server import DATABASE, PASSWORDS, REPO, AirflowServer, airflow_api_server, http_json
-from tests.support.stores import FAST_RETRIES, dynamodb_store, fast_config, put_raw_item
+from tests.support.stores import (
+    dynamodb_state_store,
+    dynamodb_store,
+    dynamodb_worker_metrics,
+    fast_config,
+    put_raw_item,
+)
 
 CHROMIUM = "/usr/bin/chromium"  # Debian's package; Playwright never downloads a browser here
 CHROMIUM_ARGS = [
@@ -141,11 +146,10 @@ def application(moto_endpoint: str, server: AirflowServer) -> str:
     put_raw_item(
         store, {"leaseKey": {"S": "shardId-corrupt"}, "leaseCounter": {"S": "x"}, "checkpoint": {"S": "LATEST"}}
     )
-    config = fast_config(APPLICATION)
-    metrics = DynamoDBWorkerMetricsStore(store.client, config.worker_metrics_table, retry_policy=FAST_RETRIES)
+    metrics = dynamodb_worker_metrics(moto_endpoint, APPLICATION)
     for worker, cpu in zip(WORKERS, (55.0, 40.0, 20.0, 100.0), strict=True):
         publish_worker_metrics(metrics, worker, cpu, now=FIRST_ROUND_AT // 1000, round=5)
-    history = RoundHistory(DynamoDBCoordinatorStateStore(store.client, config.coordinator_state_table, FAST_RETRIES))
+    history = RoundHistory(dynamodb_state_store(moto_endpoint, APPLICATION))
     for number, run_id, state, records in ROUNDS:
         history.append(round_entry(number, run_id, records))
         if state is not None:
@@ -239,10 +243,8 @@ def create_dag_run(server: AirflowServer, run_id: str, state: str) -> None:
 @pytest.fixture(scope="module")
 def running_application(moto_endpoint: str) -> str:
     """An application whose round holds the leader lock now."""
-    store = dynamodb_store(moto_endpoint, RUNNING_APPLICATION)
-    state = DynamoDBCoordinatorStateStore(
-        store.client, fast_config(RUNNING_APPLICATION).coordinator_state_table, FAST_RETRIES
-    )
+    dynamodb_store(moto_endpoint, RUNNING_APPLICATION)
+    state = dynamodb_state_store(moto_endpoint, RUNNING_APPLICATION)
     assert LeaderLock(state, f"{DAG_ID}/manual__now/77").try_acquire()
     return RUNNING_APPLICATION
 

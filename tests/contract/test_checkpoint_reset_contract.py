@@ -5,7 +5,6 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-import boto3
 import pytest
 
 from lease_core.errors import LeadershipUnavailableError, LeaseLostError
@@ -23,12 +22,11 @@ from lease_core.ops.checkpoint_reset import (
 )
 from lease_core.store.coordinator_state import (
     CoordinatorStateStore,
-    DynamoDBCoordinatorStateStore,
     InMemoryCoordinatorStateStore,
 )
 from lease_core.store.lease_store import ConditionalLeaseStore, WriteResult
 from lease_core.store.memory_store import InMemoryLeaseStore
-from tests.support.stores import FAST_RETRIES, dynamodb_store, raw_item
+from tests.support.stores import dynamodb_state_store, dynamodb_store, raw_item
 
 ESN = ExtendedSequenceNumber
 KEY = "shardId-000000000000"
@@ -59,8 +57,7 @@ def tables(request: pytest.FixtureRequest, unique_name: str) -> Tables:
         return Tables(InMemoryLeaseStore(), InMemoryCoordinatorStateStore())
     endpoint = request.getfixturevalue("moto_endpoint")
     store = dynamodb_store(endpoint, unique_name)
-    client = boto3.client("dynamodb", endpoint_url=endpoint, region_name="us-east-1")
-    return Tables(store, DynamoDBCoordinatorStateStore(client, f"{unique_name}-CoordinatorState", FAST_RETRIES))
+    return Tables(store, dynamodb_state_store(endpoint, unique_name))
 
 
 def owned(tables: Tables, checkpoint: ESN = ExtendedSequenceNumber("500"), lease: Lease | None = None) -> Lease:

@@ -31,7 +31,7 @@ def state(request, unique_name):
         return coordinator_state_records(InMemoryRecordTable("in-memory-leases", "leaseKey"))
     endpoint = request.getfixturevalue("moto_endpoint")
     client = boto3.client("dynamodb", endpoint_url=endpoint, region_name="us-east-1")
-    config = fast_config(unique_name)
+    config = fast_config(unique_name, lease_table_layout="separate")
     TableAdministrator(client, config, retry_policy=FAST_RETRIES).ensure_tables()
     if request.param == "dynamodb lease table":
         return coordinator_state_records(DynamoDBRecordTable(client, config.lease_table, "leaseKey", FAST_RETRIES))
@@ -105,7 +105,7 @@ def test_an_update_with_nothing_to_set_creates_the_bare_record(state):
 
 def test_on_dynamodb_records_are_stored_with_the_types_kcl_tooling_expects(moto_endpoint, unique_name):
     client = boto3.client("dynamodb", endpoint_url=moto_endpoint, region_name="us-east-1")
-    config = fast_config(unique_name)
+    config = fast_config(unique_name, lease_table_layout="separate")
     TableAdministrator(client, config, retry_policy=FAST_RETRIES).ensure_tables()
     state = DynamoDBCoordinatorStateStore(client, config.coordinator_state_table, retry_policy=FAST_RETRIES)
     state.put("Record", RECORD_WITH_EVERY_TYPE)
@@ -205,7 +205,7 @@ def test_a_record_that_changes_under_every_attempt_raises_a_retryable_conflict(s
 
 def test_a_write_whose_answer_was_lost_is_recognised_and_not_applied_twice(moto_endpoint, unique_name):
     client = boto3.client("dynamodb", endpoint_url=moto_endpoint, region_name="us-east-1")
-    config = fast_config(unique_name)
+    config = fast_config(unique_name, lease_table_layout="separate")
     TableAdministrator(client, config, retry_policy=FAST_RETRIES).ensure_tables()
     lossy = AnswerLostClient(client, lambda method, number: method == "put_item" and number == 2)
     state = DynamoDBCoordinatorStateStore(lossy, config.coordinator_state_table, retry_policy=FAST_RETRIES)

@@ -5,12 +5,11 @@ from __future__ import annotations
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
-import boto3
 import pytest
 
 from lease_core.leader.leader_lock import LEADER_KEY, LeaderLock
-from lease_core.store.coordinator_state import DynamoDBCoordinatorStateStore
-from tests.support.stores import FAST_RETRIES, dynamodb_store
+from lease_core.store.coordinator_state import CoordinatorStateStore
+from tests.support.stores import dynamodb_state_store, dynamodb_store
 
 CONTENDERS = 8
 ROUNDS = 10
@@ -31,13 +30,12 @@ class FakeClock:
 
 
 @pytest.fixture
-def state(moto_endpoint, unique_name) -> DynamoDBCoordinatorStateStore:
+def state(moto_endpoint, unique_name) -> CoordinatorStateStore:
     dynamodb_store(moto_endpoint, unique_name)  # creates the application's tables
-    client = boto3.client("dynamodb", endpoint_url=moto_endpoint, region_name="us-east-1")
-    return DynamoDBCoordinatorStateStore(client, f"{unique_name}-CoordinatorState", retry_policy=FAST_RETRIES)
+    return dynamodb_state_store(moto_endpoint, unique_name)
 
 
-def contenders(state: DynamoDBCoordinatorStateStore, race: int) -> list[tuple[LeaderLock, FakeClock]]:
+def contenders(state: CoordinatorStateStore, race: int) -> list[tuple[LeaderLock, FakeClock]]:
     clocks = [FakeClock() for _ in range(CONTENDERS)]
     return [
         (

@@ -21,11 +21,11 @@ from lease_core.model.lease import Lease
 from lease_core.model.lease_keys import LeaseKeyScheme
 from lease_core.model.sequence import SHARD_END, TRIM_HORIZON, ExtendedSequenceNumber
 from lease_core.model.shards import ChildShard, Shard
-from lease_core.store.coordinator_state import DynamoDBCoordinatorStateStore
+from lease_core.store.coordinator_state import CoordinatorStateStore
 from lease_core.store.dynamodb_store import DynamoDBLeaseStore
 from lease_core.sync.audit import AuditReason, ShardSyncAuditor
 from tests.support.faults import AnswerLostClient
-from tests.support.stores import FAST_RETRIES, dynamodb_store, raw_item
+from tests.support.stores import FAST_RETRIES, dynamodb_state_store, dynamodb_store, raw_item
 
 S = shard_id
 SINGLE = LeaseKeyScheme()
@@ -39,8 +39,8 @@ def store(moto_endpoint: str, unique_name: str) -> DynamoDBLeaseStore:
 
 
 @pytest.fixture
-def state(store: DynamoDBLeaseStore, unique_name: str) -> DynamoDBCoordinatorStateStore:
-    return DynamoDBCoordinatorStateStore(store.client, f"{unique_name}-CoordinatorState", retry_policy=FAST_RETRIES)
+def state(store: DynamoDBLeaseStore, moto_endpoint: str, unique_name: str) -> CoordinatorStateStore:
+    return dynamodb_state_store(moto_endpoint, unique_name)
 
 
 def stored(store: DynamoDBLeaseStore, key: str) -> Lease:

@@ -15,9 +15,9 @@ from lease_core.leader.round_history import (
     LEASE_ROW_FIELDS,
     RoundHistory,
 )
-from lease_core.store.coordinator_state import DynamoDBCoordinatorStateStore
+from lease_core.store.coordinator_state import CoordinatorStateStore
 from spark_jobs.round_report import LeaseReport, RoundFigures, RoundReport, SlotReport
-from tests.support.stores import FAST_RETRIES, dynamodb_store, fast_config
+from tests.support.stores import dynamodb_state_store, dynamodb_store
 
 DYNAMODB_ITEM_LIMIT = 400 * 1024
 
@@ -25,9 +25,9 @@ pytestmark = pytest.mark.moto
 
 
 @pytest.fixture
-def state(moto_endpoint: str, unique_name: str) -> DynamoDBCoordinatorStateStore:
-    store = dynamodb_store(moto_endpoint, unique_name)
-    return DynamoDBCoordinatorStateStore(store.client, fast_config(unique_name).coordinator_state_table, FAST_RETRIES)
+def state(moto_endpoint: str, unique_name: str) -> CoordinatorStateStore:
+    dynamodb_store(moto_endpoint, unique_name)
+    return dynamodb_state_store(moto_endpoint, unique_name)
 
 
 def figures(round_number: int, slots: int) -> RoundFigures:
@@ -77,7 +77,7 @@ def summary(round_number: int, slots: int = 100) -> dict[str, object]:
     )
 
 
-def stored_item_bytes(state: DynamoDBCoordinatorStateStore, key: str) -> int:
+def stored_item_bytes(state: CoordinatorStateStore, key: str) -> int:
     """The item's size as DynamoDB counts it: attribute names plus values (strings, numbers, binaries)."""
     record = state.get(key)
     assert record is not None

@@ -12,15 +12,16 @@ from lease_core.leader.round_history import HISTORY_KEY, LAST_ROUND_KEY, RoundHi
 from lease_core.store.coordinator_state import DynamoDBCoordinatorStateStore, InMemoryCoordinatorStateStore
 from lease_core.store.tables import TableAdministrator
 from tests.support.faults import AnswerLostClient
-from tests.support.stores import FAST_RETRIES, dynamodb_store, fast_config
+from tests.support.stores import FAST_RETRIES, dynamodb_state_store, dynamodb_store, fast_config
 
 
 @pytest.fixture(params=["memory", "dynamodb"])
 def state(request: pytest.FixtureRequest, unique_name: str):
     if request.param == "memory":
         return InMemoryCoordinatorStateStore()
-    store = dynamodb_store(request.getfixturevalue("moto_endpoint"), unique_name)
-    return DynamoDBCoordinatorStateStore(store.client, fast_config(unique_name).coordinator_state_table, FAST_RETRIES)
+    endpoint = request.getfixturevalue("moto_endpoint")
+    dynamodb_store(endpoint, unique_name)
+    return dynamodb_state_store(endpoint, unique_name)
 
 
 def test_an_empty_history_has_no_rounds(state):
@@ -80,7 +81,7 @@ def test_summaries_without_a_run_id_are_each_kept_as_rounds_of_their_own(state):
 )
 def test_an_append_whose_answer_was_lost_is_kept_once(moto_endpoint, unique_name, summary):
     client = boto3.client("dynamodb", endpoint_url=moto_endpoint, region_name="us-east-1")
-    config = fast_config(unique_name)
+    config = fast_config(unique_name, lease_table_layout="separate")
     TableAdministrator(client, config, retry_policy=FAST_RETRIES).ensure_tables()
     lossy = AnswerLostClient(client, lambda method, number: method == "put_item" and number == 2)
     history = RoundHistory(DynamoDBCoordinatorStateStore(lossy, config.coordinator_state_table, FAST_RETRIES))

@@ -54,7 +54,7 @@ def test_a_kcl_3_0_application_with_its_three_tables_is_detected_as_separate(cli
 
 
 def test_the_tables_this_project_creates_are_detected_as_separate(moto_endpoint, client, unique_name):
-    dynamodb_store(moto_endpoint, unique_name)
+    dynamodb_store(moto_endpoint, unique_name, layout="separate")
     assert detect(client, unique_name).layout == SEPARATE
 
 
@@ -130,7 +130,7 @@ def test_the_lease_store_reads_only_the_leases_of_a_kcl_3_5_single_table_lease_t
 
 
 def test_a_separate_layout_is_detected_without_scanning_the_lease_table(moto_endpoint, client, unique_name):
-    dynamodb_store(moto_endpoint, unique_name)
+    dynamodb_store(moto_endpoint, unique_name, layout="separate")
     counting = FaultInjectingClient(client, lambda method, number: None)
     assert detect(counting, unique_name).layout == SEPARATE
     assert counting.calls.get("scan", 0) == 0

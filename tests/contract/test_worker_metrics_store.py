@@ -24,7 +24,7 @@ def store(request, unique_name):
         return InMemoryWorkerMetricsStore()
     if request.param == "memory lease table":
         return WorkerMetricsStore(worker_metrics_records(InMemoryRecordTable("in-memory-leases", "leaseKey")))
-    lease_store = dynamodb_store(request.getfixturevalue("moto_endpoint"), unique_name)
+    lease_store = dynamodb_store(request.getfixturevalue("moto_endpoint"), unique_name, layout="separate")
     if request.param == "dynamodb lease table":
         lease_table = DynamoDBRecordTable(lease_store.client, unique_name, "leaseKey", FAST_RETRIES)
         return WorkerMetricsStore(worker_metrics_records(lease_table))
@@ -95,7 +95,7 @@ def test_deleting_a_missing_worker_reports_false(store):
 
 
 def test_the_dynamodb_scan_follows_every_page(moto_endpoint, unique_name):
-    lease_store = dynamodb_store(moto_endpoint, unique_name)
+    lease_store = dynamodb_store(moto_endpoint, unique_name, layout="separate")
     client = FaultInjectingClient(lease_store.client, lambda method, number: None)
     store = DynamoDBWorkerMetricsStore(
         client, f"{unique_name}-WorkerMetricStats", retry_policy=FAST_RETRIES, page_size=2
@@ -107,7 +107,7 @@ def test_the_dynamodb_scan_follows_every_page(moto_endpoint, unique_name):
 
 
 def test_a_throttled_write_is_retried_and_lands_once(moto_endpoint, unique_name):
-    lease_store = dynamodb_store(moto_endpoint, unique_name)
+    lease_store = dynamodb_store(moto_endpoint, unique_name, layout="separate")
     throttle_first = lambda method, number: client_error("ThrottlingException", "UpdateItem") if number == 1 else None  # noqa: E731
     store = DynamoDBWorkerMetricsStore(
         FaultInjectingClient(lease_store.client, throttle_first),
@@ -119,7 +119,7 @@ def test_a_throttled_write_is_retried_and_lands_once(moto_endpoint, unique_name)
 
 
 def test_a_missing_table_is_reported_by_name(moto_endpoint, unique_name):
-    lease_store = dynamodb_store(moto_endpoint, unique_name)
+    lease_store = dynamodb_store(moto_endpoint, unique_name, layout="separate")
     store = DynamoDBWorkerMetricsStore(lease_store.client, f"{unique_name}-Missing", retry_policy=FAST_RETRIES)
     with pytest.raises(TableNotFoundError):
         store.list_all()

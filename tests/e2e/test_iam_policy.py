@@ -326,29 +326,34 @@ def recorded_run(
     create_stream(kinesis, stream, 2)
     create_kcl2_lease_table(dynamodb, application)
     counts = call_counts(proxies)
-    rounds = DagRounds(
-        load_dag_module("kinesis_lease_pipeline_iam_policy").dag,
-        proxies,
-        {
-            "streams": [stream],
-            "application_name": application,
-            "num_workers": 2,
-            "initial_position": "TRIM_HORIZON",
-            "output_uri": output,
-            **DEAD_LETTERING,
-        },
-    )
-    serial, malformed = [0], []
-    window_start = window_bound()
-    produced = produce(kinesis, stream, 120, serial, malformed)
-    rounds.run("first")
-    split_shard(kinesis, stream, sorted(shard.shard_id for shard in shards_of(kinesis, stream))[0])
-    produced += produce(kinesis, stream, 80, serial, malformed)
-    rounds.run("after-split")  # the parent to its end, and its children in the same round
-    rounds.run("cleanup")  # nothing new to read: shard sync deletes the finished parent, the consume step is skipped
-    rounds.run("idle")
-    window_end = window_bound()
-    rounds.run("backfill", mode="backfill", start=window_start.isoformat(), end=window_end.isoformat())
+    # The Parquet run sets its applications up in KCL 3.0-3.4's separate layout, so that the grants on the
+    # two separate tables are exercised; the Iceberg and Delta runs keep the default, KCL 3.5's single table.
+    with airflow_environment({"KINESIS_LEASE_LEASE_TABLE_LAYOUT": "separate"}):
+        rounds = DagRounds(
+            load_dag_module("kinesis_lease_pipeline_iam_policy").dag,
+            proxies,
+            {
+                "streams": [stream],
+                "application_name": application,
+                "num_workers": 2,
+                "initial_position": "TRIM_HORIZON",
+                "output_uri": output,
+                **DEAD_LETTERING,
+            },
+        )
+        serial, malformed = [0], []
+        window_start = window_bound()
+        produced = produce(kinesis, stream, 120, serial, malformed)
+        rounds.run("first")
+        split_shard(kinesis, stream, sorted(shard.shard_id for shard in shards_of(kinesis, stream))[0])
+        produced += produce(kinesis, stream, 80, serial, malformed)
+        rounds.run("after-split")  # the parent to its end, and its children in the same round
+        rounds.run(
+            "cleanup"
+        )  # nothing new to read: shard sync deletes the finished parent, the consume step is skipped
+        rounds.run("idle")
+        window_end = window_bound()
+        rounds.run("backfill", mode="backfill", start=window_start.isoformat(), end=window_end.isoformat())
     backfill_application = f"{application}-backfill-{window_name(window_start, window_end)}"
 
     from kinesis_lease.aws_connection import aws_access

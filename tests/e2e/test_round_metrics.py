@@ -31,11 +31,10 @@ from devtools.emulators import moto_server
 from devtools.kinesis_standin import KinesisStandIn, Limits, StreamSpec
 from devtools.kinesis_streams import create_stream, kinesis_client
 from lease_core.leader.round_history import RoundHistory
-from lease_core.store.coordinator_state import DynamoDBCoordinatorStateStore
 from tests.support.airflow_dag import airflow_environment, consumed_cleanly, run_round
 from tests.support.pipeline import ConsumerPipeline
 from tests.support.statsd_daemon import StatsdDaemon, airflow_metrics_to, statsd_daemon
-from tests.support.stores import FAST_RETRIES
+from tests.support.stores import dynamodb_state_store
 
 SHARDS = ("shardId-000000000000", "shardId-000000000001")
 LIMIT = 150
@@ -138,8 +137,7 @@ def read_back(
 
 
 def history_of(moto_endpoint: str, application: str) -> RoundHistory:
-    client = boto3.client("dynamodb", endpoint_url=moto_endpoint, region_name="us-east-1")
-    return RoundHistory(DynamoDBCoordinatorStateStore(client, f"{application}-CoordinatorState", FAST_RETRIES))
+    return RoundHistory(dynamodb_state_store(moto_endpoint, application))
 
 
 def test_a_round_on_the_standin_publishes_its_figures_to_cloudwatch_under_kcls_names_and_to_statsd(

@@ -8,8 +8,12 @@ import pytest
 
 from lease_core.model.lease import AgedOutRange, Lease
 from lease_core.model.sequence import ExtendedSequenceNumber
+from tests.support.kcl_tables import LEADER_LOCK
 from tests.support.leasectl import run_leasectl
-from tests.support.stores import dynamodb_store
+from tests.support.stores import dynamodb_store, put_raw_item
+
+# For the tests about the three tables of the separate layout (the default is KCL 3.5's single table).
+SEPARATE_LAYOUT = {"KINESIS_LEASE_LEASE_TABLE_LAYOUT": "separate"}
 
 
 def leasectl(*arguments: str, endpoint: str | None = None, **environment: str):
@@ -17,12 +21,12 @@ def leasectl(*arguments: str, endpoint: str | None = None, **environment: str):
 
 
 def test_init_creates_the_three_tables_and_a_second_init_finds_them(moto_endpoint, dynamodb_client, unique_name):
-    first = leasectl("--app", unique_name, "init", endpoint=moto_endpoint)
+    first = leasectl("--app", unique_name, "init", endpoint=moto_endpoint, **SEPARATE_LAYOUT)
     assert first.returncode == 0, first.stderr
     assert first.stdout.split("\n")[0].split() == ["created", unique_name, "(lease,", "ACTIVE)"]
     for name in (unique_name, f"{unique_name}-WorkerMetricStats", f"{unique_name}-CoordinatorState"):
         assert dynamodb_client.describe_table(TableName=name)["Table"]["TableStatus"] == "ACTIVE"
-    second = leasectl("--app", unique_name, "init", endpoint=moto_endpoint)
+    second = leasectl("--app", unique_name, "init", endpoint=moto_endpoint, **SEPARATE_LAYOUT)
     assert second.returncode == 0 and second.stdout.count("exists") == 3
 
 
@@ -89,7 +93,7 @@ def test_endpoints_come_from_the_generic_variable_or_from_configuration(moto_end
 
 
 def test_teardown_needs_yes_and_then_deletes_every_table(moto_endpoint, dynamodb_client, unique_name):
-    leasectl("--app", unique_name, "init", endpoint=moto_endpoint)
+    leasectl("--app", unique_name, "init", endpoint=moto_endpoint, **SEPARATE_LAYOUT)
     refused = leasectl("--app", unique_name, "teardown", endpoint=moto_endpoint)
     assert refused.returncode == 2 and "--yes" in refused.stderr
     done = leasectl("--app", unique_name, "teardown", "--yes", endpoint=moto_endpoint)
@@ -157,3 +161,20 @@ def test_an_unknown_setting_variable_exits_2_suggesting_the_closest_one():
     result = leasectl("--app", "demo-app", "status", KINESIS_LEASE_failover_time_milis="5")
     assert result.returncode == 2
     assert "did you mean 'KINESIS_LEASE_FAILOVER_TIME_MILLIS'?" in result.stderr
+
+
+def test_status_of_tables_holding_both_layouts_shows_the_conflict_and_the_leases_and_exits_1(
+    moto_endpoint, unique_name
+):
+    store = dynamodb_store(moto_endpoint, unique_name, layout="separate")
+    store.create_lease_if_not_exists(Lease("shardId-0"))
+    put_raw_item(store, LEADER_LOCK)  # a KCL 3.5 leader's lock in the lease table
+    result = leasectl("--app", unique_name, "status", "--json", endpoint=moto_endpoint)
+    assert result.returncode == 1 and "rounds refuse to run" in result.stderr
+    report = json.loads(result.stdout)
+    layout = report["table_layout"]
+    assert (layout["layout"], layout["lease_table"]) == ("conflict", unique_name)
+    assert layout["separate_tables"] == [f"{unique_name}-WorkerMetricStats", f"{unique_name}-CoordinatorState"]
+    assert [lease["lease_key"] for lease in report["leases"]] == ["shardId-0"]
+    text = leasectl("--app", unique_name, "status", endpoint=moto_endpoint)
+    assert text.returncode == 1 and f"Table layout: conflict (lease table {unique_name!r}" in text.stdout

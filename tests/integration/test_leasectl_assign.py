@@ -4,14 +4,11 @@ from __future__ import annotations
 
 import json
 
-import boto3
-
 from lease_core.leader.leader_lock import LeaderLock
-from lease_core.metrics.worker_metrics import DynamoDBWorkerMetricsStore, WorkerMetricStats
+from lease_core.metrics.worker_metrics import WorkerMetricStats
 from lease_core.model.lease import Lease
-from lease_core.store.coordinator_state import DynamoDBCoordinatorStateStore
 from tests.support.leasectl import run_leasectl
-from tests.support.stores import dynamodb_store
+from tests.support.stores import dynamodb_state_store, dynamodb_store, dynamodb_worker_metrics
 
 
 def leasectl(*arguments: str, moto: str):
@@ -44,8 +41,7 @@ def test_assign_spreads_unassigned_leases_over_the_slots_and_reports_before_and_
 
 def test_a_listed_worker_with_cpu_metrics_and_an_unlisted_owner(moto_endpoint, unique_name):
     store = seeded(moto_endpoint, unique_name, ["gone-host", "hot", "hot", "cool"], [5.0, 5.0, 5.0, 5.0])
-    client = boto3.client("dynamodb", endpoint_url=moto_endpoint, region_name="us-east-1")
-    metrics = DynamoDBWorkerMetricsStore(client, f"{unique_name}-WorkerMetricStats")
+    metrics = dynamodb_worker_metrics(moto_endpoint, unique_name)
     metrics.put(WorkerMetricStats("hot", 1, {"C": (90.0, 95.0)}, {"C": (100.0,)}, round=1))
     metrics.put(WorkerMetricStats("cool", 1, {"C": (10.0, 12.0)}, {"C": (100.0,)}, round=1))
     result = leasectl(
@@ -59,10 +55,7 @@ def test_a_listed_worker_with_cpu_metrics_and_an_unlisted_owner(moto_endpoint, u
 
 def test_assign_refuses_while_another_leader_holds_the_lock(moto_endpoint, unique_name):
     seeded(moto_endpoint, unique_name, [None], [1.0])
-    client = boto3.client("dynamodb", endpoint_url=moto_endpoint, region_name="us-east-1")
-    assert LeaderLock(
-        DynamoDBCoordinatorStateStore(client, f"{unique_name}-CoordinatorState"), "airflow-round-7"
-    ).try_acquire()
+    assert LeaderLock(dynamodb_state_store(moto_endpoint, unique_name), "airflow-round-7").try_acquire()
     result = leasectl("--app", unique_name, "assign", "--workers", "2", moto=moto_endpoint)
     assert result.returncode == 1 and "'airflow-round-7'" in result.stderr
 

@@ -16,32 +16,28 @@ import pytest
 
 from lease_core.leader.leader_lock import LEADER_KEY, LeaderLock
 from lease_core.model.lease import Lease
-from lease_core.store.coordinator_state import DynamoDBCoordinatorStateStore
+from lease_core.store.coordinator_state import CoordinatorStateStore
 from tests.support.leasectl import run_leasectl
-from tests.support.stores import dynamodb_store
+from tests.support.stores import dynamodb_state_store, dynamodb_store
 
 LEASE_MILLIS = 3000
 SHORT_LOCK = ("--set", f"leader_lease_duration_millis={LEASE_MILLIS}", "--set", "leader_heartbeat_period_millis=500")
 
 
-def state_store(moto_endpoint: str, app: str) -> DynamoDBCoordinatorStateStore:
-    client = boto3.client("dynamodb", endpoint_url=moto_endpoint, region_name="us-east-1")
-    return DynamoDBCoordinatorStateStore(client, f"{app}-CoordinatorState")
+def state_store(moto_endpoint: str, app: str) -> CoordinatorStateStore:
+    return dynamodb_state_store(moto_endpoint, app)
 
 
 def die_holding_the_lock(moto_endpoint: str, app: str, owner: str) -> None:
     """A separate process acquires the lock and exits without releasing it (as a killed one would)."""
     program = (
-        "import os, sys, boto3\n"
-        "from lease_core.store.coordinator_state import DynamoDBCoordinatorStateStore\n"
+        "import os, sys\n"
+        "from tests.support.stores import dynamodb_state_store\n"
         "from lease_core.leader.leader_lock import LeaderLock\n"
-        "client = boto3.client('dynamodb', endpoint_url=sys.argv[1], region_name='us-east-1')\n"
-        f"lock = LeaderLock(DynamoDBCoordinatorStateStore(client, sys.argv[2]), sys.argv[3], {LEASE_MILLIS}, 500)\n"
+        f"lock = LeaderLock(dynamodb_state_store(sys.argv[1], sys.argv[2]), sys.argv[3], {LEASE_MILLIS}, 500)\n"
         "os._exit(0 if lock.try_acquire() else 3)\n"
     )
-    done = subprocess.run(
-        [sys.executable, "-c", program, moto_endpoint, f"{app}-CoordinatorState", owner], timeout=60, check=False
-    )
+    done = subprocess.run([sys.executable, "-c", program, moto_endpoint, app, owner], timeout=60, check=False)
     assert done.returncode == 0
 
 

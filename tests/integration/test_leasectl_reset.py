@@ -6,20 +6,19 @@ import json
 from collections import Counter
 from pathlib import Path
 
-import boto3
 import pytest
 
 from lease_core.leader.leader_lock import LEADER_KEY, LeaderLock
 from lease_core.model.lease import Lease, StreamIdentifier
 from lease_core.model.pending_batch import PendingBatch
 from lease_core.model.sequence import SHARD_END, ExtendedSequenceNumber
-from lease_core.store.coordinator_state import DynamoDBCoordinatorStateStore
+from lease_core.store.coordinator_state import CoordinatorStateStore
 from lease_core.store.dynamodb_store import DynamoDBLeaseStore
 from spark_jobs.round_report import Outcome
 from spark_jobs.slot_task import SlotTask
 from tests.support.leasectl import run_leasectl
 from tests.support.pipeline import ConsumerPipeline, pipeline_on_new_stream
-from tests.support.stores import FAST_RETRIES, dynamodb_store
+from tests.support.stores import dynamodb_state_store, dynamodb_store
 
 ESN = ExtendedSequenceNumber
 KEY = "shardId-000000000000"
@@ -31,9 +30,8 @@ def leasectl(*arguments: str, moto: str | None = None):
     return run_leasectl(*arguments, dynamodb=moto)
 
 
-def leader_state(moto_endpoint: str, app: str) -> DynamoDBCoordinatorStateStore:
-    client = boto3.client("dynamodb", endpoint_url=moto_endpoint, region_name="us-east-1")
-    return DynamoDBCoordinatorStateStore(client, f"{app}-CoordinatorState", FAST_RETRIES)
+def leader_state(moto_endpoint: str, app: str) -> CoordinatorStateStore:
+    return dynamodb_state_store(moto_endpoint, app)
 
 
 def seeded(

@@ -20,12 +20,18 @@ import pytest
 from devtools.fault_proxy import FaultProxy, FaultRule
 from lease_core.leader.leader_lock import LeaderLock
 from lease_core.leader.round_history import RoundHistory
-from lease_core.metrics.worker_metrics import DynamoDBWorkerMetricsStore, publish_worker_metrics
+from lease_core.metrics.worker_metrics import publish_worker_metrics
 from lease_core.model.lease import Lease
 from lease_core.model.sequence import ExtendedSequenceNumber
-from lease_core.store.coordinator_state import DynamoDBCoordinatorStateStore
+from lease_core.store.coordinator_state import CoordinatorStateStore
 from tests.support.airflow_server import REPO, AirflowServer, airflow_api_server, http_get, http_json
-from tests.support.stores import FAST_RETRIES, dynamodb_store, fast_config, put_raw_item
+from tests.support.kcl_tables import LEADER_LOCK
+from tests.support.stores import (
+    dynamodb_state_store,
+    dynamodb_store,
+    dynamodb_worker_metrics,
+    put_raw_item,
+)
 
 PREFIX = "/kinesis-lease"
 DAG_ID = "kinesis_lease_pipeline"
@@ -74,7 +80,6 @@ def application(moto_endpoint: str) -> str:
     """An application with leases on two slots and none, CPU of three slots, a leader and two rounds."""
     name = "monitored-app"
     store = dynamodb_store(moto_endpoint, name)
-    config = fast_config(name)
     leases = [
         (Lease("shardId-000", ExtendedSequenceNumber("100"), throughput_kbps=300.0), f"{name}-worker-0"),
         (Lease("shardId-001", ExtendedSequenceNumber("200"), throughput_kbps=100.0), f"{name}-worker-0"),
@@ -90,11 +95,11 @@ def application(moto_endpoint: str) -> str:
         assert store.create_lease_if_not_exists(lease)
         if owner is not None:
             assert store.assign_lease(lease, owner).applied
-    metrics = DynamoDBWorkerMetricsStore(store.client, config.worker_metrics_table, retry_policy=FAST_RETRIES)
+    metrics = dynamodb_worker_metrics(moto_endpoint, name)
     # worker-2 read no lease in round 2, so its latest figure is round 1's.
     for worker, cpu, round_ in (("worker-0", 55.0, 2), ("worker-1", 20.0, 2), ("worker-2", 5.0, 1)):
         publish_worker_metrics(metrics, f"{name}-{worker}", cpu, now=1_800_000_000, round=round_)
-    state = DynamoDBCoordinatorStateStore(store.client, config.coordinator_state_table, FAST_RETRIES)
+    state = dynamodb_state_store(moto_endpoint, name)
     assert LeaderLock(state, LEADER).try_acquire()
     history = RoundHistory(state)
     # Round 1 as an older release wrote it: no dag_id, no dead-letter count.
@@ -128,9 +133,9 @@ def application(moto_endpoint: str) -> str:
     return name
 
 
-def coordinator_state(moto_endpoint: str, name: str) -> DynamoDBCoordinatorStateStore:
-    store = dynamodb_store(moto_endpoint, name)
-    return DynamoDBCoordinatorStateStore(store.client, fast_config(name).coordinator_state_table, FAST_RETRIES)
+def coordinator_state(moto_endpoint: str, name: str) -> CoordinatorStateStore:
+    dynamodb_store(moto_endpoint, name)
+    return dynamodb_state_store(moto_endpoint, name)
 
 
 def round_summary(number: int, run_id: str, records: int) -> dict[str, Any]:
@@ -310,12 +315,8 @@ def test_the_overview_shows_the_running_leader_and_the_rounds_newest_first_with_
         (2, 75, 2, False, DAG_ID, "queued", f"/dags/{DAG_ID}/runs/manual__round-2"),  # no scheduler runs it here
         (1, 40, None, False, None, None, None),  # an older release's entry whose run Airflow does not know
     ]
-    assert overview["tables"] == {
-        "lease": application,
-        "worker_metrics": f"{application}-WorkerMetricStats",
-        "coordinator_state": f"{application}-CoordinatorState",
-    }
-    assert overview["table_layout"]["layout"] == "separate"
+    assert overview["tables"] == dict.fromkeys(("lease", "worker_metrics", "coordinator_state"), application)
+    assert overview["table_layout"]["layout"] == "single"
     assert overview["table_layout"]["table_migration"] is None
 
 
@@ -518,8 +519,7 @@ def test_a_slot_that_holds_no_lease_shows_no_cpu_even_with_metrics_of_the_last_r
     store = dynamodb_store(moto_endpoint, unique_name)
     lease = Lease("shardId-0")
     assert store.create_lease_if_not_exists(lease) and store.assign_lease(lease, f"{unique_name}-worker-0").applied
-    config = fast_config(unique_name)
-    metrics = DynamoDBWorkerMetricsStore(store.client, config.worker_metrics_table, retry_policy=FAST_RETRIES)
+    metrics = dynamodb_worker_metrics(moto_endpoint, unique_name)
     for worker in ("worker-0", "worker-1"):  # both read in round 5; worker-1's lease was deleted since
         publish_worker_metrics(metrics, f"{unique_name}-{worker}", 100.0, now=1_800_000_000, round=5)
     rows = [
@@ -532,6 +532,24 @@ def test_a_slot_that_holds_no_lease_shows_no_cpu_even_with_metrics_of_the_last_r
         (f"{unique_name}-worker-0", 1, 100.0),
         (f"{unique_name}-worker-1", 0, None),
     ]
+
+
+def test_tables_holding_both_layouts_show_the_conflict_naming_them_beside_the_leases(
+    server, token, moto_endpoint, unique_name
+):
+    store = dynamodb_store(moto_endpoint, unique_name, layout="separate")
+    assert store.create_lease_if_not_exists(Lease("shardId-0"))
+    put_raw_item(store, LEADER_LOCK)  # a KCL 3.5 leader's lock in the lease table
+    status, overview = get(server, f"/api/applications/{unique_name}", token)
+    assert status == 200
+    layout = overview["table_layout"]
+    assert (layout["layout"], layout["lease_table"]) == ("conflict", unique_name)
+    assert layout["separate_tables"] == [f"{unique_name}-WorkerMetricStats", f"{unique_name}-CoordinatorState"]
+    assert f"lease table {unique_name!r}" in layout["reason"]
+    assert overview["summary"]["lease_count"] == 1
+    # Where the worker metrics and rounds are kept cannot be told: none are read.
+    assert [(w["worker_id"], w["cpu_percent"]) for w in overview["workers"]] == [("(unassigned)", None)]
+    assert overview["rounds"] == []
 
 
 def test_corrupt_lease_items_are_named_with_their_attribute(server, token, moto_endpoint, unique_name):

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import boto3
 import pytest
 
 from devtools.kinesis_streams import create_stream, kinesis_client, split_shard, wait_until_gone
@@ -10,16 +9,15 @@ from lease_core.errors import ConfigurationError, InconsistentShardsError, Strea
 from lease_core.model.lease import Lease
 from lease_core.model.sequence import TRIM_HORIZON, ExtendedSequenceNumber
 from lease_core.retrieval.shard_source import KinesisShardSource
-from lease_core.store.coordinator_state import DynamoDBCoordinatorStateStore
+from lease_core.store.coordinator_state import CoordinatorStateStore
 from lease_core.sync.step import sync_streams
 from tests.support.faults import FaultInjectingClient
 from tests.support.seed_lineage import build_seed_lineage
-from tests.support.stores import FAST_RETRIES, dynamodb_store, fast_config
+from tests.support.stores import FAST_RETRIES, dynamodb_state_store, dynamodb_store, fast_config
 
 
-def state_store(moto_endpoint: str, app: str) -> DynamoDBCoordinatorStateStore:
-    client = boto3.client("dynamodb", endpoint_url=moto_endpoint, region_name="us-east-1")
-    return DynamoDBCoordinatorStateStore(client, f"{app}-CoordinatorState", FAST_RETRIES)
+def state_store(moto_endpoint: str, app: str) -> CoordinatorStateStore:
+    return dynamodb_state_store(moto_endpoint, app)
 
 
 class ListingDroppingClient(FaultInjectingClient):

@@ -25,7 +25,8 @@ def administrator(client, name: str) -> TableAdministrator:
 
 
 def leasectl(endpoint: str, app: str, *command: str):
-    return run_leasectl("--app", app, *command, dynamodb=endpoint)
+    """leasectl on an application set up in the separate layout: the refusals here name one of its three tables."""
+    return run_leasectl("--app", app, *command, dynamodb=endpoint, KINESIS_LEASE_LEASE_TABLE_LAYOUT="separate")
 
 
 def create_table(client, name: str, hash_key: str, key_type: str = "S", items=()) -> None:
@@ -245,7 +246,11 @@ def test_a_refused_table_fails_the_airflow_task_without_retrying():
 
 def access_to(moto_endpoint: str, application: str) -> AwsAccess:
     config = fast_config(
-        application, aws_endpoint_url_dynamodb=moto_endpoint, aws_endpoint_url_kinesis=moto_endpoint, aws_region=REGION
+        application,
+        aws_endpoint_url_dynamodb=moto_endpoint,
+        aws_endpoint_url_kinesis=moto_endpoint,
+        aws_region=REGION,
+        lease_table_layout="separate",
     )
     session = boto3.Session(aws_access_key_id="testing", aws_secret_access_key="testing", region_name=REGION)
     return AwsAccess(session, config)

@@ -21,7 +21,7 @@ def key_schema(description) -> list[tuple[str, str]]:
 
 
 def test_init_creates_the_three_tables_exactly_as_kcl_lays_them_out(dynamodb_client, unique_name):
-    reports = administrator(dynamodb_client, unique_name).ensure_tables()
+    reports = administrator(dynamodb_client, unique_name, lease_table_layout="separate").ensure_tables()
     assert [(r.name, r.created) for r in reports] == [
         (unique_name, True),
         (f"{unique_name}-WorkerMetricStats", True),
@@ -46,15 +46,35 @@ def test_init_creates_the_three_tables_exactly_as_kcl_lays_them_out(dynamodb_cli
         assert table.get("GlobalSecondaryIndexes", []) == []
 
 
-def test_init_is_idempotent_and_reports_existing_tables(dynamodb_client, unique_name):
-    administrator(dynamodb_client, unique_name).ensure_tables()
-    assert [r.created for r in administrator(dynamodb_client, unique_name).ensure_tables()] == [False] * 3
+def test_init_of_a_new_application_creates_the_lease_table_alone_and_records_kcl_3_5_single_layout(
+    dynamodb_client, unique_name
+):
+    reports = administrator(dynamodb_client, unique_name).ensure_tables()
+    assert [(r.role, r.name, r.created) for r in reports] == [("lease", unique_name, True)]
+    record = dynamodb_client.get_item(TableName=unique_name, Key={"leaseKey": {"S": "TableLayout"}})["Item"]
+    assert (record["layout"], record["entityType"]) == ({"S": "single"}, {"S": "LEADER"})
+    assert set(dynamodb_client.list_tables()["TableNames"]) & {f"{unique_name}-CoordinatorState"} == set()
 
 
-def test_concurrent_creators_all_succeed_and_each_table_is_created_once(dynamodb_client, unique_name):
+@pytest.mark.parametrize(
+    ("layout", "tables"), [pytest.param("single", 1, id="single"), pytest.param("separate", 3, id="separate")]
+)
+def test_init_is_idempotent_and_reports_existing_tables(dynamodb_client, unique_name, layout, tables):
+    administrator(dynamodb_client, unique_name, lease_table_layout=layout).ensure_tables()
+    again = administrator(dynamodb_client, unique_name, lease_table_layout=layout).ensure_tables()
+    assert [r.created for r in again] == [False] * tables
+
+
+@pytest.mark.parametrize(
+    ("layout", "tables"), [pytest.param("single", 1, id="single"), pytest.param("separate", 3, id="separate")]
+)
+def test_concurrent_creators_all_succeed_and_each_table_is_created_once(dynamodb_client, unique_name, layout, tables):
+    def setup(_: int):
+        return administrator(dynamodb_client, unique_name, lease_table_layout=layout).ensure_tables()
+
     with ThreadPoolExecutor(max_workers=6) as pool:
-        results = list(pool.map(lambda _: administrator(dynamodb_client, unique_name).ensure_tables(), range(6)))
-    for position in range(3):
+        results = list(pool.map(setup, range(6)))
+    for position in range(tables):
         assert sum(reports[position].created for reports in results) == 1
         assert {reports[position].status for reports in results} == {"ACTIVE"}
 
@@ -134,7 +154,7 @@ def test_a_table_that_never_becomes_active_times_out_with_its_status(dynamodb_cl
 
 
 def test_teardown_deletes_all_tables_and_a_second_teardown_finds_none(dynamodb_client, unique_name):
-    admin = administrator(dynamodb_client, unique_name)
+    admin = administrator(dynamodb_client, unique_name, lease_table_layout="separate")
     admin.ensure_tables()
     assert admin.delete_tables() == [unique_name, f"{unique_name}-WorkerMetricStats", f"{unique_name}-CoordinatorState"]
     assert admin.delete_tables() == []

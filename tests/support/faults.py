@@ -59,3 +59,33 @@ class AnswerLostClient(FaultInjectingClient):
         if self._lose(name, number):
             raise botocore.exceptions.ConnectionClosedError(endpoint_url="http://127.0.0.1/answer-lost")
         return answer
+
+
+class InterleavingClient:
+    """Delegates to `client`, and runs `interleave` once, just before the first call that `at(method_name,
+    arguments, earlier_calls)` picks: another process's steps, deterministically between two of this one's."""
+
+    def __init__(
+        self,
+        client: Any,
+        at: Callable[[str, dict[str, Any], list[tuple[str, dict[str, Any]]]], bool],
+        interleave: Callable[[], Any],
+    ) -> None:
+        self._client = client
+        self._at = at
+        self._interleave: Callable[[], Any] | None = interleave
+        self.calls: list[tuple[str, dict[str, Any]]] = []
+
+    def __getattr__(self, name: str) -> Any:
+        target = getattr(self._client, name)
+        if not callable(target):
+            return target
+
+        def call(**arguments: Any) -> Any:
+            if self._interleave is not None and self._at(name, arguments, self.calls):
+                interleave, self._interleave = self._interleave, None
+                interleave()
+            self.calls.append((name, arguments))
+            return target(**arguments)
+
+        return call

@@ -20,17 +20,14 @@ import boto3
 from devtools.analyst_reads import AnalystTable
 from devtools.kinesis_streams import create_stream, kinesis_client, put_entries
 from devtools.stream_records import StreamRecord, analyst_table, landed_records
+from lease_core.application import LeaseApplication
 from lease_core.leader.assignment_round import AssignmentCoordinator, AssignmentReport, slot_ids
 from lease_core.lifecycle.lease_lifecycle import forget_reported_losses
-from lease_core.metrics.worker_metrics import DynamoDBWorkerMetricsStore, WorkerMetricsStore
+from lease_core.metrics.worker_metrics import WorkerMetricsStore
 from lease_core.model.lease import Lease
 from lease_core.retrieval.shard_source import KinesisShardSource
-from lease_core.store.codec import LEASE_KEY
-from lease_core.store.coordinator_state import CoordinatorStateStore, DynamoDBCoordinatorStateStore
+from lease_core.store.coordinator_state import CoordinatorStateStore
 from lease_core.store.dynamodb_store import DynamoDBLeaseStore
-from lease_core.store.lease_table_records import coordinator_state_records, worker_metrics_records
-from lease_core.store.record_table import DynamoDBRecordTable
-from lease_core.store.table_layout import SINGLE
 from lease_core.store.tables import TableAdministrator
 from lease_core.sync.step import ShardSyncReport, sync_streams
 from spark_jobs.consume_job import run_round
@@ -71,17 +68,10 @@ class ConsumerPipeline:
         administrator = TableAdministrator(self.dynamodb, self.config, retry_policy=FAST_RETRIES)
         administrator.ensure_tables()
         self.store = DynamoDBLeaseStore(self.dynamodb, self.config.lease_table, retry_policy=FAST_RETRIES)
-        self.state: CoordinatorStateStore
-        self.metrics: WorkerMetricsStore
-        if administrator.layout().layout == SINGLE:
-            lease_table = DynamoDBRecordTable(self.dynamodb, self.config.lease_table, LEASE_KEY, FAST_RETRIES)
-            self.state = coordinator_state_records(lease_table)
-            self.metrics = WorkerMetricsStore(worker_metrics_records(lease_table))
-        else:
-            self.state = DynamoDBCoordinatorStateStore(self.dynamodb, self.config.coordinator_state_table, FAST_RETRIES)
-            self.metrics = DynamoDBWorkerMetricsStore(
-                self.dynamodb, self.config.worker_metrics_table, retry_policy=FAST_RETRIES
-            )
+        # In whichever layout the tables have, as the application's own processes read them.
+        application = LeaseApplication(self.config)
+        self.state: CoordinatorStateStore = application.state_store_with(FAST_RETRIES)
+        self.metrics: WorkerMetricsStore = application.worker_metrics
 
     # --- producing -----------------------------------------------------------------------------
 

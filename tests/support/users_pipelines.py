@@ -13,15 +13,12 @@ import textwrap
 from dataclasses import dataclass
 from pathlib import Path
 
-import boto3
-
 from devtools.kinesis_streams import create_stream, kinesis_client
-from lease_core.config.settings import ConsumerConfig
 from lease_core.leader.round_history import RoundHistory
-from lease_core.store.coordinator_state import DynamoDBCoordinatorStateStore
+from lease_core.store.coordinator_state import CoordinatorStateStore
 from sinks.dead_lettering import dead_letter_uri
 from sinks.parquet import ParquetSink
-from tests.support.stores import FAST_RETRIES
+from tests.support.stores import dynamodb_state_store
 
 VALID = 20
 
@@ -147,7 +144,5 @@ class UsersPipelines:
     def applications(self) -> set[str]:
         return set(self.streams.values())
 
-    def _coordinator_state(self, application: str) -> DynamoDBCoordinatorStateStore:
-        client = boto3.client("dynamodb", endpoint_url=self.moto_endpoint, region_name="us-east-1")
-        table = ConsumerConfig(application_name=application).coordinator_state_table
-        return DynamoDBCoordinatorStateStore(client, table, FAST_RETRIES)
+    def _coordinator_state(self, application: str) -> CoordinatorStateStore:
+        return dynamodb_state_store(self.moto_endpoint, application)

@@ -526,7 +526,22 @@ def test_writes_with_nothing_meaningful_to_do_are_refused(make: Make) -> None:
 
 # --- rendering as UpdateItem arguments ------------------------------------------------------------
 
-KEYWORDS = {"SET", "REMOVE", "ADD", "DELETE", "AND", "attribute_exists", "attribute_not_exists", "=", ",", "(", ")"}
+KEYWORDS = {
+    "SET",
+    "REMOVE",
+    "ADD",
+    "DELETE",
+    "AND",
+    "OR",
+    "attribute_exists",
+    "attribute_not_exists",
+    "=",
+    ",",
+    "(",
+    ")",
+}
+# Every lease update and delete ends with the lease guard (`lease_writes.IS_LEASE`).
+GUARD = "(attribute_not_exists(#n{0}) OR #n{0} = :v{1})"
 
 
 def placeholders(expression: str, prefix: str) -> set[str]:
@@ -564,7 +579,7 @@ def test_a_complex_update_renders_its_names_and_values_through_placeholders() ->
     text = arguments["UpdateExpression"] + " " + arguments["ConditionExpression"]
     names, values = arguments["ExpressionAttributeNames"], arguments["ExpressionAttributeValues"]
     assert placeholders(text, "#") == set(names) and placeholders(text, ":") == set(values)
-    assert set(names.values()) == {"leaseCounter", "pendingCheckpointState", FILE, PIN} | {
+    assert set(names.values()) == {"leaseCounter", "pendingCheckpointState", FILE, PIN, "entityType"} | {
         a for a, _ in update.set_attributes
     }
     assert {"S": "123456789012:stream:1"} in values.values() and {"N": "7"} in values.values()
@@ -577,16 +592,23 @@ def test_a_complex_update_renders_its_names_and_values_through_placeholders() ->
 def test_a_renew_renders_to_exactly_these_update_item_arguments() -> None:
     assert render_update(lease_writes.renew(OWNED)) == {
         "Key": {"leaseKey": {"S": "shardId-1"}},
-        "UpdateExpression": "SET #n2 = :v1",
-        "ConditionExpression": "#n0 = :v0 AND attribute_not_exists(#n1)",
-        "ExpressionAttributeNames": {"#n0": "leaseCounter", "#n1": "checkpointOwner", "#n2": "leaseCounter"},
-        "ExpressionAttributeValues": {":v0": {"N": "3"}, ":v1": {"N": "4"}},
+        "UpdateExpression": "SET #n3 = :v2",
+        "ConditionExpression": "#n0 = :v0 AND attribute_not_exists(#n1) AND " + GUARD.format(2, 1),
+        "ExpressionAttributeNames": {
+            "#n0": "leaseCounter",
+            "#n1": "checkpointOwner",
+            "#n2": "entityType",
+            "#n3": "leaseCounter",
+        },
+        "ExpressionAttributeValues": {":v0": {"N": "3"}, ":v1": {"S": "LEASE"}, ":v2": {"N": "4"}},
     }
 
 
-def test_an_update_without_values_omits_the_value_map() -> None:
+def test_an_update_without_values_of_its_own_carries_only_the_lease_guards() -> None:
     update = LeaseUpdate("shardId-1", (AttributeExists("leaseKey"),), remove_attributes=("checkpointOwner",))
-    assert "ExpressionAttributeValues" not in render_update(update)
+    arguments = render_update(update)
+    assert arguments["ConditionExpression"] == "attribute_exists(#n0) AND " + GUARD.format(1, 0)
+    assert arguments["ExpressionAttributeValues"] == {":v0": {"S": "LEASE"}}
 
 
 def test_an_update_with_every_action_kind_renders_set_remove_and_add_clauses() -> None:
@@ -598,8 +620,8 @@ def test_set_additions_join_the_add_clause_and_set_deletions_render_a_delete_cla
     added = render_update(lease_writes.update(CLAIMED, frozenset({AGED_OUT})))
     assert re.fullmatch(r"SET .+ REMOVE .+ ADD #n\d+ :v\d+", added["UpdateExpression"])
     forgotten = render_update(lease_writes.forget_reported_losses("shardId-1", frozenset({AGED_OUT})))
-    assert forgotten["UpdateExpression"] == "DELETE #n1 :v0"
-    assert forgotten["ExpressionAttributeValues"] == {":v0": {"SS": [AGED_OUT.encode()]}}
+    assert forgotten["UpdateExpression"] == "DELETE #n2 :v1"
+    assert forgotten["ExpressionAttributeValues"] == {":v0": {"S": "LEASE"}, ":v1": {"SS": [AGED_OUT.encode()]}}
 
 
 # --- cleanup's conditional delete -----------------------------------------------------------------
@@ -627,9 +649,9 @@ def test_a_cleanup_delete_holds_only_while_the_lease_is_as_the_snapshot_saw_it(l
 def test_a_cleanup_delete_renders_to_exactly_these_delete_item_arguments() -> None:
     assert render_delete(lease_writes.delete_if_unchanged(SHARD_END_LEASE)) == {
         "Key": {"leaseKey": {"S": "shardId-1"}},
-        "ConditionExpression": "#n0 = :v0 AND attribute_not_exists(#n1) AND #n2 = :v1",
-        "ExpressionAttributeNames": {"#n0": "leaseCounter", "#n1": LOSSES, "#n2": "checkpoint"},
-        "ExpressionAttributeValues": {":v0": {"N": "7"}, ":v1": {"S": "SHARD_END"}},
+        "ConditionExpression": "#n0 = :v0 AND attribute_not_exists(#n1) AND #n2 = :v1 AND " + GUARD.format(3, 2),
+        "ExpressionAttributeNames": {"#n0": "leaseCounter", "#n1": LOSSES, "#n2": "checkpoint", "#n3": "entityType"},
+        "ExpressionAttributeValues": {":v0": {"N": "7"}, ":v1": {"S": "SHARD_END"}, ":v2": {"S": "LEASE"}},
     }
 
 

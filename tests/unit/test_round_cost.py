@@ -53,10 +53,6 @@ class CountingLeaseStore(InMemoryLeaseStore):
         self.requests["write"] += 1
         return super()._update_item(update)
 
-    def _delete_item(self, lease_key: str) -> None:
-        self.requests["write"] += 1
-        super()._delete_item(lease_key)
-
     def _delete_item_if(self, delete: LeaseDelete) -> ItemWrite:
         self.requests["write"] += 1
         return super()._delete_item_if(delete)

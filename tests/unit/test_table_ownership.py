@@ -8,7 +8,7 @@ from lease_core.leader import assignment_round, leader_lock, round_history
 from lease_core.metrics.worker_metrics import WorkerMetricStats
 from lease_core.model.lease import Lease
 from lease_core.retrieval.fanout import stream_consumers
-from lease_core.store import load_probes
+from lease_core.store import load_probes, table_layout
 from lease_core.store.codec import lease_to_item
 from lease_core.store.record_table import to_attribute_values
 from lease_core.store.table_ownership import (
@@ -177,6 +177,7 @@ def test_the_worker_metrics_shape_is_the_one_the_worker_metrics_store_writes():
     "key",
     [
         leader_lock.LEADER_KEY,
+        table_layout.LAYOUT_RECORD_KEY,
         leader_lock.OBSERVATION_KEY,
         assignment_round.ROUND_KEY,
         round_history.HISTORY_KEY,

@@ -636,6 +636,10 @@
   // The tables, and where worker metrics and coordinator state live: the lease table itself in KCL 3.5's single layout.
   function tablesText(tables, layout) {
     const migration = layout.table_migration ? `; table migration: ${layout.table_migration}` : "";
+    if (layout.layout === "conflict") {
+      // Both layouts at once: rounds refuse to run until an operator deletes one layout's tables.
+      return `Tables: LAYOUT CONFLICT, rounds refuse to run: ${layout.reason}`;
+    }
     if (layout.layout === "single") {
       return `Tables: ${tables.lease} (leases, worker metrics and coordinator state: single-table layout${migration})`;
     }
