@@ -2,18 +2,21 @@
 
 from __future__ import annotations
 
+import io
 import json
+from collections.abc import Iterator
 from datetime import UTC, date, datetime, time
 from decimal import Decimal
 from pathlib import Path
 from uuid import UUID
 
+import fastavro
 import pyarrow as pa
 import pytest
 
 from lease_core.retrieval.kinesis_records import KinesisRecord, UserRecords
 from spark_jobs.decode import load_decoder
-from spark_jobs.decoders.avro_records import AvroDecoder, avro_schema
+from spark_jobs.decoders.avro_records import AvroDecoder, avro_schema, read_avro
 from spark_jobs.errors import FunctionLoadError, TransformError
 from spark_jobs.record_processing import RecordProcessing
 from tests.support.avro_payloads import avro_datum
@@ -216,3 +219,47 @@ def test_a_batch_as_a_slot_hands_it_over_in_columns_decodes_as_the_same_records_
     one_by_one = decoder.decode_batch(batch, "orders", "shardId-0")
     assert as_columns.table.equals(one_by_one.table)
     assert [rejected.error for rejected in as_columns.rejected] == [rejected.error for rejected in one_by_one.rejected]
+
+
+PRICED = {
+    "type": "record",
+    "name": "Priced",
+    "fields": [
+        {"name": "order_id", "type": "string"},
+        {"name": "price", "type": {"type": "bytes", "logicalType": "decimal", "precision": 4, "scale": 2}},
+    ],
+}
+
+
+def priced(n: int, unscaled: int) -> bytes:
+    """A datum whose price's bytes hold `unscaled` as they are, however many digits it has."""
+    digits = unscaled.to_bytes(4, "big", signed=True)
+    return avro_datum(PRICED, {"order_id": f"o-{n}", "price": Decimal(0)})[:-2] + bytes([len(digits) * 2]) + digits
+
+
+def test_a_value_its_column_cannot_hold_rejects_only_its_record_naming_the_field():
+    batch = records(priced(0, 1234), priced(1, 1234567), priced(2, -99))
+    decoded = AvroDecoder.from_options({"schema": PRICED}).decode_batch(batch, "orders", "shardId-0")
+    assert decoded.table.column("order_id").to_pylist() == ["o-0", "o-2"]
+    assert decoded.table.column("price").to_pylist() == [Decimal("12.34"), Decimal("-0.99")]
+    assert [rejected.record.sequence_number for rejected in decoded.rejected] == ["101"]
+    assert "its field 'price' holds a value its column cannot" in decoded.rejected[0].error
+
+
+def test_bad_payloads_are_each_read_a_bounded_number_of_times():
+    reads = {"block": 0, "datum": 0}
+
+    def read_block(stream: io.BytesIO) -> Iterator[object]:
+        reads["block"] += 1
+        return iter(fastavro.reader(stream))
+
+    def read_datum(stream: io.BytesIO, schema: object) -> object:
+        reads["datum"] += 1
+        return fastavro.schemaless_reader(stream, schema)
+
+    payloads = [order(0), *[b"\x01"] * 50, order(51), b"\x03", order(53)]
+    read = read_avro(avro_schema(ORDER), payloads, read_block=read_block, read_datum=read_datum)
+    assert read.rows == [0, 51, 53]
+    assert sorted(read.rejected) == [*range(1, 51), 52]
+    assert reads["block"] == 1
+    assert reads["datum"] <= len(payloads)
