@@ -123,35 +123,60 @@ def _arrow_type(node: Any, where: str, named: dict[str, pa.DataType | None], nam
     if not isinstance(node, Mapping):
         raise ValueError(f"{where} must be an Avro type, got {node!r}")
     kind = node.get("type")
-    logical = node.get("logicalType")
-    if logical in _WIRE_LOGICAL:
-        return _WIRE_LOGICAL[logical]
-    if logical == "decimal":
-        return pa.decimal128(int(node["precision"]), int(node.get("scale", 0)))
     if kind in ("record", "error", "enum", "fixed"):
-        name = str(node.get("name"))
-        namespace = str(node.get("namespace", namespace) if "." not in name else name.rpartition(".")[0])
-        full = name if "." in name or not namespace else f"{namespace}.{name}"
-        named[full] = None
-        if kind in ("record", "error"):
-            fields = node.get("fields")
-            if not isinstance(fields, list):
-                raise ValueError(f"{where} is a record without a list of 'fields'")
-            arrow: pa.DataType = pa.struct(
-                [
-                    pa.field(field["name"], _arrow_type(field["type"], f"{where}.{field['name']}", named, namespace))
-                    for field in fields
-                ]
-            )
-        else:
-            arrow = pa.string() if kind == "enum" else pa.binary()
-        named[full] = arrow
-        return arrow
+        return _named_type(node, where, named, namespace)
+    logical = _logical_type(node, where)
+    if logical is not None:
+        return logical
     if kind == "array":
         return pa.list_(_arrow_type(node.get("items"), f"{where}[]", named, namespace))
     if kind == "map":
         return pa.map_(pa.string(), _arrow_type(node.get("values"), f"{where}{{}}", named, namespace))
     return _arrow_type(kind, where, named, namespace)
+
+
+def _named_type(
+    node: Mapping[str, Any], where: str, named: dict[str, pa.DataType | None], namespace: str
+) -> pa.DataType:
+    """A record's, enum's or fixed's Arrow type, registered under its full name (a logical type on it
+    too: a later field may use the type by name)."""
+    kind = node["type"]
+    name = str(node.get("name"))
+    namespace = str(node.get("namespace", namespace) if "." not in name else name.rpartition(".")[0])
+    full = name if "." in name or not namespace else f"{namespace}.{name}"
+    named[full] = None
+    if kind in ("record", "error"):
+        fields = node.get("fields")
+        if not isinstance(fields, list):
+            raise ValueError(f"{where} is a record without a list of 'fields'")
+        arrow: pa.DataType = pa.struct(
+            [
+                pa.field(field["name"], _arrow_type(field["type"], f"{where}.{field['name']}", named, namespace))
+                for field in fields
+            ]
+        )
+    else:
+        arrow = _logical_type(node, where) or (pa.string() if kind == "enum" else pa.binary())
+    named[full] = arrow
+    return arrow
+
+
+def _logical_type(node: Mapping[str, Any], where: str) -> pa.DataType | None:
+    """The Arrow type of `node`'s logical type, None without one. A `uuid` on a `fixed` is its 16 bytes
+    (binary): they need not be text."""
+    logical = node.get("logicalType")
+    if logical == "uuid" and node.get("type") == "fixed":
+        return None
+    if logical in _WIRE_LOGICAL:
+        return _WIRE_LOGICAL[logical]
+    if logical != "decimal":
+        return None
+    if "precision" not in node:
+        raise ValueError(f"{where} is a decimal without a 'precision'")
+    try:
+        return pa.decimal128(int(node["precision"]), int(node.get("scale", 0)))
+    except (TypeError, ValueError) as error:
+        raise ValueError(f"{where} is a decimal that Arrow's decimal128 cannot hold ({error})") from None
 
 
 def _wire(node: Any) -> Any:

@@ -201,6 +201,11 @@ def test_the_options_round_trip_through_the_rounds_record_processing():
             id="a recursive record",
         ),
         pytest.param(
+            {"schema": {**ORDER, "fields": [{"name": "d", "type": {"type": "bytes", "logicalType": "decimal"}}]}},
+            "schema.d is a decimal without a 'precision'",
+            id="a decimal without precision",
+        ),
+        pytest.param(
             {"schema": {**ORDER, "fields": [{"name": "shard_id", "type": "string"}]}},
             "has a field named 'shard_id', which the batch has as a column already",
             id="a batch column's name",
@@ -263,3 +268,26 @@ def test_bad_payloads_are_each_read_a_bounded_number_of_times():
     assert sorted(read.rejected) == [*range(1, 51), 52]
     assert reads["block"] == 1
     assert reads["datum"] <= len(payloads)
+
+
+MONEY = {"type": "fixed", "name": "Money", "size": 8, "logicalType": "decimal", "precision": 12, "scale": 2}
+
+
+def test_a_named_type_with_a_logical_type_can_be_used_again_by_name():
+    fields = [{"name": "price", "type": MONEY}, {"name": "tax", "type": "Money"}]
+    schema = {"type": "record", "name": "Bill", "fields": fields}
+    assert avro_schema(schema).arrow == pa.schema([("price", pa.decimal128(12, 2)), ("tax", pa.decimal128(12, 2))])
+
+
+def test_a_uuid_on_a_fixed_is_its_16_bytes_whatever_they_are():
+    schema = {
+        "type": "record",
+        "name": "Tagged",
+        "fields": [{"name": "id", "type": {"type": "fixed", "name": "Id", "size": 16, "logicalType": "uuid"}}],
+    }
+    assert avro_schema(schema).arrow == pa.schema([("id", pa.binary())])
+    decoded = AvroDecoder.from_options({"schema": schema}).decode_batch(
+        records(bytes(range(0x80, 0x90))), "orders", "shardId-0"
+    )
+    assert decoded.rejected == ()
+    assert decoded.table.column("id").to_pylist() == [bytes(range(0x80, 0x90))]
