@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 import secrets
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -231,6 +232,7 @@ DatumReader = Callable[[IO[bytes], Any], Any]
 # The payloads one block holds: a bad payload costs at most the rest of its window read one by one.
 _WINDOW = 1024
 _NOT_AT_END = "is not a datum of its Avro schema (it does not end where the payload does)"
+_OBJECT_ADDRESS = re.compile(r"<[^<>]* at 0x[0-9a-fA-F]+>")
 # pyarrow's errors for a value its type cannot hold (a decimal with more digits, an int out of range).
 _CONVERSION_ERRORS = (pa.ArrowException, ValueError, TypeError, OverflowError)
 
@@ -273,8 +275,14 @@ class _Reading:
         try:
             row = self.read_datum(stream, self.parsed)
         except DATUM_ERRORS as error:
-            return None, f"is not a datum of its Avro schema ({type(error).__name__}: {error})"
+            return None, f"is not a datum of its Avro schema ({type(error).__name__}: {_without_addresses(error)})"
         return (row, None) if stream.tell() == len(payload) else (None, _NOT_AT_END)
+
+
+def _without_addresses(error: Exception) -> str:
+    """The error's message with the payload's stream in place of its address (fastavro names it by
+    `repr`): the same batch gives the same reasons."""
+    return _OBJECT_ADDRESS.sub("the payload", str(error))
 
 
 def _arrow_table(struct: pa.StructType, decoded: dict[int, dict[str, Any]]) -> tuple[pa.Table, dict[int, str]]:
