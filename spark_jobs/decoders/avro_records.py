@@ -5,13 +5,14 @@ text or a JSON object) or `schema_file` (a path to it, read where the job decode
 does: the machine that checks the pipeline may not have it). The top record's
 fields are the columns (docs/decoders.md, "`avro`", has the Avro to Arrow types).
 
-The batch is decoded by fastavro's reader in one pass (its loop is Cython): the payloads are framed as
-one in-memory object-container block, each datum followed by a marker of random bytes (the schema
-read gets a last field of that `fixed` type). A payload that is not a datum of the schema either
-fails the reader, or reads past or short of its own end, so that the marker read after it is not the
-marker: either way the payloads before it decoded exactly. It is set aside with the reason and the
-rest are framed again from the next one: each payload is decoded once, a bad one costs a reframe.
-The rows become Arrow columns by pyarrow's conversion, in C++.
+The batch is decoded a window of payloads at a time by fastavro's reader in one pass (its loop is
+Cython): a window is framed as one in-memory object-container block, each datum followed by a marker
+of random bytes (the schema read gets a last field of that `fixed` type). A payload that is not a
+datum of the schema either fails the reader, or reads past or short of its own end, so that the
+marker read after it is not the marker: either way the payloads before it decoded exactly. From it to
+the window's end the payloads are read one by one, each checked to end where its datum does: a
+payload is read at most twice, however many are bad. The rows become Arrow columns by pyarrow's
+conversion, in C++; a row holding a value its column cannot is found by halves and set aside.
 
 Logical types that are numbers or strings on the wire (timestamps, dates, times, uuid) are read as
 those (the schema read has their `logicalType` taken off): Arrow takes the numbers as its own
@@ -22,12 +23,13 @@ from __future__ import annotations
 
 import io
 import json
+import re
 import secrets
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import fastavro
 import pyarrow as pa
@@ -122,35 +124,60 @@ def _arrow_type(node: Any, where: str, named: dict[str, pa.DataType | None], nam
     if not isinstance(node, Mapping):
         raise ValueError(f"{where} must be an Avro type, got {node!r}")
     kind = node.get("type")
-    logical = node.get("logicalType")
-    if logical in _WIRE_LOGICAL:
-        return _WIRE_LOGICAL[logical]
-    if logical == "decimal":
-        return pa.decimal128(int(node["precision"]), int(node.get("scale", 0)))
     if kind in ("record", "error", "enum", "fixed"):
-        name = str(node.get("name"))
-        namespace = str(node.get("namespace", namespace) if "." not in name else name.rpartition(".")[0])
-        full = name if "." in name or not namespace else f"{namespace}.{name}"
-        named[full] = None
-        if kind in ("record", "error"):
-            fields = node.get("fields")
-            if not isinstance(fields, list):
-                raise ValueError(f"{where} is a record without a list of 'fields'")
-            arrow: pa.DataType = pa.struct(
-                [
-                    pa.field(field["name"], _arrow_type(field["type"], f"{where}.{field['name']}", named, namespace))
-                    for field in fields
-                ]
-            )
-        else:
-            arrow = pa.string() if kind == "enum" else pa.binary()
-        named[full] = arrow
-        return arrow
+        return _named_type(node, where, named, namespace)
+    logical = _logical_type(node, where)
+    if logical is not None:
+        return logical
     if kind == "array":
         return pa.list_(_arrow_type(node.get("items"), f"{where}[]", named, namespace))
     if kind == "map":
         return pa.map_(pa.string(), _arrow_type(node.get("values"), f"{where}{{}}", named, namespace))
     return _arrow_type(kind, where, named, namespace)
+
+
+def _named_type(
+    node: Mapping[str, Any], where: str, named: dict[str, pa.DataType | None], namespace: str
+) -> pa.DataType:
+    """A record's, enum's or fixed's Arrow type, registered under its full name (a logical type on it
+    too: a later field may use the type by name)."""
+    kind = node["type"]
+    name = str(node.get("name"))
+    namespace = str(node.get("namespace", namespace) if "." not in name else name.rpartition(".")[0])
+    full = name if "." in name or not namespace else f"{namespace}.{name}"
+    named[full] = None
+    if kind in ("record", "error"):
+        fields = node.get("fields")
+        if not isinstance(fields, list):
+            raise ValueError(f"{where} is a record without a list of 'fields'")
+        arrow: pa.DataType = pa.struct(
+            [
+                pa.field(field["name"], _arrow_type(field["type"], f"{where}.{field['name']}", named, namespace))
+                for field in fields
+            ]
+        )
+    else:
+        arrow = _logical_type(node, where) or (pa.string() if kind == "enum" else pa.binary())
+    named[full] = arrow
+    return arrow
+
+
+def _logical_type(node: Mapping[str, Any], where: str) -> pa.DataType | None:
+    """The Arrow type of `node`'s logical type, None without one. A `uuid` on a `fixed` is its 16 bytes
+    (binary): they need not be text."""
+    logical = node.get("logicalType")
+    if logical == "uuid" and node.get("type") == "fixed":
+        return None
+    if logical in _WIRE_LOGICAL:
+        return _WIRE_LOGICAL[logical]
+    if logical != "decimal":
+        return None
+    if "precision" not in node:
+        raise ValueError(f"{where} is a decimal without a 'precision'")
+    try:
+        return pa.decimal128(int(node["precision"]), int(node.get("scale", 0)))
+    except (TypeError, ValueError) as error:
+        raise ValueError(f"{where} is a decimal that Arrow's decimal128 cannot hold ({error})") from None
 
 
 def _wire(node: Any) -> Any:
@@ -177,35 +204,121 @@ class AvroRows:
     rejected: dict[int, str]
 
 
-def read_avro(schema: AvroSchema, payloads: Sequence[bytes]) -> AvroRows:
-    """The payloads decoded as datums of `schema` in one pass of fastavro's reader; a payload that is
-    not one is set aside with the reason and the payloads after it read on."""
-    marker = secrets.token_bytes(_MARKER_SIZE)  # no payload holds it but by a chance of 2^-128
-    framed = {**schema.wire, "fields": [*schema.wire["fields"], _marker_field()]}
-    header = _container_header(framed)
-    decoded: list[dict[str, Any]] = []
-    rows: list[int] = []
+def read_avro(
+    schema: AvroSchema,
+    payloads: Sequence[bytes],
+    *,
+    read_block: BlockReader = fastavro.reader,
+    read_datum: DatumReader = fastavro.schemaless_reader,
+) -> AvroRows:
+    """The payloads decoded as datums of `schema`, a window of them at a time in one pass of
+    fastavro's reader (`read_block`); from a payload that is not a datum to the window's end, one by
+    one (`read_datum`). A payload that is not a datum, or holds a value its column cannot, is set aside
+    with the reason."""
+    decoded: dict[int, dict[str, Any]] = {}
     rejected: dict[int, str] = {}
-    pending = list(range(len(payloads)))
-    while pending:
-        block = [datum for index in pending for datum in (payloads[index], marker)]
-        read: list[Any] = []  # dicts: the schema is a record
-        error: Exception | None = None
+    reading = _Reading(schema, read_block, read_datum)
+    for start in range(0, len(payloads), _WINDOW):
+        window_rows, window_rejected = reading.window(payloads, start, min(start + _WINDOW, len(payloads)))
+        decoded.update(window_rows)
+        rejected.update(window_rejected)
+    table, unfit = _arrow_table(pa.struct(list(schema.arrow)), decoded)
+    rejected.update(unfit)
+    return AvroRows(table, [index for index in decoded if index not in unfit], dict(sorted(rejected.items())))
+
+
+BlockReader = Callable[[IO[bytes]], Iterable[Any]]
+DatumReader = Callable[[IO[bytes], Any], Any]
+# The payloads one block holds: a bad payload costs at most the rest of its window read one by one.
+_WINDOW = 1024
+_NOT_AT_END = "is not a datum of its Avro schema (it does not end where the payload does)"
+_OBJECT_ADDRESS = re.compile(r"<[^<>]* at 0x[0-9a-fA-F]+>")
+# pyarrow's errors for a value its type cannot hold (a decimal with more digits, an int out of range).
+_CONVERSION_ERRORS = (pa.ArrowException, ValueError, TypeError, OverflowError)
+
+
+class _Reading:
+    """A schema's payloads read a window at a time: each a datum, or the reason it is not."""
+
+    def __init__(self, schema: AvroSchema, read_block: BlockReader, read_datum: DatumReader) -> None:
+        self.marker = secrets.token_bytes(_MARKER_SIZE)  # no payload holds it but by a chance of 2^-128
+        self.header = _container_header({**schema.wire, "fields": [*schema.wire["fields"], _marker_field()]})
+        self.parsed = fastavro.parse_schema(schema.wire)
+        self.read_block = read_block
+        self.read_datum = read_datum
+
+    def window(self, payloads: Sequence[bytes], start: int, end: int) -> tuple[dict[int, Any], dict[int, str]]:
+        """Payloads `start` to `end`: those before the first bad one read in one block (they decoded
+        exactly: the marker after each was read as the marker), the rest one by one."""
+        decoded: dict[int, Any] = {}
+        block = [datum for payload in payloads[start:end] for datum in (payload, self.marker)]
+        container = io.BytesIO(_container(self.header, block, end - start))
         try:
-            read.extend(fastavro.reader(io.BytesIO(_container(header, block, len(pending)))))
-        except DATUM_ERRORS as raised:  # the datum after the last one read
-            error = raised
-        whole = next((n for n, row in enumerate(read) if row.pop(_MARKER) != marker), len(read))
-        decoded.extend(read[:whole])
-        rows.extend(pending[:whole])
-        if whole < len(read):
-            rejected[pending[whole]] = "is not a datum of its Avro schema (it does not end where the payload does)"
-        elif error is not None:
-            rejected[pending[whole]] = f"is not a datum of its Avro schema ({type(error).__name__}: {error})"
-        pending = pending[whole + 1 :]
-    # One struct array of all rows: pyarrow converts it in one call (faster than `Table.from_pylist`).
-    table = pa.Table.from_struct_array(pa.array(decoded, pa.struct(list(schema.arrow))))
-    return AvroRows(table, rows, rejected)
+            for index, row in enumerate(self.read_block(container), start):
+                if row.pop(_MARKER) != self.marker:
+                    break
+                decoded[index] = row
+        except DATUM_ERRORS:  # the datum after the last one read: it is read again alone, for its own reason
+            pass
+        rejected: dict[int, str] = {}
+        for index in range(start + len(decoded), end):
+            row, reason = self.alone(payloads[index])
+            if reason is None:
+                decoded[index] = row
+            else:
+                rejected[index] = reason
+        return decoded, rejected
+
+    def alone(self, payload: bytes) -> tuple[Any, str | None]:
+        """The payload's datum, or why it is not one: an error, or bytes left after it."""
+        stream = io.BytesIO(payload)
+        try:
+            row = self.read_datum(stream, self.parsed)
+        except DATUM_ERRORS as error:
+            return None, f"is not a datum of its Avro schema ({type(error).__name__}: {_without_addresses(error)})"
+        return (row, None) if stream.tell() == len(payload) else (None, _NOT_AT_END)
+
+
+def _without_addresses(error: Exception) -> str:
+    """The error's message with the payload's stream in place of its address (fastavro names it by
+    `repr`): the same batch gives the same reasons."""
+    return _OBJECT_ADDRESS.sub("the payload", str(error))
+
+
+def _arrow_table(struct: pa.StructType, decoded: dict[int, dict[str, Any]]) -> tuple[pa.Table, dict[int, str]]:
+    """The rows as a table, in one conversion by pyarrow (faster than `Table.from_pylist`); when a value
+    does not fit its column, the rows that hold one are found by halves and set aside with the reason."""
+    try:
+        return pa.Table.from_struct_array(pa.array(list(decoded.values()), struct)), {}
+    except _CONVERSION_ERRORS:
+        pass
+    unfit = {index: _unfit_reason(struct, decoded[index]) for index in _unfit_rows(struct, list(decoded.items()))}
+    fitting = [row for index, row in decoded.items() if index not in unfit]
+    return pa.Table.from_struct_array(pa.array(fitting, struct)), unfit
+
+
+def _unfit_rows(struct: pa.StructType, rows: list[tuple[int, dict[str, Any]]]) -> list[int]:
+    """The indexes of the rows pyarrow cannot convert, by halves: n log n conversions for a few bad ones."""
+    try:
+        pa.array([row for _, row in rows], struct)
+    except _CONVERSION_ERRORS:
+        if len(rows) == 1:
+            return [rows[0][0]]
+        half = len(rows) // 2
+        return _unfit_rows(struct, rows[:half]) + _unfit_rows(struct, rows[half:])
+    return []
+
+
+def _unfit_reason(struct: pa.StructType, row: dict[str, Any]) -> str:
+    for field in struct:
+        try:
+            pa.array([row.get(field.name)], field.type)
+        except _CONVERSION_ERRORS as error:
+            return (
+                f"is a datum of its Avro schema, but its field {field.name!r} holds a value its column cannot"
+                f" hold ({type(error).__name__}: {error})"
+            )
+    return "is a datum of its Avro schema, but holds a value its columns cannot hold"
 
 
 def _marker_field() -> dict[str, Any]:

@@ -2,18 +2,21 @@
 
 from __future__ import annotations
 
+import io
 import json
+from collections.abc import Iterator
 from datetime import UTC, date, datetime, time
 from decimal import Decimal
 from pathlib import Path
 from uuid import UUID
 
+import fastavro
 import pyarrow as pa
 import pytest
 
 from lease_core.retrieval.kinesis_records import KinesisRecord, UserRecords
 from spark_jobs.decode import load_decoder
-from spark_jobs.decoders.avro_records import AvroDecoder, avro_schema
+from spark_jobs.decoders.avro_records import AvroDecoder, avro_schema, read_avro
 from spark_jobs.errors import FunctionLoadError, TransformError
 from spark_jobs.record_processing import RecordProcessing
 from tests.support.avro_payloads import avro_datum
@@ -130,7 +133,7 @@ def test_a_batch_gives_each_record_its_row_after_its_position_columns():
     ("payload", "reason"),
     [
         pytest.param(b"", "EOFError", id="empty"),
-        pytest.param(order(1)[:-2], "", id="cut short"),  # the reader reads on into the marker: its error varies
+        pytest.param(order(1)[:-2], "EOFError", id="cut short"),
         pytest.param(order(1) + b"\x00\x00", "it does not end where the payload does", id="bytes after the datum"),
         pytest.param(b"\x04\xff\xfe" + order(1)[3:], "UnicodeDecodeError", id="not utf-8 where a string is"),
     ],
@@ -198,6 +201,11 @@ def test_the_options_round_trip_through_the_rounds_record_processing():
             id="a recursive record",
         ),
         pytest.param(
+            {"schema": {**ORDER, "fields": [{"name": "d", "type": {"type": "bytes", "logicalType": "decimal"}}]}},
+            "schema.d is a decimal without a 'precision'",
+            id="a decimal without precision",
+        ),
+        pytest.param(
             {"schema": {**ORDER, "fields": [{"name": "shard_id", "type": "string"}]}},
             "has a field named 'shard_id', which the batch has as a column already",
             id="a batch column's name",
@@ -216,3 +224,81 @@ def test_a_batch_as_a_slot_hands_it_over_in_columns_decodes_as_the_same_records_
     one_by_one = decoder.decode_batch(batch, "orders", "shardId-0")
     assert as_columns.table.equals(one_by_one.table)
     assert [rejected.error for rejected in as_columns.rejected] == [rejected.error for rejected in one_by_one.rejected]
+
+
+PRICED = {
+    "type": "record",
+    "name": "Priced",
+    "fields": [
+        {"name": "order_id", "type": "string"},
+        {"name": "price", "type": {"type": "bytes", "logicalType": "decimal", "precision": 4, "scale": 2}},
+    ],
+}
+
+
+def priced(n: int, unscaled: int) -> bytes:
+    """A datum whose price's bytes hold `unscaled` as they are, however many digits it has."""
+    digits = unscaled.to_bytes(4, "big", signed=True)
+    return avro_datum(PRICED, {"order_id": f"o-{n}", "price": Decimal(0)})[:-2] + bytes([len(digits) * 2]) + digits
+
+
+def test_a_value_its_column_cannot_hold_rejects_only_its_record_naming_the_field():
+    batch = records(priced(0, 1234), priced(1, 1234567), priced(2, -99))
+    decoded = AvroDecoder.from_options({"schema": PRICED}).decode_batch(batch, "orders", "shardId-0")
+    assert decoded.table.column("order_id").to_pylist() == ["o-0", "o-2"]
+    assert decoded.table.column("price").to_pylist() == [Decimal("12.34"), Decimal("-0.99")]
+    assert [rejected.record.sequence_number for rejected in decoded.rejected] == ["101"]
+    assert "its field 'price' holds a value its column cannot" in decoded.rejected[0].error
+
+
+def test_bad_payloads_are_each_read_a_bounded_number_of_times():
+    reads = {"block": 0, "datum": 0}
+
+    def read_block(stream: io.BytesIO) -> Iterator[object]:
+        reads["block"] += 1
+        return iter(fastavro.reader(stream))
+
+    def read_datum(stream: io.BytesIO, schema: object) -> object:
+        reads["datum"] += 1
+        return fastavro.schemaless_reader(stream, schema)
+
+    payloads = [order(0), *[b"\x01"] * 50, order(51), b"\x03", order(53)]
+    read = read_avro(avro_schema(ORDER), payloads, read_block=read_block, read_datum=read_datum)
+    assert read.rows == [0, 51, 53]
+    assert sorted(read.rejected) == [*range(1, 51), 52]
+    assert reads["block"] == 1
+    assert reads["datum"] <= len(payloads)
+
+
+MONEY = {"type": "fixed", "name": "Money", "size": 8, "logicalType": "decimal", "precision": 12, "scale": 2}
+
+
+def test_a_named_type_with_a_logical_type_can_be_used_again_by_name():
+    fields = [{"name": "price", "type": MONEY}, {"name": "tax", "type": "Money"}]
+    schema = {"type": "record", "name": "Bill", "fields": fields}
+    assert avro_schema(schema).arrow == pa.schema([("price", pa.decimal128(12, 2)), ("tax", pa.decimal128(12, 2))])
+
+
+def test_a_uuid_on_a_fixed_is_its_16_bytes_whatever_they_are():
+    schema = {
+        "type": "record",
+        "name": "Tagged",
+        "fields": [{"name": "id", "type": {"type": "fixed", "name": "Id", "size": 16, "logicalType": "uuid"}}],
+    }
+    assert avro_schema(schema).arrow == pa.schema([("id", pa.binary())])
+    decoded = AvroDecoder.from_options({"schema": schema}).decode_batch(
+        records(bytes(range(0x80, 0x90))), "orders", "shardId-0"
+    )
+    assert decoded.rejected == ()
+    assert decoded.table.column("id").to_pylist() == [bytes(range(0x80, 0x90))]
+
+
+def test_bad_payloads_at_a_windows_edges_are_rejected_and_the_same_batch_gives_the_same_reasons():
+    payloads = [order(n) for n in range(2100)]
+    for bad in (1023, 1024, 2099):
+        payloads[bad] = order(bad)[:-2]
+    first, again = (read_avro(avro_schema(ORDER), payloads) for _ in range(2))
+    assert sorted(first.rejected) == [1023, 1024, 2099]
+    assert first.rows == [n for n in range(2100) if n not in (1023, 1024, 2099)]
+    assert first.table.column("order_id").to_pylist() == [f"o-{n}" for n in first.rows]
+    assert first.rejected == again.rejected
