@@ -162,6 +162,7 @@ class RecordedRun:
     dead_letters: list[dict[str, Any]]  # the rows of the dead letters beside the output
     backfill_dead_letters: list[dict[str, Any]]  # and beside the backfill's
     dead_letter_prefixes: tuple[str, str]  # their places in the bucket: the output's, the backfill's
+    stale_worker_metrics: dict[str, Any] | None  # a former slot's item, two days old before round 2, after the run
 
     @property
     def placeholders(self) -> dict[str, str]:
@@ -345,6 +346,10 @@ def recorded_run(
         window_start = window_bound()
         produced = produce(kinesis, stream, 120, serial, malformed)
         rounds.run("first")
+        # A slot of a wider round, silent for two days: the next round's assignment deletes its item.
+        stale = {"TableName": f"{application}-WorkerMetricStats", "Key": {"wid": {"S": f"{application}-worker-7"}}}
+        two_days_ago = str(int(time.time()) - 2 * 86_400)
+        dynamodb.put_item(TableName=stale["TableName"], Item={**stale["Key"], "lut": {"N": two_days_ago}})
         split_shard(kinesis, stream, sorted(shard.shard_id for shard in shards_of(kinesis, stream))[0])
         produced += produce(kinesis, stream, 80, serial, malformed)
         rounds.run("after-split")  # the parent to its end, and its children in the same round
@@ -368,6 +373,7 @@ def recorded_run(
     checkpoints = [
         item["checkpoint"]["S"] for item in dynamodb.scan(TableName=application, ConsistentRead=True)["Items"]
     ]
+    stale_after = dynamodb.get_item(**stale, ConsistentRead=True).get("Item")
     teardown = [leasectl_main(name, proxies, "teardown", "--yes") for name in (application, backfill_application)]
 
     def dataset(uri: str) -> pa.Table:
@@ -394,6 +400,7 @@ def recorded_run(
         dataset(live).to_pylist(),
         dataset(backfill).to_pylist(),
         (f"{live.removeprefix(f's3://{bucket}/')}/", f"{backfill.removeprefix(f's3://{bucket}/')}/"),
+        stale_after,
     )
 
 
@@ -686,6 +693,7 @@ def test_the_proxied_run_consumes_every_record_once_skips_the_idle_round_and_tea
     monitored = [(overview["application"], bool(overview["leases"])) for overview in recorded_run.monitored]
     assert monitored == [(recorded_run.application, True), (recorded_run.backfill_application, True)]
     assert recorded_run.teardown_exit_codes == [0, 0]
+    assert recorded_run.stale_worker_metrics is None, "the round after it deleted the former slot's stale item"
 
 
 STAGING_WRITES = ("PutObject", "CompleteMultipartUpload")
