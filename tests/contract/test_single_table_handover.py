@@ -21,7 +21,7 @@ from lease_core.store.coordinator_state import update_record
 from lease_core.store.table_layout import SINGLE
 from tests.support.kcl_tables import LEADER_LOCK, LEASE, TABLE_MIGRATION, WORKER_METRIC_STATS, kcl_lease_table
 from tests.support.leasectl import run_leasectl
-from tests.support.stores import fast_config
+from tests.support.stores import fast_config, table_names
 
 # KCL 3.5's entity types (EntityType.java): an item tagged otherwise would be read by KCL as a lease.
 KCL_ENTITY_TYPES = {"LEASE", "STREAM", "LEADER", "CLIENT_VERSION_MIGRATION", "TABLE_MIGRATION", "WORKER_METRIC_STATS"}
@@ -49,7 +49,7 @@ def raw_items(client, table_name: str) -> dict[str, dict]:
 def test_a_kcl_3_5_application_is_followed_in_its_single_table_layout(kcl_application, client, unique_name):
     kcl_application.tables.ensure_tables()
     assert kcl_application.table_layout.layout == SINGLE
-    tables = [name for page in client.get_paginator("list_tables").paginate() for name in page["TableNames"]]
+    tables = table_names(client)
     assert f"{unique_name}-CoordinatorState" not in tables
     assert f"{unique_name}-WorkerMetricStats" not in tables
 

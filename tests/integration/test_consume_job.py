@@ -27,6 +27,7 @@ from tests.support.consume_job_process import submit_consume_job
 from tests.support.kpl import put_aggregate
 from tests.support.pipeline import ConsumerPipeline, duplicates, file_order, pipeline_on_new_stream
 from tests.support.shard_ends import KinesisShardEnds
+from tests.support.stores import table_names
 
 STEER = "tests.support.spark_transforms:steer"
 
@@ -130,8 +131,7 @@ def test_in_kcl_3_5_s_single_table_layout_rounds_land_every_record_exactly_once_
         report = pipeline.round(spark, workers=2)
         assert report.succeeded, report.summary()
     assert_exactly_once(pipeline)
-    pages = pipeline.dynamodb.get_paginator("list_tables").paginate()  # the suite's tables run to many pages
-    tables = [name for page in pages for name in page["TableNames"]]
+    tables = table_names(pipeline.dynamodb)
     assert [name for name in tables if name.startswith(unique_name)] == [unique_name]
     items = pipeline.dynamodb.scan(TableName=unique_name, ConsistentRead=True)["Items"]
     kinds = {item["leaseKey"]["S"]: item.get("entityType", {}).get("S") for item in items}

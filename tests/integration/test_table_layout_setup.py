@@ -14,7 +14,7 @@ import pytest
 from lease_core.store.table_layout import LAYOUT_RECORD_KEY, SEPARATE, SINGLE, TableLayoutName
 from lease_core.store.tables import TableAdministrator
 from tests.support.faults import FaultInjectingClient, InterleavingClient
-from tests.support.stores import FAST_RETRIES, fast_config
+from tests.support.stores import FAST_RETRIES, fast_config, table_names
 
 Calls = list[tuple[str, dict[str, Any]]]
 
@@ -69,7 +69,7 @@ def test_two_setups_with_different_settings_end_with_one_layout_both_see(
     assert first_setup.layout().layout == second_setup.layout().layout == agreed
     assert [report.role for report in first_reports] == [report.role for report in second_reports]
     separate_tables = {f"{unique_name}-WorkerMetricStats", f"{unique_name}-CoordinatorState"}
-    existing = set(dynamodb_client.list_tables()["TableNames"])
+    existing = table_names(dynamodb_client)
     assert separate_tables <= existing if agreed == SEPARATE else not separate_tables & existing
     record = layout_record(dynamodb_client, unique_name)
     assert (record is None) if agreed == SEPARATE else record["layout"] == {"S": SINGLE}

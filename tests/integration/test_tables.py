@@ -9,7 +9,7 @@ import pytest
 from lease_core.errors import TableNotReadyError, TableProtectedError
 from lease_core.store.tables import TableAdministrator
 from tests.support.faults import FaultInjectingClient
-from tests.support.stores import FAST_RETRIES, fast_config
+from tests.support.stores import FAST_RETRIES, fast_config, table_names
 
 
 def administrator(client, name: str, **settings) -> TableAdministrator:
@@ -53,7 +53,8 @@ def test_init_of_a_new_application_creates_the_lease_table_alone_and_records_kcl
     assert [(r.role, r.name, r.created) for r in reports] == [("lease", unique_name, True)]
     record = dynamodb_client.get_item(TableName=unique_name, Key={"leaseKey": {"S": "TableLayout"}})["Item"]
     assert (record["layout"], record["entityType"]) == ({"S": "single"}, {"S": "LEADER"})
-    assert set(dynamodb_client.list_tables()["TableNames"]) & {f"{unique_name}-CoordinatorState"} == set()
+    separate = {f"{unique_name}-CoordinatorState", f"{unique_name}-WorkerMetricStats"}
+    assert table_names(dynamodb_client) & separate == set()
 
 
 @pytest.mark.parametrize(

@@ -87,3 +87,9 @@ class InterleavingStateStore(InMemoryCoordinatorStateStore):
             interloper, self._interloper = self._interloper, None
             interloper(self)
         return record
+
+
+def table_names(client: Any) -> set[str]:
+    """Every table's name, from every page of ListTables: the suite's tables run to many pages, and a
+    test that a table is absent or there must not read only the first."""
+    return {name for page in client.get_paginator("list_tables").paginate() for name in page["TableNames"]}
