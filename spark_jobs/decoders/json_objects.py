@@ -144,9 +144,8 @@ def read_json_lines(
     reader = _PartReader(payloads, parse, decoder, read or read_payloads, rejected)
     try:
         return JsonLines(reader.read_rows(rows), rows, rejected)
-    except pa.ArrowInvalid:
-        pass  # some payloads are bad: find them
-    rows, table = reader.in_windows(rows)
+    except pa.ArrowInvalid:  # some payloads are bad: find them
+        rows, table = reader.in_windows(rows)
     return JsonLines(reader.in_one_parse(rows) if table is None else table, rows, rejected)
 
 
