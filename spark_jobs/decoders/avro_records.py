@@ -37,7 +37,7 @@ import pyarrow as pa
 from lease_core.retrieval.kinesis_records import KinesisRecord
 from sinks.record_columns import BATCH_COLUMNS, POSITION_COLUMNS, POSITION_SCHEMA
 from spark_jobs.decode import DECODER, DecodedBatch
-from spark_jobs.decoders.json_objects import payloads_of, positions_of, rejected_records
+from spark_jobs.decoders.json_objects import PayloadRows, payloads_of, positions_of, rejected_records
 from spark_jobs.errors import TransformError
 
 NAME = "avro"
@@ -194,23 +194,13 @@ def _wire(node: Any) -> Any:
     return wire
 
 
-@dataclass(frozen=True)
-class AvroRows:
-    """Payloads decoded as datums of one schema: the table of those that decoded, `rows` (the index
-    of each row's payload), and why each other payload was refused (by index)."""
-
-    table: pa.Table
-    rows: list[int]
-    rejected: dict[int, str]
-
-
 def read_avro(
     schema: AvroSchema,
     payloads: Sequence[bytes],
     *,
     read_block: BlockReader = fastavro.reader,
     read_datum: DatumReader = fastavro.schemaless_reader,
-) -> AvroRows:
+) -> PayloadRows:
     """The payloads decoded as datums of `schema`, a window of them at a time in one pass of
     fastavro's reader (`read_block`); from a payload that is not a datum to the window's end, one by
     one (`read_datum`). A payload that is not a datum, or holds a value its column cannot, is set aside
@@ -224,7 +214,7 @@ def read_avro(
         rejected.update(window_rejected)
     table, unfit = _arrow_table(pa.struct(list(schema.arrow)), decoded)
     rejected.update(unfit)
-    return AvroRows(table, [index for index in decoded if index not in unfit], dict(sorted(rejected.items())))
+    return PayloadRows(table, [index for index in decoded if index not in unfit], dict(sorted(rejected.items())))
 
 
 BlockReader = Callable[[IO[bytes]], Iterable[Any]]
@@ -408,7 +398,7 @@ class AvroDecoder:
             raise TransformError(self.spec, str(error), DECODER) from None
 
 
-def rows_table(records: Sequence[KinesisRecord], decoded: AvroRows) -> pa.Table:
+def rows_table(records: Sequence[KinesisRecord], decoded: PayloadRows) -> pa.Table:
     """The batch's table: each decoded row's record's positions, then its columns."""
     table = positions_of(records, decoded.rows)
     for field in decoded.table.schema:

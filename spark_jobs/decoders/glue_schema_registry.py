@@ -42,6 +42,7 @@ from sinks.record_columns import BATCH_COLUMNS, POSITION_COLUMNS
 from spark_jobs.decode import DECODER, DecodedBatch
 from spark_jobs.decoders.avro_records import AvroSchema, avro_schema, read_avro
 from spark_jobs.decoders.json_objects import (
+    PayloadRows,
     json_schema_to_arrow,
     payloads_of,
     positions_of,
@@ -152,17 +153,6 @@ def unframed(payload: bytes) -> tuple[bytes, bytes] | str:
         return f"has compression byte {ZLIB_COMPRESSION} (zlib) but its data is not zlib data ({error})"
 
 
-@dataclass(frozen=True)
-class ReadPayloads:
-    """Payloads of one schema version read: their table, `rows` (the index of each row's payload) and
-    why each other payload was refused (by index). `json_objects.JsonLines` and the Protobuf reader's
-    result have the same three."""
-
-    table: pa.Table
-    rows: list[int]
-    rejected: dict[int, str]
-
-
 def version_columns(version: SchemaVersion, messages: frozenset[str] = frozenset()) -> pa.Schema:
     """The columns of a schema version's records (for Protobuf, of the records of `messages`, the
     full names of the file's messages the batch's records hold); `ValueError` when its schema has none."""
@@ -191,16 +181,16 @@ def _avro_schema(definition: str) -> AvroSchema:
     return avro_schema(definition)
 
 
-def read_payloads(version: SchemaVersion, payloads: Sequence[bytes]) -> ReadPayloads:
+def read_payloads(version: SchemaVersion, payloads: Sequence[bytes]) -> PayloadRows:
     """The payloads read as records of `version`, by the reader of its data format."""
     if version.data_format == "AVRO":
-        read: Any = read_avro(_avro_schema(version.definition), payloads)
+        read: PayloadRows = read_avro(_avro_schema(version.definition), payloads)
     elif version.data_format == "JSON":
         parse = pa_json.ParseOptions(explicit_schema=version_columns(version), unexpected_field_behavior="ignore")
         read = read_json_lines(payloads, parse, NAME)
     else:
         read = _read_protobuf(version.definition, payloads)
-    return ReadPayloads(read.table, list(read.rows), dict(read.rejected))
+    return read
 
 
 def _protobuf_messages(definition: str, payloads: Sequence[bytes]) -> frozenset[str]:

@@ -107,9 +107,10 @@ def parse_schema(value: Any) -> pa.Schema | None:
 
 
 @dataclass(frozen=True)
-class JsonLines:
-    """Payloads read as one JSON object each: the rows of those the reader took, `rows` (the index
-    of each row's payload), and why each other payload was refused (by index)."""
+class PayloadRows:
+    """A batch's payloads read by one of the built-in readers (JSON, Avro, Protobuf): the table of the
+    rows of those it read, `rows` (the index of each row's payload), and why each other payload was
+    refused (by index)."""
 
     table: pa.Table
     rows: list[int]
@@ -122,7 +123,7 @@ PayloadReader = Callable[[list[bytes], pa_json.ParseOptions], pa.Table]
 
 def read_json_lines(
     payloads: Sequence[bytes], parse: pa_json.ParseOptions, decoder: str, read: PayloadReader | None = None
-) -> JsonLines:
+) -> PayloadRows:
     """The payloads through pyarrow's JSON reader, one payload a line: one parse when it takes them all.
 
     Otherwise they are read again in windows, in order, each twice as long as the last one the reader
@@ -143,10 +144,10 @@ def read_json_lines(
     rejected = dict.fromkeys(set(range(len(payloads))) - set(rows), "is empty, not a JSON object")
     reader = _PartReader(payloads, parse, decoder, read or read_payloads, rejected)
     try:
-        return JsonLines(reader.read_rows(rows), rows, rejected)
+        return PayloadRows(reader.read_rows(rows), rows, rejected)
     except pa.ArrowInvalid:  # some payloads are bad: find them
         rows, table = reader.in_windows(rows)
-    return JsonLines(reader.in_one_parse(rows) if table is None else table, rows, rejected)
+    return PayloadRows(reader.in_one_parse(rows) if table is None else table, rows, rejected)
 
 
 # The first window after a refused one. A read costs about as much as 50 payloads' parsing besides

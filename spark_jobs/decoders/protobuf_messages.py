@@ -36,7 +36,7 @@ from google.protobuf.message import DecodeError, Message
 from lease_core.retrieval.kinesis_records import KinesisRecord
 from sinks.record_columns import BATCH_COLUMNS, POSITION_COLUMNS, POSITION_SCHEMA
 from spark_jobs.decode import DecodedBatch
-from spark_jobs.decoders.json_objects import JsonLines, payloads_of, positions_of, rejected_records
+from spark_jobs.decoders.json_objects import PayloadRows, payloads_of, positions_of, rejected_records
 
 NAME = "protobuf"
 _OPTIONS = ("schema", "schema_file", "message")
@@ -189,7 +189,7 @@ def arrow_schema(message_class: type[Message]) -> pa.Schema:
     return pa.schema([field.with_nullable(True) for field in schema])
 
 
-def read_messages(message_class: type[Message], payloads: Sequence[bytes | memoryview]) -> JsonLines:
+def read_messages(message_class: type[Message], payloads: Sequence[bytes | memoryview]) -> PayloadRows:
     """Each payload parsed as one `message_class`: the table of those that parse, the index of each
     row's payload, and why each other payload was refused."""
     parsed: list[Message] = []
@@ -216,7 +216,7 @@ def read_messages(message_class: type[Message], payloads: Sequence[bytes | memor
                 kept.append((message, index))
         parsed, rows = [message for message, _ in kept], [index for _, index in kept]
         table = _messages_table(parsed, message_class)
-    return JsonLines(table, rows, dict(sorted(rejected.items())))
+    return PayloadRows(table, rows, dict(sorted(rejected.items())))
 
 
 # What converting a parsed message to Arrow raises for a value out of Arrow's range.
@@ -258,7 +258,7 @@ def gsr_protobuf_columns(schema_definition: str, messages: Iterable[str]) -> pa.
     return pa.schema([column for column, _ in columns.values()])
 
 
-def read_gsr_protobuf(schema_definition: str, payloads: Sequence[bytes]) -> JsonLines:
+def read_gsr_protobuf(schema_definition: str, payloads: Sequence[bytes]) -> PayloadRows:
     """Glue Schema Registry Protobuf payloads (what follows the registry's header) of a schema version
     whose SchemaDefinition is `schema_definition`: each a message index (an unsigned varint) then the
     message's bytes. The rows of every message the payloads hold, in the payloads' order, with the
@@ -290,7 +290,7 @@ def read_gsr_protobuf(schema_definition: str, payloads: Sequence[bytes]) -> Json
         tables.append(table.select(columns.names))
         rows += [indices[row] for row in read.rows]
     order = pc.sort_indices(pa.array(rows, pa.int64()))  # back in the payloads' order
-    return JsonLines(pa.concat_tables(tables).take(order), sorted(rows), rejected)
+    return PayloadRows(pa.concat_tables(tables).take(order), sorted(rows), rejected)
 
 
 def _varint(payload: bytes) -> tuple[int, int]:
