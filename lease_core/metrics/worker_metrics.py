@@ -34,6 +34,11 @@ LAST_UPDATE = "lut"
 STATS = "sts"
 OPERATING_RANGE = "opr"
 ROUND = "round"
+# KCL 3.5's support code (`sup`, the highest migration feature the worker runs: 1 = the single-table
+# migration, docs/protocol.md §1.8) and when it was last written (`slu`, epoch seconds).
+SUPPORT_CODE = "sup"
+SUPPORT_UPDATE = "slu"
+SINGLE_TABLE_MIGRATION_SUPPORT = 1
 
 _SIX_DECIMALS = Decimal("0.000001")
 
@@ -73,8 +78,9 @@ def ema(values: Iterable[float], alpha: float = 0.5) -> float:
 @dataclass(frozen=True)
 class WorkerMetricStats:
     """One worker's item: `wid`, `lut` (epoch seconds), `sts` (name -> last values, oldest first,
-    -1 = no sample), `opr` (name -> [max]) as KCL writes them, plus our `round` (the round of the
-    last write). A worker with neither stats nor ranges is a default-metric (throughput) worker.
+    -1 = no sample), `opr` (name -> [max]) and KCL 3.5's `sup` (its support code; `slu` is written as
+    `lut`) as KCL writes them, plus our `round` (the round of the last write). A worker with neither
+    stats nor ranges is a default-metric (throughput) worker.
     """
 
     worker_id: str
@@ -82,6 +88,7 @@ class WorkerMetricStats:
     stats: Mapping[str, tuple[float, ...]] = field(default_factory=dict)
     operating_range: Mapping[str, tuple[float, ...]] = field(default_factory=dict)
     round: int | None = None
+    support_code: int | None = None
 
     def __post_init__(self) -> None:
         if not self.worker_id:
@@ -106,7 +113,14 @@ class WorkerMetricStats:
         values = (*self.stats.get(metric, ()), value)[-keep:]
         ranges = {metric: (DEFAULT_OPERATING_RANGE_MAX,), **self.operating_range}
         stats = {**self.stats, metric: values}
-        return replace(self, last_update_epoch_seconds=now, stats=stats, operating_range=ranges, round=round)
+        return replace(
+            self,
+            last_update_epoch_seconds=now,
+            stats=stats,
+            operating_range=ranges,
+            round=round,
+            support_code=SINGLE_TABLE_MIGRATION_SUPPORT,
+        )
 
     def invalid_reason(self) -> str | None:
         """Why the leader must not trust this item (§5.2), or None when it is valid."""
@@ -158,6 +172,10 @@ class WorkerMetricStats:
             item[LAST_UPDATE] = self.last_update_epoch_seconds
         if self.round is not None:
             item[ROUND] = self.round
+        if self.support_code is not None:
+            item[SUPPORT_CODE] = self.support_code
+            if self.last_update_epoch_seconds is not None:
+                item[SUPPORT_UPDATE] = self.last_update_epoch_seconds
         return item
 
     @classmethod
@@ -170,6 +188,7 @@ class WorkerMetricStats:
             stats=reader.number_lists(STATS),
             operating_range=reader.number_lists(OPERATING_RANGE),
             round=reader.integer(ROUND),
+            support_code=reader.integer(SUPPORT_CODE),
         )
 
 
@@ -263,7 +282,8 @@ class WorkerMetricsStore:
         return stored, stale
 
     def put(self, stats: WorkerMetricStats) -> None:
-        """Upsert `lut`, `sts`, `opr` and `round`; absent values and attributes of others are left alone (§5.2)."""
+        """Upsert `lut`, `sts`, `opr`, `round`, `sup` and `slu`; absent values and attributes of others are
+        left alone (§5.2)."""
         self.table.update(stats.worker_id, stats.to_item())
 
     def delete_if_unchanged(self, worker_id: str, lut: int) -> bool:

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from lease_core.errors import TableNotFoundError
@@ -62,9 +64,11 @@ def test_put_replaces_the_metric_history(store):
 
 
 def test_put_keeps_attributes_written_by_others(store):
-    raw_put(store, cpu("app-worker-0").to_item() | {"sup": 1})
+    raw_put(store, cpu("app-worker-0").to_item() | {"sup": 1, "properties": {"zone": "a"}})
     store.put(cpu("app-worker-0", values=(7.0,), round_=None))
-    assert store.get("app-worker-0") == cpu("app-worker-0", values=(7.0,), round_=4), "absent round is not erased"
+    expected = replace(cpu("app-worker-0", values=(7.0,), round_=4), support_code=1)
+    assert store.get("app-worker-0") == expected, "absent round and support code are not erased"
+    assert store.table.get("app-worker-0")["properties"] == {"zone": "a"}
 
 
 def test_list_all_returns_every_worker(store):

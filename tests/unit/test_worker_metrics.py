@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from lease_core.assignment.decision import WorkerLoad
@@ -72,14 +74,19 @@ def test_items_round_trip(stats):
     assert WorkerMetricStats.from_item(stats.to_item()) == stats
 
 
-def test_an_item_with_kcl_3_5_attributes_decodes_and_ignores_them():
+def test_an_item_with_kcl_3_5_attributes_decodes_its_support_code_and_ignores_the_rest():
     item = to_attribute_values(cpu_worker([5.0]).to_item()) | {
         "sup": {"N": "1"},
         "slu": {"N": "1"},
         "entityType": {"S": "WORKER_METRIC_STATS"},
         "properties": {"M": {}},
     }
-    assert WorkerMetricStats.from_item(from_attribute_values(item)) == cpu_worker([5.0])
+    assert WorkerMetricStats.from_item(from_attribute_values(item)) == replace(cpu_worker([5.0]), support_code=1)
+
+
+def test_a_slot_s_write_carries_kcl_3_5_s_support_code_of_the_single_table_migration_dated_as_its_update():
+    item = WorkerMetricStats("app-worker-0").appended(20.0, now=1_700_000_000, round=4).to_item()
+    assert (item["sup"], item["slu"], item["lut"]) == (1, 1_700_000_000, 1_700_000_000)
 
 
 @pytest.mark.parametrize(
@@ -105,7 +112,7 @@ def test_corrupt_items_raise_value_errors_naming_worker_and_attribute(change, me
 
 def test_appending_starts_a_new_worker_with_a_cpu_range_of_100():
     stats = WorkerMetricStats("app-worker-0").appended(42.0, now=1000, round=7)
-    assert stats == WorkerMetricStats("app-worker-0", 1000, {"C": (42.0,)}, {"C": (100.0,)}, round=7)
+    assert stats == WorkerMetricStats("app-worker-0", 1000, {"C": (42.0,)}, {"C": (100.0,)}, round=7, support_code=1)
 
 
 def test_appending_keeps_only_the_last_ten_values_oldest_first():
@@ -291,4 +298,4 @@ def test_a_slot_publishes_its_average_onto_its_history():
     store = InMemoryWorkerMetricsStore()
     publish_worker_metrics(store, "app-worker-0", 30.0, now=100, round=1)
     published = publish_worker_metrics(store, "app-worker-0", -1.0, now=200, round=2)
-    assert store.get("app-worker-0") == published == cpu_worker([30, -1], round_=2, lut=200)
+    assert store.get("app-worker-0") == published == replace(cpu_worker([30, -1], round_=2, lut=200), support_code=1)
