@@ -13,6 +13,7 @@ default session is used.
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from typing import Any
 
 import boto3
@@ -21,7 +22,8 @@ from lease_core import aws
 from lease_core.config.settings import ConsumerConfig
 from lease_core.errors import LayoutConflictError
 from lease_core.leader.assignment_round import current_round
-from lease_core.leader.leader_lock import LeaderLock
+from lease_core.leader.leader_lock import LeaderLock, wall_clock_millis
+from lease_core.leader.table_migration_run import MigrationTables, TableMigrationRun
 from lease_core.metrics.worker_metrics import DynamoDBWorkerMetricsStore, WorkerMetricsStore
 from lease_core.retrieval.fanout.fanout_retrieval import FanOutRetrieval
 from lease_core.retrieval.fanout.stream_consumers import StreamConsumers
@@ -33,6 +35,7 @@ from lease_core.store.codec import LEASE_KEY
 from lease_core.store.coordinator_state import CoordinatorStateStore, DynamoDBCoordinatorStateStore
 from lease_core.store.dynamodb_store import DynamoDBLeaseStore
 from lease_core.store.lease_table_records import coordinator_state_records, worker_metrics_records
+from lease_core.store.migrating_records import MigratingRecords
 from lease_core.store.record_table import DynamoDBRecordTable
 from lease_core.store.table_layout import (
     SINGLE,
@@ -40,6 +43,13 @@ from lease_core.store.table_layout import (
     conflict_document,
     layout_document,
     table_migration_status,
+)
+from lease_core.store.table_migration import (
+    COMPLETE,
+    METRICS_ORDER,
+    PENDING,
+    STAYS_IN_SEPARATE_TABLE,
+    local_status,
 )
 from lease_core.store.tables import TableAdministrator
 
@@ -102,25 +112,59 @@ class LeaseApplication:
         return self.state_store_with(self.retry_policy)
 
     def state_store_with(self, retry_policy: RetryPolicy) -> CoordinatorStateStore:
-        """The coordinator-state records: `<app>-CoordinatorState`, or the lease table's in the single layout."""
+        """The coordinator-state records: `<app>-CoordinatorState`, the lease table's in the single layout,
+        or both while a table migration is under way (`migrating_records`)."""
+        in_lease_table = coordinator_state_records(self._lease_table_records(retry_policy))
         if self.table_layout.layout == SINGLE:
-            lease_table = DynamoDBRecordTable(self.client("dynamodb"), self.config.lease_table, LEASE_KEY, retry_policy)
-            return coordinator_state_records(lease_table)
-        return DynamoDBCoordinatorStateStore(
+            return in_lease_table
+        separate = DynamoDBCoordinatorStateStore(
             self.client("dynamodb"), self.config.coordinator_state_table, retry_policy=retry_policy
+        )
+        if not self._reads_both_tables:
+            return separate
+        return MigratingRecords(
+            separate,
+            in_lease_table,
+            writes_to_lease_table=self._writes_to_lease_table,
+            pinned=STAYS_IN_SEPARATE_TABLE,
         )
 
     @functools.cached_property
     def worker_metrics(self) -> WorkerMetricsStore:
-        """The worker metrics: `<app>-WorkerMetricStats`, or the lease table's in the single layout."""
+        """The worker metrics: `<app>-WorkerMetricStats`, the lease table's in the single layout, or both
+        while a table migration is under way (each worker's newest item counts, `migrating_records`)."""
+        in_lease_table = worker_metrics_records(self._lease_table_records(self.retry_policy))
         if self.table_layout.layout == SINGLE:
-            lease_table = DynamoDBRecordTable(
-                self.client("dynamodb"), self.config.lease_table, LEASE_KEY, self.retry_policy
-            )
-            return WorkerMetricsStore(worker_metrics_records(lease_table))
-        return DynamoDBWorkerMetricsStore(
+            return WorkerMetricsStore(in_lease_table)
+        separate = DynamoDBWorkerMetricsStore(
             self.client("dynamodb"), self.config.worker_metrics_table, retry_policy=self.retry_policy
         )
+        if not self._reads_both_tables:
+            return separate
+        return WorkerMetricsStore(
+            MigratingRecords(
+                separate.table,
+                in_lease_table,
+                writes_to_lease_table=self._writes_to_lease_table,
+                newest_by=METRICS_ORDER,
+            )
+        )
+
+    def _lease_table_records(self, retry_policy: RetryPolicy) -> DynamoDBRecordTable:
+        return DynamoDBRecordTable(self.client("dynamodb"), self.config.lease_table, LEASE_KEY, retry_policy)
+
+    @property
+    def _writes_to_lease_table(self) -> bool:
+        """A table migration's status as this process works by it (`table_migration.local_status`) writes
+        worker metrics and new coordinator state to the lease table."""
+        recorded = self.table_layout.table_migration
+        return local_status(recorded, self.config.migrate_all_entities_to_lease_table) in (PENDING, COMPLETE)
+
+    @property
+    def _reads_both_tables(self) -> bool:
+        """Records may be in the lease table: the migration writes there now, or was PENDING once (a
+        rollback to DEPLOYED leaves what was moved where it is). Before that, phase 1 reads one table."""
+        return self._writes_to_lease_table or self.table_layout.migration_reached_pending
 
     @functools.cached_property
     def shard_source(self) -> KinesisShardSource:
@@ -167,6 +211,33 @@ class LeaseApplication:
             owner,
             self.config.leader_lease_duration_millis,
             self.config.leader_heartbeat_period_millis,
+        )
+
+    def table_migration(
+        self, owner: str, clock_millis: Callable[[], int] = wall_clock_millis
+    ) -> TableMigrationRun | None:
+        """The leader's step of KCL 3.5's table migration (`table_migration_run`) for `owner`, who holds
+        the lock; None for an application in the single layout, which has nothing to migrate."""
+        if self.table_layout.layout == SINGLE:
+            return None
+        client = self.client("dynamodb")
+        lease_table = self._lease_table_records(self.retry_policy)
+        tables = MigrationTables(
+            self.config.lease_table,
+            self.config.coordinator_state_table,
+            DynamoDBCoordinatorStateStore(client, self.config.coordinator_state_table, retry_policy=self.retry_policy),
+            DynamoDBWorkerMetricsStore(client, self.config.worker_metrics_table, retry_policy=self.retry_policy).table,
+            worker_metrics_records(lease_table),
+        )
+        return TableMigrationRun(
+            client,
+            tables,
+            owner,
+            migrate_all=self.config.migrate_all_entities_to_lease_table,
+            complete_bake_seconds=self.config.table_migration_complete_bake_time_seconds,
+            current_round=self.current_round,
+            retry_policy=self.retry_policy,
+            clock_millis=clock_millis,
         )
 
     def current_round(self) -> int:

@@ -293,6 +293,22 @@ class ConsumerConfig(BaseModel):
         "whatever this says (docs/protocol.md §1.7).",
         None,
     )
+    migrate_all_entities_to_lease_table: bool = _setting(
+        False,
+        "Move a `separate`-layout application's worker metrics and coordinator state into its lease table "
+        "(KCL 3.5's table migration, phase 2): the rounds' leader drives it from DEPLOYED through PENDING "
+        "to COMPLETE, and turning it off again before COMPLETE rolls it back (docs/protocol.md §1.8).",
+        "migrateAllEntitiesToLeaseTable",
+        batch_note="KCL refuses it before phase 1 reached DEPLOYED; a round's slots all run the release "
+        "that started it, so the rounds run phase 1 first and then go on.",
+    )
+    table_migration_complete_bake_time_seconds: Annotated[int, Field(ge=3600, le=604_800)] = _setting(
+        86_400,
+        "How long a table migration stays PENDING, every record in the lease table and nothing written "
+        "to the separate tables, before it is made COMPLETE (from 1 hour to 1 week).",
+        "tableMigrationCompleteBakeTimeSeconds",
+        batch_note="KCL clamps a value outside [1 hour, 1 week] silently; here it is refused, naming the key.",
+    )
     failover_time_millis: _PositiveInt = _setting(
         10000,
         "Lease duration: a lease whose counter has not moved for this long is considered expired.",

@@ -34,13 +34,13 @@ import os
 import socket
 import sys
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from contextlib import AbstractContextManager
 from datetime import timedelta
 
 from lease_core.application import LeaseApplication
 from lease_core.config.settings import ConsumerConfig, load_config
-from lease_core.errors import ConfigurationError, LeaseCoreError, StreamNotFoundError
+from lease_core.errors import ConfigurationError, LayoutConflictError, LeaseCoreError, StreamNotFoundError
 from lease_core.leader.assignment_round import AssignmentCoordinator, AssignmentReport, slot_ids
 from lease_core.leader.leader_lock import LeaderLock
 from lease_core.leader.leadership import Leadership, hold, release_quietly
@@ -608,16 +608,9 @@ def run_teardown(arguments: argparse.Namespace, app: LeaseApplication) -> int:
     administrator = app.tables
     deleted: list[str] = []
     # Every table is checked to be the application's own before the lock is taken: the lock is
-    # written to the coordinator-state table, which may be another application's. Without that table
-    # (the single layout) the lock is in the lease table. The layout is not detected here: teardown is
-    # also the way out of an application whose tables hold both.
+    # written to the coordinator-state table, which may be another application's.
     existing = administrator.verify_tables(TEARDOWN, items=True)
-    lock_table, lock_role = config.coordinator_state_table, "coordinator_state"
-    if lock_table not in existing:
-        lock_table, lock_role = config.lease_table, "lease"
-    # The lock and the consumers' records are read where the lock is, in either case.
-    layout = SEPARATE if lock_role == "coordinator_state" else SINGLE
-    app.table_layout = LayoutDecision(layout, f"teardown takes the lock in {lock_table!r}")
+    lock_table, lock_role = _lock_table(app, existing)
     lock = _leader_lock(app, "teardown") if lock_table in existing else None
     try:
         if lock is not None:
@@ -647,6 +640,26 @@ def run_teardown(arguments: argparse.Namespace, app: LeaseApplication) -> int:
     if not deleted:
         print(f"no tables of {config.application_name!r} exist")
     return EXIT_OK
+
+
+def _lock_table(app: LeaseApplication, existing: Collection[str]) -> tuple[str, str]:
+    """Where teardown takes the lock, and that table's role: as the application's layout says (in the
+    lease table once KCL 3.5's table migration is COMPLETE, though the separate tables are left). Tables
+    that hold both layouts are not refused here, since teardown is the way out of them: the lock is then
+    in the coordinator-state table if there is one, and the lock and the consumers' records are read there."""
+    config = app.config
+    try:
+        decision: LayoutDecision | None = app.table_layout
+    except LayoutConflictError:
+        decision = None
+    if decision is not None and decision.layout == SINGLE:
+        return config.lease_table, "lease"
+    if config.coordinator_state_table in existing:
+        if decision is None:
+            app.table_layout = LayoutDecision(SEPARATE, "teardown of tables that hold both layouts")
+        return config.coordinator_state_table, "coordinator_state"
+    app.table_layout = LayoutDecision(SINGLE, f"teardown takes the lock in {config.lease_table!r}")
+    return config.lease_table, "lease"
 
 
 COMMANDS: dict[str, Callable[[argparse.Namespace, LeaseApplication], int]] = {

@@ -7,7 +7,9 @@ application's layout is read from its tables, whatever the setting says: an appl
 table holds KCL 3.5 items of another entity type is `single`, one with either of the two separate
 tables is `separate`, and one with both is refused, since reading one layout would miss what was
 written to the other; except that, as in KCL 3.5, a lease table whose `TableMigration3.5` record says
-COMPLETE is `single` whatever else exists (KCL's migration leaves the two old tables in place). Only
+COMPLETE is `single` whatever else exists (KCL's migration leaves the two old tables in place), and an
+application whose coordinator-state table holds a `TableMigration3.5` record short of COMPLETE is
+`separate` while its records move to the lease table (§1.8: reads look in both tables). Only
 an application whose tables show neither gets the configured layout, and setup records it (`TableLayout`)
 so that every process, whatever its own setting, follows the first setup's choice.
 
@@ -26,15 +28,17 @@ from lease_core.aws import AwsCaller, error_code
 from lease_core.errors import LayoutConflictError
 from lease_core.retry import RetryPolicy
 from lease_core.store.codec import ENTITY_TYPE, LEASE_ENTITY_TYPE, LEASE_KEY, entity_type
+from lease_core.store.coordinator_state import KEY as COORDINATOR_STATE_KEY
 from lease_core.store.record_table import RecordTable, text
+from lease_core.store.table_migration import COMPLETE as MIGRATION_COMPLETE
+from lease_core.store.table_migration import HISTORY as TABLE_MIGRATION_HISTORY
+from lease_core.store.table_migration import PENDING as MIGRATION_PENDING
+from lease_core.store.table_migration import STATUS as TABLE_MIGRATION_STATUS
+from lease_core.store.table_migration import TABLE_MIGRATION_KEY
 
 TableLayoutName: TypeAlias = Literal["separate", "single"]
 SEPARATE: TableLayoutName = "separate"
 SINGLE: TableLayoutName = "single"
-# KCL 3.5's table-migration record and its status attribute.
-TABLE_MIGRATION_KEY = "TableMigration3.5"
-TABLE_MIGRATION_STATUS = "tm"
-MIGRATION_COMPLETE = "TABLE_MIGRATION_STATUS_COMPLETE"
 # The layout a new application's setup chose (docs/protocol.md §1.7), a coordinator-state record in the
 # lease table: `layout` = single for good, or separate while setup creates the two separate tables.
 LAYOUT_RECORD_KEY = "TableLayout"
@@ -59,6 +63,10 @@ class TablesFound:
     migration_complete: bool = False
     # The lease table's `TableLayout` record says `separate`: a setup is creating the separate tables.
     separate_setup_under_way: bool = False
+    # The coordinator-state table's `TableMigration3.5` status: a migration was started there.
+    separate_table_migration: str | None = None
+    # That record is or was PENDING: records were moved to the lease table, or slots wrote their metrics there.
+    migration_reached_pending: bool = False
 
 
 @dataclass(frozen=True)
@@ -69,6 +77,11 @@ class LayoutDecision:
     from_setting: bool = False
     # A setup recorded `separate` and has yet to finish creating the separate tables.
     separate_setup_under_way: bool = False
+    # The status of a table migration under way, short of COMPLETE (`TableMigration3.5` in the
+    # coordinator-state table).
+    table_migration: str | None = None
+    # The migration is or was PENDING (in its history): records may be in the lease table.
+    migration_reached_pending: bool = False
 
 
 def decide_layout(
@@ -81,6 +94,14 @@ def decide_layout(
     if found.migration_complete:  # KCL 3.5's own rule: one table, whatever else is left
         left = f"; {', '.join(repr(name) for name in separate_found)} left from before it" if separate_found else ""
         return LayoutDecision(SINGLE, f"KCL 3.5's table migration is complete in {lease_table!r}{left}")
+    if found.separate_table_migration is not None and found.coordinator_state_table:
+        status = found.separate_table_migration
+        reason = (
+            f"table(s) {', '.join(repr(name) for name in separate_found)} exist; KCL 3.5's table migration: {status}"
+        )
+        return LayoutDecision(
+            SEPARATE, reason, table_migration=status, migration_reached_pending=found.migration_reached_pending
+        )
     if found.separate_setup_under_way and not found.non_lease_items:
         reason = f"lease table {lease_table!r} records the separate layout its setup chose"
         return LayoutDecision(SEPARATE, reason, separate_setup_under_way=True)
@@ -126,13 +147,20 @@ def detect_layout(
     if lease_table_exists and not probed and not (worker_metrics_exists or coordinator_state_exists):
         non_lease_items = _holds_non_lease_items(client, caller, lease_table)
     migration = probed.get(TABLE_MIGRATION_KEY, {}).get(TABLE_MIGRATION_STATUS, {}).get("S")
+    separate_migration, reached_pending = (
+        _separate_table_migration(client, caller, coordinator_state_table)
+        if coordinator_state_exists
+        else (None, False)
+    )
     found = TablesFound(
         lease_table_exists,
         worker_metrics_exists,
         coordinator_state_exists,
         non_lease_items,
-        migration == MIGRATION_COMPLETE,
+        MIGRATION_COMPLETE in (migration, separate_migration),
         separate_setup_under_way,
+        separate_migration,
+        reached_pending,
     )
     return decide_layout(found, lease_table, separate_tables, configured)
 
@@ -165,6 +193,30 @@ def _probed_items(client: Any, caller: AwsCaller, table_name: str) -> dict[str, 
         if item is not None and entity_type(item) != LEASE_ENTITY_TYPE:
             found[key] = item
     return found
+
+
+def _separate_table_migration(client: Any, caller: AwsCaller, table_name: str) -> tuple[str | None, bool]:
+    """The status of KCL 3.5's table migration as the coordinator-state table records it (None when
+    there is no record), and whether it is or was PENDING (its history `h` keeps the last ten)."""
+    response = caller.call(
+        "GetItem",
+        partial(
+            client.get_item,
+            TableName=table_name,
+            Key={COORDINATOR_STATE_KEY: {"S": TABLE_MIGRATION_KEY}},
+            ProjectionExpression="#migration, #history",
+            ExpressionAttributeNames={"#migration": TABLE_MIGRATION_STATUS, "#history": TABLE_MIGRATION_HISTORY},
+            ConsistentRead=True,
+        ),
+        table_name,
+    )
+    item = response.get("Item", {})
+    status = item.get(TABLE_MIGRATION_STATUS, {}).get("S")
+    earlier = [
+        entry.get("M", {}).get(TABLE_MIGRATION_STATUS, {}).get("S")
+        for entry in item.get(TABLE_MIGRATION_HISTORY, {}).get("L", [])
+    ]
+    return (None if status is None else str(status)), MIGRATION_PENDING in (status, *earlier)
 
 
 def _exists(client: Any, caller: AwsCaller, table_name: str) -> bool:

@@ -904,9 +904,23 @@ def round_summary(
 
 class ReleaseLeadershipOperator(_LeaderStep):
     """Releases the round's leader lock; the teardown of `TakeLeadershipOperator`, so it runs whatever
-    happened in between once the lock was taken (and a lock it never releases is taken over later)."""
+    happened in between once the lock was taken (and a lock it never releases is taken over later).
+
+    Before that, under the lock, it takes the next step of KCL 3.5's table migration of a `separate`
+    application (`lease_core.leader.table_migration_run`): the round's slots have written their worker
+    metrics by then. A migration step that fails is logged and in the summary; the lock is released all
+    the same, and the next round tries again."""
 
     def run(self, access: AwsAccess, context: Any) -> dict[str, Any]:
         lock = access.app.leader_lock(self.leader_owner)
-        released = lock.resume_as_owner() and lock.release()
-        return {"owner": self.leader_owner, "released": released}
+        held = lock.resume_as_owner()
+        summary: dict[str, Any] = {"owner": self.leader_owner}
+        migration = access.app.table_migration(self.leader_owner) if held else None
+        if migration is not None:
+            try:
+                summary["table_migration"] = migration.advance()
+            except (LeaseCoreError, ValueError) as error:
+                self.log.warning("The table migration did not advance: %s", error)
+                summary["table_migration"] = {"error": str(error)}
+        summary["released"] = held and lock.release()
+        return summary

@@ -130,7 +130,22 @@ FAN_OUT_GRANTS = {
         "arn:aws:kinesis:${Region}:${Account}:stream/${Stream}/consumer/*",
     ),
 }
+TABLE_MIGRATION = (
+    "phase 2 of KCL 3.5's table migration (migrate_all_entities_to_lease_table, docs/protocol.md §1.8) lists "
+    "the coordinator-state records it moves and fences each move with the lock; these runs never turn it on, "
+    "and tests/integration/test_table_migration.py runs it on moto"
+)
+TABLE_MIGRATION_GRANTS = (
+    "dynamodb:Scan",
+    "dynamodb:ConditionCheckItem",
+    "arn:aws:dynamodb:${Region}:${Account}:table/${Application}-CoordinatorState",
+    "arn:aws:dynamodb:${Region}:${Account}:table/${Application}-backfill-????????T??????*Z-????????T??????*Z-CoordinatorState",
+)
 NOT_EXERCISED = {
+    **{
+        Grant("RoundTableMigration", "resource" if pattern.startswith("arn:") else "action", pattern): TABLE_MIGRATION
+        for pattern in TABLE_MIGRATION_GRANTS
+    },
     Grant("ParquetObjects", "action", "s3:AbortMultipartUpload"): ABORTED_UPLOADS,
     Grant("IcebergTableObjects", "action", "s3:AbortMultipartUpload"): ABORTED_UPLOADS,
     **{
@@ -163,6 +178,7 @@ class RecordedRun:
     backfill_dead_letters: list[dict[str, Any]]  # and beside the backfill's
     dead_letter_prefixes: tuple[str, str]  # their places in the bucket: the output's, the backfill's
     stale_worker_metrics: dict[str, Any] | None  # a former slot's item, two days old before round 2, after the run
+    table_migration: str | None  # the status of KCL 3.5's table migration after the run (the separate layout)
 
     @property
     def placeholders(self) -> dict[str, str]:
@@ -374,6 +390,9 @@ def recorded_run(
         item["checkpoint"]["S"] for item in dynamodb.scan(TableName=application, ConsistentRead=True)["Items"]
     ]
     stale_after = dynamodb.get_item(**stale, ConsistentRead=True).get("Item")
+    migration = dynamodb.get_item(
+        TableName=f"{application}-CoordinatorState", Key={"key": {"S": "TableMigration3.5"}}, ConsistentRead=True
+    ).get("Item")
     teardown = [leasectl_main(name, proxies, "teardown", "--yes") for name in (application, backfill_application)]
 
     def dataset(uri: str) -> pa.Table:
@@ -401,6 +420,7 @@ def recorded_run(
         dataset(backfill).to_pylist(),
         (f"{live.removeprefix(f's3://{bucket}/')}/", f"{backfill.removeprefix(f's3://{bucket}/')}/"),
         stale_after,
+        None if migration is None else migration["tm"]["S"],
     )
 
 
@@ -694,6 +714,9 @@ def test_the_proxied_run_consumes_every_record_once_skips_the_idle_round_and_tea
     assert monitored == [(recorded_run.application, True), (recorded_run.backfill_application, True)]
     assert recorded_run.teardown_exit_codes == [0, 0]
     assert recorded_run.stale_worker_metrics is None, "the round after it deleted the former slot's stale item"
+    # Every round's release step takes the next step of KCL 3.5's table migration of a separate application:
+    # the first one's slots all carried the support code, and no round came an hour later.
+    assert recorded_run.table_migration == "TABLE_MIGRATION_STATUS_INIT"
 
 
 STAGING_WRITES = ("PutObject", "CompleteMultipartUpload")

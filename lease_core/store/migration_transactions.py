@@ -1,0 +1,118 @@
+"""The two transactions of KCL 3.5's table migration (docs/protocol.md §1.8), each fenced by the lock.
+
+Both start with KCL's fence: a `ConditionCheck` that the coordinator-state table's `Leader` item has
+`ownerName` = the leader, so that a leader whose lock was taken over writes nothing. A refusal of the
+fence raises `LeadershipLostError`; any other refusal is an outcome (False), which the next round meets
+again from what the tables hold.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Sequence
+from functools import partial
+from typing import Any
+
+import botocore.exceptions
+
+from lease_core.aws import AwsCaller, error_code
+from lease_core.errors import LeadershipLostError
+from lease_core.retry import RetryPolicy
+from lease_core.store.codec import ENTITY_TYPE, LEASE_KEY, TABLE_MIGRATION_ENTITY_TYPE, Item
+from lease_core.store.coordinator_state import KEY as COORDINATOR_STATE_KEY
+from lease_core.store.lease_table_records import coordinator_state_entity_type
+from lease_core.store.record_table import Record, to_attribute_values
+from lease_core.store.table_migration import PENDING, STATUS, TABLE_MIGRATION_KEY
+
+logger = logging.getLogger(__name__)
+
+LEADER_KEY = "Leader"
+OWNER_NAME = "ownerName"
+
+
+class MigrationTransactions:
+    def __init__(
+        self, client: Any, lease_table: str, coordinator_state_table: str, retry_policy: RetryPolicy | None = None
+    ) -> None:
+        self.client = client
+        self.lease_table = lease_table
+        self.coordinator_state_table = coordinator_state_table
+        self._caller = AwsCaller("dynamodb", retry_policy or RetryPolicy())
+
+    def move(self, records: Sequence[tuple[str, Record]], owner: str) -> bool:
+        """Put each coordinator-state record into the lease table (keyed by `leaseKey`, tagged with its
+        entity type, only where no item of its key is) and delete it from the coordinator-state table."""
+        items: list[dict[str, Any]] = [self._fence(owner)]
+        for key, record in records:
+            attributes = {name: value for name, value in record.items() if name != COORDINATOR_STATE_KEY}
+            item = {
+                **to_attribute_values(attributes),
+                LEASE_KEY: {"S": key},
+                ENTITY_TYPE: {"S": coordinator_state_entity_type(key)},
+            }
+            items.append({"Put": self._put_if_absent(item)})
+            items.append({"Delete": {"TableName": self.coordinator_state_table, "Key": _state_key(key)}})
+        return self._transact(items, owner, f"moving {', '.join(key for key, _ in records)}")
+
+    def complete(self, record: Record, owner: str) -> bool:
+        """The COMPLETE `TableMigration3.5` record into the lease table (only if absent) and over the
+        coordinator-state table's (only if it is still PENDING), at once."""
+        attributes = to_attribute_values(record)
+        in_lease_table = {
+            **attributes,
+            LEASE_KEY: {"S": TABLE_MIGRATION_KEY},
+            ENTITY_TYPE: {"S": TABLE_MIGRATION_ENTITY_TYPE},
+        }
+        over_pending = {
+            "TableName": self.coordinator_state_table,
+            "Item": {**attributes, **_state_key(TABLE_MIGRATION_KEY)},
+            "ConditionExpression": "#status = :pending",
+            "ExpressionAttributeNames": {"#status": STATUS},
+            "ExpressionAttributeValues": {":pending": {"S": PENDING}},
+        }
+        items = [self._fence(owner), {"Put": self._put_if_absent(in_lease_table)}, {"Put": over_pending}]
+        return self._transact(items, owner, "writing COMPLETE")
+
+    def _fence(self, owner: str) -> dict[str, Any]:
+        return {
+            "ConditionCheck": {
+                "TableName": self.coordinator_state_table,
+                "Key": _state_key(LEADER_KEY),
+                "ConditionExpression": "#owner = :owner",
+                "ExpressionAttributeNames": {"#owner": OWNER_NAME},
+                "ExpressionAttributeValues": {":owner": {"S": owner}},
+            }
+        }
+
+    def _put_if_absent(self, item: Item) -> dict[str, Any]:
+        return {
+            "TableName": self.lease_table,
+            "Item": item,
+            "ConditionExpression": "attribute_not_exists(#key)",
+            "ExpressionAttributeNames": {"#key": LEASE_KEY},
+        }
+
+    def _transact(self, items: list[dict[str, Any]], owner: str, what: str) -> bool:
+        token = uuid.uuid4().hex  # a retry after a lost answer is the same transaction to DynamoDB
+
+        def attempt() -> list[str]:
+            try:
+                self.client.transact_write_items(TransactItems=items, ClientRequestToken=token)
+            except botocore.exceptions.ClientError as error:
+                if error_code(error) != "TransactionCanceledException":
+                    raise
+                return [reason.get("Code", "None") for reason in error.response.get("CancellationReasons", [])]
+            return []
+
+        reasons = self._caller.call("TransactWriteItems", partial(attempt))
+        if not reasons:
+            return True
+        if reasons[0] == "ConditionalCheckFailed":
+            raise LeadershipLostError(owner, f"the table migration ({what})")
+        logger.warning("table migration: %s was refused (%s); the next round tries again", what, reasons)
+        return False
+
+
+def _state_key(key: str) -> Item:
+    return {COORDINATOR_STATE_KEY: {"S": key}}
