@@ -42,7 +42,10 @@ class MigrationTransactions:
 
     def move(self, records: Sequence[tuple[str, Record]], owner: str) -> bool:
         """Put each coordinator-state record into the lease table (keyed by `leaseKey`, tagged with its
-        entity type, only where no item of its key is) and delete it from the coordinator-state table."""
+        entity type) and delete it from the coordinator-state table. The put goes where no item of its
+        key is, or over the same record's copy: reads take the coordinator-state table's copy first, so
+        a copy left in the lease table (a writer that recreated the record there after an earlier move
+        read it) is the older one. A lease under the key refuses the move."""
         items: list[dict[str, Any]] = [self._fence(owner)]
         for key, record in records:
             attributes = {name: value for name, value in record.items() if name != COORDINATOR_STATE_KEY}
@@ -51,7 +54,7 @@ class MigrationTransactions:
                 LEASE_KEY: {"S": key},
                 ENTITY_TYPE: {"S": coordinator_state_entity_type(key)},
             }
-            items.append({"Put": self._put_if_absent(item)})
+            items.append({"Put": self._put_over_record(item, coordinator_state_entity_type(key))})
             items.append({"Delete": {"TableName": self.coordinator_state_table, "Key": _state_key(key)}})
         return self._transact(items, owner, f"moving {', '.join(key for key, _ in records)}")
 
@@ -83,6 +86,15 @@ class MigrationTransactions:
                 "ExpressionAttributeNames": {"#owner": OWNER_NAME},
                 "ExpressionAttributeValues": {":owner": {"S": owner}},
             }
+        }
+
+    def _put_over_record(self, item: Item, entity_type: str) -> dict[str, Any]:
+        return {
+            "TableName": self.lease_table,
+            "Item": item,
+            "ConditionExpression": "attribute_not_exists(#key) OR #entity = :entity",
+            "ExpressionAttributeNames": {"#key": LEASE_KEY, "#entity": ENTITY_TYPE},
+            "ExpressionAttributeValues": {":entity": {"S": entity_type}},
         }
 
     def _put_if_absent(self, item: Item) -> dict[str, Any]:

@@ -276,3 +276,25 @@ def test_a_slot_of_a_release_that_predates_the_support_code_holds_phase_one_back
     restarted = end_of_round(application(moto_endpoint, name), "round-2", start + HOUR_MILLIS)
     assert (restarted["action"], restarted["done"], restarted["status_after"]) == ("delete", True, None)
     assert "TableMigration3.5" not in items(client, f"{name}-CoordinatorState", "key")
+
+
+def test_a_record_recreated_in_the_separate_table_after_a_move_is_moved_over_its_older_copy(
+    moto_endpoint, client, three_tables, start
+):
+    name = three_tables
+    deployed_and_phase_two_slots(moto_endpoint, name, start)
+    moved = end_of_round(application(moto_endpoint, name, migrate_all=True), "round-3", start + 2 * HOUR_MILLIS)
+    assert moved["status_after"] == PENDING
+    # A writer that read the record before the move puts it back where it read it, newer than the copy moved.
+    client.put_item(
+        TableName=f"{name}-CoordinatorState",
+        Item={"key": {"S": RECORDS[3]}, "value": {"S": "rewritten"}},
+    )
+    reader = application(moto_endpoint, name, migrate_all=True)
+    assert reader.state_store.get(RECORDS[3])["value"] == "rewritten", "the separate table's copy is read first"
+    back = end_of_round(reader, "round-4", start + 3 * HOUR_MILLIS)
+    assert (back["action"], back["status_after"]) == ("write", DEPLOYED)
+    moved = end_of_round(application(moto_endpoint, name, migrate_all=True), "round-5", start + 3 * HOUR_MILLIS)
+    assert (moved["action"], moved["done"], moved["status_after"]) == ("move_then_pending", True, PENDING)
+    assert items(client, name, "leaseKey")[RECORDS[3]]["value"] == {"S": "rewritten"}
+    assert set(items(client, f"{name}-CoordinatorState", "key")) == {"TableMigration3.5"}
