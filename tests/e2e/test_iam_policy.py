@@ -34,7 +34,8 @@ leasectl runs as a process: delta-rs holds the GIL while it reads a table's hist
 test's process must answer.
 
 Every recorded call is then evaluated (tests/support/iam_policy.py) against the statements a
-deployment on that sink attaches: every statement but the other sinks' (`Parquet*`, `Iceberg*`, `Delta*`).
+deployment on that sink attaches: every statement but the other sinks' (`Parquet*`, `Iceberg*`, `Delta*`)
+and a decoder's these runs do not use (`DecodeGlueSchemaRegistry`).
 Every action and resource each statement grants must have been needed by some call of one of the runs.
 """
 
@@ -94,9 +95,11 @@ POLICY_FILE = REPOSITORY / "docs" / "iam-policy.json"
 REGION = "us-east-1"
 ACCOUNT = "123456789012"  # moto's default account
 PREFIX = "lake/orders"
-PLACEHOLDERS = ("Region", "Account", "Application", "Stream", "Bucket", "Prefix", "Database", "Table")
-# The statements only a deployment on that sink attaches, by their Sid's start; the rest every deployment does.
+PLACEHOLDERS = ("Region", "Account", "Application", "Stream", "Bucket", "Prefix", "Database", "Table", "Registry")
+# The statements only a deployment on that sink attaches, by their Sid's start; the rest every deployment does,
+# but those only a pipeline with that decoder attaches.
 SINK_STATEMENTS = {"parquet": "Parquet", "iceberg": "Iceberg", "delta": "Delta"}
+DECODER_STATEMENTS = ("DecodeGlueSchemaRegistry",)
 ICEBERG_CATALOG = "iamglue"
 ICEBERG_TABLE = "orders"
 WAREHOUSE = "warehouse"  # in the bucket: a Glue database without a location of its own is at <warehouse>/<name>.db
@@ -141,7 +144,23 @@ TABLE_MIGRATION_GRANTS = (
     "arn:aws:dynamodb:${Region}:${Account}:table/${Application}-CoordinatorState",
     "arn:aws:dynamodb:${Region}:${Account}:table/${Application}-backfill-????????T??????*Z-????????T??????*Z-CoordinatorState",
 )
+GLUE_SCHEMA_REGISTRY = (
+    "a pipeline with decode='glue_schema_registry' fetches each schema version once per executor; these runs "
+    "decode with a function of their own, and tests/integration/test_consume_job_glue_schema_registry.py "
+    "decodes against moto's Glue, which no recording proxy sees"
+)
+GLUE_SCHEMA_REGISTRY_GRANTS = (
+    "glue:GetSchemaVersion",
+    "arn:aws:glue:${Region}:${Account}:registry/${Registry}",
+    "arn:aws:glue:${Region}:${Account}:schema/${Registry}/*",
+)
 NOT_EXERCISED = {
+    **{
+        Grant("DecodeGlueSchemaRegistry", "resource" if pattern.startswith("arn:") else "action", pattern): (
+            GLUE_SCHEMA_REGISTRY
+        )
+        for pattern in GLUE_SCHEMA_REGISTRY_GRANTS
+    },
     **{
         Grant("RoundTableMigration", "resource" if pattern.startswith("arn:") else "action", pattern): TABLE_MIGRATION
         for pattern in TABLE_MIGRATION_GRANTS
@@ -680,9 +699,10 @@ TABLE_RUNS = {sink: fixture for sink, fixture in RUNS.items() if sink != "parque
 
 
 def deployment_policy(sink: str, values: Mapping[str, str]) -> Policy:
-    """The statements a deployment on `sink` attaches (all but the other sinks'), with `values` for the placeholders."""
+    """The statements a deployment on `sink` attaches (all but the other sinks' and the Glue Schema Registry
+    decoder's), with `values` for the placeholders."""
     document = json.loads(POLICY_FILE.read_text())
-    others = tuple(prefix for name, prefix in SINK_STATEMENTS.items() if name != sink)
+    others = (*(prefix for name, prefix in SINK_STATEMENTS.items() if name != sink), *DECODER_STATEMENTS)
     document["Statement"] = [entry for entry in document["Statement"] if not entry["Sid"].startswith(others)]
     return parse_policy(json.loads(substitute(json.dumps(document), values)))
 
@@ -876,7 +896,7 @@ def test_every_action_and_resource_the_policy_grants_was_needed_by_one_of_the_ru
     assert set(NOT_EXERCISED) <= template.grants(), "an exemption names a grant the policy no longer has"
 
 
-def test_the_policy_names_every_action_and_resource_explicitly_with_exactly_its_eight_placeholders():
+def test_the_policy_names_every_action_and_resource_explicitly_with_exactly_its_nine_placeholders():
     text = POLICY_FILE.read_text()
     policy = load_policy(POLICY_FILE, dict.fromkeys(PLACEHOLDERS, "x"))  # refuses Deny and anything unmodelled
     assert set(re.findall(r"\$\{(\w+)\}", text)) == set(PLACEHOLDERS)
