@@ -70,6 +70,8 @@ LEASE_ATTRIBUTE_TYPES = {
 # WorkerMetricStats' attributes (spec §6.1), read by the leader's load of worker metrics.
 WORKER_METRIC_ATTRIBUTE_TYPES = {"lut": "N", "sts": "M", "opr": "M", "properties": "M", "sup": "N", "slu": "N"}
 WORKER_METRICS_ACTIVE_SECONDS = 60  # 2 x workerMetricsReporterFreqInMillis (spec §6.3)
+# A run's passes (assign, discover, consume) before it gives up: each reshard level needs one more.
+MAX_PASSES = 10
 
 
 class UnreadableByKcl(AssertionError):
@@ -309,11 +311,11 @@ class KclWorker:
         """Start, lead, consume every lease it can (at most `records_per_lease` records of each in
         this run, else to the tip or the shard's end), and shut down gracefully."""
         self._acquire_leadership()
-        self._publish_worker_metrics()
         if not self._table().leases:
             self._sync_empty_table()
         consumed: dict[str, int] = {}
-        while True:
+        for _ in range(MAX_PASSES):
+            self._publish_worker_metrics()  # KCL's reporter writes every 30 s; a pass is shorter
             self._assign_expired_leases()
             self._discover_and_renew()
             progressed = False
@@ -326,6 +328,8 @@ class KclWorker:
                 progressed |= moved
             if not progressed:
                 break
+        else:
+            raise AssertionError(f"{self.worker_id} still found work after {MAX_PASSES} passes over its leases")
         self._shut_down()
 
     def _shut_down(self) -> None:
