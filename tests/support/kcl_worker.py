@@ -253,7 +253,6 @@ class KclWorker:
     failover_millis: int = 300
     clock: Callable[[], float] = time.time
     processed: list[StreamRecord] = field(default_factory=list)
-    checkpoints_written: list[tuple[str, str]] = field(default_factory=list)
     _held: dict[str, KclLease] = field(default_factory=dict)
     _leader_version: str | None = None
 
@@ -599,7 +598,6 @@ class KclWorker:
             AttributeUpdates=updates,
             Expected={"leaseCounter": {"Value": {"N": str(lease.lease_counter)}}},
         )
-        self.checkpoints_written.append((lease.lease_key, sequence_number))
         checkpointed = _with(
             lease,
             lease_counter=lease.lease_counter + 1,
