@@ -129,7 +129,7 @@ class SlotTask:
                 self.metrics,
                 self.worker_id,
                 utilization,
-                now=int(time.time() * 1000),
+                now=int(time.time()),
                 round=self.spec.round_number,
                 keep=self.config.no_of_persisted_metrics_per_worker_metrics,
             )

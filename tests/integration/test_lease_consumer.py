@@ -296,6 +296,18 @@ def measured_lease(pipeline: ConsumerPipeline, throughput_kbps: float, seconds_a
     return stored.lease
 
 
+def test_a_slot_that_read_its_lease_stamps_its_worker_metrics_in_epoch_seconds_as_kcl_reads_lut(pipeline):
+    """KCL's leader counts a worker active while now - `lut` <= 60 s, in seconds (docs/protocol.md §5.1):
+    a `lut` in milliseconds would keep a slot active for KCL forever after a handover."""
+    pipeline.produce(20)
+    owned_lease(pipeline)
+    before = int(time.time())
+    run_slot(pipeline)
+    stats = pipeline.metrics.get(slot_ids(pipeline.application_name, 1)[0])
+    assert stats is not None
+    assert before <= stats.last_update_epoch_seconds <= int(time.time())
+
+
 def test_a_lease_with_nothing_new_costs_the_round_one_write_its_claim_which_also_decays_its_throughput(pipeline):
     before = measured_lease(pipeline, 100.0, seconds_ago=30)
     report = run_slot(pipeline)[before.lease_key]
