@@ -20,9 +20,10 @@ import boto3
 
 from lease_core import aws
 from lease_core.config.settings import ConsumerConfig
-from lease_core.errors import LayoutConflictError
+from lease_core.errors import LayoutConflictError, TableMigrationCompletedError
 from lease_core.leader.assignment_round import current_round
 from lease_core.leader.leader_lock import LeaderLock, wall_clock_millis
+from lease_core.leader.leadership import Leadership
 from lease_core.leader.table_migration_run import MigrationTables, TableMigrationRun
 from lease_core.metrics.worker_metrics import DynamoDBWorkerMetricsStore, WorkerMetricsStore
 from lease_core.retrieval.fanout.fanout_retrieval import FanOutRetrieval
@@ -48,8 +49,11 @@ from lease_core.store.table_migration import (
     COMPLETE,
     METRICS_ORDER,
     PENDING,
+    STATUS,
     STAYS_IN_SEPARATE_TABLE,
+    TABLE_MIGRATION_KEY,
     local_status,
+    reads_both_tables,
 )
 from lease_core.store.tables import TableAdministrator
 
@@ -162,9 +166,8 @@ class LeaseApplication:
 
     @property
     def _reads_both_tables(self) -> bool:
-        """Records may be in the lease table: the migration writes there now, or was PENDING once (a
-        rollback to DEPLOYED leaves what was moved where it is). Before that, phase 1 reads one table."""
-        return self._writes_to_lease_table or self.table_layout.migration_reached_pending
+        """Records may be in either table (`table_migration.reads_both_tables`)."""
+        return reads_both_tables(self.table_layout.table_migration)
 
     @functools.cached_property
     def shard_source(self) -> KinesisShardSource:
@@ -211,22 +214,39 @@ class LeaseApplication:
             owner,
             self.config.leader_lease_duration_millis,
             self.config.leader_heartbeat_period_millis,
+            guard=None if self.table_layout.layout == SINGLE else self._lock_still_in_coordinator_state_table,
         )
 
+    def _lock_still_in_coordinator_state_table(self) -> None:
+        """A lock taken in `<app>-CoordinatorState` by a process that read the layout before the table
+        migration became COMPLETE is not the application's lock (KCL's leader checks the same)."""
+        table = self.config.coordinator_state_table
+        record = DynamoDBCoordinatorStateStore(self.client("dynamodb"), table, retry_policy=self.retry_policy).get(
+            TABLE_MIGRATION_KEY
+        )
+        if record is not None and record.get(STATUS) == COMPLETE:
+            raise TableMigrationCompletedError(table)
+
     def table_migration(
-        self, owner: str, clock_millis: Callable[[], int] = wall_clock_millis
+        self,
+        owner: str,
+        clock_millis: Callable[[], int] = wall_clock_millis,
+        leadership: Leadership | None = None,
     ) -> TableMigrationRun | None:
         """The leader's step of KCL 3.5's table migration (`table_migration_run`) for `owner`, who holds
-        the lock; None for an application in the single layout, which has nothing to migrate."""
+        the lock (`leadership`: its writes and retries check it first); None for an application in the
+        single layout, which has nothing to migrate."""
         if self.table_layout.layout == SINGLE:
             return None
         client = self.client("dynamodb")
-        lease_table = self._lease_table_records(self.retry_policy)
+        policy = self.retry_policy if leadership is None else leadership.retry_policy(self.retry_policy)
+        state = DynamoDBCoordinatorStateStore(client, self.config.coordinator_state_table, retry_policy=policy)
+        lease_table = self._lease_table_records(policy)
         tables = MigrationTables(
             self.config.lease_table,
             self.config.coordinator_state_table,
-            DynamoDBCoordinatorStateStore(client, self.config.coordinator_state_table, retry_policy=self.retry_policy),
-            DynamoDBWorkerMetricsStore(client, self.config.worker_metrics_table, retry_policy=self.retry_policy).table,
+            state if leadership is None else leadership.state_store(state),
+            DynamoDBWorkerMetricsStore(client, self.config.worker_metrics_table, retry_policy=policy).table,
             worker_metrics_records(lease_table),
         )
         return TableMigrationRun(
@@ -236,7 +256,7 @@ class LeaseApplication:
             migrate_all=self.config.migrate_all_entities_to_lease_table,
             complete_bake_seconds=self.config.table_migration_complete_bake_time_seconds,
             current_round=self.current_round,
-            retry_policy=self.retry_policy,
+            retry_policy=policy,
             clock_millis=clock_millis,
         )
 

@@ -121,6 +121,24 @@ class LayoutConflictError(LeaseCoreError):
 
 
 @dataclass(eq=False, repr=False)
+class TableMigrationCompletedError(LeaseCoreError):
+    """KCL 3.5's table migration became COMPLETE after this process read the application's layout
+    (docs/protocol.md §1.8): the lock it took in the coordinator-state table is no longer the
+    application's. Retryable: a new process reads the single layout and takes the lock in the lease table.
+    """
+
+    retryable = True
+
+    coordinator_state_table: str
+
+    def __str__(self) -> str:
+        return (
+            f"the table migration of this application is COMPLETE: its lock is no longer in "
+            f"{self.coordinator_state_table!r} but in the lease table; run the step again"
+        )
+
+
+@dataclass(eq=False, repr=False)
 class DependencyError(LeaseCoreError):
     """An AWS call failed for a reason that may go away: transport errors, 5xx answers."""
 

@@ -296,11 +296,11 @@ class ConsumerConfig(BaseModel):
     migrate_all_entities_to_lease_table: bool = _setting(
         False,
         "Move a `separate`-layout application's worker metrics and coordinator state into its lease table "
-        "(KCL 3.5's table migration, phase 2): the rounds' leader drives it from DEPLOYED through PENDING "
-        "to COMPLETE, and turning it off again before COMPLETE rolls it back (docs/protocol.md §1.8).",
+        "(KCL 3.5's table migration): the rounds run it through INIT, DEPLOYED and PENDING to COMPLETE, and "
+        "turning it off again before COMPLETE rolls it back to DEPLOYED (docs/protocol.md §1.8).",
         "migrateAllEntitiesToLeaseTable",
-        batch_note="KCL refuses it before phase 1 reached DEPLOYED; a round's slots all run the release "
-        "that started it, so the rounds run phase 1 first and then go on.",
+        batch_note="In KCL this is phase 2, refused before phase 1 (which KCL 3.5 starts by itself) reached "
+        "DEPLOYED; here it starts phase 1 and then goes on, since a round's slots all run one release.",
     )
     table_migration_complete_bake_time_seconds: Annotated[int, Field(ge=3600, le=604_800)] = _setting(
         86_400,

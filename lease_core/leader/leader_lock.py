@@ -192,7 +192,10 @@ class LeaderLock:
         monotonic_millis: Callable[[], int] = monotonic_millis,
         new_version: Callable[[], str] = new_record_version,
         wall_clock_millis: Callable[[], int] = wall_clock_millis,
+        guard: Callable[[], None] | None = None,
     ) -> None:
+        """`guard` runs after each acquisition and raises when the lock just taken is not the
+        application's lock any more (it was moved to another table); the lock is then released."""
         if not owner_name:
             raise ValueError("a leader lock needs an owner name")
         if not 0 < heartbeat_period_millis < lease_duration_millis:
@@ -204,6 +207,7 @@ class LeaderLock:
         self._clock = monotonic_millis
         self._wall_clock = wall_clock_millis
         self._new_version = new_version
+        self._guard = guard
         # One operation at a time: a heartbeat thread and the caller must not race on our version.
         self._mutex = threading.RLock()
         self._version: str | None = None
@@ -254,6 +258,16 @@ class LeaderLock:
 
     def try_acquire(self) -> bool:
         """Take the lock if it is free, released, ours, or observed expired; never blocks or waits."""
+        acquired = self._try_acquire()
+        if acquired and self._guard is not None:
+            try:
+                self._guard()
+            except BaseException:
+                self.release()
+                raise
+        return acquired
+
+    def _try_acquire(self) -> bool:
         with self._mutex:
             item = self.state.get(LEADER_KEY)
             now = self._clock()

@@ -38,10 +38,10 @@ from lease_core.store.table_migration import (
     MigrationStep,
     TableMigrationState,
     decide_migration,
-    lease_table_in_use,
     local_status,
     new_state,
     newest_by_worker,
+    reads_both_tables,
 )
 
 logger = logging.getLogger(__name__)
@@ -94,11 +94,21 @@ class TableMigrationRun:
         recorded = None if record is None else TableMigrationState.from_record(record)
         status = None if recorded is None else recorded.status
         step = decide_migration(self._facts(recorded))
-        done = self._carry_out(step, recorded)
+        done, left = self._carry_out(step, recorded)
         after = status
         if done:
             after = None if step.action == "delete" else step.status
-        summary = {"status": status, "action": step.action, "why": step.why, "done": done, "status_after": after}
+        summary: dict[str, Any] = {
+            "status": status,
+            "action": step.action,
+            "why": step.why,
+            "done": done,
+            "status_after": after,
+        }
+        if left:
+            # Changed while they were being moved, written there since, or refused by the lease table: the
+            # next round moves them; PENDING waits for it.
+            summary["not_moved"] = list(left)
         if step.action != "none":
             logger.info("table migration: %s", summary)
         return summary
@@ -106,23 +116,25 @@ class TableMigrationRun:
     # --- reading ------------------------------------------------------------------------------
 
     def _facts(self, recorded: TableMigrationState | None) -> MigrationFacts:
-        """What the decision reads; the scans only when the status it works by needs them."""
+        """What the decision reads: nothing more before a migration is asked for or after COMPLETE."""
         now = self._clock_millis()
-        working = local_status(None if recorded is None else recorded.status, self.migrate_all)
-        support_met = False
-        writers: tuple[str, ...] = ()
+        status = None if recorded is None else recorded.status
+        working = local_status(status, self.migrate_all)
+        active: dict[str, tuple[str, Record]] = {}
         keys: tuple[str, ...] = ()
-        both = lease_table_in_use(recorded, self.migrate_all)
-        if working == INIT:
-            support_met = self._support_met(now, both)
-        elif working == PENDING:
-            writers = self._separate_metrics_writers(now, both)
+        if working in (INIT, PENDING) and (recorded is not None or self.migrate_all):
+            active = self._active_metrics(now, reads_both_tables(status))
+        if working == PENDING:
             keys = self._separate_state_keys()
-        return MigrationFacts(recorded, self.migrate_all, support_met, writers, keys, now, self.complete_bake_seconds)
+        support_met = all(_supports_the_migration(item) for _, item in active.values())
+        writers = tuple(sorted(worker for worker, (place, _) in active.items() if place == "separate"))
+        return MigrationFacts(
+            recorded, self.migrate_all, len(active), support_met, writers, keys, now, self.complete_bake_seconds
+        )
 
     def _active_metrics(self, now_millis: int, both_tables: bool) -> dict[str, tuple[str, Record]]:
-        """Each worker's newest worker metrics and where they are, for the workers active now: written in
-        this round (a slot's `round`), or by a KCL worker within its active window (`lut`). The lease
+        """Each active worker's newest worker metrics and where they are ("separate" or "lease"): written
+        in this round (a slot's `round`), or by a KCL worker within its active window (`lut`). The lease
         table is read only when it may hold some (`both_tables`): that is a scan of every lease."""
         separate = self.tables.separate_metrics.scan()
         in_lease_table = self.tables.lease_table_metrics.scan() if both_tables else []
@@ -138,48 +150,33 @@ class TableMigrationRun:
                 active[worker] = (place, dict(item))
         return active
 
-    def _support_met(self, now_millis: int, both_tables: bool) -> bool:
-        """KCL's minimum support code, over the active workers: each one's metrics carry the migration's
-        support code, written with them (`slu` not before `lut`: a release that does not know the code
-        updates `lut` alone, and so is found out). No active worker is not met, as in KCL."""
-        active = self._active_metrics(now_millis, both_tables)
-        return bool(active) and all(
-            _number(item.get(SUPPORT_CODE)) >= SINGLE_TABLE_MIGRATION_SUPPORT
-            and _number(item.get(SUPPORT_UPDATE)) >= _number(item.get(LAST_UPDATE))
-            for _, item in active.values()
-        )
-
-    def _separate_metrics_writers(self, now_millis: int, both_tables: bool) -> tuple[str, ...]:
-        """The active workers whose newest metrics are in the separate table: they still write there."""
-        active = self._active_metrics(now_millis, both_tables)
-        return tuple(sorted(worker for worker, (place, _) in active.items() if place == "separate"))
-
     def _separate_state_keys(self) -> tuple[str, ...]:
         keys = (str(record.get(COORDINATOR_STATE_KEY)) for record in self.tables.separate_state.scan())
         return tuple(sorted(key for key in keys if key not in STAYS_IN_SEPARATE_TABLE))
 
     # --- writing ------------------------------------------------------------------------------
 
-    def _carry_out(self, step: MigrationStep, recorded: TableMigrationState | None) -> bool:
+    def _carry_out(self, step: MigrationStep, recorded: TableMigrationState | None) -> tuple[bool, tuple[str, ...]]:
+        """Whether the step's write was made, and the records a move left in the separate table."""
         now = self._clock_millis()
         state = self.tables.separate_state
         if step.action == "none":
-            return False
+            return False, ()
         if step.action == "delete":
             assert recorded is not None
-            return state.delete(TABLE_MIGRATION_KEY, expected={STATUS: recorded.status})
+            return state.delete(TABLE_MIGRATION_KEY, expected={STATUS: recorded.status}), ()
         assert step.status is not None
         if step.action == "write":
-            return self._write_status(step.status, recorded, now)
+            return self._write_status(step.status, recorded, now), ()
         assert recorded is not None
         if step.action == "move_then_pending":
             self._move(step.keys)
             left = self._separate_state_keys()
             if left:
-                logger.warning("table migration: records written to the separate table during the move: %s", left)
-                return False
-            return self._write_status(PENDING, recorded, now)
-        return self._complete(recorded, now)
+                logger.warning("table migration: records left in the separate table after the move: %s", left)
+                return False, left
+            return self._write_status(PENDING, recorded, now), ()
+        return self._complete(recorded, now), ()
 
     def _write_status(self, status: str, recorded: TableMigrationState | None, now_millis: int) -> bool:
         """KCL's conditional write: a first record only if there is none, a change only from the status
@@ -204,6 +201,13 @@ class TableMigrationRun:
 
     def _complete(self, recorded: TableMigrationState, now_millis: int) -> bool:
         return self._transactions.complete(recorded.moved_to(COMPLETE, self.owner, now_millis).to_record(), self.owner)
+
+
+def _supports_the_migration(item: Record) -> bool:
+    """KCL's support code of the migration, written with the metrics (`slu` not before `lut`: a release
+    that does not know the code updates `lut` alone, and so is found out)."""
+    written_with = _number(item.get(SUPPORT_UPDATE)) >= _number(item.get(LAST_UPDATE))
+    return _number(item.get(SUPPORT_CODE)) >= SINGLE_TABLE_MIGRATION_SUPPORT and written_with
 
 
 def _number(value: Any) -> int:

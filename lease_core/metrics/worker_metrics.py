@@ -277,7 +277,7 @@ class WorkerMetricsStore:
             if worker_id in wanted:
                 stats = WorkerMetricStats.from_item(record)
                 stored[stats.worker_id] = stats
-            elif isinstance(worker_id, str) and _is_integer(updated) and updated < stale_before_epoch_seconds:
+            elif isinstance(worker_id, str) and _is_integer(updated) and _seconds(updated) < stale_before_epoch_seconds:
                 stale[worker_id] = int(updated)
         return stored, stale
 
@@ -289,6 +289,15 @@ class WorkerMetricsStore:
     def delete_if_unchanged(self, worker_id: str, lut: int) -> bool:
         """Delete the item only if it exists and still has this `lut` (the leader's stale-entry cleanup, §5.2)."""
         return self.table.delete(worker_id, expected={LAST_UPDATE: lut})
+
+
+# Releases before 2026-11-29 wrote a slot's `lut` in milliseconds; no time in seconds is this large
+# before the year 5138, so such a value is read as milliseconds when judging an item stale.
+_MILLISECONDS_FROM = 10**11
+
+
+def _seconds(lut: int | Decimal) -> int:
+    return int(lut) // 1000 if lut >= _MILLISECONDS_FROM else int(lut)
 
 
 def _is_integer(value: object) -> TypeGuard[int | Decimal]:

@@ -169,16 +169,44 @@ LEGACY_COORDINATOR_STATE_KEYS: Mapping[str, str] = {
     "Migration3.0": CLIENT_VERSION_MIGRATION_ENTITY_TYPE,
     "TableMigration3.5": TABLE_MIGRATION_ENTITY_TYPE,
 }
+# This project's coordinator-state records by key (docs/protocol.md §5.3; a unit test keeps the list in
+# step with the modules that write them). In the lease table they are tagged LEADER; one that is not
+# (KCL 3.5's table migration moves records it does not know without their tag) is still known by its
+# key, as long as it has neither of a lease's own attributes.
+PROJECT_COORDINATOR_STATE_KEYS = frozenset(
+    {
+        "LeaderObservation",
+        "AssignmentRound",
+        "RoundHistory",
+        "LastRoundLeases",
+        "ConsumedStream",
+        "FormerStreams",
+        "LoadProbes",
+        "TableLayout",
+    }
+)
+PROJECT_COORDINATOR_STATE_KEY_PREFIXES = ("ShardSyncAuditor:", "GarbageLeaseCleanup:", "StreamConsumer:")
+
+
+def untagged_entity_type(key: str, has_lease_attributes: bool) -> str:
+    """The entity type of a lease-table item without `entityType`: a well-known coordinator-state key's;
+    this project's coordinator-state record when its key is one and it has no `leaseCounter` or
+    `checkpoint`; else LEASE (KCL before 3.5 tags nothing)."""
+    if key in LEGACY_COORDINATOR_STATE_KEYS:
+        return LEGACY_COORDINATOR_STATE_KEYS[key]
+    project_key = key in PROJECT_COORDINATOR_STATE_KEYS or key.startswith(PROJECT_COORDINATOR_STATE_KEY_PREFIXES)
+    return LEADER_ENTITY_TYPE if project_key and not has_lease_attributes else LEASE_ENTITY_TYPE
 
 
 def entity_type(item: Mapping[str, AttributeValue]) -> str:
-    """The entity type of a lease-table item: its `entityType`, else its well-known coordinator-state
-    key's, else LEASE (KCL before 3.5 tags nothing)."""
+    """The entity type of a lease-table item: its `entityType`, else `untagged_entity_type`."""
     tagged = item.get(ENTITY_TYPE)
     if tagged is not None:
         return str(tagged.get("S", ""))
     key = item.get(LEASE_KEY, {}).get("S")
-    return LEGACY_COORDINATOR_STATE_KEYS.get(key, LEASE_ENTITY_TYPE) if isinstance(key, str) else LEASE_ENTITY_TYPE
+    if not isinstance(key, str):
+        return LEASE_ENTITY_TYPE
+    return untagged_entity_type(key, LEASE_COUNTER in item or CHECKPOINT in item)
 
 
 def is_lease_item(item: Mapping[str, AttributeValue]) -> bool:

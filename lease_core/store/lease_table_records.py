@@ -18,11 +18,11 @@ from lease_core.store.codec import (
     ENTITY_TYPE,
     LEADER_ENTITY_TYPE,
     LEASE_COUNTER,
-    LEASE_ENTITY_TYPE,
     LEASE_KEY,
     LEGACY_COORDINATOR_STATE_KEYS,
     STREAM_ENTITY_TYPE,
     WORKER_METRIC_STATS_ENTITY_TYPE,
+    untagged_entity_type,
 )
 from lease_core.store.record_table import Expectations, Record, RecordTable
 
@@ -49,7 +49,7 @@ def record_entity_type(record: Mapping[str, Any]) -> str:
     tagged = record.get(ENTITY_TYPE)
     if tagged is not None:
         return str(tagged)
-    return LEGACY_COORDINATOR_STATE_KEYS.get(str(record.get(LEASE_KEY, "")), LEASE_ENTITY_TYPE)
+    return untagged_entity_type(str(record.get(LEASE_KEY, "")), LEASE_COUNTER in record or CHECKPOINT in record)
 
 
 class LeaseTableRecords:

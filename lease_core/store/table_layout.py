@@ -31,8 +31,6 @@ from lease_core.store.codec import ENTITY_TYPE, LEASE_ENTITY_TYPE, LEASE_KEY, en
 from lease_core.store.coordinator_state import KEY as COORDINATOR_STATE_KEY
 from lease_core.store.record_table import RecordTable, text
 from lease_core.store.table_migration import COMPLETE as MIGRATION_COMPLETE
-from lease_core.store.table_migration import HISTORY as TABLE_MIGRATION_HISTORY
-from lease_core.store.table_migration import PENDING as MIGRATION_PENDING
 from lease_core.store.table_migration import STATUS as TABLE_MIGRATION_STATUS
 from lease_core.store.table_migration import TABLE_MIGRATION_KEY
 
@@ -65,8 +63,6 @@ class TablesFound:
     separate_setup_under_way: bool = False
     # The coordinator-state table's `TableMigration3.5` status: a migration was started there.
     separate_table_migration: str | None = None
-    # That record is or was PENDING: records were moved to the lease table, or slots wrote their metrics there.
-    migration_reached_pending: bool = False
 
 
 @dataclass(frozen=True)
@@ -80,8 +76,6 @@ class LayoutDecision:
     # The status of a table migration under way, short of COMPLETE (`TableMigration3.5` in the
     # coordinator-state table).
     table_migration: str | None = None
-    # The migration is or was PENDING (in its history): records may be in the lease table.
-    migration_reached_pending: bool = False
 
 
 def decide_layout(
@@ -99,9 +93,7 @@ def decide_layout(
         reason = (
             f"table(s) {', '.join(repr(name) for name in separate_found)} exist; KCL 3.5's table migration: {status}"
         )
-        return LayoutDecision(
-            SEPARATE, reason, table_migration=status, migration_reached_pending=found.migration_reached_pending
-        )
+        return LayoutDecision(SEPARATE, reason, table_migration=status)
     if found.separate_setup_under_way and not found.non_lease_items:
         reason = f"lease table {lease_table!r} records the separate layout its setup chose"
         return LayoutDecision(SEPARATE, reason, separate_setup_under_way=True)
@@ -147,10 +139,8 @@ def detect_layout(
     if lease_table_exists and not probed and not (worker_metrics_exists or coordinator_state_exists):
         non_lease_items = _holds_non_lease_items(client, caller, lease_table)
     migration = probed.get(TABLE_MIGRATION_KEY, {}).get(TABLE_MIGRATION_STATUS, {}).get("S")
-    separate_migration, reached_pending = (
-        _separate_table_migration(client, caller, coordinator_state_table)
-        if coordinator_state_exists
-        else (None, False)
+    separate_migration = (
+        _separate_table_migration(client, caller, coordinator_state_table) if coordinator_state_exists else None
     )
     found = TablesFound(
         lease_table_exists,
@@ -160,7 +150,6 @@ def detect_layout(
         MIGRATION_COMPLETE in (migration, separate_migration),
         separate_setup_under_way,
         separate_migration,
-        reached_pending,
     )
     return decide_layout(found, lease_table, separate_tables, configured)
 
@@ -195,28 +184,22 @@ def _probed_items(client: Any, caller: AwsCaller, table_name: str) -> dict[str, 
     return found
 
 
-def _separate_table_migration(client: Any, caller: AwsCaller, table_name: str) -> tuple[str | None, bool]:
-    """The status of KCL 3.5's table migration as the coordinator-state table records it (None when
-    there is no record), and whether it is or was PENDING (its history `h` keeps the last ten)."""
+def _separate_table_migration(client: Any, caller: AwsCaller, table_name: str) -> str | None:
+    """The status of KCL 3.5's table migration as the coordinator-state table records it, or None."""
     response = caller.call(
         "GetItem",
         partial(
             client.get_item,
             TableName=table_name,
             Key={COORDINATOR_STATE_KEY: {"S": TABLE_MIGRATION_KEY}},
-            ProjectionExpression="#migration, #history",
-            ExpressionAttributeNames={"#migration": TABLE_MIGRATION_STATUS, "#history": TABLE_MIGRATION_HISTORY},
+            ProjectionExpression="#migration",
+            ExpressionAttributeNames={"#migration": TABLE_MIGRATION_STATUS},
             ConsistentRead=True,
         ),
         table_name,
     )
-    item = response.get("Item", {})
-    status = item.get(TABLE_MIGRATION_STATUS, {}).get("S")
-    earlier = [
-        entry.get("M", {}).get(TABLE_MIGRATION_STATUS, {}).get("S")
-        for entry in item.get(TABLE_MIGRATION_HISTORY, {}).get("L", [])
-    ]
-    return (None if status is None else str(status)), MIGRATION_PENDING in (status, *earlier)
+    status = response.get("Item", {}).get(TABLE_MIGRATION_STATUS, {}).get("S")
+    return None if status is None else str(status)
 
 
 def _exists(client: Any, caller: AwsCaller, table_name: str) -> bool:

@@ -133,17 +133,20 @@ def local_status(recorded: str | None, migrate_all: bool) -> str:
     """
     if recorded == COMPLETE:
         return COMPLETE
-    if recorded in (None, INIT):
-        return INIT
-    return PENDING if migrate_all else DEPLOYED
+    if recorded in (DEPLOYED, PENDING):
+        return PENDING if migrate_all else DEPLOYED
+    # None, INIT, or a status this release does not know (the leader refuses to act on it): nothing
+    # is written to the lease table.
+    return INIT
 
 
-def lease_table_in_use(recorded: TableMigrationState | None, migrate_all: bool) -> bool:
-    """Whether the lease table may hold the migration's records: the status a process works by writes
-    there, or the record is or was PENDING (a rollback leaves what was moved where it is)."""
-    if local_status(None if recorded is None else recorded.status, migrate_all) in (PENDING, COMPLETE):
-        return True
-    return recorded is not None and PENDING in (recorded.status, *(entry.status for entry in recorded.history))
+def reads_both_tables(recorded: str | None) -> bool:
+    """Whether records may be in either table: from DEPLOYED on, a process with
+    `migrate_all_entities_to_lease_table` writes to the lease table, and a move (finished or cut short)
+    or a rollback leaves records there, whatever the setting of the process reading them. KCL reads
+    both in every status short of COMPLETE; in INIT nothing can have written to the lease table yet.
+    A status this release does not know is read both ways, to miss nothing."""
+    return recorded is not None and recorded not in (INIT, COMPLETE)
 
 
 @dataclass(frozen=True)
@@ -152,6 +155,9 @@ class MigrationFacts:
 
     recorded: TableMigrationState | None
     migrate_all: bool
+    # Workers whose newest metrics were written in the round (or, KCL's, within its active window):
+    # without one, the round tells nothing of where the workers write (a consume step that failed).
+    active_workers: int
     # Every active worker's newest worker-metrics item carries the migration's support code.
     support_met: bool
     # Workers whose newest worker metrics, written recently, are in the separate table.
@@ -182,6 +188,8 @@ def decide_migration(facts: MigrationFacts) -> MigrationStep:
     if working == COMPLETE:
         return MigrationStep("none", "the table migration is complete")
     if working == INIT:
+        if recorded is None and not facts.migrate_all:
+            return MigrationStep("none", "no table migration: migrate_all_entities_to_lease_table is off")
         return _phase_one(facts, recorded)
     if working == DEPLOYED:
         if status == PENDING:
@@ -190,6 +198,8 @@ def decide_migration(facts: MigrationFacts) -> MigrationStep:
     assert recorded is not None  # PENDING needs a recorded DEPLOYED or PENDING
     writers = facts.separate_metrics_writers
     if status == DEPLOYED:
+        if not facts.active_workers:
+            return MigrationStep("none", "DEPLOYED: no worker wrote its metrics in this round, nothing to go by")
         if writers:
             return MigrationStep("none", f"worker(s) {', '.join(writers)} still write metrics to the separate table")
         return MigrationStep(
@@ -201,6 +211,8 @@ def decide_migration(facts: MigrationFacts) -> MigrationStep:
     if writers or facts.separate_state_keys:
         left = writers or facts.separate_state_keys
         return MigrationStep("write", f"the separate tables are written again ({', '.join(left)}): DEPLOYED", DEPLOYED)
+    if not facts.active_workers:
+        return MigrationStep("none", "PENDING: no worker wrote its metrics in this round, nothing to go by")
     baked = recorded.baked_for_seconds(facts.now_millis)
     if baked >= facts.complete_bake_seconds:
         return MigrationStep("complete", f"PENDING baked {baked} s of {facts.complete_bake_seconds} s", COMPLETE)
@@ -208,6 +220,8 @@ def decide_migration(facts: MigrationFacts) -> MigrationStep:
 
 
 def _phase_one(facts: MigrationFacts, recorded: TableMigrationState | None) -> MigrationStep:
+    if not facts.active_workers:
+        return MigrationStep("none", "no worker wrote its metrics in this round: the support code is not known")
     if not facts.support_met:
         if recorded is not None:
             return MigrationStep(

@@ -21,6 +21,9 @@ from lease_core.errors import CorruptLeaseError
 from lease_core.store.codec import (
     LEASE_ENTITY_TYPE,
     LEASE_KEY,
+    LEGACY_COORDINATOR_STATE_KEYS,
+    PROJECT_COORDINATOR_STATE_KEY_PREFIXES,
+    PROJECT_COORDINATOR_STATE_KEYS,
     WORKER_METRIC_STATS_ENTITY_TYPE,
     AttributeValue,
     entity_type,
@@ -43,24 +46,9 @@ OWNER_INDEX_KEYS = (("leaseOwner", "HASH"), ("leaseKey", "RANGE"))
 WORKER_METRIC_ATTRIBUTES = {"wid": "S", "lut": "N", "sts": "M", "opr": "M", "round": "N"}
 # What KCL writes besides (docs/protocol.md §5.1): `properties`, and in 3.5+ `sup`, `slu`, `entityType`.
 KCL_WORKER_METRIC_ATTRIBUTES = {"properties": "M", "sup": "N", "slu": "N", "entityType": "S"}
-# The coordinator-state records by key: KCL's (`Leader`, `Migration3.0`) and ours
-# (docs/kcl-compatibility.md; a unit test keeps this list in step with the modules that write them).
-COORDINATOR_STATE_KEYS = frozenset(
-    {
-        "Leader",
-        "Migration3.0",
-        "TableMigration3.5",
-        "LeaderObservation",
-        "AssignmentRound",
-        "RoundHistory",
-        "LastRoundLeases",
-        "ConsumedStream",
-        "FormerStreams",
-        "LoadProbes",
-        "TableLayout",
-    }
-)
-COORDINATOR_STATE_KEY_PREFIXES = ("ShardSyncAuditor:", "GarbageLeaseCleanup:", "StreamConsumer:")
+# The coordinator-state records by key: KCL's (`Leader`, `Migration3.0`, `TableMigration3.5`) and ours.
+COORDINATOR_STATE_KEYS = frozenset({*LEGACY_COORDINATOR_STATE_KEYS, *PROJECT_COORDINATOR_STATE_KEYS})
+COORDINATOR_STATE_KEY_PREFIXES = PROJECT_COORDINATOR_STATE_KEY_PREFIXES
 
 
 def schema_mismatch(role: str, hash_key: str, description: Mapping[str, Any]) -> str | None:

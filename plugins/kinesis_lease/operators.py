@@ -47,6 +47,7 @@ from kinesis_lease.errors import airflow_outcomes
 from kinesis_lease.round_plan import plan_round, stream_names
 from lease_core.errors import CorruptLeasesSkippedError, LeaseCoreError, RecordsLostError
 from lease_core.leader.assignment_round import AssignmentCoordinator, slot_ids
+from lease_core.leader.leader_lock import LeaderLock
 from lease_core.leader.leadership import Leadership, hold
 from lease_core.leader.round_history import RoundHistory
 from lease_core.lifecycle.lease_lifecycle import forget_reported_losses
@@ -906,21 +907,28 @@ class ReleaseLeadershipOperator(_LeaderStep):
     """Releases the round's leader lock; the teardown of `TakeLeadershipOperator`, so it runs whatever
     happened in between once the lock was taken (and a lock it never releases is taken over later).
 
-    Before that, under the lock, it takes the next step of KCL 3.5's table migration of a `separate`
-    application (`lease_core.leader.table_migration_run`): the round's slots have written their worker
-    metrics by then. A migration step that fails is logged and in the summary; the lock is released all
-    the same, and the next round tries again."""
+    Before that, holding the lock (heartbeaten, every write fenced by it), it takes the next step of
+    KCL 3.5's table migration of a `separate` application (`lease_core.leader.table_migration_run`),
+    which goes by the worker metrics the round's slots wrote. Whatever the migration step does or
+    raises, the lock is released; a step that failed is logged and in the summary, and the next round
+    takes it."""
 
     def run(self, access: AwsAccess, context: Any) -> dict[str, Any]:
         lock = access.app.leader_lock(self.leader_owner)
-        held = lock.resume_as_owner()
         summary: dict[str, Any] = {"owner": self.leader_owner}
-        migration = access.app.table_migration(self.leader_owner) if held else None
-        if migration is not None:
-            try:
-                summary["table_migration"] = migration.advance()
-            except (LeaseCoreError, ValueError) as error:
-                self.log.warning("The table migration did not advance: %s", error)
-                summary["table_migration"] = {"error": str(error)}
-        summary["released"] = held and lock.release()
+        if not lock.resume_as_owner():
+            return {**summary, "released": False}
+        try:
+            summary["table_migration"] = self._advance_table_migration(access, lock)
+        finally:
+            summary["released"] = lock.release()
         return summary
+
+    def _advance_table_migration(self, access: AwsAccess, lock: LeaderLock) -> dict[str, Any] | None:
+        try:
+            with hold(lock, self.task_id, acquire=False, release=False) as leadership:
+                migration = access.app.table_migration(self.leader_owner, leadership=leadership)
+                return None if migration is None else migration.advance()
+        except (LeaseCoreError, ValueError) as error:
+            self.log.warning("The table migration did not advance: %s", error)
+            return {"error": str(error)}

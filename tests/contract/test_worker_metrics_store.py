@@ -138,3 +138,10 @@ def test_a_rounds_read_gives_its_slots_stats_and_the_other_workers_last_updated_
     stored, stale = store.read_for_round(["app-worker-0", "app-worker-1"], stale_before_epoch_seconds=200)
     assert stored == {"app-worker-0": cpu("app-worker-0", lut=100)}
     assert stale == {"app-worker-5": 199, "kcl-host-a": 150}
+
+
+def test_an_item_an_earlier_release_wrote_in_milliseconds_is_judged_stale_in_seconds(store):
+    store.put(cpu("app-worker-7", lut=1_700_000_000_123))  # a slot of a release that wrote `lut` in milliseconds
+    store.put(cpu("app-worker-8", lut=1_800_000_000_000))  # the same, after the bound
+    _, stale = store.read_for_round(["app-worker-0"], stale_before_epoch_seconds=1_750_000_000)
+    assert stale == {"app-worker-7": 1_700_000_000_123}, "deleted on the value stored"

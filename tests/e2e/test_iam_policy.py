@@ -363,8 +363,13 @@ def recorded_run(
     create_kcl2_lease_table(dynamodb, application)
     counts = call_counts(proxies)
     # The Parquet run sets its applications up in KCL 3.0-3.4's separate layout, so that the grants on the
-    # two separate tables are exercised; the Iceberg and Delta runs keep the default, KCL 3.5's single table.
-    with airflow_environment({"KINESIS_LEASE_LEASE_TABLE_LAYOUT": "separate"}):
+    # two separate tables are exercised, and asks for KCL 3.5's table migration, whose phase 1 its rounds
+    # begin; the Iceberg and Delta runs keep the default, KCL 3.5's single table.
+    layout = {
+        "KINESIS_LEASE_LEASE_TABLE_LAYOUT": "separate",
+        "KINESIS_LEASE_MIGRATE_ALL_ENTITIES_TO_LEASE_TABLE": "true",
+    }
+    with airflow_environment(layout):
         rounds = DagRounds(
             load_dag_module("kinesis_lease_pipeline_iam_policy").dag,
             proxies,
@@ -734,8 +739,8 @@ def test_the_proxied_run_consumes_every_record_once_skips_the_idle_round_and_tea
     assert monitored == [(recorded_run.application, True), (recorded_run.backfill_application, True)]
     assert recorded_run.teardown_exit_codes == [0, 0]
     assert recorded_run.stale_worker_metrics is None, "the round after it deleted the former slot's stale item"
-    # Every round's release step takes the next step of KCL 3.5's table migration of a separate application:
-    # the first one's slots all carried the support code, and no round came an hour later.
+    # Every round's release step takes the next step of the table migration the application asked for: the
+    # first one's slots all carried the support code, and no round came an hour later.
     assert recorded_run.table_migration == "TABLE_MIGRATION_STATUS_INIT"
 
 

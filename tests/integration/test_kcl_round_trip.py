@@ -125,7 +125,7 @@ def test_a_kcl_3_5_table_goes_to_a_round_back_to_kcl_and_to_a_round_again_proces
     # While the rounds are paused, records arrive and the other first shard splits: KCL reads it on from
     # the round's checkpoint to its end, then its children. KCL starts more than a minute after the
     # round, once the slots' worker metrics look inactive to its leader (a leader started sooner would
-    # hand leases to the slots for that minute, spec §5.6).
+    # hand leases to the slots for that minute, docs/protocol.md §4.5).
     other_parent = first_shards[1]
     assert handed_back.leases[other_parent].checkpoint.isdigit()
     producer.produce(RECORDS)

@@ -12,9 +12,11 @@ from typing import Any
 
 import boto3
 import pytest
+from kinesis_lease.aws_connection import AwsAccess
+from kinesis_lease.operators import ReleaseLeadershipOperator
 
 from lease_core.application import LeaseApplication
-from lease_core.errors import LeadershipLostError
+from lease_core.errors import LeadershipLostError, TableMigrationCompletedError
 from lease_core.leader.leader_lock import wall_clock_millis
 from lease_core.metrics.worker_metrics import publish_worker_metrics
 from lease_core.model.lease import Lease
@@ -93,8 +95,10 @@ def three_tables(moto_endpoint, unique_name) -> str:
 def deployed_and_phase_two_slots(moto_endpoint: str, name: str, start: int) -> None:
     """Phase 1 run to DEPLOYED, then a round with `migrate_all_entities_to_lease_table` whose slots wrote
     their metrics to the lease table."""
-    assert end_of_round(application(moto_endpoint, name), "round-1", start)["status_after"] == INIT
-    assert end_of_round(application(moto_endpoint, name), "round-2", start + HOUR_MILLIS)["status_after"] == DEPLOYED
+    phase_one = application(moto_endpoint, name, migrate_all=True)
+    assert end_of_round(phase_one, "round-1", start)["status_after"] == INIT
+    phase_one = application(moto_endpoint, name, migrate_all=True)
+    assert end_of_round(phase_one, "round-2", start + HOUR_MILLIS)["status_after"] == DEPLOYED
     slots_write_metrics(application(moto_endpoint, name, migrate_all=True), 2)
 
 
@@ -102,13 +106,16 @@ def test_a_three_table_application_migrates_to_its_lease_table_in_kcl_s_four_ste
     moto_endpoint, client, three_tables, start
 ):
     name = three_tables
-    first = end_of_round(application(moto_endpoint, name), "round-1", start)
+    unasked = end_of_round(application(moto_endpoint, name), "round-0", start)
+    assert (unasked["status"], unasked["action"], unasked["status_after"]) == (None, "none", None)
+    first = end_of_round(application(moto_endpoint, name, migrate_all=True), "round-1", start)
     assert (first["status"], first["action"], first["status_after"]) == (None, "write", INIT)
-    baking = end_of_round(application(moto_endpoint, name), "round-2", start + HOUR_MILLIS - 60_000)
+    baking = end_of_round(application(moto_endpoint, name, migrate_all=True), "round-2", start + HOUR_MILLIS - 60_000)
     assert (baking["action"], baking["status_after"]) == ("none", INIT)
-    assert end_of_round(application(moto_endpoint, name), "round-3", start + HOUR_MILLIS)["status_after"] == DEPLOYED
-    unasked = end_of_round(application(moto_endpoint, name), "round-4", start + 2 * HOUR_MILLIS)
-    assert (unasked["action"], unasked["status_after"]) == ("none", DEPLOYED)
+    deployed = end_of_round(application(moto_endpoint, name, migrate_all=True), "round-3", start + HOUR_MILLIS)
+    assert deployed["status_after"] == DEPLOYED
+    turned_off = end_of_round(application(moto_endpoint, name), "round-4", start + 2 * HOUR_MILLIS)
+    assert (turned_off["action"], turned_off["status_after"]) == ("none", DEPLOYED)
 
     # Phase 2: this round's slots still wrote to the separate table, so the leader waits for the next.
     waiting = end_of_round(application(moto_endpoint, name, migrate_all=True), "round-5", start + 2 * HOUR_MILLIS)
@@ -262,8 +269,8 @@ def test_a_slot_of_a_release_that_predates_the_support_code_holds_phase_one_back
     moto_endpoint, client, three_tables, start
 ):
     name = three_tables
-    assert end_of_round(application(moto_endpoint, name), "round-1", start)["status_after"] == INIT
-    app = application(moto_endpoint, name)
+    assert end_of_round(application(moto_endpoint, name, migrate_all=True), "round-1", start)["status_after"] == INIT
+    app = application(moto_endpoint, name, migrate_all=True)
     update_record(app.state_store, "AssignmentRound", lambda record: {**(record or {}), "round": 2})
     # The older release's slot updates its own attributes and leaves `sup` and `slu` as they were.
     client.update_item(
@@ -273,7 +280,7 @@ def test_a_slot_of_a_release_that_predates_the_support_code_holds_phase_one_back
         ExpressionAttributeNames={"#round": "round"},
         ExpressionAttributeValues={":lut": {"N": str(int(time.time()) + 5)}, ":round": {"N": "2"}},
     )
-    restarted = end_of_round(application(moto_endpoint, name), "round-2", start + HOUR_MILLIS)
+    restarted = end_of_round(application(moto_endpoint, name, migrate_all=True), "round-2", start + HOUR_MILLIS)
     assert (restarted["action"], restarted["done"], restarted["status_after"]) == ("delete", True, None)
     assert "TableMigration3.5" not in items(client, f"{name}-CoordinatorState", "key")
 
@@ -298,3 +305,118 @@ def test_a_record_recreated_in_the_separate_table_after_a_move_is_moved_over_its
     assert (moved["action"], moved["done"], moved["status_after"]) == ("move_then_pending", True, PENDING)
     assert items(client, name, "leaseKey")[RECORDS[3]]["value"] == {"S": "rewritten"}
     assert set(items(client, f"{name}-CoordinatorState", "key")) == {"TableMigration3.5"}
+
+
+def test_turning_phase_two_off_after_a_cut_move_keeps_every_record_read_and_turning_it_on_finishes_the_move(
+    moto_endpoint, client, three_tables, start
+):
+    name = three_tables
+    deployed_and_phase_two_slots(moto_endpoint, name, start)
+    dying = application(moto_endpoint, name, migrate_all=True)
+    lock = dying.leader_lock("round-3")
+    assert lock.try_acquire()
+    migration = dying.table_migration("round-3", clock_millis=lambda: start + 2 * HOUR_MILLIS)
+    kill_after_transactions(dying.client("dynamodb"), transactions=1)
+    with pytest.raises(KeyboardInterrupt):
+        migration.advance()
+    assert lock.release()
+
+    switched_off = application(moto_endpoint, name)
+    assert {record["key"] for record in switched_off.state_store.scan()} >= {*RECORDS, "AssignmentRound"}
+    assert switched_off.current_round() == 2
+    slots_write_metrics(switched_off, 3)
+    assert switched_off.current_round() == 3
+    assert "AssignmentRound" not in items(client, f"{name}-CoordinatorState", "key"), "written where it was moved"
+    idle = end_of_round(application(moto_endpoint, name), "round-4", start + 3 * HOUR_MILLIS)
+    assert (idle["action"], idle["status_after"]) == ("none", DEPLOYED)
+
+    switched_on = application(moto_endpoint, name, migrate_all=True)
+    slots_write_metrics(switched_on, 4)
+    finished = end_of_round(switched_on, "round-5", start + 4 * HOUR_MILLIS)
+    assert (finished["action"], finished["done"], finished["status_after"]) == ("move_then_pending", True, PENDING)
+    assert set(items(client, f"{name}-CoordinatorState", "key")) == {"TableMigration3.5"}
+    assert application(moto_endpoint, name, migrate_all=True).current_round() == 4
+
+
+def test_a_record_a_writer_changes_during_the_move_keeps_the_change_and_is_moved_by_the_next_round(
+    moto_endpoint, client, three_tables, start
+):
+    name = three_tables
+    deployed_and_phase_two_slots(moto_endpoint, name, start)
+    app = application(moto_endpoint, name, migrate_all=True)
+    changed = RECORDS[4]
+
+    def writer_before_the_first_transaction(**_: Any) -> None:
+        if client.get_item(TableName=f"{name}-CoordinatorState", Key={"key": {"S": changed}}).get("Item"):
+            client.put_item(
+                TableName=f"{name}-CoordinatorState", Item={"key": {"S": changed}, "value": {"S": "changed"}}
+            )
+
+    app.client("dynamodb").meta.events.register(
+        "before-call.dynamodb.TransactWriteItems", writer_before_the_first_transaction
+    )
+    cut = end_of_round(app, "round-3", start + 2 * HOUR_MILLIS)
+    assert (cut["action"], cut["done"], cut["status_after"], cut["not_moved"]) == (
+        "move_then_pending",
+        False,
+        DEPLOYED,
+        [changed],
+    )
+    separate = items(client, f"{name}-CoordinatorState", "key")
+    assert set(separate) == {"TableMigration3.5", changed}
+    assert separate[changed]["value"] == {"S": "changed"}, "the writer's change is not lost"
+
+    slots_write_metrics(application(moto_endpoint, name, migrate_all=True), 3)
+    moved = end_of_round(application(moto_endpoint, name, migrate_all=True), "round-4", start + 3 * HOUR_MILLIS)
+    assert (moved["done"], moved["status_after"]) == (True, PENDING)
+    assert items(client, name, "leaseKey")[changed]["value"] == {"S": "changed"}
+
+
+def test_a_process_that_read_the_layout_before_complete_cannot_lead_from_the_separate_table(
+    moto_endpoint, client, three_tables, start
+):
+    name = three_tables
+    deployed_and_phase_two_slots(moto_endpoint, name, start)
+    end_of_round(application(moto_endpoint, name, migrate_all=True), "round-3", start + 2 * HOUR_MILLIS)
+    stale = application(moto_endpoint, name, migrate_all=True)
+    assert stale.table_layout.layout == SEPARATE
+    pending_at = int(items(client, f"{name}-CoordinatorState", "key")["TableMigration3.5"]["mts"]["N"])
+    done = end_of_round(application(moto_endpoint, name, migrate_all=True), "round-4", pending_at + HOUR_MILLIS)
+    assert done["status_after"] == COMPLETE
+
+    with pytest.raises(TableMigrationCompletedError, match="run the step again"):
+        stale.leader_lock("stale-leasectl").try_acquire()
+    assert "Leader" not in items(client, f"{name}-CoordinatorState", "key"), "the lock it took is released"
+    leader = application(moto_endpoint, name).leader_lock("round-5")
+    assert leader.try_acquire()
+    assert leader.release()
+
+
+def release_step(moto_endpoint: str, name: str, owner: str, *, migrate_all: bool) -> dict[str, Any]:
+    """The DAG's release step of the round whose lock `owner` holds, as Airflow runs it."""
+    config = application(moto_endpoint, name, migrate_all=migrate_all).config
+    access = AwsAccess(boto3.Session(aws_access_key_id="t", aws_secret_access_key="t", region_name="us-east-1"), config)
+    step = ReleaseLeadershipOperator(task_id="release_leadership", settings={}, leader_owner=owner)
+    return step.run(access, None)
+
+
+def test_the_release_step_takes_the_migration_s_step_and_then_releases_the_lock(moto_endpoint, client, three_tables):
+    name = three_tables
+    assert application(moto_endpoint, name).leader_lock("dag/run-1/token").try_acquire()
+    summary = release_step(moto_endpoint, name, "dag/run-1/token", migrate_all=True)
+    assert summary["table_migration"]["status_after"] == INIT
+    assert summary["released"] is True
+    assert "Leader" not in items(client, f"{name}-CoordinatorState", "key")
+
+
+def test_a_release_step_whose_migration_step_fails_still_releases_the_lock(moto_endpoint, client, three_tables):
+    name = three_tables
+    client.put_item(
+        TableName=f"{name}-CoordinatorState",
+        Item={"key": {"S": "TableMigration3.5"}, "tm": {"S": "TABLE_MIGRATION_STATUS_BAKING"}},
+    )
+    assert application(moto_endpoint, name).leader_lock("dag/run-2/token").try_acquire()
+    summary = release_step(moto_endpoint, name, "dag/run-2/token", migrate_all=True)
+    assert "TABLE_MIGRATION_STATUS_BAKING" in summary["table_migration"]["error"]
+    assert summary["released"] is True
+    assert "Leader" not in items(client, f"{name}-CoordinatorState", "key")

@@ -1,5 +1,5 @@
 """A KCL 3.5 worker stand-in: one single-table application's worker and leader, as its lease table and
-its stream see it (/work/shared/kcl-spec.md §1-§3, §5, §6, §10; docs/protocol.md §1-§6).
+its stream see it (docs/protocol.md §1-§6 and §8).
 
 Real KCL (Java) cannot run beside the tests, and a table handed over between KCL and this project is
 only proven shared when something that behaves as KCL reads it back. So this stand-in is written from
@@ -30,11 +30,11 @@ OWNER_INDEX = "LeaseOwnerToLeaseKeyIndex"
 LEADER_KEY = "Leader"
 CLIENT_VERSION_MIGRATION_KEY = "Migration3.0"
 TABLE_MIGRATION_KEY = "TableMigration3.5"
-# KCL 3.5's entity types (spec §1.9); its entity scan reads an item of any other tag as a lease.
+# KCL 3.5's entity types (docs/protocol.md §1.6); its entity scan reads an item of any other tag as a lease.
 ENTITY_TYPES = frozenset(
     {"LEASE", "STREAM", "LEADER", "CLIENT_VERSION_MIGRATION", "TABLE_MIGRATION", "WORKER_METRIC_STATS"}
 )
-# Coordinator-state records written before KCL tagged them, known by their key (spec §1.9).
+# Coordinator-state records written before KCL tagged them, known by their key (docs/protocol.md §1.6).
 LEGACY_COORDINATOR_KEYS = {
     LEADER_KEY: "LEADER",
     CLIENT_VERSION_MIGRATION_KEY: "CLIENT_VERSION_MIGRATION",
@@ -42,9 +42,9 @@ LEGACY_COORDINATOR_KEYS = {
 }
 
 SHARD_END = "SHARD_END"
-# Spec §10.1: every value but SHARD_END maps to an integer; sentinels sit below every sequence number.
+# docs/protocol.md §8: every value but SHARD_END maps to an integer; sentinels sit below every sequence number.
 SENTINEL_RANKS = {"AT_TIMESTAMP": -3, "TRIM_HORIZON": -2, "LATEST": -1}
-# The iterator a fresh shard consumer opens for a checkpoint (spec §1.3): a sequence number is opened
+# The iterator a fresh shard consumer opens for a checkpoint (docs/protocol.md §1.2): a sequence number is opened
 # AT it and the records up to it are dropped, so that a read can resume inside a KPL aggregate.
 SENTINEL_ITERATORS = {"TRIM_HORIZON": "TRIM_HORIZON", "LATEST": "LATEST"}
 
@@ -67,9 +67,9 @@ LEASE_ATTRIBUTE_TYPES = {
     "checkpointOwner": "S",
     "entityType": "S",
 }
-# WorkerMetricStats' attributes (spec §6.1), read by the leader's load of worker metrics.
+# WorkerMetricStats' attributes (docs/protocol.md §5.1), read by the leader's load of worker metrics.
 WORKER_METRIC_ATTRIBUTE_TYPES = {"lut": "N", "sts": "M", "opr": "M", "properties": "M", "sup": "N", "slu": "N"}
-WORKER_METRICS_ACTIVE_SECONDS = 60  # 2 x workerMetricsReporterFreqInMillis (spec §6.3)
+WORKER_METRICS_ACTIVE_SECONDS = 60  # 2 x workerMetricsReporterFreqInMillis (docs/protocol.md §5.2)
 # A run's passes (assign, discover, consume) before it gives up: each reshard level needs one more.
 MAX_PASSES = 10
 
@@ -83,7 +83,7 @@ class UnreadableByKcl(AssertionError):
 
 
 def checkpoint_order(key: str, sequence_number: str, sub_sequence_number: int) -> tuple[int, int, int]:
-    """The place of an extended sequence number in KCL's total order (spec §10.1); anything that is
+    """The place of an extended sequence number in KCL's total order (docs/protocol.md §8); anything that is
     neither digits nor a sentinel name is refused, as KCL's comparator throws on it."""
     if sequence_number == SHARD_END:
         return (1, 0, 0)
@@ -96,7 +96,7 @@ def checkpoint_order(key: str, sequence_number: str, sub_sequence_number: int) -
 
 @dataclass(frozen=True)
 class KclLease:
-    """A lease as KCL's deserializer leaves it in memory (spec §1.1, §1.4)."""
+    """A lease as KCL's deserializer leaves it in memory (docs/protocol.md §1.1, §1.3)."""
 
     lease_key: str
     lease_owner: str | None
@@ -259,7 +259,7 @@ class KclWorker:
     # --- the application's tables, as KCL 3.5 creates them for a new application -----------------
 
     def create_lease_table(self) -> None:
-        """The lease table with its owner index (spec §1.6-1.7), and the coordinator-state records a new
+        """The lease table with its owner index (docs/protocol.md §1.4), and the coordinator-state records a new
         3.x application writes: its client version, and its table migration (none to do: complete)."""
         self.dynamodb.create_table(
             TableName=self.table_name,
@@ -333,8 +333,8 @@ class KclWorker:
 
     def _shut_down(self) -> None:
         """Graceful shutdown: the record processors have checkpointed; the leases stay as they are,
-        owned by this worker (KCL does not release them, spec §4.8 and issue #845); the worker's
-        metrics stay; the leader lock is released by a delete (spec §6.6)."""
+        owned by this worker (KCL does not release them: its issue #845); the worker's
+        metrics stay; the leader lock is released by a delete (docs/protocol.md §5.4)."""
         self._held.clear()
         self.dynamodb.delete_item(
             TableName=self.table_name,
@@ -346,7 +346,7 @@ class KclWorker:
         )
         self._leader_version = None
 
-    # --- leadership and worker metrics (spec §6) ----------------------------------------------------
+    # --- leadership and worker metrics (docs/protocol.md §5) ----------------------------------------------------
 
     def _acquire_leadership(self) -> None:
         """The lock client's acquire of an absent lock: a put conditional on no `Leader` item."""
@@ -368,7 +368,7 @@ class KclWorker:
         self._leader_version = version
 
     def _publish_worker_metrics(self) -> None:
-        """The reporter's unconditional upsert of this worker's item (spec §6.2), CPU metric `C`."""
+        """The reporter's unconditional upsert of this worker's item (docs/protocol.md §5.2), CPU metric `C`."""
         now = str(int(self.clock()))
         self.dynamodb.update_item(
             TableName=self.table_name,
@@ -386,7 +386,7 @@ class KclWorker:
             },
         )
 
-    # --- shard sync of an empty table (spec §3.2, §3.4) --------------------------------------------
+    # --- shard sync of an empty table (docs/protocol.md §3.2, §3.4) --------------------------------------------
 
     def _sync_empty_table(self) -> None:
         shards = self.kinesis.list_shards(StreamName=self.stream, ShardFilter={"Type": "AT_TRIM_HORIZON"})["Shards"]
@@ -394,7 +394,7 @@ class KclWorker:
             self._create_lease_if_not_exists(shard, "TRIM_HORIZON")
 
     def _create_lease_if_not_exists(self, shard: Mapping[str, Any], checkpoint: str) -> None:
-        """createLeaseIfNotExists: the whole item (spec §1.2), conditional on the key being absent; a
+        """createLeaseIfNotExists: the whole item (docs/protocol.md §1.1), conditional on the key being absent; a
         lost race is not an error."""
         parents = {shard.get("ParentShardId"), shard.get("AdjacentParentShardId")} - {None}
         item: Item = {
@@ -412,7 +412,7 @@ class KclWorker:
         with contextlib.suppress(self.dynamodb.exceptions.ConditionalCheckFailedException):
             self.dynamodb.put_item(TableName=self.table_name, Item=item, Expected={"leaseKey": {"Exists": False}})
 
-    # --- the leader's assignment (spec §5.2) and the worker's discovery (spec §5.8) ----------------
+    # --- the leader's assignment (docs/protocol.md §4.1) and the worker's discovery (§4.8) ----------------
 
     def _assign_expired_leases(self) -> None:
         """Two scans a lease duration apart: a lease without an owner, or whose counter stood still in
@@ -441,7 +441,7 @@ class KclWorker:
 
     def _assign(self, lease: KclLease) -> None:
         """assignLease: conditional on the owner and checkpointOwner read; owner set, checkpointOwner
-        removed, counter ADD 1, owner switches ADD 1 when the owner changes (spec §2.1, §2.3)."""
+        removed, counter ADD 1, owner switches ADD 1 when the owner changes (docs/protocol.md §2.1, §2.3)."""
         updates: dict[str, Any] = {
             "leaseOwner": {"Value": {"S": self.worker_id}, "Action": "PUT"},
             "checkpointOwner": {"Action": "DELETE"},
@@ -462,7 +462,7 @@ class KclWorker:
 
     def _discover_and_renew(self) -> None:
         """The owner index queried for this worker's leases, each new one read and kept only when it
-        names this worker and no checkpointOwner, then renewed on its counter (spec §5.8, §2.4)."""
+        names this worker and no checkpointOwner, then renewed on its counter (docs/protocol.md §4.8, §2.4)."""
         page = self.dynamodb.query(
             TableName=self.table_name,
             IndexName=OWNER_INDEX,
@@ -494,7 +494,7 @@ class KclWorker:
     # --- consuming a lease ---------------------------------------------------------------------------
 
     def _parents_have_finished(self, lease: KclLease) -> bool:
-        """A child is blocked while a parent lease exists and is not at SHARD_END (spec §3.7)."""
+        """A child is blocked while a parent lease exists and is not at SHARD_END (docs/protocol.md §3.7)."""
         for parent in lease.parent_shard_ids:
             item = self._get(parent)
             if item is not None and read_lease(item).checkpoint != SHARD_END:
@@ -503,7 +503,7 @@ class KclWorker:
 
     def _consume(self, lease_key: str, budget: int | None) -> tuple[int, bool]:
         """Read the lease's shard from its checkpoint, process at most `budget` records, checkpoint
-        after every batch; at the shard's end create the children and record SHARD_END (spec §3.8).
+        after every batch; at the shard's end create the children and record SHARD_END (docs/protocol.md §3.8).
         The records processed, and whether the checkpoint moved."""
         lease = self._held[lease_key]
         if lease.checkpoint == SHARD_END:
@@ -549,7 +549,7 @@ class KclWorker:
 
     def _end_shard(self, lease: KclLease, children: list[dict[str, Any]]) -> None:
         """The shutdown task at SHARD_END: each child's lease created at TRIM_HORIZON where absent, the
-        child ids recorded on the parent, then the SHARD_END checkpoint (spec §3.8, §10.2)."""
+        child ids recorded on the parent, then the SHARD_END checkpoint (docs/protocol.md §3.8, §2.5)."""
         child_ids = frozenset(child["ShardId"] for child in children)
         if len(children) == 1 and len(children[0]["ParentShards"]) != 2:
             raise AssertionError(f"{lease.lease_key}: a merge's child must name two parents")
@@ -574,7 +574,7 @@ class KclWorker:
         self._checkpoint(_with(lease, child_shard_ids=lease.child_shard_ids | child_ids), SHARD_END)
 
     def _checkpoint(self, lease: KclLease, sequence_number: str) -> KclLease:
-        """updateLease (spec §2.1, §10.2): never below the last checkpoint; conditional on the counter;
+        """updateLease (docs/protocol.md §2.1, §2.5): never below the last checkpoint; conditional on the counter;
         the checkpoint pair set, the pending pair and state removed, owner switches 0, counter + 1."""
         if checkpoint_order(lease.lease_key, sequence_number, 0) < lease.order:
             raise AssertionError(f"{lease.lease_key}: checkpoint {sequence_number} is below {lease.checkpoint}")

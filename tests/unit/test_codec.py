@@ -534,3 +534,24 @@ def test_non_finite_or_negative_throughput_is_rejected(kbps: float) -> None:
 
 def test_a_huge_but_finite_throughput_is_still_written() -> None:
     assert throughput_value(1e22) == {"N": "10000000000000000000000.000000"}
+
+
+@pytest.mark.parametrize(
+    ("item", "is_lease"),
+    [
+        pytest.param({"leaseKey": {"S": "AssignmentRound"}, "round": {"N": "4"}}, False, id="project-record"),
+        pytest.param({"leaseKey": {"S": "ShardSyncAuditor:orders"}, "holes": {"N": "0"}}, False, id="project-prefix"),
+        pytest.param({"leaseKey": {"S": "Leader"}, "ownerName": {"S": "w"}}, False, id="kcl-record"),
+        pytest.param(
+            {"leaseKey": {"S": "AssignmentRound"}, "leaseCounter": {"N": "1"}, "checkpoint": {"S": "LATEST"}},
+            True,
+            id="a-lease-of-that-name",
+        ),
+        pytest.param({"leaseKey": {"S": "shardId-000000000001"}}, True, id="an-untagged-lease"),
+    ],
+)
+def test_an_untagged_item_at_one_of_this_project_s_record_keys_without_lease_attributes_is_not_a_lease(
+    item: Item, is_lease: bool
+) -> None:
+    """KCL 3.5's table migration moves coordinator-state records it does not know without their tag."""
+    assert is_lease_item(item) is is_lease

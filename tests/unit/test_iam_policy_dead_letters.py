@@ -20,6 +20,7 @@ VALUES = {
     "Prefix": "warehouse/orders",
     "Database": "kinesis",
     "Table": "orders",
+    "Registry": "orders-registry",
 }
 GLUE = "arn:aws:glue:us-east-1:123456789012"
 SINK_STATEMENTS = ("Parquet", "Iceberg", "Delta")  # the Sids' starts of the statements of one sink only

@@ -90,3 +90,11 @@ def test_a_stale_item_is_deleted_in_the_table_that_holds_it(lease_table):
     separate.put("app-worker-9", {"lut": 100})
     assert records.delete("app-worker-9", expected={"lut": 100})
     assert separate.get("app-worker-9") is None
+
+
+def test_a_record_kcl_s_migration_moved_without_its_tag_is_read_as_coordinator_state(lease_table):
+    lease_table.put("AssignmentRound", {"round": 4})  # untagged, as KCL 3.5's move writes a record it does not know
+    records = coordinator_state_records(lease_table)
+    assert records.get("AssignmentRound")["round"] == 4
+    assert records.update("AssignmentRound", {"round": 5})
+    assert lease_table.get("AssignmentRound")["entityType"] == "LEADER"

@@ -39,6 +39,7 @@ from lease_core.errors import (
     StreamMismatchError,
     StreamNotActiveError,
     StreamNotFoundError,
+    TableMigrationCompletedError,
     TableNotFoundError,
     TableNotReadyError,
     TableProtectedError,
@@ -253,6 +254,7 @@ INSTANCES = [
         id="ForeignTableError",
     ),
     pytest.param(LayoutConflictError("my-app", ("my-app-CoordinatorState",)), id="LayoutConflictError"),
+    pytest.param(TableMigrationCompletedError("my-app-CoordinatorState"), id="TableMigrationCompletedError"),
     pytest.param(DependencyError("dynamodb", "Scan", "connection reset", 6), id="DependencyError"),
     pytest.param(ThrottledError("dynamodb", "UpdateItem", "ThrottlingException: m", 6), id="ThrottledError"),
     pytest.param(AccessError("dynamodb", "PutItem", "AccessDeniedException: m"), id="AccessError"),
@@ -334,6 +336,7 @@ RETRYABLE_CLASSES = {
     LeadershipUnavailableError,
     LeadershipLostError,
     CoordinatorStateConflictError,
+    TableMigrationCompletedError,
 }
 
 

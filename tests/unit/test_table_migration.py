@@ -14,10 +14,10 @@ from lease_core.store.table_migration import (
     MigrationFacts,
     TableMigrationState,
     decide_migration,
-    lease_table_in_use,
     local_status,
     new_state,
     newest_by_worker,
+    reads_both_tables,
 )
 
 HOUR_MILLIS = 3_600_000
@@ -33,12 +33,13 @@ def facts(
     state: TableMigrationState | None,
     *,
     migrate_all: bool = False,
+    active: int = 2,
     support_met: bool = True,
     writers: tuple[str, ...] = (),
     keys: tuple[str, ...] = (),
     now: int = T0,
 ) -> MigrationFacts:
-    return MigrationFacts(state, migrate_all, support_met, writers, keys, now, DAY)
+    return MigrationFacts(state, migrate_all, active, support_met, writers, keys, now, DAY)
 
 
 @pytest.mark.parametrize(
@@ -54,6 +55,7 @@ def facts(
         pytest.param(PENDING, True, PENDING, id="pending-phase-2"),
         pytest.param(COMPLETE, False, COMPLETE, id="complete-whatever-the-setting"),
         pytest.param(COMPLETE, True, COMPLETE, id="complete"),
+        pytest.param("TABLE_MIGRATION_STATUS_LATER", True, INIT, id="unknown-writes-nothing-to-the-lease-table"),
     ],
 )
 def test_the_status_a_process_works_by_follows_kcl_s_override_table(recorded_status, migrate_all, expected):
@@ -63,9 +65,12 @@ def test_the_status_a_process_works_by_follows_kcl_s_override_table(recorded_sta
 @pytest.mark.parametrize(
     ("case", "expected_action", "expected_status"),
     [
-        pytest.param(facts(None, support_met=False), "none", None, id="no-support-no-record-waits"),
+        pytest.param(facts(None), "none", None, id="not-asked-starts-nothing"),
+        pytest.param(facts(None, migrate_all=True, support_met=False), "none", None, id="no-support-no-record-waits"),
+        pytest.param(facts(None, migrate_all=True, active=0), "none", None, id="no-active-worker-no-start"),
         pytest.param(facts(recorded(INIT), support_met=False), "delete", None, id="support-lost-in-init-restarts"),
-        pytest.param(facts(None), "write", INIT, id="support-met-writes-init"),
+        pytest.param(facts(recorded(INIT), active=0), "none", None, id="a-round-without-metrics-tells-nothing"),
+        pytest.param(facts(None, migrate_all=True), "write", INIT, id="asked-and-supported-writes-init"),
         pytest.param(facts(recorded(INIT), now=T0 + HOUR_MILLIS - 1000), "none", None, id="init-bakes-an-hour"),
         pytest.param(facts(recorded(INIT), now=T0 + HOUR_MILLIS), "write", DEPLOYED, id="init-baked-is-deployed"),
         pytest.param(facts(recorded(DEPLOYED)), "none", None, id="deployed-waits-for-phase-2"),
@@ -81,6 +86,24 @@ def test_the_status_a_process_works_by_follows_kcl_s_override_table(recorded_sta
             "move_then_pending",
             PENDING,
             id="phase-2-moves-the-coordinator-state",
+        ),
+        pytest.param(
+            facts(recorded(DEPLOYED), migrate_all=True, active=0, keys=("AssignmentRound",)),
+            "none",
+            None,
+            id="phase-2-waits-for-a-round-whose-slots-wrote",
+        ),
+        pytest.param(
+            facts(recorded(PENDING), migrate_all=True, active=0, keys=("RoundHistory",)),
+            "write",
+            DEPLOYED,
+            id="pending-with-a-separate-record-rolls-back-without-active-workers",
+        ),
+        pytest.param(
+            facts(recorded(PENDING), migrate_all=True, active=0, now=T0 + DAY * 1000),
+            "none",
+            None,
+            id="pending-baked-waits-for-a-round-whose-slots-wrote",
         ),
         pytest.param(
             facts(recorded(PENDING), migrate_all=True, writers=("app-worker-1",), now=T0 + 2 * DAY * 1000),
@@ -163,16 +186,15 @@ def test_each_worker_s_newest_metrics_are_chosen_across_both_tables():
 
 
 @pytest.mark.parametrize(
-    ("state", "migrate_all", "expected"),
+    ("status", "expected"),
     [
-        pytest.param(None, False, False, id="no-migration"),
-        pytest.param(recorded(INIT), True, False, id="phase-1-reads-one-table"),
-        pytest.param(recorded(DEPLOYED), False, False, id="deployed-never-pending"),
-        pytest.param(recorded(DEPLOYED), True, True, id="phase-2-writes-the-lease-table"),
-        pytest.param(recorded(PENDING), False, True, id="pending"),
-        pytest.param(recorded(PENDING).moved_to(DEPLOYED, "r", T0), False, True, id="rolled-back-from-pending"),
-        pytest.param(recorded(COMPLETE), False, True, id="complete"),
+        pytest.param(None, False, id="no-migration"),
+        pytest.param(INIT, False, id="phase-1-reads-one-table"),
+        pytest.param(DEPLOYED, True, id="deployed"),
+        pytest.param(PENDING, True, id="pending"),
+        pytest.param(COMPLETE, False, id="complete-is-the-single-layout"),
+        pytest.param("TABLE_MIGRATION_STATUS_LATER", True, id="unknown-misses-nothing"),
     ],
 )
-def test_the_lease_table_is_read_once_the_migration_may_have_written_to_it(state, migrate_all, expected):
-    assert lease_table_in_use(state, migrate_all) is expected
+def test_both_tables_are_read_from_deployed_on_whatever_the_setting_of_the_reader(status, expected):
+    assert reads_both_tables(status) is expected
