@@ -20,7 +20,7 @@ import boto3
 
 from lease_core import aws
 from lease_core.config.settings import ConsumerConfig
-from lease_core.errors import LayoutConflictError, TableMigrationCompletedError
+from lease_core.errors import LayoutConflictError, TableMigrationChangedError
 from lease_core.leader.assignment_round import current_round
 from lease_core.leader.leader_lock import LeaderLock, wall_clock_millis
 from lease_core.leader.leadership import Leadership
@@ -214,18 +214,25 @@ class LeaseApplication:
             owner,
             self.config.leader_lease_duration_millis,
             self.config.leader_heartbeat_period_millis,
-            guard=None if self.table_layout.layout == SINGLE else self._lock_still_in_coordinator_state_table,
+            guard=None if self.table_layout.layout == SINGLE else self._migration_as_read,
         )
 
-    def _lock_still_in_coordinator_state_table(self) -> None:
-        """A lock taken in `<app>-CoordinatorState` by a process that read the layout before the table
-        migration became COMPLETE is not the application's lock (KCL's leader checks the same)."""
+    def _migration_as_read(self) -> None:
+        """A process that took the lock in `<app>-CoordinatorState` works by the table migration's status
+        it read with the layout; if the status moved on since so that records are read or written
+        elsewhere now (above all COMPLETE, which puts the lock in the lease table: KCL's leader checks
+        the same), it must not lead."""
         table = self.config.coordinator_state_table
         record = DynamoDBCoordinatorStateStore(self.client("dynamodb"), table, retry_policy=self.retry_policy).get(
             TABLE_MIGRATION_KEY
         )
-        if record is not None and record.get(STATUS) == COMPLETE:
-            raise TableMigrationCompletedError(table)
+        read, current = self.table_layout.table_migration, None if record is None else record.get(STATUS)
+        setting = self.config.migrate_all_entities_to_lease_table
+        if (reads_both_tables(read), local_status(read, setting)) != (
+            reads_both_tables(current),
+            local_status(current, setting),
+        ):
+            raise TableMigrationChangedError(table, read, None if current is None else str(current))
 
     def table_migration(
         self,

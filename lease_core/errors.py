@@ -121,20 +121,23 @@ class LayoutConflictError(LeaseCoreError):
 
 
 @dataclass(eq=False, repr=False)
-class TableMigrationCompletedError(LeaseCoreError):
-    """KCL 3.5's table migration became COMPLETE after this process read the application's layout
-    (docs/protocol.md §1.8): the lock it took in the coordinator-state table is no longer the
-    application's. Retryable: a new process reads the single layout and takes the lock in the lease table.
-    """
+class TableMigrationChangedError(LeaseCoreError):
+    """KCL 3.5's table migration moved on after this process read the application's layout
+    (docs/protocol.md §1.8), so that where it reads or writes records is not where they are now (at
+    COMPLETE, the lock it took in the coordinator-state table is not the application's any more).
+    Retryable: a new process reads the layout again."""
 
     retryable = True
 
     coordinator_state_table: str
+    read_status: str | None
+    current_status: str | None
 
     def __str__(self) -> str:
         return (
-            f"the table migration of this application is COMPLETE: its lock is no longer in "
-            f"{self.coordinator_state_table!r} but in the lease table; run the step again"
+            f"the table migration recorded in {self.coordinator_state_table!r} went from "
+            f"{self.read_status or 'none'} to {self.current_status or 'none'} after this process read it, "
+            "and the lock it took was released; run the step again"
         )
 
 

@@ -19,7 +19,7 @@ import botocore.exceptions
 from lease_core.aws import AwsCaller, error_code
 from lease_core.errors import LeadershipLostError
 from lease_core.retry import RetryPolicy
-from lease_core.store.codec import ENTITY_TYPE, LEASE_KEY, TABLE_MIGRATION_ENTITY_TYPE, Item
+from lease_core.store.codec import CHECKPOINT, ENTITY_TYPE, LEASE_COUNTER, LEASE_KEY, TABLE_MIGRATION_ENTITY_TYPE, Item
 from lease_core.store.coordinator_state import KEY as COORDINATOR_STATE_KEY
 from lease_core.store.coordinator_state import VERSION
 from lease_core.store.lease_table_records import coordinator_state_entity_type
@@ -105,14 +105,27 @@ class MigrationTransactions:
         return {
             "TableName": self.lease_table,
             "Item": item,
-            "ConditionExpression": "attribute_not_exists(#key) OR #entity = :entity",
-            "ExpressionAttributeNames": {"#key": LEASE_KEY, "#entity": ENTITY_TYPE},
+            # No item, a copy of the record, or one KCL's move left untagged (never a lease: it has
+            # neither of a lease's own attributes, `codec.untagged_entity_type`).
+            "ConditionExpression": "attribute_not_exists(#key) OR #entity = :entity OR (attribute_not_exists(#entity) "
+            "AND attribute_not_exists(#counter) AND attribute_not_exists(#checkpoint))",
+            "ExpressionAttributeNames": {
+                "#key": LEASE_KEY,
+                "#entity": ENTITY_TYPE,
+                "#counter": LEASE_COUNTER,
+                "#checkpoint": CHECKPOINT,
+            },
             "ExpressionAttributeValues": {":entity": {"S": entity_type}},
         }
 
     def _delete_unchanged(self, key: str, record: Record) -> dict[str, Any]:
         compared = {VERSION: record[VERSION]} if VERSION in record else record
-        names, values, conditions = {}, {}, []
+        names: dict[str, str] = {}
+        values: dict[str, Any] = {}
+        conditions: list[str] = []
+        if VERSION not in record:  # it must still have none: a read-modify-write adds one
+            names["#version"] = VERSION
+            conditions.append("attribute_not_exists(#version)")
         for n, (name, value) in enumerate(sorted(compared.items())):
             names[f"#a{n}"] = name
             values[f":v{n}"] = to_attribute_values({name: value})[name]

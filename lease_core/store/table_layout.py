@@ -32,7 +32,7 @@ from lease_core.store.coordinator_state import KEY as COORDINATOR_STATE_KEY
 from lease_core.store.record_table import RecordTable, text
 from lease_core.store.table_migration import COMPLETE as MIGRATION_COMPLETE
 from lease_core.store.table_migration import STATUS as TABLE_MIGRATION_STATUS
-from lease_core.store.table_migration import TABLE_MIGRATION_KEY
+from lease_core.store.table_migration import TABLE_MIGRATION_KEY, reads_both_tables
 
 TableLayoutName: TypeAlias = Literal["separate", "single"]
 SEPARATE: TableLayoutName = "separate"
@@ -88,12 +88,11 @@ def decide_layout(
     if found.migration_complete:  # KCL 3.5's own rule: one table, whatever else is left
         left = f"; {', '.join(repr(name) for name in separate_found)} left from before it" if separate_found else ""
         return LayoutDecision(SINGLE, f"KCL 3.5's table migration is complete in {lease_table!r}{left}")
-    if found.separate_table_migration is not None and found.coordinator_state_table:
-        status = found.separate_table_migration
-        reason = (
-            f"table(s) {', '.join(repr(name) for name in separate_found)} exist; KCL 3.5's table migration: {status}"
-        )
-        return LayoutDecision(SEPARATE, reason, table_migration=status)
+    migration = found.separate_table_migration if found.coordinator_state_table else None
+    tables = ", ".join(repr(name) for name in separate_found)
+    if reads_both_tables(migration):  # from DEPLOYED on, the lease table holds records of the migration
+        reason = f"table(s) {tables} exist; KCL 3.5's table migration: {migration}"
+        return LayoutDecision(SEPARATE, reason, table_migration=migration)
     if found.separate_setup_under_way and not found.non_lease_items:
         reason = f"lease table {lease_table!r} records the separate layout its setup chose"
         return LayoutDecision(SEPARATE, reason, separate_setup_under_way=True)
@@ -102,7 +101,7 @@ def decide_layout(
     if found.non_lease_items:
         return LayoutDecision(SINGLE, f"lease table {lease_table!r} holds worker metrics or coordinator state")
     if separate_found:
-        return LayoutDecision(SEPARATE, f"table(s) {', '.join(repr(name) for name in separate_found)} exist")
+        return LayoutDecision(SEPARATE, f"table(s) {tables} exist", table_migration=migration)
     if found.lease_table:
         # A lease table with nothing but leases: KCL 2.x, or KCL 3.5 before its first worker reported.
         return LayoutDecision(

@@ -75,13 +75,16 @@ class TableMigrationState:
         status = record.get(STATUS)
         if status not in STATUSES:
             raise ValueError(f"{TABLE_MIGRATION_KEY!r}: {STATUS!r} is {status!r}, not one of {', '.join(STATUSES)}")
+        history = record.get(HISTORY) or []
+        if not isinstance(history, list) or not all(isinstance(entry, Mapping) for entry in history):
+            raise ValueError(f"{TABLE_MIGRATION_KEY!r}: {HISTORY!r} is {history!r}, not a list of maps")
         return cls(
             str(status),
             _text(record, MODIFIED_BY),
             _millis(record, MODIFIED_MILLIS),
             tuple(
                 HistoryEntry(_text(entry, STATUS), _text(entry, MODIFIED_BY), _millis(entry, MODIFIED_MILLIS))
-                for entry in record.get(HISTORY) or ()
+                for entry in history
             ),
         )
 

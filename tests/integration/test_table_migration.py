@@ -16,7 +16,7 @@ from kinesis_lease.aws_connection import AwsAccess
 from kinesis_lease.operators import ReleaseLeadershipOperator
 
 from lease_core.application import LeaseApplication
-from lease_core.errors import LeadershipLostError, TableMigrationCompletedError
+from lease_core.errors import LayoutConflictError, LeadershipLostError, TableMigrationChangedError
 from lease_core.leader.leader_lock import wall_clock_millis
 from lease_core.metrics.worker_metrics import publish_worker_metrics
 from lease_core.model.lease import Lease
@@ -384,7 +384,9 @@ def test_a_process_that_read_the_layout_before_complete_cannot_lead_from_the_sep
     done = end_of_round(application(moto_endpoint, name, migrate_all=True), "round-4", pending_at + HOUR_MILLIS)
     assert done["status_after"] == COMPLETE
 
-    with pytest.raises(TableMigrationCompletedError, match="run the step again"):
+    with pytest.raises(
+        TableMigrationChangedError, match="went from TABLE_MIGRATION_STATUS_PENDING to TABLE_MIGRATION_STATUS_COMPLETE"
+    ):
         stale.leader_lock("stale-leasectl").try_acquire()
     assert "Leader" not in items(client, f"{name}-CoordinatorState", "key"), "the lock it took is released"
     leader = application(moto_endpoint, name).leader_lock("round-5")
@@ -420,3 +422,57 @@ def test_a_release_step_whose_migration_step_fails_still_releases_the_lock(moto_
     assert "TABLE_MIGRATION_STATUS_BAKING" in summary["table_migration"]["error"]
     assert summary["released"] is True
     assert "Leader" not in items(client, f"{name}-CoordinatorState", "key")
+
+
+def test_a_record_kcl_s_move_left_untagged_in_the_lease_table_is_moved_over(moto_endpoint, client, three_tables, start):
+    name = three_tables
+    deployed_and_phase_two_slots(moto_endpoint, name, start)
+    client.put_item(TableName=name, Item={"leaseKey": {"S": RECORDS[5]}, "value": {"S": "moved by KCL, untagged"}})
+    moved = end_of_round(application(moto_endpoint, name, migrate_all=True), "round-3", start + 2 * HOUR_MILLIS)
+    assert (moved["done"], moved["status_after"]) == (True, PENDING)
+    assert items(client, name, "leaseKey")[RECORDS[5]]["value"] == {"S": RECORDS[5]}
+
+
+def test_a_record_without_a_version_that_a_step_updates_during_the_move_keeps_the_update(
+    moto_endpoint, client, three_tables, start
+):
+    name = three_tables
+    deployed_and_phase_two_slots(moto_endpoint, name, start)
+    app = application(moto_endpoint, name, migrate_all=True)
+    updated = RECORDS[6]  # written by `put` (an earlier release, KCL), without a version
+    writer = application(moto_endpoint, name, migrate_all=True)
+    writes = []
+
+    def step_updating_before_the_first_transaction(**_: Any) -> None:
+        if not writes:
+            writes.append(update_record(writer.state_store, updated, lambda record: {**(record or {}), "extra": 1}))
+
+    app.client("dynamodb").meta.events.register(
+        "before-call.dynamodb.TransactWriteItems", step_updating_before_the_first_transaction
+    )
+    cut = end_of_round(app, "round-3", start + 2 * HOUR_MILLIS)
+    assert cut["not_moved"] == [updated]
+    assert items(client, f"{name}-CoordinatorState", "key")[updated]["extra"] == {"N": "1"}
+
+
+def test_tables_of_both_layouts_are_refused_though_the_separate_table_records_a_migration_in_init(
+    moto_endpoint, client, three_tables, start
+):
+    name = three_tables
+    assert end_of_round(application(moto_endpoint, name, migrate_all=True), "round-1", start)["status_after"] == INIT
+    client.put_item(TableName=name, Item={"leaseKey": {"S": "AssignmentRound"}, "entityType": {"S": "LEADER"}})
+    with pytest.raises(LayoutConflictError):
+        _ = application(moto_endpoint, name).table_layout
+
+
+def test_a_process_that_read_init_cannot_lead_once_the_records_were_moved(moto_endpoint, client, three_tables, start):
+    name = three_tables
+    assert end_of_round(application(moto_endpoint, name, migrate_all=True), "round-1", start)["status_after"] == INIT
+    stale = application(moto_endpoint, name, migrate_all=True)
+    assert stale.table_layout.table_migration == INIT
+    assert (
+        end_of_round(application(moto_endpoint, name, migrate_all=True), "round-2", start + HOUR_MILLIS)["status_after"]
+        == DEPLOYED
+    )
+    with pytest.raises(TableMigrationChangedError, match="went from TABLE_MIGRATION_STATUS_INIT"):
+        stale.leader_lock("stale").try_acquire()

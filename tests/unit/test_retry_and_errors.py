@@ -39,7 +39,7 @@ from lease_core.errors import (
     StreamMismatchError,
     StreamNotActiveError,
     StreamNotFoundError,
-    TableMigrationCompletedError,
+    TableMigrationChangedError,
     TableNotFoundError,
     TableNotReadyError,
     TableProtectedError,
@@ -254,7 +254,10 @@ INSTANCES = [
         id="ForeignTableError",
     ),
     pytest.param(LayoutConflictError("my-app", ("my-app-CoordinatorState",)), id="LayoutConflictError"),
-    pytest.param(TableMigrationCompletedError("my-app-CoordinatorState"), id="TableMigrationCompletedError"),
+    pytest.param(
+        TableMigrationChangedError("my-app-CoordinatorState", "TABLE_MIGRATION_STATUS_INIT", None),
+        id="TableMigrationChangedError",
+    ),
     pytest.param(DependencyError("dynamodb", "Scan", "connection reset", 6), id="DependencyError"),
     pytest.param(ThrottledError("dynamodb", "UpdateItem", "ThrottlingException: m", 6), id="ThrottledError"),
     pytest.param(AccessError("dynamodb", "PutItem", "AccessDeniedException: m"), id="AccessError"),
@@ -336,7 +339,7 @@ RETRYABLE_CLASSES = {
     LeadershipUnavailableError,
     LeadershipLostError,
     CoordinatorStateConflictError,
-    TableMigrationCompletedError,
+    TableMigrationChangedError,
 }
 
 

@@ -167,6 +167,8 @@ def test_the_record_round_trips_through_kcl_s_attribute_names():
         pytest.param({"tm": "TABLE_MIGRATION_STATUS_DONE", "mb": "x", "mts": 1}, "'tm'", id="unknown-status"),
         pytest.param({"tm": INIT, "mts": 1}, "'mb'", id="no-modifier"),
         pytest.param({"tm": INIT, "mb": "x", "mts": "soon"}, "'mts'", id="text-timestamp"),
+        pytest.param({"tm": INIT, "mb": "x", "mts": 1, "h": ["junk"]}, "'h'", id="history-of-text"),
+        pytest.param({"tm": INIT, "mb": "x", "mts": 1, "h": "abc"}, "'h'", id="history-not-a-list"),
     ],
 )
 def test_a_record_kcl_could_not_read_is_refused_naming_the_attribute(record, named):
