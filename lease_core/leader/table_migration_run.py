@@ -77,7 +77,6 @@ class TableMigrationRun:
         retry_policy: RetryPolicy | None = None,
         clock_millis: Callable[[], int] = wall_clock_millis,
     ) -> None:
-        self.client = client
         self.tables = tables
         self.owner = owner
         self.migrate_all = migrate_all
